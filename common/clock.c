@@ -1,0 +1,11 @@
+/* clock.c — monotonic time in seconds. */
+#include "common/clock.h"
+
+#include <time.h>
+
+double clock_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,8 @@
+/* clock.h — monotonic time in seconds. */
+#ifndef SWARMTRAIN_CLOCK_H
+#define SWARMTRAIN_CLOCK_H
+
+/* Seconds from an arbitrary fixed origin, monotonic; can't fail. */
+double clock_now(void);
+
+#endif

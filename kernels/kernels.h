@@ -1,0 +1,155 @@
+/* kernels.h — the compute interface: one table of tensor ops per backend.
+ *
+ * A backend is a struct of function pointers plus private context (as in ggml's
+ * backends). Callers hold a kern_t and call k->op(k, ...); they never know which
+ * backend runs. Backends:
+ *   "ref"  plain single-threaded loops, written to be obviously right: the test oracle;
+ *   "cpu"  the fast CPU path: OpenBLAS sgemm + OpenMP, one thread pool of k->threads;
+ *   "cuda" (kernels/cuda/, when built) device memory, cuBLAS and own kernels.
+ *
+ * Not for: model structure (peer/), codecs and DeMo (compress/), anything on the wire.
+ *
+ * Conventions, for every op:
+ * - Arguments are outputs first, then inputs, then sizes (llm.c).
+ * - Pointers are backend memory: from k->alloc (host memory for ref/cpu, device memory
+ *   for cuda). Host data enters with k->upload and leaves with k->download.
+ * - Forward ops overwrite their outputs. Backward ops ACCUMULATE (+=) into every
+ *   gradient they write (parameter and activation gradients alike), so that callers
+ *   zero gradients once and residual branches add up by themselves. A gradient output
+ *   passed as NULL is not computed. The one exception is crossentropy_backward, which
+ *   starts the backward pass and overwrites (and may alias its logits input).
+ * - Tensors are row-major, float32. Linear weights are stored (OC, C) as in PyTorch:
+ *   y = x W^T.
+ * - Ops never fail on valid arguments; sizes are the caller's responsibility (asserted
+ *   in debug builds). Only kern_new and alloc can fail.
+ * - Results of "cpu" and "ref" agree to float rounding; results of "cpu" do not
+ *   depend on the thread count for the same inputs unless noted (matmul: split points
+ *   never cut a dot product, so each output element is computed the same way).
+ */
+#ifndef SWARMTRAIN_KERNELS_H
+#define SWARMTRAIN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kern kern_t;
+
+struct kern {
+    const char *name; /* "ref", "cpu", "cuda" */
+    int threads;      /* host threads the backend may use (cpu); 1 for ref */
+    int on_device;    /* 1 when pointers are device memory (host cannot dereference) */
+    void *ctx;        /* backend-private state */
+
+    /* --- memory -------------------------------------------------------------- */
+    /* Zeroed allocation of `bytes`, 64-byte aligned; NULL on failure. */
+    void *(*alloc)(kern_t *k, size_t bytes);
+    /* Frees what alloc returned; NULL is a no-op. */
+    void (*free)(kern_t *k, void *p);
+    /* Host -> backend, backend -> host, backend -> backend copies of `bytes`. */
+    void (*upload)(kern_t *k, void *dst, const void *host_src, size_t bytes);
+    void (*download)(kern_t *k, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(kern_t *k, void *dst, const void *src, size_t bytes);
+    void (*zero)(kern_t *k, void *p, size_t bytes);
+    /* Waits for queued work (no-op on CPU backends). */
+    void (*sync)(kern_t *k);
+    /* Releases the backend's context; called by kern_destroy. */
+    void (*release)(kern_t *k);
+
+    /* --- linear algebra ----------------------------------------------------- */
+    /* out (N, OC) = inp (N, C) . w (OC, C)^T */
+    void (*matmul_forward)(kern_t *k, float *out, const float *inp, const float *w, int N, int C,
+                           int OC);
+    /* dinp (N, C) += dout (N, OC) . w (OC, C);  dw (OC, C) += dout^T . inp (N, C) */
+    void (*matmul_backward)(kern_t *k, float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, int N, int C, int OC);
+
+    /* --- embedding ---------------------------------------------------------- */
+    /* out (N, C) = wte[tokens[n]] for each n; tokens in [0, V) (checked by the caller). */
+    void (*embedding_forward)(kern_t *k, float *out, const int32_t *tokens, const float *wte, int N,
+                              int C);
+    /* dwte[tokens[n]] += dout[n] */
+    void (*embedding_backward)(kern_t *k, float *dwte, const float *dout, const int32_t *tokens,
+                               int N, int C);
+
+    /* --- RMSNorm: out = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps) ---- */
+    /* rstd (N) is kept for the backward pass. */
+    void (*rmsnorm_forward)(kern_t *k, float *out, float *rstd, const float *inp, const float *w,
+                            int N, int C, float eps);
+    void (*rmsnorm_backward)(kern_t *k, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C);
+
+    /* --- rotary position embedding, rotate-half convention ----------------------
+     * qkv is (B, T, 3C) with C = NH*HS: per token [q (NH, HS) | k (NH, HS) | v (NH, HS)].
+     * The q and k parts are rotated in place; v is untouched. For head element
+     * i < HS/2 at position t, with (c, s) = freqs[t][i]:
+     *   x'[i]        = x[i] c - x[i + HS/2] s
+     *   x'[i + HS/2] = x[i + HS/2] c + x[i] s
+     * freqs is (T, HS/2, 2) of (cos, sin), made by kern_rope_freqs and uploaded.
+     * rope_backward applies the inverse rotation to dqkv in place (its q, k parts). */
+    void (*rope_forward)(kern_t *k, float *qkv, const float *freqs, int B, int T, int NH, int HS);
+    void (*rope_backward)(kern_t *k, float *dqkv, const float *freqs, int B, int T, int NH,
+                          int HS);
+
+    /* --- causal multi-head attention ------------------------------------------
+     * qkv (B, T, 3C) as above (after rope); out (B, T, C) with head h in columns
+     * [h*HS, (h+1)*HS); scores scaled by 1/sqrt(HS); position t sees 0..t.
+     * lse (B, NH, T) keeps the log-sum-exp of each row of scaled scores, so the
+     * backward pass recomputes probabilities without a stored T x T matrix. */
+    void (*attention_forward)(kern_t *k, float *out, float *lse, const float *qkv, int B, int T,
+                              int NH, int HS);
+    /* dqkv (B, T, 3C) += gradients for q, k and v; `out` and `lse` from the forward. */
+    void (*attention_backward)(kern_t *k, float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int NH, int HS);
+
+    /* --- SwiGLU: h (N, 2F) = [gate (F) | up (F)] per row ---------------------
+     * out (N, F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+    void (*swiglu_forward)(kern_t *k, float *out, const float *h, int N, int F);
+    /* dh (N, 2F) += */
+    void (*swiglu_backward)(kern_t *k, float *dh, const float *dout, const float *h, int N, int F);
+
+    /* --- softmax cross-entropy ---------------------------------------------- */
+    /* losses (N) = -log softmax(logits[n])[targets[n]]; targets in [0, V). */
+    void (*crossentropy_forward)(kern_t *k, float *losses, const float *logits,
+                                 const int32_t *targets, int N, int V);
+    /* dlogits (N, V) = dloss * (softmax(logits[n]) - onehot(targets[n])). OVERWRITES;
+     * dlogits may equal logits (in place). */
+    void (*crossentropy_backward)(kern_t *k, float *dlogits, const float *logits,
+                                  const int32_t *targets, float dloss, int N, int V);
+
+    /* --- elementwise -------------------------------------------------------- */
+    /* out (n) = a + b; out may equal a or b. */
+    void (*add)(kern_t *k, float *out, const float *a, const float *b, size_t n);
+    /* y += alpha * x */
+    void (*axpy)(kern_t *k, float *y, float alpha, const float *x, size_t n);
+    /* x *= alpha */
+    void (*scale)(kern_t *k, float *x, float alpha, size_t n);
+    /* Sum of squares of x, accumulated in double; result on the host. */
+    double (*sumsq)(kern_t *k, const float *x, size_t n);
+
+    /* --- optimizer -----------------------------------------------------------
+     * AdamW on one tensor, PyTorch semantics: p -= lr * wd * p; m = b1 m + (1-b1) g;
+     * v = b2 v + (1-b2) g^2; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+     * t is the 1-based step number. */
+    void (*adamw)(kern_t *k, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t);
+};
+
+/* Creates a backend by name: "ref", "cpu", "cuda" or "auto" (cuda when a device works,
+ * else cpu, saying which on stderr). threads <= 0 means all online cores. Returns NULL
+ * with a message in err (STATUS_ERR_LEN bytes) on failure. Caller owns the result. */
+kern_t *kern_new(const char *name, int threads, char *err);
+
+/* Destroys a backend; NULL or *k == NULL is a no-op; sets *k to NULL. */
+void kern_destroy(kern_t **k);
+
+/* Fills host memory freqs (T, HS/2, 2) with (cos, sin) of t * theta^(-2i/HS). */
+void kern_rope_freqs(float *freqs, int T, int HS, float theta);
+
+/* Backend constructors, used by kern_new. Each returns NULL and fills err on failure. */
+kern_t *kern_ref_new(char *err);
+kern_t *kern_cpu_new(int threads, char *err);
+#ifdef SWARMTRAIN_HAVE_CUDA
+kern_t *kern_cuda_new(char *err);
+#endif
+
+#endif

@@ -1,0 +1,54 @@
+/* testutil.c — small helpers shared by the cmocka suites. */
+#include "testutil.h"
+#include "common/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *testutil_corpus(void)
+{
+    static char path[4096];
+    const char *env = getenv("SWARMTRAIN_CORPUS");
+    if (env && *env) return env;
+    const char *cache = getenv("XDG_CACHE_HOME");
+    if (cache && *cache) snprintf(path, sizeof path, "%s/swarmtrain/kjv.txt", cache);
+    else snprintf(path, sizeof path, "%s/.cache/swarmtrain/kjv.txt", getenv("HOME") ? getenv("HOME") : ".");
+    return path;
+}
+
+const char *testutil_bin(void)
+{
+    const char *b = getenv("SWARMTRAIN_BIN");
+    return b && *b ? b : "swarmtrain";
+}
+
+void testutil_fill_normal(float *x, size_t n, uint64_t seed, float std)
+{
+    rng_t r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(&r));
+}
+
+double testutil_norm_err(const float *a, const float *b, size_t n)
+{
+    double maxb = 0, maxd = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > maxd || isnan(d)) maxd = isnan(d) ? INFINITY : d;
+        if (fabs((double)b[i]) > maxb) maxb = fabs((double)b[i]);
+    }
+    return maxd / (maxb > 1e-30 ? maxb : 1e-30);
+}
+
+double testutil_max_rel(const float *a, const float *b, size_t n, double floor)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        double s = fmax(fmax(fabs((double)a[i]), fabs((double)b[i])), floor);
+        double r = isnan(d) ? INFINITY : d / s;
+        if (r > worst) worst = r;
+    }
+    return worst;
+}

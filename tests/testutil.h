@@ -1,0 +1,19 @@
+/* testutil.h — small helpers shared by the cmocka suites. */
+#ifndef SWARMTRAIN_TESTUTIL_H
+#define SWARMTRAIN_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The default corpus (SWARMTRAIN_CORPUS, else the cache path tools/setup.sh writes). */
+const char *testutil_corpus(void);
+/* Path of the built swarmtrain binary (SWARMTRAIN_BIN, set by ctest). */
+const char *testutil_bin(void);
+/* Fills x with N(0, std) numbers drawn from seed. */
+void testutil_fill_normal(float *x, size_t n, uint64_t seed, float std);
+/* max_i |a_i - b_i| / max(max_i |b_i|, tiny): error normalized by the reference's scale. */
+double testutil_norm_err(const float *a, const float *b, size_t n);
+/* max_i |a_i - b_i| / max(|a_i|, |b_i|, floor) */
+double testutil_max_rel(const float *a, const float *b, size_t n, double floor);
+
+#endif

@@ -1,0 +1,167 @@
+/* demo.h — the DeMo transform (decoupled momentum, Peng et al.; DESIGN.md section 3) on
+ * flat host float buffers, one parameter tensor at a time.
+ *
+ * Per tensor a demo_t keeps the residual momentum D. Each optimizer step:
+ *   1. the optimizer applies weight decay itself (p *= 1 - lr*wd);
+ *   2. demo_accumulate:  D = beta*D + lr*g;
+ *   3. demo_extract:     chunked DCT-II of D (kernels/dct.h), the top-k coefficients of
+ *      every tile by magnitude (ties: lower index first), packed into a message;
+ *      D -= IDCT(the transmitted sparse tiles);
+ *   4. the pool exchanges messages (swarm/, not here); each member calls
+ *      demo_aggregate over all messages, its own included: every coefficient = the mean
+ *      over the senders that sent it, inverse DCT -> Q;
+ *   5. demo_apply_sign:  p -= lr * sign(Q).
+ *
+ * Tensors are (rows, cols) row-major; a 1-D tensor of length n is (1, n): tiles 1 x c.
+ *
+ * What "transmitted" means for the residual: f32 values, the values; bf16, the
+ * bf16-rounded values (so the rounding error stays in D and is sent later); sign-only,
+ * the UNQUANTIZED top-k values (the magnitude information a sign throws away is not
+ * kept for later: it is what the sign scheme deliberately gives up).
+ *
+ * Sign-only scale: ONE f32 per message (per tensor per sender) = the mean |value| of the
+ * transmitted coefficients, i.e. the L2-best s for v ~ s*sign(v). Four bytes per tensor
+ * (< 2% of a sign message at the defaults) buy: senders weighted by how much momentum
+ * they hold in the mean (a replica with a tiny D cannot flip a coefficient the others
+ * agree on with large D), and decoded coefficients on the scale of the real ones, so
+ * the same aggregate works if the update rule ever stops being sign(Q). A coefficient
+ * whose value is exactly 0 decodes as +scale (one bit cannot say zero); the scale is 0
+ * when the whole tensor's selection is 0, as at the first step of an unused row block.
+ *
+ * 1-D tensors (norm weights) and tiny tiles: the SAME transform, plus one layout rule
+ * that holds for every tensor: a tile is sent DENSE (all its coefficients, implicit
+ * indices, same value format) whenever k*(index bits + value bits) >= tile*value bits,
+ * i.e. whenever indices would make sparse no cheaper than sending everything. So a
+ * message is never more bytes than the dense coefficients in its value format (<= a
+ * dense f32 tensor + 32 header bytes), and dense tiles remove all of D. Why not always
+ * dense f32 for norms: the small model has 17 norms of 256; dense f32 would be 17.4 kB
+ * per step, about as much as ALL of its matrices at sign k=4 (~18 kB) and 4x their cost
+ * at k=1, to move 0.07% of the parameters. Through DeMo a 256-norm costs 640 B at k=32
+ * f32, 58 B at sign k=4, 44 B at sign k=1 (header included), and norms keep the
+ * error-feedback semantics of every other tensor (nothing untransmitted is lost).
+ *
+ * Determinism: extract and aggregate use only kernels/dct.c's fixed-order loops;
+ * aggregate sums in double in a canonical message order (by length, then bytes), so the
+ * same SET of messages gives a bit-identical Q on every replica in any arrival order.
+ *
+ * Messages (docs/codec-format.md, "DeMo messages"): 32-byte header (magic "STDM",
+ * version, value format, layout, index width, rows, cols, k, chunk, scale, CRC-32C; the
+ * payload length is implied by these and must match exactly), then indices (u8 for tiles <= 256
+ * coefficients, u16 otherwise, strictly ascending within a tile) and values (f32, bf16, or 1 bit
+ * each, LSB first, 1 = negative). Decoders trust nothing (same rules as codec.h); values must be
+ * finite with |v| <= DEMO_MAX_ABS so that no aggregate can overflow.
+ *
+ * Not for: the network, the model or its table of tensors, the optimizer (weight decay,
+ * learning-rate schedule), gradient clipping. A demo_t is used by one thread at a time.
+ */
+#ifndef SWARMTRAIN_DEMO_H
+#define SWARMTRAIN_DEMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    DEMO_VAL_F32 = 0,  /* 4 bytes per value */
+    DEMO_VAL_BF16 = 1, /* 2 bytes, round to nearest even */
+    DEMO_VAL_SIGN = 2, /* 1 bit + one f32 scale per message */
+} demo_vfmt_t;
+
+#define DEMO_VERSION       1
+#define DEMO_HEADER_LEN    32
+#define DEMO_DEFAULT_CHUNK 64
+#define DEMO_DEFAULT_K     32
+#define DEMO_DEFAULT_BETA  0.999f
+/* Largest |value| (and sign scale) a message may carry: tile sums stay finite. */
+#define DEMO_MAX_ABS 1e30f
+/* Largest rows*cols of a tensor (2^40). */
+#define DEMO_MAX_ELEMS (UINT64_C(1) << 40)
+
+typedef struct {
+    int chunk;        /* DCT chunk, 1..256; 0 = 64 */
+    int k;            /* coefficients per tile, >= 1; 0 = 32; above the tile size = all */
+    demo_vfmt_t vfmt; /* value format */
+    float beta;       /* momentum decay in [0, 1]; a NaN is refused */
+} demo_cfg_t;
+
+/* What a valid message says (demo_msg_parse). */
+typedef struct {
+    int64_t rows, cols;
+    int chunk, tile_rows, tile_cols;
+    int64_t tiles;
+    int k;         /* entries per tile (tile_rows*tile_cols when dense) */
+    int dense;     /* 1: all coefficients of every tile, indices implicit */
+    int idx_width; /* bytes per index: 0 (dense), 1 or 2 */
+    demo_vfmt_t vfmt;
+    float scale;          /* sign-only scale; 0 otherwise */
+    uint64_t payload_len; /* bytes after the header */
+} demo_msg_info_t;
+
+typedef struct demo demo_t;
+
+/* State for one (rows, cols) tensor with D = 0. NULL + err on bad config or no memory.
+ * Caller owns the result. */
+demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err);
+/* Frees and sets *d to NULL; NULL-safe. */
+void demo_destroy(demo_t **d);
+
+/* The residual momentum D (rows*cols floats), for checkpoints and tests. */
+float *demo_momentum(demo_t *d);
+int64_t demo_elems(const demo_t *d);
+/* Exact size of every message demo_extract writes for this tensor. */
+size_t demo_msg_size(const demo_t *d);
+
+/* D = beta*D + lr*g. Refuses (STATUS_EINVAL, D untouched) a non-finite g or lr. */
+int demo_accumulate(demo_t *d, const float *g, float lr, char *err)
+    __attribute__((warn_unused_result));
+
+/* Writes this step's message (demo_msg_size bytes) into out and removes the transmitted
+ * part from D. On error (cap too small, non-finite D) D is untouched. */
+int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err)
+    __attribute__((warn_unused_result));
+
+/* q (rows*cols floats) = IDCT(per-coefficient mean over the m messages that carry it);
+ * coefficients nobody sent are 0. Every message must be valid and of d's rows, cols and
+ * chunk (k, value format and layout may differ between senders); otherwise nothing is
+ * written to q and the status names the first bad message. m >= 1. */
+int demo_aggregate(demo_t *d, const uint8_t *const *msgs, const size_t *lens, int m, float *q,
+                   char *err) __attribute__((warn_unused_result));
+
+/* p[i] -= lr * sign(q[i]); sign(0) = 0 (a NaN q counts as 0). Can't fail. */
+void demo_apply_sign(float *p, const float *q, float lr, size_t n);
+
+/* --- the message layer, usable without a demo_t ---------------------------------- */
+
+/* Entries per tile that a message for this configuration carries (k, or the tile size
+ * when the dense rule applies); 0 when the arguments are invalid. */
+int demo_entries_per_tile(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt);
+
+/* Bytes of the message for this configuration (header included), without building it;
+ * 0 when the arguments are invalid. chunk 0 / k 0 mean the defaults. */
+size_t demo_message_bytes(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt);
+
+/* Packs a message. idx and val hold demo_entries_per_tile(...) entries per tile, tile
+ * by tile (tile-major order as in kernels/dct.h); idx within a tile strictly ascending
+ * and below the tile size; idx may be NULL for a dense message (then val is every
+ * coefficient in order). Values are rounded to the format (sign: scale = mean |val|).
+ * STATUS_EINVAL on bad arguments, a non-finite or too large value, or cap too small. */
+int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64_t cols, int chunk,
+                  int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
+    __attribute__((warn_unused_result));
+
+/* Validates all of a message (header, lengths, checksum, index order, values) and fills
+ * *info. Negative status + err otherwise; never reads outside [buf, buf+len). */
+int demo_msg_parse(const uint8_t *buf, size_t len, demo_msg_info_t *info, char *err)
+    __attribute__((warn_unused_result));
+
+/* Validates like demo_msg_parse, then writes tiles*k entries (decoded values, indices
+ * within tiles; dense: 0..tile-1) to idx/val, which hold cap entries. STATUS_EINVAL when
+ * cap is too small. */
+int demo_msg_unpack(const uint8_t *buf, size_t len, demo_msg_info_t *info, uint16_t *idx,
+                    float *val, size_t cap, char *err) __attribute__((warn_unused_result));
+
+/* Top-k of x[0, n) by |x|, ties to the lower index: writes the k selected indices in
+ * ascending order to idx. keys is scratch of n entries. 1 <= k <= n <= 65536. The
+ * building block of demo_extract, exposed for tests. Can't fail. */
+void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys);
+
+#endif

@@ -1,6 +1,7 @@
 /* testutil.c — small helpers shared by the cmocka suites. */
 #include "testutil.h"
 #include "common/rng.h"
+#include "peer/data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -8,13 +9,8 @@
 
 const char *testutil_corpus(void)
 {
-    static char path[4096];
     const char *env = getenv("SWARMTRAIN_CORPUS");
-    if (env && *env) return env;
-    const char *cache = getenv("XDG_CACHE_HOME");
-    if (cache && *cache) snprintf(path, sizeof path, "%s/swarmtrain/kjv.txt", cache);
-    else snprintf(path, sizeof path, "%s/.cache/swarmtrain/kjv.txt", getenv("HOME") ? getenv("HOME") : ".");
-    return path;
+    return env && *env ? env : data_default_path();
 }
 
 const char *testutil_bin(void)

@@ -1,0 +1,440 @@
+/* stage.c — a pipeline stage: tensor table, initialization, forward and backward.
+ * The passes read like the model: each line is one op of kernels.h.
+ * Not for: optimizers (optim.c) or anything that crosses a process boundary. */
+#include "peer/stage.h"
+#include "common/clock.h"
+#include "common/rng.h"
+#include "common/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Offsets of one block's tensors in the stage buffers. wq, wk, wv are adjacent and so
+ * form one (3C, C) matrix; w1 and w3 likewise form one (2F, C) matrix. */
+typedef struct {
+    size_t attn_norm, wqkv, wo, ffn_norm, w13, w2;
+} block_offsets_t;
+
+/* Activations one microbatch keeps for its backward pass (backend memory). */
+typedef struct {
+    float *x;         /* (L+1, BT, C): x[0] stage input, x[l+1] block l's output */
+    float *ln1;       /* (L, BT, C) */
+    float *rstd1;     /* (L, BT) */
+    float *qkv;       /* (L, BT, 3C) after rope */
+    float *atty;      /* (L, BT, C) */
+    float *lse;       /* (L, B, NH, T) */
+    float *x2;        /* (L, BT, C) residual after attention */
+    float *ln2;       /* (L, BT, C) */
+    float *rstd2;     /* (L, BT) */
+    float *h13;       /* (L, BT, 2F) */
+    float *sw;        /* (L, BT, F) */
+    float *lnf;       /* (BT, C) last stage */
+    float *rstdf;     /* (BT) last stage */
+    float *logits;    /* (BT, V) last stage; becomes dlogits in backward */
+    float *losses;    /* (BT) last stage */
+    int32_t *tokens;  /* (BT) first stage */
+    int32_t *targets; /* (BT) last stage */
+    int state;        /* SLOT_EMPTY, SLOT_FORWARD (no loss), SLOT_TRAINABLE */
+    void *mem;        /* the one allocation all of the above point into */
+} slot_t;
+
+enum { SLOT_EMPTY, SLOT_FORWARD, SLOT_TRAINABLE };
+
+struct stage {
+    model_config_t cfg;
+    int index, first, last, nblocks, layer0;
+    uint64_t seed;
+    kern_t *k;
+    stage_tensor_t *tensors;
+    int ntensors;
+    size_t nparams;
+    float *params, *grads, *m, *v; /* backend memory */
+    int64_t opt_step;
+    size_t wte, norm, head; /* offsets; valid when first / last */
+    block_offsets_t *blocks;
+    float *freqs; /* (T, HS/2, 2) backend memory */
+    slot_t *slots;
+    int nslots;
+    /* scratch shared by all slots (backend memory) */
+    float *tmp;         /* (BT, C) projection output before the residual add */
+    float *dres;        /* (BT, C) gradient of the residual stream */
+    float *dln;         /* (BT, C) */
+    float *datty;       /* (BT, C) */
+    float *dqkv;        /* (BT, 3C) */
+    float *dh13;        /* (BT, 2F) */
+    float *dsw;         /* (BT, F) */
+    float *host_losses; /* (BT) host memory */
+    int profiling;
+    double prof[STAGE_PROF_N];
+};
+
+const char *const stage_profile_names[STAGE_PROF_N] = {"matmul", "attention", "rmsnorm", "rope",
+                                                       "swiglu", "loss",      "other"};
+
+/* Runs one op; with profiling on, syncs the backend and charges the time to `cat`. */
+#define OP(cat, call)                                                                              \
+    do {                                                                                           \
+        if (st->profiling) {                                                                       \
+            double t0_ = clock_now();                                                              \
+            call;                                                                                  \
+            k->sync(k);                                                                            \
+            st->prof[cat] += clock_now() - t0_;                                                    \
+        } else {                                                                                   \
+            call;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
+static size_t add_tensor(stage_t *st, const char *name, int rows, int cols, int layer, int decay)
+{
+    stage_tensor_t *t = &st->tensors[st->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = rows == 1 ? 1 : 2;
+    t->rows = rows;
+    t->cols = cols;
+    t->offset = st->nparams;
+    t->numel = (size_t)rows * cols;
+    t->layer = layer;
+    t->decay = decay;
+    st->nparams += t->numel;
+    return t->offset;
+}
+
+static size_t add_layer_tensor(stage_t *st, int l, const char *suffix, int rows, int cols,
+                               int decay)
+{
+    char name[64];
+    snprintf(name, sizeof name, "layers.%d.%s", l, suffix);
+    return add_tensor(st, name, rows, cols, l, decay);
+}
+
+static void build_table(stage_t *st)
+{
+    int C = st->cfg.dim, F = st->cfg.ffn, V = st->cfg.vocab;
+    if (st->first) st->wte = add_tensor(st, "tok_embeddings.weight", V, C, -1, 1);
+    for (int b = 0; b < st->nblocks; b++) {
+        int l = st->layer0 + b;
+        block_offsets_t *bo = &st->blocks[b];
+        bo->attn_norm = add_layer_tensor(st, l, "attention_norm.weight", 1, C, 0);
+        bo->wqkv = add_layer_tensor(st, l, "attention.wq.weight", C, C, 1);
+        add_layer_tensor(st, l, "attention.wk.weight", C, C, 1);
+        add_layer_tensor(st, l, "attention.wv.weight", C, C, 1);
+        bo->wo = add_layer_tensor(st, l, "attention.wo.weight", C, C, 1);
+        bo->ffn_norm = add_layer_tensor(st, l, "ffn_norm.weight", 1, C, 0);
+        bo->w13 = add_layer_tensor(st, l, "feed_forward.w1.weight", F, C, 1);
+        add_layer_tensor(st, l, "feed_forward.w3.weight", F, C, 1);
+        bo->w2 = add_layer_tensor(st, l, "feed_forward.w2.weight", C, F, 1);
+    }
+    if (st->last) {
+        st->norm = add_tensor(st, "norm.weight", 1, C, -1, 0);
+        st->head = add_tensor(st, "output.weight", V, C, -1, 1);
+    }
+}
+
+/* Initial values depend only on (seed, tensor name). */
+static void init_params(const stage_t *st, float *host)
+{
+    for (int i = 0; i < st->ntensors; i++) {
+        const stage_tensor_t *t = &st->tensors[i];
+        float *p = host + t->offset;
+        if (t->ndim == 1) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+            continue;
+        }
+        rng_t r;
+        rng_seed(&r, rng_mix(st->seed, rng_hash_str(t->name)));
+        for (size_t j = 0; j < t->numel; j++) p[j] = (float)(0.02 * rng_normal(&r));
+    }
+}
+
+/* Carves a slot's buffers out of one allocation; with mem == NULL only sizes it. */
+static size_t slot_layout(const stage_t *st, slot_t *s, char *mem)
+{
+    const model_config_t *c = &st->cfg;
+    size_t BT = (size_t)c->batch * c->seq, C = c->dim, F = c->ffn, L = st->nblocks;
+    size_t off = 0;
+#define CARVE(field, type, count)                                                                  \
+    do {                                                                                           \
+        if (mem) s->field = (type *)(mem + off);                                                   \
+        off += (((count) * sizeof(type)) + 63) / 64 * 64;                                          \
+    } while (0)
+    CARVE(x, float, (L + 1) * BT * C);
+    CARVE(ln1, float, L * BT * C);
+    CARVE(rstd1, float, L * BT);
+    CARVE(qkv, float, L * BT * 3 * C);
+    CARVE(atty, float, L * BT * C);
+    CARVE(lse, float, L * BT * c->n_heads);
+    CARVE(x2, float, L * BT * C);
+    CARVE(ln2, float, L * BT * C);
+    CARVE(rstd2, float, L * BT);
+    CARVE(h13, float, L * BT * 2 * F);
+    CARVE(sw, float, L * BT * F);
+    if (st->last) {
+        CARVE(lnf, float, BT * C);
+        CARVE(rstdf, float, BT);
+        CARVE(logits, float, BT * (size_t)c->vocab);
+        CARVE(losses, float, BT);
+        CARVE(targets, int32_t, BT);
+    }
+    if (st->first) CARVE(tokens, int32_t, BT);
+#undef CARVE
+    return off;
+}
+
+stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_inflight,
+                   uint64_t seed, char *err)
+{
+    if (config_validate(cfg, err)) return NULL;
+    if (index < 0 || index >= cfg->stages) {
+        status_set(err, STATUS_EINVAL, "stage %d: must be in [0, %d)", index, cfg->stages);
+        return NULL;
+    }
+    if (max_inflight < 1) {
+        status_set(err, STATUS_EINVAL, "max_inflight %d: must be at least 1", max_inflight);
+        return NULL;
+    }
+    stage_t *st = calloc(1, sizeof *st);
+    float *host = NULL;
+    if (!st) goto nomem;
+    st->cfg = *cfg;
+    st->k = k;
+    st->index = index;
+    st->seed = seed;
+    st->first = index == 0;
+    st->last = index == cfg->stages - 1;
+    st->nblocks = cfg->n_layers / cfg->stages;
+    st->layer0 = index * st->nblocks;
+    st->tensors = calloc((size_t)(3 + 9 * st->nblocks), sizeof *st->tensors);
+    st->blocks = calloc((size_t)st->nblocks, sizeof *st->blocks);
+    if (!st->tensors || !st->blocks) goto nomem;
+    build_table(st);
+
+    size_t P = st->nparams * sizeof(float);
+    size_t BT = (size_t)cfg->batch * cfg->seq, C = cfg->dim, F = cfg->ffn;
+    int HS = cfg->dim / cfg->n_heads;
+    st->params = k->alloc(k, P);
+    st->grads = k->alloc(k, P);
+    st->m = k->alloc(k, P);
+    st->v = k->alloc(k, P);
+    st->freqs = k->alloc(k, (size_t)cfg->seq * HS * sizeof(float));
+    st->tmp = k->alloc(k, BT * C * sizeof(float));
+    st->dres = k->alloc(k, BT * C * sizeof(float));
+    st->dln = k->alloc(k, BT * C * sizeof(float));
+    st->datty = k->alloc(k, BT * C * sizeof(float));
+    st->dqkv = k->alloc(k, BT * 3 * C * sizeof(float));
+    st->dh13 = k->alloc(k, BT * 2 * F * sizeof(float));
+    st->dsw = k->alloc(k, BT * F * sizeof(float));
+    st->host_losses = malloc(BT * sizeof(float));
+    if (!st->params || !st->grads || !st->m || !st->v || !st->freqs || !st->tmp || !st->dres ||
+        !st->dln || !st->datty || !st->dqkv || !st->dh13 || !st->dsw || !st->host_losses)
+        goto nomem;
+
+    st->slots = calloc((size_t)max_inflight, sizeof *st->slots);
+    if (!st->slots) goto nomem;
+    st->nslots = max_inflight;
+    size_t slot_bytes = slot_layout(st, &st->slots[0], NULL);
+    for (int i = 0; i < max_inflight; i++) {
+        st->slots[i].mem = k->alloc(k, slot_bytes);
+        if (!st->slots[i].mem) goto nomem;
+        slot_layout(st, &st->slots[i], st->slots[i].mem);
+    }
+
+    /* Parameters and the rotary table are made on the host and uploaded once. */
+    size_t host_floats = st->nparams > (size_t)cfg->seq * HS ? st->nparams : (size_t)cfg->seq * HS;
+    host = malloc(host_floats * sizeof(float));
+    if (!host) goto nomem;
+    init_params(st, host);
+    k->upload(k, st->params, host, P);
+    kern_rope_freqs(host, cfg->seq, HS, cfg->rope_theta);
+    k->upload(k, st->freqs, host, (size_t)cfg->seq * HS * sizeof(float));
+    free(host);
+    return st;
+
+nomem:
+    free(host);
+    status_set(err, STATUS_ENOMEM, "stage %d: out of memory", index);
+    stage_destroy(&st);
+    return NULL;
+}
+
+void stage_destroy(stage_t **stp)
+{
+    if (!stp || !*stp) return;
+    stage_t *st = *stp;
+    kern_t *k = st->k;
+    float *bufs[] = {st->params, st->grads, st->m,     st->v,    st->freqs, st->tmp,
+                     st->dres,   st->dln,   st->datty, st->dqkv, st->dh13,  st->dsw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) k->free(k, bufs[i]);
+    for (int i = 0; st->slots && i < st->nslots; i++) k->free(k, st->slots[i].mem);
+    free(st->slots);
+    free(st->host_losses);
+    free(st->tensors);
+    free(st->blocks);
+    free(st);
+    *stp = NULL;
+}
+
+int stage_index(const stage_t *st) { return st->index; }
+int stage_is_first(const stage_t *st) { return st->first; }
+int stage_is_last(const stage_t *st) { return st->last; }
+const model_config_t *stage_config(const stage_t *st) { return &st->cfg; }
+kern_t *stage_kern(const stage_t *st) { return st->k; }
+size_t stage_num_params(const stage_t *st) { return st->nparams; }
+float *stage_params(stage_t *st) { return st->params; }
+float *stage_grads(stage_t *st) { return st->grads; }
+float *stage_opt_m(stage_t *st) { return st->m; }
+float *stage_opt_v(stage_t *st) { return st->v; }
+int64_t *stage_opt_step(stage_t *st) { return &st->opt_step; }
+
+const stage_tensor_t *stage_tensors(const stage_t *st, int *n)
+{
+    *n = st->ntensors;
+    return st->tensors;
+}
+
+void stage_zero_grads(stage_t *st) { st->k->zero(st->k, st->grads, st->nparams * sizeof(float)); }
+
+void stage_profile(stage_t *st, int on)
+{
+    st->profiling = on;
+    memset(st->prof, 0, sizeof st->prof);
+}
+
+const double *stage_profile_seconds(const stage_t *st) { return st->prof; }
+
+static int check_tokens(const int32_t *t, size_t n, int vocab, const char *what, char *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= vocab)
+            return status_set(err, STATUS_EINVAL, "%s[%zu] = %d is outside the vocabulary [0, %d)",
+                              what, i, t[i], vocab);
+    return 0;
+}
+
+int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
+                  const int32_t *targets, float *y_out, float *loss, char *err)
+{
+    kern_t *k = st->k;
+    const model_config_t *c = &st->cfg;
+    int B = c->batch, T = c->seq, C = c->dim, F = c->ffn, V = c->vocab, NH = c->n_heads;
+    int HS = C / NH, BT = B * T;
+    if (slot < 0 || slot >= st->nslots)
+        return status_set(err, STATUS_EINVAL, "slot %d: must be in [0, %d)", slot, st->nslots);
+    slot_t *s = &st->slots[slot];
+    s->state = SLOT_EMPTY;
+    float *p = st->params;
+
+    if (st->first) {
+        if (check_tokens(tokens, (size_t)BT, V, "token", err)) return STATUS_EINVAL;
+        k->upload(k, s->tokens, tokens, (size_t)BT * sizeof(int32_t));
+        OP(STAGE_PROF_OTHER, k->embedding_forward(k, s->x, s->tokens, p + st->wte, BT, C));
+    } else {
+        k->upload(k, s->x, x_in, (size_t)BT * C * sizeof(float));
+    }
+
+    for (int b = 0; b < st->nblocks; b++) {
+        const block_offsets_t *bo = &st->blocks[b];
+        float *x = s->x + (size_t)b * BT * C, *xout = x + (size_t)BT * C;
+        float *ln1 = s->ln1 + (size_t)b * BT * C, *rstd1 = s->rstd1 + (size_t)b * BT;
+        float *qkv = s->qkv + (size_t)b * BT * 3 * C, *atty = s->atty + (size_t)b * BT * C;
+        float *lse = s->lse + (size_t)b * BT * NH, *x2 = s->x2 + (size_t)b * BT * C;
+        float *ln2 = s->ln2 + (size_t)b * BT * C, *rstd2 = s->rstd2 + (size_t)b * BT;
+        float *h13 = s->h13 + (size_t)b * BT * 2 * F, *sw = s->sw + (size_t)b * BT * F;
+
+        OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, ln1, rstd1, x, p + bo->attn_norm, BT, C, c->norm_eps));
+        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, qkv, ln1, p + bo->wqkv, BT, C, 3 * C));
+        OP(STAGE_PROF_ROPE, k->rope_forward(k, qkv, st->freqs, B, T, NH, HS));
+        OP(STAGE_PROF_ATTENTION, k->attention_forward(k, atty, lse, qkv, B, T, NH, HS));
+        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, st->tmp, atty, p + bo->wo, BT, C, C));
+        OP(STAGE_PROF_OTHER, k->add(k, x2, x, st->tmp, (size_t)BT * C));
+        OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, ln2, rstd2, x2, p + bo->ffn_norm, BT, C, c->norm_eps));
+        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, h13, ln2, p + bo->w13, BT, C, 2 * F));
+        OP(STAGE_PROF_SWIGLU, k->swiglu_forward(k, sw, h13, BT, F));
+        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, st->tmp, sw, p + bo->w2, BT, F, C));
+        OP(STAGE_PROF_OTHER, k->add(k, xout, x2, st->tmp, (size_t)BT * C));
+    }
+
+    float *y = s->x + (size_t)st->nblocks * BT * C;
+    if (!st->last) {
+        k->download(k, y_out, y, (size_t)BT * C * sizeof(float));
+        s->state = SLOT_FORWARD;
+        return 0;
+    }
+    OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, s->lnf, s->rstdf, y, p + st->norm, BT, C, c->norm_eps));
+    OP(STAGE_PROF_MATMUL, k->matmul_forward(k, s->logits, s->lnf, p + st->head, BT, C, V));
+    s->state = SLOT_FORWARD;
+    if (!targets) return 0;
+    if (check_tokens(targets, (size_t)BT, V, "target", err)) return STATUS_EINVAL;
+    k->upload(k, s->targets, targets, (size_t)BT * sizeof(int32_t));
+    OP(STAGE_PROF_LOSS, k->crossentropy_forward(k, s->losses, s->logits, s->targets, BT, V));
+    k->download(k, st->host_losses, s->losses, (size_t)BT * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < BT; i++) sum += st->host_losses[i];
+    *loss = (float)(sum / BT);
+    s->state = SLOT_TRAINABLE;
+    return 0;
+}
+
+int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
+{
+    kern_t *k = st->k;
+    const model_config_t *c = &st->cfg;
+    int B = c->batch, T = c->seq, C = c->dim, F = c->ffn, V = c->vocab, NH = c->n_heads;
+    int HS = C / NH, BT = B * T;
+    if (slot < 0 || slot >= st->nslots)
+        return status_set(err, STATUS_EINVAL, "slot %d: must be in [0, %d)", slot, st->nslots);
+    slot_t *s = &st->slots[slot];
+    if (s->state != (st->last ? SLOT_TRAINABLE : SLOT_FORWARD))
+        return status_set(err, STATUS_EINVAL, "slot %d holds no forward pass to differentiate%s",
+                          slot, st->last ? " (the last stage needs targets)" : "");
+    s->state = SLOT_EMPTY; /* the loss gradient overwrites the logits */
+    float *p = st->params, *g = st->grads;
+    size_t act = (size_t)BT * C * sizeof(float);
+
+    if (st->last) {
+        float *y = s->x + (size_t)st->nblocks * BT * C;
+        OP(STAGE_PROF_LOSS, k->crossentropy_backward(k, s->logits, s->logits, s->targets, 1.0f / BT, BT, V));
+        k->zero(k, st->dln, act);
+        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dln, g + st->head, s->logits, s->lnf, p + st->head, BT, C, V));
+        k->zero(k, st->dres, act);
+        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + st->norm, st->dln, y, p + st->norm, s->rstdf, BT, C));
+    } else {
+        k->upload(k, st->dres, dy, act);
+    }
+
+    for (int b = st->nblocks - 1; b >= 0; b--) {
+        const block_offsets_t *bo = &st->blocks[b];
+        float *x = s->x + (size_t)b * BT * C;
+        float *ln1 = s->ln1 + (size_t)b * BT * C, *rstd1 = s->rstd1 + (size_t)b * BT;
+        float *qkv = s->qkv + (size_t)b * BT * 3 * C, *atty = s->atty + (size_t)b * BT * C;
+        float *lse = s->lse + (size_t)b * BT * NH, *x2 = s->x2 + (size_t)b * BT * C;
+        float *ln2 = s->ln2 + (size_t)b * BT * C, *rstd2 = s->rstd2 + (size_t)b * BT;
+        float *h13 = s->h13 + (size_t)b * BT * 2 * F, *sw = s->sw + (size_t)b * BT * F;
+
+        /* xout = x2 + sw w2^T: dres flows to x2 unchanged and into the MLP. */
+        k->zero(k, st->dsw, (size_t)BT * F * sizeof(float));
+        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dsw, g + bo->w2, st->dres, sw, p + bo->w2, BT, F, C));
+        k->zero(k, st->dh13, (size_t)BT * 2 * F * sizeof(float));
+        OP(STAGE_PROF_SWIGLU, k->swiglu_backward(k, st->dh13, st->dsw, h13, BT, F));
+        k->zero(k, st->dln, act);
+        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dln, g + bo->w13, st->dh13, ln2, p + bo->w13, BT, C, 2 * F));
+        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->ffn_norm, st->dln, x2, p + bo->ffn_norm, rstd2, BT, C));
+
+        /* x2 = x + atty wo^T: dres now is dL/dx2; it flows to x and into attention. */
+        k->zero(k, st->datty, act);
+        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->datty, g + bo->wo, st->dres, atty, p + bo->wo, BT, C, C));
+        k->zero(k, st->dqkv, 3 * act);
+        OP(STAGE_PROF_ATTENTION, k->attention_backward(k, st->dqkv, st->datty, qkv, atty, lse, B, T, NH, HS));
+        OP(STAGE_PROF_ROPE, k->rope_backward(k, st->dqkv, st->freqs, B, T, NH, HS));
+        k->zero(k, st->dln, act);
+        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dln, g + bo->wqkv, st->dqkv, ln1, p + bo->wqkv, BT, C, 3 * C));
+        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->attn_norm, st->dln, x, p + bo->attn_norm, rstd1, BT, C));
+    }
+
+    if (st->first)
+        OP(STAGE_PROF_OTHER, k->embedding_backward(k, g + st->wte, st->dres, s->tokens, BT, C));
+    else
+        k->download(k, dx, st->dres, act);
+    (void)err;
+    return 0;
+}

@@ -1,0 +1,105 @@
+/* stage.h — one pipeline stage of the LLaMA-style model: its parameters, gradients and
+ * optimizer state in one contiguous buffer each, described by a tensor table, and the
+ * forward and backward passes of the blocks it owns.
+ *
+ * The model's N blocks are cut into S stages of N/S blocks. Stage 0 also owns the token
+ * embedding; stage S-1 owns the final RMSNorm, the LM head and the loss. With S = 1 one
+ * stage is the whole model.
+ *
+ * Several microbatches may be in flight: each forward pass runs in a slot (0 ..
+ * max_inflight-1) that keeps the activations its backward pass needs, until that slot
+ * is used again. Boundary tensors (x_in, y_out, dy, dx: (batch, seq, dim) floats;
+ * tokens and targets: (batch, seq) int32) are host memory; everything else lives in
+ * the backend's memory.
+ *
+ * Not for: choosing routes, the network, the optimizer's schedule (train.c), DeMo.
+ */
+#ifndef SWARMTRAIN_STAGE_H
+#define SWARMTRAIN_STAGE_H
+
+#include "kernels/kernels.h"
+#include "peer/config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct stage stage_t;
+
+/* One named tensor inside the stage's buffers (same offsets in params, grads, m, v). */
+typedef struct {
+    char name[64];  /* LLaMA names: "layers.3.attention.wq.weight", "output.weight" */
+    int ndim;       /* 1 or 2 */
+    int rows, cols; /* 1-D tensors: rows = 1 */
+    size_t offset;  /* in floats from the start of the buffer */
+    size_t numel;
+    int layer;      /* global block index, -1 for embedding / final norm / head */
+    int decay;      /* 1: weight decay applies (matrices and the embedding) */
+} stage_tensor_t;
+
+/* Builds stage `index` of cfg->stages on backend k with max_inflight activation slots,
+ * parameters initialized from seed: normal(0, 0.02) for matrices and the embedding,
+ * 1 for norm weights. A tensor's initial values depend only on (seed, its name), and
+ * names carry the global layer index, so every replica of a stage starts identical.
+ * Returns NULL with a message in err on an invalid config or allocation failure. */
+stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_inflight,
+                   uint64_t seed, char *err);
+
+/* NULL-safe; sets *st to NULL. Does not destroy the backend. */
+void stage_destroy(stage_t **st);
+
+int stage_index(const stage_t *st);
+int stage_is_first(const stage_t *st);
+int stage_is_last(const stage_t *st);
+const model_config_t *stage_config(const stage_t *st);
+kern_t *stage_kern(const stage_t *st);
+
+/* The tensor table; *n receives its length. */
+const stage_tensor_t *stage_tensors(const stage_t *st, int *n);
+size_t stage_num_params(const stage_t *st);
+
+/* The buffers (backend memory, stage_num_params floats each). m and v are the AdamW
+ * moments; the step counter of the optimizer is stage_opt_step. */
+float *stage_params(stage_t *st);
+float *stage_grads(stage_t *st);
+float *stage_opt_m(stage_t *st);
+float *stage_opt_v(stage_t *st);
+int64_t *stage_opt_step(stage_t *st);
+
+/* Forward pass of one microbatch into `slot`.
+ * First stage: reads tokens (batch*seq, each < vocab) — x_in is ignored.
+ * Other stages: reads x_in.
+ * Last stage: reads targets (each < vocab), writes the mean loss to *loss — y_out is
+ *   ignored. Other stages: writes y_out.
+ * targets may be NULL on the last stage for a forward pass that computes no loss
+ * (then *loss is left alone). Returns 0, or STATUS_EINVAL for a bad slot or token. */
+int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
+                  const int32_t *targets, float *y_out, float *loss, char *err);
+
+/* Backward pass of the microbatch in `slot`: accumulates (+=) parameter gradients of
+ * the mean loss over the microbatch's tokens. Last stage: starts from its loss (dy is
+ * ignored); other stages read dy = dL/dy_out. Non-first stages write dx = dL/dx_in;
+ * the first stage ignores dx. The slot's forward must have had targets on the last
+ * stage. Returns 0 or STATUS_EINVAL. */
+int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err);
+
+/* Zeroes the gradient buffer. */
+void stage_zero_grads(stage_t *st);
+
+/* Per-op time profile, for the benchmark: when on, every op is synced and timed.
+ * Categories: see stage_profile_names. */
+enum {
+    STAGE_PROF_MATMUL,
+    STAGE_PROF_ATTENTION,
+    STAGE_PROF_NORM,
+    STAGE_PROF_ROPE,
+    STAGE_PROF_SWIGLU,
+    STAGE_PROF_LOSS,
+    STAGE_PROF_OTHER,
+    STAGE_PROF_N
+};
+void stage_profile(stage_t *st, int on);
+/* Seconds per category since profiling was turned on; names[i] describe them. */
+const double *stage_profile_seconds(const stage_t *st);
+extern const char *const stage_profile_names[STAGE_PROF_N];
+
+#endif

@@ -17,7 +17,8 @@
  *   nor writes beyond out_cap_elems floats; on error *out is unspecified but only the
  *   first min(elems, out_cap_elems) floats were touched.
  * - Error bounds, per element x of a block with absmax a: f16 |e| <= 2^-11 |x| for
- *   normal results (|x| >= 2^-14), else <= 2^-25; bf16 |e| <= 2^-8 |x| (normal); int8
+ *   normal results (|x| >= 2^-14), else <= 2^-25; bf16 |e| <= 2^-8 |x| for |x| >= FLT_MIN,
+ *   else <= 2^-134; int8
  *   |e| <= a/254 and int4 |e| <= a/14 (plus a few float roundings: a relative 1e-5).
  *
  * Not for: the DeMo gradient messages (compress/demo.h), transport, or any allocation:

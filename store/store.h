@@ -131,11 +131,13 @@ const void *store_ckpt_blob(const store_ckpt_t *ck, const char *name, size_t *by
 /* ---- saving and loading ---- */
 
 /* Writes ck in one transaction on the caller's thread: every blob in 1 MiB chunks with its
- * BLAKE2b-256 hash and a hash over the whole manifest. Then, in a second transaction, deletes
- * all but the newest `keep` checkpoints of ck's stage. On failure nothing of ck is in the
- * file, older checkpoints are untouched and the store stays usable: STATUS_EFULL when the
- * disk or the limit of store_set_max_bytes is reached, STATUS_EBUSY when the write lock
- * stayed taken for STORE_BUSY_MS, STATUS_EIO otherwise. ck stays the caller's. */
+ * BLAKE2b-256 hash and a hash over the whole manifest; in the same transaction the
+ * checkpoints of ck's stage beyond the newest `keep` (counting ck) are deleted, so the file
+ * never holds more than `keep` per stage, even after a crash. On failure nothing of ck is in
+ * the file, older checkpoints are untouched and the store stays usable: STATUS_EFULL when
+ * the disk or the limit of store_set_max_bytes is reached, STATUS_EBUSY when the write lock
+ * stayed taken for STORE_BUSY_MS, STATUS_EIO otherwise. ck stays the caller's. Holds the
+ * store's caller-side lock meanwhile: metrics and events from other threads wait for it. */
 int store_ckpt_save(store_t *s, const store_ckpt_t *ck, char *err) STORE_WUR;
 
 /* Hands the snapshot *ck to the store's writer thread (its own SQLite connection) and

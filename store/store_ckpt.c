@@ -187,7 +187,8 @@ static void store_manifest_hash(unsigned char out[STORE_HASH_BYTES], int stage, 
 
 /* ---- writing ---- */
 
-/* Deletes all but the newest `keep` checkpoints of `stage` in one transaction. */
+/* Deletes all but the newest `keep` checkpoints of `stage`, inside the caller's
+ * transaction. */
 static int store_prune(sqlite3 *db, const char *path, int stage, int keep, char *err)
 {
     static const char *const sql[] = {
@@ -198,7 +199,7 @@ static int store_prune(sqlite3 *db, const char *path, int stage, int keep, char 
         "DELETE FROM ckpt WHERE id IN "
         "(SELECT id FROM ckpt WHERE stage = ?1 ORDER BY id DESC LIMIT -1 OFFSET ?2)",
     };
-    int st = store_exec(db, path, "BEGIN IMMEDIATE", err);
+    int st = STATUS_OK;
     for (size_t i = 0; st == STATUS_OK && i < sizeof sql / sizeof sql[0]; i++) {
         sqlite3_stmt *q = NULL;
         int rc = sqlite3_prepare_v2(db, sql[i], -1, &q, NULL);
@@ -208,12 +209,13 @@ static int store_prune(sqlite3 *db, const char *path, int stage, int keep, char 
         sqlite3_finalize(q);
         if (rc != SQLITE_OK) st = store_fail(err, path, db, rc, "pruning old checkpoints");
     }
-    if (st == STATUS_OK) st = store_exec(db, path, "COMMIT", err);
-    if (st != STATUS_OK) store_rollback(db);
     return st;
 }
 
-/* Writes ck in one transaction on db, then prunes. The caller serializes use of db. */
+/* In one transaction on db: deletes all but the newest keep - 1 checkpoints of ck's stage,
+ * then writes ck. Deleting first lets the new checkpoint reuse the freed pages, so the file
+ * does not grow past keep checkpoints, and a crash at any point leaves at most keep. The
+ * caller serializes use of db. */
 static int store_ckpt_write(sqlite3 *db, const char *path, const store_ckpt_t *ck, int keep,
                             char *err)
 {
@@ -230,6 +232,7 @@ static int store_ckpt_write(sqlite3 *db, const char *path, const store_ckpt_t *c
     /* A checkpoint is worth an fsync at commit; metrics are not (NORMAL elsewhere). */
     if ((st = store_exec(db, path, "PRAGMA synchronous=FULL", err)) != STATUS_OK) goto done;
     if ((st = store_exec(db, path, "BEGIN IMMEDIATE", err)) != STATUS_OK) goto done;
+    if ((st = store_prune(db, path, ck->stage, keep - 1, err)) != STATUS_OK) goto done;
 
     rc = sqlite3_prepare_v2(db,
                             "INSERT INTO ckpt(stage,step,created,config_text,config_hash,nblobs,"
@@ -309,12 +312,6 @@ done:
     free(hashes);
     if (store_exec(db, path, "PRAGMA synchronous=NORMAL", NULL) != STATUS_OK)
         log_warn("store: %s: cannot reset synchronous mode", path);
-    if (st == STATUS_OK) {
-        char perr[STATUS_ERR_LEN];
-        /* The new checkpoint is committed; failing to delete old ones only costs space. */
-        if (store_prune(db, path, ck->stage, keep, perr) != STATUS_OK)
-            log_warn("store: keeping old checkpoints: %s", perr);
-    }
     return st;
 }
 

@@ -1,6 +1,7 @@
 /* model.c — S stages chained in one process. */
 #include "peer/model.h"
 #include "common/status.h"
+#include "compress/codec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +13,13 @@ struct model {
     int S;
     float *act, *grad; /* host (BT, C) boundary buffers, one pair is enough serially */
     float *act2;
+    int codec;        /* < 0: none */
+    codec_params_t codec_params;
+    uint8_t *wire;    /* encode buffer */
+    size_t wire_cap;
+    uint64_t wire_bytes, wire_elems;
+    model_tap_fn tap;
+    void *tap_ctx;
 };
 
 model_t *model_new(const model_config_t *cfg, kern_t *k, uint64_t seed, char *err)
@@ -22,6 +30,7 @@ model_t *model_new(const model_config_t *cfg, kern_t *k, uint64_t seed, char *er
     m->cfg = *cfg;
     m->k = k;
     m->S = cfg->stages;
+    m->codec = -1;
     size_t act = (size_t)cfg->batch * cfg->seq * cfg->dim;
     m->stages = calloc((size_t)m->S, sizeof *m->stages);
     m->act = malloc(act * sizeof(float));
@@ -49,6 +58,7 @@ void model_destroy(model_t **mp)
     free(m->act);
     free(m->act2);
     free(m->grad);
+    free(m->wire);
     free(m);
     *mp = NULL;
 }
@@ -63,12 +73,56 @@ size_t model_num_params(const model_t *m)
     return n;
 }
 
+int model_set_codec(model_t *m, int codec, uint32_t block, char *err)
+{
+    if (codec >= 0 && !codec_name(codec)) return status_set(err, STATUS_EINVAL, "unknown codec %d", codec);
+    m->codec = codec;
+    m->codec_params.block = block;
+    return 0;
+}
+
+void model_wire_stats(const model_t *m, uint64_t *bytes, uint64_t *elems)
+{
+    *bytes = m->wire_bytes;
+    *elems = m->wire_elems;
+}
+
+void model_set_tap(model_t *m, model_tap_fn fn, void *ctx)
+{
+    m->tap = fn;
+    m->tap_ctx = ctx;
+}
+
+/* What crossing boundary b does to a (batch, seq, dim) tensor: the tap sees it, then
+ * the codec (if any) encodes and decodes it in place. */
+static int cross(model_t *m, int b, int is_grad, float *x, char *err)
+{
+    const model_config_t *c = &m->cfg;
+    size_t n = (size_t)c->batch * c->seq * c->dim;
+    if (m->tap) m->tap(m->tap_ctx, b, is_grad, x, n);
+    if (m->codec < 0) return 0;
+    int64_t shape[3] = {c->batch, c->seq, c->dim};
+    size_t need = codec_encoded_size((codec_id_t)m->codec, &m->codec_params, shape, 3), w;
+    if (need > m->wire_cap) {
+        uint8_t *p = realloc(m->wire, need);
+        if (!p) return status_set(err, STATUS_ENOMEM, "model: out of memory");
+        m->wire = p;
+        m->wire_cap = need;
+    }
+    int rc = codec_encode((codec_id_t)m->codec, &m->codec_params, x, shape, 3, m->wire, m->wire_cap, &w, err);
+    if (!rc) rc = codec_decode(m->wire, w, x, n, NULL, NULL, err);
+    m->wire_bytes += w;
+    m->wire_elems += n;
+    return rc;
+}
+
 /* Forward through every stage; activations ping-pong between two host buffers. */
 static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss, char *err)
 {
     float *in = m->act, *out = m->act2;
     for (int i = 0; i < m->S; i++) {
         int rc = stage_forward(m->stages[i], 0, tokens, in, targets, out, loss, err);
+        if (!rc && i < m->S - 1) rc = cross(m, i, 0, out, err);
         if (rc) return rc;
         float *t = in;
         in = out;
@@ -81,8 +135,10 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
                       char *err)
 {
     int rc = forward(m, tokens, targets, loss, err);
-    for (int i = m->S - 1; !rc && i >= 0; i--)
+    for (int i = m->S - 1; !rc && i >= 0; i--) {
         rc = stage_backward(m->stages[i], 0, m->grad, m->grad, err);
+        if (!rc && i > 0) rc = cross(m, i - 1, 1, m->grad, err);
+    }
     return rc;
 }
 

@@ -28,6 +28,20 @@ int model_eval_micro(model_t *m, const int32_t *tokens, const int32_t *targets, 
 
 void model_zero_grads(model_t *m);
 
+/* Puts a compress/ codec on every stage boundary, as the wire would: activations going
+ * forward and gradients coming back are encoded and decoded in place. codec < 0 turns
+ * it off (the default: exact f32 hand-over). block is the int8/int4 block (0: default).
+ * Returns 0 or STATUS_EINVAL for an unknown codec. */
+int model_set_codec(model_t *m, int codec, uint32_t block, char *err);
+
+/* Encoded bytes and elements that crossed boundaries since model_new. */
+void model_wire_stats(const model_t *m, uint64_t *bytes, uint64_t *elems);
+
+/* Calls fn for every boundary tensor before it is encoded: boundary b lies between
+ * stages b and b+1; is_grad 0 going forward, 1 coming back. NULL turns it off. */
+typedef void (*model_tap_fn)(void *ctx, int boundary, int is_grad, const float *x, size_t n);
+void model_set_tap(model_t *m, model_tap_fn fn, void *ctx);
+
 /* AdamW on every stage (per-stage clipping, see optim.h); *grad_norm receives the
  * norm of the whole model's gradient (sqrt of the sum of the stages' squares). */
 void model_adamw_step(model_t *m, const optim_config_t *oc, int64_t step, float grad_scale,

@@ -1,12 +1,22 @@
-/* train.c — the single-process training loop (S stages chained in one process). */
+/* train.c — the single-process training loop: S stages chained in one process, R
+ * data-parallel replicas that exchange either dense gradients (AdamW, an exact
+ * all-reduce) or DeMo stage messages, an optional codec on every stage boundary, and
+ * background checkpoints to a store with exact resume.
+ * Not for: argument parsing (tools/cmd_train.c) or the network. */
 #include "peer/train.h"
 #include "common/clock.h"
+#include "common/log.h"
+#include "common/rng.h"
 #include "common/status.h"
 #include "peer/data.h"
+#include "peer/demo_opt.h"
 #include "peer/model.h"
+#include "store/store.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 train_options_t train_defaults(void)
 {
@@ -20,101 +30,431 @@ train_options_t train_defaults(void)
     o.val_batches = 20;
     o.log_every = 1;
     o.val_frac = 0.05;
+    o.optimizer = TRAIN_ADAMW;
+    o.replicas = 1;
+    o.demo = (demo_cfg_t){.chunk = DEMO_DEFAULT_CHUNK, .k = DEMO_DEFAULT_K, .vfmt = DEMO_VAL_F32,
+                          .beta = DEMO_DEFAULT_BETA};
+    o.codec = -1;
+    o.keep = 3;
     return o;
 }
 
-static int validate(model_t *m, const data_t *d, const model_config_t *c, int n_batches,
-                    int32_t *tok, int32_t *tgt, float *val, char *err)
+typedef struct {
+    const train_options_t *o;
+    kern_t *k;
+    data_t *d;
+    int R, S;
+    model_t **rep;     /* R replicas */
+    demo_opt_t **dopt; /* [r * S + s] */
+    uint8_t **msg;     /* [r * S + s] stage messages */
+    const uint8_t **ptrs;
+    size_t *lens;
+    store_t *db;
+    char run_text[1024]; /* everything a resumed run must share with the original */
+    char run_hash[17];
+    int32_t *tok, *tgt;
+} run_t;
+
+static int validate(run_t *run, float *val, char *err)
 {
+    const model_config_t *c = &run->o->cfg;
+    int n = run->o->val_batches;
     double sum = 0;
-    for (int i = 0; i < n_batches; i++) {
+    for (int i = 0; i < n; i++) {
         float loss;
-        data_val_batch(d, i, n_batches, c->batch, tok, tgt);
-        int rc = model_eval_micro(m, tok, tgt, &loss, err);
+        data_val_batch(run->d, i, n, c->batch, run->tok, run->tgt);
+        int rc = model_eval_micro(run->rep[0], run->tok, run->tgt, &loss, err);
         if (rc) return rc;
         sum += loss;
     }
-    *val = (float)(sum / n_batches);
+    *val = (float)(sum / n);
     return 0;
+}
+
+/* Forward and backward of every replica's microbatches for `step`; mean loss out. */
+static int compute_grads(run_t *run, int64_t step, double *loss_out, char *err)
+{
+    const train_options_t *o = run->o;
+    double sum = 0;
+    for (int r = 0; r < run->R; r++) {
+        model_zero_grads(run->rep[r]);
+        for (int a = 0; a < o->accum; a++) {
+            float loss;
+            data_train_batch(run->d, o->seed, (uint64_t)r, step * o->accum + a, o->cfg.batch,
+                             run->tok, run->tgt);
+            int rc = model_train_micro(run->rep[r], run->tok, run->tgt, &loss, err);
+            if (rc) return rc;
+            sum += loss;
+        }
+    }
+    *loss_out = sum / ((double)run->R * o->accum);
+    return 0;
+}
+
+/* AdamW on the exact mean of all replicas' gradients (what a dense all-reduce gives):
+ * replica 0 sums, steps, and hands its parameters to the others. */
+static void step_adamw(run_t *run, int64_t step, float *gnorm)
+{
+    kern_t *k = run->k;
+    for (int s = 0; s < run->S; s++) {
+        stage_t *s0 = model_stage(run->rep[0], s);
+        for (int r = 1; r < run->R; r++)
+            k->axpy(k, stage_grads(s0), 1.0f, stage_grads(model_stage(run->rep[r], s)),
+                    stage_num_params(s0));
+    }
+    model_adamw_step(run->rep[0], &run->o->opt, step, 1.0f / ((float)run->o->accum * run->R), gnorm);
+    for (int s = 0; s < run->S; s++) {
+        stage_t *s0 = model_stage(run->rep[0], s);
+        for (int r = 1; r < run->R; r++)
+            k->copy(k, stage_params(model_stage(run->rep[r], s)), stage_params(s0),
+                    stage_num_params(s0) * sizeof(float));
+    }
+}
+
+/* DeMo: every replica prepares its stage messages, then every replica applies the
+ * pool's messages, received in its own order (rotated so each sees itself first), as
+ * peers would. */
+static int step_demo(run_t *run, int64_t step, float *gnorm, char *err)
+{
+    int R = run->R, S = run->S;
+    double sq = 0;
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) {
+            float n;
+            int rc = demo_opt_prepare(run->dopt[r * S + s], &run->o->opt, step,
+                                      1.0f / run->o->accum, run->msg[r * S + s], &n, err);
+            if (rc) return rc;
+            if (r == 0) sq += (double)n * n;
+        }
+    *gnorm = (float)sqrt(sq);
+    for (int s = 0; s < S; s++)
+        for (int r = 0; r < R; r++) {
+            for (int j = 0; j < R; j++) {
+                int from = (r + j) % R;
+                run->ptrs[j] = run->msg[from * S + s];
+                run->lens[j] = demo_opt_msg_size(run->dopt[from * S + s]);
+            }
+            int rc = demo_opt_apply(run->dopt[r * S + s], &run->o->opt, step, run->ptrs,
+                                    run->lens, R, err);
+            if (rc) return rc;
+        }
+    return 0;
+}
+
+/* Replicas must hold bit-identical parameters after every step. */
+static int check_replicas(run_t *run, int64_t step, char *err)
+{
+    kern_t *k = run->k;
+    for (int s = 0; s < run->S; s++) {
+        stage_t *s0 = model_stage(run->rep[0], s);
+        size_t bytes = stage_num_params(s0) * sizeof(float);
+        float *a = malloc(bytes), *b = malloc(bytes);
+        int bad = !a || !b;
+        if (!bad) k->download(k, a, stage_params(s0), bytes);
+        for (int r = 1; !bad && r < run->R; r++) {
+            k->download(k, b, stage_params(model_stage(run->rep[r], s)), bytes);
+            if (memcmp(a, b, bytes)) {
+                free(a);
+                free(b);
+                return status_set(err, STATUS_ECORRUPT,
+                                  "replica %d diverged from replica 0 in stage %d after step %" PRId64,
+                                  r, s, step);
+            }
+        }
+        free(a);
+        free(b);
+        if (bad) return status_set(err, STATUS_ENOMEM, "train: out of memory");
+    }
+    return 0;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------- */
+
+/* The whole in-process run is one checkpoint (stage 0 of the store): blobs
+ * "stage.S.params|adam_m|adam_v|adam_t" of replica 0 and "replica.R.stage.S.demo" for
+ * DeMo's residual momentum, plus "train" (the next step). Replicas share parameters. */
+static int checkpoint(run_t *run, int64_t next_step, char *err)
+{
+    kern_t *k = run->k;
+    store_ckpt_t *ck = store_ckpt_new(0, next_step, run->run_text, run->run_hash);
+    if (!ck) return status_set(err, STATUS_ENOMEM, "checkpoint: out of memory");
+    char name[64];
+    int rc = store_ckpt_add_blob(ck, "train.next_step", &next_step, sizeof next_step);
+    float *host = NULL;
+    for (int s = 0; !rc && s < run->S; s++) {
+        stage_t *st = model_stage(run->rep[0], s);
+        size_t bytes = stage_num_params(st) * sizeof(float);
+        float *bufs[3] = {stage_params(st), stage_opt_m(st), stage_opt_v(st)};
+        const char *what[3] = {"params", "adam_m", "adam_v"};
+        if (!(host = realloc(host, bytes))) rc = STATUS_ENOMEM;
+        for (int i = 0; !rc && i < 3; i++) {
+            snprintf(name, sizeof name, "stage.%d.%s", s, what[i]);
+            /* add_blob copies, so a host backend's buffer is snapshotted directly. */
+            const float *src = bufs[i];
+            if (k->on_device) k->download(k, host, bufs[i], bytes), src = host;
+            rc = store_ckpt_add_blob(ck, name, src, bytes);
+        }
+        snprintf(name, sizeof name, "stage.%d.adam_t", s);
+        if (!rc) rc = store_ckpt_add_blob(ck, name, stage_opt_step(st), sizeof(int64_t));
+        for (int r = 0; !rc && run->dopt && r < run->R; r++) {
+            demo_opt_get_momentum(run->dopt[r * run->S + s], host);
+            snprintf(name, sizeof name, "replica.%d.stage.%d.demo", r, s);
+            rc = store_ckpt_add_blob(ck, name, host, bytes);
+        }
+    }
+    free(host);
+    if (rc) {
+        store_ckpt_destroy(&ck);
+        return status_set(err, rc, "checkpoint: could not snapshot (out of memory)");
+    }
+    store_ckpt_save_async(run->db, &ck);
+    return 0;
+}
+
+static const void *blob(const store_ckpt_t *ck, const char *name, size_t want, char *err)
+{
+    size_t n;
+    const void *p = store_ckpt_blob(ck, name, &n);
+    if (!p || n != want)
+        status_set(err, STATUS_ECORRUPT, "checkpoint %" PRId64 " lacks '%s' of %zu bytes",
+                   store_ckpt_step(ck), name, want);
+    return p && n == want ? p : NULL;
+}
+
+static int restore(run_t *run, int64_t *start, char *err)
+{
+    store_ckpt_t *ck = NULL;
+    int rc = store_ckpt_load_latest(run->db, 0, &ck, err);
+    if (rc == STATUS_ENOTFOUND) {
+        fprintf(run->o->log ? run->o->log : stdout, "resume: no checkpoint in %s; starting at step 0\n",
+                run->o->db);
+        return 0;
+    }
+    if (rc) return rc;
+    if (strcmp(store_ckpt_config_hash(ck), run->run_hash)) {
+        rc = status_set(err, STATUS_EINVAL,
+                        "resume: the checkpoint in %s is from another run configuration "
+                        "(its settings:\n%s)", run->o->db, store_ckpt_config_text(ck));
+        goto done;
+    }
+    kern_t *k = run->k;
+    char name[64];
+    const int64_t *next = blob(ck, "train.next_step", sizeof(int64_t), err);
+    if (!next) goto bad;
+    for (int s = 0; s < run->S; s++) {
+        stage_t *st0 = model_stage(run->rep[0], s);
+        size_t bytes = stage_num_params(st0) * sizeof(float);
+        const void *p, *m, *v, *t;
+        snprintf(name, sizeof name, "stage.%d.params", s);
+        if (!(p = blob(ck, name, bytes, err))) goto bad;
+        snprintf(name, sizeof name, "stage.%d.adam_m", s);
+        if (!(m = blob(ck, name, bytes, err))) goto bad;
+        snprintf(name, sizeof name, "stage.%d.adam_v", s);
+        if (!(v = blob(ck, name, bytes, err))) goto bad;
+        snprintf(name, sizeof name, "stage.%d.adam_t", s);
+        if (!(t = blob(ck, name, sizeof(int64_t), err))) goto bad;
+        for (int r = 0; r < run->R; r++) {
+            stage_t *st = model_stage(run->rep[r], s);
+            k->upload(k, stage_params(st), p, bytes);
+            k->upload(k, stage_opt_m(st), m, bytes);
+            k->upload(k, stage_opt_v(st), v, bytes);
+            memcpy(stage_opt_step(st), t, sizeof(int64_t));
+            if (!run->dopt) continue;
+            snprintf(name, sizeof name, "replica.%d.stage.%d.demo", r, s);
+            const float *dm = blob(ck, name, bytes, err);
+            if (!dm) goto bad;
+            demo_opt_set_momentum(run->dopt[r * run->S + s], dm);
+        }
+    }
+    *start = *next;
+    fprintf(run->o->log ? run->o->log : stdout, "resume: continuing from the checkpoint at step %" PRId64 " in %s\n",
+            *start, run->o->db);
+    goto done;
+bad:
+    rc = STATUS_ECORRUPT;
+done:
+    store_ckpt_destroy(&ck);
+    return rc;
+}
+
+/* ---- set-up and the loop ---------------------------------------------------------- */
+
+static int setup(run_t *run, char *err)
+{
+    const train_options_t *o = run->o;
+    const model_config_t *c = &o->cfg;
+    int rc;
+    if ((rc = config_validate(c, err))) return rc;
+    if (o->steps < 0 || o->accum < 1 || o->val_batches < 1 || o->replicas < 1 || o->keep < 1 ||
+        o->checkpoint_every < 0 || o->stop_after < 0)
+        return status_set(err, STATUS_EINVAL,
+                          "steps, checkpoint-every and stop-after must be >= 0; accum, replicas, "
+                          "keep and val-batches >= 1");
+    if ((o->resume || o->checkpoint_every) && !o->db)
+        return status_set(err, STATUS_EINVAL, "--resume and --checkpoint-every need --db PATH");
+    if (!o->data_path && (rc = data_ensure_default(err))) return rc;
+    const char *path = o->data_path ? o->data_path : data_default_path();
+    if (!(run->d = data_open(path, c->seq, o->val_frac, err))) return STATUS_EINVAL;
+    if (!(run->k = kern_new(o->device, o->threads, err))) return STATUS_ENODEV;
+    run->R = o->replicas;
+    run->S = c->stages;
+    run->rep = calloc((size_t)run->R, sizeof *run->rep);
+    size_t BT = (size_t)c->batch * c->seq;
+    run->tok = malloc(BT * sizeof *run->tok);
+    run->tgt = malloc(BT * sizeof *run->tgt);
+    if (!run->rep || !run->tok || !run->tgt) return status_set(err, STATUS_ENOMEM, "train: out of memory");
+    for (int r = 0; r < run->R; r++) {
+        if (!(run->rep[r] = model_new(c, run->k, o->seed, err))) return STATUS_EINVAL;
+        if ((rc = model_set_codec(run->rep[r], o->codec, o->codec_block, err))) return rc;
+    }
+    if (o->optimizer == TRAIN_DEMO) {
+        int n = run->R * run->S;
+        run->dopt = calloc((size_t)n, sizeof *run->dopt);
+        run->msg = calloc((size_t)n, sizeof *run->msg);
+        run->ptrs = calloc((size_t)run->R, sizeof *run->ptrs);
+        run->lens = calloc((size_t)run->R, sizeof *run->lens);
+        if (!run->dopt || !run->msg || !run->ptrs || !run->lens)
+            return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        for (int i = 0; i < n; i++) {
+            if (!(run->dopt[i] = demo_opt_new(model_stage(run->rep[i / run->S], i % run->S), &o->demo, err)))
+                return STATUS_EINVAL;
+            if (!(run->msg[i] = malloc(demo_opt_msg_size(run->dopt[i]))))
+                return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        }
+    } else if (o->optimizer != TRAIN_ADAMW) {
+        return status_set(err, STATUS_EINVAL, "unknown optimizer %d", o->optimizer);
+    }
+
+    /* What must match for a resumed run to continue the same run. */
+    char cfg_text[512];
+    config_to_text(c, cfg_text, sizeof cfg_text);
+    snprintf(run->run_text, sizeof run->run_text,
+             "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
+             "\nlr=%.9g\nwarmup=%d\nschedule=%d\nsteps=%d\nwd=%.9g\nclip=%.9g\nbeta1=%.9g\nbeta2=%.9g\n"
+             "demo=%d,%d,%d,%.9g\ncodec=%d,%u\ndata=%s\n",
+             cfg_text, c->batch, c->stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw", o->replicas,
+             o->accum, o->seed, (double)o->opt.lr, o->opt.warmup, o->opt.schedule, o->opt.total_steps,
+             (double)o->opt.wd, (double)o->opt.clip, (double)o->opt.beta1, (double)o->opt.beta2,
+             o->demo.chunk, o->demo.k, (int)o->demo.vfmt, (double)o->demo.beta, o->codec,
+             o->codec_block, path);
+    snprintf(run->run_hash, sizeof run->run_hash, "%016" PRIx64, rng_hash_str(run->run_text));
+    if (o->db) {
+        if (!(run->db = store_open(o->db, err))) return STATUS_EIO;
+        store_set_keep(run->db, o->keep);
+    }
+    return 0;
+}
+
+static void teardown(run_t *run)
+{
+    store_close(&run->db);
+    for (int i = 0; run->dopt && i < run->R * run->S; i++) {
+        demo_opt_destroy(&run->dopt[i]);
+        free(run->msg[i]);
+    }
+    free(run->dopt);
+    free(run->msg);
+    free(run->ptrs);
+    free(run->lens);
+    for (int r = 0; run->rep && r < run->R; r++) model_destroy(&run->rep[r]);
+    free(run->rep);
+    free(run->tok);
+    free(run->tgt);
+    kern_destroy(&run->k);
+    data_destroy(&run->d);
 }
 
 int train_run(const train_options_t *o, train_result_t *res, char *err)
 {
     FILE *log = o->log ? o->log : stdout;
-    const model_config_t *c = &o->cfg;
-    kern_t *k = NULL;
-    data_t *d = NULL;
-    model_t *m = NULL;
-    int32_t *tok = NULL, *tgt = NULL;
-    int rc = config_validate(c, err);
-    if (rc) return rc;
-    if (o->steps < 0 || o->accum < 1 || o->val_batches < 1)
-        return status_set(err, STATUS_EINVAL, "steps must be >= 0, accum and val_batches >= 1");
-    if (!o->data_path && (rc = data_ensure_default(err))) return rc;
-    const char *path = o->data_path ? o->data_path : data_default_path();
-    if (!(d = data_open(path, c->seq, o->val_frac, err))) return STATUS_EINVAL;
-    if (!(k = kern_new(o->device, o->threads, err))) {
-        rc = STATUS_ENODEV;
-        goto done;
-    }
-    if (!(m = model_new(c, k, o->seed, err))) {
-        rc = STATUS_EINVAL;
-        goto done;
-    }
-    size_t BT = (size_t)c->batch * c->seq;
-    tok = malloc(BT * sizeof *tok);
-    tgt = malloc(BT * sizeof *tgt);
-    if (!tok || !tgt) {
-        rc = status_set(err, STATUS_ENOMEM, "train: out of memory");
-        goto done;
-    }
-    fprintf(log, "train: %zu parameters, %d stage(s), device %s (%d threads), data %s (%zu train / %zu held-out bytes)\n",
-            model_num_params(m), c->stages, k->name, k->threads, path, data_train_bytes(d),
-            data_val_bytes(d));
-
+    run_t run = {.o = o};
     train_result_t r = {0};
+    int rc = setup(&run, err);
+    if (rc) goto done;
+    const model_config_t *c = &o->cfg;
+    size_t BT = (size_t)c->batch * c->seq;
+    size_t P = model_num_params(run.rep[0]);
+    fprintf(log, "train: %zu parameters, %d stage(s), %d replica(s), %s, device %s (%d threads), "
+                 "data %s (%zu train / %zu held-out bytes)\n",
+            P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", run.k->name,
+            run.k->threads, o->data_path ? o->data_path : data_default_path(),
+            data_train_bytes(run.d), data_val_bytes(run.d));
+    if (run.dopt) {
+        size_t bytes = 0;
+        for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);
+        r.demo_bytes_per_param = (double)bytes / (double)P;
+        fprintf(log, "demo: chunk %d, k %d, values %s, beta %g: %zu bytes per replica per step = "
+                     "%.4f bytes/param (dense f32 gradient: 4)\n",
+                o->demo.chunk, o->demo.k,
+                o->demo.vfmt == DEMO_VAL_SIGN ? "sign" : o->demo.vfmt == DEMO_VAL_BF16 ? "bf16" : "f32",
+                (double)o->demo.beta, bytes, r.demo_bytes_per_param);
+    }
+    int64_t start = 0;
+    if (o->resume && (rc = restore(&run, &start, err))) goto done;
+    r.start_step = start;
+
     double t_start = 0;
-    for (int step = 0; step < o->steps; step++) {
+    int64_t timed_from = start + 1;
+    for (int64_t step = start; step < o->steps; step++) {
         double t0 = clock_now();
-        if (step == 1) t_start = t0;
-        model_zero_grads(m);
-        double loss_sum = 0;
-        for (int a = 0; a < o->accum; a++) {
-            float loss;
-            data_train_batch(d, o->seed, 0, (int64_t)step * o->accum + a, c->batch, tok, tgt);
-            if ((rc = model_train_micro(m, tok, tgt, &loss, err))) goto done;
-            loss_sum += loss;
-        }
+        if (step == timed_from) t_start = t0;
+        double loss;
         float gnorm;
-        model_adamw_step(m, &o->opt, step, 1.0f / o->accum, &gnorm);
-        k->sync(k);
-        double dt = clock_now() - t0;
-        r.last_loss = (float)(loss_sum / o->accum);
-        if (!isfinite(r.last_loss)) {
-            rc = status_set(err, STATUS_EINVAL, "loss is not finite at step %d (lr too high?)", step);
+        if ((rc = compute_grads(&run, step, &loss, err))) goto done;
+        if (!isfinite(loss)) {
+            rc = status_set(err, STATUS_EINVAL, "loss is not finite at step %" PRId64 " (lr too high?)", step);
             goto done;
         }
-        r.steps_done = step + 1;
+        if (run.dopt) rc = step_demo(&run, step, &gnorm, err);
+        else step_adamw(&run, step, &gnorm);
+        if (rc) goto done;
+        if (run.R > 1 && ((step + 1) % 10 == 0 || step + 1 == o->steps) && (rc = check_replicas(&run, step, err)))
+            goto done;
+        run.k->sync(run.k);
+        double dt = clock_now() - t0, tps = (double)BT * o->accum * run.R / dt;
+        r.last_loss = (float)loss;
+        r.steps_done = (int)(step + 1);
         if (step % o->log_every == 0 || step == o->steps - 1)
-            fprintf(log, "step %d loss %.4f lr %.3e gnorm %.3f tok/s %.0f\n", step, r.last_loss,
-                    optim_lr(&o->opt, step), gnorm, (double)BT * o->accum / dt);
+            fprintf(log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", step, loss,
+                    optim_lr(&o->opt, step), gnorm, tps);
+        if (run.db) {
+            store_metric_t m = {.stage = 0, .step = step, .loss = loss, .tokens_per_s = tps};
+            if (store_metric_add(run.db, &m, err)) log_warn("metrics: %s", err);
+            if (o->checkpoint_every && (step + 1) % o->checkpoint_every == 0 &&
+                (rc = checkpoint(&run, step + 1, err)))
+                goto done;
+        }
         if (o->val_every > 0 && (step + 1) % o->val_every == 0 && step + 1 < o->steps) {
             float v;
-            if ((rc = validate(m, d, c, o->val_batches, tok, tgt, &v, err))) goto done;
-            fprintf(log, "step %d val_loss %.4f\n", step, v);
+            if ((rc = validate(&run, &v, err))) goto done;
+            fprintf(log, "step %" PRId64 " val_loss %.4f\n", step, v);
         }
         fflush(log);
+        if (o->stop_after && step + 1 - start >= o->stop_after) {
+            fprintf(log, "stopping after %d steps as asked (--stop-after)\n", o->stop_after);
+            goto finish;
+        }
     }
-    if (o->steps > 1) r.tokens_per_s = (double)BT * o->accum * (o->steps - 1) / (clock_now() - t_start);
-    if ((rc = validate(m, d, c, o->val_batches, tok, tgt, &r.val_loss, err))) goto done;
+    if (o->steps > timed_from)
+        r.tokens_per_s = (double)BT * o->accum * run.R * (double)(o->steps - timed_from) / (clock_now() - t_start);
+    if ((rc = validate(&run, &r.val_loss, err))) goto done;
+    uint64_t wb, we;
+    model_wire_stats(run.rep[0], &wb, &we);
+    r.wire_bytes_per_elem = we ? (double)wb / (double)we : 0;
+    if (we) fprintf(log, "wire: %.3f bytes per boundary element\n", r.wire_bytes_per_elem);
     fprintf(log, "tokens/s %.0f\nval_loss %.4f\n", r.tokens_per_s, r.val_loss);
+finish:
+    if (run.db) {
+        store_writer_stats_t ws;
+        store_ckpt_wait(run.db);
+        store_writer_stats(run.db, &ws);
+        r.checkpoints_failed = (int)ws.failed;
+        if (ws.failed)
+            log_warn("%" PRId64 " background checkpoint(s) failed; last: %s", ws.failed, ws.last_err);
+    }
     fflush(log);
     if (res) *res = r;
 done:
-    free(tok);
-    free(tgt);
-    model_destroy(&m);
-    kern_destroy(&k);
-    data_destroy(&d);
+    teardown(&run);
     return rc;
 }

@@ -5,11 +5,14 @@
 #ifndef SWARMTRAIN_TRAIN_H
 #define SWARMTRAIN_TRAIN_H
 
+#include "compress/demo.h"
 #include "peer/config.h"
 #include "peer/optim.h"
 
 #include <stdint.h>
 #include <stdio.h>
+
+typedef enum { TRAIN_ADAMW = 0, TRAIN_DEMO = 1 } train_optimizer_t;
 
 typedef struct {
     model_config_t cfg;
@@ -25,6 +28,19 @@ typedef struct {
     int log_every;         /* print every this many steps (the last step always) */
     double val_frac;       /* held-out fraction, 0.05 */
     FILE *log;             /* NULL: stdout */
+    /* data parallelism in one process */
+    int optimizer;         /* train_optimizer_t */
+    int replicas;          /* R data-parallel replicas, each its own data stream */
+    demo_cfg_t demo;       /* DeMo chunk, k, value format, beta */
+    /* the wire between stages, simulated in process */
+    int codec;             /* compress/codec.h id; < 0: exact f32 hand-over */
+    uint32_t codec_block;  /* int8/int4 block; 0: default */
+    /* durability */
+    const char *db;        /* SQLite store path; NULL: none */
+    int checkpoint_every;  /* steps between background checkpoints; 0: none */
+    int keep;              /* checkpoints kept */
+    int resume;            /* continue from the newest good checkpoint in db */
+    int stop_after;        /* stop (as if killed) after this many steps of this process; 0: no */
 } train_options_t;
 
 typedef struct {
@@ -32,9 +48,14 @@ typedef struct {
     float last_loss;      /* mean loss of the last step */
     float val_loss;
     double tokens_per_s;  /* over all steps after the first */
+    int64_t start_step;   /* 0, or the step a resumed run continued from */
+    double demo_bytes_per_param; /* bytes one replica sends per parameter per step */
+    double wire_bytes_per_elem;  /* encoded stage-boundary bytes per element */
+    int checkpoints_failed;      /* background writes that failed (training went on) */
 } train_result_t;
 
-/* Defaults: tiny config, lr 3e-3, 300 steps, accum 1, seed 1337, 20 val batches. */
+/* Defaults: tiny config, AdamW, lr 3e-3, 300 steps, accum 1, one replica, seed 1337,
+ * 20 val batches, no codec, no store. */
 train_options_t train_defaults(void);
 
 /* Runs training; 0, or a status with the reason in err. */

@@ -1,6 +1,7 @@
 /* cmd_train.c — `swarmtrain train`: single-process training, the baseline.
  * Not for: the loop itself (peer/train.c). */
 #include "common/status.h"
+#include "compress/codec.h"
 #include "peer/train.h"
 #include "tools/cmd.h"
 
@@ -37,9 +38,31 @@ static void usage(FILE *f)
             "  --val-batches N      held-out microbatches for val_loss (default 20)\n"
             "  --val-every N        also report val_loss every N steps\n"
             "  --log-every N        print every N steps (default 1)\n"
+            "data parallel (in one process):\n"
+            "  --replicas R         R replicas, each its own data stream (default 1)\n"
+            "  --optimizer NAME     adamw (default; exact gradient average over replicas)\n"
+            "                       or demo (DeMo: replicas exchange compressed momentum)\n"
+            "  --demo-k K           DeMo coefficients kept per tile (default 32)\n"
+            "  --demo-chunk C       DeMo DCT tile side (default 64)\n"
+            "  --demo-values F      f32 (default), bf16 or sign\n"
+            "  --demo-beta B        DeMo momentum decay (default 0.999)\n"
+            "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
+            "                       (f32, f16, bf16, int8, int4) as the wire would\n"
+            "durability:\n"
+            "  --db PATH            SQLite store for checkpoints and metrics\n"
+            "  --checkpoint-every N background checkpoint every N steps\n"
+            "  --keep K             checkpoints kept (default 3)\n"
+            "  --resume             continue from the newest good checkpoint in --db\n"
+            "  --stop-after N       stop after N steps of this process (tests resume)\n"
             "compute:\n"
             "  --device NAME        cpu (default), ref, cuda or auto\n"
             "  --threads N          threads (default: all cores)\n");
+}
+
+static int complain(const char *opt, const char *v, const char *expected)
+{
+    fprintf(stderr, "swarmtrain train: %s: '%s' is not %s\n", opt, v, expected);
+    return -1;
 }
 
 static int parse_int_arg(const char *opt, const char *v, int min, int *out)
@@ -71,7 +94,8 @@ static int parse_float_arg(const char *opt, const char *v, float *out)
 int cmd_train(int argc, char **argv)
 {
     enum { O_DIM = 256, O_LAYERS, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_STAGES, O_WARMUP,
-           O_SCHED, O_WD, O_CLIP, O_VALB, O_VALE, O_LOGE, O_ACCUM, O_DEVICE };
+           O_SCHED, O_WD, O_CLIP, O_VALB, O_VALE, O_LOGE, O_ACCUM, O_DEVICE, O_REPL, O_OPTIM,
+           O_DK, O_DCHUNK, O_DVAL, O_DBETA, O_CODEC, O_DB, O_CKEVERY, O_KEEP, O_RESUME, O_STOP };
     static const struct option opts[] = {
         {"config", required_argument, 0, 'c'},   {"data", required_argument, 0, 'd'},
         {"steps", required_argument, 0, 'n'},    {"lr", required_argument, 0, 'l'},
@@ -85,6 +109,12 @@ int cmd_train(int argc, char **argv)
         {"clip", required_argument, 0, O_CLIP},  {"val-batches", required_argument, 0, O_VALB},
         {"val-every", required_argument, 0, O_VALE}, {"log-every", required_argument, 0, O_LOGE},
         {"accum", required_argument, 0, O_ACCUM}, {"device", required_argument, 0, O_DEVICE},
+        {"replicas", required_argument, 0, O_REPL}, {"optimizer", required_argument, 0, O_OPTIM},
+        {"demo-k", required_argument, 0, O_DK},   {"demo-chunk", required_argument, 0, O_DCHUNK},
+        {"demo-values", required_argument, 0, O_DVAL}, {"demo-beta", required_argument, 0, O_DBETA},
+        {"codec", required_argument, 0, O_CODEC}, {"db", required_argument, 0, O_DB},
+        {"checkpoint-every", required_argument, 0, O_CKEVERY}, {"keep", required_argument, 0, O_KEEP},
+        {"resume", no_argument, 0, O_RESUME},    {"stop-after", required_argument, 0, O_STOP},
         {0, 0, 0, 0}};
     train_options_t o = train_defaults();
     char err[STATUS_ERR_LEN];
@@ -127,10 +157,7 @@ int cmd_train(int argc, char **argv)
         case O_SCHED:
             if (!strcmp(optarg, "constant")) o.opt.schedule = OPTIM_SCHEDULE_CONSTANT;
             else if (!strcmp(optarg, "cosine")) o.opt.schedule = OPTIM_SCHEDULE_COSINE;
-            else {
-                fprintf(stderr, "swarmtrain train: --schedule: '%s' is not constant or cosine\n", optarg);
-                bad = 1;
-            }
+            else bad = complain("--schedule", optarg, "constant or cosine");
             break;
         case O_WD: bad = parse_float_arg("--wd", optarg, &o.opt.wd); break;
         case O_CLIP: bad = parse_float_arg("--clip", optarg, &o.opt.clip); break;
@@ -139,6 +166,38 @@ int cmd_train(int argc, char **argv)
         case O_LOGE: bad = parse_int_arg("--log-every", optarg, 1, &o.log_every); break;
         case O_ACCUM: bad = parse_int_arg("--accum", optarg, 1, &o.accum); break;
         case O_DEVICE: o.device = optarg; break;
+        case O_REPL: bad = parse_int_arg("--replicas", optarg, 1, &o.replicas); break;
+        case O_OPTIM:
+            if (!strcmp(optarg, "adamw")) o.optimizer = TRAIN_ADAMW;
+            else if (!strcmp(optarg, "demo")) o.optimizer = TRAIN_DEMO;
+            else bad = complain("--optimizer", optarg, "adamw or demo");
+            break;
+        case O_DK: bad = parse_int_arg("--demo-k", optarg, 1, &o.demo.k); break;
+        case O_DCHUNK: bad = parse_int_arg("--demo-chunk", optarg, 1, &o.demo.chunk); break;
+        case O_DVAL:
+            if (!strcmp(optarg, "f32")) o.demo.vfmt = DEMO_VAL_F32;
+            else if (!strcmp(optarg, "bf16")) o.demo.vfmt = DEMO_VAL_BF16;
+            else if (!strcmp(optarg, "sign")) o.demo.vfmt = DEMO_VAL_SIGN;
+            else bad = complain("--demo-values", optarg, "f32, bf16 or sign");
+            break;
+        case O_DBETA: bad = parse_float_arg("--demo-beta", optarg, &o.demo.beta); break;
+        case O_CODEC: {
+            char name[16];
+            const char *colon = strchr(optarg, ':');
+            size_t len = colon ? (size_t)(colon - optarg) : strlen(optarg);
+            snprintf(name, sizeof name, "%.*s", (int)(len < 15 ? len : 15), optarg);
+            int block = 0;
+            o.codec = codec_by_name(name);
+            if (o.codec < 0) bad = complain("--codec", optarg, "f32, f16, bf16, int8 or int4[:BLOCK]");
+            else if (colon) bad = parse_int_arg("--codec block", colon + 1, 2, &block);
+            o.codec_block = (uint32_t)block;
+            break;
+        }
+        case O_DB: o.db = optarg; break;
+        case O_CKEVERY: bad = parse_int_arg("--checkpoint-every", optarg, 0, &o.checkpoint_every); break;
+        case O_KEEP: bad = parse_int_arg("--keep", optarg, 1, &o.keep); break;
+        case O_RESUME: o.resume = 1; break;
+        case O_STOP: bad = parse_int_arg("--stop-after", optarg, 1, &o.stop_after); break;
         default: usage(stderr); return 2;
         }
         if (bad) return 2;

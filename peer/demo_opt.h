@@ -1,0 +1,59 @@
+/* demo_opt.h — the DeMo optimizer step of one stage replica (DESIGN.md section 3):
+ * weight decay, momentum accumulation, extraction of what this replica transmits, and
+ * the update from the pool's messages. The same code serves R replicas in one process
+ * (train --optimizer demo --replicas R) and a stage pool over the network: a replica's
+ * whole contribution for a step is one "stage message" of bytes, and applying the pool's
+ * messages needs nothing else.
+ *
+ * Stage message (version 1, little-endian):
+ *   "STDX" | version u8 = 1 | reserved u8[3] = 0 | step i64 | ntensors u32 |
+ *   ntensors x (length u32) | the ntensors DeMo messages (compress/demo.h), in the order
+ *   of the stage's tensor table.
+ * A decoder checks the magic, version, reserved bytes, tensor count, that the lengths add
+ * up to the buffer exactly, and each DeMo message through demo_aggregate.
+ *
+ * Not for: moving bytes (swarm/), the learning-rate schedule (optim.h).
+ */
+#ifndef SWARMTRAIN_DEMO_OPT_H
+#define SWARMTRAIN_DEMO_OPT_H
+
+#include "compress/demo.h"
+#include "peer/optim.h"
+#include "peer/stage.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct demo_opt demo_opt_t;
+
+#define DEMO_OPT_VERSION 1
+#define DEMO_OPT_HEADER_LEN 20
+
+/* DeMo state (residual momentum per tensor, zero) for the stage. NULL + err on failure. */
+demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err);
+void demo_opt_destroy(demo_opt_t **o);
+
+/* Bytes of every stage message this replica makes (the same every step). */
+size_t demo_opt_msg_size(const demo_opt_t *o);
+
+/* This replica's part of step `step`: gradients times grad_scale, clipped to oc->clip
+ * (per replica, per stage), p *= 1 - lr*wd on decayed tensors, D = beta D + lr g, and the
+ * transmitted part extracted into msg (demo_opt_msg_size bytes) and removed from D.
+ * *grad_norm receives the pre-clip norm when not NULL. 0 or a status + err. */
+int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, float grad_scale,
+                     uint8_t *msg, float *grad_norm, char *err);
+
+/* Applies the pool's step: msgs are the m stage messages of step `step` (this replica's
+ * among them, any order); per tensor, every coefficient is the mean over the senders
+ * that sent it, Q = IDCT of that, p -= lr * sign(Q). The result is bit-identical on every
+ * replica given the same set of messages. Nothing is applied unless every message is
+ * valid (STATUS_EMALFORMED + err naming the first bad one). */
+int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
+                   const uint8_t *const *msgs, const size_t *lens, int m, char *err);
+
+/* The residual momentum of all tensors, concatenated in table order (stage_num_params
+ * floats), for checkpoints: get copies out, set copies in. */
+void demo_opt_get_momentum(demo_opt_t *o, float *out);
+void demo_opt_set_momentum(demo_opt_t *o, const float *in);
+
+#endif

@@ -1,0 +1,898 @@
+/* test_demo.c — kernels/dct and the DeMo transform: the DCT against the naive formula,
+ * orthonormality and Parseval, chunk sizes; top-k against brute force (with ties); index
+ * packing at both widths and their edges; aggregation by hand; the residual identity;
+ * determinism under message permutation; the message decoder's never-trust promises;
+ * and four simulated replicas that must stay bit-identical for 100 steps.
+ * Not for: activation codecs (test_codec.c) or the pool exchange (swarm/). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/rng.h"
+#include "common/status.h"
+#include "compress/codec.h"
+#include "compress/demo.h"
+#include "kernels/dct.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- naive references in double ----------------------------------------------------- */
+
+static double basis(int u, int i, int n)
+{
+    const double pi = 3.14159265358979323846;
+    return (u == 0 ? sqrt(1.0 / n) : sqrt(2.0 / n)) * cos(pi * (2.0 * i + 1.0) * u / (2.0 * n));
+}
+
+/* Tile-major coefficients of x (rows, cols) with tiles cr x cc, straight from the formula. */
+static void naive_dct(double *coef, const float *x, int64_t rows, int64_t cols, int cr, int cc)
+{
+    int64_t ntc = cols / cc;
+    for (int64_t tr = 0; tr < rows / cr; tr++)
+        for (int64_t tc = 0; tc < ntc; tc++)
+            for (int u = 0; u < cr; u++)
+                for (int v = 0; v < cc; v++) {
+                    double s = 0;
+                    for (int i = 0; i < cr; i++)
+                        for (int j = 0; j < cc; j++)
+                            s += basis(u, i, cr) * basis(v, j, cc) *
+                                 x[(tr * cr + i) * cols + tc * cc + j];
+                    coef[((tr * ntc + tc) * cr + u) * cc + v] = s;
+                }
+}
+
+static void naive_idct(double *x, const double *coef, int64_t rows, int64_t cols, int cr, int cc)
+{
+    int64_t ntc = cols / cc;
+    for (int64_t tr = 0; tr < rows / cr; tr++)
+        for (int64_t tc = 0; tc < ntc; tc++)
+            for (int i = 0; i < cr; i++)
+                for (int j = 0; j < cc; j++) {
+                    double s = 0;
+                    for (int u = 0; u < cr; u++)
+                        for (int v = 0; v < cc; v++)
+                            s += basis(u, i, cr) * basis(v, j, cc) *
+                                 coef[((tr * ntc + tc) * cr + u) * cc + v];
+                    x[(tr * cr + i) * cols + tc * cc + j] = s;
+                }
+}
+
+static double max_abs_d(const double *a, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+    return m;
+}
+
+/* --- DCT ---------------------------------------------------------------------------- */
+
+static void test_chunk_size(void **state)
+{
+    (void)state;
+    assert_int_equal(dct_chunk_size(688, 64), 43);
+    assert_int_equal(dct_chunk_size(256, 64), 64);
+    assert_int_equal(dct_chunk_size(257, 64), 1); /* prime */
+    assert_int_equal(dct_chunk_size(240, 48), 48);
+    assert_int_equal(dct_chunk_size(100, 64), 50);
+    assert_int_equal(dct_chunk_size(30, 64), 30);
+    assert_int_equal(dct_chunk_size(1, 64), 1);
+    assert_int_equal(dct_chunk_size(96, 7), 6);
+    assert_int_equal(dct_chunk_size(0, 64), 0);
+    assert_int_equal(dct_chunk_size(64, 0), 0);
+    char err[STATUS_ERR_LEN];
+    assert_null(dct_plan_new(4, 4, 257, err));
+    assert_null(dct_plan_new(0, 4, 64, err));
+    dct_plan_t *p = dct_plan_new(688, 256, 0, err);
+    assert_non_null(p);
+    assert_int_equal(dct_plan_tile_rows(p), 43);
+    assert_int_equal(dct_plan_tile_cols(p), 64);
+    assert_int_equal(dct_plan_tiles(p), 16 * 4);
+    dct_plan_destroy(&p);
+    assert_null(p);
+    dct_plan_destroy(&p);
+}
+
+static void check_dct_shape(int64_t rows, int64_t cols, int chunk, uint64_t seed)
+{
+    char err[STATUS_ERR_LEN];
+    dct_plan_t *p = dct_plan_new(rows, cols, chunk, err);
+    assert_non_null(p);
+    int cr = dct_plan_tile_rows(p), cc = dct_plan_tile_cols(p);
+    assert_int_equal(cr, dct_chunk_size(rows, chunk));
+    assert_int_equal(cc, dct_chunk_size(cols, chunk));
+    size_t n = (size_t)(rows * cols);
+    float *x = malloc(n * sizeof *x), *c = malloc(n * sizeof *c), *y = malloc(n * sizeof *y);
+    double *ref = malloc(n * sizeof *ref), *xr = malloc(n * sizeof *xr);
+    testutil_fill_normal(x, n, seed, 1.0f);
+    dct_forward(p, c, x);
+    naive_dct(ref, x, rows, cols, cr, cc);
+    double scale = max_abs_d(ref, n), err_max = 0, ex = 0, ec = 0;
+    for (size_t i = 0; i < n; i++) err_max = fmax(err_max, fabs(c[i] - ref[i]));
+    if (err_max > 1e-5 * scale)
+        print_error("dct %lldx%lld chunk %d: err %g scale %g\n", (long long)rows, (long long)cols,
+                    chunk, err_max, scale);
+    assert_true(err_max <= 1e-5 * scale);
+    /* inverse against the naive inverse of the same coefficients */
+    double *cd = malloc(n * sizeof *cd);
+    for (size_t i = 0; i < n; i++) cd[i] = c[i];
+    naive_idct(xr, cd, rows, cols, cr, cc);
+    dct_inverse(p, y, c);
+    double ie = 0;
+    for (size_t i = 0; i < n; i++) ie = fmax(ie, fabs(y[i] - xr[i]));
+    assert_true(ie <= 1e-5 * max_abs_d(xr, n));
+    /* orthonormal: IDCT(DCT(x)) == x, and energy is preserved (Parseval) */
+    for (size_t i = 0; i < n; i++) {
+        assert_true(fabs(y[i] - x[i]) <= 1e-5);
+        ex += (double)x[i] * x[i];
+        ec += (double)c[i] * c[i];
+    }
+    assert_true(fabs(ex - ec) <= 1e-5 * ex);
+    free(x);
+    free(c);
+    free(y);
+    free(ref);
+    free(xr);
+    free(cd);
+    dct_plan_destroy(&p);
+}
+
+static void test_dct_1d(void **state)
+{
+    (void)state;
+    check_dct_shape(1, 64, 64, 1);
+    check_dct_shape(1, 256, 64, 2);
+    check_dct_shape(1, 240, 48, 3); /* chunk 48 */
+    check_dct_shape(1, 688, 64, 4); /* tiles of 43 */
+    check_dct_shape(1, 257, 64, 5); /* prime: tiles of 1 */
+    check_dct_shape(1, 7, 64, 6);   /* smaller than the chunk */
+}
+
+static void test_dct_2d(void **state)
+{
+    (void)state;
+    check_dct_shape(64, 64, 64, 10);
+    check_dct_shape(96, 144, 48, 11); /* 48 x 48 tiles */
+    check_dct_shape(86, 128, 64, 12); /* 43 x 64 tiles */
+    check_dct_shape(30, 35, 64, 13);  /* one 30 x 35 tile */
+    check_dct_shape(12, 20, 8, 14);   /* 6 x 5 tiles */
+    check_dct_shape(5, 64, 64, 15);   /* rows prime below the chunk: 5 x 64 */
+}
+
+/* --- top-k -------------------------------------------------------------------------- */
+
+static const float *brute_x;
+static int brute_cmp(const void *a, const void *b)
+{
+    int i = *(const int *)a, j = *(const int *)b;
+    float x = fabsf(brute_x[i]), y = fabsf(brute_x[j]);
+    if (x != y) return x > y ? -1 : 1;
+    return i < j ? -1 : 1;
+}
+
+static void test_topk_brute(void **state)
+{
+    (void)state;
+    rng_t r;
+    rng_seed(&r, 99);
+    const int sizes[] = {1, 2, 5, 64, 256, 43 * 64, 4096};
+    for (int trial = 0; trial < 300; trial++) {
+        int n = sizes[trial % 7];
+        int k = 1 + (int)rng_below(&r, (uint64_t)n);
+        float *x = malloc((size_t)n * sizeof *x);
+        int mode = trial % 3;
+        for (int i = 0; i < n; i++) {
+            if (mode == 0)
+                x[i] = (float)rng_normal(&r);
+            else if (mode == 1)
+                x[i] = (float)((int)rng_below(&r, 7) - 3); /* many ties, +-0 */
+            else
+                x[i] = i % 5 == 0 ? -0.0f : (rng_below(&r, 2) ? 1.0f : -1.0f);
+        }
+        uint16_t *idx = malloc((size_t)k * sizeof *idx);
+        uint64_t *keys = malloc((size_t)n * sizeof *keys);
+        int *ord = malloc((size_t)n * sizeof *ord);
+        demo_topk(idx, x, n, k, keys);
+        for (int i = 0; i < n; i++) ord[i] = i;
+        brute_x = x;
+        qsort(ord, (size_t)n, sizeof *ord, brute_cmp);
+        /* brute force: first k in (|x| desc, index asc), then ascending */
+        char *sel = calloc((size_t)n, 1);
+        for (int i = 0; i < k; i++) sel[ord[i]] = 1;
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (sel[i]) assert_int_equal(idx[m++], i);
+        assert_int_equal(m, k);
+        free(x);
+        free(idx);
+        free(keys);
+        free(ord);
+        free(sel);
+    }
+}
+
+/* --- messages: packing, widths, edges ---------------------------------------------- */
+
+static uint8_t *pack_alloc(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f,
+                           const uint16_t *idx, const float *val, size_t *len)
+{
+    size_t cap = demo_message_bytes(rows, cols, chunk, k, f);
+    assert_true(cap > 0);
+    uint8_t *buf = malloc(cap);
+    char err[STATUS_ERR_LEN] = "";
+    int rc = demo_msg_pack(buf, cap, len, rows, cols, chunk, k, f, idx, val, err);
+    if (rc) print_error("pack: %s\n", err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(*len, cap);
+    return buf;
+}
+
+static void check_pack_roundtrip(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f,
+                                 int want_width, const uint16_t *edge, int nedge)
+{
+    int kt = demo_entries_per_tile(rows, cols, chunk, k, f);
+    assert_int_equal(kt, k);
+    int tn = (int)(dct_chunk_size(rows, chunk) * dct_chunk_size(cols, chunk));
+    int64_t tiles = rows * cols / tn;
+    size_t ne = (size_t)(tiles * kt);
+    uint16_t *idx = malloc(ne * sizeof *idx), *idx2 = malloc(ne * sizeof *idx2);
+    float *val = malloc(ne * sizeof *val), *val2 = malloc(ne * sizeof *val2);
+    rng_t r;
+    rng_seed(&r, (uint64_t)tn * 31 + (uint64_t)k);
+    for (int64_t t = 0; t < tiles; t++) {
+        /* kt distinct ascending indices; the first tile holds the edge indices */
+        char *used = calloc((size_t)tn, 1);
+        int m = 0;
+        if (t == 0)
+            for (int e = 0; e < nedge; e++) used[edge[e]] = 1, m++;
+        while (m < kt) {
+            int i = (int)rng_below(&r, (uint64_t)tn);
+            if (!used[i]) used[i] = 1, m++;
+        }
+        m = 0;
+        for (int i = 0; i < tn; i++)
+            if (used[i]) idx[t * kt + m++] = (uint16_t)i;
+        free(used);
+    }
+    for (size_t e = 0; e < ne; e++) val[e] = (float)rng_normal(&r);
+    size_t len;
+    uint8_t *buf = pack_alloc(rows, cols, chunk, k, f, idx, val, &len);
+    demo_msg_info_t info;
+    char err[STATUS_ERR_LEN];
+    assert_int_equal(demo_msg_unpack(buf, len, &info, idx2, val2, ne, err), 0);
+    assert_int_equal(info.idx_width, want_width);
+    assert_int_equal(info.dense, 0);
+    assert_int_equal(info.k, k);
+    assert_memory_equal(idx, idx2, ne * sizeof *idx);
+    assert_int_equal(idx2[0], edge[0]); /* tile 0 starts and ends with the edges */
+    assert_int_equal(idx2[kt - 1], edge[nedge - 1]);
+    double asum = 0;
+    for (size_t e = 0; e < ne; e++) asum += fabsf(val[e]);
+    for (size_t e = 0; e < ne; e++) {
+        if (f == DEMO_VAL_F32) assert_true(val2[e] == val[e]);
+        if (f == DEMO_VAL_BF16) assert_true(fabsf(val2[e] - val[e]) <= fabsf(val[e]) / 256);
+        if (f == DEMO_VAL_SIGN) {
+            assert_true(fabs(fabsf(val2[e]) - asum / ne) <= 1e-6 * asum / ne);
+            assert_true((val2[e] < 0) == (val[e] < 0));
+        }
+    }
+    /* one entry short of room: refused */
+    assert_int_equal(demo_msg_unpack(buf, len, &info, idx2, val2, ne - 1, err), STATUS_EINVAL);
+    free(buf);
+    free(idx);
+    free(idx2);
+    free(val);
+    free(val2);
+}
+
+static void test_index_packing(void **state)
+{
+    (void)state;
+    const uint16_t e8[] = {0, 255}, e16[] = {0, 4095}, e64k[] = {0, 65535}, e43[] = {0, 2751};
+    for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
+        check_pack_roundtrip(32, 48, 16, 6, (demo_vfmt_t)f, 1, e8, 2); /* 16x16 = 256: u8 */
+        check_pack_roundtrip(1, 512, 256,
+                             f == DEMO_VAL_SIGN   ? 20
+                             : f == DEMO_VAL_BF16 ? 150
+                                                  : 200,
+                             (demo_vfmt_t)f, 1, e8, 2);                     /* 1-D, 256: u8 */
+        check_pack_roundtrip(128, 64, 64, 32, (demo_vfmt_t)f, 2, e16, 2);   /* 4096: u16 */
+        check_pack_roundtrip(86, 64, 64, 4, (demo_vfmt_t)f, 2, e43, 2);     /* 43x64: u16 */
+        check_pack_roundtrip(256, 256, 256, 3, (demo_vfmt_t)f, 2, e64k, 2); /* 65536: u16 */
+    }
+    /* 257 coefficients no longer fit u8 */
+    assert_int_equal(demo_message_bytes(1, 257, 257 > 256 ? 256 : 257, 1, DEMO_VAL_F32),
+                     DEMO_HEADER_LEN + 257 * 4); /* prime: tiles of 1 -> dense */
+    demo_msg_info_t info;
+    uint8_t *b;
+    size_t len;
+    const uint16_t bad_order[2] = {5, 3};
+    const float v2[2] = {1, 2};
+    uint8_t out[256];
+    char err[STATUS_ERR_LEN];
+    assert_int_equal(
+        demo_msg_pack(out, sizeof out, &len, 1, 64, 64, 2, DEMO_VAL_F32, bad_order, v2, err),
+        STATUS_EINVAL);
+    const float vnan[2] = {1, NAN};
+    const uint16_t ok_order[2] = {3, 5};
+    assert_int_equal(
+        demo_msg_pack(out, sizeof out, &len, 1, 64, 64, 2, DEMO_VAL_F32, ok_order, vnan, err),
+        STATUS_EINVAL);
+    b = pack_alloc(1, 64, 64, 2, DEMO_VAL_F32, ok_order, v2, &len);
+    assert_int_equal(demo_msg_parse(b, len, &info, err), 0);
+    assert_int_equal(info.tiles, 1);
+    free(b);
+}
+
+static void test_dense_rule(void **state)
+{
+    (void)state;
+    /* 256-norm, chunk 64: 4 tiles of 64 */
+    assert_int_equal(demo_message_bytes(1, 256, 64, 32, DEMO_VAL_F32), 32 + 4 * 32 * 5);
+    assert_int_equal(demo_message_bytes(1, 256, 64, 4, DEMO_VAL_SIGN), 32 + 16 + 2);
+    assert_int_equal(demo_message_bytes(1, 256, 64, 1, DEMO_VAL_SIGN), 32 + 4 + 1);
+    /* sign k=8 on 64: 8 * 9 = 72 bits > 64: dense, all signs */
+    assert_int_equal(demo_entries_per_tile(1, 256, 64, 8, DEMO_VAL_SIGN), 64);
+    assert_int_equal(demo_message_bytes(1, 256, 64, 8, DEMO_VAL_SIGN), 32 + 32);
+    /* f32 k=52 on 64: 52*40 = 2080 >= 2048: dense */
+    assert_int_equal(demo_entries_per_tile(1, 256, 64, 52, DEMO_VAL_F32), 64);
+    assert_int_equal(demo_entries_per_tile(1, 256, 64, 51, DEMO_VAL_F32), 51);
+    /* never more than the dense coefficients, for every k */
+    for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++)
+        for (int k = 1; k <= 5000; k += 7) {
+            size_t dense = demo_message_bytes(1, 256, 64, 64, (demo_vfmt_t)f);
+            assert_true(demo_message_bytes(1, 256, 64, k, (demo_vfmt_t)f) <= dense);
+            size_t d2 = demo_message_bytes(256, 256, 64, 4096, (demo_vfmt_t)f);
+            assert_true(demo_message_bytes(256, 256, 64, k, (demo_vfmt_t)f) <= d2);
+        }
+    assert_int_equal(demo_message_bytes(0, 256, 64, 1, DEMO_VAL_F32), 0);
+    assert_int_equal(demo_message_bytes(4, 256, 300, 1, DEMO_VAL_F32), 0);
+    assert_int_equal(demo_message_bytes(4, 256, 64, -1, DEMO_VAL_F32), 0);
+    assert_int_equal(demo_message_bytes(4, 256, 64, 1, (demo_vfmt_t)3), 0);
+}
+
+/* --- aggregation ------------------------------------------------------------------- */
+
+static void test_aggregate_by_hand(void **state)
+{
+    (void)state;
+    /* 1 x 16 tensor, chunk 8: two tiles of 8; f32 k=3 (3*40 < 8*32: sparse) */
+    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f};
+    char err[STATUS_ERR_LEN];
+    demo_t *d = demo_new(1, 16, &cfg, err);
+    assert_non_null(d);
+    const uint16_t ia[6] = {0, 2, 5, 1, 2, 3}, ib[6] = {2, 3, 5, 4, 6, 7};
+    const float va[6] = {1, 2, 3, 10, 20, 30}, vb[6] = {4, 5, -1, 40, 60, 70};
+    /* a third sender with k=1 (mixed k is allowed) */
+    const uint16_t ic[2] = {7, 0};
+    const float vc[2] = {9, -8};
+    size_t la, lb, lc;
+    uint8_t *ma = pack_alloc(1, 16, 8, 3, DEMO_VAL_F32, ia, va, &la);
+    uint8_t *mb = pack_alloc(1, 16, 8, 3, DEMO_VAL_F32, ib, vb, &lb);
+    uint8_t *mc = pack_alloc(1, 16, 8, 1, DEMO_VAL_F32, ic, vc, &lc);
+    /* tile 0: {0: 1, 2: (2+4)/2, 3: 5, 5: (3-1)/2, 7: 9}; tile 1: overlaps at 0 only
+     * with c; a and b disjoint there: {0: -8, 1: 10, 2: 20, 3: 30, 4: 40, 6: 60, 7: 70} */
+    const double want[16] = {1, 0, 3, 5, 0, 1, 0, 9, -8, 10, 20, 30, 40, 0, 60, 70};
+    double ref[16];
+    naive_idct(ref, want, 1, 16, 1, 8);
+    const uint8_t *msgs[3] = {ma, mb, mc};
+    const size_t lens[3] = {la, lb, lc};
+    float q[16];
+    assert_int_equal(demo_aggregate(d, msgs, lens, 3, q, err), 0);
+    for (int i = 0; i < 16; i++) assert_true(fabs(q[i] - ref[i]) <= 1e-5 * 70);
+    /* a single message: its own coefficients */
+    const double want_a[16] = {1, 0, 2, 0, 0, 3, 0, 0, 0, 10, 20, 30, 0, 0, 0, 0};
+    naive_idct(ref, want_a, 1, 16, 1, 8);
+    assert_int_equal(demo_aggregate(d, msgs, lens, 1, q, err), 0);
+    for (int i = 0; i < 16; i++) assert_true(fabs(q[i] - ref[i]) <= 1e-5 * 30);
+    /* a message for another shape or a broken one: refused, naming it */
+    size_t lx;
+    uint8_t *mx =
+        pack_alloc(1, 24, 8, 3, DEMO_VAL_F32, (const uint16_t[9]){0, 1, 2, 0, 1, 2, 0, 1, 2},
+                   (const float[9]){1, 1, 1, 1, 1, 1, 1, 1, 1}, &lx);
+    const uint8_t *bad[2] = {ma, mx};
+    const size_t blens[2] = {la, lx};
+    assert_int_equal(demo_aggregate(d, bad, blens, 2, q, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "message 1"));
+    const size_t tlens[2] = {la, lb - 1};
+    assert_int_equal(demo_aggregate(d, msgs, tlens, 2, q, err), STATUS_EMALFORMED);
+    assert_int_equal(demo_aggregate(d, msgs, lens, 0, q, err), STATUS_EINVAL);
+    free(ma);
+    free(mb);
+    free(mc);
+    free(mx);
+    demo_destroy(&d);
+}
+
+/* Message of a replica whose D is random: D = g (beta 0, lr 1). */
+static uint8_t *random_message(demo_t *d, uint64_t seed, size_t *len)
+{
+    int64_t n = demo_elems(d);
+    float *g = malloc((size_t)n * sizeof *g);
+    testutil_fill_normal(g, (size_t)n, seed, 1.0f);
+    char err[STATUS_ERR_LEN];
+    memset(demo_momentum(d), 0, (size_t)n * sizeof(float));
+    assert_int_equal(demo_accumulate(d, g, 1.0f, err), 0);
+    uint8_t *buf = malloc(demo_msg_size(d));
+    assert_int_equal(demo_extract(d, buf, demo_msg_size(d), len, err), 0);
+    free(g);
+    return buf;
+}
+
+static void test_aggregate_permutation(void **state)
+{
+    (void)state;
+    for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
+        demo_cfg_t cfg = {64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f};
+        char err[STATUS_ERR_LEN];
+        demo_t *d = demo_new(86, 128, &cfg, err);
+        assert_non_null(d);
+        enum { M = 5 };
+        uint8_t *m[M];
+        size_t l[M];
+        for (int i = 0; i < M; i++) m[i] = random_message(d, 100 + (uint64_t)i, &l[i]);
+        size_t n = (size_t)demo_elems(d);
+        float *q0 = malloc(n * sizeof *q0), *q1 = malloc(n * sizeof *q1);
+        const uint8_t *msgs[M];
+        size_t lens[M];
+        for (int i = 0; i < M; i++) msgs[i] = m[i], lens[i] = l[i];
+        assert_int_equal(demo_aggregate(d, msgs, lens, M, q0, err), 0);
+        rng_t r;
+        rng_seed(&r, 5);
+        for (int trial = 0; trial < 20; trial++) {
+            for (int i = M - 1; i > 0; i--) { /* Fisher-Yates */
+                int j = (int)rng_below(&r, (uint64_t)i + 1);
+                const uint8_t *t = msgs[i];
+                size_t tl = lens[i];
+                msgs[i] = msgs[j], lens[i] = lens[j];
+                msgs[j] = t, lens[j] = tl;
+            }
+            assert_int_equal(demo_aggregate(d, msgs, lens, M, q1, err), 0);
+            assert_memory_equal(q0, q1, n * sizeof *q0);
+        }
+        for (int i = 0; i < M; i++) free(m[i]);
+        free(q0);
+        free(q1);
+        demo_destroy(&d);
+    }
+}
+
+/* --- extract: the residual identity ------------------------------------------------ */
+
+static void check_residual(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
+{
+    demo_cfg_t cfg = {chunk, k, f, 0.5f};
+    char err[STATUS_ERR_LEN];
+    demo_t *d = demo_new(rows, cols, &cfg, err);
+    assert_non_null(d);
+    size_t n = (size_t)(rows * cols);
+    float *g = malloc(n * sizeof *g), *old = malloc(n * sizeof *old);
+    for (int step = 0; step < 3; step++) {
+        testutil_fill_normal(g, n, 40 + (uint64_t)step, 1.0f);
+        assert_int_equal(demo_accumulate(d, g, 0.1f, err), 0);
+    }
+    memcpy(old, demo_momentum(d), n * sizeof *old);
+    size_t len, cap = demo_msg_size(d);
+    uint8_t *buf = malloc(cap);
+    assert_int_equal(demo_extract(d, buf, cap - 1, &len, err), STATUS_EINVAL); /* D untouched */
+    assert_memory_equal(old, demo_momentum(d), n * sizeof *old);
+    assert_int_equal(demo_extract(d, buf, cap, &len, err), 0);
+    assert_int_equal(len, cap);
+    assert_int_equal(len, demo_message_bytes(rows, cols, chunk, k, f));
+    demo_msg_info_t info;
+    uint16_t *idx = malloc(n * sizeof *idx);
+    float *val = malloc(n * sizeof *val);
+    assert_int_equal(demo_msg_unpack(buf, len, &info, idx, val, n, err), 0);
+    /* the exact coefficients of old D, by the naive formula */
+    int cr = info.tile_rows, cc = info.tile_cols, tn = cr * cc;
+    double *c = malloc(n * sizeof *c), *s = calloc(n, sizeof *s), *x = malloc(n * sizeof *x);
+    naive_dct(c, old, rows, cols, cr, cc);
+    /* the selection is the top-k of the exact coefficients (ties aside: random data) */
+    for (int64_t t = 0; t < info.tiles; t++) {
+        double kth = INFINITY;
+        for (int j = 0; j < info.k; j++) kth = fmin(kth, fabs(c[t * tn + idx[t * info.k + j]]));
+        int above = 0;
+        for (int j = 0; j < tn; j++) above += fabs(c[t * tn + j]) > kth * (1 + 1e-5);
+        assert_true(above <= info.k - 1);
+    }
+    /* transmitted part: f32 and bf16 the sent values, sign the exact ones */
+    for (int64_t t = 0; t < info.tiles; t++)
+        for (int j = 0; j < info.k; j++) {
+            size_t e = (size_t)(t * info.k + j), pos = (size_t)(t * tn + idx[e]);
+            s[pos] = f == DEMO_VAL_SIGN ? c[pos] : val[e];
+            if (f == DEMO_VAL_F32) assert_true(fabs(val[e] - c[pos]) <= 1e-5 * fabs(c[pos]) + 1e-6);
+        }
+    naive_idct(x, s, rows, cols, cr, cc);
+    const float *D = demo_momentum(d);
+    double scale = 0, worst = 0, removed = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(old[i]));
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)old[i] - ((double)D[i] + x[i])));
+        removed += x[i] * x[i];
+    }
+    if (worst > 2e-6 * scale) print_error("residual: worst %g scale %g\n", worst, scale);
+    assert_true(worst <= 2e-6 * scale);
+    assert_true(removed > 0);
+    if (info.dense && f != DEMO_VAL_BF16) /* all sent: D is rounding (bf16 keeps its error) */
+        for (size_t i = 0; i < n; i++) assert_true(fabs(D[i]) <= 2e-6 * scale);
+    free(g);
+    free(old);
+    free(buf);
+    free(idx);
+    free(val);
+    free(c);
+    free(s);
+    free(x);
+    demo_destroy(&d);
+}
+
+static void test_residual_identity(void **state)
+{
+    (void)state;
+    for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
+        check_residual(128, 64, 64, 32, (demo_vfmt_t)f);
+        check_residual(86, 64, 64, 4, (demo_vfmt_t)f);  /* 43 x 64 tiles */
+        check_residual(1, 256, 64, 4, (demo_vfmt_t)f);  /* a norm */
+        check_residual(1, 256, 64, 60, (demo_vfmt_t)f); /* dense */
+        check_residual(32, 48, 16, 5, (demo_vfmt_t)f);  /* u8 indices */
+    }
+}
+
+static void test_accumulate(void **state)
+{
+    (void)state;
+    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f};
+    char err[STATUS_ERR_LEN];
+    demo_t *d = demo_new(2, 4, &cfg, err);
+    const float g1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, g2[8] = {8, 7, 6, 5, 4, 3, 2, 1};
+    assert_int_equal(demo_accumulate(d, g1, 0.5f, err), 0);
+    assert_int_equal(demo_accumulate(d, g2, 0.25f, err), 0);
+    for (int i = 0; i < 8; i++)
+        assert_true(demo_momentum(d)[i] == 0.75f * (0.5f * g1[i]) + 0.25f * g2[i]);
+    float bad[8];
+    memcpy(bad, g1, sizeof bad);
+    bad[6] = NAN;
+    float keep[8];
+    memcpy(keep, demo_momentum(d), sizeof keep);
+    assert_int_equal(demo_accumulate(d, bad, 0.5f, err), STATUS_EINVAL);
+    assert_int_equal(demo_accumulate(d, g1, INFINITY, err), STATUS_EINVAL);
+    assert_memory_equal(keep, demo_momentum(d), sizeof keep);
+    demo_destroy(&d);
+    assert_null(d);
+    cfg.beta = 1.5f;
+    assert_null(demo_new(2, 4, &cfg, err));
+    cfg.beta = 0.5f;
+    cfg.chunk = 300;
+    assert_null(demo_new(2, 4, &cfg, err));
+    float p[4] = {1, 1, 1, 1};
+    const float qq[4] = {2, -3, 0, NAN};
+    demo_apply_sign(p, qq, 0.25f, 4);
+    assert_true(p[0] == 0.75f && p[1] == 1.25f && p[2] == 1.0f && p[3] == 1.0f);
+}
+
+/* --- the decoder never trusts ------------------------------------------------------- */
+
+static void refix_crc(uint8_t *b, size_t len)
+{
+    if (len < DEMO_HEADER_LEN) return;
+    uint32_t crc = codec_crc32c(0, b, 28);
+    crc = codec_crc32c(crc, b + DEMO_HEADER_LEN, len - DEMO_HEADER_LEN);
+    for (int i = 0; i < 4; i++) b[28 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+static void test_msg_truncations_and_fields(void **state)
+{
+    (void)state;
+    const demo_vfmt_t fs[3] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
+    for (int fi = 0; fi < 3; fi++) {
+        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f};
+        char err[STATUS_ERR_LEN];
+        demo_t *d = demo_new(16, 40, &cfg, err); /* tiles 16 x 10 */
+        size_t len;
+        uint8_t *m = random_message(d, 7, &len);
+        demo_msg_info_t info;
+        for (size_t l = 0; l < len; l++) {
+            uint8_t *t = malloc(l ? l : 1);
+            memcpy(t, m, l);
+            err[0] = 0;
+            assert_true(demo_msg_parse(t, l, &info, err) < 0);
+            assert_true(strlen(err) > 0);
+            free(t);
+        }
+        uint8_t *t = malloc(len + 1);
+        memcpy(t, m, len);
+        t[len] = 0;
+        assert_int_equal(demo_msg_parse(t, len + 1, &info, err), STATUS_EMALFORMED);
+        free(t);
+        uint8_t *b = malloc(len);
+#define FRESH memcpy(b, m, len)
+        FRESH;
+        b[4] = 9;
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EVERSION);
+        FRESH;
+        b[5] = 3;
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[6] = 1; /* claims dense */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[7] = 2; /* claims u16 */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[16] = 4; /* k 4: lengths disagree */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[8] = 0; /* rows 0 */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[11] = 0xff; /* rows ~4e9: element count beyond 2^40 */
+        b[15] = 0xff;
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[20] = 0; /* chunk 0 */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[40] ^= 0x10; /* payload bit */
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_ECORRUPT);
+        FRESH;
+        b[DEMO_HEADER_LEN + 1] = b[DEMO_HEADER_LEN]; /* repeated index */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        FRESH;
+        b[DEMO_HEADER_LEN + 2] = 200; /* index beyond the 160-coefficient tile */
+        refix_crc(b, len);
+        assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        /* values: NaN, Inf, above 1e30; sign: negative or NaN scale, padding bits */
+        size_t vo = DEMO_HEADER_LEN + 4 * 3; /* 4 tiles x 3 u8 indices */
+        if (fs[fi] == DEMO_VAL_F32) {
+            const uint32_t bad[3] = {0x7fc00000u, 0x7f800000u, 0x7e000000u};
+            for (int i = 0; i < 3; i++) {
+                FRESH;
+                for (int j = 0; j < 4; j++) b[vo + 4 + j] = (uint8_t)(bad[i] >> (8 * j));
+                refix_crc(b, len);
+                assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+            }
+        } else if (fs[fi] == DEMO_VAL_BF16) {
+            FRESH;
+            b[vo + 2] = 0x80;
+            b[vo + 3] = 0x7f;
+            refix_crc(b, len);
+            assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        } else {
+            FRESH;
+            b[27] |= 0x80; /* negative scale */
+            refix_crc(b, len);
+            assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+            FRESH;
+            b[24] = 0, b[25] = 0, b[26] = 0xc0, b[27] = 0x7f; /* NaN */
+            refix_crc(b, len);
+            assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+            FRESH;
+            b[len - 1] |= 0x80; /* 12 values: bits 12..15 of the last byte are padding */
+            refix_crc(b, len);
+            assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        }
+        FRESH;
+        if (fs[fi] != DEMO_VAL_SIGN) {
+            b[24] = 1; /* scale on a non-sign message */
+            refix_crc(b, len);
+            assert_int_equal(demo_msg_parse(b, len, &info, err), STATUS_EMALFORMED);
+        }
+        FRESH;
+        assert_int_equal(demo_msg_parse(b, len, &info, err), 0);
+#undef FRESH
+        free(b);
+        free(m);
+        demo_destroy(&d);
+    }
+}
+
+static void test_msg_random_corruptions(void **state)
+{
+    (void)state;
+    const demo_vfmt_t fs[4] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN, DEMO_VAL_SIGN};
+    const int ks[4] = {5, 5, 3, 40}; /* the last one dense */
+    for (int fi = 0; fi < 4; fi++) {
+        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f};
+        char err[STATUS_ERR_LEN];
+        demo_t *d = demo_new(16, 24, &cfg, err);
+        assert_non_null(d);
+        size_t len;
+        uint8_t *m = random_message(d, 3, &len);
+        size_t n = (size_t)demo_elems(d);
+        float *q = malloc(n * sizeof *q);
+        rng_t r;
+        rng_seed(&r, 777 + (uint64_t)fi);
+        int ok = 0;
+        for (int it = 0; it < 10000; it++) {
+            size_t l = len;
+            int op = (int)rng_below(&r, 4);
+            if (op == 2) l = (size_t)rng_below(&r, len + 1);
+            if (op == 3) l = len + 1 + (size_t)rng_below(&r, 32);
+            uint8_t *t = malloc(l ? l : 1);
+            for (size_t i = 0; i < l; i++) t[i] = i < len ? m[i] : (uint8_t)rng_next(&r);
+            int edits = 1 + (int)rng_below(&r, 3);
+            for (int e = 0; e < edits && l; e++) {
+                size_t at = (size_t)rng_below(&r, l);
+                if (rng_below(&r, 2))
+                    t[at] ^= (uint8_t)(1u << rng_below(&r, 8));
+                else
+                    t[at] = (uint8_t)rng_next(&r);
+            }
+            if (rng_below(&r, 2)) refix_crc(t, l);
+            /* unpack into exactly n entries, and aggregate it with the good message */
+            uint16_t *idx = malloc(n * sizeof *idx);
+            float *val = malloc(n * sizeof *val);
+            demo_msg_info_t info;
+            int rc = demo_msg_unpack(t, l, &info, idx, val, n, err);
+            if (rc == 0) {
+                size_t ne = (size_t)(info.tiles * info.k);
+                assert_true(ne <= n);
+                for (size_t e = 0; e < ne; e++) {
+                    assert_true(fabsf(val[e]) <= DEMO_MAX_ABS);
+                    assert_true(idx[e] < info.tile_rows * info.tile_cols);
+                }
+            }
+            const uint8_t *msgs[2] = {m, t};
+            const size_t lens[2] = {len, l};
+            int rc2 = demo_aggregate(d, msgs, lens, 2, q, err);
+            if (rc2 == 0) {
+                ok++;
+                for (size_t i = 0; i < n; i++) assert_true(isfinite(q[i]));
+            } else {
+                assert_true(rc2 < 0);
+            }
+            free(idx);
+            free(val);
+            free(t);
+        }
+        print_message("demo format %d k %d: %d of 10000 corrupted messages aggregated\n", fs[fi],
+                      ks[fi], ok);
+        free(q);
+        free(m);
+        demo_destroy(&d);
+    }
+}
+
+/* --- four replicas, 100 steps ------------------------------------------------------ */
+
+static void test_replicas_stay_identical(void **state)
+{
+    (void)state;
+    enum { R = 4, STEPS = 100, NT = 3 };
+    const int64_t rows[NT] = {96, 1, 86}, cols[NT] = {80, 200, 64};
+    const demo_vfmt_t fmt[NT] = {DEMO_VAL_F32, DEMO_VAL_SIGN, DEMO_VAL_BF16};
+    const int ks[NT] = {32, 4, 8};
+    char err[STATUS_ERR_LEN];
+    for (int t = 0; t < NT; t++) {
+        size_t n = (size_t)(rows[t] * cols[t]);
+        demo_t *d[R];
+        float *p[R], *q[R], *g = malloc(n * sizeof *g);
+        uint8_t *msg[R];
+        size_t len[R];
+        for (int r = 0; r < R; r++) {
+            demo_cfg_t cfg = {64, ks[t], fmt[t], 0.999f};
+            d[r] = demo_new(rows[t], cols[t], &cfg, err);
+            assert_non_null(d[r]);
+            p[r] = malloc(n * sizeof(float));
+            q[r] = malloc(n * sizeof(float));
+            testutil_fill_normal(p[r], n, 1234, 0.02f); /* same init everywhere */
+            msg[r] = malloc(demo_msg_size(d[r]));
+        }
+        rng_t rr;
+        rng_seed(&rr, 42);
+        for (int step = 0; step < STEPS; step++) {
+            for (int r = 0; r < R; r++) {
+                /* each replica: its own gradient, a bit of "loss" pulling p to 0 */
+                testutil_fill_normal(g, n, rng_mix((uint64_t)step, (uint64_t)r), 0.01f);
+                for (size_t i = 0; i < n; i++) g[i] += p[r][i];
+                assert_int_equal(demo_accumulate(d[r], g, 1e-3f, err), 0);
+                assert_int_equal(demo_extract(d[r], msg[r], demo_msg_size(d[r]), &len[r], err), 0);
+            }
+            for (int r = 0; r < R; r++) {
+                /* every replica receives the messages in its own order */
+                const uint8_t *ms[R];
+                size_t ls[R];
+                for (int i = 0; i < R; i++) {
+                    int from = (i + r + step) % R;
+                    if (r % 2) from = R - 1 - from;
+                    ms[i] = msg[from];
+                    ls[i] = len[from];
+                }
+                assert_int_equal(demo_aggregate(d[r], ms, ls, R, q[r], err), 0);
+                demo_apply_sign(p[r], q[r], 1e-3f, n);
+            }
+            for (int r = 1; r < R; r++) assert_memory_equal(p[0], p[r], n * sizeof(float));
+        }
+        /* and the training did something: |p| shrank */
+        double before = 0, after = 0;
+        float *p0 = malloc(n * sizeof *p0);
+        testutil_fill_normal(p0, n, 1234, 0.02f);
+        for (size_t i = 0; i < n; i++) before += p0[i] * p0[i], after += p[0][i] * p[0][i];
+        print_message("tensor %d: |p|^2 %.4g -> %.4g\n", t, before, after);
+        assert_true(after < before);
+        free(p0);
+        for (int r = 0; r < R; r++) {
+            demo_destroy(&d[r]);
+            free(p[r]);
+            free(q[r]);
+            free(msg[r]);
+        }
+        free(g);
+    }
+}
+
+/* --- bytes of the small model ------------------------------------------------------- */
+
+static void test_small_model_bytes(void **state)
+{
+    (void)state;
+    /* wte 256x256; 8 x {attn_norm 256, wq wk wv wo 256x256, ffn_norm 256, w1 w3 688x256,
+     * w2 256x688}; norm 256; lm_head 256x256 */
+    typedef struct {
+        int64_t r, c;
+        int count;
+    } shp_t;
+    const shp_t shapes[] = {
+        {256, 256, 1 + 8 * 4 + 1}, {1, 256, 8 * 2 + 1}, {688, 256, 16}, {256, 688, 8}};
+    const struct {
+        int k;
+        demo_vfmt_t f;
+        const char *name;
+    } cfgs[] = {{32, DEMO_VAL_F32, "k=32 f32"},
+                {4, DEMO_VAL_SIGN, "k=4 sign"},
+                {1, DEMO_VAL_SIGN, "k=1 sign"}};
+    for (int c = 0; c < 3; c++) {
+        double params = 0, bytes = 0, payload = 0;
+        int tensors = 0;
+        for (int s = 0; s < 4; s++) {
+            size_t b = demo_message_bytes(shapes[s].r, shapes[s].c, 64, cfgs[c].k, cfgs[c].f);
+            assert_true(b > 0);
+            params += (double)shapes[s].count * shapes[s].r * shapes[s].c;
+            bytes += (double)shapes[s].count * b;
+            payload += (double)shapes[s].count * (b - DEMO_HEADER_LEN);
+            tensors += shapes[s].count;
+        }
+        print_message("small model, %s: %d tensors, %.0f params, %.0f B/step (%.0f payload) = "
+                      "%.5f B/param (%.5f without headers)\n",
+                      cfgs[c].name, tensors, params, bytes, payload, bytes / params,
+                      payload / params);
+        assert_true(params > 6.4e6 && params < 6.5e6);
+    }
+    /* the reference numbers: 0.065, 0.0028, 0.0007 B/param (without headers) */
+    size_t w = demo_message_bytes(256, 256, 64, 32, DEMO_VAL_F32);
+    assert_int_equal(w, DEMO_HEADER_LEN + 16 * 32 * (2 + 4));
+    assert_int_equal(demo_message_bytes(688, 256, 64, 32, DEMO_VAL_F32),
+                     DEMO_HEADER_LEN + 16 * 4 * 32 * (2 + 4)); /* 43 x 64 tiles */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunk_size),
+        cmocka_unit_test(test_dct_1d),
+        cmocka_unit_test(test_dct_2d),
+        cmocka_unit_test(test_topk_brute),
+        cmocka_unit_test(test_index_packing),
+        cmocka_unit_test(test_dense_rule),
+        cmocka_unit_test(test_aggregate_by_hand),
+        cmocka_unit_test(test_aggregate_permutation),
+        cmocka_unit_test(test_residual_identity),
+        cmocka_unit_test(test_accumulate),
+        cmocka_unit_test(test_msg_truncations_and_fields),
+        cmocka_unit_test(test_msg_random_corruptions),
+        cmocka_unit_test(test_replicas_stay_identical),
+        cmocka_unit_test(test_small_model_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

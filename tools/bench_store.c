@@ -1,12 +1,210 @@
-/* bench_store.c — placeholder until the store benchmark lands; says so and fails. */
+/* bench_store.c — `swarmtrain bench store`: checkpoint write speed of store/ for a
+ * checkpoint the size of the `small` model (parameters + AdamW m and v) against the
+ * ceiling, a plain write of the same bytes into SQLite as one blob in one transaction, in
+ * the same run. Also the caller's cost of a background save and the verified load speed.
+ * Not for: tests; this measures, it asserts nothing. */
 #include "tools/cmd.h"
 
+#include "common/clock.h"
+#include "store/store.h"
+
+#include <getopt.h>
+#include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The `small` model: 6,459,648 float32 parameters per copy. */
+#define BENCH_SMALL_PARAMS 6459648u
+#define BENCH_NBLOBS       3
+
+/* Removes path and its -wal and -shm companions. */
+static void bench_unlink(const char *path)
+{
+    char p[1100];
+    unlink(path);
+    snprintf(p, sizeof p, "%s-wal", path);
+    unlink(p);
+    snprintf(p, sizeof p, "%s-shm", path);
+    unlink(p);
+}
+
+/* The ceiling: the same bytes as one blob per row, one transaction, plain sqlite3_bind_blob,
+ * same page size, WAL and synchronous=FULL as the store. Seconds, or -1 on error. */
+static double bench_plain(const char *path, unsigned char *const *blobs, size_t bytes)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    double t = -1;
+    bench_unlink(path);
+    if (sqlite3_open(path, &db) != SQLITE_OK) goto done;
+    if (sqlite3_exec(db,
+                     "PRAGMA page_size=65536; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                     "CREATE TABLE b(id INTEGER PRIMARY KEY, data BLOB)",
+                     NULL, NULL, NULL) != SQLITE_OK)
+        goto done;
+    double t0 = clock_now();
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) goto done;
+    if (sqlite3_prepare_v2(db, "INSERT INTO b(data) VALUES(?)", -1, &q, NULL) != SQLITE_OK)
+        goto done;
+    for (int i = 0; i < BENCH_NBLOBS; i++) {
+        sqlite3_reset(q);
+        sqlite3_bind_blob64(q, 1, blobs[i], bytes, SQLITE_STATIC);
+        if (sqlite3_step(q) != SQLITE_DONE) goto done;
+    }
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) goto done;
+    t = clock_now() - t0;
+done:
+    if (t < 0) fprintf(stderr, "bench store: plain write failed: %s\n", sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    bench_unlink(path);
+    return t;
+}
+
+static store_ckpt_t *bench_ckpt(int64_t step, unsigned char *const *blobs, size_t bytes)
+{
+    static const char *const names[BENCH_NBLOBS] = {"params", "adamw_m", "adamw_v"};
+    store_ckpt_t *ck = store_ckpt_new(0, step, "model=small\n", "0123456789abcdef");
+    for (int i = 0; ck && i < BENCH_NBLOBS; i++)
+        if (store_ckpt_add_blob(ck, names[i], blobs[i], bytes) != STATUS_OK)
+            store_ckpt_destroy(&ck);
+    return ck;
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f, "usage: swarmtrain bench store [--dir DIR] [--reps N]\n"
+               "  --dir DIR   where the scratch databases go (default /tmp)\n"
+               "  --reps N    repetitions; the best of each is reported (default 3)\n");
+}
 
 int bench_store(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "swarmtrain bench store: not built yet\n");
-    return 2;
+    static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},
+                                         {"reps", required_argument, NULL, 'r'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *dir = "/tmp";
+    int reps = 3, c, rc = 1;
+    char err[STATUS_ERR_LEN], path[1024], plain[1024];
+    unsigned char *blobs[BENCH_NBLOBS] = {NULL};
+    const size_t bytes = (size_t)BENCH_SMALL_PARAMS * sizeof(float);
+    const double mb = BENCH_NBLOBS * (double)bytes / 1e6;
+    store_t *s = NULL;
+    store_ckpt_t *ck = NULL, *got = NULL;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            dir = optarg;
+            break;
+        case 'r':
+            reps = atoi(optarg);
+            break;
+        case 'h':
+            bench_usage(stdout);
+            return 0;
+        default:
+            bench_usage(stderr);
+            return 2;
+        }
+    }
+    if (reps < 1 || optind < argc) {
+        bench_usage(stderr);
+        return 2;
+    }
+    snprintf(path, sizeof path, "%s/swarmtrain-bench-store-%d.db", dir, (int)getpid());
+    snprintf(plain, sizeof plain, "%s/swarmtrain-bench-plain-%d.db", dir, (int)getpid());
+    for (int i = 0; i < BENCH_NBLOBS; i++) {
+        float *f = malloc(bytes);
+        if (!f) goto fail;
+        uint32_t x = 2463534242u + (uint32_t)i;
+        for (size_t k = 0; k < BENCH_SMALL_PARAMS; k++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            f[k] = (float)(int32_t)x * 1e-10f;
+        }
+        blobs[i] = (unsigned char *)f;
+    }
+    printf("checkpoint: %d blobs x %zu bytes = %.1f MB (model small: params, AdamW m, v)\n",
+           BENCH_NBLOBS, bytes, mb);
+
+    double best_plain = 1e30, best_store = 1e30, best_load = 1e30, best_copy = 1e30,
+           best_call = 1e30;
+    bench_unlink(path);
+    s = store_open(path, err);
+    if (!s) {
+        fprintf(stderr, "bench store: %s\n", err);
+        goto fail;
+    }
+    store_set_keep(s, 2);
+    for (int r = 0; r < reps; r++) {
+        double t = bench_plain(plain, blobs, bytes);
+        if (t < 0) goto fail;
+        best_plain = t < best_plain ? t : best_plain;
+
+        double t0 = clock_now();
+        ck = bench_ckpt(2 * r, blobs, bytes);
+        double t_copy = clock_now() - t0;
+        if (!ck) goto fail;
+        best_copy = t_copy < best_copy ? t_copy : best_copy;
+        t0 = clock_now();
+        if (store_ckpt_save(s, ck, err) != STATUS_OK) {
+            fprintf(stderr, "bench store: %s\n", err);
+            goto fail;
+        }
+        t = clock_now() - t0;
+        best_store = t < best_store ? t : best_store;
+        store_ckpt_destroy(&ck);
+
+        t0 = clock_now();
+        if (store_ckpt_load_latest(s, 0, &got, err) != STATUS_OK) {
+            fprintf(stderr, "bench store: %s\n", err);
+            goto fail;
+        }
+        t = clock_now() - t0;
+        best_load = t < best_load ? t : best_load;
+        store_ckpt_destroy(&got);
+
+        /* What a training loop pays for a background checkpoint: the snapshot copy and the
+         * hand-off; the write itself runs on the store's thread. */
+        t0 = clock_now();
+        ck = bench_ckpt(2 * r + 1, blobs, bytes);
+        if (!ck) goto fail;
+        store_ckpt_save_async(s, &ck);
+        t = clock_now() - t0;
+        best_call = t < best_call ? t : best_call;
+        store_ckpt_wait(s);
+    }
+    store_writer_stats_t ws;
+    store_writer_stats(s, &ws);
+    if (ws.failed) {
+        fprintf(stderr, "bench store: background write failed: %s\n", ws.last_err);
+        goto fail;
+    }
+
+    printf("plain SQLite, one blob per row, one transaction (ceiling): %8.1f MB/s  (%.3f s)\n",
+           mb / best_plain, best_plain);
+    printf("store_ckpt_save (1 MiB chunks, BLAKE2b-256, prune):        %8.1f MB/s  (%.3f s)\n",
+           mb / best_store, best_store);
+    printf("ratio store / ceiling:                                     %8.2f\n",
+           best_plain / best_store);
+    printf("store_ckpt_load_latest (read + verify every hash):         %8.1f MB/s  (%.3f s)\n",
+           mb / best_load, best_load);
+    printf("background save, caller's cost (snapshot copy + hand-off): %8.1f ms (copy alone "
+           "%.1f ms)\n",
+           1e3 * best_call, 1e3 * best_copy);
+    printf("best of %d; database in %s\n", reps, dir);
+    rc = 0;
+fail:
+    store_ckpt_destroy(&ck);
+    store_ckpt_destroy(&got);
+    store_close(&s);
+    bench_unlink(path);
+    for (int i = 0; i < BENCH_NBLOBS; i++) free(blobs[i]);
+    return rc;
 }

@@ -19,8 +19,9 @@
  *
  * Threads: 4 per tile row (a "quad", always within one warp). For the scores each thread
  * of a quad takes every 4th column of the tile; for the output accumulators each takes
- * every 4th head dimension. Rows in shared memory are padded (+1, +4 floats) so that the
- * 8 rows of a warp fall on different banks. All arithmetic is fp32 (no tensor cores).
+ * every 4th group of 4 head dimensions (KC_DIM). Shared memory is read as float4; rows
+ * are padded by 4 floats so that the rows a warp reads at once fall on different banks.
+ * All arithmetic is fp32 (no tensor cores).
  *
  * Head sizes: any HS <= 128 (padded with zeros to 32, 64 or 128); HS = 64 is the main
  * case. Any T >= 1.
@@ -33,16 +34,47 @@
 #define KC_FULL_MASK 0xffffffffu
 
 /* Shared-memory floats of each kernel, for a head dimension D and a tile of TILE rows. */
-#define KC_DP(D) ((D) + 1)
-#define KC_TP(TILE) ((TILE) + 4)
-#define KC_FWD_SMEM(D, TILE) ((size_t)(3 * (TILE) * KC_DP(D) + (TILE) * KC_TP(TILE)) * 4)
-#define KC_DKV_SMEM(D, TILE)                                                                   \
-    ((size_t)(4 * (TILE) * KC_DP(D) + 2 * (TILE) * KC_TP(TILE) + 2 * (TILE)) * 4)
-#define KC_DQ_SMEM(D, TILE) ((size_t)(4 * (TILE) * KC_DP(D) + (TILE) * KC_TP(TILE)) * 4)
+#define KC_DP(D)             ((D) + 4)
+#define KC_TP(TILE)          ((TILE) + 4)
+#define KC_FWD_SMEM(D, TILE) ((size_t)(3 * (TILE)*KC_DP(D) + (TILE)*KC_TP(TILE)) * 4)
+#define KC_DKV_SMEM(D, TILE)                                                                       \
+    ((size_t)(4 * (TILE)*KC_DP(D) + 2 * (TILE)*KC_TP(TILE) + 2 * (TILE)) * 4)
+#define KC_DQ_SMEM(D, TILE) ((size_t)(4 * (TILE)*KC_DP(D) + (TILE)*KC_TP(TILE)) * 4)
 
 /* Tiles: 64 rows for the forward pass at D <= 64, else 32 (so every kernel fits the
  * 99 KiB of shared memory that sm_86/sm_89 allow per block). */
 #define KC_BWD_TILE 32
+
+/* Head dimension of accumulator e (0 <= e < D/4) of quad lane ql. */
+#define KC_DIM(ql, e) (((e) >> 2) * 16 + (ql)*4 + ((e)&3))
+
+__device__ __forceinline__ float4 kc_ld4(const float *p)
+{
+    return *reinterpret_cast<const float4 *>(p);
+}
+
+__device__ __forceinline__ float kc_dot4(float acc, float4 a, float4 b)
+{
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    return fmaf(a.w, b.w, acc);
+}
+
+/* Component u of v; u is a compile-time constant after unrolling, so no local array. */
+__device__ __forceinline__ float kc_comp(float4 v, int u)
+{
+    return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
+
+/* acc[4 e4 .. 4 e4 + 3] += w * v */
+__device__ __forceinline__ void kc_axpy4(float *acc, float w, float4 v)
+{
+    acc[0] = fmaf(w, v.x, acc[0]);
+    acc[1] = fmaf(w, v.y, acc[1]);
+    acc[2] = fmaf(w, v.z, acc[2]);
+    acc[3] = fmaf(w, v.w, acc[3]);
+}
 
 /* Copies rows [t0, t0 + TILE) of one head of a (B, T, stride) tensor into a padded
  * shared tile, zero beyond T and beyond HS. `src` points at (b, 0, head column 0). */
@@ -64,7 +96,7 @@ __global__ void __launch_bounds__(TILE * 4)
                            const float *__restrict__ qkv, int T, int NH, int HS, float scale)
 {
     constexpr int NS = TILE / 4, ND = D / 4, DP = KC_DP(D), TP = KC_TP(TILE);
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float *Qs = smem, *Ks = Qs + TILE * DP, *Vs = Ks + TILE * DP, *Ps = Vs + TILE * DP;
 
     const int r = threadIdx.x >> 2, ql = threadIdx.x & 3;
@@ -93,11 +125,12 @@ __global__ void __launch_bounds__(TILE * 4)
         float s[NS];
 #pragma unroll
         for (int j = 0; j < NS; j++) s[j] = 0.0f;
-#pragma unroll 4
-        for (int d = 0; d < D; d++) {
-            float qd = Qs[r * DP + d];
+#pragma unroll 2
+        for (int d = 0; d < D; d += 4) {
+            float4 q4 = kc_ld4(&Qs[r * DP + d]);
 #pragma unroll
-            for (int j = 0; j < NS; j++) s[j] += qd * Ks[(ql + 4 * j) * DP + d];
+            for (int j = 0; j < NS; j++)
+                s[j] = kc_dot4(s[j], q4, kc_ld4(&Ks[(ql + 4 * j) * DP + d]));
         }
         float tmax = -INFINITY;
 #pragma unroll
@@ -124,10 +157,14 @@ __global__ void __launch_bounds__(TILE * 4)
         __syncwarp(); /* the quad's P row is complete */
 #pragma unroll
         for (int e = 0; e < ND; e++) o[e] *= alpha;
-        for (int j = 0; j < TILE; j++) {
-            float p = Ps[r * TP + j];
+        for (int j = 0; j < TILE; j += 4) {
+            float4 p4 = kc_ld4(&Ps[r * TP + j]);
 #pragma unroll
-            for (int e = 0; e < ND; e++) o[e] += p * Vs[j * DP + ql + 4 * e];
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int e4 = 0; e4 < ND / 4; e4++)
+                    kc_axpy4(&o[4 * e4], kc_comp(p4, u),
+                             kc_ld4(&Vs[(j + u) * DP + e4 * 16 + ql * 4]));
         }
     }
 
@@ -137,7 +174,7 @@ __global__ void __launch_bounds__(TILE * 4)
         float *orow = out + ((size_t)b * T + qpos) * C + (size_t)h * HS;
 #pragma unroll
         for (int e = 0; e < ND; e++) {
-            int d = ql + 4 * e;
+            int d = KC_DIM(ql, e);
             if (d < HS) orow[d] = o[e] * inv;
         }
         if (ql == 0) lse[(size_t)bh * T + qpos] = m + logf(l);
@@ -168,11 +205,10 @@ template <int D, int TILE>
 __global__ void __launch_bounds__(TILE * 4)
     kc_attn_backward_dkv_kernel(float *dqkv, const float *__restrict__ dout,
                                 const float *__restrict__ qkv, const float *__restrict__ lse,
-                                const float *__restrict__ Drow, int T, int NH, int HS,
-                                float scale)
+                                const float *__restrict__ Drow, int T, int NH, int HS, float scale)
 {
     constexpr int NS = TILE / 4, ND = D / 4, DP = KC_DP(D), TP = KC_TP(TILE);
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float *Ks = smem, *Vs = Ks + TILE * DP, *Qs = Vs + TILE * DP, *dOs = Qs + TILE * DP;
     float *Ps = dOs + TILE * DP, *dSs = Ps + TILE * TP, *Ls = dSs + TILE * TP, *Ds = Ls + TILE;
 
@@ -207,14 +243,14 @@ __global__ void __launch_bounds__(TILE * 4)
         float s[NS], dp[NS];
 #pragma unroll
         for (int j = 0; j < NS; j++) s[j] = dp[j] = 0.0f;
-#pragma unroll 4
-        for (int d = 0; d < D; d++) {
-            float kd = Ks[r * DP + d], vd = Vs[r * DP + d];
+#pragma unroll 2
+        for (int d = 0; d < D; d += 4) {
+            float4 k4 = kc_ld4(&Ks[r * DP + d]), v4 = kc_ld4(&Vs[r * DP + d]);
 #pragma unroll
             for (int j = 0; j < NS; j++) {
                 int i = ql + 4 * j;
-                s[j] += kd * Qs[i * DP + d];
-                dp[j] += vd * dOs[i * DP + d];
+                s[j] = kc_dot4(s[j], k4, kc_ld4(&Qs[i * DP + d]));
+                dp[j] = kc_dot4(dp[j], v4, kc_ld4(&dOs[i * DP + d]));
             }
         }
 #pragma unroll
@@ -226,14 +262,16 @@ __global__ void __launch_bounds__(TILE * 4)
             dSs[r * TP + i] = p * (dp[j] - Ds[i]);
         }
         __syncwarp();
-        for (int i = 0; i < TILE; i++) {
-            float p = Ps[r * TP + i], ds = dSs[r * TP + i];
+        for (int i = 0; i < TILE; i += 4) {
+            float4 p4 = kc_ld4(&Ps[r * TP + i]), ds4 = kc_ld4(&dSs[r * TP + i]);
 #pragma unroll
-            for (int e = 0; e < ND; e++) {
-                int d = ql + 4 * e;
-                dv[e] += p * dOs[i * DP + d];
-                dk[e] += ds * Qs[i * DP + d];
-            }
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int e4 = 0; e4 < ND / 4; e4++) {
+                    int off = (i + u) * DP + e4 * 16 + ql * 4;
+                    kc_axpy4(&dv[4 * e4], kc_comp(p4, u), kc_ld4(&dOs[off]));
+                    kc_axpy4(&dk[4 * e4], kc_comp(ds4, u), kc_ld4(&Qs[off]));
+                }
         }
     }
 
@@ -241,7 +279,7 @@ __global__ void __launch_bounds__(TILE * 4)
         float *grow = dqkv + ((size_t)b * T + kpos) * C3 + (size_t)h * HS;
 #pragma unroll
         for (int e = 0; e < ND; e++) {
-            int d = ql + 4 * e;
+            int d = KC_DIM(ql, e);
             if (d < HS) {
                 grow[C + d] += scale * dk[e];
                 grow[2 * C + d] += dv[e];
@@ -255,11 +293,10 @@ template <int D, int TILE>
 __global__ void __launch_bounds__(TILE * 4)
     kc_attn_backward_dq_kernel(float *dqkv, const float *__restrict__ dout,
                                const float *__restrict__ qkv, const float *__restrict__ lse,
-                               const float *__restrict__ Drow, int T, int NH, int HS,
-                               float scale)
+                               const float *__restrict__ Drow, int T, int NH, int HS, float scale)
 {
     constexpr int NS = TILE / 4, ND = D / 4, DP = KC_DP(D), TP = KC_TP(TILE);
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float *Qs = smem, *dOs = Qs + TILE * DP, *Ks = dOs + TILE * DP, *Vs = Ks + TILE * DP;
     float *dSs = Vs + TILE * DP;
 
@@ -292,14 +329,14 @@ __global__ void __launch_bounds__(TILE * 4)
         float s[NS], dp[NS];
 #pragma unroll
         for (int j = 0; j < NS; j++) s[j] = dp[j] = 0.0f;
-#pragma unroll 4
-        for (int d = 0; d < D; d++) {
-            float qd = Qs[r * DP + d], dod = dOs[r * DP + d];
+#pragma unroll 2
+        for (int d = 0; d < D; d += 4) {
+            float4 q4 = kc_ld4(&Qs[r * DP + d]), do4 = kc_ld4(&dOs[r * DP + d]);
 #pragma unroll
             for (int j = 0; j < NS; j++) {
                 int jj = ql + 4 * j;
-                s[j] += qd * Ks[jj * DP + d];
-                dp[j] += dod * Vs[jj * DP + d];
+                s[j] = kc_dot4(s[j], q4, kc_ld4(&Ks[jj * DP + d]));
+                dp[j] = kc_dot4(dp[j], do4, kc_ld4(&Vs[jj * DP + d]));
             }
         }
 #pragma unroll
@@ -310,10 +347,14 @@ __global__ void __launch_bounds__(TILE * 4)
             dSs[r * TP + jj] = p * (dp[j] - Dr);
         }
         __syncwarp();
-        for (int j = 0; j < TILE; j++) {
-            float ds = dSs[r * TP + j];
+        for (int j = 0; j < TILE; j += 4) {
+            float4 ds4 = kc_ld4(&dSs[r * TP + j]);
 #pragma unroll
-            for (int e = 0; e < ND; e++) dq[e] += ds * Ks[j * DP + ql + 4 * e];
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int e4 = 0; e4 < ND / 4; e4++)
+                    kc_axpy4(&dq[4 * e4], kc_comp(ds4, u),
+                             kc_ld4(&Ks[(j + u) * DP + e4 * 16 + ql * 4]));
         }
     }
 
@@ -321,7 +362,7 @@ __global__ void __launch_bounds__(TILE * 4)
         float *grow = dqkv + ((size_t)b * T + qpos) * C3 + (size_t)h * HS;
 #pragma unroll
         for (int e = 0; e < ND; e++) {
-            int d = ql + 4 * e;
+            int d = KC_DIM(ql, e);
             if (d < HS) grow[d] += scale * dq[e];
         }
     }
@@ -330,18 +371,20 @@ __global__ void __launch_bounds__(TILE * 4)
 /* --- dispatch --------------------------------------------------------------------------- */
 
 /* The padded head dimension for HS, or 0 when HS is not supported. */
-static int kc_attn_dim(int HS) { return HS <= 32 ? 32 : HS <= 64 ? 64 : HS <= 128 ? 128 : 0; }
+static int kc_attn_dim(int HS)
+{
+    return HS <= 32 ? 32 : HS <= 64 ? 64 : HS <= 128 ? 128 : 0;
+}
 
-template <int D, int TILE>
-static int kc_attn_set_smem(kc_ctx *c, int optin)
+template <int D, int TILE> static int kc_attn_set_smem(kc_ctx *c, int optin)
 {
     size_t need[3] = {KC_FWD_SMEM(D, TILE), KC_DKV_SMEM(D, KC_BWD_TILE),
                       KC_DQ_SMEM(D, KC_BWD_TILE)};
     for (int i = 0; i < 3; i++)
         if (need[i] > (size_t)optin) {
             char what[96];
-            snprintf(what, sizeof what, "attention at head size %d needs %zu bytes of shared memory", D,
-                     need[i]);
+            snprintf(what, sizeof what,
+                     "attention at head size %d needs %zu bytes of shared memory", D, need[i]);
             return kc_fail(c, __FILE__, __LINE__, what, "more than the device allows per block",
                            optin);
         }
@@ -351,16 +394,16 @@ static int kc_attn_set_smem(kc_ctx *c, int optin)
            KC_CUDA(c, cudaFuncSetAttribute(kc_attn_backward_dkv_kernel<D, KC_BWD_TILE>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)need[1])) &&
-           KC_CUDA(c, cudaFuncSetAttribute(kc_attn_backward_dq_kernel<D, KC_BWD_TILE>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)need[2]));
+           KC_CUDA(c,
+                   cudaFuncSetAttribute(kc_attn_backward_dq_kernel<D, KC_BWD_TILE>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need[2]));
 }
 
 int kern_cuda_attention_init(kc_ctx *c)
 {
     int optin = 0;
-    if (!KC_CUDA(c, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                           c->device)))
+    if (!KC_CUDA(
+            c, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device)))
         return 0;
     return kc_attn_set_smem<32, 64>(c, optin) && kc_attn_set_smem<64, 64>(c, optin) &&
            kc_attn_set_smem<128, 32>(c, optin);
@@ -372,8 +415,8 @@ static void kc_attn_forward_launch(kc_ctx *c, float *out, float *lse, const floa
 {
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float scale = (float)(1.0 / sqrt((double)HS));
-    kc_attn_forward_kernel<D, TILE><<<grid, TILE * 4, KC_FWD_SMEM(D, TILE), c->stream>>>(
-        out, lse, qkv, T, NH, HS, scale);
+    kc_attn_forward_kernel<D, TILE>
+        <<<grid, TILE * 4, KC_FWD_SMEM(D, TILE), c->stream>>>(out, lse, qkv, T, NH, HS, scale);
     KC_LAUNCHED(c, "kc_attn_forward_kernel");
 }
 
@@ -399,25 +442,29 @@ static int kc_attn_check(kc_ctx *c, int B, int T, int NH, int HS)
     if (kc_attn_dim(HS) && B * NH <= 65535) return 1;
     char what[96];
     snprintf(what, sizeof what, "attention B=%d NH=%d HS=%d", B, NH, HS);
-    return kc_fail(c, __FILE__, __LINE__, what, "unsupported: needs HS <= 128, B*NH <= 65535",
-                   HS);
+    return kc_fail(c, __FILE__, __LINE__, what, "unsupported: needs HS <= 128, B*NH <= 65535", HS);
 }
 
-void kern_cuda_attention_forward(kern_t *k, float *out, float *lse, const float *qkv, int B,
-                                 int T, int NH, int HS)
+void kern_cuda_attention_forward(kern_t *k, float *out, float *lse, const float *qkv, int B, int T,
+                                 int NH, int HS)
 {
     kc_ctx *c = kc_of(k);
     if (!kc_attn_check(c, B, T, NH, HS)) return;
     switch (kc_attn_dim(HS)) {
-    case 32: kc_attn_forward_launch<32, 64>(c, out, lse, qkv, B, T, NH, HS); break;
-    case 64: kc_attn_forward_launch<64, 64>(c, out, lse, qkv, B, T, NH, HS); break;
-    default: kc_attn_forward_launch<128, 32>(c, out, lse, qkv, B, T, NH, HS); break;
+    case 32:
+        kc_attn_forward_launch<32, 64>(c, out, lse, qkv, B, T, NH, HS);
+        break;
+    case 64:
+        kc_attn_forward_launch<64, 64>(c, out, lse, qkv, B, T, NH, HS);
+        break;
+    default:
+        kc_attn_forward_launch<128, 32>(c, out, lse, qkv, B, T, NH, HS);
+        break;
     }
 }
 
 void kern_cuda_attention_backward(kern_t *k, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int NH,
-                                  int HS)
+                                  const float *out, const float *lse, int B, int T, int NH, int HS)
 {
     kc_ctx *c = kc_of(k);
     if (!dqkv || !kc_attn_check(c, B, T, NH, HS)) return;
@@ -428,8 +475,14 @@ void kern_cuda_attention_backward(kern_t *k, float *dqkv, const float *dout, con
         Drow, dout, out, B, T, NH, HS);
     KC_LAUNCHED(c, "kc_attn_rowdot_kernel");
     switch (kc_attn_dim(HS)) {
-    case 32: kc_attn_backward_launch<32>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, HS); break;
-    case 64: kc_attn_backward_launch<64>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, HS); break;
-    default: kc_attn_backward_launch<128>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, HS); break;
+    case 32:
+        kc_attn_backward_launch<32>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, HS);
+        break;
+    case 64:
+        kc_attn_backward_launch<64>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, HS);
+        break;
+    default:
+        kc_attn_backward_launch<128>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, HS);
+        break;
     }
 }

@@ -5,9 +5,11 @@
 
 #include "common/log.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Rows buffered while the write lock is taken; past this the caller waits instead. */
 #define STORE_PEND_MAX 65536
@@ -195,6 +197,10 @@ int store_db_open(const char *path, sqlite3 **out, char *err)
     int64_t app = 0, ver = 0, nobj = 0;
     int rc, st;
     *out = NULL;
+    /* The file holds the peer's secret key: a new one is created private (0600), and SQLite
+     * gives its -wal and -shm files the same mode. */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
     rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     if (rc != SQLITE_OK) {
         st = store_fail(err, path, db, rc, "open");

@@ -408,6 +408,9 @@ static void test_identity(void **state)
     char pa[512];
     snprintf(pa, sizeof pa, "%s", fresh_path());
     store_t *a = open_ok(pa);
+    struct stat sb;
+    assert_int_equal(stat(pa, &sb), 0);
+    assert_int_equal(sb.st_mode & 077, 0); /* the file holds a secret key: private */
     assert_int_equal(store_identity(a, pk1, sk, err), STATUS_OK);
     assert_int_equal(store_identity(a, pk2, NULL, err), STATUS_OK);
     assert_memory_equal(pk1, pk2, sizeof pk1);

@@ -426,6 +426,29 @@ static uint8_t *random_message(demo_t *d, uint64_t seed, size_t *len)
 static void test_aggregate_permutation(void **state)
 {
     (void)state;
+    /* values whose double sum depends on the order: (1e20 + 1) - 1e20 != (1e20 - 1e20) + 1 */
+    {
+        demo_cfg_t cfg = {8, 1, DEMO_VAL_F32, 0.0f};
+        char err[STATUS_ERR_LEN];
+        demo_t *d = demo_new(1, 8, &cfg, err);
+        const float vals[4] = {1e20f, 1.0f, -1e20f, 3e-10f};
+        const uint16_t zero[1] = {0};
+        uint8_t *m[4];
+        size_t l[4];
+        for (int i = 0; i < 4; i++)
+            m[i] = pack_alloc(1, 8, 8, 1, DEMO_VAL_F32, zero, &vals[i], &l[i]);
+        float q0[8], q1[8];
+        const int perms[4][4] = {{0, 1, 2, 3}, {2, 1, 0, 3}, {3, 0, 2, 1}, {1, 3, 2, 0}};
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *ms[4];
+            size_t ls[4];
+            for (int i = 0; i < 4; i++) ms[i] = m[perms[p][i]], ls[i] = l[perms[p][i]];
+            assert_int_equal(demo_aggregate(d, ms, ls, 4, p ? q1 : q0, err), 0);
+            if (p) assert_memory_equal(q0, q1, sizeof q0);
+        }
+        for (int i = 0; i < 4; i++) free(m[i]);
+        demo_destroy(&d);
+    }
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
         demo_cfg_t cfg = {64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f};
         char err[STATUS_ERR_LEN];

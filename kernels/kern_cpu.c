@@ -21,9 +21,15 @@
 /* Below this many elements an elementwise op runs on the calling thread: waking the pool
  * costs more than the work. */
 #define CPU_SERIAL_BELOW 32768
-/* Rows per unit when a matrix product is split across threads (a multiple of the sgemm
- * micro-kernel's row count, so every row sits at the same place in its tile). */
-#define CPU_GEMM_GRAIN 16
+/* A matrix product is cut into chunks of whole output rows, one per thread. OpenBLAS must
+ * compute every row the same way whatever the cut, so chunk edges fall on multiples of
+ * CPU_GEMM_GRAIN rows (a multiple of the kernels' register tiles: cuts at multiples of 16
+ * rows keep the AVX-512 results, of 24 the AVX2 ones; measured on OpenBLAS 0.3.21) and no
+ * chunk is below CPU_GEMM_MIN_MACS multiply-adds (OpenBLAS switches to other "small
+ * matrix" kernels at M*N*K <= 1e6 on AVX-512). A product too small to cut that way runs
+ * whole on one thread. */
+#define CPU_GEMM_GRAIN    48
+#define CPU_GEMM_MIN_MACS 2.1e6
 /* Query/key rows per block in attention: blocks above the causal diagonal are skipped. */
 #define CPU_ATTN_BLOCK 64
 /* sumsq adds this many fixed partial sums in order, whatever the thread count. */
@@ -144,42 +150,60 @@ static void cpu_release(kern_t *k)
 
 /* --- linear algebra ---------------------------------------------------------------- */
 
-/* Products smaller than this many multiply-adds run on one thread. */
-static int cpu_gemm_threads(kern_t *k, double macs)
+/* Chunks for `rows` output rows of `row_macs` multiply-adds each: as many as there are
+ * threads, fewer when a chunk would be too small (see CPU_GEMM_GRAIN). */
+static int cpu_gemm_chunks(int rows, double row_macs, int threads)
 {
-    return macs < 2e5 ? 1 : k->threads;
+    int units = (rows + CPU_GEMM_GRAIN - 1) / CPU_GEMM_GRAIN;
+    int n = threads < units ? threads : units;
+    for (; n > 1; n--) {
+        int ok = 1;
+        for (int c = 0; c < n && ok; c++) {
+            int lo, hi;
+            cpu_split(rows, CPU_GEMM_GRAIN, n, c, &lo, &hi);
+            ok = (double)(hi - lo) * row_macs >= CPU_GEMM_MIN_MACS;
+        }
+        if (ok) break;
+    }
+    return n > 1 ? n : 1;
 }
 
+/* Chunks are fixed before the threads start; a thread takes chunks tid, tid + nth, ... so
+ * that a smaller team than asked for still computes the same chunks. */
 static void cpu_matmul_forward(kern_t *k, float *out, const float *inp, const float *w, int N,
                                int C, int OC)
 {
-#pragma omp parallel num_threads(cpu_gemm_threads(k, (double)N *C *OC))
-    {
+    int chunks = cpu_gemm_chunks(N, (double)C * OC, k->threads);
+#pragma omp parallel num_threads(chunks)
+    for (int c = omp_get_thread_num(); c < chunks; c += omp_get_num_threads()) {
         int lo, hi;
-        cpu_split(N, CPU_GEMM_GRAIN, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        cpu_split(N, CPU_GEMM_GRAIN, chunks, c, &lo, &hi);
         if (hi > lo)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, C, 1.0f,
                         inp + (size_t)lo * C, C, w, C, 0.0f, out + (size_t)lo * OC, OC);
     }
 }
 
-/* dinp is split by rows of N, dw by rows of OC: each thread owns whole output rows, and
- * each output element is one full dot product. */
+/* dinp is cut by rows of N, dw by rows of OC: each chunk owns whole output rows, and each
+ * output element is one full dot product. */
 static void cpu_matmul_backward(kern_t *k, float *dinp, float *dw, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC)
 {
-    if (!dinp && !dw) return;
-#pragma omp parallel num_threads(cpu_gemm_threads(k, (double)N *C *OC))
+    int cin = dinp ? cpu_gemm_chunks(N, (double)C * OC, k->threads) : 0;
+    int cw = dw ? cpu_gemm_chunks(OC, (double)N * C, k->threads) : 0;
+    int team = cin > cw ? cin : cw;
+    if (!team) return;
+#pragma omp parallel num_threads(team)
     {
-        int nth = omp_get_num_threads(), tid = omp_get_thread_num(), lo, hi;
-        if (dinp) {
-            cpu_split(N, CPU_GEMM_GRAIN, nth, tid, &lo, &hi);
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads(), lo, hi;
+        for (int c = tid; c < cin; c += nth) {
+            cpu_split(N, CPU_GEMM_GRAIN, cin, c, &lo, &hi);
             if (hi > lo)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, C, OC, 1.0f,
                             dout + (size_t)lo * OC, OC, w, C, 1.0f, dinp + (size_t)lo * C, C);
         }
-        if (dw) {
-            cpu_split(OC, CPU_GEMM_GRAIN, nth, tid, &lo, &hi);
+        for (int c = tid; c < cw; c += nth) {
+            cpu_split(OC, CPU_GEMM_GRAIN, cw, c, &lo, &hi);
             if (hi > lo)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, C, N, 1.0f, dout + lo,
                             OC, inp, C, 1.0f, dw + (size_t)lo * C, C);
@@ -536,19 +560,25 @@ static void cpu_crossentropy_backward(kern_t *k, float *dlogits, const float *lo
 /* out may be a or b, hence no restrict; lanes only ever touch their own index. */
 static void cpu_add(kern_t *k, float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for simd num_threads(k->threads) schedule(static) if (n >= CPU_SERIAL_BELOW)
+#pragma omp parallel for simd num_threads(k->threads)                                              \
+    schedule(static) if (parallel                                                                  \
+                         : n >= CPU_SERIAL_BELOW)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 static void cpu_axpy(kern_t *k, float *restrict y, float alpha, const float *restrict x, size_t n)
 {
-#pragma omp parallel for simd num_threads(k->threads) schedule(static) if (n >= CPU_SERIAL_BELOW)
+#pragma omp parallel for simd num_threads(k->threads)                                              \
+    schedule(static) if (parallel                                                                  \
+                         : n >= CPU_SERIAL_BELOW)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
 static void cpu_scale(kern_t *k, float *x, float alpha, size_t n)
 {
-#pragma omp parallel for simd num_threads(k->threads) schedule(static) if (n >= CPU_SERIAL_BELOW)
+#pragma omp parallel for simd num_threads(k->threads)                                              \
+    schedule(static) if (parallel                                                                  \
+                         : n >= CPU_SERIAL_BELOW)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
@@ -558,7 +588,8 @@ static double cpu_sumsq(kern_t *k, const float *x, size_t n)
 {
     double part[CPU_SUMSQ_PARTS];
     size_t len = (n + CPU_SUMSQ_PARTS - 1) / CPU_SUMSQ_PARTS;
-#pragma omp parallel for num_threads(k->threads) schedule(static) if (n >= CPU_SERIAL_BELOW)
+#pragma omp parallel for num_threads(k->threads) schedule(static) if (parallel                     \
+                                                                      : n >= CPU_SERIAL_BELOW)
     for (int p = 0; p < CPU_SUMSQ_PARTS; p++) {
         size_t lo = (size_t)p * len < n ? (size_t)p * len : n;
         size_t hi = lo + len < n ? lo + len : n;
@@ -578,19 +609,50 @@ static void cpu_adamw(kern_t *k, float *restrict p, const float *restrict g, flo
                       float *restrict v, size_t n, float lr, float beta1, float beta2, float eps,
                       float wd, int t)
 {
-    float bc1 = (float)(1.0 - pow(beta1, t)), bc2 = (float)(1.0 - pow(beta2, t));
-    float decay = lr * wd;
-#pragma omp parallel for simd num_threads(k->threads) schedule(static) if (n >= CPU_SERIAL_BELOW)
+    /* bias corrections as multipliers: one division and one square root per element */
+    float step = (float)(lr / (1.0 - pow(beta1, t)));
+    float rbc2 = (float)(1.0 / (1.0 - pow(beta2, t)));
+    float keep = 1.0f - lr * wd;
+#pragma omp parallel for simd num_threads(k->threads)                                              \
+    schedule(static) if (parallel                                                                  \
+                         : n >= CPU_SERIAL_BELOW)
     for (size_t i = 0; i < n; i++) {
         float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
         float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
         m[i] = mi;
         v[i] = vi;
-        p[i] = p[i] - decay * p[i] - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        p[i] = keep * p[i] - step * mi / (sqrtf(vi * rbc2) + eps);
     }
 }
 
 /* --- construction ------------------------------------------------------------------ */
+
+/* OpenBLAS picks its kernels when it loads, from a table of CPU models; a model newer than
+ * the library (e.g. OpenBLAS 0.3.21 on Emerald Rapids) falls back to the SSE3 "Prescott"
+ * kernels, 2-3x slower. The choice can only be overridden before the library loads, by
+ * OPENBLAS_CORETYPE in the environment, so all we can do here is say so, once. */
+static void cpu_check_blas_core(void)
+{
+    static int warned;
+    const char *core = openblas_get_corename();
+    if (warned || !core || getenv("OPENBLAS_CORETYPE")) return;
+    __builtin_cpu_init();
+    const char *better = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        better = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        better = "Haswell";
+    static const char *weak[] = {"Prescott", "Core2",       "Penryn", "Dunnington", "Nehalem",
+                                 "Atom",     "Sandybridge", "Katmai", "Coppermine", "Northwood"};
+    for (size_t i = 0; better && i < sizeof weak / sizeof *weak; i++)
+        if (!strcmp(core, weak[i])) {
+            warned = 1;
+            log_warn("kern cpu: OpenBLAS does not know this CPU and uses its %s kernels; set "
+                     "OPENBLAS_CORETYPE=%s in the environment for 2-3x faster matrix products",
+                     core, better);
+        }
+}
 
 kern_t *kern_cpu_new(int threads, char *err)
 {
@@ -606,6 +668,7 @@ kern_t *kern_cpu_new(int threads, char *err)
 
     /* OpenBLAS gets no threads of its own: we split its work across ours. */
     openblas_set_num_threads(1);
+    cpu_check_blas_core();
 
     k->name = "cpu";
     k->threads = threads;

@@ -1,6 +1,12 @@
 /* codec.c — the activation codecs (f32, f16, bf16, blockwise int8 and int4), their
  * header, CRC-32C and the never-trust decoder. Format: docs/codec-format.md.
  * Not for: DeMo messages (demo.c), transport, allocation of tensors. */
+/* These loops must vectorize even in -O2 builds (GCC's -O2 cost model skips loops
+ * with unknown trip counts; -O3 is 4-5x faster here). Vectorizing them changes no
+ * result: no reductions are reordered and no float contraction is enabled. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
+#pragma GCC optimize("O3")
+#endif
 #include "compress/codec.h"
 #include "compress/codec_internal.h"
 #include "common/status.h"

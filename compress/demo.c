@@ -2,6 +2,12 @@
  * the message format (docs/codec-format.md) with its never-trust parser, and the
  * deterministic aggregation. See demo.h for the contract and the choices made.
  * Not for: networking, the model, the optimizer (weight decay, schedules, clipping). */
+/* These loops must vectorize even in -O2 builds (GCC's -O2 cost model skips loops
+ * with unknown trip counts; -O3 is 4-5x faster here). Vectorizing them changes no
+ * result: no reductions are reordered and no float contraction is enabled. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
+#pragma GCC optimize("O3")
+#endif
 #include "compress/demo.h"
 #include "compress/codec.h"
 #include "compress/codec_internal.h"

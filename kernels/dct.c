@@ -1,6 +1,12 @@
 /* dct.c — chunked orthonormal DCT-II / DCT-III on the CPU, by small per-tile matrix
  * products written as axpy loops (vectorized over the contiguous dimension).
  * Not for: top-k, packing or any DeMo state (compress/demo.c). */
+/* These loops must vectorize even in -O2 builds (GCC's -O2 cost model skips loops
+ * with unknown trip counts; -O3 is 4-5x faster here). Vectorizing them changes no
+ * result: no reductions are reordered and no float contraction is enabled. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
+#pragma GCC optimize("O3")
+#endif
 #include "kernels/dct.h"
 #include "common/status.h"
 

@@ -21,7 +21,7 @@
  *
  * Sign-only scale: ONE f32 per message (per tensor per sender) = the mean |value| of the
  * transmitted coefficients, i.e. the L2-best s for v ~ s*sign(v). Four bytes per tensor
- * (< 2% of a sign message at the defaults) buy: senders weighted by how much momentum
+ * (~2-3% of a sign k=4 message of a 256x256 matrix) buy: senders weighted by how much momentum
  * they hold in the mean (a replica with a tiny D cannot flip a coefficient the others
  * agree on with large D), and decoded coefficients on the scale of the real ones, so
  * the same aggregate works if the update rule ever stops being sign(Q). A coefficient
@@ -36,8 +36,8 @@
  * dense f32 tensor + 32 header bytes), and dense tiles remove all of D. Why not always
  * dense f32 for norms: the small model has 17 norms of 256; dense f32 would be 17.4 kB
  * per step, about as much as ALL of its matrices at sign k=4 (~18 kB) and 4x their cost
- * at k=1, to move 0.07% of the parameters. Through DeMo a 256-norm costs 640 B at k=32
- * f32, 58 B at sign k=4, 44 B at sign k=1 (header included), and norms keep the
+ * at k=1, to move 0.07% of the parameters. Through DeMo a 256-norm costs 672 B at k=32
+ * f32, 50 B at sign k=4, 37 B at sign k=1 (32-byte header included), and norms keep the
  * error-feedback semantics of every other tensor (nothing untransmitted is lost).
  *
  * Determinism: extract and aggregate use only kernels/dct.c's fixed-order loops;

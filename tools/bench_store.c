@@ -6,6 +6,7 @@
 #include "tools/cmd.h"
 
 #include "common/clock.h"
+#include "peer/train.h"
 #include "store/store.h"
 
 #include <getopt.h>
@@ -75,19 +76,60 @@ static store_ckpt_t *bench_ckpt(int64_t step, unsigned char *const *blobs, size_
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: swarmtrain bench store [--dir DIR] [--reps N]\n"
-               "  --dir DIR   where the scratch databases go (default /tmp)\n"
-               "  --reps N    repetitions; the best of each is reported (default 3)\n");
+    fprintf(f, "usage: swarmtrain bench store [--dir DIR] [--reps N] [--steps N] [--threads N]\n"
+               "  --dir DIR     where the scratch databases go (default /tmp)\n"
+               "  --reps N      repetitions; the best of each is reported (default 3)\n"
+               "  --steps N     training steps per arm of the step-overhead run (default 6)\n"
+               "  --threads N   training threads (default 2)\n");
+}
+
+/* Training-step time of the `small` model with a background checkpoint after every step
+ * against none, arms interleaved (none, every step, none, every step) so drift in the
+ * machine's speed hits both alike. */
+static int bench_step_overhead(const char *dir, int steps, int threads)
+{
+    char err[STATUS_ERR_LEN], db[1024];
+    FILE *devnull = fopen("/dev/null", "w");
+    if (!devnull) return 1;
+    double tps[2] = {0, 0};
+    int failed = 0, rc = 0;
+    snprintf(db, sizeof db, "%s/swarmtrain-bench-steps-%d.db", dir, (int)getpid());
+    for (int round = 0; round < 2 && !rc; round++)
+        for (int arm = 0; arm < 2 && !rc; arm++) {
+            train_options_t o = train_defaults();
+            config_preset(&o.cfg, "small", NULL);
+            o.steps = steps + 1; /* the first step is not timed */
+            o.opt.total_steps = o.steps;
+            o.threads = threads;
+            o.val_batches = 1;
+            o.log = devnull;
+            bench_unlink(db);
+            if (arm) o.db = db, o.checkpoint_every = 1, o.keep = 2;
+            train_result_t r;
+            if ((rc = train_run(&o, &r, err))) fprintf(stderr, "bench store: %s\n", err);
+            tps[arm] += r.tokens_per_s / 2;
+            failed += r.checkpoints_failed;
+        }
+    bench_unlink(db);
+    fclose(devnull);
+    if (rc) return 1;
+    printf("training step, small, %d threads, %d timed steps per arm, 2 rounds interleaved:\n", threads, steps);
+    printf("  no checkpoints:                    %8.0f tokens/s\n", tps[0]);
+    printf("  background checkpoint every step:  %8.0f tokens/s  (%d writes failed)\n", tps[1], failed);
+    printf("  overhead:                          %8.1f %%\n", 100.0 * (1.0 - tps[1] / tps[0]));
+    return failed ? 1 : 0;
 }
 
 int bench_store(int argc, char **argv)
 {
     static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},
                                          {"reps", required_argument, NULL, 'r'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"threads", required_argument, NULL, 't'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *dir = "/tmp";
-    int reps = 3, c, rc = 1;
+    int reps = 3, steps = 6, threads = 2, c, rc = 1;
     char err[STATUS_ERR_LEN], path[1024], plain[1024];
     unsigned char *blobs[BENCH_NBLOBS] = {NULL};
     const size_t bytes = (size_t)BENCH_SMALL_PARAMS * sizeof(float);
@@ -104,6 +146,12 @@ int bench_store(int argc, char **argv)
         case 'r':
             reps = atoi(optarg);
             break;
+        case 's':
+            steps = atoi(optarg);
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -112,7 +160,7 @@ int bench_store(int argc, char **argv)
             return 2;
         }
     }
-    if (reps < 1 || optind < argc) {
+    if (reps < 1 || steps < 1 || threads < 1 || optind < argc) {
         bench_usage(stderr);
         return 2;
     }
@@ -199,7 +247,9 @@ int bench_store(int argc, char **argv)
            "%.1f ms)\n",
            1e3 * best_call, 1e3 * best_copy);
     printf("best of %d; database in %s\n", reps, dir);
-    rc = 0;
+    store_close(&s);
+    bench_unlink(path);
+    rc = bench_step_overhead(dir, steps, threads);
 fail:
     store_ckpt_destroy(&ck);
     store_ckpt_destroy(&got);

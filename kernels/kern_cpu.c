@@ -630,12 +630,12 @@ static void cpu_adamw(kern_t *k, float *restrict p, const float *restrict g, flo
 /* OpenBLAS picks its kernels when it loads, from a table of CPU models; a model newer than
  * the library (e.g. OpenBLAS 0.3.21 on Emerald Rapids) falls back to the SSE3 "Prescott"
  * kernels, 2-3x slower. The choice can only be overridden before the library loads, by
- * OPENBLAS_CORETYPE in the environment, so all we can do here is say so, once. */
-static void cpu_check_blas_core(void)
+ * OPENBLAS_CORETYPE in the environment: the swarmtrain binary re-executes itself with it
+ * (tools/main.c); a library user is told once. */
+const char *kern_cpu_blas_better_core(void)
 {
-    static int warned;
     const char *core = openblas_get_corename();
-    if (warned || !core || getenv("OPENBLAS_CORETYPE")) return;
+    if (!core || getenv("OPENBLAS_CORETYPE")) return NULL;
     __builtin_cpu_init();
     const char *better = NULL;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -646,12 +646,19 @@ static void cpu_check_blas_core(void)
     static const char *weak[] = {"Prescott", "Core2",       "Penryn", "Dunnington", "Nehalem",
                                  "Atom",     "Sandybridge", "Katmai", "Coppermine", "Northwood"};
     for (size_t i = 0; better && i < sizeof weak / sizeof *weak; i++)
-        if (!strcmp(core, weak[i])) {
-            warned = 1;
-            log_warn("kern cpu: OpenBLAS does not know this CPU and uses its %s kernels; set "
-                     "OPENBLAS_CORETYPE=%s in the environment for 2-3x faster matrix products",
-                     core, better);
-        }
+        if (!strcmp(core, weak[i])) return better;
+    return NULL;
+}
+
+static void cpu_check_blas_core(void)
+{
+    static int warned;
+    const char *better = kern_cpu_blas_better_core();
+    if (warned || !better) return;
+    warned = 1;
+    log_warn("kern cpu: OpenBLAS does not know this CPU and uses its %s kernels; set "
+             "OPENBLAS_CORETYPE=%s in the environment for 2-3x faster matrix products",
+             openblas_get_corename(), better);
 }
 
 kern_t *kern_cpu_new(int threads, char *err)

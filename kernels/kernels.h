@@ -145,6 +145,12 @@ void kern_destroy(kern_t **k);
 /* Fills host memory freqs (T, HS/2, 2) with (cos, sin) of t * theta^(-2i/HS). */
 void kern_rope_freqs(float *freqs, int T, int HS, float theta);
 
+/* When OpenBLAS runs generic kernels on a CPU it did not recognize although a much faster
+ * kernel set fits it ("SkylakeX", "Haswell"), the name of that set; else NULL (also when
+ * OPENBLAS_CORETYPE is already set). It takes effect only through OPENBLAS_CORETYPE
+ * in the environment before the library loads. */
+const char *kern_cpu_blas_better_core(void);
+
 /* Backend constructors, used by kern_new. Each returns NULL and fills err on failure. */
 kern_t *kern_ref_new(char *err);
 kern_t *kern_cpu_new(int threads, char *err);

@@ -1,8 +1,11 @@
 /* main.c — the swarmtrain binary: dispatches to a subcommand. */
+#include "kernels/kernels.h"
 #include "tools/cmd.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -22,8 +25,28 @@ static void usage(FILE *f)
         fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].help);
 }
 
+/* Thread pools and BLAS kernels are chosen when their libraries load, from the
+ * environment, so the right settings need a fresh start of this process:
+ * - OPENBLAS_CORETYPE when OpenBLAS would run generic kernels on a CPU it does not know
+ *   (2-3x slower matrix products; kernels/kern_cpu.c);
+ * - OMP_WAIT_POLICY=PASSIVE: idle OpenMP threads sleep instead of spinning, so peers
+ *   sharing a machine's cores do not starve each other.
+ * Either is left alone when the user set it. One re-exec at most (SWARMTRAIN_REEXEC). */
+static void tune_environment(char **argv)
+{
+    if (getenv("SWARMTRAIN_REEXEC")) return;
+    int again = 0;
+    const char *core = kern_cpu_blas_better_core();
+    if (core) again = !setenv("OPENBLAS_CORETYPE", core, 0);
+    if (!getenv("OMP_WAIT_POLICY")) again |= !setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    if (!again) return;
+    setenv("SWARMTRAIN_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv); /* on failure: go on with the libraries as loaded */
+}
+
 int main(int argc, char **argv)
 {
+    tune_environment(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

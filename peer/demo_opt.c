@@ -83,12 +83,21 @@ void demo_opt_destroy(demo_opt_t **op)
 
 size_t demo_opt_msg_size(const demo_opt_t *o) { return o->msg_size; }
 
+void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
+{
+    float lr = optim_lr(oc, step);
+    float *p = stage_params(o->st);
+    for (int i = 0; i < o->n; i++)
+        if (o->tab[i].decay && oc->wd > 0)
+            o->k->scale(o->k, p + o->tab[i].offset, 1.0f - lr * oc->wd, o->tab[i].numel);
+}
+
 int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, float grad_scale,
                      uint8_t *msg, float *grad_norm, char *err)
 {
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
-    float *p = stage_params(o->st), *g = stage_grads(o->st);
+    float *g = stage_grads(o->st);
     double norm = grad_scale * sqrt(k->sumsq(k, g, P));
     if (grad_norm) *grad_norm = (float)norm;
     if (!isfinite(norm)) return status_set(err, STATUS_EINVAL, "demo: gradient is not finite");
@@ -96,8 +105,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     if (oc->clip > 0 && norm > oc->clip) scale *= (float)(oc->clip / norm);
     if (scale != 1.0f) k->scale(k, g, scale, P);
     float lr = optim_lr(oc, step);
-    for (int i = 0; i < o->n; i++)
-        if (o->tab[i].decay && oc->wd > 0) k->scale(k, p + o->tab[i].offset, 1.0f - lr * oc->wd, o->tab[i].numel);
+    demo_opt_decay(o, oc, step);
     const float *hg = g;
     if (k->on_device) {
         k->download(k, o->hg, g, P * sizeof(float));

@@ -43,6 +43,11 @@ size_t demo_opt_msg_size(const demo_opt_t *o);
 int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, float grad_scale,
                      uint8_t *msg, float *grad_norm, char *err);
 
+/* The decoupled weight decay of step `step` alone (p *= 1 - lr*wd on decayed tensors):
+ * part of demo_opt_prepare, and what a replica that follows the pool's update without
+ * contributing to it must do before demo_opt_apply. */
+void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step);
+
 /* Applies the pool's step: msgs are the m stage messages of step `step` (this replica's
  * among them, any order); per tensor, every coefficient is the mean over the senders
  * that sent it, Q = IDCT of that, p -= lr * sign(Q). The result is bit-identical on every

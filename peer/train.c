@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/status.h"
+#include "compress/codec.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
 #include "peer/model.h"
@@ -39,6 +40,109 @@ train_options_t train_defaults(void)
     return o;
 }
 
+static const char *vfmt_name(int v) { return v == DEMO_VAL_SIGN ? "sign" : v == DEMO_VAL_BF16 ? "bf16" : "f32"; }
+
+size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
+{
+    char cfg[512];
+    config_to_text(&o->cfg, cfg, sizeof cfg);
+    int w = snprintf(buf, n,
+                     "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
+                     "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
+                     "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
+                     "demo_values=%s\ndemo_beta=%.9g\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
+                     cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
+                     o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
+                     o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
+                     (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip,
+                     (double)o->opt.beta1, (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk,
+                     o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
+                     o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
+    if (w < 0) return 0;
+    return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
+}
+
+static int parse_num(const char *key, const char *v, double lo, double hi, double *out, char *err)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi))
+        return status_set(err, STATUS_EMALFORMED, "run setting %s=%s is out of range", key, v);
+    *out = x;
+    return 0;
+}
+
+int train_options_from_text(train_options_t *o, const char *text, char *err)
+{
+    static const char *model_keys[] = {"vocab", "dim", "layers", "heads", "ffn", "seq",
+                                       "norm_eps", "rope_theta", "batch", "stages"};
+    char line[256];
+    const char *p = text;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (len >= sizeof line) return status_set(err, STATUS_EMALFORMED, "run text: line too long");
+        memcpy(line, p, len);
+        line[len] = 0;
+        p += len + (nl ? 1 : 0);
+        if (!len) continue;
+        char *v = strchr(line, '=');
+        if (!v) return status_set(err, STATUS_EMALFORMED, "run text: '%s' has no '='", line);
+        *v++ = 0;
+        int is_model = 0;
+        for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys; i++) is_model |= !strcmp(line, model_keys[i]);
+        if (is_model) {
+            if (config_set(&o->cfg, line, v, err)) return STATUS_EMALFORMED;
+            continue;
+        }
+        double x = 0;
+        int rc = 0;
+#define NUM(k, lo, hi, dst)                                                                        \
+    else if (!strcmp(line, k)) {                                                                   \
+        if (!(rc = parse_num(line, v, lo, hi, &x, err))) dst;                                     \
+    }
+        if (!strcmp(line, "optimizer")) {
+            if (!strcmp(v, "adamw")) o->optimizer = TRAIN_ADAMW;
+            else if (!strcmp(v, "demo")) o->optimizer = TRAIN_DEMO;
+            else rc = status_set(err, STATUS_EMALFORMED, "run text: optimizer '%s'", v);
+        } else if (!strcmp(line, "schedule")) {
+            if (!strcmp(v, "constant")) o->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
+            else if (!strcmp(v, "cosine")) o->opt.schedule = OPTIM_SCHEDULE_COSINE;
+            else rc = status_set(err, STATUS_EMALFORMED, "run text: schedule '%s'", v);
+        } else if (!strcmp(line, "demo_values")) {
+            if (!strcmp(v, "f32")) o->demo.vfmt = DEMO_VAL_F32;
+            else if (!strcmp(v, "bf16")) o->demo.vfmt = DEMO_VAL_BF16;
+            else if (!strcmp(v, "sign")) o->demo.vfmt = DEMO_VAL_SIGN;
+            else rc = status_set(err, STATUS_EMALFORMED, "run text: demo_values '%s'", v);
+        } else if (!strcmp(line, "codec")) {
+            o->codec = strcmp(v, "none") ? codec_by_name(v) : -1;
+            if (strcmp(v, "none") && o->codec < 0) rc = status_set(err, STATUS_EMALFORMED, "run text: codec '%s'", v);
+        }
+        NUM("replicas", 1, 1 << 20, o->replicas = (int)x)
+        NUM("accum", 1, 1 << 20, o->accum = (int)x)
+        NUM("seed", 0, 1.8e19, o->seed = (uint64_t)x)
+        NUM("steps", 0, 2e9, o->steps = (int)x)
+        NUM("lr", 0, 1e3, o->opt.lr = (float)x)
+        NUM("warmup", 0, 2e9, o->opt.warmup = (int)x)
+        NUM("min_lr_frac", 0, 1, o->opt.min_lr_frac = (float)x)
+        NUM("wd", 0, 1e3, o->opt.wd = (float)x)
+        NUM("clip", 0, 1e30, o->opt.clip = (float)x)
+        NUM("beta1", 0, 1, o->opt.beta1 = (float)x)
+        NUM("beta2", 0, 1, o->opt.beta2 = (float)x)
+        NUM("eps", 0, 1, o->opt.eps = (float)x)
+        NUM("demo_chunk", 1, 256, o->demo.chunk = (int)x)
+        NUM("demo_k", 1, 65536, o->demo.k = (int)x)
+        NUM("demo_beta", 0, 1, o->demo.beta = (float)x)
+        NUM("codec_block", 0, 1 << 20, o->codec_block = (uint32_t)x)
+        NUM("val_batches", 1, 1 << 20, o->val_batches = (int)x)
+        else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);
+#undef NUM
+        if (rc) return STATUS_EMALFORMED;
+    }
+    o->opt.total_steps = o->steps;
+    return config_validate(&o->cfg, err) ? STATUS_EMALFORMED : 0;
+}
+
 typedef struct {
     const train_options_t *o;
     kern_t *k;
@@ -50,7 +154,7 @@ typedef struct {
     const uint8_t **ptrs;
     size_t *lens;
     store_t *db;
-    char run_text[1024]; /* everything a resumed run must share with the original */
+    char run_text[2048]; /* everything a resumed run must share with the original */
     char run_hash[17];
     int32_t *tok, *tgt;
 } run_t;
@@ -326,17 +430,8 @@ static int setup(run_t *run, char *err)
     }
 
     /* What must match for a resumed run to continue the same run. */
-    char cfg_text[512];
-    config_to_text(c, cfg_text, sizeof cfg_text);
-    snprintf(run->run_text, sizeof run->run_text,
-             "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
-             "\nlr=%.9g\nwarmup=%d\nschedule=%d\nsteps=%d\nwd=%.9g\nclip=%.9g\nbeta1=%.9g\nbeta2=%.9g\n"
-             "demo=%d,%d,%d,%.9g\ncodec=%d,%u\ndata=%s\n",
-             cfg_text, c->batch, c->stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw", o->replicas,
-             o->accum, o->seed, (double)o->opt.lr, o->opt.warmup, o->opt.schedule, o->opt.total_steps,
-             (double)o->opt.wd, (double)o->opt.clip, (double)o->opt.beta1, (double)o->opt.beta2,
-             o->demo.chunk, o->demo.k, (int)o->demo.vfmt, (double)o->demo.beta, o->codec,
-             o->codec_block, path);
+    size_t tl = train_options_to_text(o, run->run_text, sizeof run->run_text);
+    snprintf(run->run_text + tl, sizeof run->run_text - tl, "data=%s\n", path);
     snprintf(run->run_hash, sizeof run->run_hash, "%016" PRIx64, rng_hash_str(run->run_text));
     if (o->db) {
         if (!(run->db = store_open(o->db, err))) return STATUS_EIO;
@@ -385,8 +480,7 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         r.demo_bytes_per_param = (double)bytes / (double)P;
         fprintf(log, "demo: chunk %d, k %d, values %s, beta %g: %zu bytes per replica per step = "
                      "%.4f bytes/param (dense f32 gradient: 4)\n",
-                o->demo.chunk, o->demo.k,
-                o->demo.vfmt == DEMO_VAL_SIGN ? "sign" : o->demo.vfmt == DEMO_VAL_BF16 ? "bf16" : "f32",
+                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt),
                 (double)o->demo.beta, bytes, r.demo_bytes_per_param);
     }
     int64_t start = 0;

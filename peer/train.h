@@ -58,6 +58,16 @@ typedef struct {
  * 20 val batches, no codec, no store. */
 train_options_t train_defaults(void);
 
+/* The run's settings that every process training the same run must share (model
+ * shape, batch, stages, optimizer and its schedule, DeMo, codec, seed, steps), as
+ * "key=value\n" text — not the device, threads, data path, store or log. Returns the
+ * length (truncated to n-1). */
+size_t train_options_to_text(const train_options_t *o, char *buf, size_t n);
+
+/* Reads text from train_options_to_text into o (other fields untouched); unknown keys
+ * and bad values are refused with STATUS_EMALFORMED. */
+int train_options_from_text(train_options_t *o, const char *text, char *err);
+
 /* Runs training; 0, or a status with the reason in err. */
 int train_run(const train_options_t *o, train_result_t *res, char *err);
 

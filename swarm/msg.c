@@ -1,0 +1,359 @@
+/* msg.c — encoding and decoding of swarmtrain message headers and member tables
+ * (docs/protocol.md). Readers check every length before every read. */
+#include "swarm/msg.h"
+#include "common/status.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- a bounded little-endian writer and reader ------------------------------------ */
+
+typedef struct {
+    uint8_t *p;
+    size_t cap, n;
+    int overflow;
+} wbuf_t;
+
+static void w_bytes(wbuf_t *w, const void *src, size_t n)
+{
+    if (w->overflow || n > w->cap - w->n) {
+        w->overflow = 1;
+        return;
+    }
+    memcpy(w->p + w->n, src, n);
+    w->n += n;
+}
+
+static void w_u(wbuf_t *w, uint64_t v, int bytes)
+{
+    uint8_t b[8];
+    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    w_bytes(w, b, (size_t)bytes);
+}
+
+static void w_f32(wbuf_t *w, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    w_u(w, u, 4);
+}
+
+/* Strings: u16 length, then the bytes (no terminator). */
+static void w_str(wbuf_t *w, const char *s, size_t max)
+{
+    size_t n = strnlen(s, max + 1);
+    if (n > max) {
+        w->overflow = 1;
+        return;
+    }
+    w_u(w, n, 2);
+    w_bytes(w, s, n);
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t len, n;
+    int bad;
+} rbuf_t;
+
+static int r_bytes(rbuf_t *r, void *dst, size_t n)
+{
+    if (r->bad || n > r->len - r->n) {
+        r->bad = 1;
+        if (dst) memset(dst, 0, n);
+        return -1;
+    }
+    if (dst) memcpy(dst, r->p + r->n, n);
+    r->n += n;
+    return 0;
+}
+
+static uint64_t r_u(rbuf_t *r, int bytes)
+{
+    uint8_t b[8];
+    if (r_bytes(r, b, (size_t)bytes)) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+static float r_f32(rbuf_t *r)
+{
+    uint32_t u = (uint32_t)r_u(r, 4);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Reads a string of at most max bytes into dst (max+1 bytes); embedded NULs refused. */
+static void r_str(rbuf_t *r, char *dst, size_t max)
+{
+    size_t n = (size_t)r_u(r, 2);
+    if (r->bad || n > max || n > r->len - r->n) {
+        r->bad = 1;
+        dst[0] = 0;
+        return;
+    }
+    memcpy(dst, r->p + r->n, n);
+    dst[n] = 0;
+    if (strlen(dst) != n) r->bad = 1;
+    r->n += n;
+}
+
+/* ---- headers -------------------------------------------------------------------- */
+
+int msg_payloads(int type)
+{
+    switch (type) {
+    case MSG_WELCOME: return 2;
+    case MSG_FWD: return 2;
+    case MSG_BWD: return 1;
+    case MSG_GOSSIP:
+    case MSG_PROGRESS:
+    case MSG_EXCH:
+    case MSG_STATE_REP:
+    case MSG_STATUS_REP: return 1;
+    default: return 0;
+    }
+}
+
+const char *msg_type_name(int type)
+{
+    static const char *names[] = {"?",         "HELLO",    "WELCOME",   "GOSSIP",    "LEAVE",
+                                  "FWD",       "BWD",      "NACK",      "PROGRESS",  "STEP_DONE",
+                                  "EXCH",      "STATE_REQ", "STATE_REP", "STATUS_REQ", "STATUS_REP",
+                                  "ERROR"};
+    return type >= 1 && type <= MSG_TYPE_MAX ? names[type] : "?";
+}
+
+const char *msg_id_short(const uint8_t id[MSG_ID_LEN], char buf[9])
+{
+    snprintf(buf, 9, "%02x%02x%02x%02x", id[0], id[1], id[2], id[3]);
+    return buf;
+}
+
+static void w_mb(wbuf_t *w, const msg_mb_t *mb)
+{
+    w_u(w, (uint64_t)mb->step, 8);
+    w_u(w, mb->index, 4);
+    w_u(w, mb->attempt, 2);
+    w_u(w, mb->kind, 1);
+}
+
+static void r_mb(rbuf_t *r, msg_mb_t *mb)
+{
+    mb->step = (int64_t)r_u(r, 8);
+    mb->index = (uint32_t)r_u(r, 4);
+    mb->attempt = (uint16_t)r_u(r, 2);
+    mb->kind = (uint8_t)r_u(r, 1);
+    if (mb->kind > 1 || mb->step < 0) r->bad = 1;
+}
+
+int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
+{
+    if (m->type < 1 || m->type > MSG_TYPE_MAX)
+        return status_set(err, STATUS_EINVAL, "msg_encode: unknown type %d", m->type);
+    wbuf_t w = {.p = buf, .cap = cap};
+    w_bytes(&w, "SWT", 3);
+    w_u(&w, MSG_VERSION, 1);
+    w_u(&w, m->type, 1);
+    w_u(&w, m->flags, 1);
+    w_u(&w, 0, 2);
+    w_u(&w, m->swarm, 8);
+    w_bytes(&w, m->sender, MSG_ID_LEN);
+    w_u(&w, m->seq, 8);
+    switch (m->type) {
+    case MSG_HELLO:
+        w_str(&w, m->addr, MSG_ADDR_MAX);
+        w_u(&w, (uint16_t)m->stage, 2);
+        break;
+    case MSG_WELCOME: w_str(&w, m->addr, MSG_ADDR_MAX); break;
+    case MSG_FWD:
+    case MSG_BWD:
+    case MSG_NACK:
+        w_mb(&w, &m->mb);
+        w_u(&w, (uint16_t)m->stage, 2);
+        if (m->nroute > MSG_ROUTE_MAX)
+            return status_set(err, STATUS_EINVAL, "msg_encode: route of %d hops", m->nroute);
+        w_u(&w, m->nroute, 1);
+        for (int i = 0; i < m->nroute; i++) w_bytes(&w, m->route[i], MSG_ID_LEN);
+        w_f32(&w, m->loss);
+        if (m->type == MSG_NACK) w_str(&w, m->text, MSG_TEXT_MAX);
+        break;
+    case MSG_PROGRESS:
+    case MSG_STEP_DONE:
+    case MSG_EXCH:
+        w_u(&w, (uint16_t)m->stage, 2);
+        w_u(&w, (uint64_t)m->step, 8);
+        w_u(&w, m->count, 4);
+        w_u(&w, m->hash, 8);
+        break;
+    case MSG_STATE_REQ:
+    case MSG_STATE_REP:
+        w_u(&w, (uint16_t)m->stage, 2);
+        w_u(&w, (uint64_t)m->step, 8);
+        w_u(&w, m->offset, 8);
+        w_u(&w, m->total, 8);
+        w_u(&w, m->length, 4);
+        w_bytes(&w, m->state_hash, 32);
+        break;
+    case MSG_LEAVE:
+    case MSG_ERROR:
+        w_u(&w, (uint16_t)m->code, 2);
+        w_str(&w, m->text, MSG_TEXT_MAX);
+        break;
+    default: break; /* GOSSIP, STATUS_REQ, STATUS_REP: header only */
+    }
+    if (w.overflow)
+        return status_set(err, STATUS_EINVAL, "msg_encode: %s does not fit (%zu bytes)",
+                          msg_type_name(m->type), cap);
+    *len = w.n;
+    return 0;
+}
+
+int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
+{
+    rbuf_t r = {.p = buf, .len = len};
+    char magic[3];
+    memset(m, 0, sizeof *m);
+    r_bytes(&r, magic, 3);
+    int version = (int)r_u(&r, 1);
+    if (r.bad || memcmp(magic, "SWT", 3)) goto malformed;
+    if (version != MSG_VERSION)
+        return status_set(err, STATUS_EVERSION, "message version %d (this peer speaks %d)", version,
+                          MSG_VERSION);
+    m->type = (uint8_t)r_u(&r, 1);
+    m->flags = (uint8_t)r_u(&r, 1);
+    if (r_u(&r, 2) != 0 || m->type < 1 || m->type > MSG_TYPE_MAX) goto malformed;
+    m->swarm = r_u(&r, 8);
+    r_bytes(&r, m->sender, MSG_ID_LEN);
+    m->seq = r_u(&r, 8);
+    switch (m->type) {
+    case MSG_HELLO:
+        r_str(&r, m->addr, MSG_ADDR_MAX);
+        m->stage = (int16_t)r_u(&r, 2);
+        if (m->stage < -1) goto malformed;
+        break;
+    case MSG_WELCOME: r_str(&r, m->addr, MSG_ADDR_MAX); break;
+    case MSG_FWD:
+    case MSG_BWD:
+    case MSG_NACK:
+        r_mb(&r, &m->mb);
+        m->stage = (int16_t)r_u(&r, 2);
+        m->nroute = (uint8_t)r_u(&r, 1);
+        if (m->nroute > MSG_ROUTE_MAX || m->stage < 0 || m->stage >= MSG_ROUTE_MAX) goto malformed;
+        for (int i = 0; i < m->nroute; i++) r_bytes(&r, m->route[i], MSG_ID_LEN);
+        m->loss = r_f32(&r);
+        if (m->type == MSG_NACK) r_str(&r, m->text, MSG_TEXT_MAX);
+        break;
+    case MSG_PROGRESS:
+    case MSG_STEP_DONE:
+    case MSG_EXCH:
+        m->stage = (int16_t)r_u(&r, 2);
+        m->step = (int64_t)r_u(&r, 8);
+        m->count = (uint32_t)r_u(&r, 4);
+        m->hash = r_u(&r, 8);
+        if (m->stage < 0 || m->step < 0) goto malformed;
+        break;
+    case MSG_STATE_REQ:
+    case MSG_STATE_REP:
+        m->stage = (int16_t)r_u(&r, 2);
+        m->step = (int64_t)r_u(&r, 8);
+        m->offset = r_u(&r, 8);
+        m->total = r_u(&r, 8);
+        m->length = (uint32_t)r_u(&r, 4);
+        r_bytes(&r, m->state_hash, 32);
+        if (m->stage < 0 || m->step < -1 || m->offset > m->total) goto malformed;
+        break;
+    case MSG_LEAVE:
+    case MSG_ERROR:
+        m->code = (int16_t)r_u(&r, 2);
+        r_str(&r, m->text, MSG_TEXT_MAX);
+        break;
+    default: break;
+    }
+    if (r.bad || r.n != len) goto malformed;
+    return 0;
+malformed:
+    return status_set(err, STATUS_EMALFORMED, "malformed %s message (%zu bytes)",
+                      msg_type_name(m->type), len);
+}
+
+/* ---- member tables ---------------------------------------------------------------- */
+
+enum { MEMBER_FIXED = MSG_ID_LEN + 2 + 2 + 1 + 8 + 8 + 8 + 4 + 4 + 8 * 5 + 4 };
+
+size_t msg_members_size(const msg_member_t *v, int n)
+{
+    size_t s = 4;
+    for (int i = 0; i < n; i++) s += MEMBER_FIXED + strnlen(v[i].addr, MSG_ADDR_MAX);
+    return s;
+}
+
+int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, size_t *len,
+                       char *err)
+{
+    if (n < 0 || n > MSG_MEMBERS_MAX)
+        return status_set(err, STATUS_EINVAL, "member table of %d entries", n);
+    wbuf_t w = {.p = buf, .cap = cap};
+    w_u(&w, (uint32_t)n, 4);
+    for (int i = 0; i < n; i++) {
+        const msg_member_t *e = &v[i];
+        w_bytes(&w, e->id, MSG_ID_LEN);
+        w_str(&w, e->addr, MSG_ADDR_MAX);
+        w_u(&w, (uint16_t)e->stage, 2);
+        w_u(&w, e->state, 1);
+        w_u(&w, e->heartbeat, 8);
+        w_u(&w, (uint64_t)e->step, 8);
+        w_u(&w, (uint64_t)e->serving_from, 8);
+        w_f32(&w, e->throughput);
+        w_f32(&w, e->loss);
+        w_u(&w, e->served, 8);
+        w_u(&w, e->bytes_in, 8);
+        w_u(&w, e->bytes_out, 8);
+        w_u(&w, e->retries, 8);
+        w_u(&w, e->rejected, 8);
+        w_u(&w, e->uptime_s, 4);
+    }
+    if (w.overflow) return status_set(err, STATUS_EINVAL, "member table does not fit");
+    *len = w.n;
+    return 0;
+}
+
+int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n,
+                       char *err)
+{
+    rbuf_t r = {.p = buf, .len = len};
+    uint32_t count = (uint32_t)r_u(&r, 4);
+    if (r.bad || count > MSG_MEMBERS_MAX || (int)count > max ||
+        (size_t)count * (MEMBER_FIXED) > len - 4)
+        goto malformed;
+    for (uint32_t i = 0; i < count; i++) {
+        msg_member_t *e = &v[i];
+        memset(e, 0, sizeof *e);
+        r_bytes(&r, e->id, MSG_ID_LEN);
+        r_str(&r, e->addr, MSG_ADDR_MAX);
+        e->stage = (int16_t)r_u(&r, 2);
+        e->state = (uint8_t)r_u(&r, 1);
+        e->heartbeat = r_u(&r, 8);
+        e->step = (int64_t)r_u(&r, 8);
+        e->serving_from = (int64_t)r_u(&r, 8);
+        e->throughput = r_f32(&r);
+        e->loss = r_f32(&r);
+        e->served = r_u(&r, 8);
+        e->bytes_in = r_u(&r, 8);
+        e->bytes_out = r_u(&r, 8);
+        e->retries = r_u(&r, 8);
+        e->rejected = r_u(&r, 8);
+        e->uptime_s = (uint32_t)r_u(&r, 4);
+        if (r.bad || e->stage < 0 || e->stage >= MSG_ROUTE_MAX || e->state > MEMBER_DEAD ||
+            !isfinite(e->throughput) || e->throughput < 0 || e->step < 0)
+            goto malformed;
+    }
+    if (r.n != len) goto malformed;
+    *n = (int)count;
+    return 0;
+malformed:
+    return status_set(err, STATUS_EMALFORMED, "malformed member table (%zu bytes)", len);
+}

@@ -1,0 +1,726 @@
+/* net.c — the network thread: ROUTER + one DEALER per member, gossip, failure
+ * detection, status replies, and the inproc link to the compute thread.
+ *
+ * inproc frames, compute -> network:
+ *   "S" dest(32) header payload...   send to a member
+ *   "H" endpoint stage(i16)           HELLO to a bootstrap endpoint
+ *   "M" msg_member_t                  this peer's own entry
+ *   "R" swarm(u64) nstages(i32) run   the run, once known
+ *   "Q"                               leave and stop
+ * network -> compute:
+ *   "m" header payload...             a data message
+ *   "v" rejected(u64) msg_member_t... the live member table
+ *   "u" dest(32) header               a send that could not be made */
+#include "swarm/net.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+typedef struct {
+    msg_member_t m;
+    double last_change; /* when its heartbeat last went up */
+    int alive;
+    void *dealer;
+} member_t;
+
+struct net {
+    void *ctx;
+    pthread_t thread;
+    int started;
+    void *pair_c, *pair_n; /* compute side, network side */
+    char endpoint_inproc[64];
+    /* network thread state */
+    void *router;
+    member_t *members; /* [0] is this peer */
+    int nmembers, cap;
+    uint64_t swarm, seq, rejected;
+    int nstages;
+    char *run_text;
+    double heartbeat_s, timeout_s;
+    uint8_t id[MSG_ID_LEN];
+    double t0;
+    int quit;
+    /* compute thread state */
+    uint64_t c_swarm, c_seq;
+    zmq_msg_t frames[6];
+    int nframes_held;
+    msg_member_t *view;
+    int view_cap;
+    uint64_t view_rejected;
+};
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static int send_frames(void *sock, int n, const void *const *data, const size_t *len, int flags)
+{
+    for (int i = 0; i < n; i++)
+        if (zmq_send(sock, data[i], len[i], flags | (i < n - 1 ? ZMQ_SNDMORE : 0)) < 0) return -1;
+    return 0;
+}
+
+/* Receives a whole multipart message into msgs (at most max parts; extra parts are
+ * drained and make the count max+1). Returns the part count or -1. */
+static int recv_parts(void *sock, zmq_msg_t *msgs, int max)
+{
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t tmp, *m = n < max ? &msgs[n] : &tmp;
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, sock, 0) < 0) {
+            zmq_msg_close(m);
+            for (int i = 0; i < n && i < max; i++) zmq_msg_close(&msgs[i]);
+            return -1;
+        }
+        more = zmq_msg_more(m);
+        if (n >= max) zmq_msg_close(m);
+        n++;
+    }
+    return n;
+}
+
+static void close_parts(zmq_msg_t *msgs, int n, int max)
+{
+    for (int i = 0; i < n && i < max; i++) zmq_msg_close(&msgs[i]);
+}
+
+static member_t *find(struct net *n, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < n->nmembers; i++)
+        if (!memcmp(n->members[i].m.id, id, MSG_ID_LEN)) return &n->members[i];
+    return NULL;
+}
+
+static void *new_dealer(struct net *n, const char *addr)
+{
+    void *d = zmq_socket(n->ctx, ZMQ_DEALER);
+    int zero = 0, hwm = 10000;
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_ROUTING_ID, n->id, MSG_ID_LEN);
+    if (zmq_connect(d, addr) < 0) {
+        log_warn("net: cannot connect to %s: %s", addr, zmq_strerror(zmq_errno()));
+        zmq_close(d);
+        return NULL;
+    }
+    return d;
+}
+
+static member_t *add_member(struct net *n, const msg_member_t *m)
+{
+    if (n->nmembers == n->cap) {
+        int cap = n->cap ? 2 * n->cap : 16;
+        member_t *p = realloc(n->members, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        n->members = p;
+        n->cap = cap;
+    }
+    member_t *e = &n->members[n->nmembers++];
+    memset(e, 0, sizeof *e);
+    e->m = *m;
+    e->alive = 1;
+    e->last_change = clock_now();
+    e->dealer = new_dealer(n, m->addr);
+    return e;
+}
+
+static void kill_member(member_t *e, const char *why)
+{
+    char hex[9];
+    if (!e->alive) return;
+    e->alive = 0;
+    e->m.state = MEMBER_DEAD;
+    if (e->dealer) zmq_close(e->dealer);
+    e->dealer = NULL;
+    log_info("net: peer %s (%s, stage %d) is gone: %s", msg_id_short(e->m.id, hex), e->m.addr,
+             e->m.stage, why);
+}
+
+static size_t fill_header(struct net *n, msg_t *m, uint8_t *buf, size_t cap)
+{
+    char err[STATUS_ERR_LEN];
+    size_t len = 0;
+    m->swarm = n->swarm;
+    memcpy(m->sender, n->id, MSG_ID_LEN);
+    m->seq = ++n->seq;
+    if (msg_encode(m, buf, cap, &len, err)) {
+        log_error("net: %s", err);
+        return 0;
+    }
+    return len;
+}
+
+/* Sends header + payloads through a member's DEALER; counts bytes out. */
+static int send_to(struct net *n, member_t *e, const uint8_t *hdr, size_t hlen, int np,
+                   const void *const *pl, const size_t *plen)
+{
+    if (!e || !e->alive || !e->dealer) return -1;
+    const void *data[6] = {hdr};
+    size_t len[6] = {hlen};
+    size_t total = hlen;
+    for (int i = 0; i < np && i < 5; i++) data[i + 1] = pl[i], len[i + 1] = plen[i], total += plen[i];
+    if (send_frames(e->dealer, 1 + np, data, len, ZMQ_DONTWAIT) < 0) return -1;
+    n->members[0].m.bytes_out += total;
+    return 0;
+}
+
+static size_t table_bytes(struct net *n, uint8_t **out)
+{
+    msg_member_t *v = malloc((size_t)n->nmembers * sizeof *v);
+    int k = 0;
+    if (!v) return 0;
+    for (int i = 0; i < n->nmembers; i++)
+        if (n->members[i].alive) v[k++] = n->members[i].m;
+    size_t cap = msg_members_size(v, k), len = 0;
+    *out = malloc(cap);
+    char err[STATUS_ERR_LEN];
+    if (!*out || msg_members_encode(v, k, *out, cap, &len, err)) {
+        free(*out);
+        *out = NULL;
+        len = 0;
+    }
+    free(v);
+    return len;
+}
+
+static void push_view(struct net *n)
+{
+    zmq_send(n->pair_n, "v", 1, ZMQ_SNDMORE);
+    zmq_send(n->pair_n, &n->rejected, sizeof n->rejected, ZMQ_SNDMORE);
+    msg_member_t *v = malloc((size_t)n->nmembers * sizeof *v);
+    int k = 0;
+    for (int i = 0; v && i < n->nmembers; i++)
+        if (n->members[i].alive) v[k++] = n->members[i].m;
+    zmq_send(n->pair_n, v, (size_t)k * sizeof *v, 0);
+    free(v);
+}
+
+static void gossip(struct net *n)
+{
+    uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
+    msg_t m = {.type = MSG_GOSSIP};
+    size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
+    size_t tlen = table_bytes(n, &table);
+    if (hlen && table) {
+        const void *pl[1] = {table};
+        for (int i = 1; i < n->nmembers; i++)
+            if (n->members[i].alive) send_to(n, &n->members[i], hdr, hlen, 1, pl, &tlen);
+    }
+    free(table);
+}
+
+/* Merges a received table. Returns 1 if the live set or a member's state changed. */
+static int merge(struct net *n, const msg_member_t *v, int k)
+{
+    int changed = 0;
+    double now = clock_now();
+    for (int i = 0; i < k; i++) {
+        if (!memcmp(v[i].id, n->id, MSG_ID_LEN)) continue;
+        member_t *e = find(n, v[i].id);
+        if (!e) {
+            if (v[i].state == MEMBER_LEAVING || v[i].state == MEMBER_DEAD) continue;
+            if (add_member(n, &v[i])) changed = 1;
+            continue;
+        }
+        if (v[i].heartbeat <= e->m.heartbeat) continue;
+        int was_state = e->m.state, was_alive = e->alive;
+        e->m = v[i];
+        e->last_change = now;
+        if (!e->alive && v[i].state != MEMBER_LEAVING) {
+            e->alive = 1;
+            e->dealer = new_dealer(n, e->m.addr);
+        }
+        if (v[i].state == MEMBER_LEAVING) kill_member(e, "it left");
+        if (was_state != e->m.state || was_alive != e->alive) changed = 1;
+    }
+    return changed;
+}
+
+/* ---- status ---------------------------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static char *status_json(struct net *n, size_t *len)
+{
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    static const char *states[] = {"joining", "serving", "leaving", "dead"};
+    fprintf(f, "{\"swarm\":\"%016llx\",\"stages\":%d,\"peers\":[", (unsigned long long)n->swarm,
+            n->nstages);
+    int first = 1, maxstage = n->nstages - 1;
+    for (int i = 0; i < n->nmembers; i++) {
+        const msg_member_t *m = &n->members[i].m;
+        if (!n->members[i].alive) continue;
+        if (m->stage > maxstage) maxstage = m->stage;
+        fprintf(f, "%s{\"id\":\"", first ? "" : ",");
+        for (int j = 0; j < MSG_ID_LEN; j++) fprintf(f, "%02x", m->id[j]);
+        fprintf(f, "\",\"addr\":");
+        json_str(f, m->addr);
+        fprintf(f,
+                ",\"stage\":%d,\"state\":\"%s\",\"uptime_s\":%u,\"step\":%lld,\"throughput\":%.3f,"
+                "\"loss\":",
+                m->stage, states[m->state <= MEMBER_DEAD ? m->state : MEMBER_DEAD], m->uptime_s,
+                (long long)m->step, (double)m->throughput);
+        if (isfinite(m->loss)) fprintf(f, "%.5f", (double)m->loss);
+        else fprintf(f, "null");
+        fprintf(f, ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"
+                   "\"rejected\":%llu}",
+                (unsigned long long)m->served, (unsigned long long)m->bytes_in,
+                (unsigned long long)m->bytes_out, (unsigned long long)m->retries,
+                (unsigned long long)m->rejected);
+        first = 0;
+    }
+    fprintf(f, "],\"pools\":[");
+    for (int s = 0; s <= maxstage; s++) {
+        int peers = 0;
+        double tp = 0;
+        long long step = -1;
+        double loss = NAN;
+        for (int i = 0; i < n->nmembers; i++) {
+            const msg_member_t *m = &n->members[i].m;
+            if (!n->members[i].alive || m->stage != s) continue;
+            peers++;
+            tp += m->throughput;
+            if (m->step > step) step = m->step;
+            if (isfinite(m->loss)) loss = m->loss;
+        }
+        fprintf(f, "%s{\"stage\":%d,\"peers\":%d,\"throughput\":%.3f,\"step\":%lld,\"loss\":",
+                s ? "," : "", s, peers, tp, step < 0 ? 0 : step);
+        if (isfinite(loss)) fprintf(f, "%.5f}", loss);
+        else fprintf(f, "null}");
+    }
+    fprintf(f, "]}");
+    fclose(f);
+    return buf;
+}
+
+/* ---- the thread ---------------------------------------------------------------------- */
+
+static void on_router(struct net *n)
+{
+    zmq_msg_t parts[6];
+    int np = recv_parts(n->router, parts, 6);
+    if (np < 0) return;
+    char err[STATUS_ERR_LEN];
+    msg_t m;
+    size_t total = 0;
+    for (int i = 1; i < np && i < 6; i++) total += zmq_msg_size(&parts[i]);
+    n->members[0].m.bytes_in += total;
+    if (np < 2 || np > 6) goto reject;
+    if (msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &m, err)) goto reject_err;
+    if (np - 2 != msg_payloads(m.type)) {
+        snprintf(err, sizeof err, "%s with %d payload frames, expected %d", msg_type_name(m.type),
+                 np - 2, msg_payloads(m.type));
+        goto reject_err;
+    }
+    if (m.type == MSG_STATUS_REQ) {
+        size_t jlen = 0, hlen;
+        char *json = status_json(n, &jlen);
+        uint8_t hdr[MSG_HEADER_MAX];
+        msg_t r = {.type = MSG_STATUS_REP};
+        hlen = fill_header(n, &r, hdr, sizeof hdr);
+        const void *data[3] = {zmq_msg_data(&parts[0]), hdr, json ? json : ""};
+        size_t len[3] = {zmq_msg_size(&parts[0]), hlen, json ? jlen : 0};
+        send_frames(n->router, 3, data, len, ZMQ_DONTWAIT);
+        free(json);
+        goto done;
+    }
+    /* Everything else must come from our swarm (a joiner's HELLO may not know it yet). */
+    if (m.type != MSG_HELLO && m.type != MSG_WELCOME && n->swarm && m.swarm != n->swarm) {
+        snprintf(err, sizeof err, "%s from another swarm (%016llx)", msg_type_name(m.type),
+                 (unsigned long long)m.swarm);
+        goto reject_err;
+    }
+    /* A member's DEALER carries its peer id as routing id: the header cannot claim another. */
+    if (zmq_msg_size(&parts[0]) != MSG_ID_LEN || memcmp(zmq_msg_data(&parts[0]), m.sender, MSG_ID_LEN)) {
+        snprintf(err, sizeof err, "%s whose sender id does not match its connection", msg_type_name(m.type));
+        goto reject_err;
+    }
+    if (m.type == MSG_HELLO) {
+        if (!n->run_text || !n->swarm) goto done; /* not ready to welcome anyone */
+        msg_member_t nm = {0};
+        memcpy(nm.id, m.sender, MSG_ID_LEN);
+        snprintf(nm.addr, sizeof nm.addr, "%s", m.addr);
+        nm.stage = m.stage < 0 ? 0 : m.stage;
+        nm.state = MEMBER_JOINING;
+        nm.loss = NAN;
+        member_t *e = find(n, m.sender);
+        if (!e) e = add_member(n, &nm);
+        else if (!e->alive) {
+            e->m = nm;
+            e->alive = 1;
+            e->last_change = clock_now();
+            e->dealer = new_dealer(n, nm.addr);
+        }
+        uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
+        msg_t w = {.type = MSG_WELCOME};
+        snprintf(w.addr, sizeof w.addr, "%s", n->members[0].m.addr);
+        size_t hlen = fill_header(n, &w, hdr, sizeof hdr), tlen = table_bytes(n, &table);
+        const void *pl[2] = {n->run_text, table};
+        size_t plen[2] = {strlen(n->run_text), tlen};
+        if (hlen && table) send_to(n, e, hdr, hlen, 2, pl, plen);
+        free(table);
+        push_view(n);
+        goto done;
+    }
+    if (m.type == MSG_GOSSIP || m.type == MSG_WELCOME) {
+        msg_member_t *v = malloc(MSG_MEMBERS_MAX * sizeof *v);
+        int k = 0;
+        int pi = m.type == MSG_GOSSIP ? 2 : 3;
+        int rc = v ? msg_members_decode(zmq_msg_data(&parts[pi]), zmq_msg_size(&parts[pi]), v,
+                                        MSG_MEMBERS_MAX, &k, err)
+                   : -1;
+        if (rc) {
+            free(v);
+            goto reject_err;
+        }
+        merge(n, v, k);
+        free(v);
+        if (m.type == MSG_GOSSIP) goto done;
+    }
+    if (m.type == MSG_LEAVE) {
+        member_t *e = find(n, m.sender);
+        if (e) kill_member(e, m.text[0] ? m.text : "it left");
+        push_view(n);
+        goto done;
+    }
+    /* A data message (or WELCOME): to the compute thread, header and payloads as they came. */
+    {
+        const void *data[6] = {"m"};
+        size_t len[6] = {1};
+        for (int i = 1; i < np; i++) data[i] = zmq_msg_data(&parts[i]), len[i] = zmq_msg_size(&parts[i]);
+        send_frames(n->pair_n, np, data, len, 0);
+    }
+    goto done;
+reject:
+    snprintf(err, sizeof err, "a message of %d frames", np);
+reject_err:
+    n->rejected++;
+    n->members[0].m.rejected = n->rejected;
+    log_debug("net: rejected: %s", err);
+done:
+    close_parts(parts, np, 6);
+}
+
+static void on_compute(struct net *n)
+{
+    zmq_msg_t parts[6];
+    int np = recv_parts(n->pair_n, parts, 6);
+    if (np < 1 || np > 6) goto done;
+    const char *cmd = zmq_msg_data(&parts[0]);
+    switch (cmd[0]) {
+    case 'S': {
+        if (np < 3 || zmq_msg_size(&parts[1]) != MSG_ID_LEN) break;
+        member_t *e = find(n, zmq_msg_data(&parts[1]));
+        const void *pl[4];
+        size_t plen[4];
+        for (int i = 3; i < np; i++) pl[i - 3] = zmq_msg_data(&parts[i]), plen[i - 3] = zmq_msg_size(&parts[i]);
+        if (send_to(n, e, zmq_msg_data(&parts[2]), zmq_msg_size(&parts[2]), np - 3, pl, plen)) {
+            const void *data[3] = {"u", zmq_msg_data(&parts[1]), zmq_msg_data(&parts[2])};
+            size_t len[3] = {1, MSG_ID_LEN, zmq_msg_size(&parts[2])};
+            send_frames(n->pair_n, 3, data, len, 0);
+        }
+        break;
+    }
+    case 'H': {
+        if (np != 3) break;
+        char ep[MSG_ADDR_MAX + 1];
+        size_t l = zmq_msg_size(&parts[1]);
+        if (l > MSG_ADDR_MAX) break;
+        memcpy(ep, zmq_msg_data(&parts[1]), l);
+        ep[l] = 0;
+        int16_t stage;
+        memcpy(&stage, zmq_msg_data(&parts[2]), sizeof stage);
+        void *d = new_dealer(n, ep);
+        if (!d) break;
+        uint8_t hdr[MSG_HEADER_MAX];
+        msg_t m = {.type = MSG_HELLO, .stage = stage};
+        snprintf(m.addr, sizeof m.addr, "%s", n->members[0].m.addr);
+        size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
+        int linger = 2000;
+        zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_send(d, hdr, hlen, 0);
+        zmq_close(d); /* lingers until the HELLO is out */
+        break;
+    }
+    case 'M':
+        if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(msg_member_t)) {
+            msg_member_t *me = &n->members[0].m;
+            msg_member_t s;
+            memcpy(&s, zmq_msg_data(&parts[1]), sizeof s);
+            /* The network thread owns id, address, heartbeat and its own counters. */
+            memcpy(s.id, me->id, MSG_ID_LEN);
+            memcpy(s.addr, me->addr, sizeof s.addr);
+            s.heartbeat = me->heartbeat;
+            s.bytes_in = me->bytes_in;
+            s.bytes_out = me->bytes_out;
+            s.rejected = me->rejected;
+            s.uptime_s = me->uptime_s;
+            *me = s;
+        }
+        break;
+    case 'R':
+        if (np == 4 && zmq_msg_size(&parts[1]) == 8 && zmq_msg_size(&parts[2]) == 4) {
+            memcpy(&n->swarm, zmq_msg_data(&parts[1]), 8);
+            memcpy(&n->nstages, zmq_msg_data(&parts[2]), 4);
+            free(n->run_text);
+            n->run_text = strndup(zmq_msg_data(&parts[3]), zmq_msg_size(&parts[3]));
+        }
+        break;
+    case 'Q': n->quit = 1; break;
+    default: break;
+    }
+done:
+    if (np > 0) close_parts(parts, np, 6);
+}
+
+static void tick(struct net *n)
+{
+    double now = clock_now();
+    member_t *self = &n->members[0];
+    self->m.heartbeat++;
+    self->m.uptime_s = (uint32_t)(now - n->t0);
+    for (int i = 1; i < n->nmembers; i++)
+        if (n->members[i].alive && now - n->members[i].last_change > n->timeout_s)
+            kill_member(&n->members[i], "silent past the timeout");
+    gossip(n);
+    push_view(n);
+}
+
+static void *net_thread(void *arg)
+{
+    struct net *n = arg;
+    double next = clock_now();
+    while (!n->quit) {
+        zmq_pollitem_t items[2] = {{n->router, 0, ZMQ_POLLIN, 0}, {n->pair_n, 0, ZMQ_POLLIN, 0}};
+        long wait = (long)((next - clock_now()) * 1000);
+        if (wait < 0) wait = 0;
+        if (zmq_poll(items, 2, wait) < 0 && zmq_errno() != EINTR) break;
+        if (items[0].revents & ZMQ_POLLIN) on_router(n);
+        if (items[1].revents & ZMQ_POLLIN) on_compute(n);
+        if (clock_now() >= next) {
+            tick(n);
+            next = clock_now() + n->heartbeat_s;
+        }
+    }
+    /* Leaving: say so to everyone, then close. */
+    uint8_t hdr[MSG_HEADER_MAX];
+    msg_t m = {.type = MSG_LEAVE};
+    snprintf(m.text, sizeof m.text, "leaving");
+    n->members[0].m.state = MEMBER_LEAVING;
+    size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
+    for (int i = 1; i < n->nmembers; i++) {
+        if (!n->members[i].alive) continue;
+        int linger = 500;
+        zmq_setsockopt(n->members[i].dealer, ZMQ_LINGER, &linger, sizeof linger);
+        send_to(n, &n->members[i], hdr, hlen, 0, NULL, NULL);
+    }
+    for (int i = 1; i < n->nmembers; i++)
+        if (n->members[i].dealer) zmq_close(n->members[i].dealer);
+    zmq_close(n->router);
+    zmq_close(n->pair_n);
+    return NULL;
+}
+
+net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
+{
+    struct net *n = calloc(1, sizeof *n);
+    if (!n) {
+        status_set(err, STATUS_ENOMEM, "net: out of memory");
+        return NULL;
+    }
+    n->ctx = zmq_ctx_new();
+    n->heartbeat_s = cfg->heartbeat_s > 0 ? cfg->heartbeat_s : 0.25;
+    n->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 3.0;
+    n->swarm = n->c_swarm = cfg->swarm;
+    n->run_text = cfg->run_text ? strdup(cfg->run_text) : NULL;
+    memcpy(n->id, cfg->id, MSG_ID_LEN);
+    n->t0 = clock_now();
+    n->router = zmq_socket(n->ctx, ZMQ_ROUTER);
+    int zero = 0, one = 1;
+    zmq_setsockopt(n->router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(n->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    /* A peer that reconnects (its HELLO socket, then its member socket; or a restart)
+     * takes over its routing id. */
+    zmq_setsockopt(n->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    if (zmq_bind(n->router, cfg->bind) < 0) {
+        status_set(err, STATUS_ENET, "cannot listen on %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    char bound[256];
+    size_t blen = sizeof bound;
+    zmq_getsockopt(n->router, ZMQ_LAST_ENDPOINT, bound, &blen);
+    if (endpoint) snprintf(endpoint, 256, "%s", bound);
+    msg_member_t self = cfg->self;
+    memcpy(self.id, cfg->id, MSG_ID_LEN);
+    snprintf(self.addr, sizeof self.addr, "%s", cfg->advertise ? cfg->advertise : bound);
+    self.heartbeat = 1;
+    n->members = calloc(16, sizeof *n->members);
+    if (!n->members) goto nomem;
+    n->cap = 16;
+    n->nmembers = 1;
+    n->members[0].m = self;
+    n->members[0].alive = 1;
+    snprintf(n->endpoint_inproc, sizeof n->endpoint_inproc, "inproc://net-%p", (void *)n);
+    n->pair_n = zmq_socket(n->ctx, ZMQ_PAIR);
+    n->pair_c = zmq_socket(n->ctx, ZMQ_PAIR);
+    zmq_setsockopt(n->pair_c, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(n->pair_n, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_bind(n->pair_n, n->endpoint_inproc) || zmq_connect(n->pair_c, n->endpoint_inproc)) {
+        status_set(err, STATUS_ENET, "net: inproc: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (pthread_create(&n->thread, NULL, net_thread, n)) goto nomem;
+    n->started = 1;
+    return n;
+nomem:
+    status_set(err, STATUS_ENOMEM, "net: out of memory");
+fail:
+    if (n->router) zmq_close(n->router);
+    if (n->pair_n) zmq_close(n->pair_n);
+    if (n->pair_c) zmq_close(n->pair_c);
+    n->router = n->pair_n = n->pair_c = NULL;
+    zmq_ctx_term(n->ctx);
+    free(n->members);
+    free(n->run_text);
+    free(n);
+    return NULL;
+}
+
+static void release_frames(struct net *n)
+{
+    for (int i = 0; i < n->nframes_held; i++) zmq_msg_close(&n->frames[i]);
+    n->nframes_held = 0;
+}
+
+void net_stop(net_t **np)
+{
+    if (!np || !*np) return;
+    struct net *n = *np;
+    if (n->started) {
+        zmq_send(n->pair_c, "Q", 1, 0);
+        pthread_join(n->thread, NULL);
+    }
+    release_frames(n);
+    zmq_close(n->pair_c);
+    zmq_ctx_term(n->ctx);
+    free(n->members);
+    free(n->run_text);
+    free(n->view);
+    free(n);
+    *np = NULL;
+}
+
+int net_send(net_t *n, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
+             const void *const *frames, const size_t *lens, char *err)
+{
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t hlen;
+    if (nframes > 3) return status_set(err, STATUS_EINVAL, "net_send: too many payloads");
+    /* The network thread numbers its own messages; the compute side numbers its own from
+     * a separate range (high bit set), which keeps seq unique per sender. */
+    m->seq = (1ULL << 63) | ++n->c_seq;
+    m->swarm = n->c_swarm;
+    memcpy(m->sender, n->id, MSG_ID_LEN);
+    int rc = msg_encode(m, hdr, sizeof hdr, &hlen, err);
+    if (rc) return rc;
+    const void *data[6] = {"S", dest, hdr};
+    size_t len[6] = {1, MSG_ID_LEN, hlen};
+    for (int i = 0; i < nframes; i++) data[3 + i] = frames[i], len[3 + i] = lens[i];
+    if (send_frames(n->pair_c, 3 + nframes, data, len, 0))
+        return status_set(err, STATUS_ENET, "net_send: %s", zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+int net_hello(net_t *n, const char *endpoint, int stage, char *err)
+{
+    int16_t s = (int16_t)stage;
+    const void *data[3] = {"H", endpoint, &s};
+    size_t len[3] = {1, strlen(endpoint), sizeof s};
+    if (len[1] > MSG_ADDR_MAX) return status_set(err, STATUS_EINVAL, "endpoint too long");
+    return send_frames(n->pair_c, 3, data, len, 0) ? status_set(err, STATUS_ENET, "net_hello failed") : 0;
+}
+
+void net_set_self(net_t *n, const msg_member_t *self)
+{
+    const void *data[2] = {"M", self};
+    size_t len[2] = {1, sizeof *self};
+    send_frames(n->pair_c, 2, data, len, 0);
+}
+
+void net_set_run(net_t *n, uint64_t swarm, const char *run_text)
+{
+    /* The compute side keeps its own copy of the swarm id for headers it encodes. */
+    n->c_swarm = swarm;
+    int32_t stages = 0;
+    const char *p = strstr(run_text, "stages=");
+    if (p) stages = atoi(p + 7);
+    const void *data[4] = {"R", &swarm, &stages, run_text};
+    size_t len[4] = {1, 8, 4, strlen(run_text)};
+    send_frames(n->pair_c, 4, data, len, 0);
+}
+
+int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
+{
+    release_frames(n);
+    memset(ev, 0, sizeof *ev);
+    zmq_pollitem_t it = {n->pair_c, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&it, 1, timeout_ms);
+    if (rc < 0) return zmq_errno() == EINTR ? 1 : -1;
+    if (rc == 0) return 1;
+    int np = recv_parts(n->pair_c, n->frames, 6);
+    if (np < 1) return -1;
+    n->nframes_held = np > 6 ? 6 : np;
+    if (np > 6) return 1;
+    const char *kind = zmq_msg_data(&n->frames[0]);
+    char err[STATUS_ERR_LEN];
+    if (kind[0] == 'm' && np >= 2) {
+        if (msg_decode(zmq_msg_data(&n->frames[1]), zmq_msg_size(&n->frames[1]), &ev->msg, err)) return 1;
+        ev->type = NET_EV_MSG;
+        ev->nframes = np - 2;
+        for (int i = 2; i < np; i++) {
+            ev->frame[i - 2] = zmq_msg_data(&n->frames[i]);
+            ev->frame_len[i - 2] = zmq_msg_size(&n->frames[i]);
+        }
+    } else if (kind[0] == 'v' && np == 3) {
+        size_t bytes = zmq_msg_size(&n->frames[2]);
+        int k = (int)(bytes / sizeof(msg_member_t));
+        if (k > n->view_cap) {
+            msg_member_t *p = realloc(n->view, (size_t)k * sizeof *p);
+            if (!p) return -1;
+            n->view = p;
+            n->view_cap = k;
+        }
+        memcpy(n->view, zmq_msg_data(&n->frames[2]), (size_t)k * sizeof *n->view);
+        memcpy(&n->view_rejected, zmq_msg_data(&n->frames[1]), sizeof n->view_rejected);
+        ev->type = NET_EV_VIEW;
+        ev->members = n->view;
+        ev->nmembers = k;
+    } else if (kind[0] == 'u' && np == 3) {
+        ev->type = NET_EV_UNDELIV;
+        memcpy(ev->dest, zmq_msg_data(&n->frames[1]), MSG_ID_LEN);
+        if (msg_decode(zmq_msg_data(&n->frames[2]), zmq_msg_size(&n->frames[2]), &ev->msg, err)) return 1;
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+uint64_t net_rejected(const net_t *n) { return n->view_rejected; }

@@ -1,0 +1,90 @@
+/* net.h — a peer's network thread: it owns every ZeroMQ socket, keeps heartbeats and
+ * membership gossip on time whatever the compute thread is doing, answers status
+ * queries, and hands data messages to the compute thread over an inproc socket.
+ *
+ * Sockets (docs/protocol.md, "Transport"): one ROUTER bound where the peer listens;
+ * one DEALER per known member, connected to the member's advertised address, for
+ * everything this peer sends to it. Replies to non-members (the status tool) go back
+ * through the ROUTER.
+ *
+ * Membership: every member entry has a heartbeat counter its owner increments each
+ * gossip tick; a higher counter wins on merge. A member whose counter has not moved
+ * for `timeout_s` is dead to this peer: its DEALER is closed so that sends to it fail
+ * at once, and the compute thread is told (NET_EV_VIEW).
+ *
+ * The compute thread calls every function below except net_start/net_stop from one
+ * thread; they never block on the network.
+ *
+ * Not for: what the messages mean (peer/).
+ */
+#ifndef SWARMTRAIN_NET_H
+#define SWARMTRAIN_NET_H
+
+#include "swarm/msg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct net net_t;
+
+typedef struct {
+    const char *bind;      /* endpoint to bind, e.g. tcp://127.0.0.1:0 (0: a free port) */
+    const char *advertise; /* endpoint others use; NULL: the bound endpoint */
+    uint8_t id[MSG_ID_LEN];
+    uint64_t swarm;        /* 0 until known (a joiner before WELCOME) */
+    double heartbeat_s;    /* gossip period (0.25) */
+    double timeout_s;      /* silence that makes a member dead (3) */
+    const char *run_text;  /* sent in WELCOME; NULL until known */
+    msg_member_t self;     /* initial self entry (stage, state) */
+} net_config_t;
+
+typedef enum {
+    NET_EV_NONE = 0,
+    NET_EV_MSG,     /* a data message: msg, frames */
+    NET_EV_VIEW,    /* the member table changed or was refreshed: members, nmembers */
+    NET_EV_UNDELIV, /* a send failed: dest, msg (the header that was not delivered) */
+} net_ev_type_t;
+
+typedef struct {
+    int type;
+    msg_t msg;
+    /* payload frames of NET_EV_MSG (valid until the next net_recv) */
+    int nframes;
+    const uint8_t *frame[4];
+    size_t frame_len[4];
+    /* NET_EV_VIEW: the whole table, self included, dead members excluded */
+    msg_member_t *members;
+    int nmembers;
+    uint8_t dest[MSG_ID_LEN];
+} net_ev_t;
+
+/* Starts the network thread; binds, and fills the bound endpoint into *endpoint
+ * (256 bytes) when not NULL. NULL + err on failure (address in use, bad endpoint). */
+net_t *net_start(const net_config_t *cfg, char *endpoint, char *err);
+
+/* Says LEAVE to every member, stops the thread, closes everything; NULL-safe. */
+void net_stop(net_t **n);
+
+/* Sends a message to member `dest` (header encoded from m; sender, swarm and seq are
+ * filled in). Payload frames as given. Failure to deliver comes back as NET_EV_UNDELIV. */
+int net_send(net_t *n, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
+             const void *const *frames, const size_t *lens, char *err);
+
+/* Sends a HELLO to a bootstrap endpoint (not yet a member). */
+int net_hello(net_t *n, const char *endpoint, int stage, char *err);
+
+/* Updates this peer's own gossiped entry (stats, stage, state); the heartbeat is the
+ * network thread's business. */
+void net_set_self(net_t *n, const msg_member_t *self);
+
+/* Tells the network thread the swarm id and run text (a joiner, after WELCOME). */
+void net_set_run(net_t *n, uint64_t swarm, const char *run_text);
+
+/* Waits up to timeout_ms for an event; *ev is valid until the next call. 0 on an event,
+ * 1 on timeout, negative on failure. */
+int net_recv(net_t *n, int timeout_ms, net_ev_t *ev);
+
+/* Counters kept by the network thread, as of the last NET_EV_VIEW. */
+uint64_t net_rejected(const net_t *n);
+
+#endif

@@ -1,0 +1,32 @@
+/* run_opts.h — shared command-line options of train, peer and local.
+ * Not for: library code. */
+#ifndef SWARMTRAIN_RUN_OPTS_H
+#define SWARMTRAIN_RUN_OPTS_H
+
+#include "peer/train.h"
+
+#include <getopt.h>
+#include <stdio.h>
+
+/* Subcommand-specific long options use vals from RUN_OPTS_EXTRA up. */
+#define RUN_OPTS_EXTRA 1000
+
+typedef struct {
+    const struct option *opts; /* extra long options */
+    int n;
+    int (*handle)(void *ctx, int c, const char *arg); /* 0, or -1 after printing why */
+    void *ctx;
+    const char *intro; /* what the command does */
+    const char *usage; /* lines for the extra options, printed before the common ones */
+} run_opts_extra_t;
+
+/* Parses argv into *o (which holds the defaults on entry). Returns 0; 1 when --help was
+ * printed; 2 after printing an error. */
+int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *o, const run_opts_extra_t *x);
+void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x);
+
+/* Number parsing with a message naming the option; 0 or -1. */
+int run_opts_int(const char *opt, const char *v, int min, int *out);
+int run_opts_float(const char *opt, const char *v, float *out);
+
+#endif

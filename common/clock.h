@@ -5,4 +5,7 @@
 /* Seconds from an arbitrary fixed origin, monotonic; can't fail. */
 double clock_now(void);
 
+/* Sleeps about `seconds` (signals may cut it short). */
+void clock_sleep(double seconds);
+
 #endif

@@ -33,6 +33,7 @@ peer_options_t peer_defaults(void)
     po.listen = "tcp://127.0.0.1:0";
     po.stage = -1;
     po.in_flight = 2;
+    po.slots = 0; /* 2 x in_flight + 2 */
     po.peer_timeout_s = 3.0;
     po.custody_s = 60.0;
     po.exit_when_done = 1;
@@ -93,6 +94,7 @@ typedef struct {
     data_t *data;
     wiring_t *wiring;
     int S, stage, M, BT, C;
+    int nslots;
     int wire_codec;
     /* membership as of the last view */
     msg_member_t *view;
@@ -129,8 +131,10 @@ typedef struct {
     int tp_n;
     uint64_t served, retries, lost, act_bytes, tokens_done;
     double last_self_push;
-    double t_start;
+    double t_start, t_train0, t_train1; /* process start; first microbatch; last step */
     int finished;
+    int go;       /* stage 0: the first step may start */
+    double go_at;
     float last_loss;
     float *host_x, *host_dx, *host_params;
     int32_t *host_tok, *host_tgt;
@@ -224,7 +228,7 @@ static mbrec_t *find_mb(peer_t *p, const msg_mb_t *mb)
 
 static int free_slot(peer_t *p)
 {
-    int nslots = p->po->slots;
+    int nslots = p->nslots;
     for (int s = 0; s < nslots; s++) {
         int taken = 0;
         for (int i = 0; i < p->nmbs && !taken; i++) taken = p->mbs[i].used && p->mbs[i].slot == s;
@@ -279,7 +283,7 @@ static int forward_to_next(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     memcpy(r->next, cand[pick].id, MSG_ID_LEN);
     r->sent = 1;
     r->sent_at = clock_now();
-    p->act_bytes += r->act_len;
+    if (r->mb.kind == 0) p->act_bytes += r->act_len;
     return send_msg(p, r->next, &m, 2, pl, len);
 }
 
@@ -644,7 +648,7 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
     const uint8_t *msgs[64];
     size_t lens[64];
     uint32_t total = 0;
-    int m = 0, agree = 0, disagree = 0;
+    int m = 0, agree = 1, disagree = 0, lower_disagrees = 0; /* we agree with ourselves */
     for (int i = 0; i < n; i++) {
         if (is_self(p, senders[i].id)) {
             msgs[m] = p->my_msg, lens[m] = p->my_msg_len, total += p->my_count;
@@ -659,10 +663,12 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
         }
         msgs[m] = e->data, lens[m] = e->len, total += e->count;
         if (e->hash == p->my_hash) agree++;
-        else disagree++;
+        else disagree++, lower_disagrees |= memcmp(e->id, p->id, MSG_ID_LEN) < 0;
         m++;
     }
-    if (disagree > agree) {
+    /* Replicas must be identical. The majority keeps its parameters; on a tie the side
+     * holding the lowest id does. The others fetch the pool's state again. */
+    if (disagree > agree || (disagree && disagree == agree && lower_disagrees)) {
         log_warn("peer: my parameters differ from the pool's at step %" PRId64 " (%d of %d disagree)",
                  p->step, disagree, agree + disagree);
         return STATUS_ECORRUPT; /* the caller re-syncs */
@@ -699,6 +705,7 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
     }
     p->step_t0 = now;
     p->step++;
+    if (p->step == p->run.steps) p->t_train1 = now;
     p->my_hash = param_hash(p);
     reset_step(p);
     if (p->stage == 0) { /* tell every other pool this step is over */
@@ -1090,7 +1097,16 @@ static int source_work(peer_t *p)
     int me, n = owners(p, own, &me);
     if (me < 0) return 0;
     if (p->step < p->run.steps) {
+        if (p->step == 0 && !p->go) { /* a new swarm waits for its first peers */
+            int serving = 0;
+            for (int i = 0; i < p->nview; i++) serving += p->view[i].state == MEMBER_SERVING;
+            if (serving < p->po->wait_peers) return 0;
+            if (p->go_at == 0) p->go_at = clock_now() + 4 * 0.25; /* let gossip settle */
+            if (clock_now() < p->go_at) return 0;
+            p->go = 1;
+        }
         if (in_flight(p, 0) >= p->po->in_flight) return 0;
+        if (p->t_train0 == 0) p->t_train0 = clock_now();
         for (int i = 0; i < p->M; i++)
             if (i % n == me && !bit(p->started, i) && !bit(p->done_union, i))
                 return start_mb(p, (uint32_t)i, 0) == 1 ? 0 : 1;
@@ -1106,7 +1122,7 @@ static int source_work(peer_t *p)
     if (p->val_done == p->run.val_batches) {
         double val = p->val_sum / p->run.val_batches;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
-                (double)p->tokens_done / (clock_now() - p->t_start), val);
+                (double)p->tokens_done / (p->t_train1 - p->t_train0), val);
         fflush(p->log);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->nview; i++) send_msg(p, p->view[i].id, &d, 0, NULL, NULL);
@@ -1277,9 +1293,10 @@ int peer_run(const peer_options_t *po, char *err)
     p->log = po->log ? po->log : stdout;
     p->self.loss = NAN;
     p->t_start = clock_now();
+    p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     int rc = 0;
     if (sodium_init() < 0) return status_set(err, STATUS_EIO, "libsodium failed to initialize");
-    if (po->in_flight < 1 || po->slots < 1 || po->peer_timeout_s <= 0 || po->custody_s <= 0)
+    if (po->in_flight < 1 || po->slots < 0 || po->peer_timeout_s <= 0 || po->custody_s <= 0)
         return status_set(err, STATUS_EINVAL, "in-flight, slots and timeouts must be positive");
     if (!po->is_new && !po->join) return status_set(err, STATUS_EINVAL, "give --new or --join ENDPOINT");
 
@@ -1317,7 +1334,7 @@ int peer_run(const peer_options_t *po, char *err)
         goto out;
     }
     if (!(p->k = kern_new(po->device, po->threads, p->err)) ||
-        !(p->st = stage_new(c, p->stage, p->k, po->slots, p->run.seed, p->err))) {
+        !(p->st = stage_new(c, p->stage, p->k, p->nslots, p->run.seed, p->err))) {
         rc = STATUS_EINVAL;
         goto out;
     }
@@ -1333,7 +1350,7 @@ int peer_run(const peer_options_t *po, char *err)
         }
     }
     size_t nb = ((size_t)p->M + 7) / 8, act = (size_t)p->BT * p->C;
-    p->nmbs = po->slots + 2 * po->in_flight + 8;
+    p->nmbs = p->nslots + 2 * po->in_flight + 8;
     p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
     p->done_mine = calloc(nb, 1), p->done_union = calloc(nb, 1), p->next_union = calloc(nb, 1);
     p->started = calloc(nb, 1);
@@ -1365,7 +1382,12 @@ int peer_run(const peer_options_t *po, char *err)
     if (rc) goto out;
     p->my_hash = param_hash(p);
     p->self.state = MEMBER_SERVING;
-    p->self.serving_from = downloaded ? p->step + 1 : p->step;
+    /* A newcomer joins the exchange two steps on, so that every member has heard of it
+     * (gossip) before the first exchange that counts it; until then it follows the pool.
+     * Before the run has started there is nothing to miss. */
+    int started = 0;
+    for (int i = 0; i < p->nview; i++) started |= p->view[i].step > 0 || p->view[i].served > 0;
+    p->self.serving_from = downloaded && started ? p->step + 2 : p->step;
     push_self(p);
     fprintf(p->log, "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step %" PRId64 "\n",
             p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads, p->self.serving_from);
@@ -1400,7 +1422,7 @@ int peer_run(const peer_options_t *po, char *err)
             push_self(p);
             if ((rc = download_state(p))) goto out;
             p->self.state = MEMBER_SERVING;
-            p->self.serving_from = p->step + 1;
+            p->self.serving_from = p->step + 2;
             p->my_hash = param_hash(p);
             reset_step(p);
             fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 "\n", p->stage, p->step);
@@ -1413,7 +1435,7 @@ int peer_run(const peer_options_t *po, char *err)
                 if (p->view[i].stage == p->stage && p->view[i].state == MEMBER_SERVING &&
                     p->view[i].step > p->step + 1 && !is_self(p, p->view[i].id)) {
                     if ((rc = download_state(p))) goto out;
-                    p->self.serving_from = p->step + 1;
+                    p->self.serving_from = p->step + 2;
                     p->my_hash = param_hash(p);
                     reset_step(p);
                     break;
@@ -1426,9 +1448,10 @@ int peer_run(const peer_options_t *po, char *err)
             if (r == 0 && (rc = handle_event(p, &ev))) goto out;
         }
     }
-    fprintf(p->log, "peer: done: stage %d served %" PRIu64 " microbatches, re-sent %" PRIu64 ", lost %" PRIu64
-                    ", rejected %" PRIu64 ", activation bytes sent %" PRIu64 "\n",
-            p->stage, p->served, p->retries, p->lost, net_rejected(p->net) + p->self.rejected, p->act_bytes);
+    fprintf(p->log, "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
+                    " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64 "\n",
+            p->stage, p->step, param_hash(p), p->served, p->retries, p->lost,
+            net_rejected(p->net) + p->self.rejected, p->act_bytes);
     fflush(p->log);
 out:
     if (rc && rc != STATUS_OK) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));

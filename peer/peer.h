@@ -30,6 +30,7 @@ typedef struct {
     int slots;             /* activation slots of the stage (default 2 x in_flight + 2) */
     double peer_timeout_s; /* silence after which a peer is dead (default 3) */
     double custody_s;      /* re-send a forward with no gradient back after this (default 60) */
+    int wait_peers;        /* a new swarm starts its first step once this many peers serve */
     int exit_when_done;    /* leave once the run's steps and validation are done (default 1) */
     const char *data_path; /* stage 0's corpus; NULL: the default corpus */
     const char *db;        /* store: the peer's identity (and later its checkpoints) */

@@ -264,7 +264,8 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         m->total = r_u(&r, 8);
         m->length = (uint32_t)r_u(&r, 4);
         r_bytes(&r, m->state_hash, 32);
-        if (m->stage < 0 || m->step < -1 || m->offset > m->total) goto malformed;
+        if (m->stage < 0 || m->step < -1) goto malformed;
+        if (m->type == MSG_STATE_REP && (m->offset > m->total || m->length > m->total - m->offset)) goto malformed;
         break;
     case MSG_LEAVE:
     case MSG_ERROR:

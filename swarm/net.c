@@ -330,6 +330,8 @@ static void on_router(struct net *n)
                  np - 2, msg_payloads(m.type));
         goto reject_err;
     }
+    log_debug("net: %s from %02x%02x%02x%02x (%d frames)", msg_type_name(m.type), m.sender[0], m.sender[1],
+              m.sender[2], m.sender[3], np - 1);
     if (m.type == MSG_STATUS_REQ) {
         size_t jlen = 0, hlen;
         char *json = status_json(n, &jlen);

@@ -70,7 +70,12 @@ int wiring_pick(wiring_t *w, const msg_member_t *cand, int n, const uint8_t *exc
         }
     }
     if (best >= 0) {
-        double tp = cand[best].throughput > 0 ? cand[best].throughput : 1.0;
+        /* a peer that has not measured itself yet counts as the stage's average */
+        double sum = 0;
+        int known = 0;
+        for (int i = 0; i < n; i++)
+            if (cand[i].throughput > 0) sum += cand[i].throughput, known++;
+        double tp = cand[best].throughput > 0 ? cand[best].throughput : known ? sum / known : 1.0;
         lookup(w, cand[best].id)->load += cost / tp;
     }
     return best;

@@ -16,7 +16,8 @@ wiring_t *wiring_new(uint64_t seed);
 void wiring_destroy(wiring_t **w);
 
 /* Picks one of cand[0..n) (skipping the one whose id is `exclude`, if not NULL) and
- * charges it cost / throughput (throughput <= 0 counts as 1). Returns its index, or -1
+ * charges it cost / throughput (a peer with no throughput yet counts as the mean of
+ * the others, or 1 when none has one). Returns its index, or -1
  * when there is no candidate. */
 int wiring_pick(wiring_t *w, const msg_member_t *cand, int n, const uint8_t *exclude, double cost);
 

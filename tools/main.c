@@ -1,4 +1,5 @@
 /* main.c — the swarmtrain binary: dispatches to a subcommand. */
+#include "common/log.h"
 #include "kernels/kernels.h"
 #include "tools/cmd.h"
 
@@ -14,6 +15,9 @@ typedef struct {
 } subcommand_t;
 
 static const subcommand_t subcommands[] = {
+    {"local", cmd_local, "launch and watch a whole swarm on this machine"},
+    {"peer", cmd_peer, "run one peer: start a swarm (--new) or join one (--join)"},
+    {"status", cmd_status, "watch a live swarm: pools, peers, throughput, loss"},
     {"train", cmd_train, "train the model in one process (the baseline)"},
     {"bench", cmd_bench, "benchmarks: model, codecs, store"},
 };
@@ -47,6 +51,9 @@ static void tune_environment(char **argv)
 int main(int argc, char **argv)
 {
     tune_environment(argv);
+    const char *lvl = getenv("SWARMTRAIN_LOG");
+    if (lvl) log_level = !strcmp(lvl, "debug") ? LOG_DEBUG : !strcmp(lvl, "warn") ? LOG_WARN
+                        : !strcmp(lvl, "error") ? LOG_ERROR : LOG_INFO;
     if (argc < 2) {
         usage(stderr);
         return 2;

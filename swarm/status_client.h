@@ -1,0 +1,13 @@
+/* status_client.h — asks a live peer for its view of the swarm (MSG_STATUS_REQ) and
+ * returns the JSON it answers with (docs/protocol.md, "Status").
+ * Not for: rendering (tools/cmd_status.c). */
+#ifndef SWARMTRAIN_STATUS_CLIENT_H
+#define SWARMTRAIN_STATUS_CLIENT_H
+
+#include <stddef.h>
+
+/* Fetches the status JSON of the peer at endpoint within timeout_ms. On success *json
+ * is a 0-terminated string the caller frees. STATUS_ETIMEOUT when nobody answers. */
+int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char *err);
+
+#endif

@@ -1,0 +1,426 @@
+/* cmd_local.c — `swarmtrain local`: a whole swarm on this machine. It starts N peer
+ * processes on loopback (free ports picked here), one stage each in turn, gives each
+ * its share of the cores, shows live progress from the swarm's own status answers,
+ * stops everything on Ctrl-C, and exits non-zero if the run failed. For fault tests it
+ * can SIGKILL a peer or add one at a given step.
+ * Not for: anything a peer does (peer/peer.c). */
+#include "common/clock.h"
+#include "common/status.h"
+#include "swarm/status_client.h"
+#include "tools/cmd.h"
+#include "tools/json.h"
+#include "tools/run_opts.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PEERS 64
+
+enum { O_PEERS = RUN_OPTS_EXTRA, O_DIR, O_INFLIGHT, O_KILL, O_JOIN, O_JOINSTAGE, O_QUIET, O_PTIMEOUT };
+
+typedef struct {
+    int peers, in_flight, quiet;
+    const char *dir;
+    int kill_peer, kill_step; /* SIGKILL peer kill_peer once stage 0 reaches kill_step */
+    int join_step, join_stage; /* add a peer at join_step */
+    const char *peer_timeout;
+} local_opts_t;
+
+typedef struct {
+    pid_t pid;
+    int port, stage, exited, status, killed;
+    char log[600];
+} child_t;
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int local_option(void *ctx, int c, const char *arg)
+{
+    local_opts_t *lo = ctx;
+    switch (c) {
+    case O_PEERS: return run_opts_int("--peers", arg, 1, &lo->peers);
+    case O_DIR: lo->dir = arg; return 0;
+    case O_INFLIGHT: return run_opts_int("--in-flight", arg, 1, &lo->in_flight);
+    case O_KILL:
+        if (sscanf(arg, "%d:%d", &lo->kill_peer, &lo->kill_step) != 2 || lo->kill_peer < 0 || lo->kill_step < 0) {
+            fprintf(stderr, "swarmtrain local: --kill PEER:STEP, e.g. --kill 3:20\n");
+            return -1;
+        }
+        return 0;
+    case O_JOIN: return run_opts_int("--join-at", arg, 0, &lo->join_step);
+    case O_JOINSTAGE: return run_opts_int("--join-stage", arg, 0, &lo->join_stage);
+    case O_QUIET: lo->quiet = 1; return 0;
+    case O_PTIMEOUT: lo->peer_timeout = arg; return 0;
+    default: return -1;
+    }
+}
+
+/* A free loopback TCP port (bound and released; a small race we accept on loopback). */
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (s >= 0) close(s);
+    return port;
+}
+
+/* Whether argv[i] is one of local's own options; *takes_arg says if the next word goes
+ * with it. */
+static int local_only(const char *a, int *takes_arg)
+{
+    static const char *with_arg[] = {"--peers", "--dir", "--in-flight", "--kill", "--join-at", "--join-stage",
+                                     "--peer-timeout"};
+    *takes_arg = 0;
+    if (!strcmp(a, "--quiet")) return 1;
+    for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
+        size_t n = strlen(with_arg[i]);
+        if (!strncmp(a, with_arg[i], n) && (a[n] == 0 || a[n] == '=')) {
+            *takes_arg = a[n] == 0;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int spawn(child_t *ch, int idx, int argc, char **argv, const local_opts_t *lo, int threads, int join_port)
+{
+    char *args[256];
+    int n = 0;
+    char listen[64], join[64], stage[16], thr[16], inf[16], db[600];
+    args[n++] = "swarmtrain";
+    args[n++] = "peer";
+    snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", ch->port);
+    args[n++] = "--listen", args[n++] = listen;
+    char wait[16];
+    if (join_port < 0) {
+        args[n++] = "--new";
+        snprintf(wait, sizeof wait, "%d", lo->peers);
+        args[n++] = "--wait-peers", args[n++] = wait;
+    } else {
+        snprintf(join, sizeof join, "tcp://127.0.0.1:%d", join_port);
+        args[n++] = "--join", args[n++] = join;
+    }
+    snprintf(stage, sizeof stage, "%d", ch->stage);
+    args[n++] = "--stage", args[n++] = stage;
+    snprintf(thr, sizeof thr, "%d", threads);
+    args[n++] = "--threads", args[n++] = thr;
+    snprintf(inf, sizeof inf, "%d", lo->in_flight);
+    args[n++] = "--in-flight", args[n++] = inf;
+    snprintf(db, sizeof db, "%s/peer%d.db", lo->dir, idx);
+    args[n++] = "--db", args[n++] = db;
+    if (lo->peer_timeout) args[n++] = "--peer-timeout", args[n++] = (char *)lo->peer_timeout;
+    for (int i = 1; i < argc && n < 250; i++) {
+        int takes;
+        if (local_only(argv[i], &takes)) {
+            i += takes;
+            continue;
+        }
+        if (!strcmp(argv[i], "--threads")) { /* local divides the cores itself */
+            i++;
+            continue;
+        }
+        args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    snprintf(ch->log, sizeof ch->log, "%s/peer%d.log", lo->dir, idx);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(ch->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        setpgid(0, 0); /* Ctrl-C goes to local, which stops the peers in order */
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    ch->pid = pid;
+    return 0;
+}
+
+typedef struct {
+    int pools, peers_per[MAX_PEERS], live, serving;
+    long long step0;
+    double loss;
+    double bytes_out;
+    long long retries;
+} view_t;
+
+static void on_pool(void *ctx, const json_obj_t *o)
+{
+    view_t *v = ctx;
+    int s = atoi(json_get(o, "stage"));
+    if (s >= 0 && s < MAX_PEERS) v->peers_per[s] = atoi(json_get(o, "peers"));
+    if (s == 0) {
+        v->step0 = atoll(json_get(o, "step"));
+        const char *l = json_get(o, "loss");
+        v->loss = strcmp(l, "null") && *l ? atof(l) : NAN;
+    }
+    v->pools = s + 1 > v->pools ? s + 1 : v->pools;
+}
+
+static void on_peer(void *ctx, const json_obj_t *o)
+{
+    view_t *v = ctx;
+    v->live++;
+    v->serving += !strcmp(json_get(o, "state"), "serving");
+    v->bytes_out += atof(json_get(o, "bytes_out"));
+    v->retries += atoll(json_get(o, "retries"));
+}
+
+static int fetch_view(child_t *ch, int n, view_t *v)
+{
+    for (int i = 0; i < n; i++) {
+        if (ch[i].exited || ch[i].killed) continue;
+        char ep[64], err[STATUS_ERR_LEN], *json = NULL;
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ch[i].port);
+        if (status_client_fetch(ep, 1000, &json, err)) continue;
+        memset(v, 0, sizeof *v);
+        v->loss = NAN;
+        int ok = json_each(json, "pools", on_pool, v) >= 0 && json_each(json, "peers", on_peer, v) >= 0;
+        free(json);
+        if (ok) return 0;
+    }
+    return -1;
+}
+
+/* Scans a peer log for the summary numbers. */
+static void scan_log(const char *path, double *val, double *tps, unsigned long long *act_bytes,
+                     unsigned long long *lost, double *first_reroute_after, double kill_t)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        double x, t;
+        unsigned long long a, l;
+        if (sscanf(line, "val_loss %lf", &x) == 1) *val = x;
+        if (sscanf(line, "tokens/s %lf", &x) == 1) *tps = x;
+        char *p = strstr(line, "activation-bytes ");
+        if (p && sscanf(p, "activation-bytes %llu", &a) == 1) *act_bytes += a;
+        p = strstr(line, " lost ");
+        if (!strncmp(line, "peer: done:", 11) && p && sscanf(p, " lost %llu", &l) == 1) *lost += l;
+        if (kill_t > 0 && sscanf(line, "reroute: t=%lf", &t) == 1 && t >= kill_t &&
+            (*first_reroute_after < 0 || t - kill_t < *first_reroute_after))
+            *first_reroute_after = t - kill_t;
+    }
+    fclose(f);
+}
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+int cmd_local(int argc, char **argv)
+{
+    static const struct option extra[] = {
+        {"peers", required_argument, 0, O_PEERS},      {"dir", required_argument, 0, O_DIR},
+        {"in-flight", required_argument, 0, O_INFLIGHT}, {"kill", required_argument, 0, O_KILL},
+        {"join-at", required_argument, 0, O_JOIN},     {"join-stage", required_argument, 0, O_JOINSTAGE},
+        {"quiet", no_argument, 0, O_QUIET},            {"peer-timeout", required_argument, 0, O_PTIMEOUT}};
+    local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
+    train_options_t run = train_defaults();
+    run.cfg.stages = 2;
+    run_opts_extra_t x = {
+        .opts = extra,
+        .n = sizeof extra / sizeof extra[0],
+        .handle = local_option,
+        .ctx = &lo,
+        .intro = "Starts a whole swarm of peer processes on this machine (loopback), one stage\n"
+                 "each in turn, and watches it: step and loss, peers per pool, tokens/s, bytes/s\n"
+                 "on the wire, microbatches re-sent. Ctrl-C stops every peer cleanly. The exit\n"
+                 "status is 0 only if the run finished with a held-out loss.",
+        .usage = "swarm:\n"
+                 "  --peers N            peer processes (default 4); peer i takes stage i mod S\n"
+                 "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"
+                 "  --in-flight N        microbatches each stage-0 peer keeps in flight (default 2)\n"
+                 "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
+                 "  --kill PEER:STEP     SIGKILL peer PEER when stage 0 reaches STEP (fault test)\n"
+                 "  --join-at STEP       start one more peer at STEP, stage --join-stage (default 0)\n"
+                 "  --quiet              no progress lines, only the summary\n"};
+    int rc = run_opts_parse("local", argc, argv, &run, &x);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (lo.peers > MAX_PEERS - 1) {
+        fprintf(stderr, "swarmtrain local: at most %d peers\n", MAX_PEERS - 1);
+        return 2;
+    }
+    int S = run.cfg.stages;
+    if (lo.peers < S) {
+        fprintf(stderr, "swarmtrain local: %d peers cannot hold %d stages\n", lo.peers, S);
+        return 2;
+    }
+    char dirbuf[] = "/tmp/swarmtrain-local-XXXXXX";
+    if (!lo.dir) {
+        if (!mkdtemp(dirbuf)) {
+            fprintf(stderr, "swarmtrain local: cannot make a run directory: %s\n", strerror(errno));
+            return 1;
+        }
+        lo.dir = dirbuf;
+    } else if (mkdir(lo.dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "swarmtrain local: cannot make %s: %s\n", lo.dir, strerror(errno));
+        return 1;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = run.threads > 0 ? run.threads : (int)(cores / lo.peers > 1 ? cores / lo.peers : 1);
+    int M = run.replicas * run.accum;
+    double tokens_per_step = (double)M * run.cfg.batch * run.cfg.seq;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    child_t ch[MAX_PEERS];
+    memset(ch, 0, sizeof ch);
+    int n = lo.peers;
+    for (int i = 0; i < n; i++) {
+        ch[i].port = free_port();
+        ch[i].stage = i % S;
+    }
+    printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
+    fflush(stdout);
+    double t0 = clock_now(), kill_wall = -1;
+    if (spawn(&ch[0], 0, argc, argv, &lo, threads, -1)) goto fail;
+    /* the others join once the first answers */
+    char ep0[64], err[STATUS_ERR_LEN], *json = NULL;
+    snprintf(ep0, sizeof ep0, "tcp://127.0.0.1:%d", ch[0].port);
+    for (int tries = 0; tries < 50 && !interrupted; tries++) {
+        if (!status_client_fetch(ep0, 200, &json, err)) break;
+        clock_sleep(0.1);
+    }
+    free(json);
+    /* one at a time, each once the swarm counts the previous one as serving, so that
+     * peers of the same stage find each other */
+    for (int i = 1; i < n && !interrupted; i++) {
+        if (spawn(&ch[i], i, argc, argv, &lo, threads, ch[0].port)) goto fail;
+        for (int tries = 0; tries < 100 && !interrupted; tries++) {
+            view_t v;
+            if (fetch_view(ch, i + 1, &v) == 0 && v.serving >= i + 1) break;
+            clock_sleep(0.1);
+        }
+    }
+
+    int failed = 0, joined = 0;
+    long long last_step = -1;
+    double last_t = clock_now(), last_bytes = 0, tps = 0;
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < n; i++) {
+            if (ch[i].exited) continue;
+            int st;
+            pid_t r = waitpid(ch[i].pid, &st, WNOHANG);
+            if (r == ch[i].pid) {
+                ch[i].exited = 1;
+                ch[i].status = st;
+                int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+                if (!ok && !ch[i].killed) {
+                    failed = 1;
+                    fprintf(stderr, "local: peer %d (stage %d) failed (%s %d); see %s\n", i, ch[i].stage,
+                            WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
+                            ch[i].log);
+                }
+            } else {
+                running++;
+            }
+        }
+        if (!running) break;
+        if (interrupted) {
+            fprintf(stderr, "local: stopping %d peers\n", running);
+            for (int i = 0; i < n; i++)
+                if (!ch[i].exited) kill(ch[i].pid, SIGTERM);
+            double end = clock_now() + 10;
+            for (int i = 0; i < n; i++)
+                while (!ch[i].exited) {
+                    int st;
+                    if (waitpid(ch[i].pid, &st, WNOHANG) == ch[i].pid) ch[i].exited = 1;
+                    else if (clock_now() > end) kill(ch[i].pid, SIGKILL);
+                    else clock_sleep(0.02);
+                }
+            printf("local: interrupted; logs in %s\n", lo.dir);
+            return 130;
+        }
+        view_t v;
+        if (fetch_view(ch, n, &v) == 0) {
+            double now = clock_now();
+            if (last_step >= 0 && v.step0 > last_step)
+                tps = (double)(v.step0 - last_step) * tokens_per_step / (now - last_t);
+            double bps = last_step >= 0 ? (v.bytes_out - last_bytes) / (now - last_t) : 0;
+            if (v.step0 != last_step) last_step = v.step0, last_t = now;
+            last_bytes = v.bytes_out;
+            if (!lo.quiet) {
+                printf("[%5.0fs] step %lld/%d", now - t0, v.step0, run.steps);
+                if (!isnan(v.loss)) printf("  loss %.4f", v.loss);
+                printf("  peers/pool");
+                for (int s = 0; s < v.pools; s++) printf(" %d", v.peers_per[s]);
+                printf("  %.0f tok/s  wire %.2f MB/s  re-sent %lld\n", tps, bps / 1e6, v.retries);
+                fflush(stdout);
+            }
+            if (lo.kill_peer >= 0 && lo.kill_peer < n && !ch[lo.kill_peer].killed && v.step0 >= lo.kill_step &&
+                !ch[lo.kill_peer].exited) {
+                kill(ch[lo.kill_peer].pid, SIGKILL);
+                ch[lo.kill_peer].killed = 1;
+                kill_wall = wall();
+                printf("local: fault: SIGKILL peer %d (stage %d) at step %lld, t=%.3f\n", lo.kill_peer,
+                       ch[lo.kill_peer].stage, v.step0, kill_wall);
+                fflush(stdout);
+            }
+            if (lo.join_step >= 0 && !joined && v.step0 >= lo.join_step && n < MAX_PEERS) {
+                ch[n].port = free_port();
+                ch[n].stage = lo.join_stage < S ? lo.join_stage : 0;
+                int live = 0;
+                for (int i = 0; i < n && !live; i++) live = !ch[i].exited && !ch[i].killed ? ch[i].port : 0;
+                if (spawn(&ch[n], n, argc, argv, &lo, threads, live)) goto fail;
+                printf("local: peer %d joins stage %d at step %lld\n", n, ch[n].stage, v.step0);
+                n++;
+                joined = 1;
+            }
+        }
+        clock_sleep(lo.quiet ? 0.2 : 1.0);
+    }
+
+    double val = NAN, ltps = 0, reroute_after = -1;
+    unsigned long long act = 0, lost = 0;
+    for (int i = 0; i < n; i++) scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall);
+    double tokens = (double)run.steps * tokens_per_step;
+    printf("local: done in %.1f s: val_loss %.4f, tokens/s %.0f, wire %.1f bytes per token, lost microbatches %llu\n",
+           clock_now() - t0, val, ltps, tokens > 0 ? (double)act / tokens : 0, lost);
+    if (kill_wall > 0) {
+        if (reroute_after >= 0) printf("local: fault: first microbatch re-routed %.3f s after the kill\n", reroute_after);
+        else printf("local: fault: no microbatch needed re-routing after the kill\n");
+    }
+    fflush(stdout);
+    return failed || isnan(val) ? 1 : 0;
+fail:
+    fprintf(stderr, "swarmtrain local: cannot start peers: %s\n", strerror(errno));
+    for (int i = 0; i < n; i++)
+        if (ch[i].pid > 0 && !ch[i].exited) kill(ch[i].pid, SIGKILL);
+    return 1;
+}

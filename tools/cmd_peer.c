@@ -1,0 +1,109 @@
+/* cmd_peer.c — `swarmtrain peer`: run one peer and join (or start) a swarm.
+ * Not for: the peer itself (peer/peer.c). */
+#include "common/status.h"
+#include "peer/peer.h"
+#include "tools/cmd.h"
+#include "tools/run_opts.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { O_NEW = RUN_OPTS_EXTRA, O_JOIN, O_LISTEN, O_ADV, O_STAGE, O_INFLIGHT, O_SLOTS, O_PTIMEOUT,
+       O_CUSTODY, O_DB, O_STAY, O_WAIT };
+
+static int peer_option(void *ctx, int c, const char *arg)
+{
+    peer_options_t *po = ctx;
+    float f;
+    switch (c) {
+    case O_NEW: po->is_new = 1; return 0;
+    case O_JOIN: po->join = arg; return 0;
+    case O_LISTEN: po->listen = arg; return 0;
+    case O_ADV: po->advertise = arg; return 0;
+    case O_STAGE: return run_opts_int("--stage", arg, 0, &po->stage);
+    case O_INFLIGHT: return run_opts_int("--in-flight", arg, 1, &po->in_flight);
+    case O_SLOTS: return run_opts_int("--slots", arg, 1, &po->slots);
+    case O_PTIMEOUT:
+        if (run_opts_float("--peer-timeout", arg, &f) || f <= 0) return -1;
+        po->peer_timeout_s = f;
+        return 0;
+    case O_CUSTODY:
+        if (run_opts_float("--custody-timeout", arg, &f) || f <= 0) return -1;
+        po->custody_s = f;
+        return 0;
+    case O_DB: po->db = arg; return 0;
+    case O_STAY: po->exit_when_done = 0; return 0;
+    case O_WAIT: return run_opts_int("--wait-peers", arg, 0, &po->wait_peers);
+    default: return -1;
+    }
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    peer_stop();
+}
+
+int cmd_peer(int argc, char **argv)
+{
+    static const struct option extra[] = {
+        {"new", no_argument, 0, O_NEW},
+        {"join", required_argument, 0, O_JOIN},
+        {"listen", required_argument, 0, O_LISTEN},
+        {"advertise", required_argument, 0, O_ADV},
+        {"stage", required_argument, 0, O_STAGE},
+        {"in-flight", required_argument, 0, O_INFLIGHT},
+        {"slots", required_argument, 0, O_SLOTS},
+        {"peer-timeout", required_argument, 0, O_PTIMEOUT},
+        {"custody-timeout", required_argument, 0, O_CUSTODY},
+        {"db", required_argument, 0, O_DB},
+        {"stay", no_argument, 0, O_STAY},
+        {"wait-peers", required_argument, 0, O_WAIT}};
+    peer_options_t po = peer_defaults();
+    run_opts_extra_t x = {
+        .opts = extra,
+        .n = sizeof extra / sizeof extra[0],
+        .handle = peer_option,
+        .ctx = &po,
+        .intro = "Runs one peer. The first peer of a swarm starts it with --new and the run's\n"
+                 "settings (the options below); every other peer joins through any live peer with\n"
+                 "--join and is told the settings. SIGINT or SIGTERM: leave cleanly, exit 0.",
+        .usage = "swarm:\n"
+                 "  --new                start a new swarm with the run settings given here\n"
+                 "  --join ENDPOINT      join through a live peer, e.g. tcp://10.0.0.5:7000\n"
+                 "  --listen ENDPOINT    where to listen (default tcp://127.0.0.1:0, a free port)\n"
+                 "  --advertise ENDPOINT where others reach this peer (NAT, several interfaces)\n"
+                 "  --stage N            take stage N (default: the pool with least throughput)\n"
+                 "  --in-flight N        microbatches a stage-0 peer keeps in flight (default 2)\n"
+                 "  --slots N            activation slots (default 2 x in-flight + 2)\n"
+                 "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
+                 "  --custody-timeout S  re-send a microbatch with no gradient back (default 60)\n"
+                 "  --db PATH            store holding this peer's identity\n"
+                 "  --stay               keep serving after the run's last step\n"
+                 "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
+    int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (!po.is_new == !po.join) {
+        fprintf(stderr, "swarmtrain peer: give exactly one of --new and --join ENDPOINT\n");
+        return 2;
+    }
+    po.data_path = po.run.data_path;
+    po.device = po.run.device;
+    po.threads = po.run.threads;
+    po.log_every = po.run.log_every;
+    if (!po.slots) po.slots = 2 * po.in_flight + 2;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    char err[STATUS_ERR_LEN];
+    if (peer_run(&po, err)) {
+        fprintf(stderr, "swarmtrain peer: %s\n", err);
+        return 1;
+    }
+    return 0;
+}

@@ -73,7 +73,7 @@ typedef struct {
 
 typedef struct {
     uint8_t id[MSG_ID_LEN];
-    int64_t step;
+    int64_t step, since;
     uint32_t count;
     uint64_t hash;
     uint8_t *data;
@@ -134,6 +134,10 @@ typedef struct {
     double t_start, t_train0, t_train1; /* process start; first microbatch; last step */
     int finished;
     int go;       /* stage 0: the first step may start */
+    int64_t follow_step;
+    double follow_since;
+    double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
+    int followed;       /* steps followed since the last download */
     double go_at;
     float last_loss;
     float *host_x, *host_dx, *host_params;
@@ -340,7 +344,7 @@ static void progress(peer_t *p)
 {
     msg_t m = {.type = MSG_PROGRESS, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
     msg_member_t cand[64];
-    int n = stage_members(p, p->stage, cand, 64, 0);
+    int n = stage_members(p, p->stage, cand, 64, 1);
     size_t len = ((size_t)p->M + 7) / 8;
     const void *pl[1] = {p->done_mine};
     for (int i = 0; i < n; i++) send_msg(p, cand[i].id, &m, 1, pl, &len);
@@ -573,7 +577,7 @@ static int store_exch(peer_t *p, const msg_t *m, const uint8_t *data, size_t len
     }
     exch_t *e = &p->exch[p->nexch];
     memcpy(e->id, m->sender, MSG_ID_LEN);
-    e->step = m->step, e->count = m->count, e->hash = m->hash, e->len = len;
+    e->step = m->step, e->count = m->count, e->hash = m->hash, e->since = m->since, e->len = len;
     if (!(e->data = malloc(len ? len : 1))) return STATUS_ENOMEM;
     memcpy(e->data, data, len);
     p->nexch++;
@@ -642,13 +646,22 @@ static void reset_step(peer_t *p)
     drop_exch_before(p, p->step);
 }
 
+/* Steps a newcomer follows before it contributes: long enough (3 s of pool steps, and at
+ * least 2 steps) that every member has heard through gossip when it starts counting. */
+static int64_t join_margin(const peer_t *p)
+{
+    double sps = p->pool_step_s > 0 ? p->pool_step_s : 1.0;
+    double steps = ceil(3.0 / sps);
+    return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
+}
+
 /* Applies the pool's messages for this step and moves to the next. */
 static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
 {
     const uint8_t *msgs[64];
     size_t lens[64];
     uint32_t total = 0;
-    int m = 0, agree = 1, disagree = 0, lower_disagrees = 0; /* we agree with ourselves */
+    int m = 0, agree = 1, disagree = 0, senior_disagrees = 0; /* we agree with ourselves */
     for (int i = 0; i < n; i++) {
         if (is_self(p, senders[i].id)) {
             msgs[m] = p->my_msg, lens[m] = p->my_msg_len, total += p->my_count;
@@ -663,16 +676,23 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
         }
         msgs[m] = e->data, lens[m] = e->len, total += e->count;
         if (e->hash == p->my_hash) agree++;
-        else disagree++, lower_disagrees |= memcmp(e->id, p->id, MSG_ID_LEN) < 0;
+        else {
+            disagree++;
+            senior_disagrees |= e->since < p->self.serving_from ||
+                                (e->since == p->self.serving_from && memcmp(e->id, p->id, MSG_ID_LEN) < 0);
+        }
         m++;
     }
     /* Replicas must be identical. The majority keeps its parameters; on a tie the side
-     * holding the lowest id does. The others fetch the pool's state again. */
-    if (disagree > agree || (disagree && disagree == agree && lower_disagrees)) {
+     * holding the most senior member does (earliest contributor, then lowest id). The
+     * others fetch the pool's state again. */
+    if (disagree > agree || (disagree && disagree == agree && senior_disagrees)) {
         log_warn("peer: my parameters differ from the pool's at step %" PRId64 " (%d of %d disagree)",
                  p->step, disagree, agree + disagree);
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
+    log_debug("peer: step %" PRId64 " stage %d: applying %d message(s) of %d expected, %u microbatches%s",
+              p->step, p->stage, m, n, total, p->self.serving_from > p->step ? " (following)" : "");
     int rc = 0;
     float gnorm = 0;
     if (p->dopt) {
@@ -697,14 +717,20 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
         double tok = (double)p->BT * p->M;
         if (s % p->po->log_every == 0 || s == p->run.steps - 1)
             fprintf(p->log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", s,
-                    p->loss_sum / p->loss_n, optim_lr(&p->run.opt, s), gnorm, tok / (now - p->step_t0));
+                    p->loss_sum / p->loss_n, optim_lr(&p->run.opt, s), gnorm, p->step_t0 > 0 ? tok / (now - p->step_t0) : 0.0);
         fflush(p->log);
         p->self.loss = (float)(p->loss_sum / p->loss_n);
     } else if (p->stage == p->S - 1) {
         p->self.loss = p->last_loss;
     }
+    if (p->step_t0 > 0) /* the pool's pace, from the second step seen on */
+        p->pool_step_s = p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * (now - p->step_t0) : now - p->step_t0;
     p->step_t0 = now;
     p->step++;
+    if (p->self.serving_from > p->step && ++p->followed >= 4) { /* the pool's pace is known now */
+        int64_t want = p->step + join_margin(p);
+        if (want < p->self.serving_from) p->self.serving_from = want;
+    }
     if (p->step == p->run.steps) p->t_train1 = now;
     p->my_hash = param_hash(p);
     reset_step(p);
@@ -724,9 +750,9 @@ static int try_exchange(peer_t *p)
     if (!p->exch_sent) {
         if ((rc = make_exchange(p))) return rc;
         msg_t m = {.type = MSG_EXCH, .stage = (int16_t)p->stage, .step = p->step,
-                   .count = p->my_count, .hash = p->my_hash};
+                   .count = p->my_count, .hash = p->my_hash, .since = p->self.serving_from};
         msg_member_t cand[64];
-        int n = stage_members(p, p->stage, cand, 64, 0);
+        int n = stage_members(p, p->stage, cand, 64, 1);
         const void *pl[1] = {p->my_msg};
         for (int i = 0; i < n; i++) send_msg(p, cand[i].id, &m, 1, pl, &p->my_msg_len);
         p->exch_sent = 1;
@@ -957,6 +983,7 @@ static int download_state(peer_t *p)
         }
         load_state(p, dl.buf);
         p->step = dl.step;
+        p->step_t0 = 0, p->pool_step_s = 0, p->followed = 0;
         fprintf(p->log, "state: downloaded stage %d at step %" PRId64 " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",
                 p->stage, p->step, dl.total / 1e6, clock_now() - t0, n);
         fflush(p->log);
@@ -1047,6 +1074,7 @@ static int handle_event(peer_t *p, net_ev_t *ev)
     case MSG_PROGRESS: {
         size_t nb = ((size_t)p->M + 7) / 8;
         if (!p->st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 || ev->frame_len[0] != nb) {
+            log_debug("peer: rejected PROGRESS (stage %d, count %u)", m->stage, m->count);
             p->self.rejected++;
             return 0;
         }
@@ -1387,7 +1415,8 @@ int peer_run(const peer_options_t *po, char *err)
      * Before the run has started there is nothing to miss. */
     int started = 0;
     for (int i = 0; i < p->nview; i++) started |= p->view[i].step > 0 || p->view[i].served > 0;
-    p->self.serving_from = downloaded && started ? p->step + 2 : p->step;
+    /* (until it has seen the pool's pace it plans far ahead; apply_exchange shortens it) */
+    p->self.serving_from = downloaded && started ? p->step + 1000 : p->step;
     push_self(p);
     fprintf(p->log, "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step %" PRId64 "\n",
             p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads, p->self.serving_from);
@@ -1422,24 +1451,33 @@ int peer_run(const peer_options_t *po, char *err)
             push_self(p);
             if ((rc = download_state(p))) goto out;
             p->self.state = MEMBER_SERVING;
-            p->self.serving_from = p->step + 2;
+            p->self.serving_from = p->step + 1000;
+            p->followed = 0;
             p->my_hash = param_hash(p);
             reset_step(p);
             fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 "\n", p->stage, p->step);
         } else if (rc) {
             goto out;
         }
-        /* a follower whose pool moved on without it re-downloads */
-        if (p->self.serving_from > p->step) {
+        /* a follower whose pool moved on without it (no update for 2 s while others are
+         * ahead) downloads the state again */
+        if (p->self.serving_from > p->step && p->step != p->follow_step) {
+            p->follow_step = p->step;
+            p->follow_since = clock_now();
+        }
+        if (p->self.serving_from > p->step && clock_now() - p->follow_since > 2.0) {
+            int behind = 0;
             for (int i = 0; i < p->nview; i++)
-                if (p->view[i].stage == p->stage && p->view[i].state == MEMBER_SERVING &&
-                    p->view[i].step > p->step + 1 && !is_self(p, p->view[i].id)) {
-                    if ((rc = download_state(p))) goto out;
-                    p->self.serving_from = p->step + 2;
-                    p->my_hash = param_hash(p);
-                    reset_step(p);
-                    break;
-                }
+                behind |= p->view[i].stage == p->stage && p->view[i].state == MEMBER_SERVING &&
+                          p->view[i].step > p->step && !is_self(p, p->view[i].id);
+            if (behind) {
+                if ((rc = download_state(p))) goto out;
+                p->self.serving_from = p->step + 1000;
+                p->followed = 0;
+                p->my_hash = param_hash(p);
+                reset_step(p);
+            }
+            p->follow_since = clock_now();
         }
         custody(p);
         if (clock_now() - p->last_self_push > 0.25) push_self(p);

@@ -188,6 +188,7 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
         w_u(&w, (uint64_t)m->step, 8);
         w_u(&w, m->count, 4);
         w_u(&w, m->hash, 8);
+        w_u(&w, (uint64_t)m->since, 8);
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
@@ -254,7 +255,8 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         m->step = (int64_t)r_u(&r, 8);
         m->count = (uint32_t)r_u(&r, 4);
         m->hash = r_u(&r, 8);
-        if (m->stage < 0 || m->step < 0) goto malformed;
+        m->since = (int64_t)r_u(&r, 8);
+        if (m->stage < 0 || m->step < 0 || m->since < 0) goto malformed;
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:

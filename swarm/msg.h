@@ -96,6 +96,7 @@ typedef struct {
     int64_t step;
     uint32_t count;       /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches */
     uint64_t hash;        /* EXCH: sender's parameter hash at the start of the step */
+    int64_t since;        /* EXCH: the first step the sender contributed to (seniority) */
     /* STATE_REQ / STATE_REP */
     uint64_t offset, total;
     uint32_t length;

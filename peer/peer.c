@@ -1418,6 +1418,9 @@ int peer_run(const peer_options_t *po, char *err)
     /* (until it has seen the pool's pace it plans far ahead; apply_exchange shortens it) */
     p->self.serving_from = downloaded && started ? p->step + 1000 : p->step;
     push_self(p);
+    char hex[2 * MSG_ID_LEN + 1];
+    for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
+    fprintf(p->log, "peer: id %s\n", hex);
     fprintf(p->log, "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step %" PRId64 "\n",
             p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads, p->self.serving_from);
     fflush(p->log);

@@ -1,0 +1,13 @@
+# The swarm suite runs real peer processes; each case is its own ctest entry so that
+# labels say what kind of test it is (integration or fault).
+add_executable(test_swarm ${CMAKE_CURRENT_SOURCE_DIR}/test_swarm.c ${CMAKE_CURRENT_SOURCE_DIR}/testutil.c)
+target_link_libraries(test_swarm PRIVATE st_peer PkgConfig::CMOCKA)
+foreach(t equivalent_2:integration equivalent_4:integration status_json:integration
+          garbage_rejected:fault demo_swarm_with_fault:fault)
+  string(REPLACE ":" ";" parts ${t})
+  list(GET parts 0 name)
+  list(GET parts 1 label)
+  add_test(NAME swarm_${name} COMMAND test_swarm test_${name})
+  set_tests_properties(swarm_${name} PROPERTIES LABELS ${label} TIMEOUT 900 SKIP_RETURN_CODE 77
+    ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE")
+endforeach()

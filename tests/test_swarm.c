@@ -1,0 +1,400 @@
+/* test_swarm.c — the swarm as a user runs it: real peer processes on loopback.
+ * - a swarm of one peer per stage reproduces `train --stages S` loss for loss;
+ * - 2 stages x 2 peers with DeMo and int8 activations learn as well as the
+ *   single-process DeMo run, while one peer of a pool is killed with SIGKILL (nothing is
+ *   lost, the pool keeps stepping) and a new peer joins and ends with the pool's hash;
+ * - status --json lists exactly the live peers and pools;
+ * - garbage on a peer's socket is rejected and counted while the peer keeps training.
+ * Argument: the name of one test to run alone (ctest registers them one by one). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/clock.h"
+#include "common/rng.h"
+#include "swarm/msg.h"
+#include "swarm/status_client.h"
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/st_swarmXXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Starts `swarmtrain ARGS` with stdout and stderr into dir/NAME.log. */
+static pid_t start(const char *name, const char *args)
+{
+    char log[256], cmd[4096];
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    snprintf(cmd, sizeof cmd, "exec %s %s", testutil_bin(), args);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for pid up to seconds; returns its exit code, or -1 (killed) on timeout. */
+static int finish(pid_t pid, double seconds)
+{
+    double end = clock_now() + seconds;
+    int st;
+    while (clock_now() < end) {
+        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        clock_sleep(0.05);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+static char *slurp(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+/* "step N loss X" lines of a log into loss[N]; returns how many. */
+static int losses(const char *text, double *loss, int max)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        int step;
+        double x;
+        if (sscanf(p, "step %d loss %lf", &step, &x) == 2 && step >= 0 && step < max) {
+            loss[step] = x;
+            n++;
+        }
+    }
+    return n;
+}
+
+static double value_after(const char *text, const char *key)
+{
+    const char *p = text ? strstr(text, key) : NULL;
+    return p ? atof(p + strlen(key)) : NAN;
+}
+
+/* One peer per stage, AdamW, raw f32 on the wire, one microbatch in flight: the same
+ * loss sequence as the single-process run. */
+static void equivalent(int S)
+{
+    enum { STEPS = 12 };
+    char args[1024];
+    snprintf(args, sizeof args, "train --stages %d --steps %d --batch 8 --threads 1 --data %s", S, STEPS, testutil_corpus());
+    pid_t t = start("train", args);
+    snprintf(args, sizeof args,
+             "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --codec f32 --quiet --dir %s/local --data %s",
+             S, S, STEPS, dir, testutil_corpus());
+    pid_t l = start("local", args);
+    assert_int_equal(finish(t, 300), 0);
+    assert_int_equal(finish(l, 300), 0);
+    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
+    double la[STEPS], lb[STEPS];
+    assert_int_equal(losses(a, la, STEPS), STEPS);
+    assert_int_equal(losses(b, lb, STEPS), STEPS);
+    for (int i = 0; i < STEPS; i++) {
+        double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
+        if (rel > 1e-5) fail_msg("S=%d step %d: train %.6f swarm %.6f", S, i, la[i], lb[i]);
+    }
+    printf("S=%d: %d steps, swarm loss = train loss (last %.6f); val_loss train %.4f swarm %.4f\n", S, STEPS,
+           la[STEPS - 1], value_after(a, "val_loss "), value_after(b, "val_loss "));
+    free(a);
+    free(b);
+}
+
+static void test_equivalent_2(void **state)
+{
+    (void)state;
+    equivalent(2);
+}
+
+static void test_equivalent_4(void **state)
+{
+    (void)state;
+    equivalent(4);
+}
+
+/* Stage-1 hashes from the peers' closing lines must all be equal. */
+static void same_hashes(const char *text, int stage, int want)
+{
+    char needle[64], first[17] = "";
+    int n = 0;
+    snprintf(needle, sizeof needle, "peer: done: stage %d step ", stage);
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) {
+        char hash[17];
+        const char *h = strstr(p, " hash ");
+        assert_non_null(h);
+        assert_int_equal(sscanf(h, " hash %16s", hash), 1);
+        if (!n++) strcpy(first, hash);
+        else if (strcmp(first, hash)) fail_msg("stage %d: replicas end with hashes %s and %s", stage, first, hash);
+    }
+    assert_int_equal(n, want);
+}
+
+/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 60 and
+ * a fifth peer joins stage 1 at step 150. */
+static void test_demo_swarm_with_fault(void **state)
+{
+    (void)state;
+    enum { STEPS = 300 };
+    char args[1024];
+    snprintf(args, sizeof args,
+             "train --stages 2 --replicas 2 --optimizer demo --steps %d --threads 2 --log-every 50 --data %s", STEPS,
+             testutil_corpus());
+    pid_t t = start("train", args);
+    assert_int_equal(finish(t, 900), 0);
+    snprintf(args, sizeof args,
+             "local --peers 4 --stages 2 --replicas 2 --optimizer demo --codec int8 --steps %d --log-every 50 "
+             "--kill 3:60 --join-at 150 --join-stage 1 --quiet --dir %s/local --data %s",
+             STEPS, dir, testutil_corpus());
+    pid_t l = start("local", args);
+    int rc = finish(l, 900);
+    char *a = slurp("train.log"), *out = slurp("local.log");
+    assert_non_null(out);
+    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
+    double vt = value_after(a, "val_loss "), vs = value_after(out, "val_loss ");
+    const char *summary = strstr(out, "local: done");
+    printf("%s", summary ? summary : out);
+    printf("DeMo R=2: single process val_loss %.4f, swarm (int8, one kill, one join) %.4f (%+.1f%%)\n", vt, vs,
+           100 * (vs - vt) / vt);
+    assert_true(isfinite(vt) && isfinite(vs));
+    assert_true(vs <= vt * 1.05);
+    /* the kill happened, something was re-routed, and nothing was lost */
+    assert_non_null(strstr(out, "local: fault: SIGKILL peer 3 (stage 1)"));
+    assert_non_null(strstr(out, "first microbatch re-routed"));
+    assert_non_null(strstr(out, "lost microbatches 0"));
+    /* every survivor and the newcomer finished the run; each pool ends identical */
+    char all[65536] = "";
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "local/peer%d.log", i);
+        char *s = slurp(name);
+        if (i != 3 && !(s && strstr(s, "peer: done: stage"))) fail_msg("peer %d did not finish:\n%s", i, s ? s : "");
+        if (s && i != 3) strncat(all, strstr(s, "peer: done:"), sizeof all - strlen(all) - 1);
+        free(s);
+    }
+    char needle[64];
+    snprintf(needle, sizeof needle, "step %d hash", STEPS);
+    for (const char *p = strstr(all, "peer: done:"); p; p = strstr(p + 1, "peer: done:"))
+        assert_true(strncmp(strstr(p, "step "), needle, strlen(needle)) == 0);
+    same_hashes(all, 0, 2);
+    same_hashes(all, 1, 2); /* the survivor and the newcomer */
+    free(a);
+    free(out);
+}
+
+/* ids printed by each peer ("peer: id HEX") */
+static void peer_id(const char *log, char *hex)
+{
+    char *s = NULL;
+    for (int tries = 0; tries < 200; tries++) {
+        free(s);
+        s = slurp(log);
+        if (s && strstr(s, "peer: id ")) break;
+        clock_sleep(0.05);
+    }
+    assert_non_null(s);
+    const char *p = strstr(s, "peer: id ");
+    assert_non_null(p);
+    assert_int_equal(sscanf(p, "peer: id %64s", hex), 1);
+    free(s);
+}
+
+static int count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* status --json of a live swarm: exactly the peers that run, and their pools. */
+static void test_status_json(void **state)
+{
+    (void)state;
+    char args[1024], ep[64], ids[3][65];
+    int port = 20000 + (int)(getpid() % 20000);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    snprintf(args, sizeof args, "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 --data %s", ep,
+             testutil_corpus());
+    pid_t p0 = start("p0", args);
+    peer_id("p0.log", ids[0]);
+    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1", ep, port + 1);
+    pid_t p1 = start("p1", args);
+    peer_id("p1.log", ids[1]);
+    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1", ep, port + 2);
+    pid_t p2 = start("p2", args);
+    peer_id("p2.log", ids[2]);
+    clock_sleep(1.5); /* a few gossip rounds */
+    char cmd[512], *json;
+    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(), ep, dir);
+    assert_int_equal(system(cmd), 0);
+    json = slurp("status.json");
+    assert_non_null(json);
+    assert_int_equal(count(json, "\"id\":"), 3);
+    for (int i = 0; i < 3; i++) assert_non_null(strstr(json, ids[i]));
+    assert_non_null(strstr(json, "{\"stage\":0,\"peers\":1,"));
+    assert_non_null(strstr(json, "{\"stage\":1,\"peers\":2,"));
+    assert_int_equal(count(json, "\"state\":\"serving\""), 3);
+    free(json);
+    /* the table form too */
+    snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep, dir);
+    assert_int_equal(system(cmd), 0);
+    json = slurp("status.txt");
+    assert_non_null(strstr(json, "pools:"));
+    assert_non_null(strstr(json, "peers:"));
+    free(json);
+    /* one leaves (SIGTERM): it exits 0 and disappears from the list */
+    kill(p2, SIGTERM);
+    assert_int_equal(finish(p2, 30), 0);
+    clock_sleep(0.8);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(), ep, dir);
+    assert_int_equal(system(cmd), 0);
+    json = slurp("status.json");
+    assert_int_equal(count(json, "\"id\":"), 2);
+    assert_null(strstr(json, ids[2]));
+    assert_non_null(strstr(json, "{\"stage\":1,\"peers\":1,"));
+    free(json);
+    kill(p1, SIGTERM);
+    kill(p0, SIGTERM);
+    assert_int_equal(finish(p1, 30), 0);
+    assert_int_equal(finish(p0, 30), 0);
+}
+
+static long long json_num(const char *json, const char *key)
+{
+    const char *p = strstr(json, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
+/* Garbage on a peer's socket: rejected, counted, and training goes on. */
+static void test_garbage_rejected(void **state)
+{
+    (void)state;
+    char args[1024], ep[64];
+    int port = 20000 + (int)((getpid() + 7777) % 20000);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    snprintf(args, sizeof args, "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 --data %s", ep,
+             testutil_corpus());
+    pid_t p0 = start("g0", args);
+    char hex[65], *json = NULL, err[256];
+    peer_id("g0.log", hex);
+    clock_sleep(0.5);
+    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
+    long long step0 = json_num(json, "\"step\":");
+    free(json);
+
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
+    uint8_t id[MSG_ID_LEN];
+    memset(id, 0xab, sizeof id);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, id, sizeof id);
+    assert_int_equal(zmq_connect(s, ep), 0);
+    int sent = 0;
+    rng_t r;
+    rng_seed(&r, 3);
+    /* random bytes of random lengths */
+    for (int i = 0; i < 50; i++, sent++) {
+        uint8_t junk[300];
+        size_t n = (size_t)rng_below(&r, sizeof junk);
+        for (size_t j = 0; j < n; j++) junk[j] = (uint8_t)rng_next(&r);
+        zmq_send(s, junk, n, 0);
+    }
+    /* a valid FWD header, truncated at every length */
+    msg_t m = {.type = MSG_FWD, .stage = 0, .nroute = 0};
+    memcpy(m.sender, id, MSG_ID_LEN);
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t len;
+    assert_int_equal(msg_encode(&m, hdr, sizeof hdr, &len, err), 0);
+    for (size_t cut = 0; cut < len; cut++, sent++) zmq_send(s, hdr, cut, 0);
+    /* whole but from the wrong swarm, wrong version, and with missing payload frames */
+    m.swarm = 0x1234;
+    assert_int_equal(msg_encode(&m, hdr, sizeof hdr, &len, err), 0);
+    zmq_send(s, hdr, len, ZMQ_SNDMORE);
+    zmq_send(s, "x", 1, ZMQ_SNDMORE);
+    zmq_send(s, "y", 1, 0);
+    sent++;
+    hdr[3] = 9;
+    zmq_send(s, hdr, len, 0);
+    sent++;
+    hdr[3] = MSG_VERSION;
+    zmq_send(s, hdr, len, 0); /* no payloads */
+    sent++;
+    /* a header claiming another sender than its connection */
+    memset(m.sender, 0xcd, MSG_ID_LEN);
+    m.swarm = 0;
+    m.type = MSG_GOSSIP;
+    assert_int_equal(msg_encode(&m, hdr, sizeof hdr, &len, err), 0);
+    zmq_send(s, hdr, len, ZMQ_SNDMORE);
+    zmq_send(s, "\0\0\0\0", 4, 0);
+    sent++;
+    clock_sleep(1.0);
+    json = NULL;
+    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
+    long long rejected = json_num(json, "\"rejected\":"), step1 = json_num(json, "\"step\":");
+    printf("garbage: %d bad messages sent, %lld rejected; step %lld -> %lld\n", sent, rejected, step0, step1);
+    free(json);
+    assert_true(rejected >= sent);
+    clock_sleep(1.0);
+    json = NULL;
+    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
+    long long step2 = json_num(json, "\"step\":");
+    free(json);
+    assert_true(step2 > step1 && step1 >= step0); /* still training */
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    kill(p0, SIGTERM);
+    assert_int_equal(finish(p0, 30), 0);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test_setup_teardown(test_equivalent_2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_equivalent_4, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_status_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
+    };
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(all, NULL, NULL);
+}

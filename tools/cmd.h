@@ -10,9 +10,10 @@ int cmd_peer(int argc, char **argv);
 int cmd_local(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 
-/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store` */
+/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm` */
 int bench_model(int argc, char **argv);
 int bench_codecs(int argc, char **argv);
 int bench_store(int argc, char **argv);
+int bench_swarm(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ int cmd_bench(int argc, char **argv)
         {"model", bench_model, "training step of a config vs cblas_sgemm in the same run"},
         {"codecs", bench_codecs, "activation codecs and DeMo bytes vs memcpy / all-reduce"},
         {"store", bench_store, "checkpoint writes vs a plain SQLite write; step overhead"},
+        {"swarm", bench_swarm, "local swarm tokens/s vs single-process train; wire bytes"},
     };
     int n = (int)(sizeof topics / sizeof topics[0]);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -6,6 +6,7 @@
  * Not for: anything a peer does (peer/peer.c). */
 #include "common/clock.h"
 #include "common/status.h"
+#include "compress/codec.h"
 #include "swarm/status_client.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
@@ -246,8 +247,15 @@ int cmd_local(int argc, char **argv)
         {"join-at", required_argument, 0, O_JOIN},     {"join-stage", required_argument, 0, O_JOINSTAGE},
         {"quiet", no_argument, 0, O_QUIET},            {"peer-timeout", required_argument, 0, O_PTIMEOUT}};
     local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
+    /* The demo's defaults: tiny, 2 stages, 2 microbatches a step, DeMo between the
+     * replicas of a pool, int8 activations on the wire, 1000 steps (a few minutes). */
     train_options_t run = train_defaults();
     run.cfg.stages = 2;
+    run.replicas = 2;
+    run.optimizer = TRAIN_DEMO;
+    run.codec = CODEC_INT8;
+    run.steps = 1000;
+    run.log_every = 50;
     run_opts_extra_t x = {
         .opts = extra,
         .n = sizeof extra / sizeof extra[0],
@@ -256,7 +264,8 @@ int cmd_local(int argc, char **argv)
         .intro = "Starts a whole swarm of peer processes on this machine (loopback), one stage\n"
                  "each in turn, and watches it: step and loss, peers per pool, tokens/s, bytes/s\n"
                  "on the wire, microbatches re-sent. Ctrl-C stops every peer cleanly. The exit\n"
-                 "status is 0 only if the run finished with a held-out loss.",
+                 "status is 0 only if the run finished with a held-out loss.\n"
+                 "Defaults here: --stages 2 --replicas 2 --optimizer demo --codec int8 --steps 1000.",
         .usage = "swarm:\n"
                  "  --peers N            peer processes (default 4); peer i takes stage i mod S\n"
                  "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"

@@ -19,7 +19,7 @@ static const subcommand_t subcommands[] = {
     {"peer", cmd_peer, "run one peer: start a swarm (--new) or join one (--join)"},
     {"status", cmd_status, "watch a live swarm: pools, peers, throughput, loss"},
     {"train", cmd_train, "train the model in one process (the baseline)"},
-    {"bench", cmd_bench, "benchmarks: model, codecs, store"},
+    {"bench", cmd_bench, "benchmarks: model, codecs, store, swarm"},
 };
 
 static void usage(FILE *f)

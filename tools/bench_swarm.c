@@ -1,0 +1,97 @@
+/* bench_swarm.c — `swarmtrain bench swarm`: tokens/s of a local swarm of S stages x 1
+ * peer against `swarmtrain train --stages S` on the same cores, arms interleaved
+ * (train, swarm, train, swarm) so machine drift hits both; then the wire bytes per token
+ * of the swarm with f32 against int8 activations.
+ * Not for: correctness (tests/test_swarm.c). */
+#include "tools/cmd.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs this binary with args (a shell word list), returns the value after `key` in its
+ * output (the last one), NAN on failure. */
+static double run_and_read(const char *args, const char *key, double *second, const char *key2)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "/proc/self/exe %s 2>&1", args);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NAN;
+    char line[1024];
+    double v = NAN;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, key);
+        if (p) v = atof(p + strlen(key));
+        if (second && key2 && (p = strstr(line, key2))) *second = atof(p + strlen(key2));
+    }
+    int st = pclose(f);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? v : NAN;
+}
+
+int bench_swarm(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"accum", required_argument, 0, 'a'},
+                                         {"stages", required_argument, 0, 's'},
+                                         {"rounds", required_argument, 0, 'r'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *config = "small";
+    int steps = 4, accum = 8, stages = 2, rounds = 2, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 'n': steps = atoi(optarg); break;
+        case 'a': accum = atoi(optarg); break;
+        case 's': stages = atoi(optarg); break;
+        case 'r': rounds = atoi(optarg); break;
+        case 'h':
+            printf("usage: swarmtrain bench swarm [--config small] [--steps 4] [--accum 8] [--stages 2] "
+                   "[--rounds 2]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (steps < 2 || accum < 1 || stages < 1 || rounds < 1 || strlen(config) > 32) {
+        fprintf(stderr, "swarmtrain bench swarm: steps >= 2, accum, stages, rounds >= 1\n");
+        return 2;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char train[512], swarm[512];
+    snprintf(train, sizeof train, "train --config %s --stages %d --steps %d --accum %d --val-batches 1 --threads %ld",
+             config, stages, steps, accum, cores);
+    snprintf(swarm, sizeof swarm,
+             "local --config %s --stages %d --peers %d --steps %d --accum %d --val-batches 1 --in-flight 2 --quiet",
+             config, stages, stages, steps, accum);
+    printf("bench swarm: %s, %d stages, %d microbatches per step, %d steps, %ld cores; arms interleaved %d times\n",
+           config, stages, accum, steps, cores, rounds);
+    printf("  train: swarmtrain %s\n  swarm: swarmtrain %s --codec f32\n", train, swarm);
+    fflush(stdout);
+    double t_sum = 0, s_sum = 0, wire_f32 = NAN, wire_i8 = NAN;
+    for (int r = 0; r < rounds; r++) {
+        double t = run_and_read(train, "tokens/s ", NULL, NULL);
+        char args[600];
+        snprintf(args, sizeof args, "%s --codec f32", swarm);
+        double s = run_and_read(args, "tokens/s ", &wire_f32, "wire ");
+        printf("  round %d: train %.0f tokens/s, swarm %.0f tokens/s, ratio %.2f\n", r + 1, t, s, s / t);
+        fflush(stdout);
+        if (!isfinite(t) || !isfinite(s)) {
+            fprintf(stderr, "swarmtrain bench swarm: a run failed\n");
+            return 1;
+        }
+        t_sum += t, s_sum += s;
+    }
+    char args[600];
+    snprintf(args, sizeof args, "%s --codec int8", swarm);
+    double s8 = run_and_read(args, "tokens/s ", &wire_i8, "wire ");
+    printf("  swarm / train tokens/s  %.2f  (mean of %d rounds; target >= 0.8)\n", s_sum / t_sum, rounds);
+    printf("  wire bytes per token    f32 %.0f, int8 %.0f  (%.2fx fewer; int8 run %.0f tokens/s)\n", wire_f32,
+           wire_i8, wire_f32 / wire_i8, s8);
+    return 0;
+}

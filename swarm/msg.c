@@ -234,7 +234,7 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
     case MSG_HELLO:
         r_str(&r, m->addr, MSG_ADDR_MAX);
         m->stage = (int16_t)r_u(&r, 2);
-        if (m->stage < -1) goto malformed;
+        if (m->stage < -1 || m->stage >= MSG_ROUTE_MAX) goto malformed;
         break;
     case MSG_WELCOME: r_str(&r, m->addr, MSG_ADDR_MAX); break;
     case MSG_FWD:

@@ -102,8 +102,8 @@ typedef struct {
     /* work */
     mbrec_t *mbs;
     int nmbs;
-    inmsg_t pending[MAX_PENDING];
-    int npending;
+    inmsg_t *pending;
+    int npending, pending_cap;
     int64_t step;         /* this pool's step: microbatches of this step are worked on */
     uint8_t *done_mine;   /* M bits: indices this peer completed at this step */
     uint8_t *done_union;  /* M bits: indices anyone in the pool completed */
@@ -129,7 +129,7 @@ typedef struct {
     msg_member_t self;
     double tp_ema;
     int tp_n;
-    uint64_t served, retries, lost, act_bytes, tokens_done;
+    uint64_t served, retries, lost, act_bytes, tokens_done, rejected;
     double last_self_push;
     double t_start, t_train0, t_train1; /* process start; first microbatch; last step */
     int finished;
@@ -275,7 +275,12 @@ static int in_flight(const peer_t *p, int kind)
 static int forward_to_next(peer_t *p, mbrec_t *r, const uint8_t *avoid)
 {
     msg_member_t cand[64];
-    int n = stage_members(p, p->stage + 1, cand, 64, 1);
+    int n = stage_members(p, p->stage + 1, cand, 64, 1), k = 0;
+    /* members still following their pool would throw the gradient away: prefer the
+     * ones that contribute to this step's exchange */
+    for (int i = 0; i < n; i++)
+        if (cand[i].serving_from <= r->mb.step || r->mb.kind == 1) cand[k++] = cand[i];
+    if (k) n = k;
     int pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
     if (pick < 0 && avoid) pick = wiring_pick(p->wiring, cand, n, NULL, 1.0);
     if (pick < 0) return -1;
@@ -397,6 +402,7 @@ static int start_mb(peer_t *p, uint32_t index, int kind)
             p->my_count++;
             set_bit(p->done_mine, (int)index);
             set_bit(p->done_union, (int)index);
+            progress(p);
             p->loss_sum += loss, p->loss_n++;
             p->tokens_done += (uint64_t)p->BT;
         } else {
@@ -423,12 +429,12 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
-        p->self.rejected++;
+        p->rejected++;
         send_nack(p, m, "targets of the wrong size");
         return 0;
     }
     if (decode_act(p, in->pl[0], in->pl_len[0], p->host_x)) {
-        p->self.rejected++;
+        p->rejected++;
         send_nack(p, m, p->err);
         return 0;
     }
@@ -456,7 +462,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     int rc = stage_forward(p->st, slot, NULL, p->host_x, last ? r->targets : NULL, p->host_x, &loss, p->err);
     if (rc) {
         /* bad targets from the wire: refuse, keep going */
-        p->self.rejected++;
+        p->rejected++;
         send_nack(p, m, p->err);
         drop_mb(r);
         return 0;
@@ -523,7 +529,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     if (decode_act(p, in->pl[0], in->pl_len[0], p->host_x)) {
-        p->self.rejected++;
+        p->rejected++;
         reroute(p, r, "its gradient was malformed");
         return 0;
     }
@@ -655,13 +661,27 @@ static int64_t join_margin(const peer_t *p)
     return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
 }
 
+/* A dense AdamW message: the right size, every value finite. */
+static int dense_ok(const peer_t *p, const exch_t *e)
+{
+    size_t P = stage_num_params(p->st);
+    if (e->len != P * sizeof(float)) return 0;
+    const float *g = (const float *)(const void *)e->data;
+    for (size_t i = 0; i < P; i++)
+        if (!isfinite(g[i])) return 0;
+    return 1;
+}
+
 /* Applies the pool's messages for this step and moves to the next. */
 static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
 {
     const uint8_t *msgs[64];
     size_t lens[64];
     uint32_t total = 0;
-    int m = 0, agree = 1, disagree = 0, senior_disagrees = 0; /* we agree with ourselves */
+    int m = 0, agree = 1, disagree = 0; /* we agree with ourselves */
+    /* the most senior member on each side: earliest contributor, then lowest id */
+    int64_t a_since = p->self.serving_from, d_since = INT64_MAX;
+    const uint8_t *a_id = p->id, *d_id = NULL;
     for (int i = 0; i < n; i++) {
         if (is_self(p, senders[i].id)) {
             msgs[m] = p->my_msg, lens[m] = p->my_msg_len, total += p->my_count;
@@ -670,22 +690,23 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
         }
         exch_t *e = find_exch(p, senders[i].id, p->step);
         if (!e) continue;
-        if (!p->dopt && e->len != stage_num_params(p->st) * sizeof(float)) {
-            p->self.rejected++;
+        if (!p->dopt && !dense_ok(p, e)) {
+            p->rejected++;
             continue;
         }
         msgs[m] = e->data, lens[m] = e->len, total += e->count;
-        if (e->hash == p->my_hash) agree++;
-        else {
-            disagree++;
-            senior_disagrees |= e->since < p->self.serving_from ||
-                                (e->since == p->self.serving_from && memcmp(e->id, p->id, MSG_ID_LEN) < 0);
-        }
+        int same = e->hash == p->my_hash;
+        int64_t *since = same ? &a_since : &d_since;
+        const uint8_t **id = same ? &a_id : &d_id;
+        if (e->since < *since || (e->since == *since && (!*id || memcmp(e->id, *id, MSG_ID_LEN) < 0)))
+            *since = e->since, *id = e->id;
+        if (same) agree++;
+        else disagree++;
         m++;
     }
     /* Replicas must be identical. The majority keeps its parameters; on a tie the side
-     * holding the most senior member does (earliest contributor, then lowest id). The
-     * others fetch the pool's state again. */
+     * holding the most senior member does. The others fetch the pool's state again. */
+    int senior_disagrees = d_id && (d_since < a_since || (d_since == a_since && memcmp(d_id, a_id, MSG_ID_LEN) < 0));
     if (disagree > agree || (disagree && disagree == agree && senior_disagrees)) {
         log_warn("peer: my parameters differ from the pool's at step %" PRId64 " (%d of %d disagree)",
                  p->step, disagree, agree + disagree);
@@ -998,9 +1019,18 @@ static int download_state(peer_t *p)
 
 static int enqueue(peer_t *p, net_ev_t *ev)
 {
-    if (p->npending == MAX_PENDING) {
-        if (ev->msg.type == MSG_FWD) send_nack(p, &ev->msg, "busy");
+    /* forwards beyond MAX_PENDING are refused (the sender re-routes); gradients are
+     * always kept: they finish work already done */
+    if (p->npending >= MAX_PENDING && ev->msg.type == MSG_FWD) {
+        send_nack(p, &ev->msg, "busy");
         return 0;
+    }
+    if (p->npending == p->pending_cap) {
+        int cap = p->pending_cap ? 2 * p->pending_cap : 64;
+        inmsg_t *q = realloc(p->pending, (size_t)cap * sizeof *q);
+        if (!q) return STATUS_ENOMEM;
+        p->pending = q;
+        p->pending_cap = cap;
     }
     inmsg_t *in = &p->pending[p->npending];
     memset(in, 0, sizeof *in);
@@ -1075,7 +1105,7 @@ static int handle_event(peer_t *p, net_ev_t *ev)
         size_t nb = ((size_t)p->M + 7) / 8;
         if (!p->st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 || ev->frame_len[0] != nb) {
             log_debug("peer: rejected PROGRESS (stage %d, count %u)", m->stage, m->count);
-            p->self.rejected++;
+            p->rejected++;
             return 0;
         }
         uint8_t *into = m->step == p->step ? p->done_union : m->step == p->step + 1 ? p->next_union : NULL;
@@ -1209,6 +1239,7 @@ static void push_self(peer_t *p)
     p->self.step = p->step;
     p->self.served = p->served;
     p->self.retries = p->retries;
+    p->self.rejected = p->rejected; /* the network thread adds its own */
     p->self.stage = (int16_t)p->stage;
     net_set_self(p->net, &p->self);
     p->last_self_push = clock_now();
@@ -1289,6 +1320,7 @@ static void peer_free(peer_t *p)
     for (int i = 0; i < p->nmbs; i++) drop_mb(&p->mbs[i]);
     free(p->mbs);
     while (p->npending) dequeue(p, p->npending - 1);
+    free(p->pending);
     drop_exch_before(p, INT64_MAX);
     free(p->exch);
     free(p->my_msg);
@@ -1492,7 +1524,7 @@ int peer_run(const peer_options_t *po, char *err)
     fprintf(p->log, "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
                     " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64 "\n",
             p->stage, p->step, param_hash(p), p->served, p->retries, p->lost,
-            net_rejected(p->net) + p->self.rejected, p->act_bytes);
+            net_rejected(p->net) + p->rejected, p->act_bytes);
     fflush(p->log);
 out:
     if (rc && rc != STATUS_OK) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));

@@ -415,7 +415,7 @@ reject:
     snprintf(err, sizeof err, "a message of %d frames", np);
 reject_err:
     n->rejected++;
-    n->members[0].m.rejected = n->rejected;
+    n->members[0].m.rejected++;
     log_debug("net: rejected: %s", err);
 done:
     close_parts(parts, np, 6);
@@ -473,7 +473,7 @@ static void on_compute(struct net *n)
             s.heartbeat = me->heartbeat;
             s.bytes_in = me->bytes_in;
             s.bytes_out = me->bytes_out;
-            s.rejected = me->rejected;
+            s.rejected += n->rejected; /* the compute thread's count plus ours */
             s.uptime_s = me->uptime_s;
             *me = s;
         }

@@ -367,6 +367,29 @@ static void note_throughput(peer_t *p, double seconds)
 
 /* ---- the work -------------------------------------------------------------------------- */
 
+/* This peer finished the backward pass of microbatch `index` of the current step. */
+static void complete_mb(peer_t *p, uint32_t index)
+{
+    p->my_count++;
+    set_bit(p->done_mine, (int)index);
+    set_bit(p->done_union, (int)index);
+    progress(p);
+}
+
+/* Sends the gradient in host_dx upstream, to the peer that sent us the microbatch. */
+static int send_grad(peer_t *p, const mbrec_t *r, msg_t *b)
+{
+    uint8_t *g = NULL;
+    size_t glen = 0;
+    int rc = encode_act(p, p->host_dx, &g, &glen);
+    if (rc) return rc;
+    const void *pl[1] = {g};
+    p->act_bytes += glen;
+    send_msg(p, r->prev, b, 1, pl, &glen);
+    free(g);
+    return 0;
+}
+
 /* Stage 0: start microbatch `index` of this step (or validation batch `index`). */
 static int start_mb(peer_t *p, uint32_t index, int kind)
 {
@@ -399,10 +422,7 @@ static int start_mb(peer_t *p, uint32_t index, int kind)
     if (p->S == 1) { /* the whole model here */
         if (kind == 0) {
             if ((rc = stage_backward(p->st, slot, NULL, NULL, p->err))) return rc;
-            p->my_count++;
-            set_bit(p->done_mine, (int)index);
-            set_bit(p->done_union, (int)index);
-            progress(p);
+            complete_mb(p, index);
             p->loss_sum += loss, p->loss_n++;
             p->tokens_done += (uint64_t)p->BT;
         } else {
@@ -494,19 +514,10 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     if ((rc = stage_backward(p->st, slot, NULL, p->host_dx, p->err))) return rc;
     note_throughput(p, clock_now() - t0);
-    p->my_count++;
-    set_bit(p->done_mine, (int)m->mb.index);
-    set_bit(p->done_union, (int)m->mb.index);
-    progress(p);
-    uint8_t *g = NULL;
-    size_t glen = 0;
-    if ((rc = encode_act(p, p->host_dx, &g, &glen))) return rc;
-    const void *pl[1] = {g};
-    p->act_bytes += glen;
-    send_msg(p, r->prev, &b, 1, pl, &glen);
-    free(g);
+    complete_mb(p, m->mb.index);
+    rc = send_grad(p, r, &b);
     drop_mb(r);
-    return 0;
+    return rc;
 }
 
 static int on_bwd(peer_t *p, inmsg_t *in)
@@ -537,10 +548,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     int rc = stage_backward(p->st, r->slot, p->host_x, p->host_dx, p->err);
     if (rc) return rc;
     note_throughput(p, clock_now() - t0);
-    p->my_count++;
-    set_bit(p->done_mine, (int)m->mb.index);
-    set_bit(p->done_union, (int)m->mb.index);
-    progress(p);
+    complete_mb(p, m->mb.index);
     if (p->stage == 0) {
         p->loss_sum += m->loss, p->loss_n++;
         p->last_loss = m->loss;
@@ -550,16 +558,10 @@ static int on_bwd(peer_t *p, inmsg_t *in)
                    .nroute = m->nroute};
         memcpy(b.route, m->route, (size_t)m->nroute * MSG_ID_LEN);
         b.mb.attempt = r->in_attempt;
-        uint8_t *g = NULL;
-        size_t glen = 0;
-        if ((rc = encode_act(p, p->host_dx, &g, &glen))) return rc;
-        const void *pl[1] = {g};
-        p->act_bytes += glen;
-        send_msg(p, r->prev, &b, 1, pl, &glen);
-        free(g);
+        rc = send_grad(p, r, &b);
     }
     drop_mb(r);
-    return 0;
+    return rc;
 }
 
 /* ---- pool progress and exchange -------------------------------------------------------- */

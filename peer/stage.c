@@ -311,6 +311,32 @@ static int check_tokens(const int32_t *t, size_t n, int vocab, const char *what,
     return 0;
 }
 
+/* Block b's activations inside a slot. */
+typedef struct {
+    float *x, *xout, *ln1, *rstd1, *qkv, *atty, *lse, *x2, *ln2, *rstd2, *h13, *sw;
+} block_acts_t;
+
+static block_acts_t block_acts(const stage_t *st, const slot_t *s, int b)
+{
+    const model_config_t *c = &st->cfg;
+    size_t BT = (size_t)c->batch * c->seq, C = (size_t)c->dim, F = (size_t)c->ffn, B = (size_t)b;
+    block_acts_t a = {
+        .x = s->x + B * BT * C,
+        .ln1 = s->ln1 + B * BT * C,
+        .rstd1 = s->rstd1 + B * BT,
+        .qkv = s->qkv + B * BT * 3 * C,
+        .atty = s->atty + B * BT * C,
+        .lse = s->lse + B * BT * (size_t)c->n_heads,
+        .x2 = s->x2 + B * BT * C,
+        .ln2 = s->ln2 + B * BT * C,
+        .rstd2 = s->rstd2 + B * BT,
+        .h13 = s->h13 + B * BT * 2 * F,
+        .sw = s->sw + B * BT * F,
+    };
+    a.xout = a.x + BT * C;
+    return a;
+}
+
 int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
                   const int32_t *targets, float *y_out, float *loss, char *err)
 {
@@ -334,12 +360,9 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
 
     for (int b = 0; b < st->nblocks; b++) {
         const block_offsets_t *bo = &st->blocks[b];
-        float *x = s->x + (size_t)b * BT * C, *xout = x + (size_t)BT * C;
-        float *ln1 = s->ln1 + (size_t)b * BT * C, *rstd1 = s->rstd1 + (size_t)b * BT;
-        float *qkv = s->qkv + (size_t)b * BT * 3 * C, *atty = s->atty + (size_t)b * BT * C;
-        float *lse = s->lse + (size_t)b * BT * NH, *x2 = s->x2 + (size_t)b * BT * C;
-        float *ln2 = s->ln2 + (size_t)b * BT * C, *rstd2 = s->rstd2 + (size_t)b * BT;
-        float *h13 = s->h13 + (size_t)b * BT * 2 * F, *sw = s->sw + (size_t)b * BT * F;
+        block_acts_t a = block_acts(st, s, b);
+        float *x = a.x, *xout = a.xout, *ln1 = a.ln1, *rstd1 = a.rstd1, *qkv = a.qkv, *atty = a.atty, *lse = a.lse;
+        float *x2 = a.x2, *ln2 = a.ln2, *rstd2 = a.rstd2, *h13 = a.h13, *sw = a.sw;
 
         OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, ln1, rstd1, x, p + bo->attn_norm, BT, C, c->norm_eps));
         OP(STAGE_PROF_MATMUL, k->matmul_forward(k, qkv, ln1, p + bo->wqkv, BT, C, 3 * C));
@@ -404,12 +427,9 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
 
     for (int b = st->nblocks - 1; b >= 0; b--) {
         const block_offsets_t *bo = &st->blocks[b];
-        float *x = s->x + (size_t)b * BT * C;
-        float *ln1 = s->ln1 + (size_t)b * BT * C, *rstd1 = s->rstd1 + (size_t)b * BT;
-        float *qkv = s->qkv + (size_t)b * BT * 3 * C, *atty = s->atty + (size_t)b * BT * C;
-        float *lse = s->lse + (size_t)b * BT * NH, *x2 = s->x2 + (size_t)b * BT * C;
-        float *ln2 = s->ln2 + (size_t)b * BT * C, *rstd2 = s->rstd2 + (size_t)b * BT;
-        float *h13 = s->h13 + (size_t)b * BT * 2 * F, *sw = s->sw + (size_t)b * BT * F;
+        block_acts_t a = block_acts(st, s, b);
+        float *x = a.x, *ln1 = a.ln1, *rstd1 = a.rstd1, *qkv = a.qkv, *atty = a.atty, *lse = a.lse;
+        float *x2 = a.x2, *ln2 = a.ln2, *rstd2 = a.rstd2, *h13 = a.h13, *sw = a.sw;
 
         /* xout = x2 + sw w2^T: dres flows to x2 unchanged and into the MLP. */
         k->zero(k, st->dsw, (size_t)BT * F * sizeof(float));

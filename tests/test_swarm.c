@@ -171,12 +171,12 @@ static void same_hashes(const char *text, int stage, int want)
     assert_int_equal(n, want);
 }
 
-/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 60 and
- * a fifth peer joins stage 1 at step 150. */
+/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 40 and
+ * a fifth peer joins stage 1 at step 100. */
 static void test_demo_swarm_with_fault(void **state)
 {
     (void)state;
-    enum { STEPS = 300 };
+    enum { STEPS = 200 };
     char args[1024];
     snprintf(args, sizeof args,
              "train --stages 2 --replicas 2 --optimizer demo --steps %d --threads 2 --log-every 50 --data %s", STEPS,
@@ -185,7 +185,7 @@ static void test_demo_swarm_with_fault(void **state)
     assert_int_equal(finish(t, 900), 0);
     snprintf(args, sizeof args,
              "local --peers 4 --stages 2 --replicas 2 --optimizer demo --codec int8 --steps %d --log-every 50 "
-             "--kill 3:60 --join-at 150 --join-stage 1 --quiet --dir %s/local --data %s",
+             "--kill 3:40 --join-at 100 --join-stage 1 --quiet --dir %s/local --data %s",
              STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);
     int rc = finish(l, 900);

@@ -575,7 +575,8 @@ static exch_t *find_exch(peer_t *p, const uint8_t *id, int64_t step)
 
 static int store_exch(peer_t *p, const msg_t *m, const uint8_t *data, size_t len)
 {
-    if (m->step < p->step || find_exch(p, m->sender, m->step)) return 0;
+    /* only this step and the next few: a peer cannot make us hoard messages */
+    if (m->step < p->step || m->step > p->step + 4 || find_exch(p, m->sender, m->step)) return 0;
     if (p->nexch == p->exch_cap) {
         int cap = p->exch_cap ? 2 * p->exch_cap : 16;
         exch_t *e = realloc(p->exch, (size_t)cap * sizeof *e);

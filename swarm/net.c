@@ -345,7 +345,7 @@ static void on_router(struct net *n)
         goto done;
     }
     /* Everything else must come from our swarm (a joiner's HELLO may not know it yet). */
-    if (m.type != MSG_HELLO && m.type != MSG_WELCOME && n->swarm && m.swarm != n->swarm) {
+    if (m.type != MSG_HELLO && n->swarm && m.swarm != n->swarm) {
         snprintf(err, sizeof err, "%s from another swarm (%016llx)", msg_type_name(m.type),
                  (unsigned long long)m.swarm);
         goto reject_err;
@@ -562,6 +562,9 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     /* A peer that reconnects (its HELLO socket, then its member socket; or a restart)
      * takes over its routing id. */
     zmq_setsockopt(n->router, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    /* No frame of ours comes near this; a peer that sends one is cut off. */
+    int64_t maxmsg = (int64_t)1 << 30;
+    zmq_setsockopt(n->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (zmq_bind(n->router, cfg->bind) < 0) {
         status_set(err, STATUS_ENET, "cannot listen on %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
         goto fail;

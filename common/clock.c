@@ -13,6 +13,7 @@ double clock_now(void)
 void clock_sleep(double seconds)
 {
     if (seconds <= 0) return;
-    struct timespec ts = {.tv_sec = (time_t)seconds, .tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    struct timespec ts = {.tv_sec = (time_t)seconds,
+                          .tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9)};
     nanosleep(&ts, NULL);
 }

@@ -9,9 +9,21 @@ extern int log_level;
 
 void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_error(...) do { if (log_level >= LOG_ERROR) log_write(LOG_ERROR, __VA_ARGS__); } while (0)
-#define log_warn(...)  do { if (log_level >= LOG_WARN) log_write(LOG_WARN, __VA_ARGS__); } while (0)
-#define log_info(...)  do { if (log_level >= LOG_INFO) log_write(LOG_INFO, __VA_ARGS__); } while (0)
-#define log_debug(...) do { if (log_level >= LOG_DEBUG) log_write(LOG_DEBUG, __VA_ARGS__); } while (0)
+#define log_error(...)                                                                             \
+    do {                                                                                           \
+        if (log_level >= LOG_ERROR) log_write(LOG_ERROR, __VA_ARGS__);                             \
+    } while (0)
+#define log_warn(...)                                                                              \
+    do {                                                                                           \
+        if (log_level >= LOG_WARN) log_write(LOG_WARN, __VA_ARGS__);                               \
+    } while (0)
+#define log_info(...)                                                                              \
+    do {                                                                                           \
+        if (log_level >= LOG_INFO) log_write(LOG_INFO, __VA_ARGS__);                               \
+    } while (0)
+#define log_debug(...)                                                                             \
+    do {                                                                                           \
+        if (log_level >= LOG_DEBUG) log_write(LOG_DEBUG, __VA_ARGS__);                             \
+    } while (0)
 
 #endif

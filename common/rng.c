@@ -29,7 +29,10 @@ uint64_t rng_hash_str(const char *s)
     return h;
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t rng_next(rng_t *r)
 {
@@ -52,7 +55,10 @@ uint64_t rng_below(rng_t *r, uint64_t n)
     return rng_next(r) % n;
 }
 
-double rng_uniform(rng_t *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+double rng_uniform(rng_t *r)
+{
+    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 double rng_normal(rng_t *r)
 {

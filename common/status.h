@@ -8,19 +8,19 @@
 /* 0 is success; every failure is a negative kind. Details go into an error buffer. */
 typedef enum {
     STATUS_OK = 0,
-    STATUS_EINVAL = -1,    /* bad argument or configuration */
-    STATUS_ENOMEM = -2,    /* allocation failed */
-    STATUS_EIO = -3,       /* file or database I/O failed */
+    STATUS_EINVAL = -1,     /* bad argument or configuration */
+    STATUS_ENOMEM = -2,     /* allocation failed */
+    STATUS_EIO = -3,        /* file or database I/O failed */
     STATUS_EMALFORMED = -4, /* input from disk or network is not well formed */
-    STATUS_EVERSION = -5,  /* a version we do not speak */
-    STATUS_ECORRUPT = -6,  /* a hash did not verify */
-    STATUS_ENOTFOUND = -7, /* nothing there */
-    STATUS_EFULL = -8,     /* disk or quota full */
-    STATUS_EBUSY = -9,     /* locked or in use */
-    STATUS_ETIMEOUT = -10, /* a deadline passed */
-    STATUS_ENODEV = -11,   /* no usable device */
-    STATUS_ENET = -12,     /* network failure */
-    STATUS_EDENIED = -13,  /* refused by security policy */
+    STATUS_EVERSION = -5,   /* a version we do not speak */
+    STATUS_ECORRUPT = -6,   /* a hash did not verify */
+    STATUS_ENOTFOUND = -7,  /* nothing there */
+    STATUS_EFULL = -8,      /* disk or quota full */
+    STATUS_EBUSY = -9,      /* locked or in use */
+    STATUS_ETIMEOUT = -10,  /* a deadline passed */
+    STATUS_ENODEV = -11,    /* no usable device */
+    STATUS_ENET = -12,      /* network failure */
+    STATUS_EDENIED = -13,   /* refused by security policy */
 } status_t;
 
 /* The fixed size of every error buffer passed as `char *err`. */

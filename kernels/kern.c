@@ -22,14 +22,17 @@ kern_t *kern_new(const char *name, int threads, char *err)
         char cerr[STATUS_ERR_LEN] = "";
         kern_t *k = kern_cuda_new(cerr);
         if (k || !strcmp(name, "cuda")) {
-            if (!k) status_set(err, STATUS_ENODEV, "cuda: %s", cerr);
-            else if (!strcmp(name, "auto")) log_info("device: auto took cuda (%s)", k->name);
+            if (!k)
+                status_set(err, STATUS_ENODEV, "cuda: %s", cerr);
+            else if (!strcmp(name, "auto"))
+                log_info("device: auto took cuda (%s)", k->name);
             return k;
         }
         log_info("device: auto found no usable GPU (%s); using cpu with %d threads", cerr, threads);
 #else
         if (!strcmp(name, "cuda")) {
-            status_set(err, STATUS_ENODEV, "cuda: this build has no CUDA backend (nvcc was not found at build time)");
+            status_set(err, STATUS_ENODEV,
+                       "cuda: this build has no CUDA backend (nvcc was not found at build time)");
             return NULL;
         }
         log_info("device: auto: built without CUDA; using cpu with %d threads", threads);

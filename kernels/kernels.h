@@ -75,8 +75,8 @@ struct kern {
     /* rstd (N) is kept for the backward pass. */
     void (*rmsnorm_forward)(kern_t *k, float *out, float *rstd, const float *inp, const float *w,
                             int N, int C, float eps);
-    void (*rmsnorm_backward)(kern_t *k, float *dinp, float *dw, const float *dout,
-                             const float *inp, const float *w, const float *rstd, int N, int C);
+    void (*rmsnorm_backward)(kern_t *k, float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
 
     /* --- rotary position embedding, rotate-half convention ----------------------
      * qkv is (B, T, 3C) with C = NH*HS: per token [q (NH, HS) | k (NH, HS) | v (NH, HS)].
@@ -87,8 +87,7 @@ struct kern {
      * freqs is (T, HS/2, 2) of (cos, sin), made by kern_rope_freqs and uploaded.
      * rope_backward applies the inverse rotation to dqkv in place (its q, k parts). */
     void (*rope_forward)(kern_t *k, float *qkv, const float *freqs, int B, int T, int NH, int HS);
-    void (*rope_backward)(kern_t *k, float *dqkv, const float *freqs, int B, int T, int NH,
-                          int HS);
+    void (*rope_backward)(kern_t *k, float *dqkv, const float *freqs, int B, int T, int NH, int HS);
 
     /* --- causal multi-head attention ------------------------------------------
      * qkv (B, T, 3C) as above (after rope); out (B, T, C) with head h in columns

@@ -38,7 +38,8 @@ static int parse_float(const char *key, const char *v, float *out, char *err)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end) return status_set(err, STATUS_EINVAL, "%s: '%s' is not a number", key, v);
+    if (errno || end == v || *end)
+        return status_set(err, STATUS_EINVAL, "%s: '%s' is not a number", key, v);
     *out = (float)x;
     return 0;
 }
@@ -49,13 +50,18 @@ int config_set(model_config_t *cfg, const char *key, const char *value, char *er
         const char *key;
         size_t off;
     } ints[] = {
-        {"vocab", offsetof(model_config_t, vocab)},   {"dim", offsetof(model_config_t, dim)},
-        {"layers", offsetof(model_config_t, n_layers)}, {"heads", offsetof(model_config_t, n_heads)},
-        {"ffn", offsetof(model_config_t, ffn)},       {"seq", offsetof(model_config_t, seq)},
-        {"batch", offsetof(model_config_t, batch)},   {"stages", offsetof(model_config_t, stages)},
+        {"vocab", offsetof(model_config_t, vocab)},
+        {"dim", offsetof(model_config_t, dim)},
+        {"layers", offsetof(model_config_t, n_layers)},
+        {"heads", offsetof(model_config_t, n_heads)},
+        {"ffn", offsetof(model_config_t, ffn)},
+        {"seq", offsetof(model_config_t, seq)},
+        {"batch", offsetof(model_config_t, batch)},
+        {"stages", offsetof(model_config_t, stages)},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (!strcmp(key, ints[i].key)) return parse_int(key, value, (int *)((char *)cfg + ints[i].off), err);
+        if (!strcmp(key, ints[i].key))
+            return parse_int(key, value, (int *)((char *)cfg + ints[i].off), err);
     if (!strcmp(key, "norm_eps")) return parse_float(key, value, &cfg->norm_eps, err);
     if (!strcmp(key, "rope_theta")) return parse_float(key, value, &cfg->rope_theta, err);
     return status_set(err, STATUS_EINVAL, "unknown config key '%s'", key);
@@ -64,38 +70,51 @@ int config_set(model_config_t *cfg, const char *key, const char *value, char *er
 int config_validate(const model_config_t *c, char *err)
 {
     if (c->vocab < 256 || c->vocab > (1 << 24))
-        return status_set(err, STATUS_EINVAL, "vocab %d: must be in [256, 16777216] (the data is bytes)", c->vocab);
+        return status_set(err, STATUS_EINVAL,
+                          "vocab %d: must be in [256, 16777216] (the data is bytes)", c->vocab);
     if (c->dim <= 0) return status_set(err, STATUS_EINVAL, "dim %d: must be positive", c->dim);
-    if (c->n_layers <= 0) return status_set(err, STATUS_EINVAL, "layers %d: need at least one layer", c->n_layers);
-    if (c->n_heads <= 0) return status_set(err, STATUS_EINVAL, "heads %d: must be positive", c->n_heads);
+    if (c->n_layers <= 0)
+        return status_set(err, STATUS_EINVAL, "layers %d: need at least one layer", c->n_layers);
+    if (c->n_heads <= 0)
+        return status_set(err, STATUS_EINVAL, "heads %d: must be positive", c->n_heads);
     if (c->dim % c->n_heads)
-        return status_set(err, STATUS_EINVAL, "dim %d is not divisible by heads %d", c->dim, c->n_heads);
+        return status_set(err, STATUS_EINVAL, "dim %d is not divisible by heads %d", c->dim,
+                          c->n_heads);
     if ((c->dim / c->n_heads) % 2)
-        return status_set(err, STATUS_EINVAL, "head size %d (dim/heads) must be even for rotary embedding",
+        return status_set(err, STATUS_EINVAL,
+                          "head size %d (dim/heads) must be even for rotary embedding",
                           c->dim / c->n_heads);
     if (c->ffn <= 0) return status_set(err, STATUS_EINVAL, "ffn %d: must be positive", c->ffn);
     if (c->seq <= 0) return status_set(err, STATUS_EINVAL, "seq %d: must be positive", c->seq);
-    if (c->batch <= 0) return status_set(err, STATUS_EINVAL, "batch %d: must be positive", c->batch);
-    if (c->stages <= 0) return status_set(err, STATUS_EINVAL, "stages %d: must be positive", c->stages);
+    if (c->batch <= 0)
+        return status_set(err, STATUS_EINVAL, "batch %d: must be positive", c->batch);
+    if (c->stages <= 0)
+        return status_set(err, STATUS_EINVAL, "stages %d: must be positive", c->stages);
     if (c->n_layers % c->stages)
-        return status_set(err, STATUS_EINVAL, "stages %d do not divide layers %d into equal stages", c->stages,
-                          c->n_layers);
+        return status_set(err, STATUS_EINVAL, "stages %d do not divide layers %d into equal stages",
+                          c->stages, c->n_layers);
     if (!(c->norm_eps > 0 && c->norm_eps < 1))
-        return status_set(err, STATUS_EINVAL, "norm_eps %g: must be in (0, 1)", (double)c->norm_eps);
-    if (!(c->rope_theta > 1)) return status_set(err, STATUS_EINVAL, "rope_theta %g: must be > 1", (double)c->rope_theta);
+        return status_set(err, STATUS_EINVAL, "norm_eps %g: must be in (0, 1)",
+                          (double)c->norm_eps);
+    if (!(c->rope_theta > 1))
+        return status_set(err, STATUS_EINVAL, "rope_theta %g: must be > 1", (double)c->rope_theta);
     /* Keep every buffer's element count well inside int range used by kernel sizes. */
-    double biggest = (double)c->batch * c->seq * (c->vocab > 3 * c->dim ? (c->vocab > 2 * c->ffn ? c->vocab : 2 * c->ffn)
-                                                                         : (3 * c->dim > 2 * c->ffn ? 3 * c->dim : 2 * c->ffn));
+    double biggest = (double)c->batch * c->seq *
+                     (c->vocab > 3 * c->dim ? (c->vocab > 2 * c->ffn ? c->vocab : 2 * c->ffn)
+                                            : (3 * c->dim > 2 * c->ffn ? 3 * c->dim : 2 * c->ffn));
     if (biggest > 2147483647.0 || (double)c->vocab * c->dim > 2147483647.0)
-        return status_set(err, STATUS_EINVAL, "config too large: a buffer would exceed 2^31 elements");
+        return status_set(err, STATUS_EINVAL,
+                          "config too large: a buffer would exceed 2^31 elements");
     return 0;
 }
 
 size_t config_to_text(const model_config_t *c, char *buf, size_t n)
 {
-    int w = snprintf(buf, n, "vocab=%d\ndim=%d\nlayers=%d\nheads=%d\nffn=%d\nseq=%d\nnorm_eps=%.9g\nrope_theta=%.9g\n",
-                     c->vocab, c->dim, c->n_layers, c->n_heads, c->ffn, c->seq, (double)c->norm_eps,
-                     (double)c->rope_theta);
+    int w = snprintf(
+        buf, n,
+        "vocab=%d\ndim=%d\nlayers=%d\nheads=%d\nffn=%d\nseq=%d\nnorm_eps=%.9g\nrope_theta=%.9g\n",
+        c->vocab, c->dim, c->n_layers, c->n_heads, c->ffn, c->seq, (double)c->norm_eps,
+        (double)c->rope_theta);
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
@@ -107,7 +126,8 @@ int config_from_text(model_config_t *cfg, const char *text, char *err)
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        if (len >= sizeof line) return status_set(err, STATUS_EMALFORMED, "config text: line too long");
+        if (len >= sizeof line)
+            return status_set(err, STATUS_EMALFORMED, "config text: line too long");
         memcpy(line, p, len);
         line[len] = 0;
         p += len + (nl ? 1 : 0);

@@ -75,8 +75,14 @@ void data_destroy(data_t **d)
     *d = NULL;
 }
 
-size_t data_train_bytes(const data_t *d) { return d->train_len; }
-size_t data_val_bytes(const data_t *d) { return d->len - d->train_len; }
+size_t data_train_bytes(const data_t *d)
+{
+    return d->train_len;
+}
+size_t data_val_bytes(const data_t *d)
+{
+    return d->len - d->train_len;
+}
 
 static void window(const data_t *d, size_t off, int32_t *tokens, int32_t *targets)
 {
@@ -98,7 +104,10 @@ void data_train_batch(const data_t *d, uint64_t seed, uint64_t stream, int64_t s
     }
 }
 
-size_t data_val_windows(const data_t *d) { return (data_val_bytes(d) - 1) / (size_t)d->seq; }
+size_t data_val_windows(const data_t *d)
+{
+    return (data_val_bytes(d) - 1) / (size_t)d->seq;
+}
 
 void data_val_batch(const data_t *d, int batch_index, int n_batches, int B, int32_t *tokens,
                     int32_t *targets)
@@ -117,8 +126,11 @@ const char *data_default_path(void)
 {
     static char path[4096];
     const char *cache = getenv("XDG_CACHE_HOME");
-    if (cache && *cache) snprintf(path, sizeof path, "%s/swarmtrain/kjv.txt", cache);
-    else snprintf(path, sizeof path, "%s/.cache/swarmtrain/kjv.txt", getenv("HOME") ? getenv("HOME") : ".");
+    if (cache && *cache)
+        snprintf(path, sizeof path, "%s/swarmtrain/kjv.txt", cache);
+    else
+        snprintf(path, sizeof path, "%s/.cache/swarmtrain/kjv.txt",
+                 getenv("HOME") ? getenv("HOME") : ".");
     return path;
 }
 

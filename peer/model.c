@@ -13,9 +13,9 @@ struct model {
     int S;
     float *act, *grad; /* host (BT, C) boundary buffers, one pair is enough serially */
     float *act2;
-    int codec;        /* < 0: none */
+    int codec; /* < 0: none */
     codec_params_t codec_params;
-    uint8_t *wire;    /* encode buffer */
+    uint8_t *wire; /* encode buffer */
     size_t wire_cap;
     uint64_t wire_bytes, wire_elems;
     model_tap_fn tap;
@@ -63,8 +63,14 @@ void model_destroy(model_t **mp)
     *mp = NULL;
 }
 
-int model_num_stages(const model_t *m) { return m->S; }
-stage_t *model_stage(model_t *m, int i) { return m->stages[i]; }
+int model_num_stages(const model_t *m)
+{
+    return m->S;
+}
+stage_t *model_stage(model_t *m, int i)
+{
+    return m->stages[i];
+}
 
 size_t model_num_params(const model_t *m)
 {
@@ -75,7 +81,8 @@ size_t model_num_params(const model_t *m)
 
 int model_set_codec(model_t *m, int codec, uint32_t block, char *err)
 {
-    if (codec >= 0 && !codec_name(codec)) return status_set(err, STATUS_EINVAL, "unknown codec %d", codec);
+    if (codec >= 0 && !codec_name(codec))
+        return status_set(err, STATUS_EINVAL, "unknown codec %d", codec);
     m->codec = codec;
     m->codec_params.block = block;
     return 0;
@@ -109,7 +116,8 @@ static int cross(model_t *m, int b, int is_grad, float *x, char *err)
         m->wire = p;
         m->wire_cap = need;
     }
-    int rc = codec_encode((codec_id_t)m->codec, &m->codec_params, x, shape, 3, m->wire, m->wire_cap, &w, err);
+    int rc = codec_encode((codec_id_t)m->codec, &m->codec_params, x, shape, 3, m->wire, m->wire_cap,
+                          &w, err);
     if (!rc) rc = codec_decode(m->wire, w, x, n, NULL, NULL, err);
     m->wire_bytes += w;
     m->wire_elems += n;
@@ -117,7 +125,8 @@ static int cross(model_t *m, int b, int is_grad, float *x, char *err)
 }
 
 /* Forward through every stage; activations ping-pong between two host buffers. */
-static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss, char *err)
+static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
+                   char *err)
 {
     float *in = m->act, *out = m->act2;
     for (int i = 0; i < m->S; i++) {

@@ -5,9 +5,16 @@
 
 optim_config_t optim_defaults(void)
 {
-    return (optim_config_t){.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .wd = 0.1f,
-                            .clip = 1.0f, .warmup = 20, .schedule = OPTIM_SCHEDULE_CONSTANT,
-                            .min_lr_frac = 0.1f, .total_steps = 0};
+    return (optim_config_t){.lr = 3e-3f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.95f,
+                            .eps = 1e-8f,
+                            .wd = 0.1f,
+                            .clip = 1.0f,
+                            .warmup = 20,
+                            .schedule = OPTIM_SCHEDULE_CONSTANT,
+                            .min_lr_frac = 0.1f,
+                            .total_steps = 0};
 }
 
 float optim_lr(const optim_config_t *oc, int64_t step)

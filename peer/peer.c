@@ -24,7 +24,10 @@
 
 static volatile sig_atomic_t stop_requested;
 
-void peer_stop(void) { stop_requested = 1; }
+void peer_stop(void)
+{
+    stop_requested = 1;
+}
 
 peer_options_t peer_defaults(void)
 {
@@ -49,7 +52,7 @@ peer_options_t peer_defaults(void)
  * microbatch on) custody of what it sent. */
 typedef struct {
     int used;
-    msg_mb_t mb;      /* step, index, kind (attempt unused here) */
+    msg_mb_t mb;          /* step, index, kind (attempt unused here) */
     uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
     uint16_t out_attempt; /* our attempt number for what we sent downstream */
     int slot;
@@ -104,14 +107,14 @@ typedef struct {
     int nmbs;
     inmsg_t *pending;
     int npending, pending_cap;
-    int64_t step;         /* this pool's step: microbatches of this step are worked on */
-    uint8_t *done_mine;   /* M bits: indices this peer completed at this step */
-    uint8_t *done_union;  /* M bits: indices anyone in the pool completed */
-    uint8_t *next_union;  /* progress reported for step+1, kept until we get there */
-    uint8_t *started;     /* stage 0: indices this peer started at this step */
-    int step_done_flag;   /* stage 0 said this step is finished */
-    uint32_t my_count;    /* microbatches in my gradient */
-    double loss_sum;      /* stage 0: losses of the microbatches it sourced this step */
+    int64_t step;        /* this pool's step: microbatches of this step are worked on */
+    uint8_t *done_mine;  /* M bits: indices this peer completed at this step */
+    uint8_t *done_union; /* M bits: indices anyone in the pool completed */
+    uint8_t *next_union; /* progress reported for step+1, kept until we get there */
+    uint8_t *started;    /* stage 0: indices this peer started at this step */
+    int step_done_flag;  /* stage 0 said this step is finished */
+    uint32_t my_count;   /* microbatches in my gradient */
+    double loss_sum;     /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
     int exch_sent;
     uint8_t *my_msg;
@@ -119,7 +122,7 @@ typedef struct {
     exch_t *exch;
     int nexch, exch_cap;
     double exch_wait_since;
-    uint64_t my_hash;     /* parameter hash at the start of this step */
+    uint64_t my_hash; /* parameter hash at the start of this step */
     double step_t0;
     /* validation (the leader of stage 0) */
     int val_phase, val_next, val_done;
@@ -133,7 +136,7 @@ typedef struct {
     double last_self_push;
     double t_start, t_train0, t_train1; /* process start; first microbatch; last step */
     int finished;
-    int go;       /* stage 0: the first step may start */
+    int go; /* stage 0: the first step may start */
     int64_t follow_step;
     double follow_since;
     double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
@@ -146,8 +149,14 @@ typedef struct {
 
 /* ---- small helpers ----------------------------------------------------------------- */
 
-static int bit(const uint8_t *b, int i) { return (b[i >> 3] >> (i & 7)) & 1; }
-static void set_bit(uint8_t *b, int i) { b[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+static int bit(const uint8_t *b, int i)
+{
+    return (b[i >> 3] >> (i & 7)) & 1;
+}
+static void set_bit(uint8_t *b, int i)
+{
+    b[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
 
 static int all_bits(const uint8_t *b, int n)
 {
@@ -178,15 +187,17 @@ static const msg_member_t *member(const peer_t *p, const uint8_t *id)
     return NULL;
 }
 
-static int is_self(const peer_t *p, const uint8_t *id) { return !memcmp(p->id, id, MSG_ID_LEN); }
+static int is_self(const peer_t *p, const uint8_t *id)
+{
+    return !memcmp(p->id, id, MSG_ID_LEN);
+}
 
 /* Live serving members of a stage, into out (cap entries). */
 static int stage_members(const peer_t *p, int stage, msg_member_t *out, int cap, int serving_only)
 {
     int n = 0;
     for (int i = 0; i < p->nview && n < cap; i++)
-        if (p->view[i].stage == stage &&
-            (!serving_only || p->view[i].state == MEMBER_SERVING))
+        if (p->view[i].stage == stage && (!serving_only || p->view[i].state == MEMBER_SERVING))
             out[n++] = p->view[i];
     return n;
 }
@@ -284,7 +295,10 @@ static int forward_to_next(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     int pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
     if (pick < 0 && avoid) pick = wiring_pick(p->wiring, cand, n, NULL, 1.0);
     if (pick < 0) return -1;
-    msg_t m = {.type = MSG_FWD, .mb = r->mb, .stage = (int16_t)(p->stage + 1), .nroute = (uint8_t)r->nroute};
+    msg_t m = {.type = MSG_FWD,
+               .mb = r->mb,
+               .stage = (int16_t)(p->stage + 1),
+               .nroute = (uint8_t)r->nroute};
     m.mb.attempt = r->out_attempt;
     memcpy(m.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
     const void *pl[2] = {r->act, r->targets};
@@ -303,7 +317,8 @@ static void reroute(peer_t *p, mbrec_t *r, const char *why)
     r->out_attempt++;
     if (forward_to_next(p, r, failed) == 0) {
         p->retries++;
-        fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; re-sent from %s to %s\n",
+        fprintf(p->log,
+                "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; re-sent from %s to %s\n",
                 wall_now(), r->mb.step, r->mb.index, why, idhex(failed), idhex(r->next));
         fflush(p->log);
     } else {
@@ -347,7 +362,8 @@ static void send_nack(peer_t *p, const msg_t *m, const char *why)
 
 static void progress(peer_t *p)
 {
-    msg_t m = {.type = MSG_PROGRESS, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
+    msg_t m = {
+        .type = MSG_PROGRESS, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
     msg_member_t cand[64];
     int n = stage_members(p, p->stage, cand, 64, 1);
     size_t len = ((size_t)p->M + 7) / 8;
@@ -412,12 +428,13 @@ static int start_mb(peer_t *p, uint32_t index, int kind)
                          p->host_tok, r->targets);
         set_bit(p->started, (int)index);
     } else {
-        data_val_batch(p->data, (int)index, p->run.val_batches, p->run.cfg.batch, p->host_tok, r->targets);
+        data_val_batch(p->data, (int)index, p->run.val_batches, p->run.cfg.batch, p->host_tok,
+                       r->targets);
     }
     double t0 = clock_now();
     float loss;
-    int rc = stage_forward(p->st, slot, p->host_tok, NULL, p->S == 1 ? r->targets : NULL,
-                           p->host_x, &loss, p->err);
+    int rc = stage_forward(p->st, slot, p->host_tok, NULL, p->S == 1 ? r->targets : NULL, p->host_x,
+                           &loss, p->err);
     if (rc) return rc;
     if (p->S == 1) { /* the whole model here */
         if (kind == 0) {
@@ -479,7 +496,8 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     int last = p->stage == p->S - 1;
     double t0 = clock_now();
     float loss = NAN;
-    int rc = stage_forward(p->st, slot, NULL, p->host_x, last ? r->targets : NULL, p->host_x, &loss, p->err);
+    int rc = stage_forward(p->st, slot, NULL, p->host_x, last ? r->targets : NULL, p->host_x, &loss,
+                           p->err);
     if (rc) {
         /* bad targets from the wire: refuse, keep going */
         p->rejected++;
@@ -499,7 +517,10 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     /* Last stage: loss, and for training the backward pass at once. */
-    msg_t b = {.type = MSG_BWD, .mb = m->mb, .stage = (int16_t)(p->stage - 1), .loss = loss,
+    msg_t b = {.type = MSG_BWD,
+               .mb = m->mb,
+               .stage = (int16_t)(p->stage - 1),
+               .loss = loss,
                .nroute = (uint8_t)r->nroute};
     b.mb.attempt = r->in_attempt;
     memcpy(b.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
@@ -525,7 +546,8 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     msg_t *m = &in->m;
     mbrec_t *r = find_mb(p, &m->mb);
     if (m->mb.kind == 1) { /* a validation loss, at the source */
-        if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) && !bit(p->val_got, (int)m->mb.index)) {
+        if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) &&
+            !bit(p->val_got, (int)m->mb.index)) {
             set_bit(p->val_got, (int)m->mb.index);
             p->val_sum += m->loss;
             p->val_done++;
@@ -554,7 +576,10 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         p->last_loss = m->loss;
         p->tokens_done += (uint64_t)p->BT;
     } else {
-        msg_t b = {.type = MSG_BWD, .mb = r->mb, .stage = (int16_t)(p->stage - 1), .loss = m->loss,
+        msg_t b = {.type = MSG_BWD,
+                   .mb = r->mb,
+                   .stage = (int16_t)(p->stage - 1),
+                   .loss = m->loss,
                    .nroute = m->nroute};
         memcpy(b.route, m->route, (size_t)m->nroute * MSG_ID_LEN);
         b.mb.attempt = r->in_attempt;
@@ -597,8 +622,10 @@ static void drop_exch_before(peer_t *p, int64_t step)
 {
     int k = 0;
     for (int i = 0; i < p->nexch; i++) {
-        if (p->exch[i].step < step) free(p->exch[i].data);
-        else p->exch[k++] = p->exch[i];
+        if (p->exch[i].step < step)
+            free(p->exch[i].data);
+        else
+            p->exch[k++] = p->exch[i];
     }
     p->nexch = k;
 }
@@ -651,7 +678,8 @@ static void reset_step(peer_t *p)
     stage_zero_grads(p->st);
     /* whatever we still hold of the old step is a duplicate someone else finished */
     for (int i = 0; i < p->nmbs; i++)
-        if (p->mbs[i].used && p->mbs[i].mb.kind == 0 && p->mbs[i].mb.step < p->step) drop_mb(&p->mbs[i]);
+        if (p->mbs[i].used && p->mbs[i].mb.kind == 0 && p->mbs[i].mb.step < p->step)
+            drop_mb(&p->mbs[i]);
     drop_exch_before(p, p->step);
 }
 
@@ -701,21 +729,27 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
         int same = e->hash == p->my_hash;
         int64_t *since = same ? &a_since : &d_since;
         const uint8_t **id = same ? &a_id : &d_id;
-        if (e->since < *since || (e->since == *since && (!*id || memcmp(e->id, *id, MSG_ID_LEN) < 0)))
+        if (e->since < *since ||
+            (e->since == *since && (!*id || memcmp(e->id, *id, MSG_ID_LEN) < 0)))
             *since = e->since, *id = e->id;
-        if (same) agree++;
-        else disagree++;
+        if (same)
+            agree++;
+        else
+            disagree++;
         m++;
     }
     /* Replicas must be identical. The majority keeps its parameters; on a tie the side
      * holding the most senior member does. The others fetch the pool's state again. */
-    int senior_disagrees = d_id && (d_since < a_since || (d_since == a_since && memcmp(d_id, a_id, MSG_ID_LEN) < 0));
+    int senior_disagrees =
+        d_id && (d_since < a_since || (d_since == a_since && memcmp(d_id, a_id, MSG_ID_LEN) < 0));
     if (disagree > agree || (disagree && disagree == agree && senior_disagrees)) {
-        log_warn("peer: my parameters differ from the pool's at step %" PRId64 " (%d of %d disagree)",
+        log_warn("peer: my parameters differ from the pool's at step %" PRId64
+                 " (%d of %d disagree)",
                  p->step, disagree, agree + disagree);
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
-    log_debug("peer: step %" PRId64 " stage %d: applying %d message(s) of %d expected, %u microbatches%s",
+    log_debug("peer: step %" PRId64
+              " stage %d: applying %d message(s) of %d expected, %u microbatches%s",
               p->step, p->stage, m, n, total, p->self.serving_from > p->step ? " (following)" : "");
     int rc = 0;
     float gnorm = 0;
@@ -741,14 +775,16 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
         double tok = (double)p->BT * p->M;
         if (s % p->po->log_every == 0 || s == p->run.steps - 1)
             fprintf(p->log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", s,
-                    p->loss_sum / p->loss_n, optim_lr(&p->run.opt, s), gnorm, p->step_t0 > 0 ? tok / (now - p->step_t0) : 0.0);
+                    p->loss_sum / p->loss_n, optim_lr(&p->run.opt, s), gnorm,
+                    p->step_t0 > 0 ? tok / (now - p->step_t0) : 0.0);
         fflush(p->log);
         p->self.loss = (float)(p->loss_sum / p->loss_n);
     } else if (p->stage == p->S - 1) {
         p->self.loss = p->last_loss;
     }
     if (p->step_t0 > 0) /* the pool's pace, from the second step seen on */
-        p->pool_step_s = p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * (now - p->step_t0) : now - p->step_t0;
+        p->pool_step_s =
+            p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * (now - p->step_t0) : now - p->step_t0;
     p->step_t0 = now;
     p->step++;
     if (p->self.serving_from > p->step && ++p->followed >= 4) { /* the pool's pace is known now */
@@ -773,8 +809,12 @@ static int try_exchange(peer_t *p)
     int rc;
     if (!p->exch_sent) {
         if ((rc = make_exchange(p))) return rc;
-        msg_t m = {.type = MSG_EXCH, .stage = (int16_t)p->stage, .step = p->step,
-                   .count = p->my_count, .hash = p->my_hash, .since = p->self.serving_from};
+        msg_t m = {.type = MSG_EXCH,
+                   .stage = (int16_t)p->stage,
+                   .step = p->step,
+                   .count = p->my_count,
+                   .hash = p->my_hash,
+                   .since = p->self.serving_from};
         msg_member_t cand[64];
         int n = stage_members(p, p->stage, cand, 64, 1);
         const void *pl[1] = {p->my_msg};
@@ -786,8 +826,10 @@ static int try_exchange(peer_t *p)
     int n = expected_senders(p, exp, 64), have = 0;
     for (int i = 0; i < n; i++) have += is_self(p, exp[i].id) || find_exch(p, exp[i].id, p->step);
     if (have < n && clock_now() - p->exch_wait_since < 30.0) return 0;
-    if (have < n) log_warn("peer: step %" PRId64 ": %d of %d pool messages after 30 s; stepping without the rest",
-                           p->step, have, n);
+    if (have < n)
+        log_warn("peer: step %" PRId64
+                 ": %d of %d pool messages after 30 s; stepping without the rest",
+                 p->step, have, n);
     return apply_exchange(p, exp, n);
 }
 
@@ -825,7 +867,10 @@ typedef struct {
 
 static snapshot_t snap; /* one peer per process */
 
-static size_t state_bytes(peer_t *p) { return 3 * stage_num_params(p->st) * sizeof(float) + 8; }
+static size_t state_bytes(peer_t *p)
+{
+    return 3 * stage_num_params(p->st) * sizeof(float) + 8;
+}
 
 static int take_snapshot(peer_t *p)
 {
@@ -857,7 +902,8 @@ static void load_state(peer_t *p, const uint8_t *buf)
 static void on_state_req(peer_t *p, const msg_t *m)
 {
     msg_t r = {.type = MSG_ERROR};
-    if (m->stage != p->stage || p->self.state != MEMBER_SERVING || p->self.serving_from > p->step + 1) {
+    if (m->stage != p->stage || p->self.state != MEMBER_SERVING ||
+        p->self.serving_from > p->step + 1) {
         r.code = STATUS_ENOTFOUND;
         snprintf(r.text, sizeof r.text, "not serving stage %d", m->stage);
         send_msg(p, m->sender, &r, 0, NULL, NULL);
@@ -865,18 +911,24 @@ static void on_state_req(peer_t *p, const msg_t *m)
     }
     if (m->step >= 0 && m->step != p->step && !(snap.snap && snap.step == m->step)) {
         r.code = STATUS_ENOTFOUND;
-        snprintf(r.text, sizeof r.text, "state of step %" PRId64 " is gone; now at %" PRId64, m->step, p->step);
+        snprintf(r.text, sizeof r.text, "state of step %" PRId64 " is gone; now at %" PRId64,
+                 m->step, p->step);
         send_msg(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
-    if (!snap.snap || snap.step != (m->step >= 0 ? m->step : p->step) || snap.total != state_bytes(p))
+    if (!snap.snap || snap.step != (m->step >= 0 ? m->step : p->step) ||
+        snap.total != state_bytes(p))
         if (take_snapshot(p)) return;
     if (m->offset > snap.total) return;
     size_t len = snap.total - m->offset;
     if (len > m->length) len = m->length;
     if (len > STATE_CHUNK) len = STATE_CHUNK;
-    msg_t rep = {.type = MSG_STATE_REP, .stage = (int16_t)p->stage, .step = snap.step, .offset = m->offset,
-                 .total = snap.total, .length = (uint32_t)len};
+    msg_t rep = {.type = MSG_STATE_REP,
+                 .stage = (int16_t)p->stage,
+                 .step = snap.step,
+                 .offset = m->offset,
+                 .total = snap.total,
+                 .length = (uint32_t)len};
     memcpy(rep.state_hash, snap.hash, 32);
     const void *pl[1] = {snap.snap + m->offset};
     send_msg(p, m->sender, &rep, 1, pl, &len);
@@ -890,9 +942,9 @@ typedef struct {
     uint8_t hash[32];
     uint8_t *buf;
     int nchunks;
-    uint8_t *got;      /* per chunk */
-    double *asked_at;  /* per chunk, 0 = not asked */
-    int restart;       /* the state moved on: start again */
+    uint8_t *got;     /* per chunk */
+    double *asked_at; /* per chunk, 0 = not asked */
+    int restart;      /* the state moved on: start again */
 } download_t;
 
 static download_t dl;
@@ -958,7 +1010,11 @@ static int download_state(peer_t *p)
         dl_reset();
         dl.active = 1;
         dl.step = -1;
-        msg_t q = {.type = MSG_STATE_REQ, .stage = (int16_t)p->stage, .step = -1, .offset = 0, .length = STATE_CHUNK};
+        msg_t q = {.type = MSG_STATE_REQ,
+                   .stage = (int16_t)p->stage,
+                   .step = -1,
+                   .offset = 0,
+                   .length = STATE_CHUNK};
         send_msg(p, mem[0].id, &q, 0, NULL, NULL);
         double t0 = clock_now(), first_deadline = t0 + 10;
         while (!dl.restart && !stop_requested) {
@@ -987,8 +1043,11 @@ static int download_state(peer_t *p)
             if (done) break;
             for (int c = 0, next = 0; c < dl.nchunks && outstanding < 2 * n; c++) {
                 if (dl.got[c] || (dl.asked_at[c] > 0 && now - dl.asked_at[c] < 10)) continue;
-                msg_t r = {.type = MSG_STATE_REQ, .stage = (int16_t)p->stage, .step = dl.step,
-                           .offset = (uint64_t)c * STATE_CHUNK, .length = STATE_CHUNK};
+                msg_t r = {.type = MSG_STATE_REQ,
+                           .stage = (int16_t)p->stage,
+                           .step = dl.step,
+                           .offset = (uint64_t)c * STATE_CHUNK,
+                           .length = STATE_CHUNK};
                 send_msg(p, mem[next++ % n].id, &r, 0, NULL, NULL);
                 dl.asked_at[c] = now;
                 outstanding++;
@@ -1008,7 +1067,9 @@ static int download_state(peer_t *p)
         load_state(p, dl.buf);
         p->step = dl.step;
         p->step_t0 = 0, p->pool_step_s = 0, p->followed = 0;
-        fprintf(p->log, "state: downloaded stage %d at step %" PRId64 " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",
+        fprintf(p->log,
+                "state: downloaded stage %d at step %" PRId64
+                " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",
                 p->stage, p->step, dl.total / 1e6, clock_now() - t0, n);
         fflush(p->log);
         dl_reset();
@@ -1071,14 +1132,16 @@ static int handle_event(peer_t *p, net_ev_t *ev)
             mbrec_t *r = &p->mbs[i];
             if (!r->used) continue;
             const msg_member_t *nx = r->sent ? member(p, r->next) : NULL;
-            if (r->sent && (!nx || nx->stage != p->stage + 1)) reroute(p, r, "its next peer is gone");
+            if (r->sent && (!nx || nx->stage != p->stage + 1))
+                reroute(p, r, "its next peer is gone");
         }
         return 0;
     }
     if (ev->type == NET_EV_UNDELIV) {
         if (ev->msg.type == MSG_FWD && p->st) {
             mbrec_t *r = find_mb(p, &ev->msg.mb);
-            if (r && r->sent && !memcmp(r->next, ev->dest, MSG_ID_LEN)) reroute(p, r, "undeliverable");
+            if (r && r->sent && !memcmp(r->next, ev->dest, MSG_ID_LEN))
+                reroute(p, r, "undeliverable");
         }
         return 0;
     }
@@ -1095,7 +1158,8 @@ static int handle_event(peer_t *p, net_ev_t *ev)
         if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN)) return 0;
         if (!strcmp(m->text, "stale step")) {
             p->lost++;
-            fprintf(p->log, "lost: step %" PRId64 " microbatch %u: the next stage moved past it\n", r->mb.step, r->mb.index);
+            fprintf(p->log, "lost: step %" PRId64 " microbatch %u: the next stage moved past it\n",
+                    r->mb.step, r->mb.index);
             drop_mb(r);
         } else {
             char why[MSG_TEXT_MAX + 32];
@@ -1106,18 +1170,23 @@ static int handle_event(peer_t *p, net_ev_t *ev)
     }
     case MSG_PROGRESS: {
         size_t nb = ((size_t)p->M + 7) / 8;
-        if (!p->st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 || ev->frame_len[0] != nb) {
+        if (!p->st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 ||
+            ev->frame_len[0] != nb) {
             log_debug("peer: rejected PROGRESS (stage %d, count %u)", m->stage, m->count);
             p->rejected++;
             return 0;
         }
-        uint8_t *into = m->step == p->step ? p->done_union : m->step == p->step + 1 ? p->next_union : NULL;
+        uint8_t *into = m->step == p->step       ? p->done_union
+                        : m->step == p->step + 1 ? p->next_union
+                                                 : NULL;
         for (size_t i = 0; into && i < nb; i++) into[i] |= ev->frame[0][i];
         return 0;
     }
     case MSG_STEP_DONE:
-        if (m->flags & 1) p->finished = 1;
-        else if (m->step == p->step) p->step_done_flag = 1;
+        if (m->flags & 1)
+            p->finished = 1;
+        else if (m->step == p->step)
+            p->step_done_flag = 1;
         return 0;
     case MSG_EXCH:
         if (!p->st || m->stage != p->stage || ev->nframes != 1) return 0;
@@ -1125,12 +1194,15 @@ static int handle_event(peer_t *p, net_ev_t *ev)
     case MSG_STATE_REQ:
         if (p->st) on_state_req(p, m);
         return 0;
-    case MSG_STATE_REP: on_state_rep(p, ev); return 0;
+    case MSG_STATE_REP:
+        on_state_rep(p, ev);
+        return 0;
     case MSG_ERROR:
         if (dl.active) dl.restart = 1;
         log_debug("peer: error from %s: %s", idhex(m->sender), m->text);
         return 0;
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -1229,8 +1301,10 @@ static void custody(peer_t *p)
         mbrec_t *r = &p->mbs[i];
         if (!r->used || !r->act) continue;
         if (!r->sent) {
-            if (forward_to_next(p, r, NULL) == 0) r->sent = 1;
-            else r->sent = 0;
+            if (forward_to_next(p, r, NULL) == 0)
+                r->sent = 1;
+            else
+                r->sent = 0;
         } else if (now - r->sent_at > p->po->custody_s) {
             reroute(p, r, "no gradient back in time");
         }
@@ -1252,7 +1326,8 @@ static int choose_stage(peer_t *p)
 {
     if (p->po->stage >= 0) {
         if (p->po->stage >= p->S)
-            return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", p->po->stage, p->S);
+            return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages",
+                              p->po->stage, p->S);
         return p->po->stage;
     }
     int best = 0, best_n = 0;
@@ -1261,9 +1336,11 @@ static int choose_stage(peer_t *p)
         double tp = 0;
         int n = 0;
         for (int i = 0; i < p->nview; i++)
-            if (p->view[i].stage == s && p->view[i].state == MEMBER_SERVING && !is_self(p, p->view[i].id))
+            if (p->view[i].stage == s && p->view[i].state == MEMBER_SERVING &&
+                !is_self(p, p->view[i].id))
                 tp += p->view[i].throughput, n++;
-        if (best_tp < 0 || tp < best_tp || (tp == best_tp && n < best_n)) best = s, best_tp = tp, best_n = n;
+        if (best_tp < 0 || tp < best_tp || (tp == best_tp && n < best_n))
+            best = s, best_tp = tp, best_n = n;
     }
     return best;
 }
@@ -1311,7 +1388,8 @@ static int join_swarm(peer_t *p, char *endpoint)
     if (train_options_from_text(&p->run, text, p->err)) return STATUS_EMALFORMED;
     p->swarm = ev.msg.swarm;
     net_set_run(p->net, p->swarm, text);
-    fprintf(p->log, "swarm: joined %016" PRIx64 " through %s; listening on %s\n", p->swarm, po->join, endpoint);
+    fprintf(p->log, "swarm: joined %016" PRIx64 " through %s; listening on %s\n", p->swarm,
+            po->join, endpoint);
     /* the member table arrives with the next view */
     net_ev_t v;
     wait_for(p, -1, 0.6, &v);
@@ -1361,7 +1439,8 @@ int peer_run(const peer_options_t *po, char *err)
     if (sodium_init() < 0) return status_set(err, STATUS_EIO, "libsodium failed to initialize");
     if (po->in_flight < 1 || po->slots < 0 || po->peer_timeout_s <= 0 || po->custody_s <= 0)
         return status_set(err, STATUS_EINVAL, "in-flight, slots and timeouts must be positive");
-    if (!po->is_new && !po->join) return status_set(err, STATUS_EINVAL, "give --new or --join ENDPOINT");
+    if (!po->is_new && !po->join)
+        return status_set(err, STATUS_EINVAL, "give --new or --join ENDPOINT");
 
     /* identity: the store's Ed25519 key when there is a store, else a fresh one */
     if (po->db) {
@@ -1376,7 +1455,9 @@ int peer_run(const peer_options_t *po, char *err)
         sodium_memzero(sk, sizeof sk);
     }
     char endpoint[256];
-    net_config_t nc = {.bind = po->listen, .advertise = po->advertise, .heartbeat_s = 0.25,
+    net_config_t nc = {.bind = po->listen,
+                       .advertise = po->advertise,
+                       .heartbeat_s = 0.25,
                        .timeout_s = po->peer_timeout_s};
     memcpy(nc.id, p->id, MSG_ID_LEN);
     nc.self.stage = 0;
@@ -1407,7 +1488,8 @@ int peer_run(const peer_options_t *po, char *err)
     }
     if (p->stage == 0) {
         if (!po->data_path && (rc = data_ensure_default(p->err))) goto out;
-        if (!(p->data = data_open(po->data_path ? po->data_path : data_default_path(), c->seq, 0.05, p->err))) {
+        if (!(p->data = data_open(po->data_path ? po->data_path : data_default_path(), c->seq, 0.05,
+                                  p->err))) {
             rc = STATUS_EINVAL;
             goto out;
         }
@@ -1418,11 +1500,13 @@ int peer_run(const peer_options_t *po, char *err)
     p->done_mine = calloc(nb, 1), p->done_union = calloc(nb, 1), p->next_union = calloc(nb, 1);
     p->started = calloc(nb, 1);
     p->host_x = malloc(act * sizeof(float)), p->host_dx = malloc(act * sizeof(float));
-    p->host_tok = malloc((size_t)p->BT * sizeof(int32_t)), p->host_tgt = malloc((size_t)p->BT * sizeof(int32_t));
+    p->host_tok = malloc((size_t)p->BT * sizeof(int32_t)),
+    p->host_tgt = malloc((size_t)p->BT * sizeof(int32_t));
     if (p->k->on_device) p->host_params = malloc(stage_num_params(p->st) * sizeof(float));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)p->id));
     if (!p->mbs || !p->done_mine || !p->done_union || !p->next_union || !p->started || !p->host_x ||
-        !p->host_dx || !p->host_tok || !p->host_tgt || !p->wiring || (p->k->on_device && !p->host_params)) {
+        !p->host_dx || !p->host_tok || !p->host_tgt || !p->wiring ||
+        (p->k->on_device && !p->host_params)) {
         rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         goto out;
     }
@@ -1435,10 +1519,12 @@ int peer_run(const peer_options_t *po, char *err)
     if (rc == STATUS_ENOTFOUND) {
         int64_t step = 0;
         for (int i = 0; i < p->nview; i++)
-            if (p->view[i].state == MEMBER_SERVING && p->view[i].step > step) step = p->view[i].step;
+            if (p->view[i].state == MEMBER_SERVING && p->view[i].step > step)
+                step = p->view[i].step;
         if (step > 0)
-            log_warn("stage %d has no live replica: it starts from its initial parameters at step %" PRId64
-                     " (CheckFree recovery from neighbours is not implemented yet)", p->stage, step);
+            log_warn("stage %d has no live replica: it starts from its initial parameters at step "
+                     "%" PRId64 " (CheckFree recovery from neighbours is not implemented yet)",
+                     p->stage, step);
         p->step = step;
         rc = 0;
     }
@@ -1456,8 +1542,11 @@ int peer_run(const peer_options_t *po, char *err)
     char hex[2 * MSG_ID_LEN + 1];
     for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
     fprintf(p->log, "peer: id %s\n", hex);
-    fprintf(p->log, "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step %" PRId64 "\n",
-            p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads, p->self.serving_from);
+    fprintf(
+        p->log,
+        "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step %" PRId64
+        "\n",
+        p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads, p->self.serving_from);
     fflush(p->log);
     p->step_t0 = clock_now();
 
@@ -1493,7 +1582,8 @@ int peer_run(const peer_options_t *po, char *err)
             p->followed = 0;
             p->my_hash = param_hash(p);
             reset_step(p);
-            fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 "\n", p->stage, p->step);
+            fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 "\n", p->stage,
+                    p->step);
         } else if (rc) {
             goto out;
         }
@@ -1524,8 +1614,10 @@ int peer_run(const peer_options_t *po, char *err)
             if (r == 0 && (rc = handle_event(p, &ev))) goto out;
         }
     }
-    fprintf(p->log, "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
-                    " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64 "\n",
+    fprintf(p->log,
+            "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
+            " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
+            "\n",
             p->stage, p->step, param_hash(p), p->served, p->retries, p->lost,
             net_rejected(p->net) + p->rejected, p->act_bytes);
     fflush(p->log);

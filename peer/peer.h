@@ -37,7 +37,7 @@ typedef struct {
     const char *device;
     int threads;
     int log_every;
-    FILE *log;             /* NULL: stdout */
+    FILE *log; /* NULL: stdout */
 } peer_options_t;
 
 peer_options_t peer_defaults(void);

@@ -159,20 +159,20 @@ static size_t slot_layout(const stage_t *st, slot_t *s, char *mem)
         off += (((count) * sizeof(type)) + 63) / 64 * 64;                                          \
     } while (0)
     CARVE(x, float, (L + 1) * BT * C);
-    CARVE(ln1, float, L * BT * C);
-    CARVE(rstd1, float, L * BT);
-    CARVE(qkv, float, L * BT * 3 * C);
-    CARVE(atty, float, L * BT * C);
-    CARVE(lse, float, L * BT * c->n_heads);
-    CARVE(x2, float, L * BT * C);
-    CARVE(ln2, float, L * BT * C);
-    CARVE(rstd2, float, L * BT);
-    CARVE(h13, float, L * BT * 2 * F);
-    CARVE(sw, float, L * BT * F);
+    CARVE(ln1, float, L *BT *C);
+    CARVE(rstd1, float, L *BT);
+    CARVE(qkv, float, L *BT * 3 * C);
+    CARVE(atty, float, L *BT *C);
+    CARVE(lse, float, L *BT * c->n_heads);
+    CARVE(x2, float, L *BT *C);
+    CARVE(ln2, float, L *BT *C);
+    CARVE(rstd2, float, L *BT);
+    CARVE(h13, float, L *BT * 2 * F);
+    CARVE(sw, float, L *BT *F);
     if (st->last) {
-        CARVE(lnf, float, BT * C);
+        CARVE(lnf, float, BT *C);
         CARVE(rstdf, float, BT);
-        CARVE(logits, float, BT * (size_t)c->vocab);
+        CARVE(logits, float, BT *(size_t)c->vocab);
         CARVE(losses, float, BT);
         CARVE(targets, int32_t, BT);
     }
@@ -181,8 +181,8 @@ static size_t slot_layout(const stage_t *st, slot_t *s, char *mem)
     return off;
 }
 
-stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_inflight,
-                   uint64_t seed, char *err)
+stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_inflight, uint64_t seed,
+                   char *err)
 {
     if (config_validate(cfg, err)) return NULL;
     if (index < 0 || index >= cfg->stages) {
@@ -274,17 +274,50 @@ void stage_destroy(stage_t **stp)
     *stp = NULL;
 }
 
-int stage_index(const stage_t *st) { return st->index; }
-int stage_is_first(const stage_t *st) { return st->first; }
-int stage_is_last(const stage_t *st) { return st->last; }
-const model_config_t *stage_config(const stage_t *st) { return &st->cfg; }
-kern_t *stage_kern(const stage_t *st) { return st->k; }
-size_t stage_num_params(const stage_t *st) { return st->nparams; }
-float *stage_params(stage_t *st) { return st->params; }
-float *stage_grads(stage_t *st) { return st->grads; }
-float *stage_opt_m(stage_t *st) { return st->m; }
-float *stage_opt_v(stage_t *st) { return st->v; }
-int64_t *stage_opt_step(stage_t *st) { return &st->opt_step; }
+int stage_index(const stage_t *st)
+{
+    return st->index;
+}
+int stage_is_first(const stage_t *st)
+{
+    return st->first;
+}
+int stage_is_last(const stage_t *st)
+{
+    return st->last;
+}
+const model_config_t *stage_config(const stage_t *st)
+{
+    return &st->cfg;
+}
+kern_t *stage_kern(const stage_t *st)
+{
+    return st->k;
+}
+size_t stage_num_params(const stage_t *st)
+{
+    return st->nparams;
+}
+float *stage_params(stage_t *st)
+{
+    return st->params;
+}
+float *stage_grads(stage_t *st)
+{
+    return st->grads;
+}
+float *stage_opt_m(stage_t *st)
+{
+    return st->m;
+}
+float *stage_opt_v(stage_t *st)
+{
+    return st->v;
+}
+int64_t *stage_opt_step(stage_t *st)
+{
+    return &st->opt_step;
+}
 
 const stage_tensor_t *stage_tensors(const stage_t *st, int *n)
 {
@@ -292,7 +325,10 @@ const stage_tensor_t *stage_tensors(const stage_t *st, int *n)
     return st->tensors;
 }
 
-void stage_zero_grads(stage_t *st) { st->k->zero(st->k, st->grads, st->nparams * sizeof(float)); }
+void stage_zero_grads(stage_t *st)
+{
+    st->k->zero(st->k, st->grads, st->nparams * sizeof(float));
+}
 
 void stage_profile(stage_t *st, int on)
 {
@@ -300,7 +336,10 @@ void stage_profile(stage_t *st, int on)
     memset(st->prof, 0, sizeof st->prof);
 }
 
-const double *stage_profile_seconds(const stage_t *st) { return st->prof; }
+const double *stage_profile_seconds(const stage_t *st)
+{
+    return st->prof;
+}
 
 static int check_tokens(const int32_t *t, size_t n, int vocab, const char *what, char *err)
 {
@@ -361,16 +400,19 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
     for (int b = 0; b < st->nblocks; b++) {
         const block_offsets_t *bo = &st->blocks[b];
         block_acts_t a = block_acts(st, s, b);
-        float *x = a.x, *xout = a.xout, *ln1 = a.ln1, *rstd1 = a.rstd1, *qkv = a.qkv, *atty = a.atty, *lse = a.lse;
+        float *x = a.x, *xout = a.xout, *ln1 = a.ln1, *rstd1 = a.rstd1, *qkv = a.qkv,
+              *atty = a.atty, *lse = a.lse;
         float *x2 = a.x2, *ln2 = a.ln2, *rstd2 = a.rstd2, *h13 = a.h13, *sw = a.sw;
 
-        OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, ln1, rstd1, x, p + bo->attn_norm, BT, C, c->norm_eps));
+        OP(STAGE_PROF_NORM,
+           k->rmsnorm_forward(k, ln1, rstd1, x, p + bo->attn_norm, BT, C, c->norm_eps));
         OP(STAGE_PROF_MATMUL, k->matmul_forward(k, qkv, ln1, p + bo->wqkv, BT, C, 3 * C));
         OP(STAGE_PROF_ROPE, k->rope_forward(k, qkv, st->freqs, B, T, NH, HS));
         OP(STAGE_PROF_ATTENTION, k->attention_forward(k, atty, lse, qkv, B, T, NH, HS));
         OP(STAGE_PROF_MATMUL, k->matmul_forward(k, st->tmp, atty, p + bo->wo, BT, C, C));
         OP(STAGE_PROF_OTHER, k->add(k, x2, x, st->tmp, (size_t)BT * C));
-        OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, ln2, rstd2, x2, p + bo->ffn_norm, BT, C, c->norm_eps));
+        OP(STAGE_PROF_NORM,
+           k->rmsnorm_forward(k, ln2, rstd2, x2, p + bo->ffn_norm, BT, C, c->norm_eps));
         OP(STAGE_PROF_MATMUL, k->matmul_forward(k, h13, ln2, p + bo->w13, BT, C, 2 * F));
         OP(STAGE_PROF_SWIGLU, k->swiglu_forward(k, sw, h13, BT, F));
         OP(STAGE_PROF_MATMUL, k->matmul_forward(k, st->tmp, sw, p + bo->w2, BT, F, C));
@@ -383,7 +425,8 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
         s->state = SLOT_FORWARD;
         return 0;
     }
-    OP(STAGE_PROF_NORM, k->rmsnorm_forward(k, s->lnf, s->rstdf, y, p + st->norm, BT, C, c->norm_eps));
+    OP(STAGE_PROF_NORM,
+       k->rmsnorm_forward(k, s->lnf, s->rstdf, y, p + st->norm, BT, C, c->norm_eps));
     OP(STAGE_PROF_MATMUL, k->matmul_forward(k, s->logits, s->lnf, p + st->head, BT, C, V));
     s->state = SLOT_FORWARD;
     if (!targets) return 0;
@@ -416,11 +459,14 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
 
     if (st->last) {
         float *y = s->x + (size_t)st->nblocks * BT * C;
-        OP(STAGE_PROF_LOSS, k->crossentropy_backward(k, s->logits, s->logits, s->targets, 1.0f / BT, BT, V));
+        OP(STAGE_PROF_LOSS,
+           k->crossentropy_backward(k, s->logits, s->logits, s->targets, 1.0f / BT, BT, V));
         k->zero(k, st->dln, act);
-        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dln, g + st->head, s->logits, s->lnf, p + st->head, BT, C, V));
+        OP(STAGE_PROF_MATMUL,
+           k->matmul_backward(k, st->dln, g + st->head, s->logits, s->lnf, p + st->head, BT, C, V));
         k->zero(k, st->dres, act);
-        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + st->norm, st->dln, y, p + st->norm, s->rstdf, BT, C));
+        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + st->norm, st->dln, y, p + st->norm,
+                                                s->rstdf, BT, C));
     } else {
         k->upload(k, st->dres, dy, act);
     }
@@ -433,22 +479,29 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
 
         /* xout = x2 + sw w2^T: dres flows to x2 unchanged and into the MLP. */
         k->zero(k, st->dsw, (size_t)BT * F * sizeof(float));
-        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dsw, g + bo->w2, st->dres, sw, p + bo->w2, BT, F, C));
+        OP(STAGE_PROF_MATMUL,
+           k->matmul_backward(k, st->dsw, g + bo->w2, st->dres, sw, p + bo->w2, BT, F, C));
         k->zero(k, st->dh13, (size_t)BT * 2 * F * sizeof(float));
         OP(STAGE_PROF_SWIGLU, k->swiglu_backward(k, st->dh13, st->dsw, h13, BT, F));
         k->zero(k, st->dln, act);
-        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dln, g + bo->w13, st->dh13, ln2, p + bo->w13, BT, C, 2 * F));
-        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->ffn_norm, st->dln, x2, p + bo->ffn_norm, rstd2, BT, C));
+        OP(STAGE_PROF_MATMUL,
+           k->matmul_backward(k, st->dln, g + bo->w13, st->dh13, ln2, p + bo->w13, BT, C, 2 * F));
+        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->ffn_norm, st->dln, x2,
+                                                p + bo->ffn_norm, rstd2, BT, C));
 
         /* x2 = x + atty wo^T: dres now is dL/dx2; it flows to x and into attention. */
         k->zero(k, st->datty, act);
-        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->datty, g + bo->wo, st->dres, atty, p + bo->wo, BT, C, C));
+        OP(STAGE_PROF_MATMUL,
+           k->matmul_backward(k, st->datty, g + bo->wo, st->dres, atty, p + bo->wo, BT, C, C));
         k->zero(k, st->dqkv, 3 * act);
-        OP(STAGE_PROF_ATTENTION, k->attention_backward(k, st->dqkv, st->datty, qkv, atty, lse, B, T, NH, HS));
+        OP(STAGE_PROF_ATTENTION,
+           k->attention_backward(k, st->dqkv, st->datty, qkv, atty, lse, B, T, NH, HS));
         OP(STAGE_PROF_ROPE, k->rope_backward(k, st->dqkv, st->freqs, B, T, NH, HS));
         k->zero(k, st->dln, act);
-        OP(STAGE_PROF_MATMUL, k->matmul_backward(k, st->dln, g + bo->wqkv, st->dqkv, ln1, p + bo->wqkv, BT, C, 3 * C));
-        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->attn_norm, st->dln, x, p + bo->attn_norm, rstd1, BT, C));
+        OP(STAGE_PROF_MATMUL,
+           k->matmul_backward(k, st->dln, g + bo->wqkv, st->dqkv, ln1, p + bo->wqkv, BT, C, 3 * C));
+        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->attn_norm, st->dln, x,
+                                                p + bo->attn_norm, rstd1, BT, C));
     }
 
     if (st->first)

@@ -32,8 +32,8 @@ typedef struct {
     int rows, cols; /* 1-D tensors: rows = 1 */
     size_t offset;  /* in floats from the start of the buffer */
     size_t numel;
-    int layer;      /* global block index, -1 for embedding / final norm / head */
-    int decay;      /* 1: weight decay applies (matrices and the embedding) */
+    int layer; /* global block index, -1 for embedding / final norm / head */
+    int decay; /* 1: weight decay applies (matrices and the embedding) */
 } stage_tensor_t;
 
 /* Builds stage `index` of cfg->stages on backend k with max_inflight activation slots,
@@ -41,8 +41,8 @@ typedef struct {
  * 1 for norm weights. A tensor's initial values depend only on (seed, its name), and
  * names carry the global layer index, so every replica of a stage starts identical.
  * Returns NULL with a message in err on an invalid config or allocation failure. */
-stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_inflight,
-                   uint64_t seed, char *err);
+stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_inflight, uint64_t seed,
+                   char *err);
 
 /* NULL-safe; sets *st to NULL. Does not destroy the backend. */
 void stage_destroy(stage_t **st);

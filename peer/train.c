@@ -33,31 +33,37 @@ train_options_t train_defaults(void)
     o.val_frac = 0.05;
     o.optimizer = TRAIN_ADAMW;
     o.replicas = 1;
-    o.demo = (demo_cfg_t){.chunk = DEMO_DEFAULT_CHUNK, .k = DEMO_DEFAULT_K, .vfmt = DEMO_VAL_F32,
+    o.demo = (demo_cfg_t){.chunk = DEMO_DEFAULT_CHUNK,
+                          .k = DEMO_DEFAULT_K,
+                          .vfmt = DEMO_VAL_F32,
                           .beta = DEMO_DEFAULT_BETA};
     o.codec = -1;
     o.keep = 3;
     return o;
 }
 
-static const char *vfmt_name(int v) { return v == DEMO_VAL_SIGN ? "sign" : v == DEMO_VAL_BF16 ? "bf16" : "f32"; }
+static const char *vfmt_name(int v)
+{
+    return v == DEMO_VAL_SIGN ? "sign" : v == DEMO_VAL_BF16 ? "bf16" : "f32";
+}
 
 size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
 {
     char cfg[512];
     config_to_text(&o->cfg, cfg, sizeof cfg);
-    int w = snprintf(buf, n,
-                     "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
-                     "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
-                     "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
-                     "demo_values=%s\ndemo_beta=%.9g\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
-                     cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
-                     o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
-                     o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
-                     (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip,
-                     (double)o->opt.beta1, (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk,
-                     o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
-                     o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
+    int w =
+        snprintf(buf, n,
+                 "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
+                 "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
+                 "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
+                 "demo_values=%s\ndemo_beta=%.9g\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
+                 cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
+                 o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
+                 o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
+                 (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip,
+                 (double)o->opt.beta1, (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk,
+                 o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
+                 o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
@@ -74,14 +80,15 @@ static int parse_num(const char *key, const char *v, double lo, double hi, doubl
 
 int train_options_from_text(train_options_t *o, const char *text, char *err)
 {
-    static const char *model_keys[] = {"vocab", "dim", "layers", "heads", "ffn", "seq",
-                                       "norm_eps", "rope_theta", "batch", "stages"};
+    static const char *model_keys[] = {"vocab", "dim",      "layers",     "heads", "ffn",
+                                       "seq",   "norm_eps", "rope_theta", "batch", "stages"};
     char line[256];
     const char *p = text;
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        if (len >= sizeof line) return status_set(err, STATUS_EMALFORMED, "run text: line too long");
+        if (len >= sizeof line)
+            return status_set(err, STATUS_EMALFORMED, "run text: line too long");
         memcpy(line, p, len);
         line[len] = 0;
         p += len + (nl ? 1 : 0);
@@ -90,7 +97,8 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         if (!v) return status_set(err, STATUS_EMALFORMED, "run text: '%s' has no '='", line);
         *v++ = 0;
         int is_model = 0;
-        for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys; i++) is_model |= !strcmp(line, model_keys[i]);
+        for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys; i++)
+            is_model |= !strcmp(line, model_keys[i]);
         if (is_model) {
             if (config_set(&o->cfg, line, v, err)) return STATUS_EMALFORMED;
             continue;
@@ -98,25 +106,37 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         double x = 0;
         int rc = 0;
 #define NUM(k, lo, hi, dst)                                                                        \
-    else if (!strcmp(line, k)) {                                                                   \
-        if (!(rc = parse_num(line, v, lo, hi, &x, err))) dst;                                     \
+    else if (!strcmp(line, k))                                                                     \
+    {                                                                                              \
+        if (!(rc = parse_num(line, v, lo, hi, &x, err))) dst;                                      \
     }
         if (!strcmp(line, "optimizer")) {
-            if (!strcmp(v, "adamw")) o->optimizer = TRAIN_ADAMW;
-            else if (!strcmp(v, "demo")) o->optimizer = TRAIN_DEMO;
-            else rc = status_set(err, STATUS_EMALFORMED, "run text: optimizer '%s'", v);
+            if (!strcmp(v, "adamw"))
+                o->optimizer = TRAIN_ADAMW;
+            else if (!strcmp(v, "demo"))
+                o->optimizer = TRAIN_DEMO;
+            else
+                rc = status_set(err, STATUS_EMALFORMED, "run text: optimizer '%s'", v);
         } else if (!strcmp(line, "schedule")) {
-            if (!strcmp(v, "constant")) o->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
-            else if (!strcmp(v, "cosine")) o->opt.schedule = OPTIM_SCHEDULE_COSINE;
-            else rc = status_set(err, STATUS_EMALFORMED, "run text: schedule '%s'", v);
+            if (!strcmp(v, "constant"))
+                o->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
+            else if (!strcmp(v, "cosine"))
+                o->opt.schedule = OPTIM_SCHEDULE_COSINE;
+            else
+                rc = status_set(err, STATUS_EMALFORMED, "run text: schedule '%s'", v);
         } else if (!strcmp(line, "demo_values")) {
-            if (!strcmp(v, "f32")) o->demo.vfmt = DEMO_VAL_F32;
-            else if (!strcmp(v, "bf16")) o->demo.vfmt = DEMO_VAL_BF16;
-            else if (!strcmp(v, "sign")) o->demo.vfmt = DEMO_VAL_SIGN;
-            else rc = status_set(err, STATUS_EMALFORMED, "run text: demo_values '%s'", v);
+            if (!strcmp(v, "f32"))
+                o->demo.vfmt = DEMO_VAL_F32;
+            else if (!strcmp(v, "bf16"))
+                o->demo.vfmt = DEMO_VAL_BF16;
+            else if (!strcmp(v, "sign"))
+                o->demo.vfmt = DEMO_VAL_SIGN;
+            else
+                rc = status_set(err, STATUS_EMALFORMED, "run text: demo_values '%s'", v);
         } else if (!strcmp(line, "codec")) {
             o->codec = strcmp(v, "none") ? codec_by_name(v) : -1;
-            if (strcmp(v, "none") && o->codec < 0) rc = status_set(err, STATUS_EMALFORMED, "run text: codec '%s'", v);
+            if (strcmp(v, "none") && o->codec < 0)
+                rc = status_set(err, STATUS_EMALFORMED, "run text: codec '%s'", v);
         }
         NUM("replicas", 1, 1 << 20, o->replicas = (int)x)
         NUM("accum", 1, 1 << 20, o->accum = (int)x)
@@ -206,7 +226,8 @@ static void step_adamw(run_t *run, int64_t step, float *gnorm)
             k->axpy(k, stage_grads(s0), 1.0f, stage_grads(model_stage(run->rep[r], s)),
                     stage_num_params(s0));
     }
-    model_adamw_step(run->rep[0], &run->o->opt, step, 1.0f / ((float)run->o->accum * run->R), gnorm);
+    model_adamw_step(run->rep[0], &run->o->opt, step, 1.0f / ((float)run->o->accum * run->R),
+                     gnorm);
     for (int s = 0; s < run->S; s++) {
         stage_t *s0 = model_stage(run->rep[0], s);
         for (int r = 1; r < run->R; r++)
@@ -238,8 +259,8 @@ static int step_demo(run_t *run, int64_t step, float *gnorm, char *err)
                 run->ptrs[j] = run->msg[from * S + s];
                 run->lens[j] = demo_opt_msg_size(run->dopt[from * S + s]);
             }
-            int rc = demo_opt_apply(run->dopt[r * S + s], &run->o->opt, step, run->ptrs,
-                                    run->lens, R, err);
+            int rc = demo_opt_apply(run->dopt[r * S + s], &run->o->opt, step, run->ptrs, run->lens,
+                                    R, err);
             if (rc) return rc;
         }
     return 0;
@@ -260,9 +281,10 @@ static int check_replicas(run_t *run, int64_t step, char *err)
             if (memcmp(a, b, bytes)) {
                 free(a);
                 free(b);
-                return status_set(err, STATUS_ECORRUPT,
-                                  "replica %d diverged from replica 0 in stage %d after step %" PRId64,
-                                  r, s, step);
+                return status_set(
+                    err, STATUS_ECORRUPT,
+                    "replica %d diverged from replica 0 in stage %d after step %" PRId64, r, s,
+                    step);
             }
         }
         free(a);
@@ -330,15 +352,16 @@ static int restore(run_t *run, int64_t *start, char *err)
     store_ckpt_t *ck = NULL;
     int rc = store_ckpt_load_latest(run->db, 0, &ck, err);
     if (rc == STATUS_ENOTFOUND) {
-        fprintf(run->o->log ? run->o->log : stdout, "resume: no checkpoint in %s; starting at step 0\n",
-                run->o->db);
+        fprintf(run->o->log ? run->o->log : stdout,
+                "resume: no checkpoint in %s; starting at step 0\n", run->o->db);
         return 0;
     }
     if (rc) return rc;
     if (strcmp(store_ckpt_config_hash(ck), run->run_hash)) {
         rc = status_set(err, STATUS_EINVAL,
                         "resume: the checkpoint in %s is from another run configuration "
-                        "(its settings:\n%s)", run->o->db, store_ckpt_config_text(ck));
+                        "(its settings:\n%s)",
+                        run->o->db, store_ckpt_config_text(ck));
         goto done;
     }
     kern_t *k = run->k;
@@ -371,8 +394,9 @@ static int restore(run_t *run, int64_t *start, char *err)
         }
     }
     *start = *next;
-    fprintf(run->o->log ? run->o->log : stdout, "resume: continuing from the checkpoint at step %" PRId64 " in %s\n",
-            *start, run->o->db);
+    fprintf(run->o->log ? run->o->log : stdout,
+            "resume: continuing from the checkpoint at step %" PRId64 " in %s\n", *start,
+            run->o->db);
     goto done;
 bad:
     rc = STATUS_ECORRUPT;
@@ -406,7 +430,8 @@ static int setup(run_t *run, char *err)
     size_t BT = (size_t)c->batch * c->seq;
     run->tok = malloc(BT * sizeof *run->tok);
     run->tgt = malloc(BT * sizeof *run->tgt);
-    if (!run->rep || !run->tok || !run->tgt) return status_set(err, STATUS_ENOMEM, "train: out of memory");
+    if (!run->rep || !run->tok || !run->tgt)
+        return status_set(err, STATUS_ENOMEM, "train: out of memory");
     for (int r = 0; r < run->R; r++) {
         if (!(run->rep[r] = model_new(c, run->k, o->seed, err))) return STATUS_EINVAL;
         if ((rc = model_set_codec(run->rep[r], o->codec, o->codec_block, err))) return rc;
@@ -420,7 +445,8 @@ static int setup(run_t *run, char *err)
         if (!run->dopt || !run->msg || !run->ptrs || !run->lens)
             return status_set(err, STATUS_ENOMEM, "train: out of memory");
         for (int i = 0; i < n; i++) {
-            if (!(run->dopt[i] = demo_opt_new(model_stage(run->rep[i / run->S], i % run->S), &o->demo, err)))
+            if (!(run->dopt[i] =
+                      demo_opt_new(model_stage(run->rep[i / run->S], i % run->S), &o->demo, err)))
                 return STATUS_EINVAL;
             if (!(run->msg[i] = malloc(demo_opt_msg_size(run->dopt[i]))))
                 return status_set(err, STATUS_ENOMEM, "train: out of memory");
@@ -469,8 +495,9 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
     const model_config_t *c = &o->cfg;
     size_t BT = (size_t)c->batch * c->seq;
     size_t P = model_num_params(run.rep[0]);
-    fprintf(log, "train: %zu parameters, %d stage(s), %d replica(s), %s, device %s (%d threads), "
-                 "data %s (%zu train / %zu held-out bytes)\n",
+    fprintf(log,
+            "train: %zu parameters, %d stage(s), %d replica(s), %s, device %s (%d threads), "
+            "data %s (%zu train / %zu held-out bytes)\n",
             P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", run.k->name,
             run.k->threads, o->data_path ? o->data_path : data_default_path(),
             data_train_bytes(run.d), data_val_bytes(run.d));
@@ -478,10 +505,11 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         size_t bytes = 0;
         for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);
         r.demo_bytes_per_param = (double)bytes / (double)P;
-        fprintf(log, "demo: chunk %d, k %d, values %s, beta %g: %zu bytes per replica per step = "
-                     "%.4f bytes/param (dense f32 gradient: 4)\n",
-                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt),
-                (double)o->demo.beta, bytes, r.demo_bytes_per_param);
+        fprintf(log,
+                "demo: chunk %d, k %d, values %s, beta %g: %zu bytes per replica per step = "
+                "%.4f bytes/param (dense f32 gradient: 4)\n",
+                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta, bytes,
+                r.demo_bytes_per_param);
     }
     int64_t start = 0;
     if (o->resume && (rc = restore(&run, &start, err))) goto done;
@@ -496,13 +524,17 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         float gnorm;
         if ((rc = compute_grads(&run, step, &loss, err))) goto done;
         if (!isfinite(loss)) {
-            rc = status_set(err, STATUS_EINVAL, "loss is not finite at step %" PRId64 " (lr too high?)", step);
+            rc = status_set(err, STATUS_EINVAL,
+                            "loss is not finite at step %" PRId64 " (lr too high?)", step);
             goto done;
         }
-        if (run.dopt) rc = step_demo(&run, step, &gnorm, err);
-        else step_adamw(&run, step, &gnorm);
+        if (run.dopt)
+            rc = step_demo(&run, step, &gnorm, err);
+        else
+            step_adamw(&run, step, &gnorm);
         if (rc) goto done;
-        if (run.R > 1 && ((step + 1) % 10 == 0 || step + 1 == o->steps) && (rc = check_replicas(&run, step, err)))
+        if (run.R > 1 && ((step + 1) % 10 == 0 || step + 1 == o->steps) &&
+            (rc = check_replicas(&run, step, err)))
             goto done;
         run.k->sync(run.k);
         double dt = clock_now() - t0, tps = (double)BT * o->accum * run.R / dt;
@@ -530,7 +562,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         }
     }
     if (o->steps > timed_from)
-        r.tokens_per_s = (double)BT * o->accum * run.R * (double)(o->steps - timed_from) / (clock_now() - t_start);
+        r.tokens_per_s = (double)BT * o->accum * run.R * (double)(o->steps - timed_from) /
+                         (clock_now() - t_start);
     if ((rc = validate(&run, &r.val_loss, err))) goto done;
     uint64_t wb, we;
     model_wire_stats(run.rep[0], &wb, &we);
@@ -544,7 +577,8 @@ finish:
         store_writer_stats(run.db, &ws);
         r.checkpoints_failed = (int)ws.failed;
         if (ws.failed)
-            log_warn("%" PRId64 " background checkpoint(s) failed; last: %s", ws.failed, ws.last_err);
+            log_warn("%" PRId64 " background checkpoint(s) failed; last: %s", ws.failed,
+                     ws.last_err);
     }
     fflush(log);
     if (res) *res = r;

@@ -21,34 +21,34 @@ typedef struct {
     const char *device;    /* "cpu", "ref", "cuda", "auto" */
     int threads;           /* <= 0: all cores */
     int steps;
-    int accum;             /* microbatches per optimizer step */
+    int accum; /* microbatches per optimizer step */
     uint64_t seed;
-    int val_batches;       /* microbatches of the held-out tail for val_loss */
-    int val_every;         /* also print "step N val_loss X" every this many steps; 0 = end only */
-    int log_every;         /* print every this many steps (the last step always) */
-    double val_frac;       /* held-out fraction, 0.05 */
-    FILE *log;             /* NULL: stdout */
+    int val_batches; /* microbatches of the held-out tail for val_loss */
+    int val_every;   /* also print "step N val_loss X" every this many steps; 0 = end only */
+    int log_every;   /* print every this many steps (the last step always) */
+    double val_frac; /* held-out fraction, 0.05 */
+    FILE *log;       /* NULL: stdout */
     /* data parallelism in one process */
-    int optimizer;         /* train_optimizer_t */
-    int replicas;          /* R data-parallel replicas, each its own data stream */
-    demo_cfg_t demo;       /* DeMo chunk, k, value format, beta */
+    int optimizer;   /* train_optimizer_t */
+    int replicas;    /* R data-parallel replicas, each its own data stream */
+    demo_cfg_t demo; /* DeMo chunk, k, value format, beta */
     /* the wire between stages, simulated in process */
-    int codec;             /* compress/codec.h id; < 0: exact f32 hand-over */
-    uint32_t codec_block;  /* int8/int4 block; 0: default */
+    int codec;            /* compress/codec.h id; < 0: exact f32 hand-over */
+    uint32_t codec_block; /* int8/int4 block; 0: default */
     /* durability */
-    const char *db;        /* SQLite store path; NULL: none */
-    int checkpoint_every;  /* steps between background checkpoints; 0: none */
-    int keep;              /* checkpoints kept */
-    int resume;            /* continue from the newest good checkpoint in db */
-    int stop_after;        /* stop (as if killed) after this many steps of this process; 0: no */
+    const char *db;       /* SQLite store path; NULL: none */
+    int checkpoint_every; /* steps between background checkpoints; 0: none */
+    int keep;             /* checkpoints kept */
+    int resume;           /* continue from the newest good checkpoint in db */
+    int stop_after;       /* stop (as if killed) after this many steps of this process; 0: no */
 } train_options_t;
 
 typedef struct {
     int steps_done;
-    float last_loss;      /* mean loss of the last step */
+    float last_loss; /* mean loss of the last step */
     float val_loss;
-    double tokens_per_s;  /* over all steps after the first */
-    int64_t start_step;   /* 0, or the step a resumed run continued from */
+    double tokens_per_s;         /* over all steps after the first */
+    int64_t start_step;          /* 0, or the step a resumed run continued from */
     double demo_bytes_per_param; /* bytes one replica sends per parameter per step */
     double wire_bytes_per_elem;  /* encoded stage-boundary bytes per element */
     int checkpoints_failed;      /* background writes that failed (training went on) */

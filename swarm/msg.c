@@ -106,24 +106,29 @@ static void r_str(rbuf_t *r, char *dst, size_t max)
 int msg_payloads(int type)
 {
     switch (type) {
-    case MSG_WELCOME: return 2;
-    case MSG_FWD: return 2;
-    case MSG_BWD: return 1;
+    case MSG_WELCOME:
+        return 2;
+    case MSG_FWD:
+        return 2;
+    case MSG_BWD:
+        return 1;
     case MSG_GOSSIP:
     case MSG_PROGRESS:
     case MSG_EXCH:
     case MSG_STATE_REP:
-    case MSG_STATUS_REP: return 1;
-    default: return 0;
+    case MSG_STATUS_REP:
+        return 1;
+    default:
+        return 0;
     }
 }
 
 const char *msg_type_name(int type)
 {
-    static const char *names[] = {"?",         "HELLO",    "WELCOME",   "GOSSIP",    "LEAVE",
-                                  "FWD",       "BWD",      "NACK",      "PROGRESS",  "STEP_DONE",
-                                  "EXCH",      "STATE_REQ", "STATE_REP", "STATUS_REQ", "STATUS_REP",
-                                  "ERROR"};
+    static const char *names[] = {"?",         "HELLO",      "WELCOME",    "GOSSIP",
+                                  "LEAVE",     "FWD",        "BWD",        "NACK",
+                                  "PROGRESS",  "STEP_DONE",  "EXCH",       "STATE_REQ",
+                                  "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR"};
     return type >= 1 && type <= MSG_TYPE_MAX ? names[type] : "?";
 }
 
@@ -168,7 +173,9 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
         w_str(&w, m->addr, MSG_ADDR_MAX);
         w_u(&w, (uint16_t)m->stage, 2);
         break;
-    case MSG_WELCOME: w_str(&w, m->addr, MSG_ADDR_MAX); break;
+    case MSG_WELCOME:
+        w_str(&w, m->addr, MSG_ADDR_MAX);
+        break;
     case MSG_FWD:
     case MSG_BWD:
     case MSG_NACK:
@@ -204,7 +211,8 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
         w_u(&w, (uint16_t)m->code, 2);
         w_str(&w, m->text, MSG_TEXT_MAX);
         break;
-    default: break; /* GOSSIP, STATUS_REQ, STATUS_REP: header only */
+    default:
+        break; /* GOSSIP, STATUS_REQ, STATUS_REP: header only */
     }
     if (w.overflow)
         return status_set(err, STATUS_EINVAL, "msg_encode: %s does not fit (%zu bytes)",
@@ -236,7 +244,9 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         m->stage = (int16_t)r_u(&r, 2);
         if (m->stage < -1 || m->stage >= MSG_ROUTE_MAX) goto malformed;
         break;
-    case MSG_WELCOME: r_str(&r, m->addr, MSG_ADDR_MAX); break;
+    case MSG_WELCOME:
+        r_str(&r, m->addr, MSG_ADDR_MAX);
+        break;
     case MSG_FWD:
     case MSG_BWD:
     case MSG_NACK:
@@ -267,14 +277,16 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         m->length = (uint32_t)r_u(&r, 4);
         r_bytes(&r, m->state_hash, 32);
         if (m->stage < 0 || m->step < -1) goto malformed;
-        if (m->type == MSG_STATE_REP && (m->offset > m->total || m->length > m->total - m->offset)) goto malformed;
+        if (m->type == MSG_STATE_REP && (m->offset > m->total || m->length > m->total - m->offset))
+            goto malformed;
         break;
     case MSG_LEAVE:
     case MSG_ERROR:
         m->code = (int16_t)r_u(&r, 2);
         r_str(&r, m->text, MSG_TEXT_MAX);
         break;
-    default: break;
+    default:
+        break;
     }
     if (r.bad || r.n != len) goto malformed;
     return 0;
@@ -324,8 +336,7 @@ int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, s
     return 0;
 }
 
-int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n,
-                       char *err)
+int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n, char *err)
 {
     rbuf_t r = {.p = buf, .len = len};
     uint32_t count = (uint32_t)r_u(&r, 4);

@@ -17,30 +17,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION 1
-#define MSG_ID_LEN 32       /* peer id: an Ed25519 public key */
-#define MSG_ADDR_MAX 255    /* longest endpoint string */
-#define MSG_TEXT_MAX 1024   /* longest error / reason text */
-#define MSG_ROUTE_MAX 64    /* most stages a route may name */
-#define MSG_HEADER_MAX 4096 /* no header is longer */
+#define MSG_VERSION     1
+#define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
+#define MSG_ADDR_MAX    255  /* longest endpoint string */
+#define MSG_TEXT_MAX    1024 /* longest error / reason text */
+#define MSG_ROUTE_MAX   64   /* most stages a route may name */
+#define MSG_HEADER_MAX  4096 /* no header is longer */
 #define MSG_MEMBERS_MAX 1024 /* most member entries in one table */
 
 typedef enum {
-    MSG_HELLO = 1,      /* joiner -> any peer: here I am, tell me the swarm */
-    MSG_WELCOME = 2,    /* -> joiner: payloads: run text, member table */
-    MSG_GOSSIP = 3,     /* periodic: payload: the sender's member table */
-    MSG_LEAVE = 4,      /* a peer leaves on purpose */
-    MSG_FWD = 5,        /* activations forward; payloads: activation (codec), targets */
-    MSG_BWD = 6,        /* gradient back (payload: codec) or, for validation, a loss */
-    MSG_NACK = 7,       /* a FWD/BWD could not be taken; the custody holder reroutes */
-    MSG_PROGRESS = 8,   /* pool member's completed microbatches of a step; payload: bitmap */
-    MSG_STEP_DONE = 9,  /* stage 0's pool finished a step; every pool may step */
-    MSG_EXCH = 10,      /* pool exchange: payload: stage message (DeMo or dense grads) */
-    MSG_STATE_REQ = 11, /* ask a pool member for a chunk of its stage state */
-    MSG_STATE_REP = 12, /* a chunk of stage state; payload: the bytes */
+    MSG_HELLO = 1,       /* joiner -> any peer: here I am, tell me the swarm */
+    MSG_WELCOME = 2,     /* -> joiner: payloads: run text, member table */
+    MSG_GOSSIP = 3,      /* periodic: payload: the sender's member table */
+    MSG_LEAVE = 4,       /* a peer leaves on purpose */
+    MSG_FWD = 5,         /* activations forward; payloads: activation (codec), targets */
+    MSG_BWD = 6,         /* gradient back (payload: codec) or, for validation, a loss */
+    MSG_NACK = 7,        /* a FWD/BWD could not be taken; the custody holder reroutes */
+    MSG_PROGRESS = 8,    /* pool member's completed microbatches of a step; payload: bitmap */
+    MSG_STEP_DONE = 9,   /* stage 0's pool finished a step; every pool may step */
+    MSG_EXCH = 10,       /* pool exchange: payload: stage message (DeMo or dense grads) */
+    MSG_STATE_REQ = 11,  /* ask a pool member for a chunk of its stage state */
+    MSG_STATE_REP = 12,  /* a chunk of stage state; payload: the bytes */
     MSG_STATUS_REQ = 13, /* status tool -> peer */
     MSG_STATUS_REP = 14, /* peer -> status tool; payload: JSON */
-    MSG_ERROR = 15,     /* a request failed; text says why */
+    MSG_ERROR = 15,      /* a request failed; text says why */
     MSG_TYPE_MAX = 15
 } msg_type_t;
 
@@ -57,16 +57,16 @@ typedef struct {
     uint8_t id[MSG_ID_LEN];
     char addr[MSG_ADDR_MAX + 1];
     int16_t stage;
-    uint8_t state;          /* member_state_t */
-    uint64_t heartbeat;     /* incremented by the owner; higher wins */
-    int64_t step;           /* the owner's pool step */
-    int64_t serving_from;   /* first step whose exchange it joins */
-    float throughput;       /* samples per second, EMA */
-    float loss;             /* last training loss it saw (last stage) or NaN */
-    uint64_t served;        /* microbatches it processed */
+    uint8_t state;        /* member_state_t */
+    uint64_t heartbeat;   /* incremented by the owner; higher wins */
+    int64_t step;         /* the owner's pool step */
+    int64_t serving_from; /* first step whose exchange it joins */
+    float throughput;     /* samples per second, EMA */
+    float loss;           /* last training loss it saw (last stage) or NaN */
+    uint64_t served;      /* microbatches it processed */
     uint64_t bytes_in, bytes_out;
-    uint64_t retries;       /* microbatches it re-sent to another peer */
-    uint64_t rejected;      /* malformed messages it refused */
+    uint64_t retries;  /* microbatches it re-sent to another peer */
+    uint64_t rejected; /* malformed messages it refused */
     uint32_t uptime_s;
 } msg_member_t;
 
@@ -89,14 +89,14 @@ typedef struct {
     int16_t stage; /* HELLO, PROGRESS, EXCH, STATE_*, FWD/BWD (receiving stage) */
     /* FWD, BWD, NACK */
     msg_mb_t mb;
-    uint8_t nroute;                      /* FWD, BWD: peers on the path so far */
+    uint8_t nroute; /* FWD, BWD: peers on the path so far */
     uint8_t route[MSG_ROUTE_MAX][MSG_ID_LEN];
-    float loss;                          /* BWD: the microbatch's loss */
+    float loss; /* BWD: the microbatch's loss */
     /* PROGRESS, STEP_DONE, EXCH, STATE_* */
     int64_t step;
-    uint32_t count;       /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches */
-    uint64_t hash;        /* EXCH: sender's parameter hash at the start of the step */
-    int64_t since;        /* EXCH: the first step the sender contributed to (seniority) */
+    uint32_t count; /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches */
+    uint64_t hash;  /* EXCH: sender's parameter hash at the start of the step */
+    int64_t since;  /* EXCH: the first step the sender contributed to (seniority) */
     /* STATE_REQ / STATE_REP */
     uint64_t offset, total;
     uint32_t length;
@@ -121,8 +121,7 @@ size_t msg_members_size(const msg_member_t *v, int n);
 int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, size_t *len,
                        char *err);
 /* Decodes at most max entries into v; *n receives the count. */
-int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n,
-                       char *err);
+int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n, char *err);
 
 /* Name of a type for logs ("FWD"), "?" if unknown. */
 const char *msg_type_name(int type);

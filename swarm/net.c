@@ -164,7 +164,8 @@ static int send_to(struct net *n, member_t *e, const uint8_t *hdr, size_t hlen, 
     const void *data[6] = {hdr};
     size_t len[6] = {hlen};
     size_t total = hlen;
-    for (int i = 0; i < np && i < 5; i++) data[i + 1] = pl[i], len[i + 1] = plen[i], total += plen[i];
+    for (int i = 0; i < np && i < 5; i++)
+        data[i + 1] = pl[i], len[i + 1] = plen[i], total += plen[i];
     if (send_frames(e->dealer, 1 + np, data, len, ZMQ_DONTWAIT) < 0) return -1;
     n->members[0].m.bytes_out += total;
     return 0;
@@ -249,9 +250,12 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
@@ -278,10 +282,13 @@ static char *status_json(struct net *n, size_t *len)
                 "\"loss\":",
                 m->stage, states[m->state <= MEMBER_DEAD ? m->state : MEMBER_DEAD], m->uptime_s,
                 (long long)m->step, (double)m->throughput);
-        if (isfinite(m->loss)) fprintf(f, "%.5f", (double)m->loss);
-        else fprintf(f, "null");
-        fprintf(f, ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"
-                   "\"rejected\":%llu}",
+        if (isfinite(m->loss))
+            fprintf(f, "%.5f", (double)m->loss);
+        else
+            fprintf(f, "null");
+        fprintf(f,
+                ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"
+                "\"rejected\":%llu}",
                 (unsigned long long)m->served, (unsigned long long)m->bytes_in,
                 (unsigned long long)m->bytes_out, (unsigned long long)m->retries,
                 (unsigned long long)m->rejected);
@@ -303,8 +310,10 @@ static char *status_json(struct net *n, size_t *len)
         }
         fprintf(f, "%s{\"stage\":%d,\"peers\":%d,\"throughput\":%.3f,\"step\":%lld,\"loss\":",
                 s ? "," : "", s, peers, tp, step < 0 ? 0 : step);
-        if (isfinite(loss)) fprintf(f, "%.5f}", loss);
-        else fprintf(f, "null}");
+        if (isfinite(loss))
+            fprintf(f, "%.5f}", loss);
+        else
+            fprintf(f, "null}");
     }
     fprintf(f, "]}");
     fclose(f);
@@ -330,8 +339,8 @@ static void on_router(struct net *n)
                  np - 2, msg_payloads(m.type));
         goto reject_err;
     }
-    log_debug("net: %s from %02x%02x%02x%02x (%d frames)", msg_type_name(m.type), m.sender[0], m.sender[1],
-              m.sender[2], m.sender[3], np - 1);
+    log_debug("net: %s from %02x%02x%02x%02x (%d frames)", msg_type_name(m.type), m.sender[0],
+              m.sender[1], m.sender[2], m.sender[3], np - 1);
     if (m.type == MSG_STATUS_REQ) {
         size_t jlen = 0, hlen;
         char *json = status_json(n, &jlen);
@@ -351,8 +360,10 @@ static void on_router(struct net *n)
         goto reject_err;
     }
     /* A member's DEALER carries its peer id as routing id: the header cannot claim another. */
-    if (zmq_msg_size(&parts[0]) != MSG_ID_LEN || memcmp(zmq_msg_data(&parts[0]), m.sender, MSG_ID_LEN)) {
-        snprintf(err, sizeof err, "%s whose sender id does not match its connection", msg_type_name(m.type));
+    if (zmq_msg_size(&parts[0]) != MSG_ID_LEN ||
+        memcmp(zmq_msg_data(&parts[0]), m.sender, MSG_ID_LEN)) {
+        snprintf(err, sizeof err, "%s whose sender id does not match its connection",
+                 msg_type_name(m.type));
         goto reject_err;
     }
     if (m.type == MSG_HELLO) {
@@ -364,7 +375,8 @@ static void on_router(struct net *n)
         nm.state = MEMBER_JOINING;
         nm.loss = NAN;
         member_t *e = find(n, m.sender);
-        if (!e) e = add_member(n, &nm);
+        if (!e)
+            e = add_member(n, &nm);
         else if (!e->alive) {
             e->m = nm;
             e->alive = 1;
@@ -407,7 +419,8 @@ static void on_router(struct net *n)
     {
         const void *data[6] = {"m"};
         size_t len[6] = {1};
-        for (int i = 1; i < np; i++) data[i] = zmq_msg_data(&parts[i]), len[i] = zmq_msg_size(&parts[i]);
+        for (int i = 1; i < np; i++)
+            data[i] = zmq_msg_data(&parts[i]), len[i] = zmq_msg_size(&parts[i]);
         send_frames(n->pair_n, np, data, len, 0);
     }
     goto done;
@@ -433,7 +446,8 @@ static void on_compute(struct net *n)
         member_t *e = find(n, zmq_msg_data(&parts[1]));
         const void *pl[4];
         size_t plen[4];
-        for (int i = 3; i < np; i++) pl[i - 3] = zmq_msg_data(&parts[i]), plen[i - 3] = zmq_msg_size(&parts[i]);
+        for (int i = 3; i < np; i++)
+            pl[i - 3] = zmq_msg_data(&parts[i]), plen[i - 3] = zmq_msg_size(&parts[i]);
         if (send_to(n, e, zmq_msg_data(&parts[2]), zmq_msg_size(&parts[2]), np - 3, pl, plen)) {
             const void *data[3] = {"u", zmq_msg_data(&parts[1]), zmq_msg_data(&parts[2])};
             size_t len[3] = {1, MSG_ID_LEN, zmq_msg_size(&parts[2])};
@@ -486,8 +500,11 @@ static void on_compute(struct net *n)
             n->run_text = strndup(zmq_msg_data(&parts[3]), zmq_msg_size(&parts[3]));
         }
         break;
-    case 'Q': n->quit = 1; break;
-    default: break;
+    case 'Q':
+        n->quit = 1;
+        break;
+    default:
+        break;
     }
 done:
     if (np > 0) close_parts(parts, np, 6);
@@ -566,7 +583,8 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     int64_t maxmsg = (int64_t)1 << 30;
     zmq_setsockopt(n->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (zmq_bind(n->router, cfg->bind) < 0) {
-        status_set(err, STATUS_ENET, "cannot listen on %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
+        status_set(err, STATUS_ENET, "cannot listen on %s: %s", cfg->bind,
+                   zmq_strerror(zmq_errno()));
         goto fail;
     }
     char bound[256];
@@ -660,7 +678,9 @@ int net_hello(net_t *n, const char *endpoint, int stage, char *err)
     const void *data[3] = {"H", endpoint, &s};
     size_t len[3] = {1, strlen(endpoint), sizeof s};
     if (len[1] > MSG_ADDR_MAX) return status_set(err, STATUS_EINVAL, "endpoint too long");
-    return send_frames(n->pair_c, 3, data, len, 0) ? status_set(err, STATUS_ENET, "net_hello failed") : 0;
+    return send_frames(n->pair_c, 3, data, len, 0)
+               ? status_set(err, STATUS_ENET, "net_hello failed")
+               : 0;
 }
 
 void net_set_self(net_t *n, const msg_member_t *self)
@@ -697,7 +717,8 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
     const char *kind = zmq_msg_data(&n->frames[0]);
     char err[STATUS_ERR_LEN];
     if (kind[0] == 'm' && np >= 2) {
-        if (msg_decode(zmq_msg_data(&n->frames[1]), zmq_msg_size(&n->frames[1]), &ev->msg, err)) return 1;
+        if (msg_decode(zmq_msg_data(&n->frames[1]), zmq_msg_size(&n->frames[1]), &ev->msg, err))
+            return 1;
         ev->type = NET_EV_MSG;
         ev->nframes = np - 2;
         for (int i = 2; i < np; i++) {
@@ -721,11 +742,15 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
     } else if (kind[0] == 'u' && np == 3) {
         ev->type = NET_EV_UNDELIV;
         memcpy(ev->dest, zmq_msg_data(&n->frames[1]), MSG_ID_LEN);
-        if (msg_decode(zmq_msg_data(&n->frames[2]), zmq_msg_size(&n->frames[2]), &ev->msg, err)) return 1;
+        if (msg_decode(zmq_msg_data(&n->frames[2]), zmq_msg_size(&n->frames[2]), &ev->msg, err))
+            return 1;
     } else {
         return 1;
     }
     return 0;
 }
 
-uint64_t net_rejected(const net_t *n) { return n->view_rejected; }
+uint64_t net_rejected(const net_t *n)
+{
+    return n->view_rejected;
+}

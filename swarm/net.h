@@ -31,11 +31,11 @@ typedef struct {
     const char *bind;      /* endpoint to bind, e.g. tcp://127.0.0.1:0 (0: a free port) */
     const char *advertise; /* endpoint others use; NULL: the bound endpoint */
     uint8_t id[MSG_ID_LEN];
-    uint64_t swarm;        /* 0 until known (a joiner before WELCOME) */
-    double heartbeat_s;    /* gossip period (0.25) */
-    double timeout_s;      /* silence that makes a member dead (3) */
-    const char *run_text;  /* sent in WELCOME; NULL until known */
-    msg_member_t self;     /* initial self entry (stage, state) */
+    uint64_t swarm;       /* 0 until known (a joiner before WELCOME) */
+    double heartbeat_s;   /* gossip period (0.25) */
+    double timeout_s;     /* silence that makes a member dead (3) */
+    const char *run_text; /* sent in WELCOME; NULL until known */
+    msg_member_t self;    /* initial self entry (stage, state) */
 } net_config_t;
 
 typedef enum {

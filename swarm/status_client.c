@@ -15,7 +15,8 @@ int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char 
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
     if (zmq_connect(s, endpoint) < 0) {
-        rc = status_set(err, STATUS_EINVAL, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        rc = status_set(err, STATUS_EINVAL, "cannot connect to %s: %s", endpoint,
+                        zmq_strerror(zmq_errno()));
         goto done;
     }
     msg_t m = {.type = MSG_STATUS_REQ};
@@ -30,7 +31,8 @@ int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char 
         zmq_msg_init(&part);
         if (zmq_msg_recv(&part, s, 0) < 0) {
             zmq_msg_close(&part);
-            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms", endpoint, timeout_ms);
+            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms", endpoint,
+                            timeout_ms);
             goto done;
         }
         more = zmq_msg_more(&part);

@@ -84,8 +84,10 @@ static void gradcheck(const char *device)
             size_t best[2] = {0, 0};
             for (size_t j = 0; j < t->numel; j++) {
                 float a = fabsf(g[t->offset + j]);
-                if (a > fabsf(g[t->offset + best[0]])) best[1] = best[0], best[0] = j;
-                else if (j != best[0] && a > fabsf(g[t->offset + best[1]])) best[1] = j;
+                if (a > fabsf(g[t->offset + best[0]]))
+                    best[1] = best[0], best[0] = j;
+                else if (j != best[0] && a > fabsf(g[t->offset + best[1]]))
+                    best[1] = j;
             }
             size_t pick[4] = {best[0], best[1], (size_t)rng_below(&r, t->numel),
                               (size_t)rng_below(&r, t->numel)};
@@ -173,9 +175,10 @@ static void test_stages_equivalent(void **state)
             const float *g4 = find_grad(m4, tab[i].name, &n4);
             assert_non_null(g4);
             assert_int_equal(n4, tab[i].numel);
-            double rel = testutil_max_rel(stage_grads(model_stage(m1, 0)) + tab[i].offset, g4,
-                                          n4, 1e-6);
-            if (rel > 1e-5) fail_msg("step %d %s: max relative difference %g", step, tab[i].name, rel);
+            double rel =
+                testutil_max_rel(stage_grads(model_stage(m1, 0)) + tab[i].offset, g4, n4, 1e-6);
+            if (rel > 1e-5)
+                fail_msg("step %d %s: max relative difference %g", step, tab[i].name, rel);
         }
         /* Clipping is per stage (optim.h), so compare updates without it. */
         oc.clip = 0;
@@ -330,7 +333,8 @@ static void test_init_by_layer(void **state)
         for (int j = 0; j < nw; j++)
             if (!strcmp(th[i].name, tw[j].name))
                 assert_memory_equal(stage_params(half) + th[i].offset,
-                                    stage_params(whole) + tw[j].offset, th[i].numel * sizeof(float));
+                                    stage_params(whole) + tw[j].offset,
+                                    th[i].numel * sizeof(float));
     assert_memory_not_equal(stage_params(half), stage_params(other_seed),
                             stage_num_params(half) * sizeof(float));
     stage_destroy(&whole);
@@ -379,9 +383,9 @@ static void test_slots_independent(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_invalid_configs),  cmocka_unit_test(test_bad_data),
-        cmocka_unit_test(test_init_by_layer),    cmocka_unit_test(test_slots_independent),
-        cmocka_unit_test(test_gradcheck_ref),    cmocka_unit_test(test_gradcheck_cpu),
+        cmocka_unit_test(test_invalid_configs),   cmocka_unit_test(test_bad_data),
+        cmocka_unit_test(test_init_by_layer),     cmocka_unit_test(test_slots_independent),
+        cmocka_unit_test(test_gradcheck_ref),     cmocka_unit_test(test_gradcheck_cpu),
         cmocka_unit_test(test_stages_equivalent), cmocka_unit_test(test_converges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

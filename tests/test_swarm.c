@@ -69,7 +69,8 @@ static int finish(pid_t pid, double seconds)
     double end = clock_now() + seconds;
     int st;
     while (clock_now() < end) {
-        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         clock_sleep(0.05);
     }
     kill(pid, SIGKILL);
@@ -120,10 +121,12 @@ static void equivalent(int S)
 {
     enum { STEPS = 12 };
     char args[1024];
-    snprintf(args, sizeof args, "train --stages %d --steps %d --batch 8 --threads 1 --data %s", S, STEPS, testutil_corpus());
+    snprintf(args, sizeof args, "train --stages %d --steps %d --batch 8 --threads 1 --data %s", S,
+             STEPS, testutil_corpus());
     pid_t t = start("train", args);
     snprintf(args, sizeof args,
-             "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --codec f32 --quiet --dir %s/local --data %s",
+             "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --codec f32 --quiet "
+             "--dir %s/local --data %s",
              S, S, STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);
     assert_int_equal(finish(t, 300), 0);
@@ -136,8 +139,8 @@ static void equivalent(int S)
         double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
         if (rel > 1e-5) fail_msg("S=%d step %d: train %.6f swarm %.6f", S, i, la[i], lb[i]);
     }
-    printf("S=%d: %d steps, swarm loss = train loss (last %.6f); val_loss train %.4f swarm %.4f\n", S, STEPS,
-           la[STEPS - 1], value_after(a, "val_loss "), value_after(b, "val_loss "));
+    printf("S=%d: %d steps, swarm loss = train loss (last %.6f); val_loss train %.4f swarm %.4f\n",
+           S, STEPS, la[STEPS - 1], value_after(a, "val_loss "), value_after(b, "val_loss "));
     free(a);
     free(b);
 }
@@ -165,8 +168,10 @@ static void same_hashes(const char *text, int stage, int want)
         const char *h = strstr(p, " hash ");
         assert_non_null(h);
         assert_int_equal(sscanf(h, " hash %16s", hash), 1);
-        if (!n++) strcpy(first, hash);
-        else if (strcmp(first, hash)) fail_msg("stage %d: replicas end with hashes %s and %s", stage, first, hash);
+        if (!n++)
+            strcpy(first, hash);
+        else if (strcmp(first, hash))
+            fail_msg("stage %d: replicas end with hashes %s and %s", stage, first, hash);
     }
     assert_int_equal(n, want);
 }
@@ -179,12 +184,14 @@ static void test_demo_swarm_with_fault(void **state)
     enum { STEPS = 200 };
     char args[1024];
     snprintf(args, sizeof args,
-             "train --stages 2 --replicas 2 --optimizer demo --steps %d --threads 2 --log-every 50 --data %s", STEPS,
-             testutil_corpus());
+             "train --stages 2 --replicas 2 --optimizer demo --steps %d --threads 2 --log-every 50 "
+             "--data %s",
+             STEPS, testutil_corpus());
     pid_t t = start("train", args);
     assert_int_equal(finish(t, 900), 0);
     snprintf(args, sizeof args,
-             "local --peers 4 --stages 2 --replicas 2 --optimizer demo --codec int8 --steps %d --log-every 50 "
+             "local --peers 4 --stages 2 --replicas 2 --optimizer demo --codec int8 --steps %d "
+             "--log-every 50 "
              "--kill 3:40 --join-at 100 --join-stage 1 --quiet --dir %s/local --data %s",
              STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);
@@ -195,8 +202,9 @@ static void test_demo_swarm_with_fault(void **state)
     double vt = value_after(a, "val_loss "), vs = value_after(out, "val_loss ");
     const char *summary = strstr(out, "local: done");
     printf("%s", summary ? summary : out);
-    printf("DeMo R=2: single process val_loss %.4f, swarm (int8, one kill, one join) %.4f (%+.1f%%)\n", vt, vs,
-           100 * (vs - vt) / vt);
+    printf(
+        "DeMo R=2: single process val_loss %.4f, swarm (int8, one kill, one join) %.4f (%+.1f%%)\n",
+        vt, vs, 100 * (vs - vt) / vt);
     assert_true(isfinite(vt) && isfinite(vs));
     assert_true(vs <= vt * 1.05);
     /* the kill happened, something was re-routed, and nothing was lost */
@@ -209,7 +217,8 @@ static void test_demo_swarm_with_fault(void **state)
         char name[64];
         snprintf(name, sizeof name, "local/peer%d.log", i);
         char *s = slurp(name);
-        if (i != 3 && !(s && strstr(s, "peer: done: stage"))) fail_msg("peer %d did not finish:\n%s", i, s ? s : "");
+        if (i != 3 && !(s && strstr(s, "peer: done: stage")))
+            fail_msg("peer %d did not finish:\n%s", i, s ? s : "");
         if (s && i != 3) strncat(all, strstr(s, "peer: done:"), sizeof all - strlen(all) - 1);
         free(s);
     }
@@ -254,19 +263,23 @@ static void test_status_json(void **state)
     char args[1024], ep[64], ids[3][65];
     int port = 20000 + (int)(getpid() % 20000);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    snprintf(args, sizeof args, "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 --data %s", ep,
+    snprintf(args, sizeof args,
+             "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 --data %s", ep,
              testutil_corpus());
     pid_t p0 = start("p0", args);
     peer_id("p0.log", ids[0]);
-    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1", ep, port + 1);
+    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1",
+             ep, port + 1);
     pid_t p1 = start("p1", args);
     peer_id("p1.log", ids[1]);
-    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1", ep, port + 2);
+    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1",
+             ep, port + 2);
     pid_t p2 = start("p2", args);
     peer_id("p2.log", ids[2]);
     clock_sleep(1.5); /* a few gossip rounds */
     char cmd[512], *json;
-    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(), ep, dir);
+    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
+             ep, dir);
     assert_int_equal(system(cmd), 0);
     json = slurp("status.json");
     assert_non_null(json);
@@ -277,7 +290,8 @@ static void test_status_json(void **state)
     assert_int_equal(count(json, "\"state\":\"serving\""), 3);
     free(json);
     /* the table form too */
-    snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep, dir);
+    snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep,
+             dir);
     assert_int_equal(system(cmd), 0);
     json = slurp("status.txt");
     assert_non_null(strstr(json, "pools:"));
@@ -288,7 +302,8 @@ static void test_status_json(void **state)
     assert_int_equal(finish(p2, 30), 0);
     clock_sleep(0.8);
     assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(), ep, dir);
+    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
+             ep, dir);
     assert_int_equal(system(cmd), 0);
     json = slurp("status.json");
     assert_int_equal(count(json, "\"id\":"), 2);
@@ -314,7 +329,8 @@ static void test_garbage_rejected(void **state)
     char args[1024], ep[64];
     int port = 20000 + (int)((getpid() + 7777) % 20000);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    snprintf(args, sizeof args, "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 --data %s", ep,
+    snprintf(args, sizeof args,
+             "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 --data %s", ep,
              testutil_corpus());
     pid_t p0 = start("g0", args);
     char hex[65], *json = NULL, err[256];
@@ -371,7 +387,8 @@ static void test_garbage_rejected(void **state)
     json = NULL;
     assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
     long long rejected = json_num(json, "\"rejected\":"), step1 = json_num(json, "\"step\":");
-    printf("garbage: %d bad messages sent, %lld rejected; step %lld -> %lld\n", sent, rejected, step0, step1);
+    printf("garbage: %d bad messages sent, %lld rejected; step %lld -> %lld\n", sent, rejected,
+           step0, step1);
     free(json);
     assert_true(rejected >= sent);
     clock_sleep(1.0);

@@ -26,7 +26,8 @@ static double sgemm_ceiling(int threads, int N, int C, int F, int reps)
         if (c > m) m = c;
         if (m > max) max = m;
     }
-    float *A = malloc(max * sizeof(float)), *B = malloc(max * sizeof(float)), *Cm = malloc(max * sizeof(float));
+    float *A = malloc(max * sizeof(float)), *B = malloc(max * sizeof(float)),
+          *Cm = malloc(max * sizeof(float));
     for (size_t i = 0; i < max; i++) A[i] = B[i] = (float)((i % 13) - 6) * 0.01f;
     openblas_set_num_threads(threads);
     double best = 0;
@@ -60,16 +61,27 @@ int bench_model(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': config = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'n': steps = atoi(optarg); break;
-        case 'd': device = optarg; break;
-        case 's': stages = atoi(optarg); break;
+        case 'c':
+            config = optarg;
+            break;
+        case 't':
+            threads = atoi(optarg);
+            break;
+        case 'n':
+            steps = atoi(optarg);
+            break;
+        case 'd':
+            device = optarg;
+            break;
+        case 's':
+            stages = atoi(optarg);
+            break;
         case 'h':
             printf("usage: swarmtrain bench model [--config small] [--threads 2] [--steps 8] "
                    "[--stages 1] [--device cpu]\n");
             return 0;
-        default: return 2;
+        default:
+            return 2;
         }
     }
     if (threads < 1 || steps < 1 || stages < 1) {
@@ -99,7 +111,8 @@ int bench_model(int argc, char **argv)
     }
     rng_t r;
     rng_seed(&r, 7);
-    for (size_t i = 0; i < BT; i++) tok[i] = (int32_t)rng_below(&r, 256), tgt[i] = (int32_t)rng_below(&r, 256);
+    for (size_t i = 0; i < BT; i++)
+        tok[i] = (int32_t)rng_below(&r, 256), tgt[i] = (int32_t)rng_below(&r, 256);
     optim_config_t oc = optim_defaults();
     float loss, gn;
     double t_opt = 0, t_start = 0;
@@ -125,11 +138,13 @@ int bench_model(int argc, char **argv)
     printf("bench model: config %s (%zu params, %.3g FLOP/token), batch %d x seq %d, %d stage(s), "
            "device %s, %d threads, %d steps\n",
            config, model_num_params(m), fpt, cfg.batch, cfg.seq, stages, k->name, threads, steps);
-    printf("  step time        %.1f ms (optimizer %.1f ms)\n", 1e3 * dt / steps, 1e3 * t_opt / steps);
+    printf("  step time        %.1f ms (optimizer %.1f ms)\n", 1e3 * dt / steps,
+           1e3 * t_opt / steps);
     printf("  tokens/s         %.0f\n", tps);
     printf("  model GFLOP/s    %.1f\n", gflops);
     printf("  sgemm GFLOP/s    %.1f  (cblas_sgemm, %d threads, best of model shapes and 1024^3; "
-           "before %.1f / after %.1f)\n", ceiling, threads, ceiling1, ceiling2);
+           "before %.1f / after %.1f)\n",
+           ceiling, threads, ceiling1, ceiling2);
     printf("  model / sgemm    %.2f\n", gflops / ceiling);
 
     /* One more step with every op synced and timed, to say where the time goes. */
@@ -147,13 +162,16 @@ int bench_model(int argc, char **argv)
     printf("  where a forward+backward goes (%.1f ms, ops synced):\n", fb * 1e3);
     double acc = 0;
     for (int j = 0; j < STAGE_PROF_N; j++) {
-        printf("    %-10s %7.1f ms  %5.1f%%\n", stage_profile_names[j], total[j] * 1e3, 100 * total[j] / fb);
+        printf("    %-10s %7.1f ms  %5.1f%%\n", stage_profile_names[j], total[j] * 1e3,
+               100 * total[j] / fb);
         acc += total[j];
     }
-    printf("    %-10s %7.1f ms  %5.1f%%  (copies, zeroing, loss download)\n", "untimed", (fb - acc) * 1e3,
-           100 * (fb - acc) / fb);
-    printf("  reference (ANCHORS.md, PyTorch 1.13, same model, not measured here): ~1300-1430 tok/s "
-           "on 2 threads -> this run is %.2fx of 1300\n", tps / 1300.0);
+    printf("    %-10s %7.1f ms  %5.1f%%  (copies, zeroing, loss download)\n", "untimed",
+           (fb - acc) * 1e3, 100 * (fb - acc) / fb);
+    printf(
+        "  reference (ANCHORS.md, PyTorch 1.13, same model, not measured here): ~1300-1430 tok/s "
+        "on 2 threads -> this run is %.2fx of 1300\n",
+        tps / 1300.0);
     model_destroy(&m);
     kern_destroy(&k);
     free(tok);

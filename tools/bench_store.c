@@ -113,21 +113,21 @@ static int bench_step_overhead(const char *dir, int steps, int threads)
     bench_unlink(db);
     fclose(devnull);
     if (rc) return 1;
-    printf("training step, small, %d threads, %d timed steps per arm, 2 rounds interleaved:\n", threads, steps);
+    printf("training step, small, %d threads, %d timed steps per arm, 2 rounds interleaved:\n",
+           threads, steps);
     printf("  no checkpoints:                    %8.0f tokens/s\n", tps[0]);
-    printf("  background checkpoint every step:  %8.0f tokens/s  (%d writes failed)\n", tps[1], failed);
+    printf("  background checkpoint every step:  %8.0f tokens/s  (%d writes failed)\n", tps[1],
+           failed);
     printf("  overhead:                          %8.1f %%\n", 100.0 * (1.0 - tps[1] / tps[0]));
     return failed ? 1 : 0;
 }
 
 int bench_store(int argc, char **argv)
 {
-    static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},
-                                         {"reps", required_argument, NULL, 'r'},
-                                         {"steps", required_argument, NULL, 's'},
-                                         {"threads", required_argument, NULL, 't'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"dir", required_argument, NULL, 'd'},   {"reps", required_argument, NULL, 'r'},
+        {"steps", required_argument, NULL, 's'}, {"threads", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
     const char *dir = "/tmp";
     int reps = 3, steps = 6, threads = 2, c, rc = 1;
     char err[STATUS_ERR_LEN], path[1024], plain[1024];

@@ -46,16 +46,28 @@ int bench_swarm(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': config = optarg; break;
-        case 'n': steps = atoi(optarg); break;
-        case 'a': accum = atoi(optarg); break;
-        case 's': stages = atoi(optarg); break;
-        case 'r': rounds = atoi(optarg); break;
+        case 'c':
+            config = optarg;
+            break;
+        case 'n':
+            steps = atoi(optarg);
+            break;
+        case 'a':
+            accum = atoi(optarg);
+            break;
+        case 's':
+            stages = atoi(optarg);
+            break;
+        case 'r':
+            rounds = atoi(optarg);
+            break;
         case 'h':
-            printf("usage: swarmtrain bench swarm [--config small] [--steps 4] [--accum 8] [--stages 2] "
+            printf("usage: swarmtrain bench swarm [--config small] [--steps 4] [--accum 8] "
+                   "[--stages 2] "
                    "[--rounds 2]\n");
             return 0;
-        default: return 2;
+        default:
+            return 2;
         }
     }
     if (steps < 2 || accum < 1 || stages < 1 || rounds < 1 || strlen(config) > 32) {
@@ -64,12 +76,15 @@ int bench_swarm(int argc, char **argv)
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char train[512], swarm[512];
-    snprintf(train, sizeof train, "train --config %s --stages %d --steps %d --accum %d --val-batches 1 --threads %ld",
+    snprintf(train, sizeof train,
+             "train --config %s --stages %d --steps %d --accum %d --val-batches 1 --threads %ld",
              config, stages, steps, accum, cores);
     snprintf(swarm, sizeof swarm,
-             "local --config %s --stages %d --peers %d --steps %d --accum %d --val-batches 1 --in-flight 2 --quiet",
+             "local --config %s --stages %d --peers %d --steps %d --accum %d --val-batches 1 "
+             "--in-flight 2 --quiet",
              config, stages, stages, steps, accum);
-    printf("bench swarm: %s, %d stages, %d microbatches per step, %d steps, %ld cores; arms interleaved %d times\n",
+    printf("bench swarm: %s, %d stages, %d microbatches per step, %d steps, %ld cores; arms "
+           "interleaved %d times\n",
            config, stages, accum, steps, cores, rounds);
     printf("  train: swarmtrain %s\n  swarm: swarmtrain %s --codec f32\n", train, swarm);
     fflush(stdout);
@@ -79,7 +94,8 @@ int bench_swarm(int argc, char **argv)
         char args[600];
         snprintf(args, sizeof args, "%s --codec f32", swarm);
         double s = run_and_read(args, "tokens/s ", &wire_f32, "wire ");
-        printf("  round %d: train %.0f tokens/s, swarm %.0f tokens/s, ratio %.2f\n", r + 1, t, s, s / t);
+        printf("  round %d: train %.0f tokens/s, swarm %.0f tokens/s, ratio %.2f\n", r + 1, t, s,
+               s / t);
         fflush(stdout);
         if (!isfinite(t) || !isfinite(s)) {
             fprintf(stderr, "swarmtrain bench swarm: a run failed\n");
@@ -90,8 +106,9 @@ int bench_swarm(int argc, char **argv)
     char args[600];
     snprintf(args, sizeof args, "%s --codec int8", swarm);
     double s8 = run_and_read(args, "tokens/s ", &wire_i8, "wire ");
-    printf("  swarm / train tokens/s  %.2f  (mean of %d rounds; target >= 0.8)\n", s_sum / t_sum, rounds);
-    printf("  wire bytes per token    f32 %.0f, int8 %.0f  (%.2fx fewer; int8 run %.0f tokens/s)\n", wire_f32,
-           wire_i8, wire_f32 / wire_i8, s8);
+    printf("  swarm / train tokens/s  %.2f  (mean of %d rounds; target >= 0.8)\n", s_sum / t_sum,
+           rounds);
+    printf("  wire bytes per token    f32 %.0f, int8 %.0f  (%.2fx fewer; int8 run %.0f tokens/s)\n",
+           wire_f32, wire_i8, wire_f32 / wire_i8, s8);
     return 0;
 }

@@ -29,12 +29,21 @@
 
 #define MAX_PEERS 64
 
-enum { O_PEERS = RUN_OPTS_EXTRA, O_DIR, O_INFLIGHT, O_KILL, O_JOIN, O_JOINSTAGE, O_QUIET, O_PTIMEOUT };
+enum {
+    O_PEERS = RUN_OPTS_EXTRA,
+    O_DIR,
+    O_INFLIGHT,
+    O_KILL,
+    O_JOIN,
+    O_JOINSTAGE,
+    O_QUIET,
+    O_PTIMEOUT
+};
 
 typedef struct {
     int peers, in_flight, quiet;
     const char *dir;
-    int kill_peer, kill_step; /* SIGKILL peer kill_peer once stage 0 reaches kill_step */
+    int kill_peer, kill_step;  /* SIGKILL peer kill_peer once stage 0 reaches kill_step */
     int join_step, join_stage; /* add a peer at join_step */
     const char *peer_timeout;
 } local_opts_t;
@@ -56,20 +65,32 @@ static int local_option(void *ctx, int c, const char *arg)
 {
     local_opts_t *lo = ctx;
     switch (c) {
-    case O_PEERS: return run_opts_int("--peers", arg, 1, &lo->peers);
-    case O_DIR: lo->dir = arg; return 0;
-    case O_INFLIGHT: return run_opts_int("--in-flight", arg, 1, &lo->in_flight);
+    case O_PEERS:
+        return run_opts_int("--peers", arg, 1, &lo->peers);
+    case O_DIR:
+        lo->dir = arg;
+        return 0;
+    case O_INFLIGHT:
+        return run_opts_int("--in-flight", arg, 1, &lo->in_flight);
     case O_KILL:
-        if (sscanf(arg, "%d:%d", &lo->kill_peer, &lo->kill_step) != 2 || lo->kill_peer < 0 || lo->kill_step < 0) {
+        if (sscanf(arg, "%d:%d", &lo->kill_peer, &lo->kill_step) != 2 || lo->kill_peer < 0 ||
+            lo->kill_step < 0) {
             fprintf(stderr, "swarmtrain local: --kill PEER:STEP, e.g. --kill 3:20\n");
             return -1;
         }
         return 0;
-    case O_JOIN: return run_opts_int("--join-at", arg, 0, &lo->join_step);
-    case O_JOINSTAGE: return run_opts_int("--join-stage", arg, 0, &lo->join_stage);
-    case O_QUIET: lo->quiet = 1; return 0;
-    case O_PTIMEOUT: lo->peer_timeout = arg; return 0;
-    default: return -1;
+    case O_JOIN:
+        return run_opts_int("--join-at", arg, 0, &lo->join_step);
+    case O_JOINSTAGE:
+        return run_opts_int("--join-stage", arg, 0, &lo->join_stage);
+    case O_QUIET:
+        lo->quiet = 1;
+        return 0;
+    case O_PTIMEOUT:
+        lo->peer_timeout = arg;
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -91,8 +112,8 @@ static int free_port(void)
  * with it. */
 static int local_only(const char *a, int *takes_arg)
 {
-    static const char *with_arg[] = {"--peers", "--dir", "--in-flight", "--kill", "--join-at", "--join-stage",
-                                     "--peer-timeout"};
+    static const char *with_arg[] = {"--peers",   "--dir",        "--in-flight",   "--kill",
+                                     "--join-at", "--join-stage", "--peer-timeout"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -105,7 +126,8 @@ static int local_only(const char *a, int *takes_arg)
     return 0;
 }
 
-static int spawn(child_t *ch, int idx, int argc, char **argv, const local_opts_t *lo, int threads, int join_port)
+static int spawn(child_t *ch, int idx, int argc, char **argv, const local_opts_t *lo, int threads,
+                 int join_port)
 {
     char *args[256];
     int n = 0;
@@ -202,7 +224,8 @@ static int fetch_view(child_t *ch, int n, view_t *v)
         if (status_client_fetch(ep, 1000, &json, err)) continue;
         memset(v, 0, sizeof *v);
         v->loss = NAN;
-        int ok = json_each(json, "pools", on_pool, v) >= 0 && json_each(json, "peers", on_peer, v) >= 0;
+        int ok =
+            json_each(json, "pools", on_pool, v) >= 0 && json_each(json, "peers", on_peer, v) >= 0;
         free(json);
         if (ok) return 0;
     }
@@ -241,11 +264,14 @@ static double wall(void)
 
 int cmd_local(int argc, char **argv)
 {
-    static const struct option extra[] = {
-        {"peers", required_argument, 0, O_PEERS},      {"dir", required_argument, 0, O_DIR},
-        {"in-flight", required_argument, 0, O_INFLIGHT}, {"kill", required_argument, 0, O_KILL},
-        {"join-at", required_argument, 0, O_JOIN},     {"join-stage", required_argument, 0, O_JOINSTAGE},
-        {"quiet", no_argument, 0, O_QUIET},            {"peer-timeout", required_argument, 0, O_PTIMEOUT}};
+    static const struct option extra[] = {{"peers", required_argument, 0, O_PEERS},
+                                          {"dir", required_argument, 0, O_DIR},
+                                          {"in-flight", required_argument, 0, O_INFLIGHT},
+                                          {"kill", required_argument, 0, O_KILL},
+                                          {"join-at", required_argument, 0, O_JOIN},
+                                          {"join-stage", required_argument, 0, O_JOINSTAGE},
+                                          {"quiet", no_argument, 0, O_QUIET},
+                                          {"peer-timeout", required_argument, 0, O_PTIMEOUT}};
     local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
     /* The demo's defaults: tiny, 2 stages, 2 microbatches a step, DeMo between the
      * replicas of a pool, int8 activations on the wire, 1000 steps (a few minutes). */
@@ -261,19 +287,21 @@ int cmd_local(int argc, char **argv)
         .n = sizeof extra / sizeof extra[0],
         .handle = local_option,
         .ctx = &lo,
-        .intro = "Starts a whole swarm of peer processes on this machine (loopback), one stage\n"
-                 "each in turn, and watches it: step and loss, peers per pool, tokens/s, bytes/s\n"
-                 "on the wire, microbatches re-sent. Ctrl-C stops every peer cleanly. The exit\n"
-                 "status is 0 only if the run finished with a held-out loss.\n"
-                 "Defaults here: --stages 2 --replicas 2 --optimizer demo --codec int8 --steps 1000.",
-        .usage = "swarm:\n"
-                 "  --peers N            peer processes (default 4); peer i takes stage i mod S\n"
-                 "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"
-                 "  --in-flight N        microbatches each stage-0 peer keeps in flight (default 2)\n"
-                 "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
-                 "  --kill PEER:STEP     SIGKILL peer PEER when stage 0 reaches STEP (fault test)\n"
-                 "  --join-at STEP       start one more peer at STEP, stage --join-stage (default 0)\n"
-                 "  --quiet              no progress lines, only the summary\n"};
+        .intro =
+            "Starts a whole swarm of peer processes on this machine (loopback), one stage\n"
+            "each in turn, and watches it: step and loss, peers per pool, tokens/s, bytes/s\n"
+            "on the wire, microbatches re-sent. Ctrl-C stops every peer cleanly. The exit\n"
+            "status is 0 only if the run finished with a held-out loss.\n"
+            "Defaults here: --stages 2 --replicas 2 --optimizer demo --codec int8 --steps 1000.",
+        .usage =
+            "swarm:\n"
+            "  --peers N            peer processes (default 4); peer i takes stage i mod S\n"
+            "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"
+            "  --in-flight N        microbatches each stage-0 peer keeps in flight (default 2)\n"
+            "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
+            "  --kill PEER:STEP     SIGKILL peer PEER when stage 0 reaches STEP (fault test)\n"
+            "  --join-at STEP       start one more peer at STEP, stage --join-stage (default 0)\n"
+            "  --quiet              no progress lines, only the summary\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (lo.peers > MAX_PEERS - 1) {
@@ -297,7 +325,8 @@ int cmd_local(int argc, char **argv)
         return 1;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = run.threads > 0 ? run.threads : (int)(cores / lo.peers > 1 ? cores / lo.peers : 1);
+    int threads =
+        run.threads > 0 ? run.threads : (int)(cores / lo.peers > 1 ? cores / lo.peers : 1);
     int M = run.replicas * run.accum;
     double tokens_per_step = (double)M * run.cfg.batch * run.cfg.seq;
 
@@ -352,9 +381,9 @@ int cmd_local(int argc, char **argv)
                 int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
                 if (!ok && !ch[i].killed) {
                     failed = 1;
-                    fprintf(stderr, "local: peer %d (stage %d) failed (%s %d); see %s\n", i, ch[i].stage,
-                            WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
-                            ch[i].log);
+                    fprintf(stderr, "local: peer %d (stage %d) failed (%s %d); see %s\n", i,
+                            ch[i].stage, WIFEXITED(st) ? "exit" : "signal",
+                            WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
                 }
             } else {
                 running++;
@@ -369,9 +398,12 @@ int cmd_local(int argc, char **argv)
             for (int i = 0; i < n; i++)
                 while (!ch[i].exited) {
                     int st;
-                    if (waitpid(ch[i].pid, &st, WNOHANG) == ch[i].pid) ch[i].exited = 1;
-                    else if (clock_now() > end) kill(ch[i].pid, SIGKILL);
-                    else clock_sleep(0.02);
+                    if (waitpid(ch[i].pid, &st, WNOHANG) == ch[i].pid)
+                        ch[i].exited = 1;
+                    else if (clock_now() > end)
+                        kill(ch[i].pid, SIGKILL);
+                    else
+                        clock_sleep(0.02);
                 }
             printf("local: interrupted; logs in %s\n", lo.dir);
             return 130;
@@ -392,20 +424,21 @@ int cmd_local(int argc, char **argv)
                 printf("  %.0f tok/s  wire %.2f MB/s  re-sent %lld\n", tps, bps / 1e6, v.retries);
                 fflush(stdout);
             }
-            if (lo.kill_peer >= 0 && lo.kill_peer < n && !ch[lo.kill_peer].killed && v.step0 >= lo.kill_step &&
-                !ch[lo.kill_peer].exited) {
+            if (lo.kill_peer >= 0 && lo.kill_peer < n && !ch[lo.kill_peer].killed &&
+                v.step0 >= lo.kill_step && !ch[lo.kill_peer].exited) {
                 kill(ch[lo.kill_peer].pid, SIGKILL);
                 ch[lo.kill_peer].killed = 1;
                 kill_wall = wall();
-                printf("local: fault: SIGKILL peer %d (stage %d) at step %lld, t=%.3f\n", lo.kill_peer,
-                       ch[lo.kill_peer].stage, v.step0, kill_wall);
+                printf("local: fault: SIGKILL peer %d (stage %d) at step %lld, t=%.3f\n",
+                       lo.kill_peer, ch[lo.kill_peer].stage, v.step0, kill_wall);
                 fflush(stdout);
             }
             if (lo.join_step >= 0 && !joined && v.step0 >= lo.join_step && n < MAX_PEERS) {
                 ch[n].port = free_port();
                 ch[n].stage = lo.join_stage < S ? lo.join_stage : 0;
                 int live = 0;
-                for (int i = 0; i < n && !live; i++) live = !ch[i].exited && !ch[i].killed ? ch[i].port : 0;
+                for (int i = 0; i < n && !live; i++)
+                    live = !ch[i].exited && !ch[i].killed ? ch[i].port : 0;
                 if (spawn(&ch[n], n, argc, argv, &lo, threads, live)) goto fail;
                 printf("local: peer %d joins stage %d at step %lld\n", n, ch[n].stage, v.step0);
                 n++;
@@ -417,13 +450,18 @@ int cmd_local(int argc, char **argv)
 
     double val = NAN, ltps = 0, reroute_after = -1;
     unsigned long long act = 0, lost = 0;
-    for (int i = 0; i < n; i++) scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall);
+    for (int i = 0; i < n; i++)
+        scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall);
     double tokens = (double)run.steps * tokens_per_step;
-    printf("local: done in %.1f s: val_loss %.4f, tokens/s %.0f, wire %.1f bytes per token, lost microbatches %llu\n",
+    printf("local: done in %.1f s: val_loss %.4f, tokens/s %.0f, wire %.1f bytes per token, lost "
+           "microbatches %llu\n",
            clock_now() - t0, val, ltps, tokens > 0 ? (double)act / tokens : 0, lost);
     if (kill_wall > 0) {
-        if (reroute_after >= 0) printf("local: fault: first microbatch re-routed %.3f s after the kill\n", reroute_after);
-        else printf("local: fault: no microbatch needed re-routing after the kill\n");
+        if (reroute_after >= 0)
+            printf("local: fault: first microbatch re-routed %.3f s after the kill\n",
+                   reroute_after);
+        else
+            printf("local: fault: no microbatch needed re-routing after the kill\n");
     }
     fflush(stdout);
     return failed || isnan(val) ? 1 : 0;

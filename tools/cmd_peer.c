@@ -10,21 +10,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { O_NEW = RUN_OPTS_EXTRA, O_JOIN, O_LISTEN, O_ADV, O_STAGE, O_INFLIGHT, O_SLOTS, O_PTIMEOUT,
-       O_CUSTODY, O_DB, O_STAY, O_WAIT };
+enum {
+    O_NEW = RUN_OPTS_EXTRA,
+    O_JOIN,
+    O_LISTEN,
+    O_ADV,
+    O_STAGE,
+    O_INFLIGHT,
+    O_SLOTS,
+    O_PTIMEOUT,
+    O_CUSTODY,
+    O_DB,
+    O_STAY,
+    O_WAIT
+};
 
 static int peer_option(void *ctx, int c, const char *arg)
 {
     peer_options_t *po = ctx;
     float f;
     switch (c) {
-    case O_NEW: po->is_new = 1; return 0;
-    case O_JOIN: po->join = arg; return 0;
-    case O_LISTEN: po->listen = arg; return 0;
-    case O_ADV: po->advertise = arg; return 0;
-    case O_STAGE: return run_opts_int("--stage", arg, 0, &po->stage);
-    case O_INFLIGHT: return run_opts_int("--in-flight", arg, 1, &po->in_flight);
-    case O_SLOTS: return run_opts_int("--slots", arg, 1, &po->slots);
+    case O_NEW:
+        po->is_new = 1;
+        return 0;
+    case O_JOIN:
+        po->join = arg;
+        return 0;
+    case O_LISTEN:
+        po->listen = arg;
+        return 0;
+    case O_ADV:
+        po->advertise = arg;
+        return 0;
+    case O_STAGE:
+        return run_opts_int("--stage", arg, 0, &po->stage);
+    case O_INFLIGHT:
+        return run_opts_int("--in-flight", arg, 1, &po->in_flight);
+    case O_SLOTS:
+        return run_opts_int("--slots", arg, 1, &po->slots);
     case O_PTIMEOUT:
         if (run_opts_float("--peer-timeout", arg, &f) || f <= 0) return -1;
         po->peer_timeout_s = f;
@@ -33,10 +56,16 @@ static int peer_option(void *ctx, int c, const char *arg)
         if (run_opts_float("--custody-timeout", arg, &f) || f <= 0) return -1;
         po->custody_s = f;
         return 0;
-    case O_DB: po->db = arg; return 0;
-    case O_STAY: po->exit_when_done = 0; return 0;
-    case O_WAIT: return run_opts_int("--wait-peers", arg, 0, &po->wait_peers);
-    default: return -1;
+    case O_DB:
+        po->db = arg;
+        return 0;
+    case O_STAY:
+        po->exit_when_done = 0;
+        return 0;
+    case O_WAIT:
+        return run_opts_int("--wait-peers", arg, 0, &po->wait_peers);
+    default:
+        return -1;
     }
 }
 
@@ -48,19 +77,18 @@ static void on_signal(int sig)
 
 int cmd_peer(int argc, char **argv)
 {
-    static const struct option extra[] = {
-        {"new", no_argument, 0, O_NEW},
-        {"join", required_argument, 0, O_JOIN},
-        {"listen", required_argument, 0, O_LISTEN},
-        {"advertise", required_argument, 0, O_ADV},
-        {"stage", required_argument, 0, O_STAGE},
-        {"in-flight", required_argument, 0, O_INFLIGHT},
-        {"slots", required_argument, 0, O_SLOTS},
-        {"peer-timeout", required_argument, 0, O_PTIMEOUT},
-        {"custody-timeout", required_argument, 0, O_CUSTODY},
-        {"db", required_argument, 0, O_DB},
-        {"stay", no_argument, 0, O_STAY},
-        {"wait-peers", required_argument, 0, O_WAIT}};
+    static const struct option extra[] = {{"new", no_argument, 0, O_NEW},
+                                          {"join", required_argument, 0, O_JOIN},
+                                          {"listen", required_argument, 0, O_LISTEN},
+                                          {"advertise", required_argument, 0, O_ADV},
+                                          {"stage", required_argument, 0, O_STAGE},
+                                          {"in-flight", required_argument, 0, O_INFLIGHT},
+                                          {"slots", required_argument, 0, O_SLOTS},
+                                          {"peer-timeout", required_argument, 0, O_PTIMEOUT},
+                                          {"custody-timeout", required_argument, 0, O_CUSTODY},
+                                          {"db", required_argument, 0, O_DB},
+                                          {"stay", no_argument, 0, O_STAY},
+                                          {"wait-peers", required_argument, 0, O_WAIT}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,

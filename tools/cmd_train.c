@@ -12,22 +12,33 @@ static int train_option(void *ctx, int c, const char *arg)
 {
     train_options_t *o = ctx;
     switch (c) {
-    case O_DB: o->db = arg; return 0;
-    case O_CKEVERY: return run_opts_int("--checkpoint-every", arg, 0, &o->checkpoint_every);
-    case O_KEEP: return run_opts_int("--keep", arg, 1, &o->keep);
-    case O_RESUME: o->resume = 1; return 0;
-    case O_STOP: return run_opts_int("--stop-after", arg, 1, &o->stop_after);
-    case O_VALE: return run_opts_int("--val-every", arg, 0, &o->val_every);
-    default: return -1;
+    case O_DB:
+        o->db = arg;
+        return 0;
+    case O_CKEVERY:
+        return run_opts_int("--checkpoint-every", arg, 0, &o->checkpoint_every);
+    case O_KEEP:
+        return run_opts_int("--keep", arg, 1, &o->keep);
+    case O_RESUME:
+        o->resume = 1;
+        return 0;
+    case O_STOP:
+        return run_opts_int("--stop-after", arg, 1, &o->stop_after);
+    case O_VALE:
+        return run_opts_int("--val-every", arg, 0, &o->val_every);
+    default:
+        return -1;
     }
 }
 
 int cmd_train(int argc, char **argv)
 {
-    static const struct option extra[] = {
-        {"db", required_argument, 0, O_DB},     {"checkpoint-every", required_argument, 0, O_CKEVERY},
-        {"keep", required_argument, 0, O_KEEP}, {"resume", no_argument, 0, O_RESUME},
-        {"stop-after", required_argument, 0, O_STOP}, {"val-every", required_argument, 0, O_VALE}};
+    static const struct option extra[] = {{"db", required_argument, 0, O_DB},
+                                          {"checkpoint-every", required_argument, 0, O_CKEVERY},
+                                          {"keep", required_argument, 0, O_KEEP},
+                                          {"resume", no_argument, 0, O_RESUME},
+                                          {"stop-after", required_argument, 0, O_STOP},
+                                          {"val-every", required_argument, 0, O_VALE}};
     train_options_t o = train_defaults();
     /* the handler writes into the options being parsed, which start as a copy of o */
     run_opts_extra_t x = {

@@ -44,7 +44,8 @@ static const char *read_scalar(const char *p, char *out, size_t cap)
     return n ? p : NULL;
 }
 
-int json_each(const char *json, const char *array, void (*fn)(void *ctx, const json_obj_t *o), void *ctx)
+int json_each(const char *json, const char *array, void (*fn)(void *ctx, const json_obj_t *o),
+              void *ctx)
 {
     char pat[64];
     size_t plen = strlen(array);

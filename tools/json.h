@@ -16,7 +16,8 @@ typedef struct {
 
 /* Calls fn for each object in the array at top-level key `array`. Returns the number of
  * objects, or -1 if the text is not what we expect. */
-int json_each(const char *json, const char *array, void (*fn)(void *ctx, const json_obj_t *o), void *ctx);
+int json_each(const char *json, const char *array, void (*fn)(void *ctx, const json_obj_t *o),
+              void *ctx);
 
 /* The value of key in o, or "" when absent. */
 const char *json_get(const json_obj_t *o, const char *key);

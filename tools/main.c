@@ -24,7 +24,8 @@ static const subcommand_t subcommands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: swarmtrain <command> [options]   (swarmtrain <command> --help)\n\ncommands:\n");
+    fprintf(f,
+            "usage: swarmtrain <command> [options]   (swarmtrain <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].help);
 }
@@ -52,8 +53,11 @@ int main(int argc, char **argv)
 {
     tune_environment(argv);
     const char *lvl = getenv("SWARMTRAIN_LOG");
-    if (lvl) log_level = !strcmp(lvl, "debug") ? LOG_DEBUG : !strcmp(lvl, "warn") ? LOG_WARN
-                        : !strcmp(lvl, "error") ? LOG_ERROR : LOG_INFO;
+    if (lvl)
+        log_level = !strcmp(lvl, "debug")   ? LOG_DEBUG
+                    : !strcmp(lvl, "warn")  ? LOG_WARN
+                    : !strcmp(lvl, "error") ? LOG_ERROR
+                                            : LOG_INFO;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -45,63 +45,98 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
 {
     fprintf(f, "usage: swarmtrain %s [options]\n\n%s\n\n", cmd, x && x->intro ? x->intro : "");
     if (x && x->usage) fputs(x->usage, f);
-    fprintf(f,
-            "model:\n"
-            "  --config NAME        tiny (default) or small\n"
-            "  --dim N --layers N --heads N --ffn N --seq N --vocab N\n"
-            "                       override one field of the config\n"
-            "  --batch N            sequences per microbatch\n"
-            "  --stages S           cut the layers into S equal stages (default 1)\n"
-            "training:\n"
-            "  --data FILE          text file (default: the King James Bible cache,\n"
-            "                       made from the bible-kjv package)\n"
-            "  --steps N            optimizer steps (default 300)\n"
-            "  --accum N            microbatches per step (default 1)\n"
-            "  --lr X               peak learning rate (default 3e-3)\n"
-            "  --warmup N           linear warmup steps (default 20)\n"
-            "  --schedule NAME      constant (default) or cosine (to 10%% of lr)\n"
-            "  --wd X               weight decay on matrices and embedding (default 0.1)\n"
-            "  --clip X             per-stage gradient norm clip, 0 = off (default 1)\n"
-            "  --seed N             parameters and sampling (default 1337)\n"
-            "  --val-batches N      held-out microbatches for val_loss (default 20)\n"
-            "  --log-every N        print every N steps (default 1)\n"
-            "data parallel (in one process):\n"
-            "  --replicas R         R replicas, each its own data stream (default 1)\n"
-            "  --optimizer NAME     adamw (default; exact gradient average over replicas)\n"
-            "                       or demo (DeMo: replicas exchange compressed momentum)\n"
-            "  --demo-k K           DeMo coefficients kept per tile (default 32)\n"
-            "  --demo-chunk C       DeMo DCT tile side (default 64)\n"
-            "  --demo-values F      f32 (default), bf16 or sign\n"
-            "  --demo-beta B        DeMo momentum decay (default 0.999)\n"
-            "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
-            "                       (f32, f16, bf16, int8, int4) as the wire would\n"
-            "compute:\n"
-            "  --device NAME        cpu (default), ref, cuda or auto\n"
-            "  --threads N          threads (default: all cores)\n");
+    fprintf(f, "model:\n"
+               "  --config NAME        tiny (default) or small\n"
+               "  --dim N --layers N --heads N --ffn N --seq N --vocab N\n"
+               "                       override one field of the config\n"
+               "  --batch N            sequences per microbatch\n"
+               "  --stages S           cut the layers into S equal stages (default 1)\n"
+               "training:\n"
+               "  --data FILE          text file (default: the King James Bible cache,\n"
+               "                       made from the bible-kjv package)\n"
+               "  --steps N            optimizer steps (default 300)\n"
+               "  --accum N            microbatches per step (default 1)\n"
+               "  --lr X               peak learning rate (default 3e-3)\n"
+               "  --warmup N           linear warmup steps (default 20)\n"
+               "  --schedule NAME      constant (default) or cosine (to 10%% of lr)\n"
+               "  --wd X               weight decay on matrices and embedding (default 0.1)\n"
+               "  --clip X             per-stage gradient norm clip, 0 = off (default 1)\n"
+               "  --seed N             parameters and sampling (default 1337)\n"
+               "  --val-batches N      held-out microbatches for val_loss (default 20)\n"
+               "  --log-every N        print every N steps (default 1)\n"
+               "data parallel (in one process):\n"
+               "  --replicas R         R replicas, each its own data stream (default 1)\n"
+               "  --optimizer NAME     adamw (default; exact gradient average over replicas)\n"
+               "                       or demo (DeMo: replicas exchange compressed momentum)\n"
+               "  --demo-k K           DeMo coefficients kept per tile (default 32)\n"
+               "  --demo-chunk C       DeMo DCT tile side (default 64)\n"
+               "  --demo-values F      f32 (default), bf16 or sign\n"
+               "  --demo-beta B        DeMo momentum decay (default 0.999)\n"
+               "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
+               "                       (f32, f16, bf16, int8, int4) as the wire would\n"
+               "compute:\n"
+               "  --device NAME        cpu (default), ref, cuda or auto\n"
+               "  --threads N          threads (default: all cores)\n");
 }
 
-int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out, const run_opts_extra_t *x)
+int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
+                   const run_opts_extra_t *x)
 {
-    enum { O_DIM = 256, O_LAYERS, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_STAGES, O_WARMUP,
-           O_SCHED, O_WD, O_CLIP, O_VALB, O_LOGE, O_ACCUM, O_DEVICE, O_REPL, O_OPTIM,
-           O_DK, O_DCHUNK, O_DVAL, O_DBETA, O_CODEC };
-    static const struct option opts[] = {
-        {"config", required_argument, 0, 'c'},   {"data", required_argument, 0, 'd'},
-        {"steps", required_argument, 0, 'n'},    {"lr", required_argument, 0, 'l'},
-        {"seed", required_argument, 0, 's'},     {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},           {"dim", required_argument, 0, O_DIM},
-        {"layers", required_argument, 0, O_LAYERS}, {"heads", required_argument, 0, O_HEADS},
-        {"ffn", required_argument, 0, O_FFN},    {"seq", required_argument, 0, O_SEQ},
-        {"vocab", required_argument, 0, O_VOCAB}, {"batch", required_argument, 0, O_BATCH},
-        {"stages", required_argument, 0, O_STAGES}, {"warmup", required_argument, 0, O_WARMUP},
-        {"schedule", required_argument, 0, O_SCHED}, {"wd", required_argument, 0, O_WD},
-        {"clip", required_argument, 0, O_CLIP},  {"val-batches", required_argument, 0, O_VALB},
-        {"log-every", required_argument, 0, O_LOGE},
-        {"accum", required_argument, 0, O_ACCUM}, {"device", required_argument, 0, O_DEVICE},
-        {"replicas", required_argument, 0, O_REPL}, {"optimizer", required_argument, 0, O_OPTIM},
-        {"demo-k", required_argument, 0, O_DK},   {"demo-chunk", required_argument, 0, O_DCHUNK},
-        {"demo-values", required_argument, 0, O_DVAL}, {"demo-beta", required_argument, 0, O_DBETA},
-        {"codec", required_argument, 0, O_CODEC}};
+    enum {
+        O_DIM = 256,
+        O_LAYERS,
+        O_HEADS,
+        O_FFN,
+        O_SEQ,
+        O_VOCAB,
+        O_BATCH,
+        O_STAGES,
+        O_WARMUP,
+        O_SCHED,
+        O_WD,
+        O_CLIP,
+        O_VALB,
+        O_LOGE,
+        O_ACCUM,
+        O_DEVICE,
+        O_REPL,
+        O_OPTIM,
+        O_DK,
+        O_DCHUNK,
+        O_DVAL,
+        O_DBETA,
+        O_CODEC
+    };
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"data", required_argument, 0, 'd'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"lr", required_argument, 0, 'l'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"dim", required_argument, 0, O_DIM},
+                                         {"layers", required_argument, 0, O_LAYERS},
+                                         {"heads", required_argument, 0, O_HEADS},
+                                         {"ffn", required_argument, 0, O_FFN},
+                                         {"seq", required_argument, 0, O_SEQ},
+                                         {"vocab", required_argument, 0, O_VOCAB},
+                                         {"batch", required_argument, 0, O_BATCH},
+                                         {"stages", required_argument, 0, O_STAGES},
+                                         {"warmup", required_argument, 0, O_WARMUP},
+                                         {"schedule", required_argument, 0, O_SCHED},
+                                         {"wd", required_argument, 0, O_WD},
+                                         {"clip", required_argument, 0, O_CLIP},
+                                         {"val-batches", required_argument, 0, O_VALB},
+                                         {"log-every", required_argument, 0, O_LOGE},
+                                         {"accum", required_argument, 0, O_ACCUM},
+                                         {"device", required_argument, 0, O_DEVICE},
+                                         {"replicas", required_argument, 0, O_REPL},
+                                         {"optimizer", required_argument, 0, O_OPTIM},
+                                         {"demo-k", required_argument, 0, O_DK},
+                                         {"demo-chunk", required_argument, 0, O_DCHUNK},
+                                         {"demo-values", required_argument, 0, O_DVAL},
+                                         {"demo-beta", required_argument, 0, O_DBETA},
+                                         {"codec", required_argument, 0, O_CODEC}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
     int nx = x && x->opts ? x->n : 0;
@@ -114,8 +149,10 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
     /* The preset first, so that field overrides win whatever their order. */
     for (int i = 1; i < argc; i++) {
         const char *name = NULL;
-        if (!strcmp(argv[i], "--config") && i + 1 < argc) name = argv[i + 1];
-        else if (!strncmp(argv[i], "--config=", 9)) name = argv[i] + 9;
+        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            name = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9))
+            name = argv[i] + 9;
         if (name && config_preset(&out->cfg, name, err)) {
             fprintf(stderr, "swarmtrain %s: %s\n", cmd, err);
             return 2;
@@ -126,52 +163,102 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
     while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'c': break;
-        case 'd': out->data_path = optarg; break;
-        case 'n': bad = run_opts_int("--steps", optarg, 0, &out->steps); break;
-        case 'l': bad = run_opts_float("--lr", optarg, &out->opt.lr); break;
+        case 'c':
+            break;
+        case 'd':
+            out->data_path = optarg;
+            break;
+        case 'n':
+            bad = run_opts_int("--steps", optarg, 0, &out->steps);
+            break;
+        case 'l':
+            bad = run_opts_float("--lr", optarg, &out->opt.lr);
+            break;
         case 's':
             bad = run_opts_int("--seed", optarg, 0, &seed);
             out->seed = (uint64_t)seed;
             break;
-        case 't': bad = run_opts_int("--threads", optarg, 1, &out->threads); break;
-        case 'h': run_opts_usage(stdout, cmd, x); return 1;
-        case O_DIM: case O_LAYERS: case O_HEADS: case O_FFN: case O_SEQ: case O_VOCAB:
-        case O_BATCH: case O_STAGES: {
-            static const char *keys[] = {"dim", "layers", "heads", "ffn", "seq", "vocab", "batch", "stages"};
+        case 't':
+            bad = run_opts_int("--threads", optarg, 1, &out->threads);
+            break;
+        case 'h':
+            run_opts_usage(stdout, cmd, x);
+            return 1;
+        case O_DIM:
+        case O_LAYERS:
+        case O_HEADS:
+        case O_FFN:
+        case O_SEQ:
+        case O_VOCAB:
+        case O_BATCH:
+        case O_STAGES: {
+            static const char *keys[] = {"dim", "layers", "heads", "ffn",
+                                         "seq", "vocab",  "batch", "stages"};
             if (config_set(&out->cfg, keys[c - O_DIM], optarg, err)) {
                 fprintf(stderr, "swarmtrain %s: %s\n", cmd, err);
                 bad = 1;
             }
             break;
         }
-        case O_WARMUP: bad = run_opts_int("--warmup", optarg, 0, &out->opt.warmup); break;
+        case O_WARMUP:
+            bad = run_opts_int("--warmup", optarg, 0, &out->opt.warmup);
+            break;
         case O_SCHED:
-            if (!strcmp(optarg, "constant")) out->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
-            else if (!strcmp(optarg, "cosine")) out->opt.schedule = OPTIM_SCHEDULE_COSINE;
-            else bad = complain("--schedule", optarg, "constant or cosine");
+            if (!strcmp(optarg, "constant"))
+                out->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
+            else if (!strcmp(optarg, "cosine"))
+                out->opt.schedule = OPTIM_SCHEDULE_COSINE;
+            else
+                bad = complain("--schedule", optarg, "constant or cosine");
             break;
-        case O_WD: bad = run_opts_float("--wd", optarg, &out->opt.wd); break;
-        case O_CLIP: bad = run_opts_float("--clip", optarg, &out->opt.clip); break;
-        case O_VALB: bad = run_opts_int("--val-batches", optarg, 1, &out->val_batches); break;
-        case O_LOGE: bad = run_opts_int("--log-every", optarg, 1, &out->log_every); break;
-        case O_ACCUM: bad = run_opts_int("--accum", optarg, 1, &out->accum); break;
-        case O_DEVICE: out->device = optarg; break;
-        case O_REPL: bad = run_opts_int("--replicas", optarg, 1, &out->replicas); break;
+        case O_WD:
+            bad = run_opts_float("--wd", optarg, &out->opt.wd);
+            break;
+        case O_CLIP:
+            bad = run_opts_float("--clip", optarg, &out->opt.clip);
+            break;
+        case O_VALB:
+            bad = run_opts_int("--val-batches", optarg, 1, &out->val_batches);
+            break;
+        case O_LOGE:
+            bad = run_opts_int("--log-every", optarg, 1, &out->log_every);
+            break;
+        case O_ACCUM:
+            bad = run_opts_int("--accum", optarg, 1, &out->accum);
+            break;
+        case O_DEVICE:
+            out->device = optarg;
+            break;
+        case O_REPL:
+            bad = run_opts_int("--replicas", optarg, 1, &out->replicas);
+            break;
         case O_OPTIM:
-            if (!strcmp(optarg, "adamw")) out->optimizer = TRAIN_ADAMW;
-            else if (!strcmp(optarg, "demo")) out->optimizer = TRAIN_DEMO;
-            else bad = complain("--optimizer", optarg, "adamw or demo");
+            if (!strcmp(optarg, "adamw"))
+                out->optimizer = TRAIN_ADAMW;
+            else if (!strcmp(optarg, "demo"))
+                out->optimizer = TRAIN_DEMO;
+            else
+                bad = complain("--optimizer", optarg, "adamw or demo");
             break;
-        case O_DK: bad = run_opts_int("--demo-k", optarg, 1, &out->demo.k); break;
-        case O_DCHUNK: bad = run_opts_int("--demo-chunk", optarg, 1, &out->demo.chunk); break;
+        case O_DK:
+            bad = run_opts_int("--demo-k", optarg, 1, &out->demo.k);
+            break;
+        case O_DCHUNK:
+            bad = run_opts_int("--demo-chunk", optarg, 1, &out->demo.chunk);
+            break;
         case O_DVAL:
-            if (!strcmp(optarg, "f32")) out->demo.vfmt = DEMO_VAL_F32;
-            else if (!strcmp(optarg, "bf16")) out->demo.vfmt = DEMO_VAL_BF16;
-            else if (!strcmp(optarg, "sign")) out->demo.vfmt = DEMO_VAL_SIGN;
-            else bad = complain("--demo-values", optarg, "f32, bf16 or sign");
+            if (!strcmp(optarg, "f32"))
+                out->demo.vfmt = DEMO_VAL_F32;
+            else if (!strcmp(optarg, "bf16"))
+                out->demo.vfmt = DEMO_VAL_BF16;
+            else if (!strcmp(optarg, "sign"))
+                out->demo.vfmt = DEMO_VAL_SIGN;
+            else
+                bad = complain("--demo-values", optarg, "f32, bf16 or sign");
             break;
-        case O_DBETA: bad = run_opts_float("--demo-beta", optarg, &out->demo.beta); break;
+        case O_DBETA:
+            bad = run_opts_float("--demo-beta", optarg, &out->demo.beta);
+            break;
         case O_CODEC: {
             char name[16];
             const char *colon = strchr(optarg, ':');
@@ -179,8 +266,10 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             snprintf(name, sizeof name, "%.*s", (int)(len < 15 ? len : 15), optarg);
             int block = 0;
             out->codec = codec_by_name(name);
-            if (out->codec < 0) bad = complain("--codec", optarg, "f32, f16, bf16, int8 or int4[:BLOCK]");
-            else if (colon) bad = run_opts_int("--codec block", colon + 1, 2, &block);
+            if (out->codec < 0)
+                bad = complain("--codec", optarg, "f32, f16, bf16, int8 or int4[:BLOCK]");
+            else if (colon)
+                bad = run_opts_int("--codec block", colon + 1, 2, &block);
             out->codec_block = (uint32_t)block;
             break;
         }

@@ -22,7 +22,8 @@ typedef struct {
 
 /* Parses argv into *o (which holds the defaults on entry). Returns 0; 1 when --help was
  * printed; 2 after printing an error. */
-int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *o, const run_opts_extra_t *x);
+int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *o,
+                   const run_opts_extra_t *x);
 void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x);
 
 /* Number parsing with a message naming the option; 0 or -1. */

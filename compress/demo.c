@@ -26,9 +26,11 @@ typedef struct {
     int chunk, cr, cc, tn; /* tn = cr * cc coefficients per tile */
     int kt;                /* entries per tile */
     int dense, idxw;
+    int ib; /* version-2 bodies: bits per index, ceil(log2(tn)); 0 when dense */
     demo_vfmt_t vfmt;
     uint64_t entries; /* tiles * kt */
-    uint64_t payload; /* bytes after the header */
+    uint64_t payload; /* v1: bytes after the header */
+    uint64_t bits;    /* v2: bits of the body (scale, indices, values) */
 } geom_t;
 
 static int vbits(demo_vfmt_t f)
@@ -62,6 +64,11 @@ static int geom_make(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, de
     g->entries = (uint64_t)g->tiles * (uint64_t)g->kt;
     uint64_t vbytes = vfmt == DEMO_VAL_SIGN ? (g->entries + 7) / 8 : g->entries * (vb / 8);
     g->payload = g->entries * (uint64_t)g->idxw + vbytes;
+    g->ib = 0;
+    if (!g->dense)
+        while ((1 << g->ib) < g->tn) g->ib++;
+    g->bits =
+        (vfmt == DEMO_VAL_SIGN ? DEMO_BODY_SCALE_BITS : 0) + g->entries * (uint64_t)(g->ib + vb);
     return 0;
 }
 
@@ -474,13 +481,11 @@ int demo_accumulate(demo_t *d, const float *g, float lr, char *err)
     return 0;
 }
 
-int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err)
+/* This step's selection: DCT of D, the top-k (or all) coefficients of every tile into
+ * d->idx / d->val. D is not changed. */
+static void select_entries(demo_t *d)
 {
     const geom_t *g = &d->g;
-    size_t total = demo_msg_size(d);
-    if (!out || cap < total)
-        return status_set(err, STATUS_EINVAL, "demo: message needs %zu bytes, has %zu", total,
-                          out ? cap : 0);
     dct_forward(d->plan, d->coef, d->D);
     for (int64_t t = 0; t < g->tiles; t++) {
         const float *c = d->coef + (uint64_t)t * g->tn;
@@ -493,12 +498,12 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
         }
         for (int j = 0; j < g->kt; j++) vt[j] = c[it[j]];
     }
-    /* pack checks every value (finite, <= DEMO_MAX_ABS) before D changes */
-    int rc = demo_msg_pack(out, cap, written, g->rows, g->cols, g->chunk, g->kt, g->vfmt, d->idx,
-                           d->val, err);
-    if (rc) return rc;
+}
 
-    /* the transmitted part, as a sparse coefficient tensor: D -= IDCT(it) */
+/* The transmitted part of the selection, as a sparse coefficient tensor: D -= IDCT(it). */
+static void remove_sent(demo_t *d)
+{
+    const geom_t *g = &d->g;
     memset(d->coef, 0, (size_t)d->n * sizeof(float));
     for (int64_t t = 0; t < g->tiles; t++) {
         float *c = d->coef + (uint64_t)t * g->tn;
@@ -513,6 +518,21 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
     float *restrict D = d->D;
     const float *restrict w = d->work;
     for (int64_t i = 0; i < d->n; i++) D[i] -= w[i];
+}
+
+int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err)
+{
+    const geom_t *g = &d->g;
+    size_t total = demo_msg_size(d);
+    if (!out || cap < total)
+        return status_set(err, STATUS_EINVAL, "demo: message needs %zu bytes, has %zu", total,
+                          out ? cap : 0);
+    select_entries(d);
+    /* pack checks every value (finite, <= DEMO_MAX_ABS) before D changes */
+    int rc = demo_msg_pack(out, cap, written, g->rows, g->cols, g->chunk, g->kt, g->vfmt, d->idx,
+                           d->val, err);
+    if (rc) return rc;
+    remove_sent(d);
     return 0;
 }
 
@@ -600,4 +620,265 @@ void demo_apply_sign(float *p, const float *q, float lr, size_t n)
         float s = (float)(q[i] > 0.0f) - (float)(q[i] < 0.0f);
         p[i] -= lr * s;
     }
+}
+
+/* --- version-2 bodies ---------------------------------------------------------------- */
+
+/* Bit b of a body stream is bit b%8 (LSB first) of octet b/8; a w-bit field holds its
+ * value's bits from least significant up. put_bits overwrites exactly [pos, pos+w). */
+static void put_bits(uint8_t *p, uint64_t pos, uint32_t v, int w)
+{
+    while (w > 0) {
+        int off = (int)(pos & 7), n = 8 - off < w ? 8 - off : w;
+        uint8_t mask = (uint8_t)(((1u << n) - 1u) << off);
+        uint8_t *b = p + (pos >> 3);
+        *b = (uint8_t)((*b & ~mask) | ((v << off) & mask));
+        v = n < 32 ? v >> n : 0;
+        pos += (uint64_t)n;
+        w -= n;
+    }
+}
+
+static uint32_t get_bits(const uint8_t *p, uint64_t pos, int w)
+{
+    uint32_t v = 0;
+    int got = 0;
+    while (got < w) {
+        int off = (int)(pos & 7), n = 8 - off < w - got ? 8 - off : w - got;
+        uint32_t part = ((uint32_t)p[pos >> 3] >> off) & ((1u << n) - 1u);
+        v |= part << got;
+        pos += (uint64_t)n;
+        got += n;
+    }
+    return v;
+}
+
+uint64_t demo_body_bits(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt)
+{
+    geom_t g;
+    return geom_make(&g, rows, cols, chunk, k, vfmt) ? 0 : g.bits;
+}
+
+/* The sign scale as bf16: mean |value|, rounded to nearest even, never above DEMO_MAX_ABS. */
+static uint16_t sign_scale_bf16(const float *val, uint64_t ne)
+{
+    double asum = 0.0;
+    for (uint64_t e = 0; e < ne; e++) asum += fabsf(val[e]);
+    uint16_t h = codec_f32_to_bf16(ne ? (float)(asum / (double)ne) : 0.0f);
+    if (!(codec_bf16_to_f32(h) <= DEMO_MAX_ABS)) h--; /* 1e30 rounded up: the next below */
+    return h;
+}
+
+/* Writes a body whose entries are valid (indices ascending below tn, |values| finite and
+ * rounding to <= DEMO_MAX_ABS). */
+static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16_t *idx,
+                       const float *val)
+{
+    uint64_t ne = g->entries;
+    if (g->vfmt == DEMO_VAL_SIGN) {
+        put_bits(out, pos, sign_scale_bf16(val, ne), DEMO_BODY_SCALE_BITS);
+        pos += DEMO_BODY_SCALE_BITS;
+    }
+    if (g->ib) {
+        for (uint64_t e = 0; e < ne; e++) put_bits(out, pos + e * (uint64_t)g->ib, idx[e], g->ib);
+        pos += ne * (uint64_t)g->ib;
+    }
+    switch (g->vfmt) {
+    case DEMO_VAL_F32:
+        for (uint64_t e = 0; e < ne; e++)
+            put_bits(out, pos + 32 * e, codec_f32_bits(val[e] + 0.0f), 32); /* no -0 */
+        break;
+    case DEMO_VAL_BF16:
+        for (uint64_t e = 0; e < ne; e++)
+            put_bits(out, pos + 16 * e, codec_f32_to_bf16(val[e]), 16);
+        break;
+    case DEMO_VAL_SIGN:
+        for (uint64_t e = 0; e < ne; e++) put_bits(out, pos + e, val[e] < 0.0f, 1);
+        break;
+    }
+}
+
+/* Checks entries before anything is written: values finite and in range (bf16: after
+ * rounding), indices (when given) strictly ascending below tn within each tile. */
+static int entries_check(const geom_t *g, const uint16_t *idx, const float *val, char *err)
+{
+    for (uint64_t e = 0; e < g->entries; e++) {
+        int bad = !(fabsf(val[e]) <= DEMO_MAX_ABS);
+        if (!bad && g->vfmt == DEMO_VAL_BF16)
+            bad = !(fabsf(codec_bf16_to_f32(codec_f32_to_bf16(val[e]))) <= DEMO_MAX_ABS);
+        if (bad)
+            return status_set(err, STATUS_EINVAL, "demo: value %llu non-finite or above 1e30",
+                              (unsigned long long)e);
+    }
+    if (idx)
+        for (int64_t t = 0; t < g->tiles; t++) {
+            const uint16_t *it = idx + (uint64_t)t * g->kt;
+            for (int j = 0; j < g->kt; j++)
+                if (it[j] >= g->tn || (j > 0 && it[j] <= it[j - 1]))
+                    return status_set(err, STATUS_EINVAL,
+                                      "demo: tile %lld: indices not ascending below %d",
+                                      (long long)t, g->tn);
+        }
+    return 0;
+}
+
+/* bitpos + bits must fit in len octets. */
+static int body_fits(size_t len, uint64_t bitpos, uint64_t bits)
+{
+    return bitpos <= (uint64_t)len * 8 && bits <= (uint64_t)len * 8 - bitpos;
+}
+
+int demo_body_pack(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols, int chunk,
+                   int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
+{
+    geom_t g;
+    if (geom_make(&g, rows, cols, chunk, k, vfmt))
+        return status_set(err, STATUS_EINVAL,
+                          "demo: bad configuration (%lld x %lld, chunk %d, k %d, format %d)",
+                          (long long)rows, (long long)cols, chunk, k, (int)vfmt);
+    if (!out || !val || (!idx && !g.dense) || !body_fits(cap, bitpos, g.bits))
+        return status_set(err, STATUS_EINVAL,
+                          "demo: body of %llu bits at bit %llu, room %zu octets",
+                          (unsigned long long)g.bits, (unsigned long long)bitpos, out ? cap : 0);
+    int rc = entries_check(&g, g.dense ? NULL : idx, val, err);
+    if (rc) return rc;
+    body_write(out, bitpos, &g, idx, val);
+    return 0;
+}
+
+/* Validates a body that fits its buffer: the sign scale, index order, values. *scale is
+ * the decoded sign scale (0 otherwise). */
+static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *scale, char *err)
+{
+    uint64_t ne = g->entries;
+    *scale = 0.0f;
+    if (g->vfmt == DEMO_VAL_SIGN) {
+        uint32_t h = get_bits(b, pos, DEMO_BODY_SCALE_BITS);
+        *scale = codec_bf16_to_f32((uint16_t)h);
+        if ((h >> 15) || !(*scale <= DEMO_MAX_ABS))
+            return status_set(err, STATUS_EMALFORMED, "demo: bad sign scale 0x%04x", h);
+        pos += DEMO_BODY_SCALE_BITS;
+    }
+    if (g->ib) {
+        for (int64_t t = 0; t < g->tiles; t++) {
+            int prev = -1;
+            for (int j = 0; j < g->kt; j++) {
+                uint64_t e = (uint64_t)t * (uint64_t)g->kt + (uint64_t)j;
+                int ix = (int)get_bits(b, pos + e * (uint64_t)g->ib, g->ib);
+                if (ix <= prev || ix >= g->tn)
+                    return status_set(err, STATUS_EMALFORMED,
+                                      "demo: tile %lld: index %d after %d (tile has %d)",
+                                      (long long)t, ix, prev, g->tn);
+                prev = ix;
+            }
+        }
+        pos += ne * (uint64_t)g->ib;
+    }
+    uint32_t bad = 0;
+    if (g->vfmt == DEMO_VAL_F32)
+        for (uint64_t e = 0; e < ne; e++)
+            bad |= !(fabsf(codec_bits_f32(get_bits(b, pos + 32 * e, 32))) <= DEMO_MAX_ABS);
+    else if (g->vfmt == DEMO_VAL_BF16)
+        for (uint64_t e = 0; e < ne; e++)
+            bad |= !(fabsf(codec_bf16_to_f32((uint16_t)get_bits(b, pos + 16 * e, 16))) <=
+                     DEMO_MAX_ABS);
+    if (bad) return status_set(err, STATUS_EMALFORMED, "demo: value non-finite or above 1e30");
+    return 0;
+}
+
+/* Decodes a checked body: entries to idx/val when given, or into sum/cnt (tile-major). */
+static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float scale, uint16_t *idx,
+                        float *val, double *sum, uint32_t *cnt)
+{
+    uint64_t ne = g->entries;
+    if (g->vfmt == DEMO_VAL_SIGN) pos += DEMO_BODY_SCALE_BITS;
+    uint64_t vpos = pos + ne * (uint64_t)g->ib;
+    int vb = vbits(g->vfmt);
+    for (int64_t t = 0; t < g->tiles; t++) {
+        uint64_t base = (uint64_t)t * (uint64_t)g->tn;
+        for (int j = 0; j < g->kt; j++) {
+            uint64_t e = (uint64_t)t * (uint64_t)g->kt + (uint64_t)j;
+            int ix = g->ib ? (int)get_bits(b, pos + e * (uint64_t)g->ib, g->ib) : j;
+            uint32_t raw = get_bits(b, vpos + e * (uint64_t)vb, vb);
+            float v = g->vfmt == DEMO_VAL_F32    ? codec_bits_f32(raw)
+                      : g->vfmt == DEMO_VAL_BF16 ? codec_bf16_to_f32((uint16_t)raw)
+                      : raw                      ? -scale
+                                                 : scale;
+            if (idx) {
+                idx[e] = (uint16_t)ix;
+                val[e] = v;
+            } else {
+                sum[base + (uint64_t)ix] += v;
+                cnt[base + (uint64_t)ix]++;
+            }
+        }
+    }
+}
+
+int demo_body_unpack(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
+                     int chunk, int k, demo_vfmt_t vfmt, uint16_t *idx, float *val, size_t cap,
+                     float *scale, char *err)
+{
+    geom_t g;
+    if (geom_make(&g, rows, cols, chunk, k, vfmt))
+        return status_set(err, STATUS_EINVAL, "demo: bad configuration");
+    if (!buf || !body_fits(len, bitpos, g.bits))
+        return status_set(err, STATUS_EMALFORMED,
+                          "demo: truncated body (%llu bits at bit %llu, "
+                          "buffer %zu octets)",
+                          (unsigned long long)g.bits, (unsigned long long)bitpos, buf ? len : 0);
+    float s;
+    int rc = body_check(buf, bitpos, &g, &s, err);
+    if (rc) return rc;
+    if (!idx || !val || g.entries > (uint64_t)cap)
+        return status_set(err, STATUS_EINVAL, "demo: %llu entries, room for %zu",
+                          (unsigned long long)g.entries, idx && val ? cap : 0);
+    body_decode(buf, bitpos, &g, s, idx, val, NULL, NULL);
+    if (scale) *scale = s;
+    return 0;
+}
+
+int demo_extract_body(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, char *err)
+{
+    const geom_t *g = &d->g;
+    if (!out || !body_fits(cap, bitpos, g->bits))
+        return status_set(err, STATUS_EINVAL,
+                          "demo: body of %llu bits at bit %llu, room %zu octets",
+                          (unsigned long long)g->bits, (unsigned long long)bitpos, out ? cap : 0);
+    select_entries(d);
+    int rc = entries_check(g, NULL, d->val, err); /* before D changes */
+    if (rc) return rc;
+    body_write(out, bitpos, g, d->idx, d->val);
+    remove_sent(d);
+    return 0;
+}
+
+uint64_t demo_body_size(const demo_t *d)
+{
+    return d->g.bits;
+}
+
+int demo_body_add(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                  demo_vfmt_t vfmt, double *sum, uint32_t *cnt, char *err)
+{
+    geom_t g;
+    if (geom_make(&g, d->g.rows, d->g.cols, d->g.chunk, k, vfmt))
+        return status_set(err, STATUS_EMALFORMED, "demo: bad k %d or value format %d", k,
+                          (int)vfmt);
+    if (!buf || !sum || !cnt || !body_fits(len, bitpos, g.bits))
+        return status_set(err, STATUS_EMALFORMED,
+                          "demo: truncated body (%llu bits at bit %llu, "
+                          "buffer %zu octets)",
+                          (unsigned long long)g.bits, (unsigned long long)bitpos, buf ? len : 0);
+    float s;
+    int rc = body_check(buf, bitpos, &g, &s, err);
+    if (rc) return rc;
+    body_decode(buf, bitpos, &g, s, NULL, NULL, sum, cnt);
+    return 0;
+}
+
+void demo_body_finish(demo_t *d, const double *sum, const uint32_t *cnt, float *q)
+{
+    for (int64_t i = 0; i < d->n; i++) d->coef[i] = cnt[i] ? (float)(sum[i] / cnt[i]) : 0.0f;
+    dct_inverse(d->plan, q, d->coef);
 }

@@ -19,8 +19,9 @@
  * the UNQUANTIZED top-k values (the magnitude information a sign throws away is not
  * kept for later: it is what the sign scheme deliberately gives up).
  *
- * Sign-only scale: ONE f32 per message (per tensor per sender) = the mean |value| of the
- * transmitted coefficients, i.e. the L2-best s for v ~ s*sign(v). Four bytes per tensor
+ * Sign-only scale: ONE f32 per message (a bf16 in a v2 body; per tensor per sender) = the mean
+ * |value| of the transmitted coefficients, i.e. the L2-best s for v ~ s*sign(v). Four bytes per
+ * tensor
  * (~2-3% of a sign k=4 message of a 256x256 matrix) buy: senders weighted by how much momentum
  * they hold in the mean (a replica with a tiny D cannot flip a coefficient the others
  * agree on with large D), and decoded coefficients on the scale of the real ones, so
@@ -51,6 +52,13 @@
  * each, LSB first, 1 = negative). Decoders trust nothing (same rules as codec.h); values must be
  * finite with |v| <= DEMO_MAX_ABS so that no aggregate can overflow.
  *
+ * Two wire forms of the same selection: the self-describing v1 message above (one per
+ * tensor, 32 header bytes each), and the version-2 BODY (below): the same entries with no
+ * header, indices in ceil(log2(tile size)) bits, the sign scale as a bf16, meant to be
+ * concatenated into one stage message (peer/demo_opt.h) whose single header and tensor
+ * table supply everything a body leaves out. On the tiny model (39 tensors, 234 k
+ * params) v1 headers alone were 0.006 bytes/param/step; v2 spends 32 bytes per stage.
+ *
  * Not for: the network, the model or its table of tensors, the optimizer (weight decay,
  * learning-rate schedule), gradient clipping. A demo_t is used by one thread at a time.
  */
@@ -75,6 +83,8 @@ typedef enum {
 #define DEMO_MAX_ABS 1e30f
 /* Largest rows*cols of a tensor (2^40). */
 #define DEMO_MAX_ELEMS (UINT64_C(1) << 40)
+/* Version-2 bodies: the sign scale is a bf16 (16 bits). */
+#define DEMO_BODY_SCALE_BITS 16
 
 typedef struct {
     int chunk;        /* DCT chunk, 1..256; 0 = 64 */
@@ -158,6 +168,49 @@ int demo_msg_parse(const uint8_t *buf, size_t len, demo_msg_info_t *info, char *
  * cap is too small. */
 int demo_msg_unpack(const uint8_t *buf, size_t len, demo_msg_info_t *info, uint16_t *idx,
                     float *val, size_t cap, char *err) __attribute__((warn_unused_result));
+
+/* --- version-2 bodies: one tensor's part of a stage message (peer/demo_opt.h) -------
+ *
+ * A body is what a v1 message carries minus its 32-byte header, bit-packed
+ * (docs/codec-format.md, "DeMo stage messages"): sign scale (sign only, bf16), then
+ * entries*ib index bits (ib = ceil(log2(tile size)), none when dense), then the values
+ * (32, 16 or 1 bit each). Bit b of the stream is bit b%8 (LSB first) of octet b/8; a
+ * body may start at any bit. Layout (dense or not, entries per tile) follows from
+ * (rows, cols, chunk, k, vfmt) exactly as for v1 (demo_entries_per_tile); nothing of
+ * it is sent. The stage layer owns the header, checksum, lengths and padding. */
+
+/* Bits of the body for this configuration; 0 when the arguments are invalid. */
+uint64_t demo_body_bits(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt);
+/* Bits of every body demo_extract_body writes for this tensor. */
+uint64_t demo_body_size(const demo_t *d);
+
+/* Like demo_extract, but writes the body at bit `bitpos` of out (cap octets), touching
+ * only bits [bitpos, bitpos + demo_body_size(d)). On error D is untouched. */
+int demo_extract_body(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, char *err)
+    __attribute__((warn_unused_result));
+
+/* Like demo_msg_pack, as a body at bit `bitpos` of out. */
+int demo_body_pack(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols, int chunk,
+                   int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
+    __attribute__((warn_unused_result));
+
+/* Validates the body at bit `bitpos` of buf (len octets; a body that does not fit is
+ * STATUS_EMALFORMED, never read) and writes its entries like demo_msg_unpack; *scale
+ * (when not NULL) gets the sign scale, 0 for other formats. */
+int demo_body_unpack(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
+                     int chunk, int k, demo_vfmt_t vfmt, uint16_t *idx, float *val, size_t cap,
+                     float *scale, char *err) __attribute__((warn_unused_result));
+
+/* Aggregation of bodies, the v2 counterpart of demo_aggregate: the caller zeroes sum and
+ * cnt (demo_elems entries each, tile-major coefficient order), calls demo_body_add for
+ * each sender's body in a canonical order, then demo_body_finish. A body is for d's
+ * rows, cols and chunk, with the sender's k and value format. demo_body_add validates
+ * the whole body first: on error (STATUS_EMALFORMED) sum and cnt are untouched. */
+int demo_body_add(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                  demo_vfmt_t vfmt, double *sum, uint32_t *cnt, char *err)
+    __attribute__((warn_unused_result));
+/* q (rows*cols floats) = IDCT(sum/cnt per coefficient; 0 where cnt is 0). */
+void demo_body_finish(demo_t *d, const double *sum, const uint32_t *cnt, float *q);
 
 /* Top-k of x[0, n) by |x|, ties to the lower index: writes the k selected indices in
  * ascending order to idx. keys is scratch of n entries. 1 <= k <= n <= 65536. The

@@ -5,12 +5,17 @@
  * whole contribution for a step is one "stage message" of bytes, and applying the pool's
  * messages needs nothing else.
  *
- * Stage message (version 1, little-endian):
- *   "STDX" | version u8 = 1 | reserved u8[3] = 0 | step i64 | ntensors u32 |
- *   ntensors x (length u32) | the ntensors DeMo messages (compress/demo.h), in the order
- *   of the stage's tensor table.
- * A decoder checks the magic, version, reserved bytes, tensor count, that the lengths add
- * up to the buffer exactly, and each DeMo message through demo_aggregate.
+ * Stage message (version 2, docs/codec-format.md "DeMo stage messages"), little-endian:
+ *   "STDX" | version u8 = 2 | vfmt u8 | chunk u16 | k u32 | ntensors u32 | step i64 |
+ *   table u32 (CRC-32C of the tensor shapes) | crc u32 (CRC-32C of the whole message but
+ *   this field) | the bit-packed bodies of every tensor (compress/demo.h), table order,
+ *   back to back, zero bits to the last octet.
+ * One header per stage; per tensor only what the shared tensor table cannot give: the
+ * selected indices and values, and the bf16 sign scale in sign mode. A decoder computes
+ * the exact length from the table and the header's (vfmt, chunk, k) and trusts nothing
+ * else: magic, version, enumerations, chunk (must be this replica's), k, tensor count,
+ * table fingerprint, step, length, checksum, padding, then every body. Senders may use
+ * another k or value format than the receiver (the length follows from theirs).
  *
  * Not for: moving bytes (swarm/), the learning-rate schedule (optim.h).
  */
@@ -26,8 +31,8 @@
 
 typedef struct demo_opt demo_opt_t;
 
-#define DEMO_OPT_VERSION 1
-#define DEMO_OPT_HEADER_LEN 20
+#define DEMO_OPT_VERSION    2
+#define DEMO_OPT_HEADER_LEN 32
 
 /* DeMo state (residual momentum per tensor, zero) for the stage. NULL + err on failure. */
 demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err);
@@ -35,6 +40,10 @@ void demo_opt_destroy(demo_opt_t **o);
 
 /* Bytes of every stage message this replica makes (the same every step). */
 size_t demo_opt_msg_size(const demo_opt_t *o);
+
+/* Bytes of the stage message for a tensor table t[0, n) and cfg, without a stage (for
+ * byte counts and benchmarks); 0 when cfg is invalid for some tensor. */
+size_t demo_opt_stage_bytes(const stage_tensor_t *t, int n, const demo_cfg_t *cfg);
 
 /* This replica's part of step `step`: gradients times grad_scale, clipped to oc->clip
  * (per replica, per stage), p *= 1 - lr*wd on decayed tensors, D = beta D + lr g, and the

@@ -787,6 +787,157 @@ static void test_msg_random_corruptions(void **state)
     }
 }
 
+/* --- version-2 bodies --------------------------------------------------------------- */
+
+/* One tensor's body at an odd bit offset between two other bodies: the same entries as
+ * the v1 message, the neighbours' bits untouched, the length of the formula. */
+static void check_body_roundtrip(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
+{
+    demo_cfg_t cfg = {chunk, k, f, 0.5f};
+    char err[STATUS_ERR_LEN];
+    demo_t *a = demo_new(rows, cols, &cfg, err), *b = demo_new(rows, cols, &cfg, err);
+    assert_non_null(a);
+    assert_non_null(b);
+    size_t n = (size_t)(rows * cols);
+    float *g = malloc(n * sizeof *g);
+    testutil_fill_normal(g, n, 91 + (uint64_t)k, 1.0f);
+    g[0] = 0.0f; /* an exact zero, for the sign bits */
+    assert_int_equal(demo_accumulate(a, g, 0.1f, err), 0);
+    assert_int_equal(demo_accumulate(b, g, 0.1f, err), 0);
+    uint64_t bits = demo_body_size(b);
+    assert_int_equal(bits, demo_body_bits(rows, cols, chunk, k, f));
+    /* the formula: scale, ceil(log2 tn)-bit indices unless dense, values */
+    int kt = demo_entries_per_tile(rows, cols, chunk, k, f);
+    int tn = (int)(dct_chunk_size(rows, chunk) * dct_chunk_size(cols, chunk)), ib = 0;
+    if (kt < tn)
+        while ((1 << ib) < tn) ib++;
+    uint64_t ne = (uint64_t)(n / (size_t)tn) * (uint64_t)kt;
+    int vb = f == DEMO_VAL_F32 ? 32 : f == DEMO_VAL_BF16 ? 16 : 1;
+    assert_int_equal(bits, (f == DEMO_VAL_SIGN ? 16 : 0) + ne * (uint64_t)(ib + vb));
+
+    size_t len1, cap1 = demo_msg_size(a);
+    uint8_t *m1 = malloc(cap1);
+    assert_int_equal(demo_extract(a, m1, cap1, &len1, err), 0);
+    const uint64_t at = 13; /* 13 bits of something else before, 11 after */
+    size_t cap2 = (size_t)((at + bits + 11 + 7) / 8);
+    uint8_t *m2 = malloc(cap2);
+    memset(m2, 0xa5, cap2);
+    /* no room for the body: refused, D untouched */
+    float *keep = malloc(n * sizeof *keep);
+    memcpy(keep, demo_momentum(b), n * sizeof *keep);
+    assert_int_equal(demo_extract_body(b, m2, (size_t)((at + bits + 7) / 8) - 1, at, err),
+                     STATUS_EINVAL);
+    assert_memory_equal(keep, demo_momentum(b), n * sizeof *keep);
+    free(keep);
+    assert_int_equal(demo_extract_body(b, m2, cap2, at, err), 0);
+    /* same residual as the v1 extraction */
+    assert_memory_equal(demo_momentum(a), demo_momentum(b), n * sizeof(float));
+    /* neighbours untouched: bits [0, 13) and [13 + bits, 8 cap2) still 0xa5 */
+    for (uint64_t i = 0; i < 8 * (uint64_t)cap2; i++) {
+        if (i >= at && i < at + bits) continue;
+        assert_int_equal((m2[i / 8] >> (i % 8)) & 1, (0xa5 >> (i % 8)) & 1);
+    }
+    uint16_t *i1 = malloc(n * sizeof *i1), *i2 = malloc(n * sizeof *i2);
+    float *v1 = malloc(n * sizeof *v1), *v2 = malloc(n * sizeof *v2);
+    demo_msg_info_t info;
+    float scale;
+    assert_int_equal(demo_msg_unpack(m1, len1, &info, i1, v1, n, err), 0);
+    assert_int_equal(
+        demo_body_unpack(m2, cap2, at, rows, cols, chunk, k, f, i2, v2, n, &scale, err), 0);
+    assert_memory_equal(i1, i2, ne * sizeof *i1);
+    for (uint64_t e = 0; e < ne; e++) {
+        if (f != DEMO_VAL_SIGN) {
+            assert_true(v1[e] == v2[e]);
+        } else { /* bf16 scale: within 2^-8 of v1's f32 scale */
+            assert_true((v1[e] < 0) == (v2[e] < 0));
+            assert_true(fabsf(fabsf(v2[e]) - info.scale) <= info.scale / 256);
+            assert_true(fabsf(v2[e]) == scale);
+        }
+    }
+    /* a body that does not fit its buffer is refused, never read */
+    size_t need = (size_t)((at + bits + 7) / 8);
+    assert_int_equal(
+        demo_body_unpack(m2, need - 1, at, rows, cols, chunk, k, f, i2, v2, n, &scale, err),
+        STATUS_EMALFORMED);
+    assert_int_equal(
+        demo_body_unpack(m2, need, at, rows, cols, chunk, k, f, i2, v2, ne - 1, &scale, err),
+        STATUS_EINVAL);
+    /* aggregation of the body alone = the v1 aggregate of its message (f32, bf16: exactly) */
+    double *sum = calloc(n, sizeof *sum);
+    uint32_t *cnt = calloc(n, sizeof *cnt);
+    float *q1 = malloc(n * sizeof *q1), *q2 = malloc(n * sizeof *q2);
+    assert_int_equal(demo_body_add(b, m2, need - 1, at, k, f, sum, cnt, err), STATUS_EMALFORMED);
+    for (size_t i = 0; i < n; i++) assert_true(sum[i] == 0 && cnt[i] == 0);
+    assert_int_equal(demo_body_add(b, m2, cap2, at, k, f, sum, cnt, err), 0);
+    demo_body_finish(b, sum, cnt, q2);
+    const uint8_t *ms[1] = {m1};
+    const size_t ls[1] = {len1};
+    assert_int_equal(demo_aggregate(a, ms, ls, 1, q1, err), 0);
+    if (f != DEMO_VAL_SIGN) assert_memory_equal(q1, q2, n * sizeof *q1);
+    for (size_t i = 0; i < n; i++)
+        assert_true(fabsf(q1[i] - q2[i]) <= 0.01f * fabsf(q1[i]) + 1e-6f);
+    free(sum);
+    free(cnt);
+    free(q1);
+    free(q2);
+    free(i1);
+    free(i2);
+    free(v1);
+    free(v2);
+    free(m1);
+    free(m2);
+    free(g);
+    demo_destroy(&a);
+    demo_destroy(&b);
+}
+
+static void test_body_roundtrip(void **state)
+{
+    (void)state;
+    for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
+        check_body_roundtrip(128, 64, 64, 4, (demo_vfmt_t)f); /* 4096: 12-bit indices */
+        check_body_roundtrip(86, 64, 64, 3, (demo_vfmt_t)f);  /* 43 x 64 = 2752: 12 bits */
+        check_body_roundtrip(64, 64, 16, 1, (demo_vfmt_t)f);  /* 256: 8 bits */
+        check_body_roundtrip(32, 48, 8, 5, (demo_vfmt_t)f);   /* 64: 6 bits */
+        check_body_roundtrip(1, 64, 16, 1, (demo_vfmt_t)f);   /* a norm, 1 x 16 tiles */
+        check_body_roundtrip(1, 64, 64, 60, (demo_vfmt_t)f);  /* dense */
+        check_body_roundtrip(6, 10, 3, 2, (demo_vfmt_t)f);    /* 3 x 5 = 15: 4 bits */
+    }
+    /* pack / unpack of chosen entries, a bf16 scale that would round above 1e30 */
+    uint8_t buf[64];
+    char err[STATUS_ERR_LEN];
+    const uint16_t idx[2] = {3, 60};
+    const float big[2] = {1e30f, -1e30f}, bad[2] = {1.0f, NAN};
+    uint16_t i2[2];
+    float v2[2], scale;
+    assert_int_equal(demo_body_pack(buf, sizeof buf, 3, 1, 64, 64, 2, DEMO_VAL_SIGN, idx, big, err),
+                     0);
+    assert_int_equal(
+        demo_body_unpack(buf, sizeof buf, 3, 1, 64, 64, 2, DEMO_VAL_SIGN, i2, v2, 2, &scale, err),
+        0);
+    assert_true(scale <= DEMO_MAX_ABS && scale > 0.99e30f);
+    assert_true(v2[0] == scale && v2[1] == -scale && i2[0] == 3 && i2[1] == 60);
+    assert_int_equal(demo_body_pack(buf, sizeof buf, 3, 1, 64, 64, 2, DEMO_VAL_F32, idx, bad, err),
+                     STATUS_EINVAL);
+    const uint16_t desc[2] = {60, 3};
+    assert_int_equal(demo_body_pack(buf, sizeof buf, 3, 1, 64, 64, 2, DEMO_VAL_F32, desc, big, err),
+                     STATUS_EINVAL);
+    assert_int_equal(demo_body_pack(buf, 1, 3, 1, 64, 64, 2, DEMO_VAL_F32, idx, big, err),
+                     STATUS_EINVAL);
+    assert_int_equal(demo_body_bits(1, 64, 64, 0, (demo_vfmt_t)3), 0);
+    /* decoder: repeated index, negative scale */
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(
+        demo_body_unpack(buf, sizeof buf, 0, 1, 64, 64, 2, DEMO_VAL_F32, i2, v2, 2, &scale, err),
+        STATUS_EMALFORMED); /* indices 0, 0 */
+    assert_int_equal(demo_body_pack(buf, sizeof buf, 0, 1, 64, 64, 2, DEMO_VAL_SIGN, idx, big, err),
+                     0);
+    buf[1] |= 0x80; /* bf16 sign bit */
+    assert_int_equal(
+        demo_body_unpack(buf, sizeof buf, 0, 1, 64, 64, 2, DEMO_VAL_SIGN, i2, v2, 2, &scale, err),
+        STATUS_EMALFORMED);
+}
+
 /* --- four replicas, 100 steps ------------------------------------------------------ */
 
 static void test_replicas_stay_identical(void **state)
@@ -914,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_msg_truncations_and_fields),
         cmocka_unit_test(test_msg_random_corruptions),
+        cmocka_unit_test(test_body_roundtrip),
         cmocka_unit_test(test_replicas_stay_identical),
         cmocka_unit_test(test_small_model_bytes),
     };

@@ -8,12 +8,15 @@
 #include <cmocka.h>
 
 #include "common/status.h"
+#include "compress/codec.h"
+#include "common/rng.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
 #include "peer/model.h"
 #include "peer/train.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,10 +113,10 @@ static int params_equal(pool_t *p, int a, int b)
 
 /* 100 DeMo steps: each replica receives the pool's messages in its own order; all stay
  * bit-identical and the loss falls. */
-static void replicas_identical(demo_vfmt_t vfmt, int k)
+static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k)
 {
     pool_t p;
-    demo_cfg_t dc = {.chunk = 64, .k = k, .vfmt = vfmt, .beta = 0.999f};
+    demo_cfg_t dc = {.chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.999f};
     pool_init(&p, &dc);
     optim_config_t oc = optim_defaults();
     char err[STATUS_ERR_LEN];
@@ -125,15 +128,16 @@ static void replicas_identical(demo_vfmt_t vfmt, int k)
         for (int r = 0; r < R; r++)
             for (int s = 0; s < 2; s++) {
                 /* each replica hears the pool in another order, one not a rotation */
-                static const int orders[R][R] = {{0, 1, 2, 3}, {2, 0, 3, 1}, {3, 2, 1, 0}, {1, 3, 0, 2}};
+                static const int orders[R][R] = {
+                    {0, 1, 2, 3}, {2, 0, 3, 1}, {3, 2, 1, 0}, {1, 3, 0, 2}};
                 const int *order = orders[r];
                 if (pool_apply(&p, &oc, step, r, s, order, R, err)) fail_msg("apply: %s", err);
             }
         for (int r = 1; r < R; r++)
             if (!params_equal(&p, 0, r)) fail_msg("replica %d diverged at step %d", r, step);
     }
-    printf("demo %s k=%d: loss %.3f -> %.3f over 100 steps\n",
-           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", k, first, last);
+    printf("demo %s chunk %d k=%d: loss %.3f -> %.3f over 100 steps\n",
+           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k, first, last);
     assert_true(last < first - 1.0);
 
     /* The comparison can see a divergence: replica 0 misses replica 3's message. */
@@ -150,13 +154,14 @@ static void replicas_identical(demo_vfmt_t vfmt, int k)
 static void test_demo_replicas_sign(void **state)
 {
     (void)state;
-    replicas_identical(DEMO_VAL_SIGN, 4);
+    replicas_identical(DEMO_VAL_SIGN, 64, 4);
+    replicas_identical(DEMO_VAL_SIGN, 16, 1);
 }
 
 static void test_demo_replicas_f32(void **state)
 {
     (void)state;
-    replicas_identical(DEMO_VAL_F32, 32);
+    replicas_identical(DEMO_VAL_F32, 64, 32);
 }
 
 /* A damaged or misdirected stage message is refused and nothing is applied. */
@@ -180,17 +185,17 @@ static void test_demo_bad_messages(void **state)
 
     memcpy(bad, p.msg[1][0], len);
     assert_int_equal(demo_opt_apply(p.opt[0][0], &oc, 1, ptrs, lens, 2, err), STATUS_EMALFORMED);
-    assert_non_null(strstr(err, "step"));       /* a message of another step */
-    lens[1] = len - 1;                           /* truncated */
+    assert_non_null(strstr(err, "step")); /* a message of another step */
+    lens[1] = len - 1;                    /* truncated */
     assert_true(demo_opt_apply(p.opt[0][0], &oc, 0, ptrs, lens, 2, err) < 0);
-    lens[1] = len + 8;                           /* trailing bytes */
+    lens[1] = len + 8; /* trailing bytes */
     memset(bad + len, 0, 8);
     assert_true(demo_opt_apply(p.opt[0][0], &oc, 0, ptrs, lens, 2, err) < 0);
     lens[1] = len;
-    bad[4] = 9;                                  /* another version */
+    bad[4] = 9; /* another version */
     assert_int_equal(demo_opt_apply(p.opt[0][0], &oc, 0, ptrs, lens, 2, err), STATUS_EVERSION);
     memcpy(bad, p.msg[1][0], len);
-    bad[len - 3] ^= 0x40;                        /* a flipped bit in the last tensor */
+    bad[len - 3] ^= 0x40; /* a flipped bit in the last tensor */
     assert_true(demo_opt_apply(p.opt[0][0], &oc, 0, ptrs, lens, 2, err) < 0);
     assert_memory_equal(before, stage_params(st), bytes); /* all or nothing */
     memcpy(bad, p.msg[1][0], len);
@@ -199,6 +204,257 @@ static void test_demo_bad_messages(void **state)
     free(before);
     free(bad);
     pool_free(&p);
+}
+
+/* ---- stage message version 2 -------------------------------------------------------- */
+
+static void refix_stage_crc(uint8_t *b, size_t len)
+{
+    if (len < DEMO_OPT_HEADER_LEN) return;
+    uint32_t crc = codec_crc32c(0, b, 28);
+    crc = codec_crc32c(crc, b + DEMO_OPT_HEADER_LEN, len - DEMO_OPT_HEADER_LEN);
+    for (int i = 0; i < 4; i++) b[28 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+/* Replica 0 of stage 0 applies {its own message, t}; returns the status. On failure the
+ * parameters must be exactly `before`; on success they are put back. */
+static int apply_pair(pool_t *p, const optim_config_t *oc, const uint8_t *t, size_t l,
+                      const float *before, size_t bytes, char *err)
+{
+    stage_t *st = model_stage(p->rep[0], 0);
+    const uint8_t *ptrs[2] = {p->msg[0][0], t};
+    const size_t lens[2] = {demo_opt_msg_size(p->opt[0][0]), l};
+    int rc = demo_opt_apply(p->opt[0][0], oc, 0, ptrs, lens, 2, err);
+    if (rc) {
+        assert_true(rc < 0);
+        assert_true(strlen(err) > 0);
+        assert_memory_equal(before, stage_params(st), bytes); /* all or nothing */
+    } else {
+        for (size_t i = 0; i < bytes / sizeof(float); i++)
+            assert_true(isfinite(stage_params(st)[i]));
+        memcpy(stage_params(st), before, bytes);
+    }
+    return rc;
+}
+
+/* Every header field, every truncation and 10,000 random corruptions of a v2 stage
+ * message (sign, chunk 16, k 1: the compact setting): refused with a status, nothing
+ * applied, never a crash (run under ASan). */
+static void test_demo_v2_corruptions(void **state)
+{
+    (void)state;
+    pool_t p;
+    demo_cfg_t dc = {.chunk = 16, .k = 1, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f};
+    pool_init(&p, &dc);
+    optim_config_t oc = optim_defaults();
+    char err[STATUS_ERR_LEN];
+    pool_prepare(&p, &oc, 0);
+    stage_t *st = model_stage(p.rep[0], 0);
+    size_t bytes = stage_num_params(st) * sizeof(float);
+    float *before = malloc(bytes);
+    memcpy(before, stage_params(st), bytes);
+    const uint8_t *m = p.msg[1][0];
+    size_t len = demo_opt_msg_size(p.opt[1][0]);
+    uint8_t *b = malloc(len + 64);
+    assert_int_equal(m[4], 2);
+#define FRESH memcpy(b, m, len)
+#define REFUSED(want)                                                                              \
+    do {                                                                                           \
+        refix_stage_crc(b, len);                                                                   \
+        assert_int_equal(apply_pair(&p, &oc, b, len, before, bytes, err), (want));                 \
+    } while (0)
+    FRESH;
+    assert_int_equal(apply_pair(&p, &oc, b, len, before, bytes, err), 0);
+    FRESH;
+    b[0] = 'X';
+    REFUSED(STATUS_EMALFORMED);
+    FRESH;
+    b[4] = 1;
+    REFUSED(STATUS_EVERSION); /* a version-1 reader's message */
+    FRESH;
+    b[5] = 3;
+    REFUSED(STATUS_EMALFORMED);
+    FRESH;
+    b[5] = DEMO_VAL_F32;
+    REFUSED(STATUS_EMALFORMED); /* f32 needs another length */
+    FRESH;
+    b[6] = 64;
+    REFUSED(STATUS_EMALFORMED); /* another chunk */
+    FRESH;
+    b[8] = 0;
+    REFUSED(STATUS_EMALFORMED); /* k 0 */
+    FRESH;
+    b[8] = 2;
+    REFUSED(STATUS_EMALFORMED); /* k 2: length disagrees */
+    FRESH;
+    b[8] = 1, b[10] = 1;
+    REFUSED(STATUS_EMALFORMED); /* k 65537 */
+    FRESH;
+    b[12]++;
+    REFUSED(STATUS_EMALFORMED); /* tensor count */
+    FRESH;
+    b[24] ^= 1;
+    REFUSED(STATUS_EMALFORMED); /* table fingerprint */
+    FRESH;
+    b[16]++;
+    REFUSED(STATUS_EMALFORMED); /* step */
+    assert_non_null(strstr(err, "step"));
+    FRESH;
+    b[33] |= 0x80;
+    REFUSED(STATUS_EMALFORMED); /* first tensor's sign scale negative */
+    assert_non_null(strstr(err, "tensor 0"));
+    FRESH;
+    b[33] = 0x7f, b[32] = 0x80;
+    REFUSED(STATUS_EMALFORMED); /* scale Inf */
+    FRESH;
+    b[len - 1] |= 0x80; /* the last bit */
+    refix_stage_crc(b, len);
+    int rc = apply_pair(&p, &oc, b, len, before, bytes, err);
+    /* a padding bit when the bodies do not fill the last octet, else a sign bit */
+    assert_true(rc == STATUS_EMALFORMED || rc == 0);
+    FRESH;
+    b[len / 2] ^= 4; /* a flipped bit, checksum not fixed */
+    assert_int_equal(apply_pair(&p, &oc, b, len, before, bytes, err), STATUS_ECORRUPT);
+#undef REFUSED
+    /* every truncation, and trailing bytes */
+    for (size_t l = 0; l < len; l++) {
+        FRESH;
+        assert_true(apply_pair(&p, &oc, b, l, before, bytes, err) < 0);
+        refix_stage_crc(b, l);
+        assert_true(apply_pair(&p, &oc, b, l, before, bytes, err) < 0);
+    }
+    FRESH;
+    memset(b + len, 0, 64);
+    for (size_t l = len + 1; l <= len + 64; l += 7) {
+        refix_stage_crc(b, l);
+        assert_int_equal(apply_pair(&p, &oc, b, l, before, bytes, err), STATUS_EMALFORMED);
+    }
+    /* random corruptions: bit flips and random octets, some lengths changed, half the
+     * time with the checksum repaired so that the checks behind it are reached */
+    rng_t r;
+    rng_seed(&r, 2024);
+    int ok = 0, by[8] = {0};
+    for (int it = 0; it < 10000; it++) {
+        size_t l = len;
+        int op = (int)rng_below(&r, 8);
+        if (op == 6) l = (size_t)rng_below(&r, len + 1);
+        if (op == 7) l = len + 1 + (size_t)rng_below(&r, 32);
+        for (size_t i = 0; i < l; i++) b[i] = i < len ? m[i] : (uint8_t)rng_next(&r);
+        int edits = 1 + (int)rng_below(&r, 3);
+        for (int e = 0; e < edits && l; e++) {
+            /* half the edits in the header, where the fields are */
+            size_t at = rng_below(&r, 2) ? (size_t)rng_below(&r, l < 32 ? l : 32)
+                                         : (size_t)rng_below(&r, l);
+            if (rng_below(&r, 2))
+                b[at] ^= (uint8_t)(1u << rng_below(&r, 8));
+            else
+                b[at] = (uint8_t)rng_next(&r);
+        }
+        if (rng_below(&r, 2)) refix_stage_crc(b, l);
+        rc = apply_pair(&p, &oc, b, l, before, bytes, err);
+        if (rc == 0)
+            ok++;
+        else
+            by[-rc & 7]++;
+    }
+    print_message("v2 stage message, %zu bytes: %d of 10000 corruptions applied (valid messages "
+                  "after the edit), the rest refused\n",
+                  len, ok);
+    (void)by;
+#undef FRESH
+    free(before);
+    free(b);
+    pool_free(&p);
+}
+
+/* Senders may use another k and value format than the receiver; the result is the same
+ * on every replica for the same set of messages in any order. */
+static void test_demo_v2_mixed_senders(void **state)
+{
+    (void)state;
+    pool_t p;
+    demo_cfg_t dc = {.chunk = 16, .k = 1, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f};
+    pool_init(&p, &dc);
+    optim_config_t oc = optim_defaults();
+    char err[STATUS_ERR_LEN];
+    demo_cfg_t other = {.chunk = 16, .k = 6, .vfmt = DEMO_VAL_F32, .beta = 0.9f};
+    demo_opt_t *o2 = demo_opt_new(model_stage(p.rep[3], 0), &other, err);
+    assert_non_null(o2);
+    assert_true(demo_opt_msg_size(o2) > demo_opt_msg_size(p.opt[0][0]));
+    /* replica 3 computes its gradient in pool_prepare; o2 then reuses it (its stage 0) */
+    pool_prepare(&p, &oc, 0);
+    uint8_t *m2 = malloc(demo_opt_msg_size(o2));
+    assert_int_equal(demo_opt_prepare(o2, &oc, 0, 1.0f, m2, NULL, err), 0);
+    const uint8_t *set[3] = {p.msg[0][0], m2, p.msg[1][0]};
+    const size_t lens[3] = {demo_opt_msg_size(p.opt[0][0]), demo_opt_msg_size(o2),
+                            demo_opt_msg_size(p.opt[1][0])};
+    const uint8_t *rev[3] = {set[2], set[0], set[1]};
+    const size_t rlens[3] = {lens[2], lens[0], lens[1]};
+    assert_int_equal(demo_opt_apply(p.opt[0][0], &oc, 0, set, lens, 3, err), 0);
+    assert_int_equal(demo_opt_apply(p.opt[2][0], &oc, 0, rev, rlens, 3, err), 0);
+    stage_t *a = model_stage(p.rep[0], 0), *c = model_stage(p.rep[2], 0);
+    assert_memory_equal(stage_params(a), stage_params(c), stage_num_params(a) * sizeof(float));
+    /* a sender with another chunk is refused */
+    demo_cfg_t c64 = {.chunk = 64, .k = 1, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f};
+    demo_opt_t *o3 = demo_opt_new(model_stage(p.rep[3], 0), &c64, err);
+    uint8_t *m3 = malloc(demo_opt_msg_size(o3));
+    assert_int_equal(demo_opt_prepare(o3, &oc, 1, 1.0f, m3, NULL, err), 0);
+    pool_prepare(&p, &oc, 1);
+    const uint8_t *bad[2] = {p.msg[0][0], m3};
+    const size_t blens[2] = {demo_opt_msg_size(p.opt[0][0]), demo_opt_msg_size(o3)};
+    assert_int_equal(demo_opt_apply(p.opt[0][0], &oc, 1, bad, blens, 2, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "chunk"));
+    free(m2);
+    free(m3);
+    demo_opt_destroy(&o2);
+    demo_opt_destroy(&o3);
+    pool_free(&p);
+}
+
+/* Bytes per replica per step of the v2 stage message on tiny and small (one stage). */
+static void test_demo_v2_bytes(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    kern_t *k = kern_new("cpu", 1, err);
+    assert_non_null(k);
+    const struct {
+        int chunk, k;
+        demo_vfmt_t f;
+    } cfgs[] = {{16, 1, DEMO_VAL_SIGN}, {32, 1, DEMO_VAL_SIGN}, {32, 2, DEMO_VAL_SIGN},
+                {64, 4, DEMO_VAL_SIGN}, {64, 6, DEMO_VAL_SIGN}, {64, 8, DEMO_VAL_SIGN},
+                {64, 32, DEMO_VAL_F32}};
+    const char *models[2] = {"tiny", "small"};
+    for (int mi = 0; mi < 2; mi++) {
+        model_config_t c;
+        config_preset(&c, models[mi], NULL);
+        c.batch = 1;
+        model_t *m = model_new(&c, k, 1, err);
+        assert_non_null(m);
+        stage_t *st = model_stage(m, 0);
+        int nt;
+        const stage_tensor_t *t = stage_tensors(st, &nt);
+        size_t P = stage_num_params(st);
+        for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+            demo_cfg_t dc = {cfgs[ci].chunk, cfgs[ci].k, cfgs[ci].f, 0.999f};
+            demo_opt_t *o = demo_opt_new(st, &dc, err);
+            assert_non_null(o);
+            size_t b = demo_opt_msg_size(o);
+            assert_int_equal(b, demo_opt_stage_bytes(t, nt, &dc));
+            size_t v1 = 20 + 4 * (size_t)nt;
+            for (int i = 0; i < nt; i++)
+                v1 += demo_message_bytes(t[i].rows, t[i].cols, dc.chunk, dc.k, dc.vfmt);
+            print_message("%s (%d tensors, %zu params) %s chunk %d k %d: v2 %zu B/step = %.5f "
+                          "B/param (v1 %zu = %.5f)\n",
+                          models[mi], nt, P, dc.vfmt == DEMO_VAL_SIGN ? "sign" : "f32", dc.chunk,
+                          dc.k, b, (double)b / (double)P, v1, (double)v1 / (double)P);
+            assert_true(b < v1);
+            if (mi == 0 && dc.chunk == 16 && dc.k == 1) assert_true((double)b / (double)P <= 0.005);
+            demo_opt_destroy(&o);
+        }
+        model_destroy(&m);
+    }
+    kern_destroy(&k);
 }
 
 /* ---- resume after SIGKILL ----------------------------------------------------------- */
@@ -306,7 +562,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_demo_replicas_sign), cmocka_unit_test(test_demo_replicas_f32),
-        cmocka_unit_test(test_demo_bad_messages),  cmocka_unit_test(test_resume_adamw),
+        cmocka_unit_test(test_demo_bad_messages),  cmocka_unit_test(test_demo_v2_corruptions),
+        cmocka_unit_test(test_demo_v2_mixed_senders), cmocka_unit_test(test_demo_v2_bytes),
+        cmocka_unit_test(test_resume_adamw),
         cmocka_unit_test(test_resume_demo),        cmocka_unit_test(test_resume_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -317,6 +317,24 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     return 0;
 }
 
+int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err)
+{
+    int k;
+    demo_vfmt_t vfmt;
+    int rc = check_frame(o, msg, len, step, &k, &vfmt, err);
+    uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
+    for (int i = 0; !rc && i < o->n; i++) {
+        const stage_tensor_t *t = &o->tab[i];
+        memset(o->sum, 0, t->numel * sizeof *o->sum);
+        memset(o->cnt, 0, t->numel * sizeof *o->cnt);
+        char e2[STATUS_ERR_LEN];
+        rc = demo_body_add(o->d[i], msg, len, pos, k, vfmt, o->sum, o->cnt, e2);
+        if (rc) status_set(err, rc, "tensor %d (%s): %s", i, t->name, e2);
+        pos += demo_body_bits(t->rows, t->cols, o->chunk, k, vfmt);
+    }
+    return rc;
+}
+
 void demo_opt_get_momentum(demo_opt_t *o, float *out)
 {
     for (int i = 0; i < o->n; i++)

@@ -65,6 +65,11 @@ void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step);
 int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
                    const uint8_t *const *msgs, const size_t *lens, int m, char *err);
 
+/* Validates one stage message of step `step` as demo_opt_apply would (frame, checksum,
+ * every body) without applying anything: 0, or the status and reason in err. A peer
+ * checks what it receives so that one bad sender cannot stop its pool's step. */
+int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err);
+
 /* The residual momentum of all tensors, concatenated in table order (stage_num_params
  * floats), for checkpoints: get copies out, set copies in. */
 void demo_opt_get_momentum(demo_opt_t *o, float *out);

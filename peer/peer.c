@@ -1188,9 +1188,18 @@ static int handle_event(peer_t *p, net_ev_t *ev)
         else if (m->step == p->step)
             p->step_done_flag = 1;
         return 0;
-    case MSG_EXCH:
+    case MSG_EXCH: {
         if (!p->st || m->stage != p->stage || ev->nframes != 1) return 0;
+        char why[STATUS_ERR_LEN];
+        if (p->dopt && m->step >= p->step && m->step <= p->step + 4 &&
+            demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
+            p->rejected++; /* the pool steps without it; hashes catch a peer that diverges */
+            log_warn("peer: refused the step %" PRId64 " exchange message of %s: %s", m->step,
+                     idhex(m->sender), why);
+            return 0;
+        }
         return store_exch(p, m, ev->frame[0], ev->frame_len[0]);
+    }
     case MSG_STATE_REQ:
         if (p->st) on_state_req(p, m);
         return 0;

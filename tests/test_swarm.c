@@ -184,13 +184,15 @@ static void test_demo_swarm_with_fault(void **state)
     enum { STEPS = 200 };
     char args[1024];
     snprintf(args, sizeof args,
-             "train --stages 2 --replicas 2 --optimizer demo --steps %d --threads 2 --log-every 50 "
+             "train --stages 2 --batch 8 --replicas 2 --optimizer demo --steps %d --threads 2 "
+             "--log-every 50 "
              "--data %s",
              STEPS, testutil_corpus());
     pid_t t = start("train", args);
     assert_int_equal(finish(t, 900), 0);
     snprintf(args, sizeof args,
-             "local --peers 4 --stages 2 --replicas 2 --optimizer demo --codec int8 --steps %d "
+             "local --peers 4 --stages 2 --batch 8 --replicas 2 --optimizer demo --codec int8 "
+             "--steps %d "
              "--log-every 50 "
              "--kill 3:40 --join-at 100 --join-stage 1 --quiet --dir %s/local --data %s",
              STEPS, dir, testutil_corpus());

@@ -238,7 +238,7 @@ static int bench_activation_codecs(const model_config_t *cfg, const capture_t *c
 }
 
 /* DeMo bytes one replica sends per parameter per step for the whole model: every stage's
- * stage message (demo_opt.h framing + one DeMo message per tensor). */
+ * stage message (version 2: one header per stage, bit-packed bodies). */
 static int bench_demo_bytes(const model_config_t *cfg, int threads)
 {
     char err[STATUS_ERR_LEN];
@@ -267,14 +267,16 @@ static int bench_demo_bytes(const model_config_t *cfg, int threads)
         for (int ki = 0; ki < 5; ki++) {
             size_t total = 0, b_mat = 0, b_1d = 0, b_emb = 0;
             size_t p_mat = 0, p_1d = 0, p_emb = 0;
+            /* v2 stage messages: one header per stage, bit-packed bodies; the groups
+             * are counted by their bodies' bits */
+            demo_cfg_t dc = {DEMO_DEFAULT_CHUNK, ks[ki], fmts[f].f, DEMO_DEFAULT_BETA};
             for (int s = 0; s < model_num_stages(m); s++) {
                 int nt;
                 const stage_tensor_t *t = stage_tensors(model_stage(m, s), &nt);
-                total += DEMO_OPT_HEADER_LEN + 4 * (size_t)nt;
+                total += demo_opt_stage_bytes(t, nt, &dc);
                 for (int i = 0; i < nt; i++) {
-                    size_t b = demo_message_bytes(t[i].rows, t[i].cols, DEMO_DEFAULT_CHUNK, ks[ki],
-                                                  fmts[f].f);
-                    total += b;
+                    size_t b = (size_t)((demo_body_bits(t[i].rows, t[i].cols, DEMO_DEFAULT_CHUNK,
+                                                        ks[ki], fmts[f].f) + 7) / 8);
                     if (t[i].ndim == 1) {
                         b_1d += b;
                         p_1d += t[i].numel;
@@ -287,10 +289,9 @@ static int bench_demo_bytes(const model_config_t *cfg, int threads)
                     }
                 }
             }
-            /* cross-check the formula against demo_opt's own message size, once */
+            /* cross-check against the size of the messages demo_opt really makes, once */
             if (f == 2 && ks[ki] == 4) {
                 size_t check = 0;
-                demo_cfg_t dc = {DEMO_DEFAULT_CHUNK, 4, DEMO_VAL_SIGN, DEMO_DEFAULT_BETA};
                 for (int s = 0; s < model_num_stages(m) && !rc; s++) {
                     demo_opt_t *o = demo_opt_new(model_stage(m, s), &dc, err);
                     if (!o) {

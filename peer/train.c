@@ -576,6 +576,8 @@ finish:
         store_ckpt_wait(run.db);
         store_writer_stats(run.db, &ws);
         r.checkpoints_failed = (int)ws.failed;
+        r.checkpoints_saved = (int)ws.saved;
+        r.checkpoints_replaced = (int)ws.replaced;
         if (ws.failed)
             log_warn("%" PRId64 " background checkpoint(s) failed; last: %s", ws.failed,
                      ws.last_err);

@@ -52,6 +52,8 @@ typedef struct {
     double demo_bytes_per_param; /* bytes one replica sends per parameter per step */
     double wire_bytes_per_elem;  /* encoded stage-boundary bytes per element */
     int checkpoints_failed;      /* background writes that failed (training went on) */
+    int checkpoints_saved;       /* background writes that committed */
+    int checkpoints_replaced;    /* snapshots dropped for a newer one while the writer was busy */
 } train_result_t;
 
 /* Defaults: tiny config, AdamW, lr 3e-3, 300 steps, accum 1, one replica, seed 1337,

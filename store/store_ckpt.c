@@ -1,10 +1,13 @@
 /* store_ckpt.c — checkpoint snapshots, writing them (on the caller's thread or on the
  * store's writer thread), pruning to the newest K, and loading with verification.
  * Not for: deciding what goes into a checkpoint; the caller names the blobs. */
+#define _GNU_SOURCE /* SCHED_IDLE for the writer thread */
 #include "store/store_impl.h"
 
 #include "common/log.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -333,6 +336,11 @@ static void *store_writer_main(void *arg)
 {
     store_t *s = arg;
     char err[STATUS_ERR_LEN];
+    /* Training must not wait for a checkpoint: the writer takes only CPU time nobody
+     * else wants (Linux SCHED_IDLE; best effort elsewhere). A write that falls behind is
+     * replaced by a newer snapshot, never queued without bound. */
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     pthread_mutex_lock(&s->wmu);
     for (;;) {
         while (!s->pending && !s->stop) pthread_cond_wait(&s->work_cv, &s->wmu);

@@ -125,7 +125,8 @@ static void equivalent(int S)
              STEPS, testutil_corpus());
     pid_t t = start("train", args);
     snprintf(args, sizeof args,
-             "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --codec f32 --quiet "
+             "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --replicas 1 "
+             "--optimizer adamw --codec f32 --log-every 1 --quiet "
              "--dir %s/local --data %s",
              S, S, STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);

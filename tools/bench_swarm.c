@@ -17,8 +17,12 @@
  * output (the last one), NAN on failure. */
 static double run_and_read(const char *args, const char *key, double *second, const char *key2)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "/proc/self/exe %s 2>&1", args);
+    /* our own binary's path (in popen's shell, /proc/self/exe would be the shell) */
+    char self[1024], cmd[3072];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NAN;
+    self[n] = 0;
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", self, args);
     FILE *f = popen(cmd, "r");
     if (!f) return NAN;
     char line[1024];
@@ -81,7 +85,7 @@ int bench_swarm(int argc, char **argv)
              config, stages, steps, accum, cores);
     snprintf(swarm, sizeof swarm,
              "local --config %s --stages %d --peers %d --steps %d --accum %d --val-batches 1 "
-             "--in-flight 2 --quiet",
+             "--replicas 1 --optimizer adamw --in-flight 2 --quiet",
              config, stages, stages, steps, accum);
     printf("bench swarm: %s, %d stages, %d microbatches per step, %d steps, %ld cores; arms "
            "interleaved %d times\n",

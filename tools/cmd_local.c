@@ -262,7 +262,28 @@ static double wall(void)
     return (double)ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+static int local_main(int argc, char **argv);
+
 int cmd_local(int argc, char **argv)
+{
+    /* The demo's defaults: tiny, 2 stages, 2 microbatches a step, DeMo between the
+     * replicas of a pool, int8 activations on the wire, 1000 steps (a few minutes). They
+     * go in front of the user's words, both for parsing here and for the first peer,
+     * which decides the run: later words win. */
+    static const char *defaults[] = {"--stages", "2",    "--replicas", "2",    "--optimizer", "demo",
+                                     "--codec",  "int8", "--steps",    "1000", "--log-every", "50"};
+    enum { ND = sizeof defaults / sizeof defaults[0] };
+    char **args = malloc((size_t)(argc + ND + 1) * sizeof *args);
+    if (!args) return 1;
+    args[0] = argv[0];
+    for (int i = 0; i < ND; i++) args[1 + i] = (char *)defaults[i];
+    for (int i = 1; i <= argc; i++) args[ND + i] = argv[i]; /* with the NULL */
+    int rc = local_main(argc + ND, args);
+    free(args);
+    return rc;
+}
+
+static int local_main(int argc, char **argv)
 {
     static const struct option extra[] = {{"peers", required_argument, 0, O_PEERS},
                                           {"dir", required_argument, 0, O_DIR},
@@ -273,15 +294,7 @@ int cmd_local(int argc, char **argv)
                                           {"quiet", no_argument, 0, O_QUIET},
                                           {"peer-timeout", required_argument, 0, O_PTIMEOUT}};
     local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
-    /* The demo's defaults: tiny, 2 stages, 2 microbatches a step, DeMo between the
-     * replicas of a pool, int8 activations on the wire, 1000 steps (a few minutes). */
     train_options_t run = train_defaults();
-    run.cfg.stages = 2;
-    run.replicas = 2;
-    run.optimizer = TRAIN_DEMO;
-    run.codec = CODEC_INT8;
-    run.steps = 1000;
-    run.log_every = 50;
     run_opts_extra_t x = {
         .opts = extra,
         .n = sizeof extra / sizeof extra[0],

@@ -177,12 +177,12 @@ static void same_hashes(const char *text, int stage, int want)
     assert_int_equal(n, want);
 }
 
-/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 40 and
- * a fifth peer joins stage 1 at step 100. */
+/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 30 and
+ * a fifth peer joins stage 1 at step 75. */
 static void test_demo_swarm_with_fault(void **state)
 {
     (void)state;
-    enum { STEPS = 200 };
+    enum { STEPS = 150 };
     char args[1024];
     snprintf(args, sizeof args,
              "train --stages 2 --batch 8 --replicas 2 --optimizer demo --steps %d --threads 2 "
@@ -195,7 +195,7 @@ static void test_demo_swarm_with_fault(void **state)
              "local --peers 4 --stages 2 --batch 8 --replicas 2 --optimizer demo --codec int8 "
              "--steps %d "
              "--log-every 50 "
-             "--kill 3:40 --join-at 100 --join-stage 1 --quiet --dir %s/local --data %s",
+             "--kill 3:30 --join-at 75 --join-stage 1 --quiet --dir %s/local --data %s",
              STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);
     int rc = finish(l, 900);

@@ -38,8 +38,13 @@ typedef struct {
 static void pool_init(pool_t *p, const demo_cfg_t *dc)
 {
     char err[STATUS_ERR_LEN];
+    /* tiny's shape, narrower: the DeMo work per step is what these tests exercise, and
+     * it runs under ASan in CI */
     config_preset(&p->c, "tiny", NULL);
-    p->c.batch = 4;
+    p->c.dim = 32;
+    p->c.ffn = 64;
+    p->c.batch = 2;
+    p->c.seq = 32;
     p->c.stages = 2;
     p->k = kern_new("cpu", 2, err);
     assert_non_null(p->k);
@@ -111,9 +116,9 @@ static int params_equal(pool_t *p, int a, int b)
     return 1;
 }
 
-/* 100 DeMo steps: each replica receives the pool's messages in its own order; all stay
- * bit-identical and the loss falls. */
-static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k)
+/* `steps` DeMo steps: each replica receives the pool's messages in its own order; all stay
+ * bit-identical and the loss falls by at least `drop`. */
+static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, int steps, double drop)
 {
     pool_t p;
     demo_cfg_t dc = {.chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.999f};
@@ -121,7 +126,7 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k)
     optim_config_t oc = optim_defaults();
     char err[STATUS_ERR_LEN];
     double first = 0, last = 0;
-    for (int step = 0; step < 100; step++) {
+    for (int step = 0; step < steps; step++) {
         double loss = pool_prepare(&p, &oc, step);
         if (step == 0) first = loss;
         last = loss;
@@ -136,32 +141,38 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k)
         for (int r = 1; r < R; r++)
             if (!params_equal(&p, 0, r)) fail_msg("replica %d diverged at step %d", r, step);
     }
-    printf("demo %s chunk %d k=%d: loss %.3f -> %.3f over 100 steps\n",
-           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k, first, last);
-    assert_true(last < first - 1.0);
+    printf("demo %s chunk %d k=%d: loss %.3f -> %.3f over %d steps\n",
+           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k, first, last, steps);
+    assert_true(last < first - drop);
 
     /* The comparison can see a divergence: replica 0 misses replica 3's message. */
-    pool_prepare(&p, &oc, 100);
+    pool_prepare(&p, &oc, steps);
     int all[R] = {0, 1, 2, 3}, missing[R - 1] = {0, 1, 2};
     for (int s = 0; s < 2; s++) {
-        assert_int_equal(pool_apply(&p, &oc, 100, 0, s, missing, R - 1, err), 0);
-        assert_int_equal(pool_apply(&p, &oc, 100, 1, s, all, R, err), 0);
+        assert_int_equal(pool_apply(&p, &oc, steps, 0, s, missing, R - 1, err), 0);
+        assert_int_equal(pool_apply(&p, &oc, steps, 1, s, all, R, err), 0);
     }
     assert_false(params_equal(&p, 0, 1));
     pool_free(&p);
 }
 
+/* Measured on this narrow model (seed 5): sign k=4 falls 5.61 -> 2.83 in 100 steps; sign
+ * chunk 16 k=1 to 3.81 and f32 k=32 to 3.70 in 30. The bounds leave ~30% of that for
+ * rounding differences while a broken update (wrong sign, lost messages) fails them. */
+#define DROP_100 2.0
+#define DROP_30 1.2
+
 static void test_demo_replicas_sign(void **state)
 {
     (void)state;
-    replicas_identical(DEMO_VAL_SIGN, 64, 4);
-    replicas_identical(DEMO_VAL_SIGN, 16, 1);
+    replicas_identical(DEMO_VAL_SIGN, 64, 4, 100, DROP_100);
+    replicas_identical(DEMO_VAL_SIGN, 16, 1, 30, DROP_30);
 }
 
 static void test_demo_replicas_f32(void **state)
 {
     (void)state;
-    replicas_identical(DEMO_VAL_F32, 64, 32);
+    replicas_identical(DEMO_VAL_F32, 64, 32, 30, DROP_30);
 }
 
 /* A damaged or misdirected stage message is refused and nothing is applied. */
@@ -536,7 +547,7 @@ static void test_resume_adamw(void **state)
 static void test_resume_demo(void **state)
 {
     (void)state;
-    resume_matches("--replicas 2 --optimizer demo --demo-values sign --demo-k 4");
+    resume_matches("--replicas 2 --optimizer demo --demo-values sign --demo-k 4 --dim 32 --ffn 64");
 }
 
 /* --resume without a store, or with a checkpoint of another run, is refused clearly. */
@@ -558,7 +569,7 @@ static void test_resume_refusals(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_demo_replicas_sign), cmocka_unit_test(test_demo_replicas_f32),
@@ -567,5 +578,6 @@ int main(void)
         cmocka_unit_test(test_resume_adamw),
         cmocka_unit_test(test_resume_demo),        cmocka_unit_test(test_resume_refusals),
     };
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name, for timing */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,7 +132,7 @@ typedef struct {
     msg_member_t self;
     double tp_ema;
     int tp_n;
-    uint64_t served, retries, lost, act_bytes, tokens_done, rejected;
+    uint64_t served, retries, lost, act_bytes, rejected;
     double last_self_push;
     double t_start, t_train0, t_train1; /* process start; first microbatch; last step */
     int finished;
@@ -441,7 +441,6 @@ static int start_mb(peer_t *p, uint32_t index, int kind)
             if ((rc = stage_backward(p->st, slot, NULL, NULL, p->err))) return rc;
             complete_mb(p, index);
             p->loss_sum += loss, p->loss_n++;
-            p->tokens_done += (uint64_t)p->BT;
         } else {
             p->val_sum += loss, p->val_done++;
         }
@@ -574,7 +573,6 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     if (p->stage == 0) {
         p->loss_sum += m->loss, p->loss_n++;
         p->last_loss = m->loss;
-        p->tokens_done += (uint64_t)p->BT;
     } else {
         msg_t b = {.type = MSG_BWD,
                    .mb = r->mb,
@@ -1264,7 +1262,8 @@ static int source_work(peer_t *p)
     if (p->val_done == p->run.val_batches) {
         double val = p->val_sum / p->run.val_batches;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
-                (double)p->tokens_done / (p->t_train1 - p->t_train0), val);
+                /* the whole swarm's tokens: every stage-0 peer sources its share */
+                (double)p->run.steps * p->M * p->BT / (p->t_train1 - p->t_train0), val);
         fflush(p->log);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->nview; i++) send_msg(p, p->view[i].id, &d, 0, NULL, NULL);

@@ -536,9 +536,7 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
     return 0;
 }
 
-/* Canonical order of messages: by length, then by bytes. Identical messages are
- * interchangeable, so the order depends on the set only. Insertion sort: m is small. */
-static void canonical_order(int *ord, const uint8_t *const *msgs, const size_t *lens, int m)
+void demo_canonical_order(int *ord, const uint8_t *const *msgs, const size_t *lens, int m)
 {
     for (int i = 0; i < m; i++) ord[i] = i;
     for (int i = 1; i < m; i++) {
@@ -587,7 +585,7 @@ int demo_aggregate(demo_t *d, const uint8_t *const *msgs, const size_t *lens, in
         rc = status_set(err, STATUS_ENOMEM, "demo: out of memory aggregating %d messages", m);
         goto done;
     }
-    canonical_order(ord, msgs, lens, m);
+    demo_canonical_order(ord, msgs, lens, m);
     for (int o = 0; o < m; o++) {
         const uint8_t *buf = msgs[ord[o]];
         geom_t g;

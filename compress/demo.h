@@ -217,4 +217,9 @@ void demo_body_finish(demo_t *d, const double *sum, const uint32_t *cnt, float *
  * building block of demo_extract, exposed for tests. Can't fail. */
 void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys);
 
+/* Canonical order of m messages: by length, then by bytes, written as indices to ord.
+ * Identical messages are interchangeable, so the order depends on the set only; summing
+ * in it makes aggregation bit-identical on every replica. Insertion sort: m is small. */
+void demo_canonical_order(int *ord, const uint8_t *const *msgs, const size_t *lens, int m);
+
 #endif

@@ -61,3 +61,19 @@ void kern_rope_freqs(float *freqs, int T, int HS, float theta)
             freqs[(t * half + i) * 2 + 1] = (float)sin(a);
         }
 }
+
+void *kern_host_alloc(kern_t *k, size_t bytes)
+{
+    (void)k;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+void kern_host_free(kern_t *k, void *p)
+{
+    (void)k;
+    free(p);
+}

@@ -86,22 +86,6 @@ static inline float cpu_expf(float x)
 
 /* --- memory ------------------------------------------------------------------------ */
 
-static void *cpu_alloc(kern_t *k, size_t bytes)
-{
-    (void)k;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
-    return p;
-}
-
-static void cpu_free(kern_t *k, void *p)
-{
-    (void)k;
-    free(p);
-}
-
 /* Large copies and clears are split across the pool (gradients are zeroed every step). */
 static void cpu_memcpy(kern_t *k, void *dst, const void *src, size_t bytes)
 {
@@ -680,8 +664,8 @@ kern_t *kern_cpu_new(int threads, char *err)
     k->name = "cpu";
     k->threads = threads;
     k->on_device = 0;
-    k->alloc = cpu_alloc;
-    k->free = cpu_free;
+    k->alloc = kern_host_alloc;
+    k->free = kern_host_free;
     k->upload = cpu_memcpy;
     k->download = cpu_memcpy;
     k->copy = cpu_memcpy;

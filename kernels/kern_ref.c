@@ -13,22 +13,6 @@
 
 /* --- memory ------------------------------------------------------------------------ */
 
-static void *ref_alloc(kern_t *k, size_t bytes)
-{
-    (void)k;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
-    return p;
-}
-
-static void ref_free(kern_t *k, void *p)
-{
-    (void)k;
-    free(p);
-}
-
 static void ref_memcpy(kern_t *k, void *dst, const void *src, size_t bytes)
 {
     (void)k;
@@ -390,8 +374,8 @@ kern_t *kern_ref_new(char *err)
     k->name = "ref";
     k->threads = 1;
     k->on_device = 0;
-    k->alloc = ref_alloc;
-    k->free = ref_free;
+    k->alloc = kern_host_alloc;
+    k->free = kern_host_free;
     k->upload = ref_memcpy;
     k->download = ref_memcpy;
     k->copy = ref_memcpy;

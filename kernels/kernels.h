@@ -150,6 +150,11 @@ void kern_rope_freqs(float *freqs, int T, int HS, float theta);
  * in the environment before the library loads. */
 const char *kern_cpu_blas_better_core(void);
 
+/* alloc and free for backends whose memory is the host's (ref, cpu): zeroed, 64-byte
+ * aligned, NULL on failure; free of NULL is a no-op. */
+void *kern_host_alloc(kern_t *k, size_t bytes);
+void kern_host_free(kern_t *k, void *p);
+
 /* Backend constructors, used by kern_new. Each returns NULL and fills err on failure. */
 kern_t *kern_ref_new(char *err);
 kern_t *kern_cpu_new(int threads, char *err);

@@ -244,25 +244,6 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
     return 0;
 }
 
-/* Canonical order of messages: by length, then by bytes. Identical messages are
- * interchangeable, so the order depends on the set only. Insertion sort: m is small. */
-static void canonical_order(int *ord, const uint8_t *const *msgs, const size_t *lens, int m)
-{
-    for (int i = 0; i < m; i++) ord[i] = i;
-    for (int i = 1; i < m; i++) {
-        int v = ord[i], j = i - 1;
-        while (j >= 0) {
-            int u = ord[j];
-            int c = lens[u] != lens[v] ? (lens[u] > lens[v] ? 1 : -1)
-                                       : memcmp(msgs[u], msgs[v], lens[v]);
-            if (c <= 0) break;
-            ord[j + 1] = u;
-            j--;
-        }
-        ord[j + 1] = v;
-    }
-}
-
 int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
                    const uint8_t *const *msgs, const size_t *lens, int m, char *err)
 {
@@ -289,7 +270,7 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         if (rc) return status_set(err, rc, "message %d: %s", j, e2);
         o->mpos[j] = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     }
-    canonical_order(o->ord, msgs, lens, m);
+    demo_canonical_order(o->ord, msgs, lens, m);
     /* Aggregate every tensor before touching any parameter: all or nothing. */
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];

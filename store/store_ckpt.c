@@ -1,13 +1,15 @@
 /* store_ckpt.c — checkpoint snapshots, writing them (on the caller's thread or on the
  * store's writer thread), pruning to the newest K, and loading with verification.
  * Not for: deciding what goes into a checkpoint; the caller names the blobs. */
-#define _GNU_SOURCE /* SCHED_IDLE for the writer thread */
+#define _GNU_SOURCE /* gettid for the writer thread's priority */
 #include "store/store_impl.h"
 
 #include "common/log.h"
 
 #include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,11 +338,12 @@ static void *store_writer_main(void *arg)
 {
     store_t *s = arg;
     char err[STATUS_ERR_LEN];
-    /* Training must not wait for a checkpoint: the writer takes only CPU time nobody
-     * else wants (Linux SCHED_IDLE; best effort elsewhere). A write that falls behind is
+    /* Training should not wait for a checkpoint: the writer runs at a lower priority
+     * (nice 10 on Linux, where a thread's nice value is its own) but, unlike SCHED_IDLE,
+     * still progresses on a machine that is never idle. A write that falls behind is
      * replaced by a newer snapshot, never queued without bound. */
-    struct sched_param sp = {0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+        log_debug("store: could not lower the checkpoint writer's priority");
     pthread_mutex_lock(&s->wmu);
     for (;;) {
         while (!s->pending && !s->stop) pthread_cond_wait(&s->work_cv, &s->wmu);

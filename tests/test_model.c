@@ -307,8 +307,7 @@ static void test_bad_data(void **state)
     for (int i = 0; i < 64; i++) assert_int_equal(tgt[i], tok[i] == 'z' ? 'a' : tok[i] + 1);
     data_train_batch(d, 1, 1, 3, 2, tok2, tgt2); /* another stream draws other windows */
     data_destroy(&d);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(testutil_rmtree(dir), 0);
 }
 
 /* A tensor's initial values depend only on (seed, name): stage 1 of 2 holds exactly

@@ -160,7 +160,7 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, int steps, do
  * chunk 16 k=1 to 3.81 and f32 k=32 to 3.70 in 30. The bounds leave ~30% of that for
  * rounding differences while a broken update (wrong sign, lost messages) fails them. */
 #define DROP_100 2.0
-#define DROP_30 1.2
+#define DROP_30  1.2
 
 static void test_demo_replicas_sign(void **state)
 {
@@ -506,15 +506,17 @@ static int run_train(const char *args, int kill_at, char losses[][32], int nstep
     fclose(f);
     int status;
     waitpid(pid, &status, 0);
-    if (kill_at >= 0) assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    else assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (kill_at >= 0)
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    else
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     return first;
 }
 
 static void resume_matches(const char *extra)
 {
     enum { N = 40 };
-    char dir[] = "/tmp/st_resumeXXXXXX", args[2048], cmd[256];
+    char dir[] = "/tmp/st_resumeXXXXXX", args[2048];
     assert_non_null(mkdtemp(dir));
     static char whole[N][32], killed[N][32], resumed[N][32];
     memset(whole, 0, sizeof whole);
@@ -522,8 +524,10 @@ static void resume_matches(const char *extra)
     snprintf(args, sizeof args, "--steps %d --batch 8 --threads 1 --data %s %s", N,
              testutil_corpus(), extra);
     run_train(args, -1, whole, N);
-    snprintf(args, sizeof args, "--steps %d --batch 8 --threads 1 --data %s %s --db %s/run.db "
-             "--checkpoint-every 3", N, testutil_corpus(), extra, dir);
+    snprintf(args, sizeof args,
+             "--steps %d --batch 8 --threads 1 --data %s %s --db %s/run.db "
+             "--checkpoint-every 3",
+             N, testutil_corpus(), extra, dir);
     run_train(args, 23, killed, N);
     snprintf(args + strlen(args), sizeof args - strlen(args), " --resume");
     int from = run_train(args, -1, resumed, N);
@@ -534,8 +538,7 @@ static void resume_matches(const char *extra)
         if (strcmp(resumed[s], whole[s]))
             fail_msg("step %d: resumed loss %s, uninterrupted %s", s, resumed[s], whole[s]);
     }
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(testutil_rmtree(dir), 0);
 }
 
 static void test_resume_adamw(void **state)
@@ -559,24 +562,26 @@ static void test_resume_refusals(void **state)
     snprintf(cmd, sizeof cmd, "%s train --steps 1 --resume >/dev/null 2>&1", testutil_bin());
     int rc = system(cmd);
     assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) != 0);
-    snprintf(cmd, sizeof cmd, "%s train --steps 4 --batch 2 --db %s/a.db --checkpoint-every 2 >/dev/null 2>&1",
+    snprintf(cmd, sizeof cmd,
+             "%s train --steps 4 --batch 2 --db %s/a.db --checkpoint-every 2 >/dev/null 2>&1",
              testutil_bin(), dir);
     assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s train --steps 4 --batch 2 --lr 0.01 --db %s/a.db --resume 2>&1 | grep -q 'another run configuration'",
+    snprintf(cmd, sizeof cmd,
+             "%s train --steps 4 --batch 2 --lr 0.01 --db %s/a.db --resume 2>&1 | grep -q 'another "
+             "run configuration'",
              testutil_bin(), dir);
     assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(testutil_rmtree(dir), 0);
 }
 
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_demo_replicas_sign), cmocka_unit_test(test_demo_replicas_f32),
-        cmocka_unit_test(test_demo_bad_messages),  cmocka_unit_test(test_demo_v2_corruptions),
+        cmocka_unit_test(test_demo_replicas_sign),    cmocka_unit_test(test_demo_replicas_f32),
+        cmocka_unit_test(test_demo_bad_messages),     cmocka_unit_test(test_demo_v2_corruptions),
         cmocka_unit_test(test_demo_v2_mixed_senders), cmocka_unit_test(test_demo_v2_bytes),
-        cmocka_unit_test(test_resume_adamw),
-        cmocka_unit_test(test_resume_demo),        cmocka_unit_test(test_resume_refusals),
+        cmocka_unit_test(test_resume_adamw),          cmocka_unit_test(test_resume_demo),
+        cmocka_unit_test(test_resume_refusals),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name, for timing */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *testutil_corpus(void)
 {
@@ -47,4 +48,12 @@ double testutil_max_rel(const float *a, const float *b, size_t n, double floor)
         if (r > worst) worst = r;
     }
     return worst;
+}
+
+int testutil_rmtree(const char *dir)
+{
+    char cmd[4200];
+    if (strchr(dir, '\'')) return -1;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
 }

@@ -16,4 +16,7 @@ double testutil_norm_err(const float *a, const float *b, size_t n);
 /* max_i |a_i - b_i| / max(|a_i|, |b_i|, floor) */
 double testutil_max_rel(const float *a, const float *b, size_t n, double floor);
 
+/* Removes a test's temporary directory and everything in it; 0 on success. */
+int testutil_rmtree(const char *dir);
+
 #endif

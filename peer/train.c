@@ -39,6 +39,7 @@ train_options_t train_defaults(void)
                           .beta = DEMO_DEFAULT_BETA};
     o.codec = -1;
     o.keep = 3;
+    o.checkpoint_budget = STORE_WRITER_BUDGET_DEFAULT;
     return o;
 }
 
@@ -462,6 +463,7 @@ static int setup(run_t *run, char *err)
     if (o->db) {
         if (!(run->db = store_open(o->db, err))) return STATUS_EIO;
         store_set_keep(run->db, o->keep);
+        store_set_writer_budget(run->db, o->checkpoint_budget);
     }
     return 0;
 }
@@ -546,9 +548,15 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         if (run.db) {
             store_metric_t m = {.stage = 0, .step = step, .loss = loss, .tokens_per_s = tps};
             if (store_metric_add(run.db, &m, err)) log_warn("metrics: %s", err);
-            if (o->checkpoint_every && (step + 1) % o->checkpoint_every == 0 &&
-                (rc = checkpoint(&run, step + 1, err)))
-                goto done;
+            /* A due checkpoint whose writer is still busy or resting is skipped rather than
+             * copied for nothing; the last step's is always handed over (and waited for). */
+            int last = step + 1 == o->steps || (o->stop_after && step + 1 - start >= o->stop_after);
+            if (o->checkpoint_every && ((step + 1) % o->checkpoint_every == 0 || last)) {
+                if (!last && !store_ckpt_ready(run.db))
+                    r.checkpoints_skipped++;
+                else if ((rc = checkpoint(&run, step + 1, err)))
+                    goto done;
+            }
         }
         if (o->val_every > 0 && (step + 1) % o->val_every == 0 && step + 1 < o->steps) {
             float v;
@@ -578,6 +586,13 @@ finish:
         r.checkpoints_failed = (int)ws.failed;
         r.checkpoints_saved = (int)ws.saved;
         r.checkpoints_replaced = (int)ws.replaced;
+        r.checkpoint_cpu_s = ws.cpu_s;
+        if (o->checkpoint_every)
+            fprintf(log,
+                    "checkpoints: %d written, %d due but skipped (writer busy or within its "
+                    "budget), %d replaced; writer CPU %.2f s\n",
+                    r.checkpoints_saved, r.checkpoints_skipped, r.checkpoints_replaced,
+                    r.checkpoint_cpu_s);
         if (ws.failed)
             log_warn("%" PRId64 " background checkpoint(s) failed; last: %s", ws.failed,
                      ws.last_err);

@@ -36,11 +36,14 @@ typedef struct {
     int codec;            /* compress/codec.h id; < 0: exact f32 hand-over */
     uint32_t codec_block; /* int8/int4 block; 0: default */
     /* durability */
-    const char *db;       /* SQLite store path; NULL: none */
-    int checkpoint_every; /* steps between background checkpoints; 0: none */
-    int keep;             /* checkpoints kept */
-    int resume;           /* continue from the newest good checkpoint in db */
-    int stop_after;       /* stop (as if killed) after this many steps of this process; 0: no */
+    const char *db;           /* SQLite store path; NULL: none */
+    int checkpoint_every;     /* steps between background checkpoints; 0: none. A due checkpoint is
+                               * skipped while the writer is busy or resting (its CPU budget);
+                               * the last step's is always written. */
+    double checkpoint_budget; /* share of one CPU the writer may use (store_set_writer_budget) */
+    int keep;                 /* checkpoints kept */
+    int resume;               /* continue from the newest good checkpoint in db */
+    int stop_after;           /* stop (as if killed) after this many steps of this process; 0: no */
 } train_options_t;
 
 typedef struct {
@@ -54,6 +57,8 @@ typedef struct {
     int checkpoints_failed;      /* background writes that failed (training went on) */
     int checkpoints_saved;       /* background writes that committed */
     int checkpoints_replaced;    /* snapshots dropped for a newer one while the writer was busy */
+    int checkpoints_skipped;     /* due checkpoints not snapshotted: the writer was not ready */
+    double checkpoint_cpu_s;     /* CPU seconds the writer spent */
 } train_result_t;
 
 /* Defaults: tiny config, AdamW, lr 3e-3, 300 steps, accum 1, one replica, seed 1337,

@@ -284,6 +284,7 @@ store_t *store_open(const char *path, char *err)
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     s->keep = STORE_KEEP_DEFAULT;
+    s->budget = STORE_WRITER_BUDGET_DEFAULT;
     if (store_db_open(path, &s->db, err) != STATUS_OK) goto fail;
     if (store_db_open(path, &s->wdb, err) != STATUS_OK) goto fail;
     return s;

@@ -23,6 +23,9 @@
 #define STORE_KEEP_DEFAULT 3
 /* Blob bytes per row of the ckpt_chunk table (see docs/store-format.md for the measurements). */
 #define STORE_CHUNK_BYTES (1u << 20)
+/* Share of one CPU the background checkpoint writer may use on average unless
+ * store_set_writer_budget says otherwise (see there). */
+#define STORE_WRITER_BUDGET_DEFAULT 0.05
 /* How long a call waits for another connection's write lock before failing with
  * STATUS_EBUSY. */
 #define STORE_BUSY_MS 30000
@@ -66,6 +69,8 @@ typedef struct {
     int64_t saved;                 /* checkpoints committed by the writer thread */
     int64_t failed;                /* background writes that failed (disk full, I/O, ...) */
     int64_t replaced;              /* pending snapshots dropped because a newer one arrived */
+    double cpu_s;                  /* CPU seconds the writer thread spent writing */
+    double rested_s;               /* seconds it rested to stay within its budget */
     int last_status;               /* status of the last failed write, STATUS_OK if none */
     char last_err[STATUS_ERR_LEN]; /* its message, "" if none */
 } store_writer_stats_t;
@@ -91,6 +96,22 @@ const char *store_path(const store_t *s);
 
 /* Checkpoints kept per stage after each save (the newest `keep`; values < 1 mean 1). */
 void store_set_keep(store_t *s, int keep);
+
+/* Caps the background writer's average CPU use at `share` of one CPU, in (0, 1]: after a
+ * write that cost c CPU seconds and began at t, the next write begins no earlier than
+ * t + c / share. Snapshots handed over meanwhile wait, each replacing the one before (so the
+ * newest is written when the rest ends); store_ckpt_ready tells a caller whether making one
+ * now is worth its copy. 1 means no rest; values outside (0, 1] mean 1. A checkpoint costs
+ * about 3 ns of CPU per byte (BLAKE2b, SQLite's WAL write and copy to the main file), so on a
+ * machine whose cores the training keeps busy an unbounded writer slows every step by what it
+ * takes; the default keeps that under STORE_WRITER_BUDGET_DEFAULT of one core. A waiting
+ * caller (store_ckpt_wait, store_close) ends the rest at once. */
+void store_set_writer_budget(store_t *s, double share);
+
+/* 1 when a snapshot handed to store_ckpt_save_async now would be written at once: the writer
+ * is not writing, not resting and holds no waiting snapshot; else 0. A training loop that
+ * checkpoints often asks this first and skips the snapshot's copy when the answer is 0. */
+int store_ckpt_ready(store_t *s);
 
 /* Limits the database file to about max_bytes (PRAGMA max_page_count on every connection of
  * this store; 0 removes the limit). A write that would grow the file beyond it fails with
@@ -147,7 +168,8 @@ int store_ckpt_save(store_t *s, const store_ckpt_t *ck, char *err) STORE_WUR;
  * store_writer_stats (failed, last_status, last_err), never by blocking. NULL-safe. */
 void store_ckpt_save_async(store_t *s, store_ckpt_t **ck);
 
-/* Blocks until the writer thread has no running and no waiting checkpoint. */
+/* Blocks until the writer thread has no running and no waiting checkpoint; a rest the
+ * budget imposes is cut short (the waiting snapshot is written at once). */
 void store_ckpt_wait(store_t *s);
 
 /* Copies the writer's counters and last error into *out. */

@@ -4,9 +4,11 @@
 #define _GNU_SOURCE /* gettid for the writer thread's priority */
 #include "store/store_impl.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -334,20 +336,49 @@ int store_ckpt_save(store_t *s, const store_ckpt_t *ck, char *err)
 
 /* ---- the writer thread ---- */
 
+/* CPU seconds this thread has used. */
+static double store_thread_cpu(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits, with wmu held, until the rest the budget imposes is over or someone waits for
+ * the writer (flush, stop). */
+static void store_writer_rest(store_t *s)
+{
+    for (;;) {
+        double left = s->rest_until - clock_now();
+        if (left <= 0 || s->flush || s->stop) return;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double when = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + left;
+        ts.tv_sec = (time_t)when;
+        ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        double t0 = clock_now();
+        pthread_cond_timedwait(&s->work_cv, &s->wmu, &ts);
+        s->stats.rested_s += clock_now() - t0;
+    }
+}
+
 static void *store_writer_main(void *arg)
 {
     store_t *s = arg;
     char err[STATUS_ERR_LEN];
     /* Training should not wait for a checkpoint: the writer runs at a lower priority
      * (nice 10 on Linux, where a thread's nice value is its own) but, unlike SCHED_IDLE,
-     * still progresses on a machine that is never idle. A write that falls behind is
-     * replaced by a newer snapshot, never queued without bound. */
+     * still progresses on a machine that is never idle; its budget (store_set_writer_budget)
+     * bounds what it takes on average. A write that falls behind is replaced by a newer
+     * snapshot, never queued without bound. */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
         log_debug("store: could not lower the checkpoint writer's priority");
     pthread_mutex_lock(&s->wmu);
     for (;;) {
         while (!s->pending && !s->stop) pthread_cond_wait(&s->work_cv, &s->wmu);
         if (!s->pending) break;
+        store_writer_rest(s); /* a newer snapshot may replace the pending one meanwhile */
         store_ckpt_t *ck = s->pending;
         s->pending = NULL;
         s->busy = 1;
@@ -356,6 +387,7 @@ static void *store_writer_main(void *arg)
         int apply = max_pages != s->wdb_max_pages;
         pthread_mutex_unlock(&s->wmu);
 
+        double t0 = clock_now(), c0 = store_thread_cpu();
         err[0] = '\0';
         int st = apply ? store_db_max_pages(s->wdb, s->path, max_pages, err) : STATUS_OK;
         if (st == STATUS_OK) st = store_ckpt_write(s->wdb, s->path, ck, keep, err);
@@ -363,10 +395,15 @@ static void *store_writer_main(void *arg)
             log_warn("store: background checkpoint of stage %d step %lld failed: %s", ck->stage,
                      (long long)ck->step, err);
         store_ckpt_destroy(&ck);
+        double cpu = store_thread_cpu() - c0;
 
         pthread_mutex_lock(&s->wmu);
         if (apply) s->wdb_max_pages = max_pages;
         s->busy = 0;
+        s->stats.cpu_s += cpu;
+        s->last_start = t0;
+        s->last_cpu = cpu;
+        s->rest_until = t0 + cpu / s->budget;
         if (st == STATUS_OK) {
             s->stats.saved++;
         } else {
@@ -378,6 +415,25 @@ static void *store_writer_main(void *arg)
     }
     pthread_mutex_unlock(&s->wmu);
     return NULL;
+}
+
+void store_set_writer_budget(store_t *s, double share)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->wmu);
+    s->budget = share > 0 && share <= 1 ? share : 1;
+    s->rest_until = s->last_start + s->last_cpu / s->budget;
+    pthread_cond_broadcast(&s->work_cv); /* a rest in progress is measured anew */
+    pthread_mutex_unlock(&s->wmu);
+}
+
+int store_ckpt_ready(store_t *s)
+{
+    if (!s) return 0;
+    pthread_mutex_lock(&s->wmu);
+    int ready = !s->busy && !s->pending && clock_now() >= s->rest_until;
+    pthread_mutex_unlock(&s->wmu);
+    return ready;
 }
 
 void store_ckpt_save_async(store_t *s, store_ckpt_t **ckp)
@@ -415,7 +471,10 @@ void store_ckpt_wait(store_t *s)
 {
     if (!s) return;
     pthread_mutex_lock(&s->wmu);
+    s->flush++;
+    pthread_cond_broadcast(&s->work_cv); /* ends a rest */
     while (s->pending || s->busy) pthread_cond_wait(&s->done_cv, &s->wmu);
+    s->flush--;
     pthread_mutex_unlock(&s->wmu);
 }
 
@@ -432,7 +491,7 @@ void store_writer_stats(store_t *s, store_writer_stats_t *out)
 void store_writer_stop(store_t *s)
 {
     pthread_mutex_lock(&s->wmu);
-    s->stop = 1;
+    s->stop = 1; /* also ends a rest: what is pending is written before the thread ends */
     int on = s->thread_on;
     pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->wmu);

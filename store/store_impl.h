@@ -34,6 +34,10 @@ struct store {
     int thread_on;
     int stop;
     int busy;
+    int flush;                   /* store_ckpt_wait or close is waiting: skip the rest */
+    double budget;               /* share of one CPU the writer may use on average, (0, 1] */
+    double last_start, last_cpu; /* the last write: when it began, CPU seconds it took */
+    double rest_until;           /* last_start + last_cpu / budget: no write starts before */
     store_ckpt_t *pending;
     int keep;
     int64_t max_pages; /* 0: no limit */

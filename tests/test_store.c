@@ -224,6 +224,72 @@ static void test_async_snapshot_isolation(void **state)
     free(want);
 }
 
+/* The writer's CPU budget: after a write it rests (ready says 0, snapshots handed over wait
+ * and replace each other), store_ckpt_wait and store_close end the rest and write the newest
+ * snapshot; with no budget it never rests. */
+static void test_writer_budget(void **state)
+{
+    (void)state;
+    const size_t sizes[1] = {2 * STORE_CHUNK_BYTES};
+    char err[STATUS_ERR_LEN];
+    store_t *s = open_ok(fresh_path());
+    assert_int_equal(store_ckpt_ready(s), 1); /* nothing written yet: no rest */
+    /* A write costs milliseconds of CPU; at 1e-5 of a CPU the rest is minutes. */
+    store_set_writer_budget(s, 1e-5);
+    store_ckpt_t *ck = make_ckpt(0, 1, sizes, 1);
+    store_ckpt_save_async(s, &ck);
+    store_writer_stats_t ws;
+    do { /* the writer picks it up at once: nothing was written before */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        store_writer_stats(s, &ws);
+    } while (ws.saved + ws.failed < 1);
+    assert_int_equal(ws.failed, 0);
+    assert_true(ws.cpu_s > 0);
+    assert_int_equal(store_ckpt_ready(s), 0); /* resting */
+    for (int step = 2; step <= 4; step++) {
+        ck = make_ckpt(0, step, sizes, 1);
+        store_ckpt_save_async(s, &ck);
+    }
+    struct timespec nap = {0, 50000000};
+    nanosleep(&nap, NULL);
+    store_writer_stats(s, &ws);
+    assert_int_equal(ws.saved, 1); /* still resting: nothing more written */
+    assert_int_equal(ws.replaced, 2);
+    store_ckpt_wait(s); /* ends the rest: the newest snapshot is written now, not in minutes */
+    store_writer_stats(s, &ws);
+    assert_int_equal(ws.saved, 2);
+    assert_true(ws.rested_s > 0);
+    store_ckpt_t *got = NULL;
+    assert_int_equal(store_ckpt_load_latest(s, 0, &got, err), STATUS_OK);
+    check_ckpt(got, 0, 4, sizes, 1);
+    store_ckpt_destroy(&got);
+
+    /* No budget: the rest is over at once, and ready again as soon as a write is done. */
+    store_set_writer_budget(s, 1.0);
+    assert_int_equal(store_ckpt_ready(s), 1);
+    ck = make_ckpt(0, 5, sizes, 1);
+    store_ckpt_save_async(s, &ck);
+    store_ckpt_wait(s);
+    assert_int_equal(store_ckpt_ready(s), 1);
+
+    /* close ends a rest too, and the pending snapshot is in the file afterwards. */
+    store_set_writer_budget(s, 1e-5);
+    ck = make_ckpt(0, 6, sizes, 1);
+    store_ckpt_save_async(s, &ck);
+    store_ckpt_wait(s);
+    ck = make_ckpt(0, 7, sizes, 1);
+    store_ckpt_save_async(s, &ck);
+    char path[512];
+    snprintf(path, sizeof path, "%s", store_path(s));
+    store_close(&s);
+    s = open_ok(path);
+    assert_int_equal(store_ckpt_load_latest(s, 0, &got, err), STATUS_OK);
+    check_ckpt(got, 0, 7, sizes, 1);
+    store_ckpt_destroy(&got);
+    store_close(&s);
+}
+
 /* Flips one byte of chunk `seq` of blob `idx` of the newest checkpoint, in place. */
 static void flip_byte(const char *path, int idx, int seq, int offset)
 {
@@ -516,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_and_chunk_edges),
         cmocka_unit_test(test_keep_k),
         cmocka_unit_test(test_async_snapshot_isolation),
+        cmocka_unit_test(test_writer_budget),
         cmocka_unit_test(test_flipped_byte_falls_back),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_readonly_file),

@@ -76,26 +76,34 @@ static store_ckpt_t *bench_ckpt(int64_t step, unsigned char *const *blobs, size_
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: swarmtrain bench store [--dir DIR] [--reps N] [--steps N] [--threads N]\n"
+    fprintf(f, "usage: swarmtrain bench store [--dir DIR] [--reps N] [--steps N] [--rounds N] "
+               "[--threads N]\n"
                "  --dir DIR     where the scratch databases go (default /tmp)\n"
                "  --reps N      repetitions; the best of each is reported (default 3)\n"
-               "  --steps N     training steps per arm of the step-overhead run (default 6)\n"
+               "  --steps N     training steps per arm of the step-overhead run (default 20)\n"
+               "  --rounds N    interleaved rounds of the step-overhead run (default 2)\n"
                "  --threads N   training threads (default 2)\n");
 }
 
-/* Training-step time of the `small` model with a background checkpoint after every step
- * against none, arms interleaved (none, every step, none, every step) so drift in the
- * machine's speed hits both alike. */
-static int bench_step_overhead(const char *dir, int steps, int threads)
+/* Training-step time of the `small` model with a background checkpoint due after every
+ * step against none, arms interleaved (none, budgeted, unbounded, none, ...) so drift in
+ * the machine's speed hits all alike. "budgeted" is the default writer (at most
+ * STORE_WRITER_BUDGET_DEFAULT of one CPU: due checkpoints are skipped while it rests);
+ * "unbounded" lets it write back to back, every write taking the newest snapshot. */
+static int bench_step_overhead(const char *dir, int steps, int threads, int rounds)
 {
+    enum { ARMS = 3 };
+    static const char *const label[ARMS] = {"no checkpoints", "checkpoint due every step, budget",
+                                            "checkpoint due every step, no budget"};
+    const double budget[ARMS] = {0, STORE_WRITER_BUDGET_DEFAULT, 1.0};
     char err[STATUS_ERR_LEN], db[1024];
     FILE *devnull = fopen("/dev/null", "w");
     if (!devnull) return 1;
-    double tps[2] = {0, 0};
-    int failed = 0, saved = 0, replaced = 0, rc = 0;
+    double tps[ARMS] = {0}, cpu[ARMS] = {0};
+    int failed = 0, saved[ARMS] = {0}, skipped[ARMS] = {0}, replaced[ARMS] = {0}, rc = 0;
     snprintf(db, sizeof db, "%s/swarmtrain-bench-steps-%d.db", dir, (int)getpid());
-    for (int round = 0; round < 2 && !rc; round++)
-        for (int arm = 0; arm < 2 && !rc; arm++) {
+    for (int round = 0; round < rounds && !rc; round++)
+        for (int arm = 0; arm < ARMS && !rc; arm++) {
             train_options_t o = train_defaults();
             config_preset(&o.cfg, "small", NULL);
             o.steps = steps + 1; /* the first step is not timed */
@@ -105,34 +113,44 @@ static int bench_step_overhead(const char *dir, int steps, int threads)
             o.log = devnull;
             bench_unlink(db);
             if (arm) o.db = db, o.checkpoint_every = 1, o.keep = 2;
+            o.checkpoint_budget = budget[arm];
             train_result_t r;
             if ((rc = train_run(&o, &r, err))) fprintf(stderr, "bench store: %s\n", err);
-            tps[arm] += r.tokens_per_s / 2;
+            tps[arm] += r.tokens_per_s / rounds;
             failed += r.checkpoints_failed;
-            saved += r.checkpoints_saved;
-            replaced += r.checkpoints_replaced;
+            saved[arm] += r.checkpoints_saved;
+            skipped[arm] += r.checkpoints_skipped;
+            replaced[arm] += r.checkpoints_replaced;
+            cpu[arm] += r.checkpoint_cpu_s;
         }
     bench_unlink(db);
     fclose(devnull);
     if (rc) return 1;
-    printf("training step, small, %d threads, %d timed steps per arm, 2 rounds interleaved:\n",
-           threads, steps);
-    printf("  no checkpoints:                    %8.0f tokens/s\n", tps[0]);
-    printf("  background checkpoint every step:  %8.0f tokens/s  (%d written, %d replaced by a newer "
-           "snapshot while the writer was busy, %d failed)\n",
-           tps[1], saved, replaced, failed);
-    printf("  overhead:                          %8.1f %%\n", 100.0 * (1.0 - tps[1] / tps[0]));
+    printf("training step, small, %d threads, %d timed steps per arm, %d rounds interleaved "
+           "(budget %.0f%% of one CPU):\n",
+           threads, steps, rounds, 100 * STORE_WRITER_BUDGET_DEFAULT);
+    for (int arm = 0; arm < ARMS; arm++) {
+        printf("  %-37s %8.0f tokens/s  overhead %5.1f %%", label[arm], tps[arm],
+               100.0 * (1.0 - tps[arm] / tps[0]));
+        if (arm)
+            printf("  (%d written, %d skipped, %d replaced; writer CPU %.2f s per write)",
+                   saved[arm], skipped[arm], replaced[arm], saved[arm] ? cpu[arm] / saved[arm] : 0);
+        printf("\n");
+    }
     return failed ? 1 : 0;
 }
 
 int bench_store(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"dir", required_argument, NULL, 'd'},   {"reps", required_argument, NULL, 'r'},
-        {"steps", required_argument, NULL, 's'}, {"threads", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"dir", required_argument, NULL, 'd'},
+                                         {"reps", required_argument, NULL, 'r'},
+                                         {"steps", required_argument, NULL, 's'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {"rounds", required_argument, NULL, 'n'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     const char *dir = "/tmp";
-    int reps = 3, steps = 6, threads = 2, c, rc = 1;
+    int reps = 3, steps = 20, threads = 2, rounds = 2, c, rc = 1;
     char err[STATUS_ERR_LEN], path[1024], plain[1024];
     unsigned char *blobs[BENCH_NBLOBS] = {NULL};
     const size_t bytes = (size_t)BENCH_SMALL_PARAMS * sizeof(float);
@@ -155,6 +173,9 @@ int bench_store(int argc, char **argv)
         case 't':
             threads = atoi(optarg);
             break;
+        case 'n':
+            rounds = atoi(optarg);
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -163,7 +184,7 @@ int bench_store(int argc, char **argv)
             return 2;
         }
     }
-    if (reps < 1 || steps < 1 || threads < 1 || optind < argc) {
+    if (reps < 1 || steps < 1 || threads < 1 || rounds < 1 || optind < argc) {
         bench_usage(stderr);
         return 2;
     }
@@ -252,7 +273,7 @@ int bench_store(int argc, char **argv)
     printf("best of %d; database in %s\n", reps, dir);
     store_close(&s);
     bench_unlink(path);
-    rc = bench_step_overhead(dir, steps, threads);
+    rc = bench_step_overhead(dir, steps, threads, rounds);
 fail:
     store_ckpt_destroy(&ck);
     store_ckpt_destroy(&got);

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-enum { O_DB = RUN_OPTS_EXTRA, O_CKEVERY, O_KEEP, O_RESUME, O_STOP, O_VALE };
+enum { O_DB = RUN_OPTS_EXTRA, O_CKEVERY, O_KEEP, O_RESUME, O_STOP, O_VALE, O_CKBUDGET };
 
 static int train_option(void *ctx, int c, const char *arg)
 {
@@ -24,6 +24,16 @@ static int train_option(void *ctx, int c, const char *arg)
         return 0;
     case O_STOP:
         return run_opts_int("--stop-after", arg, 1, &o->stop_after);
+    case O_CKBUDGET: {
+        float pct;
+        if (run_opts_float("--checkpoint-budget", arg, &pct)) return 2;
+        if (!(pct > 0 && pct <= 100)) {
+            fprintf(stderr, "swarmtrain train: --checkpoint-budget %s: must be in (0, 100]\n", arg);
+            return 2;
+        }
+        o->checkpoint_budget = pct / 100.0;
+        return 0;
+    }
     case O_VALE:
         return run_opts_int("--val-every", arg, 0, &o->val_every);
     default:
@@ -36,6 +46,7 @@ int cmd_train(int argc, char **argv)
     static const struct option extra[] = {{"db", required_argument, 0, O_DB},
                                           {"checkpoint-every", required_argument, 0, O_CKEVERY},
                                           {"keep", required_argument, 0, O_KEEP},
+                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
                                           {"resume", no_argument, 0, O_RESUME},
                                           {"stop-after", required_argument, 0, O_STOP},
                                           {"val-every", required_argument, 0, O_VALE}};
@@ -49,7 +60,10 @@ int cmd_train(int argc, char **argv)
         .intro = "Trains the model in one process, the stages chained in memory.",
         .usage = "durability:\n"
                  "  --db PATH            SQLite store for checkpoints and metrics\n"
-                 "  --checkpoint-every N background checkpoint every N steps\n"
+                 "  --checkpoint-every N background checkpoint every N steps (skipped while the\n"
+                 "                       writer is busy or resting; the last step's always)\n"
+                 "  --checkpoint-budget P percent of one CPU the checkpoint writer may use on\n"
+                 "                       average (default 5; 100: no limit)\n"
                  "  --keep K             checkpoints kept (default 3)\n"
                  "  --resume             continue from the newest good checkpoint in --db\n"
                  "  --stop-after N       stop after N steps of this process (tests resume)\n"

@@ -12,6 +12,7 @@
 #include "peer/data.h"
 #include "peer/demo_opt.h"
 #include "peer/model.h"
+#include "peer/stage_ckpt.h"
 #include "store/store.h"
 
 #include <inttypes.h>
@@ -302,50 +303,25 @@ static int check_replicas(run_t *run, int64_t step, char *err)
  * DeMo's residual momentum, plus "train" (the next step). Replicas share parameters. */
 static int checkpoint(run_t *run, int64_t next_step, char *err)
 {
-    kern_t *k = run->k;
     store_ckpt_t *ck = store_ckpt_new(0, next_step, run->run_text, run->run_hash);
     if (!ck) return status_set(err, STATUS_ENOMEM, "checkpoint: out of memory");
     char name[64];
     int rc = store_ckpt_add_blob(ck, "train.next_step", &next_step, sizeof next_step);
-    float *host = NULL;
     for (int s = 0; !rc && s < run->S; s++) {
         stage_t *st = model_stage(run->rep[0], s);
-        size_t bytes = stage_num_params(st) * sizeof(float);
-        float *bufs[3] = {stage_params(st), stage_opt_m(st), stage_opt_v(st)};
-        const char *what[3] = {"params", "adam_m", "adam_v"};
-        if (!(host = realloc(host, bytes))) rc = STATUS_ENOMEM;
-        for (int i = 0; !rc && i < 3; i++) {
-            snprintf(name, sizeof name, "stage.%d.%s", s, what[i]);
-            /* add_blob copies, so a host backend's buffer is snapshotted directly. */
-            const float *src = bufs[i];
-            if (k->on_device) k->download(k, host, bufs[i], bytes), src = host;
-            rc = store_ckpt_add_blob(ck, name, src, bytes);
-        }
-        snprintf(name, sizeof name, "stage.%d.adam_t", s);
-        if (!rc) rc = store_ckpt_add_blob(ck, name, stage_opt_step(st), sizeof(int64_t));
+        snprintf(name, sizeof name, "stage.%d.", s);
+        rc = stage_ckpt_add(ck, name, st);
         for (int r = 0; !rc && run->dopt && r < run->R; r++) {
-            demo_opt_get_momentum(run->dopt[r * run->S + s], host);
             snprintf(name, sizeof name, "replica.%d.stage.%d.demo", r, s);
-            rc = store_ckpt_add_blob(ck, name, host, bytes);
+            rc = stage_ckpt_add_demo(ck, name, run->dopt[r * run->S + s], stage_num_params(st));
         }
     }
-    free(host);
     if (rc) {
         store_ckpt_destroy(&ck);
         return status_set(err, rc, "checkpoint: could not snapshot (out of memory)");
     }
     store_ckpt_save_async(run->db, &ck);
     return 0;
-}
-
-static const void *blob(const store_ckpt_t *ck, const char *name, size_t want, char *err)
-{
-    size_t n;
-    const void *p = store_ckpt_blob(ck, name, &n);
-    if (!p || n != want)
-        status_set(err, STATUS_ECORRUPT, "checkpoint %" PRId64 " lacks '%s' of %zu bytes",
-                   store_ckpt_step(ck), name, want);
-    return p && n == want ? p : NULL;
 }
 
 static int restore(run_t *run, int64_t *start, char *err)
@@ -365,42 +341,26 @@ static int restore(run_t *run, int64_t *start, char *err)
                         run->o->db, store_ckpt_config_text(ck));
         goto done;
     }
-    kern_t *k = run->k;
     char name[64];
-    const int64_t *next = blob(ck, "train.next_step", sizeof(int64_t), err);
-    if (!next) goto bad;
-    for (int s = 0; s < run->S; s++) {
-        stage_t *st0 = model_stage(run->rep[0], s);
-        size_t bytes = stage_num_params(st0) * sizeof(float);
-        const void *p, *m, *v, *t;
-        snprintf(name, sizeof name, "stage.%d.params", s);
-        if (!(p = blob(ck, name, bytes, err))) goto bad;
-        snprintf(name, sizeof name, "stage.%d.adam_m", s);
-        if (!(m = blob(ck, name, bytes, err))) goto bad;
-        snprintf(name, sizeof name, "stage.%d.adam_v", s);
-        if (!(v = blob(ck, name, bytes, err))) goto bad;
-        snprintf(name, sizeof name, "stage.%d.adam_t", s);
-        if (!(t = blob(ck, name, sizeof(int64_t), err))) goto bad;
-        for (int r = 0; r < run->R; r++) {
+    const int64_t *next = stage_ckpt_blob(ck, "train.next_step", sizeof(int64_t), err);
+    rc = next ? 0 : STATUS_ECORRUPT;
+    for (int s = 0; !rc && s < run->S; s++) {
+        snprintf(name, sizeof name, "stage.%d.", s);
+        for (int r = 0; !rc && r < run->R; r++) {
             stage_t *st = model_stage(run->rep[r], s);
-            k->upload(k, stage_params(st), p, bytes);
-            k->upload(k, stage_opt_m(st), m, bytes);
-            k->upload(k, stage_opt_v(st), v, bytes);
-            memcpy(stage_opt_step(st), t, sizeof(int64_t));
-            if (!run->dopt) continue;
-            snprintf(name, sizeof name, "replica.%d.stage.%d.demo", r, s);
-            const float *dm = blob(ck, name, bytes, err);
-            if (!dm) goto bad;
-            demo_opt_set_momentum(run->dopt[r * run->S + s], dm);
+            rc = stage_ckpt_load(ck, name, st, err);
+            if (rc || !run->dopt) continue;
+            char dname[64];
+            snprintf(dname, sizeof dname, "replica.%d.stage.%d.demo", r, s);
+            rc = stage_ckpt_load_demo(ck, dname, run->dopt[r * run->S + s], stage_num_params(st),
+                                      err);
         }
     }
+    if (rc) goto done;
     *start = *next;
     fprintf(run->o->log ? run->o->log : stdout,
             "resume: continuing from the checkpoint at step %" PRId64 " in %s\n", *start,
             run->o->db);
-    goto done;
-bad:
-    rc = STATUS_ECORRUPT;
 done:
     store_ckpt_destroy(&ck);
     return rc;

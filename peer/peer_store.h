@@ -1,0 +1,50 @@
+/* peer_store.h — what a swarm peer keeps in its own store (store/, one SQLite file per
+ * peer): its Ed25519 identity, a metrics row per step, events (joined, restored,
+ * resynced, left) for the status tool, and background checkpoints of its stage
+ * (stage_ckpt.h blobs under the prefix "stage.", plus "peer.step" and with DeMo
+ * "stage.demo"), tagged with the run's settings so that only the same run restores them.
+ * Metrics, events and checkpoint failures are logged, counted by the store, and never
+ * stop the peer. A peer uses one from one thread.
+ * Not for: deciding the stage or talking to the swarm (peer.c). */
+#ifndef SWARMTRAIN_PEER_STORE_H
+#define SWARMTRAIN_PEER_STORE_H
+
+#include "peer/demo_opt.h"
+#include "peer/stage.h"
+#include "peer/train.h"
+#include "store/store.h"
+
+typedef struct peer_store peer_store_t;
+
+/* Opens (or creates) the store at path and reads or makes the identity into pk. NULL with
+ * the store's message in err on failure. */
+peer_store_t *peer_store_open(const char *path, unsigned char pk[crypto_sign_PUBLICKEYBYTES],
+                              char *err);
+
+/* Says which stage and run the checkpoints are of, how often to take one (every N steps,
+ * 0: never) and the writer's CPU budget (store_set_writer_budget). */
+void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, int every,
+                     double budget);
+
+/* One metrics row for the step that just ended. NaN loss when this stage saw none. */
+void peer_store_metric(peer_store_t *ps, int64_t step, double loss, double tokens_per_s,
+                       uint64_t bytes_sent, uint64_t bytes_recv);
+
+/* One event; detail is printf-formatted. */
+void peer_store_event(peer_store_t *ps, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Called when the stage has reached `step` (the state is that after step - 1 was
+ * applied): hands a checkpoint to the writer when one is due and the writer would take
+ * it (store_ckpt_ready), or when force is set. */
+void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int force);
+
+/* Loads the newest good checkpoint of the bound stage made by the same run into st (and
+ * dopt's residual momentum); *step gets the step it was taken at. STATUS_ENOTFOUND when
+ * there is none (or only other runs'); another status when the checkpoint is unusable. */
+int peer_store_restore(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t *step, char *err);
+
+/* Waits for the writer, closes the store and sets *ps to NULL. NULL-safe. */
+void peer_store_close(peer_store_t **ps);
+
+#endif

@@ -1,4 +1,5 @@
-/* kern.c — choosing and destroying a backend, and the rotary frequency table.
+/* kern.c — choosing and destroying a backend, and the host-side helpers of some ops (the
+ * rotary frequency table, quantize payload sizes, sign packing for apply_sign).
  * Not for: any op (kern_ref.c, kern_cpu.c, cuda/). */
 #include "kernels/kernels.h"
 #include "common/log.h"
@@ -76,4 +77,19 @@ void kern_host_free(kern_t *k, void *p)
 {
     (void)k;
     free(p);
+}
+
+size_t kern_quant_bytes(size_t n, int bits, uint32_t block)
+{
+    size_t nb = (n + block - 1) / block;
+    return 4 * nb + (bits == 4 ? (n + 1) / 2 : n);
+}
+
+void kern_sign_pack(uint8_t *signs, const float *q, size_t n)
+{
+    memset(signs, 0, kern_sign_bytes(n));
+    for (size_t i = 0; i < n; i++) {
+        unsigned code = q[i] > 0.0f ? 1u : q[i] < 0.0f ? 2u : 0u;
+        signs[i >> 2] |= (uint8_t)(code << (2 * (i & 3)));
+    }
 }

@@ -609,6 +609,218 @@ static void cpu_adamw(kern_t *k, float *restrict p, const float *restrict g, flo
     }
 }
 
+/* --- compression (DeMo transform, blockwise quantization) ---------------------------
+ * Not a hot path: a host backend's DeMo and codecs run in compress/ on its own buffers.
+ * These ops exist so that every backend has the table, parallel over tiles or blocks, each
+ * computed by one thread in kern_ref.c's order: bit-identical to "ref" for any thread
+ * count. topk uses the device's algorithm (a bitwise search for the k-th largest key, no
+ * scratch), so the host tests check that algorithm against ref's ranks. */
+
+/* One tile of the DCT (inverse 0) or its inverse (1); see ref_dct_tile. */
+static void cpu_dct_tile(float *restrict out, size_t ldo, const float *restrict in, size_t ldi,
+                         const float *restrict br, const float *restrict bc, int cr, int cc,
+                         int inverse)
+{
+    float col[256];
+    for (int i = 0; i < cr; i++)
+        for (int a = 0; a < cc; a++) {
+            const float *x = in + (size_t)i * ldi;
+            float acc = 0.0f;
+            if (inverse)
+                for (int b = 0; b < cc; b++) acc += x[b] * bc[(size_t)b * cc + a];
+            else
+                for (int b = 0; b < cc; b++) acc += x[b] * bc[(size_t)a * cc + b];
+            out[(size_t)i * ldo + a] = acc;
+        }
+    for (int a = 0; a < cc; a++) {
+        for (int i = 0; i < cr; i++) col[i] = out[(size_t)i * ldo + a];
+        for (int u = 0; u < cr; u++) {
+            float acc = 0.0f;
+            if (inverse)
+                for (int i = 0; i < cr; i++) acc += br[(size_t)i * cr + u] * col[i];
+            else
+                for (int i = 0; i < cr; i++) acc += br[(size_t)u * cr + i] * col[i];
+            out[(size_t)u * ldo + a] = acc;
+        }
+    }
+}
+
+static void cpu_dct(kern_t *k, float *out, const float *in, const float *br, const float *bc,
+                    int64_t rows, int64_t cols, int cr, int cc, int inverse)
+{
+    assert(cr >= 1 && cr <= 256 && cc >= 1 && cc <= 256 && rows % cr == 0 && cols % cc == 0);
+    const int64_t ntc = cols / cc, tiles = (rows / cr) * ntc;
+    const size_t tn = (size_t)cr * cc;
+#pragma omp parallel for num_threads(k->threads)                                                   \
+    schedule(static) if (parallel                                                                  \
+                         : (size_t)(rows * cols) >= CPU_SERIAL_BELOW)
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t tr = t / ntc, tc = t % ntc;
+        size_t grid = (size_t)(tr * cr) * (size_t)cols + (size_t)(tc * cc), tile = (size_t)t * tn;
+        if (inverse)
+            cpu_dct_tile(out + grid, (size_t)cols, in + tile, (size_t)cc, br, bc, cr, cc, 1);
+        else
+            cpu_dct_tile(out + tile, (size_t)cc, in + grid, (size_t)cols, br, bc, cr, cc, 0);
+    }
+}
+
+static void cpu_dct_forward(kern_t *k, float *coef, const float *x, const float *br,
+                            const float *bc, int64_t rows, int64_t cols, int cr, int cc)
+{
+    cpu_dct(k, coef, x, br, bc, rows, cols, cr, cc, 0);
+}
+
+static void cpu_dct_inverse(kern_t *k, float *x, const float *coef, const float *br,
+                            const float *bc, int64_t rows, int64_t cols, int cr, int cc)
+{
+    cpu_dct(k, x, coef, br, bc, rows, cols, cr, cc, 1);
+}
+
+/* Top-k key: |x| bits above, the complemented 16-bit index below (47 bits): larger keys
+ * come first, and the keys of one tile are distinct. */
+static inline uint64_t cpu_topk_key(float x, int i)
+{
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint64_t)(b & 0x7fffffffu) << 16 | (uint32_t)(0xffff - i);
+}
+
+/* The kk-th largest key of a tile, found bit by bit from the top: the largest thr with at
+ * least kk keys >= thr. Stops early once exactly kk keys are >= the candidate. */
+static uint64_t cpu_topk_threshold(const float *x, int tn, int kk)
+{
+    uint64_t thr = 0;
+    if (kk >= tn) return 0;
+    for (int b = 46; b >= 0; b--) {
+        uint64_t cand = thr | (uint64_t)1 << b;
+        int cnt = 0;
+        for (int i = 0; i < tn; i++) cnt += cpu_topk_key(x[i], i) >= cand;
+        if (cnt >= kk) {
+            thr = cand;
+            if (cnt == kk) break;
+        }
+    }
+    return thr;
+}
+
+static void cpu_topk(kern_t *k, uint16_t *idx, float *val, const float *x, int64_t tiles, int tn,
+                     int kk)
+{
+    assert(kk >= 1 && kk <= tn && tn <= 65536);
+#pragma omp parallel for num_threads(k->threads)                                                   \
+    schedule(static) if (parallel                                                                  \
+                         : (size_t)tiles * tn >= CPU_SERIAL_BELOW)
+    for (int64_t t = 0; t < tiles; t++) {
+        const float *xt = x + (size_t)t * tn;
+        uint64_t thr = cpu_topk_threshold(xt, tn, kk);
+        size_t e = (size_t)t * kk;
+        for (int i = 0; i < tn; i++)
+            if (cpu_topk_key(xt[i], i) >= thr) {
+                idx[e] = (uint16_t)i;
+                val[e++] = xt[i];
+            }
+    }
+}
+
+static void cpu_scatter(kern_t *k, float *x, const uint16_t *idx, const float *val, int64_t tiles,
+                        int tn, int kk, int bf16)
+{
+#pragma omp parallel for num_threads(k->threads)                                                   \
+    schedule(static) if (parallel                                                                  \
+                         : (size_t)tiles * tn >= CPU_SERIAL_BELOW)
+    for (int64_t t = 0; t < tiles; t++) {
+        float *xt = x + (size_t)t * tn;
+        memset(xt, 0, (size_t)tn * sizeof(float));
+        for (int j = 0; j < kk; j++) {
+            size_t e = (size_t)t * kk + j;
+            float v = val[e];
+            if (bf16) {
+                uint32_t b;
+                memcpy(&b, &v, 4);
+                b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+                memcpy(&v, &b, 4);
+            }
+            xt[idx[e]] = v;
+        }
+    }
+}
+
+static void cpu_apply_sign(kern_t *k, float *restrict p, const uint8_t *restrict signs, float lr,
+                           size_t n)
+{
+#pragma omp parallel for simd num_threads(k->threads)                                              \
+    schedule(static) if (parallel                                                                  \
+                         : n >= CPU_SERIAL_BELOW)
+    for (size_t i = 0; i < n; i++) {
+        unsigned code = (signs[i >> 2] >> (2 * (i & 3))) & 3u;
+        float s = (float)(code == 1) - (float)(code == 2);
+        p[i] -= lr * s;
+    }
+}
+
+/* One block of quantize; q points at the block's first q byte (int4: its first octet,
+ * blocks being even). */
+static void cpu_quantize_block(uint8_t *scale, uint8_t *q, const float *x, size_t len, int bits)
+{
+    const float lim = bits == 8 ? 127.0f : 7.0f;
+    float amax = 0.0f;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], 4);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    float s = bad ? NAN : amax / lim, inv = 1.0f / s;
+    memcpy(scale, &s, 4);
+    int use_inv = isfinite(inv) != 0, zero = bad || s == 0.0f;
+    for (size_t i = 0; i < len; i++) {
+        float v = 0.0f;
+        if (!zero) {
+            v = rintf(use_inv ? x[i] * inv : x[i] / s);
+            v = v > lim ? lim : v < -lim ? -lim : v;
+        }
+        if (bits == 8)
+            q[i] = (uint8_t)(int8_t)v;
+        else if (i % 2)
+            q[i / 2] |= (uint8_t)(((int)v + 8) << 4);
+        else
+            q[i / 2] = (uint8_t)((int)v + 8);
+    }
+}
+
+static void cpu_quantize(kern_t *k, uint8_t *payload, const float *x, size_t n, int bits,
+                         uint32_t block)
+{
+    size_t nb = (n + block - 1) / block;
+    uint8_t *q = payload + 4 * nb;
+#pragma omp parallel for num_threads(k->threads) schedule(static) if (parallel                     \
+                                                                      : n >= CPU_SERIAL_BELOW)
+    for (size_t b = 0; b < nb; b++) {
+        size_t off = b * block, len = n - off < block ? n - off : block;
+        cpu_quantize_block(payload + 4 * b, bits == 8 ? q + off : q + off / 2, x + off, len, bits);
+    }
+}
+
+static void cpu_dequantize(kern_t *k, float *x, const uint8_t *payload, size_t n, int bits,
+                           uint32_t block)
+{
+    size_t nb = (n + block - 1) / block;
+    const uint8_t *q = payload + 4 * nb;
+#pragma omp parallel for num_threads(k->threads) schedule(static) if (parallel                     \
+                                                                      : n >= CPU_SERIAL_BELOW)
+    for (size_t b = 0; b < nb; b++) {
+        size_t off = b * block, len = n - off < block ? n - off : block;
+        float s;
+        memcpy(&s, payload + 4 * b, 4);
+        for (size_t i = off; i < off + len; i++) {
+            int v = bits == 8 ? (int)(int8_t)q[i] : ((q[i / 2] >> (4 * (i % 2))) & 15) - 8;
+            x[i] = (float)v * s;
+        }
+    }
+}
+
 /* --- construction ------------------------------------------------------------------ */
 
 /* OpenBLAS picks its kernels when it loads, from a table of CPU models; a model newer than
@@ -691,6 +903,13 @@ kern_t *kern_cpu_new(int threads, char *err)
     k->scale = cpu_scale;
     k->sumsq = cpu_sumsq;
     k->adamw = cpu_adamw;
+    k->dct_forward = cpu_dct_forward;
+    k->dct_inverse = cpu_dct_inverse;
+    k->topk = cpu_topk;
+    k->scatter = cpu_scatter;
+    k->apply_sign = cpu_apply_sign;
+    k->quantize = cpu_quantize;
+    k->dequantize = cpu_dequantize;
     return k;
 
 nomem:

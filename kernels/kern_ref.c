@@ -362,6 +362,182 @@ static void ref_adamw(kern_t *k, float *p, const float *g, float *m, float *v, s
     }
 }
 
+/* --- compression (DeMo transform, blockwise quantization) ---------------------------
+ * Here the oracle is not "closer to the truth" but the host formats' own float
+ * arithmetic, step for step: kernels/dct.c (each output a float sum in ascending order,
+ * no fused multiply-add), demo_topk's selection, codec.c's int8/int4 rounding. Those
+ * define what goes on the wire, so "ref" must reproduce them bit for bit (tested). */
+
+/* One tile's y = Cr x Cc^T or its inverse, in place of small_gemm's two products:
+ * pass 1 writes the intermediate (cr, cc) into the output tile; pass 2 combines it
+ * column by column through col. Every sum runs in dct.c's order. */
+static void ref_dct_tile(float *out, size_t ldo, const float *in, size_t ldi, const float *br,
+                         const float *bc, int cr, int cc, int inverse)
+{
+    float col[256];
+    /* pass 1: forward tmp[i][v] = sum_j x[i][j] bc[v][j]; inverse tmp[i][j] = sum_v
+     * y[i][v] bc[v][j] */
+    for (int i = 0; i < cr; i++)
+        for (int a = 0; a < cc; a++) {
+            float acc = 0.0f;
+            for (int b = 0; b < cc; b++)
+                acc += inverse ? in[(size_t)i * ldi + b] * bc[(size_t)b * cc + a]
+                               : in[(size_t)i * ldi + b] * bc[(size_t)a * cc + b];
+            out[(size_t)i * ldo + a] = acc;
+        }
+    /* pass 2: forward y[u][v] = sum_i br[u][i] tmp[i][v]; inverse x[i][j] = sum_u
+     * br[u][i] tmp[u][j] */
+    for (int a = 0; a < cc; a++) {
+        for (int i = 0; i < cr; i++) col[i] = out[(size_t)i * ldo + a];
+        for (int u = 0; u < cr; u++) {
+            float acc = 0.0f;
+            for (int i = 0; i < cr; i++)
+                acc += inverse ? br[(size_t)i * cr + u] * col[i] : br[(size_t)u * cr + i] * col[i];
+            out[(size_t)u * ldo + a] = acc;
+        }
+    }
+}
+
+static void ref_dct(float *out, const float *in, const float *br, const float *bc, int64_t rows,
+                    int64_t cols, int cr, int cc, int inverse)
+{
+    const int64_t ntc = cols / cc;
+    const size_t tn = (size_t)cr * cc;
+    for (int64_t tr = 0; tr < rows / cr; tr++)
+        for (int64_t tc = 0; tc < ntc; tc++) {
+            size_t grid = (size_t)(tr * cr) * (size_t)cols + (size_t)(tc * cc);
+            size_t tile = (size_t)(tr * ntc + tc) * tn;
+            if (inverse)
+                ref_dct_tile(out + grid, (size_t)cols, in + tile, (size_t)cc, br, bc, cr, cc, 1);
+            else
+                ref_dct_tile(out + tile, (size_t)cc, in + grid, (size_t)cols, br, bc, cr, cc, 0);
+        }
+}
+
+static void ref_dct_forward(kern_t *k, float *coef, const float *x, const float *br,
+                            const float *bc, int64_t rows, int64_t cols, int cr, int cc)
+{
+    (void)k;
+    assert(cr >= 1 && cr <= 256 && cc >= 1 && cc <= 256 && rows % cr == 0 && cols % cc == 0);
+    ref_dct(coef, x, br, bc, rows, cols, cr, cc, 0);
+}
+
+static void ref_dct_inverse(kern_t *k, float *x, const float *coef, const float *br,
+                            const float *bc, int64_t rows, int64_t cols, int cr, int cc)
+{
+    (void)k;
+    assert(cr >= 1 && cr <= 256 && cc >= 1 && cc <= 256 && rows % cr == 0 && cols % cc == 0);
+    ref_dct(x, coef, br, bc, rows, cols, cr, cc, 1);
+}
+
+/* Order of the top-k: |x| (as bits) descending, then index ascending. */
+static int ref_topk_before(const float *x, int i, int j)
+{
+    uint32_t a, b;
+    memcpy(&a, &x[i], 4);
+    memcpy(&b, &x[j], 4);
+    a &= 0x7fffffffu, b &= 0x7fffffffu;
+    return a > b || (a == b && i < j);
+}
+
+/* An element is kept when fewer than kk elements come before it. */
+static void ref_topk(kern_t *k, uint16_t *idx, float *val, const float *x, int64_t tiles, int tn,
+                     int kk)
+{
+    (void)k;
+    assert(kk >= 1 && kk <= tn && tn <= 65536);
+    for (int64_t t = 0; t < tiles; t++) {
+        const float *xt = x + (size_t)t * tn;
+        size_t e = (size_t)t * kk;
+        for (int i = 0; i < tn; i++) {
+            int before = 0;
+            for (int j = 0; j < tn && before < kk; j++) before += ref_topk_before(xt, j, i);
+            if (before < kk) {
+                idx[e] = (uint16_t)i;
+                val[e++] = xt[i];
+            }
+        }
+    }
+}
+
+static float ref_round_bf16(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &b, 4);
+    return v;
+}
+
+static void ref_scatter(kern_t *k, float *x, const uint16_t *idx, const float *val, int64_t tiles,
+                        int tn, int kk, int bf16)
+{
+    (void)k;
+    memset(x, 0, (size_t)tiles * tn * sizeof(float));
+    for (int64_t t = 0; t < tiles; t++)
+        for (int j = 0; j < kk; j++) {
+            size_t e = (size_t)t * kk + j;
+            x[(size_t)t * tn + idx[e]] = bf16 ? ref_round_bf16(val[e]) : val[e];
+        }
+}
+
+static void ref_apply_sign(kern_t *k, float *p, const uint8_t *signs, float lr, size_t n)
+{
+    (void)k;
+    for (size_t i = 0; i < n; i++) {
+        int code = (signs[i / 4] >> (2 * (i % 4))) & 3;
+        float s = code == 1 ? 1.0f : code == 2 ? -1.0f : 0.0f;
+        p[i] -= lr * s;
+    }
+}
+
+static void ref_quantize(kern_t *k, uint8_t *payload, const float *x, size_t n, int bits,
+                         uint32_t block)
+{
+    (void)k;
+    const float lim = bits == 8 ? 127.0f : 7.0f;
+    size_t nb = (n + block - 1) / block;
+    uint8_t *q = payload + 4 * nb;
+    if (bits == 4) memset(q, 0, (n + 1) / 2);
+    for (size_t b = 0; b < nb; b++) {
+        size_t off = b * block, len = n - off < block ? n - off : block;
+        float amax = 0.0f;
+        int finite = 1;
+        for (size_t i = 0; i < len; i++) {
+            finite &= isfinite(x[off + i]) != 0;
+            amax = fabsf(x[off + i]) > amax ? fabsf(x[off + i]) : amax;
+        }
+        float s = finite ? amax / lim : NAN;
+        memcpy(payload + 4 * b, &s, 4);
+        for (size_t i = 0; i < len; i++) {
+            float v = 0.0f;
+            if (finite && s != 0.0f) {
+                float inv = 1.0f / s;
+                v = rintf(isfinite(inv) ? x[off + i] * inv : x[off + i] / s);
+                v = v > lim ? lim : v < -lim ? -lim : v;
+            }
+            if (bits == 8)
+                q[off + i] = (uint8_t)(int8_t)v;
+            else
+                q[(off + i) / 2] |= (uint8_t)(((int)v + 8) << (4 * ((off + i) % 2)));
+        }
+    }
+}
+
+static void ref_dequantize(kern_t *k, float *x, const uint8_t *payload, size_t n, int bits,
+                           uint32_t block)
+{
+    (void)k;
+    size_t nb = (n + block - 1) / block;
+    const uint8_t *q = payload + 4 * nb;
+    for (size_t i = 0; i < n; i++) {
+        float s;
+        memcpy(&s, payload + 4 * (i / block), 4);
+        int v = bits == 8 ? (int)(int8_t)q[i] : ((q[i / 2] >> (4 * (i % 2))) & 15) - 8;
+        x[i] = (float)v * s;
+    }
+}
+
 /* --- construction ------------------------------------------------------------------ */
 
 kern_t *kern_ref_new(char *err)
@@ -401,5 +577,12 @@ kern_t *kern_ref_new(char *err)
     k->scale = ref_scale;
     k->sumsq = ref_sumsq;
     k->adamw = ref_adamw;
+    k->dct_forward = ref_dct_forward;
+    k->dct_inverse = ref_dct_inverse;
+    k->topk = ref_topk;
+    k->scatter = ref_scatter;
+    k->apply_sign = ref_apply_sign;
+    k->quantize = ref_quantize;
+    k->dequantize = ref_dequantize;
     return k;
 }

@@ -7,7 +7,8 @@
  *   "cpu"  the fast CPU path: OpenBLAS sgemm + OpenMP, one thread pool of k->threads;
  *   "cuda" (kernels/cuda/, when built) device memory, cuBLAS and own kernels.
  *
- * Not for: model structure (peer/), codecs and DeMo (compress/), anything on the wire.
+ * Not for: model structure (peer/), codec and DeMo formats, checks and aggregation
+ * (compress/; the arithmetic of DCT, top-k and quantization is here), anything on the wire.
  *
  * Conventions, for every op:
  * - Arguments are outputs first, then inputs, then sizes (llm.c).
@@ -131,6 +132,60 @@ struct kern {
      * t is the 1-based step number. */
     void (*adamw)(kern_t *k, float *p, const float *g, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int t);
+
+    /* --- compression: the DeMo transform and blockwise quantization ----------------
+     * The math of kernels/dct.h, compress/demo.h and compress/codec.h's int8/int4 codecs,
+     * here so that a device backend compresses where its tensors live and only what goes
+     * on the wire crosses PCIe (peer/demo_opt.c, peer/stage.c). compress/ keeps the
+     * formats, checks and aggregation on the host; these ops only compute.
+     * Exactness: "ref" and "cpu" are bit-identical to kernels/dct.c's dct_forward and
+     * dct_inverse, to demo_topk's selection, to the removal step of demo_extract, to
+     * demo_apply_sign, and byte-identical to codec_encode's int8/int4 payloads and
+     * codec_decode's values (tests/test_kernels.c). "cuda" computes the same sums in the
+     * same order with fused multiply-adds (DCT: about 1e-7 of the largest coefficient);
+     * its topk, scatter, apply_sign, quantize and dequantize are exact given the same
+     * input, so only a top-k tie broken by DCT rounding can differ.
+     *
+     * Tile DCT (kernels/dct.h): x (rows, cols) row-major is cut into (cr, cc) tiles, cr
+     * dividing rows and cc dividing cols (dct_chunk_size); coef holds the tiles' 2-D
+     * orthonormal DCT-II coefficients TILE-MAJOR: coef[t*cr*cc + u*cc + v], tiles in
+     * row-major order over the tile grid. br (cr, cr) and bc (cc, cc) are the DCT-II
+     * bases made on the host by dct_basis and uploaded (one buffer serves both when
+     * cr == cc; a 1-D tensor is (1, n) with br = {1}). coef and x must not overlap. */
+    void (*dct_forward)(kern_t *k, float *coef, const float *x, const float *br, const float *bc,
+                        int64_t rows, int64_t cols, int cr, int cc);
+    /* x (rows, cols) = per-tile inverse (DCT-III) of coef, same layout and bases. */
+    void (*dct_inverse)(kern_t *k, float *x, const float *coef, const float *br, const float *bc,
+                        int64_t rows, int64_t cols, int cr, int cc);
+    /* Per-tile top-k (demo_topk's rule): x is `tiles` tiles of tn contiguous values; of
+     * each tile the kk values largest in |x|, ties to the lower index (|x| compared as
+     * bits, so -0 ties +0), as idx (tiles, kk) ascending within a tile and
+     * val (tiles, kk) = x at those indices. 1 <= kk <= tn <= 65536; x finite. */
+    void (*topk)(kern_t *k, uint16_t *idx, float *val, const float *x, int64_t tiles, int tn,
+                 int kk);
+    /* The sparse tiles topk selected, dense again: x (tiles, tn) = 0 except
+     * x[t*tn + idx[t*kk + j]] = val[t*kk + j], rounded to bf16 (nearest even, as
+     * codec_f32_to_bf16) when bf16 is 1. Indices distinct within a tile, below tn. */
+    void (*scatter)(kern_t *k, float *x, const uint16_t *idx, const float *val, int64_t tiles,
+                    int tn, int kk, int bf16);
+    /* p[i] -= lr * sign_i, the DeMo update, with the signs packed 2 bits per element by
+     * kern_sign_pack (element i in bits 2(i%4) of byte i/4: 0 -> 0, 1 -> +1, 2 -> -1).
+     * Same result as demo_apply_sign on the q the signs came from. */
+    void (*apply_sign)(kern_t *k, float *p, const uint8_t *signs, float lr, size_t n);
+    /* Blockwise absmax quantization of x (n) into payload (kern_quant_bytes(n, bits,
+     * block) bytes), the exact payload of compress/codec.h's int8 (bits 8) or int4
+     * (bits 4) codec (docs/codec-format.md 2.2): per block of `block` elements (the last
+     * may be shorter) one f32 scale s = absmax/127 (/7), then q = clamp(rne(x * (1/s)),
+     * -127, 127) (x / s when 1/s overflows; +-7 for int4, stored as the nibble q+8, low
+     * nibble first, a pad nibble 0 when n is odd); s = 0 gives q = 0. A block holding a
+     * non-finite value gets the scale NaN (and q = 0), which codec_seal refuses, so a
+     * NaN never reaches the wire. block >= 1, even for int4; n >= 1. */
+    void (*quantize)(kern_t *k, uint8_t *payload, const float *x, size_t n, int bits,
+                     uint32_t block);
+    /* x (n) = q * s from such a payload, as codec_decode computes it. The payload must
+     * have passed codec_open (valid scales, no -128, no nibble 0): not checked here. */
+    void (*dequantize)(kern_t *k, float *x, const uint8_t *payload, size_t n, int bits,
+                       uint32_t block);
 };
 
 /* Creates a backend by name: "ref", "cpu", "cuda" or "auto" (cuda when a device works,
@@ -143,6 +198,17 @@ void kern_destroy(kern_t **k);
 
 /* Fills host memory freqs (T, HS/2, 2) with (cos, sin) of t * theta^(-2i/HS). */
 void kern_rope_freqs(float *freqs, int T, int HS, float theta);
+
+/* Bytes of a quantize payload: 4 * ceil(n / block) + n (bits 8) or + ceil(n / 2) (bits 4). */
+size_t kern_quant_bytes(size_t n, int bits, uint32_t block);
+
+/* Packs sign(q[i]) for apply_sign: 2 bits per element, kern_sign_bytes(n) bytes; a NaN
+ * or zero q packs as 0 (no change), as demo_apply_sign treats it. Can't fail. */
+void kern_sign_pack(uint8_t *signs, const float *q, size_t n);
+static inline size_t kern_sign_bytes(size_t n)
+{
+    return (n + 3) / 4;
+}
 
 /* When OpenBLAS runs generic kernels on a CPU it did not recognize although a much faster
  * kernel set fits it ("SkylakeX", "Haswell"), the name of that set; else NULL (also when

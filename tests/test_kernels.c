@@ -8,7 +8,13 @@
  * 4. Hand-computed values: a few forwards, two AdamW steps; RoPE forward then backward is
  *    the identity; attention's lse is the log-sum-exp of the scaled causal scores; a later
  *    token's k and v never change an earlier output.
- * Not for: the CUDA backend (its own suite), speed. */
+ * 5. The compression ops against the host code they stand in for, bit for bit: "ref"'s
+ *    tile DCT against kernels/dct.c, its top-k against demo_topk, accumulate + DCT +
+ *    top-k + scatter + inverse DCT + axpy against demo_accumulate + demo_extract (entries
+ *    and residual), apply_sign against demo_apply_sign, quantize / dequantize against
+ *    codec_encode's payload bytes and codec_decode's values; and "cpu" (1, 2, 3 threads)
+ *    bitwise equal to "ref" for all of them.
+ * Not for: the CUDA backend (its own suites), speed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +24,9 @@
 #include "kernels/kernels.h"
 #include "common/rng.h"
 #include "common/status.h"
+#include "compress/codec.h"
+#include "compress/demo.h"
+#include "kernels/dct.h"
 #include "testutil.h"
 
 #include <cblas.h>
@@ -1128,6 +1137,307 @@ static void test_attention_causal(void **state)
     ffree(qkv);
 }
 
+/* --- 5. compression ops against the host code --------------------------------------- */
+
+/* Every backend's n bytes (ref's first) must equal want bitwise. */
+static void same_bytes(const char *what, void *r[NB], const void *want, size_t n)
+{
+    for (int b = 0; b < NB; b++)
+        if (memcmp(r[b], want, n)) {
+            size_t i = 0;
+            while (((const uint8_t *)r[b])[i] == ((const uint8_t *)want)[i]) i++;
+            fail_msg("%s: %s differs from the host code at byte %zu of %zu", what,
+                     b ? "cpu" : "ref", i, n);
+        }
+}
+
+static float *basis(int n)
+{
+    float *b = fbuf((size_t)n * n);
+    dct_basis(b, n);
+    return b;
+}
+
+static void dct_case(int64_t rows, int64_t cols, int chunk, uint64_t seed)
+{
+    char err[STATUS_ERR_LEN];
+    size_t n = (size_t)(rows * cols);
+    dct_plan_t *plan = dct_plan_new(rows, cols, chunk, err);
+    assert_non_null(plan);
+    int cr = dct_plan_tile_rows(plan), cc = dct_plan_tile_cols(plan);
+    float *br = basis(cr), *bc = basis(cc);
+    float *x = frand(n, seed, 1.0f), *want = fbuf(n), *back = fbuf(n);
+    float *r[NB];
+    dct_forward(plan, want, x);
+    for (int b = 0; b < NB; b++) {
+        r[b] = fbuf(n);
+        backend(b)->dct_forward(backend(b), r[b], x, br, bc, rows, cols, cr, cc);
+    }
+    same_bytes("dct_forward", (void **)r, want, n * sizeof(float));
+    /* the inverse, of the coefficients and of random ones */
+    for (int pass = 0; pass < 2; pass++) {
+        const float *coef = pass ? x : want;
+        dct_inverse(plan, back, coef);
+        for (int b = 0; b < NB; b++)
+            backend(b)->dct_inverse(backend(b), r[b], coef, br, bc, rows, cols, cr, cc);
+        same_bytes("dct_inverse", (void **)r, back, n * sizeof(float));
+        if (!pass) assert_true(testutil_norm_err(back, x, n) < 1e-5);
+    }
+    ffree_all(r);
+    ffree(br);
+    ffree(bc);
+    ffree(x);
+    ffree(want);
+    ffree(back);
+    dct_plan_destroy(&plan);
+}
+
+static void test_compress_dct(void **state)
+{
+    (void)state;
+    dct_case(64, 64, 16, 400);
+    dct_case(48, 80, 16, 401); /* 16 x 16 tiles */
+    dct_case(1, 100, 64, 402); /* 1-D: 1 x 50 tiles */
+    dct_case(30, 42, 8, 403);  /* 6 x 7 tiles */
+    dct_case(12, 12, 64, 404); /* one tile */
+    dct_case(128, 192, 64, 405);
+    dct_case(7, 3, 256, 406); /* primes: 7 x 3, one tile */
+}
+
+/* Values with many exact ties in |x| (and +0 / -0), so that the index tie-break shows. */
+static float *tie_values(size_t n, uint64_t seed)
+{
+    float *x = frand(n, seed, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        if (i % 3 == 0) x[i] = (float)((int)((i * 7919) % 11) - 5) * 0.25f; /* -0 too */
+    return x;
+}
+
+static void topk_case(int64_t tiles, int tn, int kk, uint64_t seed)
+{
+    size_t ne = (size_t)tiles * kk;
+    float *x = tie_values((size_t)tiles * tn, seed);
+    uint16_t *want = malloc(ne * sizeof *want);
+    uint64_t *keys = malloc((size_t)tn * sizeof *keys);
+    float *wval = fbuf(ne);
+    assert_non_null(want);
+    assert_non_null(keys);
+    for (int64_t t = 0; t < tiles; t++) {
+        demo_topk(want + (size_t)t * kk, x + (size_t)t * tn, tn, kk, keys);
+        for (int j = 0; j < kk; j++)
+            wval[(size_t)t * kk + j] = x[(size_t)t * tn + want[(size_t)t * kk + j]];
+    }
+    uint16_t *idx[NB];
+    float *val[NB];
+    for (int b = 0; b < NB; b++) {
+        idx[b] = kref->alloc(kref, ne * sizeof(uint16_t));
+        val[b] = fbuf(ne);
+        backend(b)->topk(backend(b), idx[b], val[b], x, tiles, tn, kk);
+    }
+    same_bytes("topk idx", (void **)idx, want, ne * sizeof(uint16_t));
+    same_bytes("topk val", (void **)val, wval, ne * sizeof(float));
+    for (int b = 0; b < NB; b++) {
+        ffree(idx[b]);
+        ffree(val[b]);
+    }
+    ffree(x);
+    ffree(wval);
+    free(want);
+    free(keys);
+}
+
+static void test_compress_topk(void **state)
+{
+    (void)state;
+    topk_case(5, 64, 1, 410);
+    topk_case(5, 64, 7, 411);
+    topk_case(5, 64, 63, 412);
+    topk_case(5, 64, 64, 413);
+    topk_case(3, 4096, 32, 414);
+    topk_case(40, 16, 3, 415);
+    topk_case(2, 1, 1, 416);
+    /* the largest tile: cpu (the device's algorithm) against demo_topk; ref is O(tn^2) */
+    int tn = 65536, kk = 100;
+    float *x = tie_values((size_t)tn, 417);
+    uint16_t *want = malloc((size_t)kk * sizeof *want), *got = malloc((size_t)kk * sizeof *got);
+    uint64_t *keys = malloc((size_t)tn * sizeof *keys);
+    float *val = fbuf((size_t)kk);
+    assert_true(want && got && keys);
+    demo_topk(want, x, tn, kk, keys);
+    kcpu[2]->topk(kcpu[2], got, val, x, 1, tn, kk);
+    assert_memory_equal(got, want, (size_t)kk * sizeof *want);
+    ffree(x);
+    ffree(val);
+    free(want);
+    free(got);
+    free(keys);
+}
+
+/* What a device does for demo_accumulate + demo_extract, with the ops, against them:
+ * the same entries (f32 values, so the v1 message carries them exactly) and the same
+ * residual D, bit for bit. */
+static void demo_step_case(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                           uint64_t seed)
+{
+    char err[STATUS_ERR_LEN];
+    demo_cfg_t cfg = {.chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.9f};
+    demo_t *d = demo_new(rows, cols, &cfg, err);
+    assert_non_null(d);
+    size_t n = (size_t)(rows * cols), len = demo_msg_size(d), wlen = 0;
+    int cr = (int)dct_chunk_size(rows, chunk), cc = (int)dct_chunk_size(cols, chunk);
+    int tn = cr * cc, kt = demo_entries_per_tile(rows, cols, chunk, k, vfmt);
+    int64_t tiles = (rows / cr) * (cols / cc);
+    size_t ne = (size_t)tiles * kt;
+    float *br = basis(cr), *bc = basis(cc), *g0 = frand(n, seed, 1.0f),
+          *g1 = frand(n, seed + 1, 1.0f);
+    uint8_t *msg = malloc(len);
+    uint16_t *widx = malloc(ne * sizeof *widx);
+    float *wval = fbuf(ne);
+    assert_true(msg && widx);
+    float *D[NB], *coef = fbuf(n), *work = fbuf(n), *val = fbuf(ne);
+    uint16_t *idx = kref->alloc(kref, ne * sizeof(uint16_t));
+    for (int b = 0; b < NB; b++) D[b] = fbuf(n);
+    for (int step = 0; step < 2; step++) {
+        const float *g = step ? g1 : g0;
+        assert_int_equal(demo_accumulate(d, g, 0.01f, err), 0);
+        assert_int_equal(demo_extract(d, msg, len, &wlen, err), 0);
+        for (int b = 0; b < NB; b++) {
+            kern_t *kb = backend(b);
+            kb->scale(kb, D[b], 0.9f, n);
+            kb->axpy(kb, D[b], 0.01f, g, n);
+            kb->dct_forward(kb, coef, D[b], br, bc, rows, cols, cr, cc);
+            kb->topk(kb, idx, val, coef, tiles, tn, kt);
+            if (vfmt == DEMO_VAL_F32) {
+                demo_msg_info_t info;
+                assert_int_equal(demo_msg_unpack(msg, wlen, &info, widx, wval, ne, err), 0);
+                assert_memory_equal(val, wval, ne * sizeof(float));
+                if (!info.dense) assert_memory_equal(idx, widx, ne * sizeof(uint16_t));
+            }
+            kb->scatter(kb, coef, idx, val, tiles, tn, kt, vfmt == DEMO_VAL_BF16);
+            kb->dct_inverse(kb, work, coef, br, bc, rows, cols, cr, cc);
+            kb->axpy(kb, D[b], -1.0f, work, n);
+        }
+        same_bytes("demo residual", (void **)D, demo_momentum(d), n * sizeof(float));
+    }
+    ffree_all(D);
+    ffree(coef);
+    ffree(work);
+    ffree(val);
+    ffree(idx);
+    ffree(br);
+    ffree(bc);
+    ffree(g0);
+    ffree(g1);
+    ffree(wval);
+    free(widx);
+    free(msg);
+    demo_destroy(&d);
+}
+
+static void test_compress_demo_step(void **state)
+{
+    (void)state;
+    demo_step_case(64, 96, 32, 8, DEMO_VAL_F32, 420);
+    demo_step_case(64, 96, 32, 8, DEMO_VAL_BF16, 421);
+    demo_step_case(64, 96, 32, 8, DEMO_VAL_SIGN, 422);
+    demo_step_case(1, 256, 64, 8, DEMO_VAL_SIGN, 423); /* a norm: dense tiles */
+    demo_step_case(1, 256, 64, 4, DEMO_VAL_F32, 424);
+    demo_step_case(24, 40, 16, 3, DEMO_VAL_F32, 425); /* 12 x 10 tiles */
+}
+
+static void test_compress_apply_sign(void **state)
+{
+    (void)state;
+    size_t n = 100003;
+    float *q = frand(n, 430, 1.0f), *p0 = frand(n, 431, 1.0f);
+    for (size_t i = 0; i < n; i += 7) q[i] = i % 2 ? 0.0f : -0.0f;
+    q[5] = NAN;
+    uint8_t *signs = kref->alloc(kref, kern_sign_bytes(n));
+    assert_non_null(signs);
+    kern_sign_pack(signs, q, n);
+    float *want = fdup(p0, n), *p[NB];
+    demo_apply_sign(want, q, 0.003f, n);
+    for (int b = 0; b < NB; b++) {
+        p[b] = fdup(p0, n);
+        backend(b)->apply_sign(backend(b), p[b], signs, 0.003f, n);
+    }
+    same_bytes("apply_sign", (void **)p, want, n * sizeof(float));
+    ffree_all(p);
+    ffree(want);
+    ffree(signs);
+    ffree(q);
+    ffree(p0);
+}
+
+/* Payload bytes against codec_encode's, values against codec_decode's. */
+static void quant_case(codec_id_t codec, size_t n, uint32_t block, uint64_t seed)
+{
+    char err[STATUS_ERR_LEN];
+    int bits = codec == CODEC_INT8 ? 8 : 4;
+    float *x = frand(n, seed, 2.0f);
+    /* a zero block, a denormal block (1/s overflows), huge values, exact halves */
+    for (size_t i = 0; i < n && i < block; i++) x[i] = 0.0f;
+    for (size_t i = block; i < n && i < 2 * block; i++) x[i] = (float)(i % 5) * 1e-44f;
+    for (size_t i = 2 * block; i < n && i < 3 * block; i++) x[i] *= 1e35f;
+    for (size_t i = 3 * block; i < n && i < 4 * block; i++) x[i] = (float)((int)(i % 9) - 4) * 0.5f;
+    int64_t shape[1] = {(int64_t)n};
+    codec_params_t cp = {.block = block};
+    size_t total = codec_encoded_size(codec, &cp, shape, 1), w = 0,
+           plen = kern_quant_bytes(n, bits, block);
+    assert_int_equal(total, CODEC_HEADER_LEN + plen);
+    uint8_t *msg = malloc(total);
+    float *want = fbuf(n), *y[NB];
+    uint8_t *pay[NB];
+    assert_non_null(msg);
+    assert_int_equal(codec_encode(codec, &cp, x, shape, 1, msg, total, &w, err), 0);
+    assert_int_equal(codec_decode(msg, total, want, n, NULL, NULL, err), 0);
+    for (int b = 0; b < NB; b++) {
+        pay[b] = kref->alloc(kref, plen);
+        y[b] = fbuf(n);
+        backend(b)->quantize(backend(b), pay[b], x, n, bits, block);
+        backend(b)->dequantize(backend(b), y[b], pay[b], n, bits, block);
+    }
+    same_bytes(bits == 8 ? "quantize int8" : "quantize int4", (void **)pay, msg + CODEC_HEADER_LEN,
+               plen);
+    same_bytes("dequantize", (void **)y, want, n * sizeof(float));
+    /* a non-finite value: its block's scale is NaN, the others as before, and the
+     * payload cannot be sealed */
+    if (n > block) {
+        x[block] = INFINITY;
+        for (int b = 0; b < NB; b++) {
+            backend(b)->quantize(backend(b), pay[b], x, n, bits, block);
+            float s0, s1;
+            memcpy(&s0, pay[b], 4);
+            memcpy(&s1, pay[b] + 4, 4);
+            assert_true(isnan(s1));
+            assert_memory_equal(&s0, msg + CODEC_HEADER_LEN, 4);
+            memcpy(msg + CODEC_HEADER_LEN, pay[b], plen);
+            assert_int_equal(codec_seal(codec, &cp, shape, 1, msg, total, err), STATUS_EINVAL);
+        }
+    }
+    for (int b = 0; b < NB; b++) {
+        ffree(pay[b]);
+        ffree(y[b]);
+    }
+    ffree(x);
+    ffree(want);
+    free(msg);
+}
+
+static void test_compress_quantize(void **state)
+{
+    (void)state;
+    const size_t ns[] = {1, 5, 63, 64, 65, 1000, 100003};
+    const uint32_t b8[] = {1, 7, 64, 4096}, b4[] = {2, 6, 64, 4096};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t j = 0; j < 4; j++) {
+            quant_case(CODEC_INT8, ns[i], b8[j], 440 + i * 10 + j);
+            quant_case(CODEC_INT4, ns[i], b4[j], 540 + i * 10 + j);
+        }
+    assert_int_equal(kern_quant_bytes(5, 4, 4), 8 + 3);
+    assert_int_equal(kern_quant_bytes(5, 8, 4), 8 + 5);
+}
+
 /* OpenBLAS picks its kernels when it loads, and whether cpu results stay the same across
  * thread counts depends on those kernels. So the suite runs once more under each faster
  * kernel set this CPU can execute (a child process with OPENBLAS_CORETYPE set), unless
@@ -1188,6 +1498,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rope_inverse),
         cmocka_unit_test(test_attention_lse),
         cmocka_unit_test(test_attention_causal),
+        cmocka_unit_test(test_compress_dct),
+        cmocka_unit_test(test_compress_topk),
+        cmocka_unit_test(test_compress_demo_step),
+        cmocka_unit_test(test_compress_apply_sign),
+        cmocka_unit_test(test_compress_quantize),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
     return failed || failed_children ? 1 : 0;

@@ -1,5 +1,6 @@
 /* kern_cuda.cu — the "cuda" backend: device memory, cuBLAS matmuls and own kernels for
- * every op in kernels.h except attention (kern_cuda_attn.cu), and kern_cuda_new.
+ * every op in kernels.h except attention (kern_cuda_attn.cu) and the compression ops
+ * (kern_cuda_compress.cu), and kern_cuda_new.
  *
  * Every op is queued on one stream per backend in call order; only download, sumsq and
  * sync wait for the device. A failed CUDA or cuBLAS call cannot be returned (ops do not
@@ -820,5 +821,6 @@ extern "C" kern_t *kern_cuda_new(char *err)
     k->scale = kc_scale;
     k->sumsq = kc_sumsq;
     k->adamw = kc_adamw;
+    kern_cuda_compress_init(k);
     return k;
 }

@@ -81,4 +81,9 @@ void kern_cuda_attention_backward(kern_t *k, float *dqkv, const float *dout, con
                                   const float *out, const float *lse, int B, int T, int NH,
                                   int HS);
 
+/* --- kern_cuda_compress.cu ------------------------------------------------------------ */
+
+/* Fills k's compression ops (dct_forward ... dequantize). Can't fail. */
+void kern_cuda_compress_init(kern_t *k);
+
 #endif

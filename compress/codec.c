@@ -333,6 +333,25 @@ static int encode_int4(uint8_t *out, const float *x, uint64_t n, uint32_t block,
     return 0;
 }
 
+/* Writes the header of a message whose payload (plen bytes) already follows it, CRC
+ * included. */
+static void put_header(uint8_t *h, codec_id_t codec, const int64_t *shape, int ndim, uint32_t block,
+                       uint64_t plen)
+{
+    memcpy(h, codec_magic, 4);
+    h[4] = CODEC_VERSION;
+    h[5] = (uint8_t)codec;
+    h[6] = (uint8_t)ndim;
+    h[7] = 0;
+    for (int i = 0; i < CODEC_MAX_DIMS; i++)
+        codec_put_u32(h + 8 + 4 * i, i < ndim ? (uint32_t)shape[i] : 0);
+    codec_put_u32(h + 24, block);
+    codec_put_u64(h + 28, plen);
+    uint32_t crc = codec_crc32c(0, h, 36);
+    crc = codec_crc32c(crc, h + CODEC_HEADER_LEN, plen);
+    codec_put_u32(h + 36, crc);
+}
+
 int codec_encode(codec_id_t codec, const codec_params_t *params, const float *x,
                  const int64_t *shape, int ndim, uint8_t *out, size_t cap, size_t *written,
                  char *err)
@@ -377,20 +396,7 @@ int codec_encode(codec_id_t codec, const codec_params_t *params, const float *x,
     }
     if (rc) return rc;
 
-    uint8_t *h = out;
-    memcpy(h, codec_magic, 4);
-    h[4] = CODEC_VERSION;
-    h[5] = (uint8_t)codec;
-    h[6] = (uint8_t)ndim;
-    h[7] = 0;
-    for (int i = 0; i < CODEC_MAX_DIMS; i++)
-        codec_put_u32(h + 8 + 4 * i, i < ndim ? (uint32_t)shape[i] : 0);
-    codec_put_u32(h + 24, block);
-    uint64_t plen = total - CODEC_HEADER_LEN;
-    codec_put_u64(h + 28, plen);
-    uint32_t crc = codec_crc32c(0, h, 36);
-    crc = codec_crc32c(crc, pay, plen);
-    codec_put_u32(h + 36, crc);
+    put_header(out, codec, shape, ndim, block, total - CODEC_HEADER_LEN);
     if (written) *written = total;
     return 0;
 }
@@ -578,5 +584,91 @@ int codec_decode(const uint8_t *buf, size_t len, float *out, size_t out_cap_elem
     }
     if (shape_out) memcpy(shape_out, info.shape, sizeof info.shape);
     if (ndim_out) *ndim_out = info.ndim;
+    return 0;
+}
+
+/* --- payloads made elsewhere -------------------------------------------------------- */
+
+/* Every value rule of section 2.2 on a payload whose length matches (n, block): 0, or
+ * STATUS_EMALFORMED + err naming the first kind of fault. */
+static int payload_check(codec_id_t c, const uint8_t *p, uint64_t n, uint32_t block, char *err)
+{
+    uint32_t bad = 0;
+    uint64_t nb = is_int_codec(c) ? (n + block - 1) / block : 0;
+    switch (c) {
+    case CODEC_F32:
+        for (uint64_t i = 0; i < n; i++)
+            bad |= (codec_get_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u;
+        break;
+    case CODEC_F16:
+        for (uint64_t i = 0; i < n; i++) bad |= (codec_get_u16(p + 2 * i) & 0x7c00u) == 0x7c00u;
+        break;
+    case CODEC_BF16:
+        for (uint64_t i = 0; i < n; i++) bad |= (codec_get_u16(p + 2 * i) & 0x7f80u) == 0x7f80u;
+        break;
+    case CODEC_INT8: {
+        int64_t b = check_scales(p, nb, INT8_MAX_SCALE);
+        if (b >= 0)
+            return status_set(err, STATUS_EMALFORMED, "codec int8: bad scale in block %lld",
+                              (long long)b);
+        const uint8_t *q = p + 4 * nb;
+        for (uint64_t i = 0; i < n; i++) bad |= q[i] == 0x80u;
+        if (bad)
+            return status_set(err, STATUS_EMALFORMED, "codec int8: value -128 is not canonical");
+        return 0;
+    }
+    case CODEC_INT4: {
+        int64_t b = check_scales(p, nb, INT4_MAX_SCALE);
+        if (b >= 0)
+            return status_set(err, STATUS_EMALFORMED, "codec int4: bad scale in block %lld",
+                              (long long)b);
+        const uint8_t *q = p + 4 * nb;
+        for (uint64_t i = 0; i < n / 2; i++) bad |= ((q[i] & 15) == 0) | ((q[i] >> 4) == 0);
+        if (n & 1) bad |= ((q[n / 2] & 15) == 0) | ((q[n / 2] >> 4) != 0);
+        if (bad)
+            return status_set(err, STATUS_EMALFORMED, "codec int4: nibble 0 or nonzero padding");
+        return 0;
+    }
+    }
+    if (bad)
+        return status_set(err, STATUS_EMALFORMED, "codec %s: non-finite value", codec_names[c]);
+    return 0;
+}
+
+int codec_seal(codec_id_t codec, const codec_params_t *params, const int64_t *shape, int ndim,
+               uint8_t *buf, size_t len, char *err)
+{
+    if ((int)codec < 0 || (int)codec >= CODEC_COUNT)
+        return status_set(err, STATUS_EINVAL, "codec: unknown codec id %d", (int)codec);
+    uint32_t block = params_block(codec, params);
+    uint64_t n = shape_elems(shape, ndim);
+    size_t total = codec_encoded_size(codec, params, shape, ndim);
+    if (!n || !total)
+        return status_set(err, STATUS_EINVAL, "codec %s: bad shape (ndim %d) or block %u",
+                          codec_names[codec], ndim, block);
+    if (!buf || len != total)
+        return status_set(err, STATUS_EINVAL, "codec %s: a sealed message is %zu bytes, not %zu",
+                          codec_names[codec], total, buf ? len : 0);
+    char e2[STATUS_ERR_LEN];
+    if (payload_check(codec, buf + CODEC_HEADER_LEN, n, block, e2))
+        return status_set(err, STATUS_EINVAL, "refusing to seal: %s (non-finite input?)", e2);
+    put_header(buf, codec, shape, ndim, block, total - CODEC_HEADER_LEN);
+    return 0;
+}
+
+int codec_open(const uint8_t *buf, size_t len, codec_info_t *info, const uint8_t **payload,
+               char *err)
+{
+    codec_info_t in;
+    int rc = codec_peek(buf, len, &in, err);
+    if (rc) return rc;
+    uint32_t crc = codec_crc32c(0, buf, 36);
+    crc = codec_crc32c(crc, buf + CODEC_HEADER_LEN, in.payload_len);
+    if (crc != codec_get_u32(buf + 36))
+        return status_set(err, STATUS_ECORRUPT, "codec %s: checksum mismatch",
+                          codec_names[in.codec]);
+    if ((rc = payload_check(in.codec, buf + CODEC_HEADER_LEN, in.elems, in.block, err))) return rc;
+    if (info) *info = in;
+    if (payload) *payload = buf + CODEC_HEADER_LEN;
     return 0;
 }

@@ -94,6 +94,27 @@ int codec_peek(const uint8_t *buf, size_t len, codec_info_t *info, char *err)
 int codec_decode(const uint8_t *buf, size_t len, float *out, size_t out_cap_elems,
                  int64_t *shape_out, int *ndim_out, char *err) __attribute__((warn_unused_result));
 
+/* --- payloads made elsewhere ---------------------------------------------------------
+ * A device backend quantizes where the tensor lives (kernels.h quantize) and brings back
+ * only the payload; these two calls put the format's header around it and take it off
+ * again, with the same checks as codec_encode and codec_decode, so that the header and
+ * CRC code exists once. */
+
+/* buf[CODEC_HEADER_LEN, len) holds the payload of a tensor of this shape in this codec
+ * (len must equal codec_encoded_size); checks it as a decoder would (every scale finite,
+ * >= +0 and within bounds, no int8 -128, no int4 nibble 0 and a zero pad nibble, finite
+ * float values) and writes the header with its CRC into buf[0, CODEC_HEADER_LEN).
+ * 0, or STATUS_EINVAL + err for bad arguments or a payload that would not decode (a
+ * non-finite input shows as a NaN scale; buf is then unspecified). */
+int codec_seal(codec_id_t codec, const codec_params_t *params, const int64_t *shape, int ndim,
+               uint8_t *buf, size_t len, char *err) __attribute__((warn_unused_result));
+
+/* Validates buf[0, len) exactly as codec_decode does (header, lengths, checksum, every
+ * value rule) without converting: fills *info (may be NULL) and points *payload at the
+ * payload_len bytes after the header. Negative status + err when malformed. */
+int codec_open(const uint8_t *buf, size_t len, codec_info_t *info, const uint8_t **payload,
+               char *err) __attribute__((warn_unused_result));
+
 /* CRC-32C (Castagnoli) of buf[0, n) continuing from crc (start with 0). Hardware
  * instruction when built with SSE4.2, a table otherwise; same result either way. */
 uint32_t codec_crc32c(uint32_t crc, const void *buf, size_t n);

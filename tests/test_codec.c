@@ -470,6 +470,10 @@ static void test_random_corruptions(void **state)
             int nd = -1;
             char err[STATUS_ERR_LEN];
             int rc = codec_decode(t, l, y, CAP, sh, &nd, err);
+            const uint8_t *pay = NULL;
+            int rc2 = codec_open(t, l, NULL, &pay, err);
+            if (rc != STATUS_EINVAL) assert_int_equal(rc2, rc); /* EINVAL: y too small */
+            if (!rc2) assert_ptr_equal(pay, t + CODEC_HEADER_LEN);
             if (rc == 0) {
                 ok++;
                 assert_true(nd >= 1 && nd <= CODEC_MAX_DIMS);
@@ -491,6 +495,79 @@ static void test_random_corruptions(void **state)
     }
 }
 
+/* codec_seal around a payload made elsewhere gives codec_encode's message; both seal and
+ * codec_open refuse what a decoder refuses. */
+static void test_seal_open(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    float x[37];
+    testutil_fill_normal(x, 37, 5, 1.5f);
+    const int64_t shape[2] = {37, 1};
+    for (int c = 0; c < CODEC_COUNT; c++) {
+        size_t len;
+        codec_params_t cp = {.block = 6};
+        uint8_t *buf = encode_alloc((codec_id_t)c, 6, x, shape, 2, &len), *t = malloc(len + 1);
+        assert_non_null(t);
+        memset(t, 0xee, CODEC_HEADER_LEN);
+        memcpy(t + CODEC_HEADER_LEN, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN);
+        assert_int_equal(codec_seal((codec_id_t)c, &cp, shape, 2, t, len, err), 0);
+        assert_memory_equal(t, buf, len);
+        codec_info_t info;
+        const uint8_t *pay = NULL;
+        assert_int_equal(codec_open(t, len, &info, &pay, err), 0);
+        assert_ptr_equal(pay, t + CODEC_HEADER_LEN);
+        assert_int_equal(info.payload_len, len - CODEC_HEADER_LEN);
+        assert_int_equal(info.elems, 37);
+        assert_int_equal(codec_seal((codec_id_t)c, &cp, shape, 2, t, len + 1, err), STATUS_EINVAL);
+        assert_int_equal(codec_seal((codec_id_t)c, &cp, shape, 2, t, len - 1, err), STATUS_EINVAL);
+        /* a value the decoder refuses, in each codec's terms */
+        uint8_t *p = t + CODEC_HEADER_LEN;
+        switch (c) {
+        case CODEC_F32:
+            memcpy(p + 8, &(float){NAN}, 4);
+            break;
+        case CODEC_F16:
+            p[3] = 0x7c; /* element 1: infinity */
+            break;
+        case CODEC_BF16:
+            p[3] = 0x7f, p[2] = 0x80;
+            break;
+        case CODEC_INT8:
+            memcpy(p + 4, &(float){NAN}, 4); /* block 1's scale */
+            break;
+        case CODEC_INT4:
+            p[len - CODEC_HEADER_LEN - 1] |= 0x10; /* the pad nibble of 37 elements */
+            break;
+        }
+        err[0] = 0;
+        assert_int_equal(codec_seal((codec_id_t)c, &cp, shape, 2, t, len, err), STATUS_EINVAL);
+        assert_true(strlen(err) > 0);
+        refix_crc(t, len);
+        assert_int_equal(codec_open(t, len, NULL, &pay, err), STATUS_EMALFORMED);
+        if (c == CODEC_INT8) { /* a -128 */
+            memcpy(t + CODEC_HEADER_LEN, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN);
+            p[len - CODEC_HEADER_LEN - 2] = 0x80;
+            assert_int_equal(codec_seal(CODEC_INT8, &cp, shape, 2, t, len, err), STATUS_EINVAL);
+        }
+        if (c == CODEC_INT4) { /* a nibble 0 */
+            memcpy(t + CODEC_HEADER_LEN, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN);
+            p[len - CODEC_HEADER_LEN - 2] &= 0xf0;
+            assert_int_equal(codec_seal(CODEC_INT4, &cp, shape, 2, t, len, err), STATUS_EINVAL);
+        }
+        /* the checksum still counts */
+        memcpy(t, buf, len);
+        t[len - 1] ^= 1;
+        assert_int_equal(codec_open(t, len, NULL, &pay, err), STATUS_ECORRUPT);
+        free(t);
+        free(buf);
+    }
+    codec_params_t odd = {.block = 3};
+    uint8_t b[64] = {0};
+    assert_int_equal(codec_seal(CODEC_INT4, &odd, shape, 2, b, sizeof b, err), STATUS_EINVAL);
+    assert_int_equal(codec_seal((codec_id_t)7, NULL, shape, 2, b, sizeof b, err), STATUS_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -503,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_header_checks),
         cmocka_unit_test(test_random_corruptions),
+        cmocka_unit_test(test_seal_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,6 @@
-/* model.c — S stages chained in one process. */
+/* model.c — S stages chained in one process. With a codec on the boundaries and no tap,
+ * the hand-over is what peers do on the wire: stage_wire_encode_* on one stage,
+ * stage_wire_decode on the next (on a device, int8/int4 never leave it but as payloads). */
 #include "peer/model.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -124,14 +126,46 @@ static int cross(model_t *m, int b, int is_grad, float *x, char *err)
     return rc;
 }
 
+/* Hands boundary b's tensor over as an encoded message: going forward (is_grad 0) from
+ * stage b's output to stage b+1's input, coming back from stage b+1's dx to stage b's dy. */
+static int hand_over(model_t *m, int b, int is_grad, char *err)
+{
+    stage_t *from = m->stages[is_grad ? b + 1 : b], *to = m->stages[is_grad ? b : b + 1];
+    size_t need = stage_wire_size(from, m->codec, m->codec_params.block), w = 0;
+    if (!need) return status_set(err, STATUS_EINVAL, "model: bad codec block");
+    if (need > m->wire_cap) {
+        uint8_t *p = realloc(m->wire, need);
+        if (!p) return status_set(err, STATUS_ENOMEM, "model: out of memory");
+        m->wire = p;
+        m->wire_cap = need;
+    }
+    int rc = is_grad ? stage_wire_encode_dx(from, m->codec, m->codec_params.block, m->wire,
+                                            m->wire_cap, &w, err)
+                     : stage_wire_encode_output(from, 0, m->codec, m->codec_params.block, m->wire,
+                                                m->wire_cap, &w, err);
+    if (!rc) rc = stage_wire_decode(to, m->wire, w, err);
+    m->wire_bytes += w;
+    m->wire_elems += (uint64_t)m->cfg.batch * m->cfg.seq * m->cfg.dim;
+    return rc;
+}
+
+/* Through the wire path (hand_over) or host buffers (cross: no codec, or a tap that
+ * must see the floats). */
+static int use_wire(const model_t *m)
+{
+    return m->codec >= 0 && !m->tap;
+}
+
 /* Forward through every stage; activations ping-pong between two host buffers. */
 static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                    char *err)
 {
     float *in = m->act, *out = m->act2;
+    int wire = use_wire(m);
     for (int i = 0; i < m->S; i++) {
-        int rc = stage_forward(m->stages[i], 0, tokens, in, targets, out, loss, err);
-        if (!rc && i < m->S - 1) rc = cross(m, i, 0, out, err);
+        int rc = stage_forward(m->stages[i], 0, tokens, wire ? NULL : in, targets,
+                               wire ? NULL : out, loss, err);
+        if (!rc && i < m->S - 1) rc = wire ? hand_over(m, i, 0, err) : cross(m, i, 0, out, err);
         if (rc) return rc;
         float *t = in;
         in = out;
@@ -143,10 +177,12 @@ static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, fl
 int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                       char *err)
 {
-    int rc = forward(m, tokens, targets, loss, err);
+    int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
     for (int i = m->S - 1; !rc && i >= 0; i--) {
-        rc = stage_backward(m->stages[i], 0, m->grad, m->grad, err);
-        if (!rc && i > 0) rc = cross(m, i - 1, 1, m->grad, err);
+        float *g = wire ? NULL : m->grad;
+        rc = stage_backward(m->stages[i], 0, g, g, err);
+        if (!rc && i > 0)
+            rc = wire ? hand_over(m, i - 1, 1, err) : cross(m, i - 1, 1, m->grad, err);
     }
     return rc;
 }

@@ -29,8 +29,9 @@ int model_eval_micro(model_t *m, const int32_t *tokens, const int32_t *targets, 
 void model_zero_grads(model_t *m);
 
 /* Puts a compress/ codec on every stage boundary, as the wire would: activations going
- * forward and gradients coming back are encoded and decoded in place. codec < 0 turns
- * it off (the default: exact f32 hand-over). block is the int8/int4 block (0: default).
+ * forward and gradients coming back are encoded by one stage and decoded by the next
+ * (stage_wire_*; with a tap, through host buffers). codec < 0 turns it off (the default:
+ * exact f32 hand-over). block is the int8/int4 block (0: default).
  * Returns 0 or STATUS_EINVAL for an unknown codec. */
 int model_set_codec(model_t *m, int codec, uint32_t block, char *err);
 

@@ -143,7 +143,7 @@ typedef struct {
     int followed;       /* steps followed since the last download */
     double go_at;
     float last_loss;
-    float *host_x, *host_dx, *host_params;
+    float *host_params;
     int32_t *host_tok, *host_tgt;
 } peer_t;
 
@@ -326,14 +326,18 @@ static void reroute(peer_t *p, mbrec_t *r, const char *why)
     }
 }
 
-static int encode_act(peer_t *p, const float *x, uint8_t **out, size_t *len)
+/* Encodes what the stage hands over, straight from its memory (stage_wire_*: on a GPU,
+ * int8/int4 are quantized there): the output of `slot`'s forward pass, or with slot < 0
+ * dL/dx_in of the last backward pass. *out is a fresh buffer the caller owns. */
+static int encode_act(peer_t *p, int slot, uint8_t **out, size_t *len)
 {
-    int64_t shape[3] = {p->run.cfg.batch, p->run.cfg.seq, p->C};
-    codec_params_t cp = {.block = p->run.codec_block};
-    size_t cap = codec_encoded_size((codec_id_t)p->wire_codec, &cp, shape, 3);
-    *out = malloc(cap);
+    size_t cap = stage_wire_size(p->st, p->wire_codec, p->run.codec_block);
+    *out = malloc(cap ? cap : 1);
     if (!*out) return STATUS_ENOMEM;
-    int rc = codec_encode((codec_id_t)p->wire_codec, &cp, x, shape, 3, *out, cap, len, p->err);
+    int rc = slot >= 0 ? stage_wire_encode_output(p->st, slot, p->wire_codec, p->run.codec_block,
+                                                  *out, cap, len, p->err)
+                       : stage_wire_encode_dx(p->st, p->wire_codec, p->run.codec_block, *out, cap,
+                                              len, p->err);
     if (rc) {
         free(*out);
         *out = NULL;
@@ -341,16 +345,11 @@ static int encode_act(peer_t *p, const float *x, uint8_t **out, size_t *len)
     return rc;
 }
 
-static int decode_act(peer_t *p, const uint8_t *buf, size_t len, float *x)
+/* Checks an activation or gradient from the wire and places it for the stage's next
+ * forward (x_in NULL) or backward (dy NULL) pass. */
+static int decode_act(peer_t *p, const uint8_t *buf, size_t len)
 {
-    int64_t shape[CODEC_MAX_DIMS];
-    int ndim = 0;
-    size_t n = (size_t)p->BT * p->C;
-    int rc = codec_decode(buf, len, x, n, shape, &ndim, p->err);
-    if (rc) return rc;
-    if (ndim != 3 || shape[0] != p->run.cfg.batch || shape[1] != p->run.cfg.seq || shape[2] != p->C)
-        return status_set(p->err, STATUS_EMALFORMED, "activation of the wrong shape");
-    return 0;
+    return stage_wire_decode(p->st, buf, len, p->err);
 }
 
 static void send_nack(peer_t *p, const msg_t *m, const char *why)
@@ -392,12 +391,13 @@ static void complete_mb(peer_t *p, uint32_t index)
     progress(p);
 }
 
-/* Sends the gradient in host_dx upstream, to the peer that sent us the microbatch. */
+/* Sends the stage's input gradient (of its last backward pass) upstream, to the peer
+ * that sent us the microbatch. */
 static int send_grad(peer_t *p, const mbrec_t *r, msg_t *b)
 {
     uint8_t *g = NULL;
     size_t glen = 0;
-    int rc = encode_act(p, p->host_dx, &g, &glen);
+    int rc = encode_act(p, -1, &g, &glen);
     if (rc) return rc;
     const void *pl[1] = {g};
     p->act_bytes += glen;
@@ -433,7 +433,7 @@ static int start_mb(peer_t *p, uint32_t index, int kind)
     }
     double t0 = clock_now();
     float loss;
-    int rc = stage_forward(p->st, slot, p->host_tok, NULL, p->S == 1 ? r->targets : NULL, p->host_x,
+    int rc = stage_forward(p->st, slot, p->host_tok, NULL, p->S == 1 ? r->targets : NULL, NULL,
                            &loss, p->err);
     if (rc) return rc;
     if (p->S == 1) { /* the whole model here */
@@ -449,7 +449,7 @@ static int start_mb(peer_t *p, uint32_t index, int kind)
         p->served++;
         return 0;
     }
-    if ((rc = encode_act(p, p->host_x, &r->act, &r->act_len))) return rc;
+    if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
     note_throughput(p, clock_now() - t0);
     if (kind == 1) r->slot = -1; /* validation needs no backward: the slot is free again */
     if (forward_to_next(p, r, NULL)) r->sent = 0;
@@ -469,7 +469,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         send_nack(p, m, "targets of the wrong size");
         return 0;
     }
-    if (decode_act(p, in->pl[0], in->pl_len[0], p->host_x)) {
+    if (decode_act(p, in->pl[0], in->pl_len[0])) {
         p->rejected++;
         send_nack(p, m, p->err);
         return 0;
@@ -495,8 +495,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     int last = p->stage == p->S - 1;
     double t0 = clock_now();
     float loss = NAN;
-    int rc = stage_forward(p->st, slot, NULL, p->host_x, last ? r->targets : NULL, p->host_x, &loss,
-                           p->err);
+    int rc = stage_forward(p->st, slot, NULL, NULL, last ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) {
         /* bad targets from the wire: refuse, keep going */
         p->rejected++;
@@ -506,7 +505,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     p->served++;
     if (!last) {
-        if ((rc = encode_act(p, p->host_x, &r->act, &r->act_len))) return rc;
+        if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
         note_throughput(p, clock_now() - t0);
         if (m->mb.kind == 1) r->slot = -1;
         if (forward_to_next(p, r, NULL)) r->sent = 0;
@@ -532,7 +531,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         drop_mb(r);
         return 0;
     }
-    if ((rc = stage_backward(p->st, slot, NULL, p->host_dx, p->err))) return rc;
+    if ((rc = stage_backward(p->st, slot, NULL, NULL, p->err))) return rc;
     note_throughput(p, clock_now() - t0);
     complete_mb(p, m->mb.index);
     rc = send_grad(p, r, &b);
@@ -560,13 +559,13 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         drop_mb(r);
         return 0;
     }
-    if (decode_act(p, in->pl[0], in->pl_len[0], p->host_x)) {
+    if (decode_act(p, in->pl[0], in->pl_len[0])) {
         p->rejected++;
         reroute(p, r, "its gradient was malformed");
         return 0;
     }
     double t0 = clock_now();
-    int rc = stage_backward(p->st, r->slot, p->host_x, p->host_dx, p->err);
+    int rc = stage_backward(p->st, r->slot, NULL, NULL, p->err);
     if (rc) return rc;
     note_throughput(p, clock_now() - t0);
     complete_mb(p, m->mb.index);
@@ -1419,8 +1418,6 @@ static void peer_free(peer_t *p)
     free(p->next_union);
     free(p->started);
     free(p->val_got);
-    free(p->host_x);
-    free(p->host_dx);
     free(p->host_params);
     free(p->host_tok);
     free(p->host_tgt);
@@ -1502,19 +1499,17 @@ int peer_run(const peer_options_t *po, char *err)
             goto out;
         }
     }
-    size_t nb = ((size_t)p->M + 7) / 8, act = (size_t)p->BT * p->C;
+    size_t nb = ((size_t)p->M + 7) / 8;
     p->nmbs = p->nslots + 2 * po->in_flight + 8;
     p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
     p->done_mine = calloc(nb, 1), p->done_union = calloc(nb, 1), p->next_union = calloc(nb, 1);
     p->started = calloc(nb, 1);
-    p->host_x = malloc(act * sizeof(float)), p->host_dx = malloc(act * sizeof(float));
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t)),
     p->host_tgt = malloc((size_t)p->BT * sizeof(int32_t));
     if (p->k->on_device) p->host_params = malloc(stage_num_params(p->st) * sizeof(float));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)p->id));
-    if (!p->mbs || !p->done_mine || !p->done_union || !p->next_union || !p->started || !p->host_x ||
-        !p->host_dx || !p->host_tok || !p->host_tgt || !p->wiring ||
-        (p->k->on_device && !p->host_params)) {
+    if (!p->mbs || !p->done_mine || !p->done_union || !p->next_union || !p->started ||
+        !p->host_tok || !p->host_tgt || !p->wiring || (p->k->on_device && !p->host_params)) {
         rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         goto out;
     }

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/status.h"
+#include "compress/codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,12 @@ struct stage {
     float *dh13;        /* (BT, 2F) */
     float *dsw;         /* (BT, F) */
     float *host_losses; /* (BT) host memory */
+    /* the boundary on the wire (stage_wire_*) */
+    float *bin;    /* (BT, C) backend memory: the last tensor stage_wire_decode placed */
+    float *hbnd;   /* (BT, C) host staging for a device's float codecs; made when needed */
+    uint8_t *dpay; /* backend memory: a quantize payload of dpay_cap bytes; when needed */
+    size_t dpay_cap;
+    int have_dx; /* dres holds dL/dx_in of the last backward pass */
     int profiling;
     double prof[STAGE_PROF_N];
 };
@@ -225,8 +232,10 @@ stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_infl
     st->dh13 = k->alloc(k, BT * 2 * F * sizeof(float));
     st->dsw = k->alloc(k, BT * F * sizeof(float));
     st->host_losses = malloc(BT * sizeof(float));
+    st->bin = k->alloc(k, BT * C * sizeof(float));
     if (!st->params || !st->grads || !st->m || !st->v || !st->freqs || !st->tmp || !st->dres ||
-        !st->dln || !st->datty || !st->dqkv || !st->dh13 || !st->dsw || !st->host_losses)
+        !st->dln || !st->datty || !st->dqkv || !st->dh13 || !st->dsw || !st->host_losses ||
+        !st->bin)
         goto nomem;
 
     st->slots = calloc((size_t)max_inflight, sizeof *st->slots);
@@ -262,9 +271,11 @@ void stage_destroy(stage_t **stp)
     if (!stp || !*stp) return;
     stage_t *st = *stp;
     kern_t *k = st->k;
-    float *bufs[] = {st->params, st->grads, st->m,     st->v,    st->freqs, st->tmp,
-                     st->dres,   st->dln,   st->datty, st->dqkv, st->dh13,  st->dsw};
+    float *bufs[] = {st->params, st->grads, st->m,    st->v,    st->freqs, st->tmp, st->dres,
+                     st->dln,    st->datty, st->dqkv, st->dh13, st->dsw,   st->bin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) k->free(k, bufs[i]);
+    k->free(k, st->dpay);
+    free(st->hbnd);
     for (int i = 0; st->slots && i < st->nslots; i++) k->free(k, st->slots[i].mem);
     free(st->slots);
     free(st->host_losses);
@@ -393,8 +404,10 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
         if (check_tokens(tokens, (size_t)BT, V, "token", err)) return STATUS_EINVAL;
         k->upload(k, s->tokens, tokens, (size_t)BT * sizeof(int32_t));
         OP(STAGE_PROF_OTHER, k->embedding_forward(k, s->x, s->tokens, p + st->wte, BT, C));
-    } else {
+    } else if (x_in) {
         k->upload(k, s->x, x_in, (size_t)BT * C * sizeof(float));
+    } else {
+        k->copy(k, s->x, st->bin, (size_t)BT * C * sizeof(float));
     }
 
     for (int b = 0; b < st->nblocks; b++) {
@@ -421,7 +434,7 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
 
     float *y = s->x + (size_t)st->nblocks * BT * C;
     if (!st->last) {
-        k->download(k, y_out, y, (size_t)BT * C * sizeof(float));
+        if (y_out) k->download(k, y_out, y, (size_t)BT * C * sizeof(float));
         s->state = SLOT_FORWARD;
         return 0;
     }
@@ -467,8 +480,10 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
         k->zero(k, st->dres, act);
         OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + st->norm, st->dln, y, p + st->norm,
                                                 s->rstdf, BT, C));
-    } else {
+    } else if (dy) {
         k->upload(k, st->dres, dy, act);
+    } else {
+        k->copy(k, st->dres, st->bin, act);
     }
 
     for (int b = st->nblocks - 1; b >= 0; b--) {
@@ -504,10 +519,147 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
                                                 p + bo->attn_norm, rstd1, BT, C));
     }
 
-    if (st->first)
+    if (st->first) {
         OP(STAGE_PROF_OTHER, k->embedding_backward(k, g + st->wte, st->dres, s->tokens, BT, C));
-    else
-        k->download(k, dx, st->dres, act);
+    } else {
+        if (dx) k->download(k, dx, st->dres, act);
+        st->have_dx = 1;
+    }
     (void)err;
+    return 0;
+}
+
+/* --- the boundary on the wire ---------------------------------------------------------- */
+
+static size_t boundary_elems(const stage_t *st)
+{
+    return (size_t)st->cfg.batch * st->cfg.seq * st->cfg.dim;
+}
+
+static void boundary_shape(const stage_t *st, int64_t shape[3])
+{
+    shape[0] = st->cfg.batch;
+    shape[1] = st->cfg.seq;
+    shape[2] = st->cfg.dim;
+}
+
+static int is_quantized(int codec)
+{
+    return codec == CODEC_INT8 || codec == CODEC_INT4;
+}
+
+size_t stage_wire_size(const stage_t *st, int codec, uint32_t block)
+{
+    if (!codec_name(codec)) return 0;
+    int64_t shape[3];
+    boundary_shape(st, shape);
+    codec_params_t cp = {.block = block};
+    return codec_encoded_size((codec_id_t)codec, &cp, shape, 3);
+}
+
+/* Backend scratch for a quantize payload of `bytes`; 0 or STATUS_ENOMEM. */
+static int need_dpay(stage_t *st, size_t bytes, char *err)
+{
+    if (bytes <= st->dpay_cap) return 0;
+    st->k->free(st->k, st->dpay);
+    st->dpay_cap = 0;
+    if (!(st->dpay = st->k->alloc(st->k, bytes)))
+        return status_set(err, STATUS_ENOMEM, "stage %d: out of memory for a %zu-byte payload",
+                          st->index, bytes);
+    st->dpay_cap = bytes;
+    return 0;
+}
+
+static int need_hbnd(stage_t *st, char *err)
+{
+    if (!st->hbnd && !(st->hbnd = malloc(boundary_elems(st) * sizeof(float))))
+        return status_set(err, STATUS_ENOMEM, "stage %d: out of memory", st->index);
+    return 0;
+}
+
+/* Encodes the boundary tensor src (backend memory). */
+static int wire_encode(stage_t *st, const float *src, int codec, uint32_t block, uint8_t *out,
+                       size_t cap, size_t *written, char *err)
+{
+    kern_t *k = st->k;
+    size_t n = boundary_elems(st), total = stage_wire_size(st, codec, block);
+    int64_t shape[3];
+    boundary_shape(st, shape);
+    codec_params_t cp = {.block = block};
+    if (!total)
+        return status_set(err, STATUS_EINVAL, "stage %d: codec %d with block %u is not valid",
+                          st->index, codec, block);
+    if (!out || cap < total)
+        return status_set(err, STATUS_EINVAL,
+                          "stage %d: an encoded tensor needs %zu bytes, has %zu", st->index, total,
+                          out ? cap : 0);
+    int rc;
+    if (!k->on_device) {
+        rc = codec_encode((codec_id_t)codec, &cp, src, shape, 3, out, cap, written, err);
+    } else if (is_quantized(codec)) {
+        size_t plen = total - CODEC_HEADER_LEN;
+        if ((rc = need_dpay(st, plen, err))) return rc;
+        k->quantize(k, st->dpay, src, n, codec == CODEC_INT8 ? 8 : 4,
+                    block ? block : CODEC_DEFAULT_BLOCK);
+        k->download(k, out + CODEC_HEADER_LEN, st->dpay, plen);
+        rc = codec_seal((codec_id_t)codec, &cp, shape, 3, out, total, err);
+        if (!rc && written) *written = total;
+    } else {
+        if ((rc = need_hbnd(st, err))) return rc;
+        k->download(k, st->hbnd, src, n * sizeof(float));
+        rc = codec_encode((codec_id_t)codec, &cp, st->hbnd, shape, 3, out, cap, written, err);
+    }
+    return rc;
+}
+
+int stage_wire_encode_output(stage_t *st, int slot, int codec, uint32_t block, uint8_t *out,
+                             size_t cap, size_t *written, char *err)
+{
+    if (st->last || slot < 0 || slot >= st->nslots || st->slots[slot].state != SLOT_FORWARD)
+        return status_set(err, STATUS_EINVAL, "stage %d: slot %d holds no output to encode",
+                          st->index, slot);
+    const float *y = st->slots[slot].x + (size_t)st->nblocks * boundary_elems(st);
+    return wire_encode(st, y, codec, block, out, cap, written, err);
+}
+
+int stage_wire_encode_dx(stage_t *st, int codec, uint32_t block, uint8_t *out, size_t cap,
+                         size_t *written, char *err)
+{
+    if (st->first || !st->have_dx)
+        return status_set(err, STATUS_EINVAL, "stage %d: no input gradient to encode", st->index);
+    return wire_encode(st, st->dres, codec, block, out, cap, written, err);
+}
+
+int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
+{
+    kern_t *k = st->k;
+    size_t n = boundary_elems(st);
+    int64_t want[3];
+    boundary_shape(st, want);
+    codec_info_t info;
+    const uint8_t *pay;
+    int rc;
+    if (k->on_device) {
+        if ((rc = codec_open(buf, len, &info, &pay, err))) return rc;
+    } else {
+        int64_t shape[CODEC_MAX_DIMS];
+        int ndim = 0;
+        if ((rc = codec_decode(buf, len, st->bin, n, shape, &ndim, err))) return rc;
+        info.ndim = ndim;
+        memcpy(info.shape, shape, sizeof shape);
+    }
+    if (info.ndim != 3 || info.shape[0] != want[0] || info.shape[1] != want[1] ||
+        info.shape[2] != want[2])
+        return status_set(err, STATUS_EMALFORMED, "activation of the wrong shape");
+    if (!k->on_device) return 0;
+    if (is_quantized(info.codec)) {
+        if ((rc = need_dpay(st, info.payload_len, err))) return rc;
+        k->upload(k, st->dpay, pay, info.payload_len);
+        k->dequantize(k, st->bin, st->dpay, n, info.codec == CODEC_INT8 ? 8 : 4, info.block);
+    } else {
+        if ((rc = need_hbnd(st, err))) return rc;
+        if ((rc = codec_decode(buf, len, st->hbnd, n, NULL, NULL, err))) return rc;
+        k->upload(k, st->bin, st->hbnd, n * sizeof(float));
+    }
     return 0;
 }

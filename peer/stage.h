@@ -10,7 +10,9 @@
  * max_inflight-1) that keeps the activations its backward pass needs, until that slot
  * is used again. Boundary tensors (x_in, y_out, dy, dx: (batch, seq, dim) floats;
  * tokens and targets: (batch, seq) int32) are host memory; everything else lives in
- * the backend's memory.
+ * the backend's memory. A boundary tensor may instead cross as a codec message encoded
+ * from or decoded into backend memory (stage_wire_*, below): on a device, int8/int4
+ * activations are then quantized where they live and only the payload crosses PCIe.
  *
  * Not for: choosing routes, the network, the optimizer's schedule (train.c), DeMo.
  */
@@ -67,9 +69,10 @@ int64_t *stage_opt_step(stage_t *st);
 
 /* Forward pass of one microbatch into `slot`.
  * First stage: reads tokens (batch*seq, each < vocab) — x_in is ignored.
- * Other stages: reads x_in.
+ * Other stages: reads x_in, or with x_in NULL the tensor stage_wire_decode placed.
  * Last stage: reads targets (each < vocab), writes the mean loss to *loss — y_out is
- *   ignored. Other stages: writes y_out.
+ *   ignored. Other stages: writes y_out, or with y_out NULL keeps the output in the slot
+ *   only (for stage_wire_encode_output).
  * targets may be NULL on the last stage for a forward pass that computes no loss
  * (then *loss is left alone). Returns 0, or STATUS_EINVAL for a bad slot or token. */
 int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
@@ -77,10 +80,41 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
 
 /* Backward pass of the microbatch in `slot`: accumulates (+=) parameter gradients of
  * the mean loss over the microbatch's tokens. Last stage: starts from its loss (dy is
- * ignored); other stages read dy = dL/dy_out. Non-first stages write dx = dL/dx_in;
- * the first stage ignores dx. The slot's forward must have had targets on the last
- * stage. Returns 0 or STATUS_EINVAL. */
+ * ignored); other stages read dy = dL/dy_out (dy NULL: the tensor stage_wire_decode
+ * placed). Non-first stages write dx = dL/dx_in (dx NULL: kept for stage_wire_encode_dx
+ * only); the first stage ignores dx. The slot's forward must have had targets on the
+ * last stage. Returns 0 or STATUS_EINVAL. */
 int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err);
+
+/* --- the stage boundary as codec messages (compress/codec.h, shape (batch, seq, dim)) ---
+ * codec is a codec id (codec_by_name), block the int8/int4 block (0: the default). A host
+ * backend encodes and decodes its own memory with codec_encode / codec_decode (the same
+ * bytes and values as through host buffers). A device backend runs int8 and int4 on the
+ * device: kernels.h quantize + download of the payload + codec_seal, and codec_open +
+ * upload of the payload + dequantize (bit-identical to the host codec); the float codecs
+ * go through a host buffer. */
+
+/* Bytes of one encoded boundary tensor, header included; 0 for a bad codec or block. */
+size_t stage_wire_size(const stage_t *st, int codec, uint32_t block);
+
+/* Encodes the output of slot's last forward pass (a non-last stage; valid until the
+ * slot's next forward) into out[0, cap); *written = stage_wire_size. 0, or STATUS_EINVAL
+ * + err (bad slot, codec or cap, non-finite activations), STATUS_ENOMEM. */
+int stage_wire_encode_output(stage_t *st, int slot, int codec, uint32_t block, uint8_t *out,
+                             size_t cap, size_t *written, char *err)
+    __attribute__((warn_unused_result));
+
+/* Encodes dL/dx_in of the last stage_backward (a non-first stage; valid until the next
+ * stage_backward), as stage_wire_encode_output. */
+int stage_wire_encode_dx(stage_t *st, int codec, uint32_t block, uint8_t *out, size_t cap,
+                         size_t *written, char *err) __attribute__((warn_unused_result));
+
+/* Checks a message from the wire (every rule of codec_decode, and the shape (batch, seq,
+ * dim)) and places its tensor where the next stage_forward with x_in NULL or
+ * stage_backward with dy NULL reads it. Malformed input: a negative status + err, and
+ * nothing a later pass may use. */
+int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
+    __attribute__((warn_unused_result));
 
 /* Zeroes the gradient buffer. */
 void stage_zero_grads(stage_t *st);

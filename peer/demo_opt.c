@@ -1,8 +1,17 @@
 /* demo_opt.c — one stage replica's DeMo step: prepare this replica's stage message
- * (version 2: one header, bit-packed bodies), apply the pool's messages. */
+ * (version 2: one header, bit-packed bodies), apply the pool's messages.
+ *
+ * Two paths, the same messages. A host backend runs compress/demo.c on its own buffers.
+ * A device backend (k->on_device) keeps the residual momentum in device memory and runs
+ * accumulation, DCT, top-k and the removal of what was sent with the kernels.h
+ * compression ops; per step only the selected (index, value) entries come to the host,
+ * where demo_body_pack writes the same bodies, and only sign(Q) goes back (2 bits per
+ * parameter) after the HOST aggregation (demo_body_add / demo_body_finish), which must
+ * stay bit-identical on every replica of a pool, whatever its backend. */
 #include "peer/demo_opt.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "kernels/dct.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +29,6 @@ struct demo_opt {
     demo_vfmt_t vfmt;
     uint32_t table_crc; /* fingerprint of the tensor shapes */
     size_t msg_size;    /* whole stage message */
-    float *hp, *hg;     /* host copies of params and grads when the backend is a device */
     float *q;           /* aggregated update direction, all tensors */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
     uint32_t *cnt;
@@ -29,6 +37,20 @@ struct demo_opt {
     demo_vfmt_t *mf;
     uint64_t *mpos;
     int cap_m;
+    /* the device path (k->on_device): backend memory unless named h... */
+    float beta;
+    struct dev_geom {
+        int cr, cc, tn, kt;
+        int64_t tiles;
+        size_t e0; /* first entry of the tensor's selection */
+    } * geo;
+    size_t entries;                   /* selected entries per step, all tensors */
+    float *dD;                        /* (P) residual momentum, the table's offsets */
+    float *dcoef, *dwork;             /* (largest tensor) coefficients; IDCT of what was sent */
+    uint16_t *didx, *hidx;            /* (entries) this step's selection */
+    float *dval, *hval;               /* (entries) */
+    uint8_t *dsign, *hsign;           /* (kern_sign_bytes(P)) sign(Q) */
+    float *dbasis[DCT_MAX_CHUNK + 1]; /* DCT-II basis of each tile size in use */
 };
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -84,6 +106,51 @@ size_t demo_opt_stage_bytes(const stage_tensor_t *t, int n, const demo_cfg_t *cf
     return bits ? DEMO_OPT_HEADER_LEN + (size_t)((bits + 7) / 8) : 0;
 }
 
+/* The device path's state: geometry, D = 0 and scratch in backend memory, the DCT bases
+ * of every tile size the tensors use. -1 when memory runs out. */
+static int device_init(demo_opt_t *o, size_t maxn)
+{
+    kern_t *k = o->k;
+    size_t P = stage_num_params(o->st);
+    if (!(o->geo = calloc((size_t)o->n, sizeof *o->geo))) return -1;
+    for (int i = 0; i < o->n; i++) {
+        const stage_tensor_t *t = &o->tab[i];
+        struct dev_geom *g = &o->geo[i];
+        g->cr = (int)dct_chunk_size(t->rows, o->chunk);
+        g->cc = (int)dct_chunk_size(t->cols, o->chunk);
+        g->tn = g->cr * g->cc;
+        g->tiles = (int64_t)(t->rows / g->cr) * (t->cols / g->cc);
+        g->kt = demo_entries_per_tile(t->rows, t->cols, o->chunk, o->kk, o->vfmt);
+        g->e0 = o->entries;
+        o->entries += (size_t)g->tiles * (size_t)g->kt;
+        for (int j = 0; j < 2; j++) {
+            int n = j ? g->cc : g->cr;
+            if (o->dbasis[n]) continue;
+            float *b = malloc((size_t)n * n * sizeof(float));
+            if (!b || !(o->dbasis[n] = k->alloc(k, (size_t)n * n * sizeof(float)))) {
+                free(b);
+                return -1;
+            }
+            dct_basis(b, n);
+            k->upload(k, o->dbasis[n], b, (size_t)n * n * sizeof(float));
+            free(b);
+        }
+    }
+    o->dD = k->alloc(k, P * sizeof(float));
+    o->dcoef = k->alloc(k, maxn * sizeof(float));
+    o->dwork = k->alloc(k, maxn * sizeof(float));
+    o->didx = k->alloc(k, o->entries * sizeof(uint16_t));
+    o->dval = k->alloc(k, o->entries * sizeof(float));
+    o->dsign = k->alloc(k, kern_sign_bytes(P));
+    o->hidx = malloc(o->entries * sizeof(uint16_t));
+    o->hval = malloc(o->entries * sizeof(float));
+    o->hsign = malloc(kern_sign_bytes(P));
+    return o->dD && o->dcoef && o->dwork && o->didx && o->dval && o->dsign && o->hidx && o->hval &&
+                   o->hsign
+               ? 0
+               : -1;
+}
+
 demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
 {
     demo_opt_t *o = calloc(1, sizeof *o);
@@ -96,11 +163,6 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->d = calloc((size_t)o->n, sizeof *o->d);
     o->q = malloc(P * sizeof(float));
     if (!o->d || !o->q) goto nomem;
-    if (o->k->on_device) {
-        o->hp = malloc(P * sizeof(float));
-        o->hg = malloc(P * sizeof(float));
-        if (!o->hp || !o->hg) goto nomem;
-    }
     uint64_t bits = 0;
     for (int i = 0; i < o->n; i++) {
         if (!(o->d[i] = demo_new(o->tab[i].rows, o->tab[i].cols, cfg, err))) {
@@ -115,6 +177,8 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->sum = malloc(maxn * sizeof *o->sum);
     o->cnt = malloc(maxn * sizeof *o->cnt);
     if (!o->sum || !o->cnt) goto nomem;
+    o->beta = cfg ? cfg->beta : DEMO_DEFAULT_BETA;
+    if (o->k->on_device && device_init(o, maxn)) goto nomem;
     return o;
 nomem:
     demo_opt_destroy(&o);
@@ -127,9 +191,15 @@ void demo_opt_destroy(demo_opt_t **op)
     if (!op || !*op) return;
     demo_opt_t *o = *op;
     for (int i = 0; o->d && i < o->n; i++) demo_destroy(&o->d[i]);
+    kern_t *k = o->k;
+    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign};
+    for (size_t i = 0; k && i < sizeof dev / sizeof dev[0]; i++) k->free(k, dev[i]);
+    for (int n = 0; k && n <= DCT_MAX_CHUNK; n++) k->free(k, o->dbasis[n]);
+    free(o->geo);
+    free(o->hidx);
+    free(o->hval);
+    free(o->hsign);
     free(o->d);
-    free(o->hp);
-    free(o->hg);
     free(o->q);
     free(o->sum);
     free(o->cnt);
@@ -155,6 +225,46 @@ void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
             o->k->scale(o->k, p + o->tab[i].offset, 1.0f - lr * oc->wd, o->tab[i].numel);
 }
 
+/* The bodies of prepare on a device: D = beta D + lr g; per tensor the tile DCT and the
+ * top-k into the selection buffers; one download of the selection; bodies packed on the
+ * host (demo_body_pack checks every value before anything is written); then, all bodies
+ * written, D -= IDCT(what was sent) per tensor. The gradient's finiteness was checked by
+ * the caller's norm. */
+static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
+{
+    kern_t *k = o->k;
+    k->scale(k, o->dD, o->beta, stage_num_params(o->st));
+    k->axpy(k, o->dD, lr, stage_grads(o->st), stage_num_params(o->st));
+    for (int i = 0; i < o->n; i++) {
+        const stage_tensor_t *t = &o->tab[i];
+        const struct dev_geom *g = &o->geo[i];
+        k->dct_forward(k, o->dcoef, o->dD + t->offset, o->dbasis[g->cr], o->dbasis[g->cc], t->rows,
+                       t->cols, g->cr, g->cc);
+        k->topk(k, o->didx + g->e0, o->dval + g->e0, o->dcoef, g->tiles, g->tn, g->kt);
+    }
+    k->download(k, o->hidx, o->didx, o->entries * sizeof(uint16_t));
+    k->download(k, o->hval, o->dval, o->entries * sizeof(float));
+    uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
+    for (int i = 0; i < o->n; i++) {
+        const stage_tensor_t *t = &o->tab[i];
+        const struct dev_geom *g = &o->geo[i];
+        int rc = demo_body_pack(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk, o->vfmt,
+                                o->hidx + g->e0, o->hval + g->e0, err);
+        if (rc) return rc;
+        pos += demo_body_size(o->d[i]);
+    }
+    for (int i = 0; i < o->n; i++) {
+        const stage_tensor_t *t = &o->tab[i];
+        const struct dev_geom *g = &o->geo[i];
+        k->scatter(k, o->dcoef, o->didx + g->e0, o->dval + g->e0, g->tiles, g->tn, g->kt,
+                   o->vfmt == DEMO_VAL_BF16);
+        k->dct_inverse(k, o->dwork, o->dcoef, o->dbasis[g->cr], o->dbasis[g->cc], t->rows, t->cols,
+                       g->cr, g->cc);
+        k->axpy(k, o->dD + t->offset, -1.0f, o->dwork, t->numel);
+    }
+    return 0;
+}
+
 int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, float grad_scale,
                      uint8_t *msg, float *grad_norm, char *err)
 {
@@ -169,11 +279,6 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     if (scale != 1.0f) k->scale(k, g, scale, P);
     float lr = optim_lr(oc, step);
     demo_opt_decay(o, oc, step);
-    const float *hg = g;
-    if (k->on_device) {
-        k->download(k, o->hg, g, P * sizeof(float));
-        hg = o->hg;
-    }
 
     memset(msg, 0, o->msg_size); /* the padding bits of the last octet */
     memcpy(msg, "STDX", 4);
@@ -186,12 +291,17 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     put_u32(msg + 16, (uint32_t)((uint64_t)step & 0xffffffffu));
     put_u32(msg + 20, (uint32_t)((uint64_t)step >> 32));
     put_u32(msg + 24, o->table_crc);
-    uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
-    for (int i = 0; i < o->n; i++) {
-        int rc = demo_accumulate(o->d[i], hg + o->tab[i].offset, lr, err);
-        if (!rc) rc = demo_extract_body(o->d[i], msg, o->msg_size, pos, err);
+    if (k->on_device) {
+        int rc = prepare_device(o, lr, msg, err);
         if (rc) return rc;
-        pos += demo_body_size(o->d[i]);
+    } else {
+        uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
+        for (int i = 0; i < o->n; i++) {
+            int rc = demo_accumulate(o->d[i], g + o->tab[i].offset, lr, err);
+            if (!rc) rc = demo_extract_body(o->d[i], msg, o->msg_size, pos, err);
+            if (rc) return rc;
+            pos += demo_body_size(o->d[i]);
+        }
     }
     uint32_t crc = codec_crc32c(0, msg, 28);
     crc = codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, o->msg_size - DEMO_OPT_HEADER_LEN);
@@ -288,13 +398,14 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     }
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
-    float *p = stage_params(o->st), *hp = p;
+    float *p = stage_params(o->st);
     if (k->on_device) {
-        k->download(k, o->hp, p, P * sizeof(float));
-        hp = o->hp;
+        kern_sign_pack(o->hsign, o->q, P);
+        k->upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
+        k->apply_sign(k, p, o->dsign, optim_lr(oc, step), P);
+    } else {
+        demo_apply_sign(p, o->q, optim_lr(oc, step), P);
     }
-    demo_apply_sign(hp, o->q, optim_lr(oc, step), P);
-    if (k->on_device) k->upload(k, p, hp, P * sizeof(float));
     return 0;
 }
 
@@ -318,12 +429,20 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
 
 void demo_opt_get_momentum(demo_opt_t *o, float *out)
 {
+    if (o->k->on_device) { /* the tensors tile [0, P) in table order */
+        o->k->download(o->k, out, o->dD, stage_num_params(o->st) * sizeof(float));
+        return;
+    }
     for (int i = 0; i < o->n; i++)
         memcpy(out + o->tab[i].offset, demo_momentum(o->d[i]), o->tab[i].numel * sizeof(float));
 }
 
 void demo_opt_set_momentum(demo_opt_t *o, const float *in)
 {
+    if (o->k->on_device) {
+        o->k->upload(o->k, o->dD, in, stage_num_params(o->st) * sizeof(float));
+        return;
+    }
     for (int i = 0; i < o->n; i++)
         memcpy(demo_momentum(o->d[i]), in + o->tab[i].offset, o->tab[i].numel * sizeof(float));
 }

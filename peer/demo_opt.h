@@ -17,6 +17,11 @@
  * table fingerprint, step, length, checksum, padding, then every body. Senders may use
  * another k or value format than the receiver (the length follows from theirs).
  *
+ * On a device backend the residual momentum lives in device memory and the transform runs
+ * there (kernels.h compression ops); per step the host sees only the selected entries
+ * and sends back sign(Q), 2 bits per parameter. Aggregation stays on the host, so a pool
+ * may mix CPU and GPU replicas: given the same messages they apply bit-identical updates.
+ *
  * Not for: moving bytes (swarm/), the learning-rate schedule (optim.h).
  */
 #ifndef SWARMTRAIN_DEMO_OPT_H

@@ -9,6 +9,7 @@
 #include "compress/codec.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
+#include "peer/peer_store.h"
 #include "peer/stage.h"
 #include "store/store.h"
 #include "swarm/net.h"
@@ -96,6 +97,7 @@ typedef struct {
     demo_opt_t *dopt;
     data_t *data;
     wiring_t *wiring;
+    peer_store_t *ps; /* the peer's store; NULL without --db */
     int S, stage, M, BT, C;
     int nslots;
     int wire_codec;
@@ -321,6 +323,9 @@ static void reroute(peer_t *p, mbrec_t *r, const char *why)
                 "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; re-sent from %s to %s\n",
                 wall_now(), r->mb.step, r->mb.index, why, idhex(failed), idhex(r->next));
         fflush(p->log);
+        peer_store_event(p->ps, "recovered",
+                         "step %" PRId64 " microbatch %u: %s; re-sent from %s to %s", r->mb.step,
+                         r->mb.index, why, idhex(failed), idhex(r->next));
     } else {
         r->sent = 0; /* retried when the next stage has a peer again */
     }
@@ -779,6 +784,7 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
     } else if (p->stage == p->S - 1) {
         p->self.loss = p->last_loss;
     }
+    double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
     if (p->step_t0 > 0) /* the pool's pace, from the second step seen on */
         p->pool_step_s =
             p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * (now - p->step_t0) : now - p->step_t0;
@@ -791,6 +797,13 @@ static int apply_exchange(peer_t *p, const msg_member_t *senders, int n)
     if (p->step == p->run.steps) p->t_train1 = now;
     p->my_hash = param_hash(p);
     reset_step(p);
+    if (p->ps) {
+        const msg_member_t *me = member(p, p->id);
+        double loss = p->stage == 0 || p->stage == p->S - 1 ? p->self.loss : NAN;
+        peer_store_metric(p->ps, p->step - 1, loss, step_s > 0 ? (double)p->BT * p->M / step_s : 0,
+                          me ? me->bytes_out : 0, me ? me->bytes_in : 0);
+        peer_store_step(p->ps, p->st, p->dopt, p->step, p->step == p->run.steps);
+    }
     if (p->stage == 0) { /* tell every other pool this step is over */
         msg_t d = {.type = MSG_STEP_DONE, .step = p->step - 1};
         for (int i = 0; i < p->nview; i++)
@@ -1117,6 +1130,16 @@ static void dequeue(peer_t *p, int i)
 static int handle_event(peer_t *p, net_ev_t *ev)
 {
     if (ev->type == NET_EV_VIEW) {
+        for (int i = 0; p->ps && i < p->nview; i++) { /* who is gone: dead or left */
+            int still = 0;
+            for (int j = 0; j < ev->nmembers && !still; j++)
+                still = !memcmp(ev->members[j].id, p->view[i].id, MSG_ID_LEN);
+            if (!still)
+                peer_store_event(p->ps, "failed",
+                                 "peer %s of stage %d left the view (silent past the timeout, or "
+                                 "left) at step %" PRId64,
+                                 idhex(p->view[i].id), p->view[i].stage, p->step);
+        }
         if (ev->nmembers > p->view_cap) {
             msg_member_t *v = realloc(p->view, (size_t)ev->nmembers * sizeof *v);
             if (!v) return STATUS_ENOMEM;
@@ -1421,6 +1444,7 @@ static void peer_free(peer_t *p)
     free(p->host_params);
     free(p->host_tok);
     free(p->host_tgt);
+    peer_store_close(&p->ps); /* waits for the checkpoint being written */
     demo_opt_destroy(&p->dopt);
     stage_destroy(&p->st);
     kern_destroy(&p->k);
@@ -1449,11 +1473,7 @@ int peer_run(const peer_options_t *po, char *err)
 
     /* identity: the store's Ed25519 key when there is a store, else a fresh one */
     if (po->db) {
-        store_t *s = store_open(po->db, err);
-        if (!s) return STATUS_EIO;
-        rc = store_identity(s, p->id, NULL, err);
-        store_close(&s);
-        if (rc) return rc;
+        if (!(p->ps = peer_store_open(po->db, p->id, err))) return STATUS_EIO;
     } else {
         unsigned char sk[crypto_sign_SECRETKEYBYTES];
         crypto_sign_keypair(p->id, sk);
@@ -1491,6 +1511,7 @@ int peer_run(const peer_options_t *po, char *err)
         rc = STATUS_EINVAL;
         goto out;
     }
+    peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
         if (!po->data_path && (rc = data_ensure_default(p->err))) goto out;
         if (!(p->data = data_open(po->data_path ? po->data_path : data_default_path(), c->seq, 0.05,
@@ -1516,18 +1537,41 @@ int peer_run(const peer_options_t *po, char *err)
     p->self.stage = (int16_t)p->stage;
     push_self(p);
 
-    /* its state: from the pool, or from the seed for a stage nobody holds */
+    /* its state: from the pool; for a stage nobody holds, from this peer's newest checkpoint
+     * of the run, else from the seed */
     rc = download_state(p);
     int downloaded = rc == 0;
+    if (downloaded)
+        peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": state from the pool",
+                         p->stage, p->step);
     if (rc == STATUS_ENOTFOUND) {
-        int64_t step = 0;
+        int64_t step = 0, ck_step = -1;
         for (int i = 0; i < p->nview; i++)
             if (p->view[i].state == MEMBER_SERVING && p->view[i].step > step)
                 step = p->view[i].step;
-        if (step > 0)
-            log_warn("stage %d has no live replica: it starts from its initial parameters at step "
-                     "%" PRId64 " (CheckFree recovery from neighbours is not implemented yet)",
-                     p->stage, step);
+        char e2[STATUS_ERR_LEN] = "";
+        int rr = p->ps ? peer_store_restore(p->ps, p->st, p->dopt, &ck_step, e2) : STATUS_ENOTFOUND;
+        if (rr == 0) {
+            /* The other pools set the pace: the stage goes on at their step with parameters
+             * up to (step - ck_step) steps old. */
+            fprintf(p->log,
+                    "restored: stage %d from this peer's checkpoint of step %" PRId64
+                    " in %s; the swarm is at step %" PRId64 "\n",
+                    p->stage, ck_step, po->db, step);
+            peer_store_event(p->ps, "restored",
+                             "stage %d from the checkpoint of step %" PRId64
+                             "; the swarm is at step %" PRId64,
+                             p->stage, ck_step, step);
+        } else {
+            if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
+            if (step > 0)
+                log_warn("stage %d has no live replica and no checkpoint: it starts from its "
+                         "initial parameters at step %" PRId64
+                         " (CheckFree recovery from neighbours is not implemented yet)",
+                         p->stage, step);
+            peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
+                             p->stage, step);
+        }
         p->step = step;
         rc = 0;
     }
@@ -1587,6 +1631,9 @@ int peer_run(const peer_options_t *po, char *err)
             reset_step(p);
             fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 "\n", p->stage,
                     p->step);
+            peer_store_event(p->ps, "resynced",
+                             "stage %d at step %" PRId64 ": parameters differed from the pool's",
+                             p->stage, p->step);
         } else if (rc) {
             goto out;
         }
@@ -1603,6 +1650,10 @@ int peer_run(const peer_options_t *po, char *err)
                           p->view[i].step > p->step && !is_self(p, p->view[i].id);
             if (behind) {
                 if ((rc = download_state(p))) goto out;
+                peer_store_event(p->ps, "resynced",
+                                 "stage %d at step %" PRId64
+                                 ": fell behind the pool while following",
+                                 p->stage, p->step);
                 p->self.serving_from = p->step + 1000;
                 p->followed = 0;
                 p->my_hash = param_hash(p);
@@ -1624,6 +1675,9 @@ int peer_run(const peer_options_t *po, char *err)
             p->stage, p->step, param_hash(p), p->served, p->retries, p->lost,
             net_rejected(p->net) + p->rejected, p->act_bytes);
     fflush(p->log);
+    peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
+    peer_store_event(p->ps, "left", "stage %d at step %" PRId64 "%s", p->stage, p->step,
+                     stop_requested ? " (asked to stop)" : " (run done)");
 out:
     if (rc && rc != STATUS_OK) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));
     peer_free(p);

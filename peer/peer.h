@@ -20,20 +20,22 @@
 #include <stdio.h>
 
 typedef struct {
-    train_options_t run;   /* the run, when starting a new swarm (--new) */
-    int is_new;            /* start a new swarm instead of joining */
-    const char *join;      /* bootstrap endpoint of any live peer */
-    const char *listen;    /* endpoint to bind (default tcp://127.0.0.1:0) */
-    const char *advertise; /* endpoint others should use (default: the bound one) */
-    int stage;             /* stage to take; -1: the pool with the least throughput */
-    int in_flight;         /* microbatches a stage-0 peer keeps in flight (default 2) */
-    int slots;             /* activation slots of the stage (default 2 x in_flight + 2) */
-    double peer_timeout_s; /* silence after which a peer is dead (default 3) */
-    double custody_s;      /* re-send a forward with no gradient back after this (default 60) */
-    int wait_peers;        /* a new swarm starts its first step once this many peers serve */
-    int exit_when_done;    /* leave once the run's steps and validation are done (default 1) */
-    const char *data_path; /* stage 0's corpus; NULL: the default corpus */
-    const char *db;        /* store: the peer's identity (and later its checkpoints) */
+    train_options_t run;      /* the run, when starting a new swarm (--new) */
+    int is_new;               /* start a new swarm instead of joining */
+    const char *join;         /* bootstrap endpoint of any live peer */
+    const char *listen;       /* endpoint to bind (default tcp://127.0.0.1:0) */
+    const char *advertise;    /* endpoint others should use (default: the bound one) */
+    int stage;                /* stage to take; -1: the pool with the least throughput */
+    int in_flight;            /* microbatches a stage-0 peer keeps in flight (default 2) */
+    int slots;                /* activation slots of the stage (default 2 x in_flight + 2) */
+    double peer_timeout_s;    /* silence after which a peer is dead (default 3) */
+    double custody_s;         /* re-send a forward with no gradient back after this (default 60) */
+    int wait_peers;           /* a new swarm starts its first step once this many peers serve */
+    int exit_when_done;       /* leave once the run's steps and validation are done (default 1) */
+    const char *data_path;    /* stage 0's corpus; NULL: the default corpus */
+    const char *db;           /* store: identity, metrics, events, checkpoints (peer_store.h) */
+    int checkpoint_every;     /* checkpoint the stage every N steps into db; 0: never */
+    double checkpoint_budget; /* the writer's share of one CPU; 0: the store's default */
     const char *device;
     int threads;
     int log_every;

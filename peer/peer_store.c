@@ -44,7 +44,7 @@ void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, in
     ps->every = every;
     train_options_to_text(run, ps->run_text, sizeof ps->run_text);
     snprintf(ps->run_hash, sizeof ps->run_hash, "%016" PRIx64, rng_hash_str(ps->run_text));
-    store_set_writer_budget(ps->s, budget);
+    store_set_writer_budget(ps->s, budget > 0 ? budget : STORE_WRITER_BUDGET_DEFAULT);
 }
 
 void peer_store_metric(peer_store_t *ps, int64_t step, double loss, double tokens_per_s,

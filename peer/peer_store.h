@@ -22,7 +22,7 @@ peer_store_t *peer_store_open(const char *path, unsigned char pk[crypto_sign_PUB
                               char *err);
 
 /* Says which stage and run the checkpoints are of, how often to take one (every N steps,
- * 0: never) and the writer's CPU budget (store_set_writer_budget). */
+ * 0: never) and the writer's CPU budget (store_set_writer_budget; 0: the default). */
 void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, int every,
                      double budget);
 

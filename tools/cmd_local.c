@@ -37,7 +37,10 @@ enum {
     O_JOIN,
     O_JOINSTAGE,
     O_QUIET,
-    O_PTIMEOUT
+    O_PTIMEOUT,
+    O_REVIVE,
+    O_CKEVERY,
+    O_CKBUDGET
 };
 
 typedef struct {
@@ -45,6 +48,7 @@ typedef struct {
     const char *dir;
     int kill_peer, kill_step;  /* SIGKILL peer kill_peer once stage 0 reaches kill_step */
     int join_step, join_stage; /* add a peer at join_step */
+    int revive;                /* ... which is the killed peer again, with its store */
     const char *peer_timeout;
 } local_opts_t;
 
@@ -89,6 +93,17 @@ static int local_option(void *ctx, int c, const char *arg)
     case O_PTIMEOUT:
         lo->peer_timeout = arg;
         return 0;
+    case O_REVIVE:
+        lo->revive = 1;
+        return 0;
+    case O_CKEVERY: { /* checked here, given to every peer */
+        int n;
+        return run_opts_int("--checkpoint-every", arg, 0, &n);
+    }
+    case O_CKBUDGET: {
+        float f;
+        return run_opts_float("--checkpoint-budget", arg, &f) || !(f > 0 && f <= 100) ? -1 : 0;
+    }
     default:
         return -1;
     }
@@ -115,7 +130,7 @@ static int local_only(const char *a, int *takes_arg)
     static const char *with_arg[] = {"--peers",   "--dir",        "--in-flight",   "--kill",
                                      "--join-at", "--join-stage", "--peer-timeout"};
     *takes_arg = 0;
-    if (!strcmp(a, "--quiet")) return 1;
+    if (!strcmp(a, "--quiet") || !strcmp(a, "--revive")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
         size_t n = strlen(with_arg[i]);
         if (!strncmp(a, with_arg[i], n) && (a[n] == 0 || a[n] == '=')) {
@@ -126,8 +141,9 @@ static int local_only(const char *a, int *takes_arg)
     return 0;
 }
 
-static int spawn(child_t *ch, int idx, int argc, char **argv, const local_opts_t *lo, int threads,
-                 int join_port)
+/* Starts peer idx (its log peer<idx>.log) with the store peer<db_idx>.db. */
+static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const local_opts_t *lo,
+                 int threads, int join_port)
 {
     char *args[256];
     int n = 0;
@@ -151,7 +167,7 @@ static int spawn(child_t *ch, int idx, int argc, char **argv, const local_opts_t
     args[n++] = "--threads", args[n++] = thr;
     snprintf(inf, sizeof inf, "%d", lo->in_flight);
     args[n++] = "--in-flight", args[n++] = inf;
-    snprintf(db, sizeof db, "%s/peer%d.db", lo->dir, idx);
+    snprintf(db, sizeof db, "%s/peer%d.db", lo->dir, db_idx);
     args[n++] = "--db", args[n++] = db;
     if (lo->peer_timeout) args[n++] = "--peer-timeout", args[n++] = (char *)lo->peer_timeout;
     for (int i = 1; i < argc && n < 250; i++) {
@@ -270,8 +286,9 @@ int cmd_local(int argc, char **argv)
      * replicas of a pool, int8 activations on the wire, 1000 steps (a few minutes). They
      * go in front of the user's words, both for parsing here and for the first peer,
      * which decides the run: later words win. */
-    static const char *defaults[] = {"--stages", "2",    "--replicas", "2",    "--optimizer", "demo",
-                                     "--codec",  "int8", "--steps",    "1000", "--log-every", "50"};
+    static const char *defaults[] = {"--stages",    "2",    "--replicas",  "2",
+                                     "--optimizer", "demo", "--codec",     "int8",
+                                     "--steps",     "1000", "--log-every", "50"};
     enum { ND = sizeof defaults / sizeof defaults[0] };
     char **args = malloc((size_t)(argc + ND + 1) * sizeof *args);
     if (!args) return 1;
@@ -292,7 +309,10 @@ static int local_main(int argc, char **argv)
                                           {"join-at", required_argument, 0, O_JOIN},
                                           {"join-stage", required_argument, 0, O_JOINSTAGE},
                                           {"quiet", no_argument, 0, O_QUIET},
-                                          {"peer-timeout", required_argument, 0, O_PTIMEOUT}};
+                                          {"peer-timeout", required_argument, 0, O_PTIMEOUT},
+                                          {"revive", no_argument, 0, O_REVIVE},
+                                          {"checkpoint-every", required_argument, 0, O_CKEVERY},
+                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET}};
     local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
@@ -314,6 +334,9 @@ static int local_main(int argc, char **argv)
             "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
             "  --kill PEER:STEP     SIGKILL peer PEER when stage 0 reaches STEP (fault test)\n"
             "  --join-at STEP       start one more peer at STEP, stage --join-stage (default 0)\n"
+            "  --revive             the --join-at peer is the --kill peer again, with its store\n"
+            "  --checkpoint-every N every peer checkpoints its stage into its store every N\n"
+            "                       steps (see swarmtrain peer --help)\n"
             "  --quiet              no progress lines, only the summary\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);
     if (rc) return rc == 1 ? 0 : 2;
@@ -359,7 +382,7 @@ static int local_main(int argc, char **argv)
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
     fflush(stdout);
     double t0 = clock_now(), kill_wall = -1;
-    if (spawn(&ch[0], 0, argc, argv, &lo, threads, -1)) goto fail;
+    if (spawn(&ch[0], 0, 0, argc, argv, &lo, threads, -1)) goto fail;
     /* the others join once the first answers */
     char ep0[64], err[STATUS_ERR_LEN], *json = NULL;
     snprintf(ep0, sizeof ep0, "tcp://127.0.0.1:%d", ch[0].port);
@@ -371,7 +394,7 @@ static int local_main(int argc, char **argv)
     /* one at a time, each once the swarm counts the previous one as serving, so that
      * peers of the same stage find each other */
     for (int i = 1; i < n && !interrupted; i++) {
-        if (spawn(&ch[i], i, argc, argv, &lo, threads, ch[0].port)) goto fail;
+        if (spawn(&ch[i], i, i, argc, argv, &lo, threads, ch[0].port)) goto fail;
         for (int tries = 0; tries < 100 && !interrupted; tries++) {
             view_t v;
             if (fetch_view(ch, i + 1, &v) == 0 && v.serving >= i + 1) break;
@@ -446,14 +469,25 @@ static int local_main(int argc, char **argv)
                        lo.kill_peer, ch[lo.kill_peer].stage, v.step0, kill_wall);
                 fflush(stdout);
             }
-            if (lo.join_step >= 0 && !joined && v.step0 >= lo.join_step && n < MAX_PEERS) {
+            /* a revived peer comes back once the swarm has noticed it was gone */
+            int wait_gone =
+                lo.revive && lo.kill_peer >= 0 && lo.kill_peer < n &&
+                (!ch[lo.kill_peer].killed || v.peers_per[ch[lo.kill_peer].stage] >= lo.peers / S);
+            if (lo.join_step >= 0 && !joined && !wait_gone && v.step0 >= lo.join_step &&
+                n < MAX_PEERS) {
                 ch[n].port = free_port();
                 ch[n].stage = lo.join_stage < S ? lo.join_stage : 0;
                 int live = 0;
                 for (int i = 0; i < n && !live; i++)
                     live = !ch[i].exited && !ch[i].killed ? ch[i].port : 0;
-                if (spawn(&ch[n], n, argc, argv, &lo, threads, live)) goto fail;
-                printf("local: peer %d joins stage %d at step %lld\n", n, ch[n].stage, v.step0);
+                int db_idx = n;
+                if (lo.revive && lo.kill_peer >= 0 && ch[lo.kill_peer].killed) {
+                    db_idx = lo.kill_peer; /* the preempted instance is back, disk and all */
+                    ch[n].stage = ch[lo.kill_peer].stage;
+                }
+                if (spawn(&ch[n], n, db_idx, argc, argv, &lo, threads, live)) goto fail;
+                printf("local: peer %d joins stage %d at step %lld%s\n", n, ch[n].stage, v.step0,
+                       db_idx != n ? " (the killed peer again, with its store)" : "");
                 n++;
                 joined = 1;
             }

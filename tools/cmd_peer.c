@@ -22,7 +22,9 @@ enum {
     O_CUSTODY,
     O_DB,
     O_STAY,
-    O_WAIT
+    O_WAIT,
+    O_CKEVERY,
+    O_CKBUDGET
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -64,6 +66,12 @@ static int peer_option(void *ctx, int c, const char *arg)
         return 0;
     case O_WAIT:
         return run_opts_int("--wait-peers", arg, 0, &po->wait_peers);
+    case O_CKEVERY:
+        return run_opts_int("--checkpoint-every", arg, 0, &po->checkpoint_every);
+    case O_CKBUDGET:
+        if (run_opts_float("--checkpoint-budget", arg, &f) || !(f > 0 && f <= 100)) return -1;
+        po->checkpoint_budget = f / 100.0;
+        return 0;
     default:
         return -1;
     }
@@ -88,7 +96,9 @@ int cmd_peer(int argc, char **argv)
                                           {"custody-timeout", required_argument, 0, O_CUSTODY},
                                           {"db", required_argument, 0, O_DB},
                                           {"stay", no_argument, 0, O_STAY},
-                                          {"wait-peers", required_argument, 0, O_WAIT}};
+                                          {"wait-peers", required_argument, 0, O_WAIT},
+                                          {"checkpoint-every", required_argument, 0, O_CKEVERY},
+                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -98,19 +108,24 @@ int cmd_peer(int argc, char **argv)
         .intro = "Runs one peer. The first peer of a swarm starts it with --new and the run's\n"
                  "settings (the options below); every other peer joins through any live peer with\n"
                  "--join and is told the settings. SIGINT or SIGTERM: leave cleanly, exit 0.",
-        .usage = "swarm:\n"
-                 "  --new                start a new swarm with the run settings given here\n"
-                 "  --join ENDPOINT      join through a live peer, e.g. tcp://10.0.0.5:7000\n"
-                 "  --listen ENDPOINT    where to listen (default tcp://127.0.0.1:0, a free port)\n"
-                 "  --advertise ENDPOINT where others reach this peer (NAT, several interfaces)\n"
-                 "  --stage N            take stage N (default: the pool with least throughput)\n"
-                 "  --in-flight N        microbatches a stage-0 peer keeps in flight (default 2)\n"
-                 "  --slots N            activation slots (default 2 x in-flight + 2)\n"
-                 "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
-                 "  --custody-timeout S  re-send a microbatch with no gradient back (default 60)\n"
-                 "  --db PATH            store holding this peer's identity\n"
-                 "  --stay               keep serving after the run's last step\n"
-                 "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
+        .usage =
+            "swarm:\n"
+            "  --new                start a new swarm with the run settings given here\n"
+            "  --join ENDPOINT      join through a live peer, e.g. tcp://10.0.0.5:7000\n"
+            "  --listen ENDPOINT    where to listen (default tcp://127.0.0.1:0, a free port)\n"
+            "  --advertise ENDPOINT where others reach this peer (NAT, several interfaces)\n"
+            "  --stage N            take stage N (default: the pool with least throughput)\n"
+            "  --in-flight N        microbatches a stage-0 peer keeps in flight (default 2)\n"
+            "  --slots N            activation slots (default 2 x in-flight + 2)\n"
+            "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
+            "  --custody-timeout S  re-send a microbatch with no gradient back (default 60)\n"
+            "  --db PATH            this peer's store: identity, metrics, events, checkpoints\n"
+            "  --checkpoint-every N checkpoint the stage into --db every N steps; a stage\n"
+            "                       nobody else holds is restored from it (default 0: no)\n"
+            "  --checkpoint-budget P percent of one CPU the checkpoint writer may use\n"
+            "                       (default 5)\n"
+            "  --stay               keep serving after the run's last step\n"
+            "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

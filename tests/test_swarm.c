@@ -263,7 +263,7 @@ static void test_revive_from_checkpoint(void **state)
     (void)state;
     char *with = NULL, *without = NULL;
     double v_ck = revive("ck", "--checkpoint-every 10", &with);
-    double v_init = revive("init", "", &without);
+    double v_init = revive("init", "--checkpoint-every 0", &without);
     printf("stage 1 revived from its checkpoint: val_loss %.4f; from initial parameters: %.4f\n",
            v_ck, v_init);
     char *log = slurp("ck/peer2.log");

@@ -286,9 +286,9 @@ int cmd_local(int argc, char **argv)
      * replicas of a pool, int8 activations on the wire, 1000 steps (a few minutes). They
      * go in front of the user's words, both for parsing here and for the first peer,
      * which decides the run: later words win. */
-    static const char *defaults[] = {"--stages",    "2",    "--replicas",  "2",
-                                     "--optimizer", "demo", "--codec",     "int8",
-                                     "--steps",     "1000", "--log-every", "50"};
+    static const char *defaults[] = {
+        "--stages", "2",    "--replicas",  "2",  "--optimizer",        "demo", "--codec", "int8",
+        "--steps",  "1000", "--log-every", "50", "--checkpoint-every", "50"};
     enum { ND = sizeof defaults / sizeof defaults[0] };
     char **args = malloc((size_t)(argc + ND + 1) * sizeof *args);
     if (!args) return 1;
@@ -325,7 +325,8 @@ static int local_main(int argc, char **argv)
             "each in turn, and watches it: step and loss, peers per pool, tokens/s, bytes/s\n"
             "on the wire, microbatches re-sent. Ctrl-C stops every peer cleanly. The exit\n"
             "status is 0 only if the run finished with a held-out loss.\n"
-            "Defaults here: --stages 2 --replicas 2 --optimizer demo --codec int8 --steps 1000.",
+            "Defaults here: --stages 2 --replicas 2 --optimizer demo --codec int8 --steps 1000\n"
+            "--checkpoint-every 50 (each peer into its store in --dir).",
         .usage =
             "swarm:\n"
             "  --peers N            peer processes (default 4); peer i takes stage i mod S\n"

@@ -142,7 +142,7 @@ struct kern {
      * dct_inverse, to demo_topk's selection, to the removal step of demo_extract, to
      * demo_apply_sign, and byte-identical to codec_encode's int8/int4 payloads and
      * codec_decode's values (tests/test_kernels.c). "cuda" computes the same sums in the
-     * same order with fused multiply-adds (DCT: about 1e-7 of the largest coefficient);
+     * same order with fused multiply-adds (DCT: a few 1e-7 of the largest coefficient);
      * its topk, scatter, apply_sign, quantize and dequantize are exact given the same
      * input, so only a top-k tie broken by DCT rounding can differ.
      *
@@ -179,7 +179,8 @@ struct kern {
      * -127, 127) (x / s when 1/s overflows; +-7 for int4, stored as the nibble q+8, low
      * nibble first, a pad nibble 0 when n is odd); s = 0 gives q = 0. A block holding a
      * non-finite value gets the scale NaN (and q = 0), which codec_seal refuses, so a
-     * NaN never reaches the wire. block >= 1, even for int4; n >= 1. */
+     * NaN never reaches the wire. block >= 1, even for int4; n >= 1; payload is backend
+     * memory from alloc (the scales are f32 at 4-byte offsets). */
     void (*quantize)(kern_t *k, uint8_t *payload, const float *x, size_t n, int bits,
                      uint32_t block);
     /* x (n) = q * s from such a payload, as codec_decode computes it. The payload must

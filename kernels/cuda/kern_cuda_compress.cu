@@ -5,8 +5,8 @@
  *
  * Numerics, against "ref" (which is bit-identical to kernels/dct.c and compress/):
  * - DCT: every output is the same sum in the same ascending order as dct.c, but each
- *   step is a fused multiply-add (fmaf), so results differ by float rounding: about
- *   1e-7 of the largest coefficient (tests/test_cuda_compress.c allows 1e-5).
+ *   step is a fused multiply-add (fmaf), so results differ by float rounding: a few 1e-7
+ *   of the largest coefficient (tests/test_cuda_compress.c allows 1e-5).
  * - topk, scatter, apply_sign, quantize, dequantize: exact. Given the same input they
  *   give bit-identical results (the quantizer's divisions are IEEE, and rintf rounds to
  *   nearest even as codec.c does); only a top-k tie that DCT rounding breaks the other

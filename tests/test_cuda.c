@@ -12,7 +12,11 @@
  *   matmul with TF32 (the default)   3e-3  (10-bit mantissa inputs, fp32 accumulation)
  *   matmul in fp32 (SWARMTRAIN_CUDA_TF32=0) and every other op   1e-5 .. 5e-5
  *   sumsq   1e-9 relative (double accumulation both sides, different order)
- * Not for: the full model stage (peer/ tests), speed regressions (the bench only prints). */
+ * test_stage and test_stage_fp32 run a whole `small` stage (forward, backward, AdamW)
+ * against the "cpu" backend, with TF32 as configured and with it off; their tolerances
+ * are stated above stage_tol_tf32.
+ * Not for: speed regressions (the bench only prints; `swarmtrain bench model` times the
+ * model). */
 #include <stdio.h>
 
 #ifndef SWARMTRAIN_HAVE_CUDA
@@ -36,9 +40,14 @@ int main(void)
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+#include "common/rng.h"
 #include "common/status.h"
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/kernels.h"
+#include "peer/config.h"
+#include "peer/optim.h"
+#include "peer/stage.h"
 #include "testutil.h"
 
 static kern_t *gk;    /* the backend under test ("cuda" unless SWARMTRAIN_TEST_BACKEND) */
@@ -466,6 +475,380 @@ static void test_adamw(void **state)
     free(p), free(g), free(m), free(v);
 }
 
+/* --- a whole stage: forward, backward and AdamW against the "cpu" backend ---------------
+ *
+ * The `small` preset (peer/config.c: dim 256, 8 layers, 4 heads, ffn 688, seq 256,
+ * batch 8, vocab 256) is built from one seed as one stage and as both halves of a
+ * 2-stage split, on the backend under test and on the oracle, and both are fed the same
+ * tokens, targets, stage input x_in and output gradient dy. Compared: the loss, the
+ * first half's output y, the last half's input gradient dx, every parameter gradient
+ * tensor by name, and the parameters and losses over 3 AdamW steps (optim_defaults, the
+ * training default). Error is ||got - want||_2 / ||want||_2 per tensor; the worst layer
+ * of each kind is printed.
+ *
+ * The oracle is "cpu" (OpenBLAS + OpenMP, all cores), which test_kernels checks against
+ * "ref" op by op: "ref" runs plain single-threaded loops, about 100 s per forward+backward
+ * of `small` (25 s measured with 2 layers), and this test needs about six of them.
+ * SWARMTRAIN_TEST_STAGE=preset[,key=value...] (e.g. "small,layers=2,seq=64,batch=2")
+ * shrinks the model, for the CPU emulation of the kernels; SWARMTRAIN_TEST_STAGE_ORACLE
+ * names another oracle backend ("ref").
+ *
+ * Tolerances (relative L2; a loss: relative), about 5x the worst error of a model:
+ *                                   TF32 (default)         fp32 (SWARMTRAIN_CUDA_TF32=0)
+ *   loss                            2e-4   (model 3e-5)    2e-6
+ *   loss after each AdamW step      1e-3   (model 1e-4)    2e-5
+ *   y_out, dx                       1e-2   (model 2e-3)    2e-5
+ *   each gradient tensor, grad norm 2e-2   (model 4e-3)    5e-5
+ *   each parameter after 3 steps    2e-3   (model 4e-4)    1e-5
+ *   the whole update p3 - p0        5e-2   (model 1e-2)    1e-3
+ *   each tensor's update            0.5 (both)
+ * - TF32: each matmul input is cut to a 10-bit mantissa (unit roundoff 2^-11 = 4.9e-4)
+ *   and accumulated in fp32, about 3e-4 of error per product; a stage chains ~5 products
+ *   per block forward and ~10 backward through 8 blocks. "model" is the worst of two
+ *   models that truncate every matmul input to TF32 (the worse case; rounding to nearest
+ *   gives about half): this test with a cpu backend doing so, at `small`; and the CUDA
+ *   kernels run by a CPU emulator whose cuBLAS does so, at `small` with 2 layers and seq
+ *   64 or 256. Gradients of wq and wk are the worst.
+ * - fp32: only the order of the fp32 sums differs (cuBLAS against OpenBLAS blocking, the
+ *   online softmax of the tiled attention): the emulated kernels and "ref" both differ
+ *   from "cpu" by about 1e-6 in gradients, 4e-7 in activations and 2e-5 in the update.
+ * - AdamW's first steps move each parameter by about lr * sign(g), so a gradient element
+ *   whose sign lies within rounding flips its update (2 lr): the update is noisy (one flip
+ *   in a 256-element norm weight is 0.125), so each tensor's update is checked only for
+ *   gross errors (a tensor not updated is off by 1), the parameters tightly (a backend that
+ *   skipped the updates would be off by about 4e-2 in the matrices). */
+
+#define STAGE_SEED              1234
+#define STAGE_STEPS             3
+
+typedef struct {
+    double loss;   /* |got - want| / |want| of a mean loss */
+    double steps;  /* the same after each AdamW step (flipped updates add up) */
+    double act;    /* y_out, dx */
+    double grad;   /* each parameter gradient tensor */
+    double param;  /* each parameter tensor after STAGE_STEPS AdamW steps */
+    double update; /* the whole update p3 - p0 after STAGE_STEPS steps */
+} stage_tol_t;
+
+static const stage_tol_t stage_tol_tf32 = {2e-4, 1e-3, 1e-2, 2e-2, 2e-3, 5e-2};
+static const stage_tol_t stage_tol_fp32 = {2e-6, 2e-5, 2e-5, 5e-5, 1e-5, 1e-3};
+#define STAGE_TOL_UPDATE_TENSOR 0.5
+
+/* What one stage computed on one backend, copied to the host. */
+typedef struct {
+    float loss;          /* last stage */
+    float *y;            /* (BT, C) stage output; not on the last stage */
+    float *dx;           /* (BT, C) input gradient; not on the first stage */
+    float *grads;        /* all gradients, stage_num_params floats */
+    stage_tensor_t *tab; /* the tensor table */
+    int ntab;
+} stage_result_t;
+
+typedef struct {
+    int ready;
+    model_config_t one, two; /* the model as 1 and as 2 stages */
+    int32_t *tok, *tgt;      /* (BT) */
+    stage_result_t whole, first, last;
+    float loss[STAGE_STEPS + 1], gnorm[STAGE_STEPS];
+    float *p0, *p3; /* parameters before and after STAGE_STEPS steps (one stage) */
+} stage_oracle_t;
+
+static stage_oracle_t oracle;
+static kern_t *go; /* the oracle backend, made at first use */
+
+static void no_error_on(kern_t *k)
+{
+    const char *e = strncmp(k->name, "cuda", 4) ? NULL : kern_cuda_last_error(k);
+    if (e) fail_msg("%s: backend error: %s", k->name, e);
+}
+
+/* ||a - b||_2 / ||b||_2 in double; infinite when a holds a NaN or an infinity. */
+static double l2_err(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : num > 0 ? INFINITY : 0.0;
+}
+
+static void check_scalar(const char *what, float got, float want, double tol)
+{
+    double err = fabs((double)got - want) / fmax(fabs((double)want), 1e-30);
+    if (isnan(err)) err = INFINITY;
+    printf("  %-40s err %.2e (tol %.0e)  %.7g vs %.7g\n", what, err, tol, got, want);
+    if (!(err <= tol)) fail_msg("%s: relative error %.3e > %.1e", what, err, tol);
+}
+
+static void check_l2(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    double err = l2_err(got, want, n);
+    printf("  %-40s err %.2e (tol %.0e)\n", what, err, tol);
+    if (!(err <= tol)) fail_msg("%s: relative L2 error %.3e > %.1e", what, err, tol);
+}
+
+/* Compares two buffers laid out by one tensor table, tensor by tensor; prints the worst
+ * of each kind of tensor ("layers.*.attention.wq.weight" over all layers) and fails
+ * when any is above tol. */
+static void check_tensors(const char *what, const stage_tensor_t *tab, int n, const float *got,
+                          const float *want, double tol)
+{
+    char kind[24][64], worst[24][64], bad[64] = "";
+    double kerr[24], bad_err = 0;
+    int nk = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = tab[i].name, *rest = name;
+        char key[64];
+        if (!strncmp(name, "layers.", 7) && (rest = strchr(name + 7, '.')))
+            snprintf(key, sizeof key, "layers.*%s", rest);
+        else
+            snprintf(key, sizeof key, "%s", name);
+        double err = l2_err(got + tab[i].offset, want + tab[i].offset, tab[i].numel);
+        int j = 0;
+        while (j < nk && strcmp(kind[j], key)) j++;
+        if (j == nk) {
+            assert_true(nk < 24);
+            snprintf(kind[j], sizeof kind[j], "%s", key);
+            kerr[j] = -1, nk++;
+        }
+        if (err > kerr[j]) kerr[j] = err, snprintf(worst[j], sizeof worst[j], "%s", name);
+        if (!(err <= tol) && !(err <= bad_err))
+            bad_err = err, snprintf(bad, sizeof bad, "%s", name);
+    }
+    printf("  %s (tol %.0e):\n", what, tol);
+    for (int j = 0; j < nk; j++)
+        printf("    %-36s err %.2e  (worst: %s)\n", kind[j], kerr[j], worst[j]);
+    if (*bad) fail_msg("%s: %s has relative L2 error %.3e > %.1e", what, bad, bad_err, tol);
+}
+
+static float *download_floats(kern_t *k, const float *d, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    k->download(k, h, d, n * sizeof *h);
+    return h;
+}
+
+static void stage_result_free(stage_result_t *r)
+{
+    free(r->y), free(r->dx), free(r->grads), free(r->tab);
+    memset(r, 0, sizeof *r);
+}
+
+/* Stage `index` of cfg on k, parameters from STAGE_SEED: the forward pass (with the loss
+ * on the last stage; x_in on the others) and, unless this is not the last stage and dy
+ * is NULL, the backward pass from dy. */
+static void stage_run(stage_result_t *r, const model_config_t *cfg, int index, kern_t *k,
+                      const int32_t *tok, const int32_t *tgt, const float *x_in, const float *dy)
+{
+    char err[STATUS_ERR_LEN] = "";
+    size_t act = (size_t)cfg->batch * cfg->seq * cfg->dim;
+    memset(r, 0, sizeof *r);
+    stage_t *st = stage_new(cfg, index, k, 1, STAGE_SEED, err);
+    if (!st) fail_msg("stage_new on %s: %s", k->name, err);
+    int last = stage_is_last(st), first = stage_is_first(st);
+    if (!last) r->y = malloc(act * sizeof(float)), assert_non_null(r->y);
+    if (!first) r->dx = malloc(act * sizeof(float)), assert_non_null(r->dx);
+    if (stage_forward(st, 0, tok, x_in, last ? tgt : NULL, r->y, &r->loss, err))
+        fail_msg("stage_forward on %s: %s", k->name, err);
+    if (last || dy) {
+        if (stage_backward(st, 0, dy, r->dx, err))
+            fail_msg("stage_backward on %s: %s", k->name, err);
+        r->grads = download_floats(k, stage_grads(st), stage_num_params(st));
+    }
+    const stage_tensor_t *tab = stage_tensors(st, &r->ntab);
+    r->tab = malloc((size_t)r->ntab * sizeof *r->tab);
+    assert_non_null(r->tab);
+    memcpy(r->tab, tab, (size_t)r->ntab * sizeof *r->tab);
+    no_error_on(k);
+    stage_destroy(&st);
+}
+
+/* STAGE_STEPS AdamW steps of the one-stage model on k: losses before each step and after
+ * the last, gradient norms, and the parameters before and after. */
+static void stage_steps(kern_t *k, const model_config_t *cfg, const int32_t *tok,
+                        const int32_t *tgt, float *loss, float *gnorm, float **p0, float **p3)
+{
+    char err[STATUS_ERR_LEN] = "";
+    optim_config_t oc = optim_defaults();
+    stage_t *st = stage_new(cfg, 0, k, 1, STAGE_SEED, err);
+    if (!st) fail_msg("stage_new on %s: %s", k->name, err);
+    size_t P = stage_num_params(st);
+    *p0 = download_floats(k, stage_params(st), P);
+    for (int s = 0; s <= STAGE_STEPS; s++) {
+        stage_zero_grads(st);
+        if (stage_forward(st, 0, tok, NULL, tgt, NULL, &loss[s], err))
+            fail_msg("stage_forward on %s: %s", k->name, err);
+        if (s == STAGE_STEPS) break;
+        if (stage_backward(st, 0, NULL, NULL, err))
+            fail_msg("stage_backward on %s: %s", k->name, err);
+        optim_adamw_step(st, &oc, s, 1.0f, &gnorm[s]);
+    }
+    *p3 = download_floats(k, stage_params(st), P);
+    no_error_on(k);
+    stage_destroy(&st);
+}
+
+/* The model of these tests: "small", or SWARMTRAIN_TEST_STAGE. */
+static int stage_test_config(model_config_t *c, char *err)
+{
+    const char *env = getenv("SWARMTRAIN_TEST_STAGE");
+    char buf[256], *save = NULL, *item;
+    snprintf(buf, sizeof buf, "%s", env && *env ? env : "small");
+    item = strtok_r(buf, ",", &save);
+    if (config_preset(c, item ? item : "", err)) return -1;
+    while ((item = strtok_r(NULL, ",", &save))) {
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            snprintf(err, STATUS_ERR_LEN, "SWARMTRAIN_TEST_STAGE: '%s' is not key=value", item);
+            return -1;
+        }
+        *eq = 0;
+        if (config_set(c, item, eq + 1, err)) return -1;
+    }
+    c->stages = 1;
+    return config_validate(c, err) ? -1 : 0;
+}
+
+/* Computes the oracle's results once. */
+static const stage_oracle_t *stage_oracle(void)
+{
+    stage_oracle_t *o = &oracle;
+    char err[STATUS_ERR_LEN] = "";
+    if (o->ready) return o;
+    if (stage_test_config(&o->one, err)) fail_msg("%s", err);
+    o->two = o->one;
+    o->two.stages = o->one.n_layers % 2 ? 1 : 2;
+    if (!go) {
+        const char *name = getenv("SWARMTRAIN_TEST_STAGE_ORACLE");
+        go = kern_new(name && *name ? name : "cpu", 0, err);
+        if (!go) fail_msg("oracle backend: %s", err);
+    }
+    size_t BT = (size_t)o->one.batch * o->one.seq;
+    o->tok = malloc(BT * sizeof *o->tok), o->tgt = malloc(BT * sizeof *o->tgt);
+    assert_non_null(o->tok), assert_non_null(o->tgt);
+    rng_t r;
+    rng_seed(&r, 77);
+    for (size_t i = 0; i < BT; i++)
+        o->tok[i] = (int32_t)rng_below(&r, (uint64_t)o->one.vocab),
+        o->tgt[i] = (int32_t)rng_below(&r, (uint64_t)o->one.vocab);
+
+    char text[512];
+    config_to_text(&o->one, text, sizeof text);
+    for (char *p = text; (p = strchr(p, '\n'));) *p = ' ';
+    printf("  whole-stage model: %sbatch=%d; oracle %s\n", text, o->one.batch, go->name);
+    double t0 = clock_now();
+    stage_run(&o->whole, &o->one, 0, go, o->tok, o->tgt, NULL, NULL);
+    if (o->two.stages == 2) {
+        stage_result_t fwd;
+        stage_run(&fwd, &o->two, 0, go, o->tok, o->tgt, NULL, NULL); /* y of the first half */
+        stage_run(&o->last, &o->two, 1, go, o->tok, o->tgt, fwd.y, NULL);
+        stage_run(&o->first, &o->two, 0, go, o->tok, o->tgt, NULL, o->last.dx);
+        stage_result_free(&fwd);
+    }
+    stage_steps(go, &o->one, o->tok, o->tgt, o->loss, o->gnorm, &o->p0, &o->p3);
+    printf("  oracle done in %.1f s\n", clock_now() - t0);
+    o->ready = 1;
+    return o;
+}
+
+static void stage_oracle_free(void)
+{
+    stage_result_free(&oracle.whole), stage_result_free(&oracle.first);
+    stage_result_free(&oracle.last);
+    free(oracle.tok), free(oracle.tgt), free(oracle.p0), free(oracle.p3);
+    memset(&oracle, 0, sizeof oracle);
+    kern_destroy(&go);
+}
+
+/* Every whole-stage comparison of backend k against the oracle. */
+static void stage_parity(kern_t *k, const stage_tol_t *tol)
+{
+    const stage_oracle_t *o = stage_oracle();
+    stage_result_t r;
+    char what[96];
+    printf("  %s, %s matmul\n", k->name,
+           strncmp(k->name, "cuda", 4) || !kern_cuda_tf32(k) ? "fp32" : "TF32");
+
+    stage_run(&r, &o->one, 0, k, o->tok, o->tgt, NULL, NULL);
+    check_scalar("1 stage: loss", r.loss, o->whole.loss, tol->loss);
+    check_tensors("1 stage: gradients", r.tab, r.ntab, r.grads, o->whole.grads, tol->grad);
+    stage_result_free(&r);
+
+    if (o->two.stages == 2) {
+        size_t act = (size_t)o->two.batch * o->two.seq * o->two.dim;
+        stage_run(&r, &o->two, 1, k, o->tok, o->tgt, o->first.y, NULL);
+        check_scalar("2 stages, last: loss", r.loss, o->last.loss, tol->loss);
+        check_l2("2 stages, last: dx", r.dx, o->last.dx, act, tol->act);
+        check_tensors("2 stages, last: gradients", r.tab, r.ntab, r.grads, o->last.grads,
+                      tol->grad);
+        stage_result_free(&r);
+        stage_run(&r, &o->two, 0, k, o->tok, o->tgt, NULL, o->last.dx);
+        check_l2("2 stages, first: y", r.y, o->first.y, act, tol->act);
+        check_tensors("2 stages, first: gradients", r.tab, r.ntab, r.grads, o->first.grads,
+                      tol->grad);
+        stage_result_free(&r);
+    } else {
+        printf("  (odd layer count: no 2-stage split)\n");
+    }
+
+    float loss[STAGE_STEPS + 1], gnorm[STAGE_STEPS], *p0, *p3;
+    stage_steps(k, &o->one, o->tok, o->tgt, loss, gnorm, &p0, &p3);
+    size_t P = 0;
+    for (int i = 0; i < o->whole.ntab; i++) P += o->whole.tab[i].numel;
+    check_l2("AdamW: initial parameters", p0, o->p0, P, 0.0);
+    for (int s = 0; s < STAGE_STEPS; s++) {
+        snprintf(what, sizeof what, "AdamW step %d: gradient norm", s + 1);
+        check_scalar(what, gnorm[s], o->gnorm[s], tol->grad);
+        snprintf(what, sizeof what, "AdamW: loss after %d step(s)", s + 1);
+        check_scalar(what, loss[s + 1], o->loss[s + 1], tol->steps);
+    }
+    snprintf(what, sizeof what, "AdamW: parameters after %d steps", STAGE_STEPS);
+    check_tensors(what, o->whole.tab, o->whole.ntab, p3, o->p3, tol->param);
+    float *u = malloc(P * sizeof *u);
+    assert_non_null(u);
+    for (size_t i = 0; i < P; i++) u[i] = o->p3[i] - o->p0[i], p3[i] -= p0[i];
+    snprintf(what, sizeof what, "AdamW: update p%d - p0, all tensors", STAGE_STEPS);
+    check_l2(what, p3, u, P, tol->update);
+    snprintf(what, sizeof what, "AdamW: update p%d - p0", STAGE_STEPS);
+    check_tensors(what, o->whole.tab, o->whole.ntab, p3, u, STAGE_TOL_UPDATE_TENSOR);
+    free(u), free(p0), free(p3);
+}
+
+static void test_stage(void **state)
+{
+    (void)state;
+    stage_parity(gk, is_cuda && kern_cuda_tf32(gk) ? &stage_tol_tf32 : &stage_tol_fp32);
+}
+
+/* The same with TF32 off, on a second cuda backend (SWARMTRAIN_CUDA_TF32=0 at kern_new);
+ * skipped when the backend under test already is fp32 or is not cuda. */
+static void test_stage_fp32(void **state)
+{
+    (void)state;
+    if (!is_cuda || !kern_cuda_tf32(gk)) {
+        printf("  (the backend under test already runs fp32 matmuls: see test_stage)\n");
+        skip();
+    }
+    char err[STATUS_ERR_LEN] = "", saved[32] = "";
+    const char *env = getenv("SWARMTRAIN_CUDA_TF32");
+    int had = env != NULL;
+    if (had) snprintf(saved, sizeof saved, "%s", env);
+    setenv("SWARMTRAIN_CUDA_TF32", "0", 1);
+    kern_t *k = kern_new("cuda", 0, err);
+    if (had)
+        setenv("SWARMTRAIN_CUDA_TF32", saved, 1);
+    else
+        unsetenv("SWARMTRAIN_CUDA_TF32");
+    if (!k) fail_msg("a second cuda backend: %s", err);
+    assert_int_equal(kern_cuda_tf32(k), 0);
+    stage_parity(k, &stage_tol_fp32);
+    kern_destroy(&k);
+}
+
 /* --- benchmark (SWARMTRAIN_CUDA_BENCH=1) ---------------------------------------------- */
 
 typedef struct {
@@ -613,10 +996,12 @@ int main(void)
         cmocka_unit_test(test_rope),        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_stage),       cmocka_unit_test(test_stage_fp32),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     const char *bench = getenv("SWARMTRAIN_CUDA_BENCH");
     if (bench && !strcmp(bench, "1") && is_cuda) bench_all();
+    stage_oracle_free();
     kern_destroy(&gr);
     kern_destroy(&gk);
     return rc;

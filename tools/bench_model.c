@@ -1,11 +1,16 @@
 /* bench_model.c — `swarmtrain bench model`: training-step throughput of a config
- * (forward, backward, AdamW) against cblas_sgemm's GFLOP/s measured in the same run,
- * and where the step's time goes. Not for: correctness (tests/). */
+ * (forward, backward, AdamW): tokens/s and model FLOP/s, against cblas_sgemm's GFLOP/s
+ * measured in the same run on a host backend, and as model FLOP utilization (MFU) of the
+ * device's peak on a GPU; and where the step's time goes.
+ * Not for: correctness (tests/). */
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "peer/model.h"
 #include "tools/cmd.h"
+#ifdef SWARMTRAIN_HAVE_CUDA
+#include "kernels/cuda/kern_cuda.h"
+#endif
 
 #include <cblas.h>
 #include <getopt.h>
@@ -47,6 +52,39 @@ static double sgemm_ceiling(int threads, int N, int C, int F, int reps)
     return best;
 }
 
+/* Dense peaks in TFLOP/s of the GPUs this workplace lends, by the vendor's datasheet for
+ * the SXM parts: TF32 tensor-core math (without sparsity) and plain fp32. The H200 has the
+ * H100's arithmetic (/work/.library/device/H200.md: dense bf16 ~990, fp32 ~67; TF32 is
+ * half of bf16 on Hopper). Names as cudaGetDeviceProperties gives them. */
+static const struct {
+    const char *name;
+    double tf32, fp32;
+} gpu_peaks[] = {
+    {"NVIDIA H200", 494.7, 66.9},
+    {"NVIDIA H100 80GB HBM3", 494.7, 66.9},
+};
+
+/* The peak for backend k in TFLOP/s, and what it is ("TF32 tensor-core peak of ...");
+ * 0 when unknown. */
+static double device_peak(kern_t *k, char *what, size_t n)
+{
+#ifdef SWARMTRAIN_HAVE_CUDA
+    if (!strncmp(k->name, "cuda:", 5)) {
+        int tf32 = kern_cuda_tf32(k);
+        for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
+            if (!strcmp(k->name + 5, gpu_peaks[i].name)) {
+                snprintf(what, n, "dense %s peak of the %s, datasheet",
+                         tf32 ? "TF32 tensor-core" : "fp32", gpu_peaks[i].name);
+                return tf32 ? gpu_peaks[i].tf32 : gpu_peaks[i].fp32;
+            }
+    }
+#endif
+    snprintf(what, n, "no peak known for %s: pass --peak-tflops", k->name);
+    return 0;
+}
+
+#define BENCH_MAX_SETS 32
+
 int bench_model(int argc, char **argv)
 {
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
@@ -54,10 +92,13 @@ int bench_model(int argc, char **argv)
                                          {"steps", required_argument, 0, 'n'},
                                          {"device", required_argument, 0, 'd'},
                                          {"stages", required_argument, 0, 's'},
+                                         {"set", required_argument, 0, 'S'},
+                                         {"peak-tflops", required_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *config = "small", *device = "cpu";
-    int threads = 2, steps = 8, stages = 1, c;
+    const char *config = "small", *device = "cpu", *sets[BENCH_MAX_SETS];
+    int threads = 2, steps = 8, stages = 0, nsets = 0, c;
+    double peak = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -75,17 +116,40 @@ int bench_model(int argc, char **argv)
             break;
         case 's':
             stages = atoi(optarg);
+            if (stages < 1) {
+                fprintf(stderr, "swarmtrain bench model: --stages must be >= 1\n");
+                return 2;
+            }
+            break;
+        case 'S':
+            if (nsets == BENCH_MAX_SETS) {
+                fprintf(stderr, "swarmtrain bench model: at most %d --set\n", BENCH_MAX_SETS);
+                return 2;
+            }
+            sets[nsets++] = optarg;
+            break;
+        case 'p':
+            peak = atof(optarg);
+            if (!(peak > 0)) {
+                fprintf(stderr, "swarmtrain bench model: --peak-tflops wants a positive number\n");
+                return 2;
+            }
             break;
         case 'h':
-            printf("usage: swarmtrain bench model [--config small] [--threads 2] [--steps 8] "
-                   "[--stages 1] [--device cpu]\n");
+            printf("usage: swarmtrain bench model [--config tiny|small|large] [--set key=value]... "
+                   "[--threads 2] [--steps 8] [--stages 1] [--device cpu|cuda|ref|auto] "
+                   "[--peak-tflops X]\n"
+                   "  --set          overrides a field of the config (dim, layers, heads, ffn, "
+                   "seq, batch, vocab, stages, norm_eps, rope_theta); repeatable\n"
+                   "  --peak-tflops  the device's peak for model FLOP utilization (MFU); known "
+                   "for H100/H200 (TF32 or fp32 as the backend runs)\n");
             return 0;
         default:
             return 2;
         }
     }
-    if (threads < 1 || steps < 1 || stages < 1) {
-        fprintf(stderr, "swarmtrain bench model: threads, steps and stages must be >= 1\n");
+    if (threads < 1 || steps < 1) {
+        fprintf(stderr, "swarmtrain bench model: threads and steps must be >= 1\n");
         return 2;
     }
     char err[STATUS_ERR_LEN];
@@ -94,11 +158,33 @@ int bench_model(int argc, char **argv)
         fprintf(stderr, "swarmtrain bench model: %s\n", err);
         return 2;
     }
-    cfg.stages = stages;
+    for (int i = 0; i < nsets; i++) {
+        char key[32];
+        const char *eq = strchr(sets[i], '=');
+        size_t kl = eq ? (size_t)(eq - sets[i]) : 0;
+        if (!eq || !kl || kl >= sizeof key) {
+            fprintf(stderr, "swarmtrain bench model: --set '%s': expected key=value\n", sets[i]);
+            return 2;
+        }
+        memcpy(key, sets[i], kl);
+        key[kl] = 0;
+        if (config_set(&cfg, key, eq + 1, err)) {
+            fprintf(stderr, "swarmtrain bench model: --set: %s\n", err);
+            return 2;
+        }
+    }
+    if (stages) cfg.stages = stages;
+    stages = cfg.stages;
+    if (config_validate(&cfg, err)) {
+        fprintf(stderr, "swarmtrain bench model: %s\n", err);
+        return 2;
+    }
     size_t BT = (size_t)cfg.batch * cfg.seq;
-    double ceiling1 = sgemm_ceiling(threads, (int)BT, cfg.dim, cfg.ffn, 10);
 
     kern_t *k = kern_new(device, threads, err);
+    /* The sgemm ceiling is the host's: measured only for host backends. */
+    int host = k && !k->on_device;
+    double ceiling1 = host ? sgemm_ceiling(threads, (int)BT, cfg.dim, cfg.ffn, 10) : 0;
     model_t *m = k ? model_new(&cfg, k, 1, err) : NULL;
     int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);
     if (!m || !tok || !tgt) {
@@ -132,20 +218,34 @@ int bench_model(int argc, char **argv)
     double tps = (double)BT * steps / dt;
     double fpt = config_flops_per_token(&cfg);
     double gflops = tps * fpt / 1e9;
-    double ceiling2 = sgemm_ceiling(threads, (int)BT, cfg.dim, cfg.ffn, 10);
+    double ceiling2 = host ? sgemm_ceiling(threads, (int)BT, cfg.dim, cfg.ffn, 10) : 0;
     double ceiling = ceiling1 > ceiling2 ? ceiling1 : ceiling2;
 
-    printf("bench model: config %s (%zu params, %.3g FLOP/token), batch %d x seq %d, %d stage(s), "
-           "device %s, %d threads, %d steps\n",
-           config, model_num_params(m), fpt, cfg.batch, cfg.seq, stages, k->name, threads, steps);
+    printf("bench model: config %s%s (dim %d, %d layers, %d heads, ffn %d; %zu params, %.3g "
+           "FLOP/token), batch %d x seq %d, %d stage(s), device %s, %d threads, %d steps\n",
+           config, nsets ? " with --set" : "", cfg.dim, cfg.n_layers, cfg.n_heads, cfg.ffn,
+           model_num_params(m), fpt, cfg.batch, cfg.seq, stages, k->name,
+           k->on_device ? 1 : threads, steps);
     printf("  step time        %.1f ms (optimizer %.1f ms)\n", 1e3 * dt / steps,
            1e3 * t_opt / steps);
     printf("  tokens/s         %.0f\n", tps);
     printf("  model GFLOP/s    %.1f\n", gflops);
-    printf("  sgemm GFLOP/s    %.1f  (cblas_sgemm, %d threads, best of model shapes and 1024^3; "
-           "before %.1f / after %.1f)\n",
-           ceiling, threads, ceiling1, ceiling2);
-    printf("  model / sgemm    %.2f\n", gflops / ceiling);
+    if (host) {
+        printf("  sgemm GFLOP/s    %.1f  (cblas_sgemm, %d threads, best of model shapes and "
+               "1024^3; before %.1f / after %.1f)\n",
+               ceiling, threads, ceiling1, ceiling2);
+        printf("  model / sgemm    %.2f\n", gflops / ceiling);
+    }
+    char peak_what[160];
+    if (peak > 0)
+        snprintf(peak_what, sizeof peak_what, "given by --peak-tflops");
+    else
+        peak = device_peak(k, peak_what, sizeof peak_what);
+    if (peak > 0)
+        printf("  MFU              %.1f%%  (model FLOP/s over a peak of %.1f TFLOP/s: %s)\n",
+               100 * gflops / 1e3 / peak, peak, peak_what);
+    else if (k->on_device)
+        printf("  MFU              unknown (%s)\n", peak_what);
 
     /* One more step with every op synced and timed, to say where the time goes. */
     for (int i = 0; i < model_num_stages(m); i++) stage_profile(model_stage(m, i), 1);
@@ -168,13 +268,21 @@ int bench_model(int argc, char **argv)
     }
     printf("    %-10s %7.1f ms  %5.1f%%  (copies, zeroing, loss download)\n", "untimed",
            (fb - acc) * 1e3, 100 * (fb - acc) / fb);
-    printf(
-        "  reference (ANCHORS.md, PyTorch 1.13, same model, not measured here): ~1300-1430 tok/s "
-        "on 2 threads -> this run is %.2fx of 1300\n",
-        tps / 1300.0);
+    if (!strcmp(config, "small") && !nsets && host)
+        printf("  reference (ANCHORS.md, PyTorch 1.13, same model, not measured here): ~1300-1430 "
+               "tok/s on 2 threads -> this run is %.2fx of 1300\n",
+               tps / 1300.0);
+    int rc = 0;
+#ifdef SWARMTRAIN_HAVE_CUDA
+    const char *cerr = strncmp(k->name, "cuda:", 5) ? NULL : kern_cuda_last_error(k);
+    if (cerr) {
+        fprintf(stderr, "swarmtrain bench model: the numbers above are void: %s\n", cerr);
+        rc = 1;
+    }
+#endif
     model_destroy(&m);
     kern_destroy(&k);
     free(tok);
     free(tgt);
-    return 0;
+    return rc;
 }

@@ -19,6 +19,13 @@
 
 #define MAX_K 65536 /* k above the largest tile (256 x 256) means the same as 65536 */
 
+/* One tensor's tiles on the device path. */
+typedef struct {
+    int cr, cc, tn, kt; /* tile rows, cols, size; entries per tile */
+    int64_t tiles;
+    size_t e0; /* first entry of the tensor's selection */
+} dev_geom_t;
+
 struct demo_opt {
     stage_t *st;
     kern_t *k;
@@ -39,11 +46,7 @@ struct demo_opt {
     int cap_m;
     /* the device path (k->on_device): backend memory unless named h... */
     float beta;
-    struct dev_geom {
-        int cr, cc, tn, kt;
-        int64_t tiles;
-        size_t e0; /* first entry of the tensor's selection */
-    } * geo;
+    dev_geom_t *geo;                  /* per tensor */
     size_t entries;                   /* selected entries per step, all tensors */
     float *dD;                        /* (P) residual momentum, the table's offsets */
     float *dcoef, *dwork;             /* (largest tensor) coefficients; IDCT of what was sent */
@@ -115,7 +118,7 @@ static int device_init(demo_opt_t *o, size_t maxn)
     if (!(o->geo = calloc((size_t)o->n, sizeof *o->geo))) return -1;
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
-        struct dev_geom *g = &o->geo[i];
+        dev_geom_t *g = &o->geo[i];
         g->cr = (int)dct_chunk_size(t->rows, o->chunk);
         g->cc = (int)dct_chunk_size(t->cols, o->chunk);
         g->tn = g->cr * g->cc;
@@ -237,7 +240,7 @@ static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
     k->axpy(k, o->dD, lr, stage_grads(o->st), stage_num_params(o->st));
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
-        const struct dev_geom *g = &o->geo[i];
+        const dev_geom_t *g = &o->geo[i];
         k->dct_forward(k, o->dcoef, o->dD + t->offset, o->dbasis[g->cr], o->dbasis[g->cc], t->rows,
                        t->cols, g->cr, g->cc);
         k->topk(k, o->didx + g->e0, o->dval + g->e0, o->dcoef, g->tiles, g->tn, g->kt);
@@ -247,7 +250,7 @@ static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
     uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
-        const struct dev_geom *g = &o->geo[i];
+        const dev_geom_t *g = &o->geo[i];
         int rc = demo_body_pack(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk, o->vfmt,
                                 o->hidx + g->e0, o->hval + g->e0, err);
         if (rc) return rc;
@@ -255,7 +258,7 @@ static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
     }
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
-        const struct dev_geom *g = &o->geo[i];
+        const dev_geom_t *g = &o->geo[i];
         k->scatter(k, o->dcoef, o->didx + g->e0, o->dval + g->e0, g->tiles, g->tn, g->kt,
                    o->vfmt == DEMO_VAL_BF16);
         k->dct_inverse(k, o->dwork, o->dcoef, o->dbasis[g->cr], o->dbasis[g->cc], t->rows, t->cols,

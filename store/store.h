@@ -25,7 +25,7 @@
 #define STORE_CHUNK_BYTES (1u << 20)
 /* Share of one CPU the background checkpoint writer may use on average unless
  * store_set_writer_budget says otherwise (see there). */
-#define STORE_WRITER_BUDGET_DEFAULT 0.05
+#define STORE_WRITER_BUDGET_DEFAULT 0.03
 /* How long a call waits for another connection's write lock before failing with
  * STATUS_EBUSY. */
 #define STORE_BUSY_MS 30000

@@ -80,7 +80,7 @@ static void bench_usage(FILE *f)
                "[--threads N]\n"
                "  --dir DIR     where the scratch databases go (default /tmp)\n"
                "  --reps N      repetitions; the best of each is reported (default 3)\n"
-               "  --steps N     training steps per arm of the step-overhead run (default 20)\n"
+               "  --steps N     training steps per arm of the step-overhead run (default 30)\n"
                "  --rounds N    interleaved rounds of the step-overhead run (default 2)\n"
                "  --threads N   training threads (default 2)\n");
 }
@@ -150,7 +150,7 @@ int bench_store(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *dir = "/tmp";
-    int reps = 3, steps = 20, threads = 2, rounds = 2, c, rc = 1;
+    int reps = 3, steps = 30, threads = 2, rounds = 2, c, rc = 1;
     char err[STATUS_ERR_LEN], path[1024], plain[1024];
     unsigned char *blobs[BENCH_NBLOBS] = {NULL};
     const size_t bytes = (size_t)BENCH_SMALL_PARAMS * sizeof(float);

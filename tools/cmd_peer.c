@@ -123,7 +123,7 @@ int cmd_peer(int argc, char **argv)
             "  --checkpoint-every N checkpoint the stage into --db every N steps; a stage\n"
             "                       nobody else holds is restored from it (default 0: no)\n"
             "  --checkpoint-budget P percent of one CPU the checkpoint writer may use\n"
-            "                       (default 5)\n"
+            "                       (default 3)\n"
             "  --stay               keep serving after the run's last step\n"
             "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);

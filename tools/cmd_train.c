@@ -63,7 +63,7 @@ int cmd_train(int argc, char **argv)
                  "  --checkpoint-every N background checkpoint every N steps (skipped while the\n"
                  "                       writer is busy or resting; the last step's always)\n"
                  "  --checkpoint-budget P percent of one CPU the checkpoint writer may use on\n"
-                 "                       average (default 5; 100: no limit)\n"
+                 "                       average (default 3; 100: no limit)\n"
                  "  --keep K             checkpoints kept (default 3)\n"
                  "  --resume             continue from the newest good checkpoint in --db\n"
                  "  --stop-after N       stop after N steps of this process (tests resume)\n"

@@ -6,7 +6,6 @@
 #include "tools/cmd.h"
 
 #include "common/clock.h"
-#include "peer/train.h"
 #include "store/store.h"
 
 #include <getopt.h>
@@ -81,63 +80,125 @@ static void bench_usage(FILE *f)
                "  --dir DIR     where the scratch databases go (default /tmp)\n"
                "  --reps N      repetitions; the best of each is reported (default 3)\n"
                "  --steps N     training steps per arm of the step-overhead run (default 30)\n"
-               "  --rounds N    interleaved rounds of the step-overhead run (default 2)\n"
+               "  --rounds N    rounds of the step-overhead run, arms rotated (default 5)\n"
                "  --threads N   training threads (default 2)\n");
 }
 
+/* The median of x[0..n), n >= 1; sorts x. */
+static double bench_median(double *x, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int k = i; k > 0 && x[k - 1] > x[k]; k--) {
+            double t = x[k];
+            x[k] = x[k - 1], x[k - 1] = t;
+        }
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+/* Seconds of CPU time the hypervisor took from this VM's CPUs so far ("steal" in
+ * /proc/stat), all CPUs together; 0 where there is no such line. */
+static double bench_steal_s(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    if (!f) return 0;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    return n == 8 ? (double)v[7] / (double)sysconf(_SC_CLK_TCK) : 0;
+}
+
+/* One training run of `small` in a child process (so that no arm inherits another's heap,
+ * threads or store); fills tokens/s over the timed steps, the share of the run's CPU time
+ * the hypervisor stole, and the checkpoint counts. */
+static int bench_train_child(int steps, int threads, const char *db, double budget, double *tps,
+                             double *stolen, int *saved, int *skipped, double *cpu)
+{
+    double t0 = clock_now(), s0 = bench_steal_s();
+    char cmd[2048];
+    int n = snprintf(cmd, sizeof cmd,
+                     "exec /proc/%d/exe train --config small --steps %d --val-batches 1 "
+                     "--log-every 100000 --threads %d",
+                     (int)getpid(), steps + 1, threads); /* the first step is not timed */
+    if (db)
+        snprintf(cmd + n, sizeof cmd - (size_t)n,
+                 " --db %s --checkpoint-every 1 --keep 2 --checkpoint-budget %g", db, 100 * budget);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    char line[512];
+    *tps = 0, *saved = *skipped = 0, *cpu = 0;
+    while (fgets(line, sizeof line, f)) {
+        sscanf(line, "tokens/s %lf", tps);
+        sscanf(line,
+               "checkpoints: %d written, %d due but skipped (writer busy or within its "
+               "budget), %*d replaced; writer CPU %lf",
+               saved, skipped, cpu);
+    }
+    int st = pclose(f);
+    /* the share of this run's CPU time the hypervisor took */
+    *stolen = (bench_steal_s() - s0) / ((double)sysconf(_SC_NPROCESSORS_ONLN) * (clock_now() - t0));
+    return st == 0 && *tps > 0 ? 0 : -1;
+}
+
 /* Training-step time of the `small` model with a background checkpoint due after every
- * step against none, arms interleaved (none, budgeted, unbounded, none, ...) so drift in
- * the machine's speed hits all alike. "budgeted" is the default writer (at most
- * STORE_WRITER_BUDGET_DEFAULT of one CPU: due checkpoints are skipped while it rests);
- * "unbounded" lets it write back to back, every write taking the newest snapshot. */
+ * step against none. Arms: "budget", the default writer (at most STORE_WRITER_BUDGET_DEFAULT
+ * of one CPU: due checkpoints are skipped while it rests), and "no budget", writes back to
+ * back. Each run is its own process; round r starts with arm r % 3 so that every arm takes
+ * every position. A VM's speed drifts with the time its hypervisor steals (this one's by
+ * up to 40% between runs a minute apart), so each run's steal share is measured and every
+ * round printed; the summary is the median over rounds, raw and with each run's tokens/s
+ * scaled by 1 / (1 - its steal share). */
 static int bench_step_overhead(const char *dir, int steps, int threads, int rounds)
 {
-    enum { ARMS = 3 };
+    enum { ARMS = 3, MAX_ROUNDS = 64 };
     static const char *const label[ARMS] = {"no checkpoints", "checkpoint due every step, budget",
                                             "checkpoint due every step, no budget"};
     const double budget[ARMS] = {0, STORE_WRITER_BUDGET_DEFAULT, 1.0};
-    char err[STATUS_ERR_LEN], db[1024];
-    FILE *devnull = fopen("/dev/null", "w");
-    if (!devnull) return 1;
-    double tps[ARMS] = {0}, cpu[ARMS] = {0};
-    int failed = 0, saved[ARMS] = {0}, skipped[ARMS] = {0}, replaced[ARMS] = {0}, rc = 0;
+    char db[1024];
+    double tps[MAX_ROUNDS][ARMS] = {{0}}, stolen[MAX_ROUNDS][ARMS] = {{0}}, cpu[ARMS] = {0};
+    int saved[ARMS] = {0}, skipped[ARMS] = {0};
+    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
     snprintf(db, sizeof db, "%s/swarmtrain-bench-steps-%d.db", dir, (int)getpid());
-    for (int round = 0; round < rounds && !rc; round++)
-        for (int arm = 0; arm < ARMS && !rc; arm++) {
-            train_options_t o = train_defaults();
-            config_preset(&o.cfg, "small", NULL);
-            o.steps = steps + 1; /* the first step is not timed */
-            o.opt.total_steps = o.steps;
-            o.threads = threads;
-            o.val_batches = 1;
-            o.log = devnull;
-            bench_unlink(db);
-            if (arm) o.db = db, o.checkpoint_every = 1, o.keep = 2;
-            o.checkpoint_budget = budget[arm];
-            train_result_t r;
-            if ((rc = train_run(&o, &r, err))) fprintf(stderr, "bench store: %s\n", err);
-            tps[arm] += r.tokens_per_s / rounds;
-            failed += r.checkpoints_failed;
-            saved[arm] += r.checkpoints_saved;
-            skipped[arm] += r.checkpoints_skipped;
-            replaced[arm] += r.checkpoints_replaced;
-            cpu[arm] += r.checkpoint_cpu_s;
-        }
-    bench_unlink(db);
-    fclose(devnull);
-    if (rc) return 1;
-    printf("training step, small, %d threads, %d timed steps per arm, %d rounds interleaved "
+    printf("training step, small, %d threads, %d timed steps per run, %d rounds of 3 runs "
            "(budget %.0f%% of one CPU):\n",
            threads, steps, rounds, 100 * STORE_WRITER_BUDGET_DEFAULT);
-    for (int arm = 0; arm < ARMS; arm++) {
-        printf("  %-37s %8.0f tokens/s  overhead %5.1f %%", label[arm], tps[arm],
-               100.0 * (1.0 - tps[arm] / tps[0]));
-        if (arm)
-            printf("  (%d written, %d skipped, %d replaced; writer CPU %.2f s per write)",
-                   saved[arm], skipped[arm], replaced[arm], saved[arm] ? cpu[arm] / saved[arm] : 0);
-        printf("\n");
+    for (int round = 0; round < rounds; round++) {
+        for (int j = 0; j < ARMS; j++) {
+            int arm = (round + j) % ARMS, sv, sk;
+            double c;
+            bench_unlink(db);
+            if (bench_train_child(steps, threads, arm ? db : NULL, budget[arm], &tps[round][arm],
+                                  &stolen[round][arm], &sv, &sk, &c)) {
+                fprintf(stderr, "bench store: the training run of arm '%s' failed\n", label[arm]);
+                bench_unlink(db);
+                return 1;
+            }
+            saved[arm] += sv, skipped[arm] += sk, cpu[arm] += c;
+        }
+        double *t = tps[round], *st = stolen[round];
+        printf("  round %d: tokens/s %5.0f / %5.0f / %5.0f (none / budget / no budget), steal "
+               "%2.0f / %2.0f / %2.0f %%; overhead %5.1f %% / %5.1f %%, steal-corrected %5.1f %% "
+               "/ %5.1f %%\n",
+               round + 1, t[0], t[1], t[2], 100 * st[0], 100 * st[1], 100 * st[2],
+               100 * (1 - t[1] / t[0]), 100 * (1 - t[2] / t[0]),
+               100 * (1 - t[1] * (1 - st[0]) / (t[0] * (1 - st[1]))),
+               100 * (1 - t[2] * (1 - st[0]) / (t[0] * (1 - st[2]))));
+        fflush(stdout);
     }
-    return failed ? 1 : 0;
+    bench_unlink(db);
+    for (int arm = 1; arm < ARMS; arm++) {
+        double raw[MAX_ROUNDS], cor[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++) {
+            raw[r] = 100 * (1 - tps[r][arm] / tps[r][0]);
+            cor[r] =
+                100 * (1 - tps[r][arm] * (1 - stolen[r][0]) / (tps[r][0] * (1 - stolen[r][arm])));
+        }
+        printf("  %-37s overhead median %5.1f %% (steal-corrected %5.1f %%); %d written, %d "
+               "skipped; writer CPU %.2f s per write\n",
+               label[arm], bench_median(raw, rounds), bench_median(cor, rounds), saved[arm],
+               skipped[arm], saved[arm] ? cpu[arm] / saved[arm] : 0);
+    }
+    return 0;
 }
 
 int bench_store(int argc, char **argv)
@@ -150,7 +211,7 @@ int bench_store(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *dir = "/tmp";
-    int reps = 3, steps = 30, threads = 2, rounds = 2, c, rc = 1;
+    int reps = 3, steps = 30, threads = 2, rounds = 5, c, rc = 1;
     char err[STATUS_ERR_LEN], path[1024], plain[1024];
     unsigned char *blobs[BENCH_NBLOBS] = {NULL};
     const size_t bytes = (size_t)BENCH_SMALL_PARAMS * sizeof(float);

@@ -587,6 +587,20 @@ static double cpu_sumsq(kern_t *k, const float *x, size_t n)
     return total;
 }
 
+/* An integer sum: the same for any thread count and order. */
+static uint64_t cpu_hash64(kern_t *k, const float *x, size_t n)
+{
+    uint64_t sum = 0;
+#pragma omp parallel for num_threads(k->threads) schedule(static) reduction(+ : sum) if (parallel  \
+                                                                                         : n >= CPU_SERIAL_BELOW)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], 4);
+        sum += kern_hash64_word(i, b);
+    }
+    return kern_hash64_finish(n, sum);
+}
+
 /* --- optimizer --------------------------------------------------------------------- */
 
 static void cpu_adamw(kern_t *k, float *restrict p, const float *restrict g, float *restrict m,
@@ -902,6 +916,7 @@ kern_t *kern_cpu_new(int threads, char *err)
     k->axpy = cpu_axpy;
     k->scale = cpu_scale;
     k->sumsq = cpu_sumsq;
+    k->hash64 = cpu_hash64;
     k->adamw = cpu_adamw;
     k->dct_forward = cpu_dct_forward;
     k->dct_inverse = cpu_dct_inverse;

@@ -345,6 +345,18 @@ static double ref_sumsq(kern_t *k, const float *x, size_t n)
     return s;
 }
 
+static uint64_t ref_hash64(kern_t *k, const float *x, size_t n)
+{
+    (void)k;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], 4);
+        sum += kern_hash64_word(i, b);
+    }
+    return kern_hash64_finish(n, sum);
+}
+
 /* --- optimizer --------------------------------------------------------------------- */
 
 static void ref_adamw(kern_t *k, float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -576,6 +588,7 @@ kern_t *kern_ref_new(char *err)
     k->axpy = ref_axpy;
     k->scale = ref_scale;
     k->sumsq = ref_sumsq;
+    k->hash64 = ref_hash64;
     k->adamw = ref_adamw;
     k->dct_forward = ref_dct_forward;
     k->dct_inverse = ref_dct_inverse;

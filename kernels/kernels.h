@@ -125,6 +125,12 @@ struct kern {
     void (*scale)(kern_t *k, float *x, float alpha, size_t n);
     /* Sum of squares of x, accumulated in double; result on the host. */
     double (*sumsq)(kern_t *k, const float *x, size_t n);
+    /* A 64-bit fingerprint of the bits of x[0, n), the same on every backend and thread
+     * count (replicas on CPUs and GPUs compare theirs): kern_hash64_finish(n, the sum mod
+     * 2^64 over i of kern_hash64_word(i, the bits of x[i])). An integer sum, so any order
+     * gives the same value; one changed element always changes it, and otherwise two
+     * different buffers agree with odds about 2^-64 (not a defence against forgery). */
+    uint64_t (*hash64)(kern_t *k, const float *x, size_t n);
 
     /* --- optimizer -----------------------------------------------------------
      * AdamW on one tensor, PyTorch semantics: p -= lr * wd * p; m = b1 m + (1-b1) g;
@@ -196,6 +202,31 @@ kern_t *kern_new(const char *name, int threads, char *err);
 
 /* Destroys a backend; NULL or *k == NULL is a no-op; sets *k to NULL. */
 void kern_destroy(kern_t **k);
+
+/* The terms of hash64: splitmix64's finalizer (a bijection of 64-bit words) of the element's
+ * bits plus its index times 2^64 / golden ratio, and of the sum with n. Inline so that every
+ * backend (and the CUDA compiler, through kern_cuda.cuh) computes the same words. */
+#ifdef __CUDACC__
+#define KERN_HD __host__ __device__
+#else
+#define KERN_HD
+#endif
+static inline KERN_HD uint64_t kern_hash64_mix(uint64_t z)
+{
+    z ^= z >> 30;
+    z *= 0xbf58476d1ce4e5b9ULL;
+    z ^= z >> 27;
+    z *= 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static inline KERN_HD uint64_t kern_hash64_word(uint64_t i, uint32_t bits)
+{
+    return kern_hash64_mix((uint64_t)bits + i * 0x9e3779b97f4a7c15ULL);
+}
+static inline KERN_HD uint64_t kern_hash64_finish(uint64_t n, uint64_t sum)
+{
+    return kern_hash64_mix(sum ^ kern_hash64_mix(n));
+}
 
 /* Fills host memory freqs (T, HS/2, 2) with (cos, sin) of t * theta^(-2i/HS). */
 void kern_rope_freqs(float *freqs, int T, int HS, float theta);

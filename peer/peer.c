@@ -145,7 +145,6 @@ typedef struct {
     int followed;       /* steps followed since the last download */
     double go_at;
     float last_loss;
-    float *host_params;
     int32_t *host_tok, *host_tgt;
 } peer_t;
 
@@ -209,19 +208,11 @@ static int id_cmp(const void *a, const void *b)
     return memcmp(((const msg_member_t *)a)->id, ((const msg_member_t *)b)->id, MSG_ID_LEN);
 }
 
+/* The parameters' fingerprint (kernels.h hash64: computed where they live, the same on
+ * every backend, so CPU and GPU replicas of a pool compare it). */
 static uint64_t param_hash(peer_t *p)
 {
-    size_t bytes = stage_num_params(p->st) * sizeof(float);
-    const float *src = stage_params(p->st);
-    if (p->k->on_device) {
-        p->k->download(p->k, p->host_params, src, bytes);
-        src = p->host_params;
-    }
-    uint8_t h[8];
-    crypto_generichash(h, sizeof h, (const unsigned char *)src, bytes, NULL, 0);
-    uint64_t v = 0;
-    memcpy(&v, h, 8);
-    return v;
+    return p->k->hash64(p->k, stage_params(p->st), stage_num_params(p->st));
 }
 
 static int send_msg(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
@@ -1441,7 +1432,6 @@ static void peer_free(peer_t *p)
     free(p->next_union);
     free(p->started);
     free(p->val_got);
-    free(p->host_params);
     free(p->host_tok);
     free(p->host_tgt);
     peer_store_close(&p->ps); /* waits for the checkpoint being written */
@@ -1527,10 +1517,9 @@ int peer_run(const peer_options_t *po, char *err)
     p->started = calloc(nb, 1);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t)),
     p->host_tgt = malloc((size_t)p->BT * sizeof(int32_t));
-    if (p->k->on_device) p->host_params = malloc(stage_num_params(p->st) * sizeof(float));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)p->id));
     if (!p->mbs || !p->done_mine || !p->done_union || !p->next_union || !p->started ||
-        !p->host_tok || !p->host_tgt || !p->wiring || (p->k->on_device && !p->host_params)) {
+        !p->host_tok || !p->host_tgt || !p->wiring) {
         rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         goto out;
     }

@@ -444,6 +444,13 @@ static void test_elementwise(void **state)
     gk->scale(gk, d_a, 1.7f, n);
     check("scale", d_a, a, n, 0.0);
 
+    /* hash64 is integer arithmetic on the bits: exactly ref's value */
+    uint64_t hw = gr->hash64(gr, a, n), hg = gk->hash64(gk, d_a, n);
+    no_backend_error();
+    printf("  %-34s n=%-8zu %016llx vs %016llx\n", "hash64", n, (unsigned long long)hg,
+           (unsigned long long)hw);
+    assert_true(hg == hw);
+
     double want = gr->sumsq(gr, a, n), got = gk->sumsq(gk, d_a, n);
     no_backend_error();
     printf("  %-34s n=%-8zu %.17g vs %.17g\n", "sumsq", n, got, want);

@@ -494,6 +494,43 @@ static void adamw_case(size_t n, uint64_t seed)
     ffree(v0);
 }
 
+/* hash64: one definition on every backend (a golden value, checked against an independent
+ * Python rendering of the formula in kernels.h), the same for every thread count, and it
+ * sees a single changed bit, a sign of zero and a swap of two elements. */
+static void test_hash64(void **state)
+{
+    (void)state;
+    const float golden[4] = {1.0f, -2.5f, 0.0f, 3.0e-8f};
+    const size_t n = 1000003;
+    float *a = frand(n, 90, 1.0f);
+    uint64_t h[NB];
+    for (int b = 0; b < NB; b++) {
+        kern_t *k = backend(b);
+        assert_true(k->hash64(k, golden, 4) == 0x290ea8f705b319acULL);
+        assert_true(k->hash64(k, golden, 0) == 0);
+        h[b] = k->hash64(k, a, n);
+        if (b && h[b] != h[0])
+            fail_msg("hash64: cpu(%d) %016llx vs ref %016llx", b, (unsigned long long)h[b],
+                     (unsigned long long)h[0]);
+    }
+    kern_t *k = backend(2);
+    uint32_t bits;
+    memcpy(&bits, &a[n / 2], 4);
+    bits ^= 1; /* the last mantissa bit of one element */
+    memcpy(&a[n / 2], &bits, 4);
+    assert_true(k->hash64(k, a, n) != h[0]);
+    memcpy(&bits, &a[n / 2], 4);
+    bits ^= 1;
+    memcpy(&a[n / 2], &bits, 4);
+    assert_true(k->hash64(k, a, n) == h[0]);
+    float t = a[3]; /* a swap of two different elements */
+    a[3] = a[4], a[4] = t;
+    assert_true(a[3] != a[4] && k->hash64(k, a, n) != h[0]);
+    const float zeros[2] = {0.0f, -0.0f}, pz[2] = {0.0f, 0.0f};
+    assert_true(k->hash64(k, zeros, 2) != k->hash64(k, pz, 2));
+    ffree(a);
+}
+
 static void test_cpu_adamw(void **state)
 {
     (void)state;
@@ -1484,6 +1521,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cpu_crossentropy),
         cmocka_unit_test(test_cpu_elementwise),
         cmocka_unit_test(test_cpu_adamw),
+        cmocka_unit_test(test_hash64),
         cmocka_unit_test(test_fd_matmul),
         cmocka_unit_test(test_fd_embedding),
         cmocka_unit_test(test_fd_rmsnorm),

@@ -56,6 +56,7 @@ static double sgemm_ceiling(int threads, int N, int C, int F, int reps)
  * the SXM parts: TF32 tensor-core math (without sparsity) and plain fp32. The H200 has the
  * H100's arithmetic (/work/.library/device/H200.md: dense bf16 ~990, fp32 ~67; TF32 is
  * half of bf16 on Hopper). Names as cudaGetDeviceProperties gives them. */
+#ifdef SWARMTRAIN_HAVE_CUDA
 static const struct {
     const char *name;
     double tf32, fp32;
@@ -63,6 +64,7 @@ static const struct {
     {"NVIDIA H200", 494.7, 66.9},
     {"NVIDIA H100 80GB HBM3", 494.7, 66.9},
 };
+#endif
 
 /* The peak for backend k in TFLOP/s, and what it is ("TF32 tensor-core peak of ...");
  * 0 when unknown. */

@@ -57,11 +57,14 @@ extern "C" const char *kern_cuda_last_error(kern_t *k)
     return c->failed ? c->err : NULL;
 }
 
-extern "C" int kern_cuda_tf32(kern_t *k) { return kc_of(k)->tf32; }
+extern "C" int kern_cuda_tf32(kern_t *k)
+{
+    return kc_of(k)->tf32;
+}
 
 /* --- device helpers --------------------------------------------------------------------- */
 
-#define KC_THREADS 256
+#define KC_THREADS  256
 #define KC_GRID_CAP 65535u /* grid-stride loops cover the rest */
 
 __device__ __forceinline__ float kc_warp_sum(float v)
@@ -70,10 +73,13 @@ __device__ __forceinline__ float kc_warp_sum(float v)
     return v;
 }
 
-__device__ __forceinline__ float kc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float kc_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
 
-#define KC_FOR_EACH(i, n)                                                                  \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
+#define KC_FOR_EACH(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* --- memory ----------------------------------------------------------------------------- */
@@ -150,6 +156,7 @@ static void kc_release(kern_t *k)
         if (c->blas) cublasDestroy(c->blas);
         if (c->scratch) cudaFree(c->scratch);
         if (c->sumsq_dev) cudaFree(c->sumsq_dev);
+        if (c->hash_dev) cudaFree(c->hash_dev);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
     }
@@ -165,8 +172,8 @@ static void kc_release(kern_t *k)
  *   dw        dw^T (C, OC) += inp^T (C, N) . dout (N, OC): buffer dout is dout^T -> op T.
  * TF32 (default) rounds the inputs to 10 mantissa bits and accumulates in fp32. */
 
-static void kc_matmul_forward(kern_t *k, float *out, const float *inp, const float *w, int N,
-                              int C, int OC)
+static void kc_matmul_forward(kern_t *k, float *out, const float *inp, const float *w, int N, int C,
+                              int OC)
 {
     kc_ctx *c = kc_of(k);
     const float one = 1.0f, zero = 0.0f;
@@ -253,8 +260,8 @@ __global__ void kc_embedding_backward_kernel(float *__restrict__ dwte,
     }
 }
 
-static void kc_embedding_backward(kern_t *k, float *dwte, const float *dout,
-                                  const int32_t *tokens, int N, int C)
+static void kc_embedding_backward(kern_t *k, float *dwte, const float *dout, const int32_t *tokens,
+                                  int N, int C)
 {
     kc_ctx *c = kc_of(k);
     if (!dwte || N <= 0 || C <= 0) return;
@@ -338,8 +345,8 @@ __global__ void kc_rmsnorm_dw_sum_kernel(float *__restrict__ dw, const float *__
     dw[col] += acc;
 }
 
-static void kc_rmsnorm_forward(kern_t *k, float *out, float *rstd, const float *inp,
-                               const float *w, int N, int C, float eps)
+static void kc_rmsnorm_forward(kern_t *k, float *out, float *rstd, const float *inp, const float *w,
+                               int N, int C, float eps)
 {
     kc_ctx *c = kc_of(k);
     if (N <= 0) return;
@@ -349,8 +356,7 @@ static void kc_rmsnorm_forward(kern_t *k, float *out, float *rstd, const float *
 }
 
 static void kc_rmsnorm_backward(kern_t *k, float *dinp, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, int N,
-                                int C)
+                                const float *inp, const float *w, const float *rstd, int N, int C)
 {
     kc_ctx *c = kc_of(k);
     if (N <= 0 || C <= 0) return;
@@ -411,8 +417,7 @@ static void kc_rope(kern_t *k, float *qkv, const float *freqs, int B, int T, int
     KC_LAUNCHED(c, "kc_rope_kernel");
 }
 
-static void kc_rope_forward(kern_t *k, float *qkv, const float *freqs, int B, int T, int NH,
-                            int HS)
+static void kc_rope_forward(kern_t *k, float *qkv, const float *freqs, int B, int T, int NH, int HS)
 {
     kc_rope(k, qkv, freqs, B, T, NH, HS, 1.0f);
 }
@@ -466,8 +471,8 @@ static void kc_swiglu_backward(kern_t *k, float *dh, const float *dout, const fl
     kc_ctx *c = kc_of(k);
     size_t n = (size_t)N * F;
     if (!n || !dh) return;
-    kc_swiglu_backward_kernel<<<kc_blocks(n, KC_THREADS, KC_GRID_CAP), KC_THREADS, 0,
-                                c->stream>>>(dh, dout, h, N, F);
+    kc_swiglu_backward_kernel<<<kc_blocks(n, KC_THREADS, KC_GRID_CAP), KC_THREADS, 0, c->stream>>>(
+        dh, dout, h, N, F);
     KC_LAUNCHED(c, "kc_swiglu_backward_kernel");
 }
 
@@ -530,8 +535,8 @@ __global__ void kc_crossentropy_forward_kernel(float *__restrict__ losses,
 
 /* No __restrict__: dlogits may be logits. */
 __global__ void kc_crossentropy_backward_kernel(float *dlogits, const float *logits,
-                                                const int32_t *__restrict__ targets,
-                                                float dloss, int V)
+                                                const int32_t *__restrict__ targets, float dloss,
+                                                int V)
 {
     const float *x = logits + (size_t)blockIdx.x * V;
     float *dx = dlogits + (size_t)blockIdx.x * V;
@@ -594,8 +599,8 @@ static void kc_axpy(kern_t *k, float *y, float alpha, const float *x, size_t n)
 {
     kc_ctx *c = kc_of(k);
     if (!n) return;
-    kc_axpy_kernel<<<kc_blocks(n, KC_THREADS, KC_GRID_CAP), KC_THREADS, 0, c->stream>>>(y, alpha,
-                                                                                        x, n);
+    kc_axpy_kernel<<<kc_blocks(n, KC_THREADS, KC_GRID_CAP), KC_THREADS, 0, c->stream>>>(y, alpha, x,
+                                                                                        n);
     KC_LAUNCHED(c, "kc_axpy_kernel");
 }
 
@@ -664,12 +669,67 @@ static double kc_sumsq(kern_t *k, const float *x, size_t n)
     return host;
 }
 
+/* --- hash64 -----------------------------------------------------------------------------
+ * The sum of kern_hash64_word over the elements, mod 2^64: integer additions, so the grid
+ * and the order do not matter. Per-block partial sums, then one block adds them. */
+
+__device__ unsigned long long kc_block_sum_u64(unsigned long long v)
+{
+    __shared__ unsigned long long buf[KC_THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = KC_THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+        __syncthreads();
+    }
+    return buf[0];
+}
+
+__global__ void kc_hash64_partial_kernel(unsigned long long *__restrict__ partial,
+                                         const float *__restrict__ x, size_t n)
+{
+    unsigned long long acc = 0;
+    KC_FOR_EACH(i, n) acc += kern_hash64_word(i, __float_as_uint(x[i]));
+    unsigned long long s = kc_block_sum_u64(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void kc_hash64_final_kernel(unsigned long long *__restrict__ result,
+                                       const unsigned long long *__restrict__ partial,
+                                       unsigned nparts)
+{
+    unsigned long long acc = 0;
+    for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x) acc += partial[i];
+    unsigned long long s = kc_block_sum_u64(acc);
+    if (threadIdx.x == 0) *result = s;
+}
+
+static uint64_t kc_hash64(kern_t *k, const float *x, size_t n)
+{
+    kc_ctx *c = kc_of(k);
+    unsigned long long sum = 0;
+    if (n) {
+        unsigned blocks = kc_blocks(n, KC_THREADS, KC_SUMSQ_BLOCKS);
+        unsigned long long *partial =
+            (unsigned long long *)kc_scratch(c, blocks * sizeof(unsigned long long));
+        if (!partial) return 0;
+        kc_hash64_partial_kernel<<<blocks, KC_THREADS, 0, c->stream>>>(partial, x, n);
+        KC_LAUNCHED(c, "kc_hash64_partial_kernel");
+        kc_hash64_final_kernel<<<1, KC_THREADS, 0, c->stream>>>(c->hash_dev, partial, blocks);
+        KC_LAUNCHED(c, "kc_hash64_final_kernel");
+        if (!KC_CUDA(c, cudaMemcpyAsync(&sum, c->hash_dev, sizeof sum, cudaMemcpyDeviceToHost,
+                                        c->stream)) ||
+            !KC_CUDA(c, cudaStreamSynchronize(c->stream)))
+            return 0; /* recorded: kern_cuda_last_error says the backend failed */
+    }
+    return kern_hash64_finish(n, sum);
+}
+
 /* --- AdamW ------------------------------------------------------------------------------ */
 
 __global__ void kc_adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
                                 float *__restrict__ m, float *__restrict__ v, size_t n, float lr,
-                                float beta1, float beta2, float eps, float wd, float bc1,
-                                float bc2)
+                                float beta1, float beta2, float eps, float wd, float bc1, float bc2)
 {
     KC_FOR_EACH(i, n)
     {
@@ -728,9 +788,8 @@ extern "C" kern_t *kern_cuda_new(char *err)
         char *end;
         long d = strtol(env, &end, 10);
         if (*end || d < 0 || d >= count)
-            return kc_new_fail(NULL, err,
-                               "SWARMTRAIN_CUDA_DEVICE=%s: not a device index below %d", env,
-                               count);
+            return kc_new_fail(NULL, err, "SWARMTRAIN_CUDA_DEVICE=%s: not a device index below %d",
+                               env, count);
         dev = (int)d;
     }
     cudaDeviceProp prop;
@@ -763,15 +822,14 @@ extern "C" kern_t *kern_cuda_new(char *err)
     cublasStatus_t s = cublasCreate(&c->blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
         c->blas = NULL;
-        return kc_new_fail(k, err, "cuda: cublasCreate: %s (%d)", cublasGetStatusString(s),
-                           (int)s);
+        return kc_new_fail(k, err, "cuda: cublasCreate: %s (%d)", cublasGetStatusString(s), (int)s);
     }
     if ((s = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
         (s = cublasSetMathMode(c->blas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                 : CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
-        return kc_new_fail(k, err, "cuda: cuBLAS setup: %s (%d)", cublasGetStatusString(s),
-                           (int)s);
-    if ((e = cudaMalloc(&c->sumsq_dev, sizeof(double))) != cudaSuccess)
+        return kc_new_fail(k, err, "cuda: cuBLAS setup: %s (%d)", cublasGetStatusString(s), (int)s);
+    if ((e = cudaMalloc(&c->sumsq_dev, sizeof(double))) != cudaSuccess ||
+        (e = cudaMalloc(&c->hash_dev, sizeof(unsigned long long))) != cudaSuccess)
         return kc_new_fail(k, err, "cuda: cudaMalloc: %s (%d)", cudaGetErrorString(e), (int)e);
 
     /* Probe: a kernel must run here (a build without code for this GPU fails now, not
@@ -820,6 +878,7 @@ extern "C" kern_t *kern_cuda_new(char *err)
     k->axpy = kc_axpy;
     k->scale = kc_scale;
     k->sumsq = kc_sumsq;
+    k->hash64 = kc_hash64;
     k->adamw = kc_adamw;
     kern_cuda_compress_init(k);
     return k;

@@ -20,23 +20,23 @@ extern "C" {
 typedef struct kc_ctx {
     int device;
     int sm_count;
-    int tf32;               /* matmul in TF32 tensor-core math */
-    char name[KC_ERR_LEN];  /* "cuda:<device name>", what k->name points to */
-    cudaStream_t stream;    /* every op is queued here, in call order */
+    int tf32;              /* matmul in TF32 tensor-core math */
+    char name[KC_ERR_LEN]; /* "cuda:<device name>", what k->name points to */
+    cudaStream_t stream;   /* every op is queued here, in call order */
     cublasHandle_t blas;
-    void *scratch;          /* device scratch for ops that need it (one op at a time) */
+    void *scratch; /* device scratch for ops that need it (one op at a time) */
     size_t scratch_bytes;
-    double *sumsq_dev;      /* one double: the device result of sumsq */
-    int failed;             /* set by the first recorded failure */
-    char err[KC_ERR_LEN];   /* that failure, one line */
+    double *sumsq_dev;            /* one double: the device result of sumsq */
+    unsigned long long *hash_dev; /* the device result of hash64 */
+    int failed;                   /* set by the first recorded failure */
+    char err[KC_ERR_LEN];         /* that failure, one line */
 } kc_ctx;
 
 /* Records the first failure in ctx->err and prints it once on stderr; later failures
  * are dropped so that the first cause stays visible. Returns 0. */
 int kc_fail(kc_ctx *c, const char *file, int line, const char *call, const char *what, int code);
 
-static inline int kc_cuda_ok(kc_ctx *c, cudaError_t e, const char *file, int line,
-                             const char *call)
+static inline int kc_cuda_ok(kc_ctx *c, cudaError_t e, const char *file, int line, const char *call)
 {
     return e == cudaSuccess ? 1 : kc_fail(c, file, line, call, cudaGetErrorString(e), (int)e);
 }
@@ -52,11 +52,14 @@ static inline int kc_blas_ok(kc_ctx *c, cublasStatus_t s, const char *file, int 
 /* Check a cudaError_t / cublasStatus_t expression, recording a failure; 1 on success,
  * 0 on failure, so callers may branch on them. KC_LAUNCHED goes after each kernel
  * launch, where a bad launch configuration shows up. */
-#define KC_CUDA(c, call) kc_cuda_ok((c), (call), __FILE__, __LINE__, #call)
-#define KC_BLAS(c, call) kc_blas_ok((c), (call), __FILE__, __LINE__, #call)
+#define KC_CUDA(c, call)       kc_cuda_ok((c), (call), __FILE__, __LINE__, #call)
+#define KC_BLAS(c, call)       kc_blas_ok((c), (call), __FILE__, __LINE__, #call)
 #define KC_LAUNCHED(c, kernel) kc_cuda_ok((c), cudaGetLastError(), __FILE__, __LINE__, kernel)
 
-static inline kc_ctx *kc_of(kern_t *k) { return (kc_ctx *)k->ctx; }
+static inline kc_ctx *kc_of(kern_t *k)
+{
+    return (kc_ctx *)k->ctx;
+}
 
 /* Device scratch of at least `bytes`, valid until the next call (grows, never shrinks).
  * NULL (failure recorded) when it cannot be had. Only for the backend's own ops, which
@@ -75,11 +78,10 @@ static inline unsigned kc_blocks(size_t n, unsigned threads, unsigned cap)
 
 /* Sets the kernels' shared-memory limits; returns 0 and records the failure otherwise. */
 int kern_cuda_attention_init(kc_ctx *c);
-void kern_cuda_attention_forward(kern_t *k, float *out, float *lse, const float *qkv, int B,
-                                 int T, int NH, int HS);
+void kern_cuda_attention_forward(kern_t *k, float *out, float *lse, const float *qkv, int B, int T,
+                                 int NH, int HS);
 void kern_cuda_attention_backward(kern_t *k, float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, int B, int T, int NH,
-                                  int HS);
+                                  const float *out, const float *lse, int B, int T, int NH, int HS);
 
 /* --- kern_cuda_compress.cu ------------------------------------------------------------ */
 

@@ -102,7 +102,12 @@ static int local_option(void *ctx, int c, const char *arg)
     }
     case O_CKBUDGET: {
         float f;
-        return run_opts_float("--checkpoint-budget", arg, &f) || !(f > 0 && f <= 100) ? -1 : 0;
+        if (run_opts_float("--checkpoint-budget", arg, &f)) return -1;
+        if (!(f > 0 && f <= 100)) {
+            fprintf(stderr, "swarmtrain local: --checkpoint-budget %s: must be in (0, 100]\n", arg);
+            return -1;
+        }
+        return 0;
     }
     default:
         return -1;

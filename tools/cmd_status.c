@@ -51,6 +51,10 @@ static int show_store(const char *path, int as_json, int verify)
 {
     enum { N = 20 };
     char err[STATUS_ERR_LEN];
+    if (access(path, F_OK) != 0) { /* a store is read here, never created */
+        fprintf(stderr, "swarmtrain status: %s: no such store\n", path);
+        return 1;
+    }
     store_t *s = store_open(path, err);
     if (!s) {
         fprintf(stderr, "swarmtrain status: %s\n", err);

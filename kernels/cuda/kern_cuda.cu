@@ -620,9 +620,10 @@ static void kc_scale(kern_t *k, float *x, float alpha, size_t n)
 
 #define KC_SUMSQ_BLOCKS 1024u
 
-__device__ double kc_block_sum_double(double v)
+/* The sum of v over the block's threads, by a fixed tree (T: double or an integer). */
+template <typename T> __device__ T kc_block_sum(T v)
 {
-    __shared__ double buf[KC_THREADS];
+    __shared__ T buf[KC_THREADS];
     buf[threadIdx.x] = v;
     __syncthreads();
     for (int s = KC_THREADS / 2; s > 0; s >>= 1) {
@@ -637,16 +638,18 @@ __global__ void kc_sumsq_partial_kernel(double *__restrict__ partial, const floa
 {
     double acc = 0.0;
     KC_FOR_EACH(i, n) acc += (double)x[i] * (double)x[i];
-    double s = kc_block_sum_double(acc);
+    double s = kc_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void kc_sumsq_final_kernel(double *__restrict__ result,
-                                      const double *__restrict__ partial, unsigned nparts)
+/* One block adds the per-block partial sums, in a fixed order. */
+template <typename T>
+__global__ void kc_sum_final_kernel(T *__restrict__ result, const T *__restrict__ partial,
+                                    unsigned nparts)
 {
-    double acc = 0.0;
+    T acc = 0;
     for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x) acc += partial[i];
-    double s = kc_block_sum_double(acc);
+    T s = kc_block_sum(acc);
     if (threadIdx.x == 0) *result = s;
 }
 
@@ -660,8 +663,8 @@ static double kc_sumsq(kern_t *k, const float *x, size_t n)
     if (!partial) return NAN;
     kc_sumsq_partial_kernel<<<blocks, KC_THREADS, 0, c->stream>>>(partial, x, n);
     KC_LAUNCHED(c, "kc_sumsq_partial_kernel");
-    kc_sumsq_final_kernel<<<1, KC_THREADS, 0, c->stream>>>(c->sumsq_dev, partial, blocks);
-    KC_LAUNCHED(c, "kc_sumsq_final_kernel");
+    kc_sum_final_kernel<double><<<1, KC_THREADS, 0, c->stream>>>(c->sumsq_dev, partial, blocks);
+    KC_LAUNCHED(c, "kc_sum_final_kernel<double>");
     if (!KC_CUDA(c, cudaMemcpyAsync(&host, c->sumsq_dev, sizeof host, cudaMemcpyDeviceToHost,
                                     c->stream)) ||
         !KC_CUDA(c, cudaStreamSynchronize(c->stream)))
@@ -673,35 +676,13 @@ static double kc_sumsq(kern_t *k, const float *x, size_t n)
  * The sum of kern_hash64_word over the elements, mod 2^64: integer additions, so the grid
  * and the order do not matter. Per-block partial sums, then one block adds them. */
 
-__device__ unsigned long long kc_block_sum_u64(unsigned long long v)
-{
-    __shared__ unsigned long long buf[KC_THREADS];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = KC_THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-        __syncthreads();
-    }
-    return buf[0];
-}
-
 __global__ void kc_hash64_partial_kernel(unsigned long long *__restrict__ partial,
                                          const float *__restrict__ x, size_t n)
 {
     unsigned long long acc = 0;
     KC_FOR_EACH(i, n) acc += kern_hash64_word(i, __float_as_uint(x[i]));
-    unsigned long long s = kc_block_sum_u64(acc);
+    unsigned long long s = kc_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void kc_hash64_final_kernel(unsigned long long *__restrict__ result,
-                                       const unsigned long long *__restrict__ partial,
-                                       unsigned nparts)
-{
-    unsigned long long acc = 0;
-    for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x) acc += partial[i];
-    unsigned long long s = kc_block_sum_u64(acc);
-    if (threadIdx.x == 0) *result = s;
 }
 
 static uint64_t kc_hash64(kern_t *k, const float *x, size_t n)
@@ -715,8 +696,9 @@ static uint64_t kc_hash64(kern_t *k, const float *x, size_t n)
         if (!partial) return 0;
         kc_hash64_partial_kernel<<<blocks, KC_THREADS, 0, c->stream>>>(partial, x, n);
         KC_LAUNCHED(c, "kc_hash64_partial_kernel");
-        kc_hash64_final_kernel<<<1, KC_THREADS, 0, c->stream>>>(c->hash_dev, partial, blocks);
-        KC_LAUNCHED(c, "kc_hash64_final_kernel");
+        kc_sum_final_kernel<unsigned long long>
+            <<<1, KC_THREADS, 0, c->stream>>>(c->hash_dev, partial, blocks);
+        KC_LAUNCHED(c, "kc_sum_final_kernel<u64>");
         if (!KC_CUDA(c, cudaMemcpyAsync(&sum, c->hash_dev, sizeof sum, cudaMemcpyDeviceToHost,
                                         c->stream)) ||
             !KC_CUDA(c, cudaStreamSynchronize(c->stream)))

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void pool_row(void *ctx, const json_obj_t *o)
@@ -111,8 +112,13 @@ static int show_store(const char *path, int as_json, int verify)
                (long long)ck[i].step, (double)ck[i].bytes / 1e6, ck[i].nblobs,
                ver[ck[i].verified + 1]);
     printf("events (oldest first):\n");
-    for (int i = 0; i < nev; i++)
-        printf("  %.3f  %-10s %s\n", ev[i].time, ev[i].kind, ev[i].detail);
+    for (int i = 0; i < nev; i++) {
+        char when[32] = "?";
+        time_t t = (time_t)ev[i].time;
+        struct tm tm;
+        if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+        printf("  %s UTC  %-10s %s\n", when, ev[i].kind, ev[i].detail);
+    }
     printf("metrics (oldest first):\n  %-6s %-9s %-10s %-10s %-10s %-10s\n", "stage", "step",
            "loss", "tokens/s", "MB sent", "MB recv");
     for (int i = 0; i < nme; i++)

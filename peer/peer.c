@@ -1460,6 +1460,8 @@ int peer_run(const peer_options_t *po, char *err)
         return status_set(err, STATUS_EINVAL, "in-flight, slots and timeouts must be positive");
     if (!po->is_new && !po->join)
         return status_set(err, STATUS_EINVAL, "give --new or --join ENDPOINT");
+    if (po->checkpoint_every && !po->db)
+        return status_set(err, STATUS_EINVAL, "--checkpoint-every needs --db PATH (the store)");
 
     /* identity: the store's Ed25519 key when there is a store, else a fresh one */
     if (po->db) {

@@ -1541,7 +1541,10 @@ int peer_run(const peer_options_t *po, char *err)
             if (p->view[i].state == MEMBER_SERVING && p->view[i].step > step)
                 step = p->view[i].step;
         char e2[STATUS_ERR_LEN] = "";
-        int rr = p->ps ? peer_store_restore(p->ps, p->st, p->dopt, &ck_step, e2) : STATUS_ENOTFOUND;
+        /* Only into a running swarm: when every pool starts afresh nobody owns the step
+         * count, so a whole-swarm resume would mix checkpoints of different steps. */
+        int rr = p->ps && step > 0 ? peer_store_restore(p->ps, p->st, p->dopt, &ck_step, e2)
+                                   : STATUS_ENOTFOUND;
         if (rr == 0) {
             /* The other pools set the pace: the stage goes on at their step with parameters
              * up to (step - ck_step) steps old. */

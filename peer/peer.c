@@ -1118,6 +1118,23 @@ static void dequeue(peer_t *p, int i)
     p->npending--;
 }
 
+/* Fault injection for drills (`local --kill`): with SWARMTRAIN_FAULT_DIE_AT_STEP=N in its
+ * environment the peer SIGKILLs itself when a microbatch of step >= N reaches it, so that
+ * it dies holding work its sender must re-route; the log line gives the moment. */
+static void fault_point(peer_t *p, const msg_t *m)
+{
+    static long long die_at = -2;
+    if (die_at == -2) {
+        const char *e = getenv("SWARMTRAIN_FAULT_DIE_AT_STEP");
+        die_at = e && *e ? atoll(e) : -1;
+    }
+    if (die_at < 0 || m->step < die_at) return;
+    fprintf(p->log, "fault: t=%.3f dying on purpose at step %" PRId64 " holding microbatch %u\n",
+            wall_now(), m->step, m->mb.index);
+    fflush(p->log);
+    raise(SIGKILL);
+}
+
 static int handle_event(peer_t *p, net_ev_t *ev)
 {
     if (ev->type == NET_EV_VIEW) {
@@ -1162,6 +1179,7 @@ static int handle_event(peer_t *p, net_ev_t *ev)
     case MSG_FWD:
     case MSG_BWD:
         if (!p->st || ev->nframes != msg_payloads(m->type)) return 0;
+        fault_point(p, m);
         return enqueue(p, ev);
     case MSG_NACK: {
         if (!p->st) return 0;

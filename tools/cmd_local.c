@@ -46,7 +46,7 @@ enum {
 typedef struct {
     int peers, in_flight, quiet;
     const char *dir;
-    int kill_peer, kill_step;  /* SIGKILL peer kill_peer once stage 0 reaches kill_step */
+    int kill_peer, kill_step;  /* peer kill_peer dies on a microbatch of step >= kill_step */
     int join_step, join_stage; /* add a peer at join_step */
     int revive;                /* ... which is the killed peer again, with its store */
     const char *peer_timeout;
@@ -199,6 +199,11 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
             close(fd);
         }
         setpgid(0, 0); /* Ctrl-C goes to local, which stops the peers in order */
+        if (idx == lo->kill_peer && db_idx == idx) { /* it dies holding a microbatch */
+            char at[32];
+            snprintf(at, sizeof at, "%d", lo->kill_step);
+            setenv("SWARMTRAIN_FAULT_DIE_AT_STEP", at, 1);
+        }
         execv("/proc/self/exe", args);
         _exit(127);
     }
@@ -251,6 +256,20 @@ static int fetch_view(child_t *ch, int n, view_t *v)
         if (ok) return 0;
     }
     return -1;
+}
+
+static double wall(void);
+
+/* The moment a peer's "fault: t=T" line gives; the current time when there is none. */
+static double fault_time(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    double t = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "fault: t=%lf", &t) == 1) break;
+    if (f) fclose(f);
+    return t > 0 ? t : wall();
 }
 
 /* Scans a peer log for the summary numbers. */
@@ -338,7 +357,9 @@ static int local_main(int argc, char **argv)
             "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"
             "  --in-flight N        microbatches each stage-0 peer keeps in flight (default 2)\n"
             "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
-            "  --kill PEER:STEP     SIGKILL peer PEER when stage 0 reaches STEP (fault test)\n"
+            "  --kill PEER:STEP     peer PEER is SIGKILLed (it kills itself) when a microbatch of\n"
+            "                       step >= STEP reaches it, so it dies holding work (fault "
+            "drill)\n"
             "  --join-at STEP       start one more peer at STEP, stage --join-stage (default 0)\n"
             "  --revive             the --join-at peer is the --kill peer again, with its store\n"
             "  --checkpoint-every N every peer checkpoints its stage into its store every N\n"
@@ -421,6 +442,15 @@ static int local_main(int argc, char **argv)
                 ch[i].exited = 1;
                 ch[i].status = st;
                 int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+                if (i == lo.kill_peer && !ch[i].killed && WIFSIGNALED(st) &&
+                    WTERMSIG(st) == SIGKILL) { /* the planned fault */
+                    ch[i].killed = 1;
+                    kill_wall = fault_time(ch[i].log);
+                    printf("local: fault: SIGKILL peer %d (stage %d) on receiving a microbatch of "
+                           "step %d, t=%.3f\n",
+                           i, ch[i].stage, lo.kill_step, kill_wall);
+                    fflush(stdout);
+                }
                 if (!ok && !ch[i].killed) {
                     failed = 1;
                     fprintf(stderr, "local: peer %d (stage %d) failed (%s %d); see %s\n", i,
@@ -466,8 +496,10 @@ static int local_main(int argc, char **argv)
                 printf("  %.0f tok/s  wire %.2f MB/s  re-sent %lld\n", tps, bps / 1e6, v.retries);
                 fflush(stdout);
             }
+            /* the victim kills itself (spawn); should no microbatch of its step reach it,
+             * it is killed from here 20 steps later */
             if (lo.kill_peer >= 0 && lo.kill_peer < n && !ch[lo.kill_peer].killed &&
-                v.step0 >= lo.kill_step && !ch[lo.kill_peer].exited) {
+                v.step0 >= lo.kill_step + 20 && !ch[lo.kill_peer].exited) {
                 kill(ch[lo.kill_peer].pid, SIGKILL);
                 ch[lo.kill_peer].killed = 1;
                 kill_wall = wall();

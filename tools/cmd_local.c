@@ -100,14 +100,9 @@ static int local_option(void *ctx, int c, const char *arg)
         int n;
         return run_opts_int("--checkpoint-every", arg, 0, &n);
     }
-    case O_CKBUDGET: {
-        float f;
-        if (run_opts_float("--checkpoint-budget", arg, &f)) return -1;
-        if (!(f > 0 && f <= 100)) {
-            fprintf(stderr, "swarmtrain local: --checkpoint-budget %s: must be in (0, 100]\n", arg);
-            return -1;
-        }
-        return 0;
+    case O_CKBUDGET: { /* checked here, given to every peer */
+        double share;
+        return run_opts_budget(arg, &share);
     }
     default:
         return -1;

@@ -69,13 +69,7 @@ static int peer_option(void *ctx, int c, const char *arg)
     case O_CKEVERY:
         return run_opts_int("--checkpoint-every", arg, 0, &po->checkpoint_every);
     case O_CKBUDGET:
-        if (run_opts_float("--checkpoint-budget", arg, &f)) return -1;
-        if (!(f > 0 && f <= 100)) {
-            fprintf(stderr, "swarmtrain peer: --checkpoint-budget %s: must be in (0, 100]\n", arg);
-            return -1;
-        }
-        po->checkpoint_budget = f / 100.0;
-        return 0;
+        return run_opts_budget(arg, &po->checkpoint_budget);
     default:
         return -1;
     }

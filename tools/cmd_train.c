@@ -24,16 +24,8 @@ static int train_option(void *ctx, int c, const char *arg)
         return 0;
     case O_STOP:
         return run_opts_int("--stop-after", arg, 1, &o->stop_after);
-    case O_CKBUDGET: {
-        float pct;
-        if (run_opts_float("--checkpoint-budget", arg, &pct)) return 2;
-        if (!(pct > 0 && pct <= 100)) {
-            fprintf(stderr, "swarmtrain train: --checkpoint-budget %s: must be in (0, 100]\n", arg);
-            return 2;
-        }
-        o->checkpoint_budget = pct / 100.0;
-        return 0;
-    }
+    case O_CKBUDGET:
+        return run_opts_budget(arg, &o->checkpoint_budget);
     case O_VALE:
         return run_opts_int("--val-every", arg, 0, &o->val_every);
     default:

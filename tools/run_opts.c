@@ -41,6 +41,18 @@ int run_opts_float(const char *opt, const char *v, float *out)
     return 0;
 }
 
+int run_opts_budget(const char *v, double *out)
+{
+    float pct;
+    if (run_opts_float("--checkpoint-budget", v, &pct)) return -1;
+    if (!(pct > 0 && pct <= 100)) {
+        fprintf(stderr, "swarmtrain: --checkpoint-budget %s: must be in (0, 100]\n", v);
+        return -1;
+    }
+    *out = pct / 100.0;
+    return 0;
+}
+
 void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
 {
     fprintf(f, "usage: swarmtrain %s [options]\n\n%s\n\n", cmd, x && x->intro ? x->intro : "");

@@ -29,5 +29,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x);
 /* Number parsing with a message naming the option; 0 or -1. */
 int run_opts_int(const char *opt, const char *v, int min, int *out);
 int run_opts_float(const char *opt, const char *v, float *out);
+/* --checkpoint-budget P: a percent in (0, 100] of one CPU, as the share *out in (0, 1]. */
+int run_opts_budget(const char *v, double *out);
 
 #endif

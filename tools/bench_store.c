@@ -1,7 +1,8 @@
 /* bench_store.c — `swarmtrain bench store`: checkpoint write speed of store/ for a
  * checkpoint the size of the `small` model (parameters + AdamW m and v) against the
  * ceiling, a plain write of the same bytes into SQLite as one blob in one transaction, in
- * the same run. Also the caller's cost of a background save and the verified load speed.
+ * the same run. Also the caller's cost of a background save, the verified load speed, and
+ * the training-step overhead of background checkpoints (bench_step_overhead).
  * Not for: tests; this measures, it asserts nothing. */
 #include "tools/cmd.h"
 

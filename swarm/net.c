@@ -737,6 +737,7 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
         memcpy(n->view, zmq_msg_data(&n->frames[2]), (size_t)k * sizeof *n->view);
         memcpy(&n->view_rejected, zmq_msg_data(&n->frames[1]), sizeof n->view_rejected);
         ev->type = NET_EV_VIEW;
+        ev->rejected = n->view_rejected;
         ev->members = n->view;
         ev->nmembers = k;
     } else if (kind[0] == 'u' && np == 3) {
@@ -753,4 +754,33 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
 uint64_t net_rejected(const net_t *n)
 {
     return n->view_rejected;
+}
+
+/* ---- the transport seam ------------------------------------------------------------- */
+
+static int tp_send(void *ctx, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
+                   const void *const *frames, const size_t *lens, char *err)
+{
+    return net_send(ctx, dest, m, nframes, frames, lens, err);
+}
+
+static int tp_hello(void *ctx, const char *endpoint, int stage, char *err)
+{
+    return net_hello(ctx, endpoint, stage, err);
+}
+
+static void tp_set_self(void *ctx, const msg_member_t *self)
+{
+    net_set_self(ctx, self);
+}
+
+static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)
+{
+    net_set_run(ctx, swarm, run_text);
+}
+
+transport_t net_transport(net_t *n)
+{
+    return (transport_t){
+        .ctx = n, .send = tp_send, .hello = tp_hello, .set_self = tp_set_self, .set_run = tp_set_run};
 }

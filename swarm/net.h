@@ -21,6 +21,7 @@
 #define SWARMTRAIN_NET_H
 
 #include "swarm/msg.h"
+#include "swarm/transport.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,25 +39,6 @@ typedef struct {
     msg_member_t self;    /* initial self entry (stage, state) */
 } net_config_t;
 
-typedef enum {
-    NET_EV_NONE = 0,
-    NET_EV_MSG,     /* a data message: msg, frames */
-    NET_EV_VIEW,    /* the member table changed or was refreshed: members, nmembers */
-    NET_EV_UNDELIV, /* a send failed: dest, msg (the header that was not delivered) */
-} net_ev_type_t;
-
-typedef struct {
-    int type;
-    msg_t msg;
-    /* payload frames of NET_EV_MSG (valid until the next net_recv) */
-    int nframes;
-    const uint8_t *frame[4];
-    size_t frame_len[4];
-    /* NET_EV_VIEW: the whole table, self included, dead members excluded */
-    msg_member_t *members;
-    int nmembers;
-    uint8_t dest[MSG_ID_LEN];
-} net_ev_t;
 
 /* Starts the network thread; binds, and fills the bound endpoint into *endpoint
  * (256 bytes) when not NULL. NULL + err on failure (address in use, bad endpoint). */
@@ -86,5 +68,8 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev);
 
 /* Counters kept by the network thread, as of the last NET_EV_VIEW. */
 uint64_t net_rejected(const net_t *n);
+
+/* The transport a peer uses to reach this network thread (transport.h). */
+transport_t net_transport(net_t *n);
 
 #endif

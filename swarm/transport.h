@@ -1,0 +1,57 @@
+/* transport.h — the seam between a peer and the network. A peer sends through a
+ * transport_t and is handed events (net_ev_t) by whoever drives it; it never touches a
+ * socket or reads a clock. Two implementations: the ZeroMQ network thread (net.c,
+ * net_transport) and the simulated network (sim.c), in which many peers run in one
+ * process on a virtual clock.
+ *
+ * Membership (gossip, failure detection, HELLO/WELCOME, LEAVE) is the transport's
+ * business: the peer sees it as NET_EV_VIEW events carrying the live member table, and
+ * WELCOME as a message.
+ *
+ * Not for: what the messages mean (peer/), their octets (msg.h).
+ */
+#ifndef SWARMTRAIN_TRANSPORT_H
+#define SWARMTRAIN_TRANSPORT_H
+
+#include "swarm/msg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    NET_EV_NONE = 0,
+    NET_EV_MSG,     /* a data message: msg, frames */
+    NET_EV_VIEW,    /* the member table changed or was refreshed: members, nmembers */
+    NET_EV_UNDELIV, /* a send failed: dest, msg (the header that was not delivered) */
+} net_ev_type_t;
+
+typedef struct {
+    int type;
+    msg_t msg;
+    /* payload frames of NET_EV_MSG (valid until the handler returns) */
+    int nframes;
+    const uint8_t *frame[4];
+    size_t frame_len[4];
+    /* NET_EV_VIEW: the whole table, self included, dead members excluded */
+    const msg_member_t *members;
+    int nmembers;
+    uint64_t rejected; /* NET_EV_VIEW: malformed messages the transport refused so far */
+    uint8_t dest[MSG_ID_LEN];
+} net_ev_t;
+
+/* What a peer may ask of its transport. Every call returns at once. */
+typedef struct {
+    void *ctx;
+    /* Sends m (sender, swarm and seq are filled in) with nframes payloads to member
+     * dest. 0 when queued; a failure to deliver later comes back as NET_EV_UNDELIV. */
+    int (*send)(void *ctx, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
+                const void *const *frames, const size_t *lens, char *err);
+    /* Sends HELLO to a bootstrap endpoint (a joiner, not yet a member). */
+    int (*hello)(void *ctx, const char *endpoint, int stage, char *err);
+    /* This peer's own gossiped entry (stats, stage, state, step). */
+    void (*set_self)(void *ctx, const msg_member_t *self);
+    /* The swarm id and run text, once known (sent in WELCOME to joiners). */
+    void (*set_run)(void *ctx, uint64_t swarm, const char *run_text);
+} transport_t;
+
+#endif

@@ -245,25 +245,30 @@ static int plot_stores(const store_data_t *d, int nd, const char *path, char *er
                 rc = status_set(err, STATUS_ENOMEM, "out of memory");
                 goto done;
             }
-            const store_metric_t *prev = NULL;
-            int any_wire = 0;
+            int any_wire = 0, first = -1;
             for (int j = 0; j < d[i].nme; j++) {
                 const store_metric_t *m = &d[i].me[j];
                 if (m->stage != stages[q]) continue;
+                if (first < 0) first = j;
                 l->x[l->n] = (double)m->step;
-                l->loss[l->n] = m->loss;
-                l->tps[l->n] = m->tokens_per_s;
-                /* wire MB/s: the byte counters' growth over the wall time between rows;
-                 * a counter that went back (a restarted peer) starts a new line */
-                double mbs = NAN;
-                if (prev) {
-                    double dt = m->time - prev->time;
-                    int64_t db = (m->bytes_sent + m->bytes_recv) - (prev->bytes_sent + prev->bytes_recv);
-                    if (dt > 0 && db >= 0) mbs = (double)db / dt / 1e6;
+                /* a cross-entropy is never exactly 0 and a pace never 0 tokens/s: peers
+                 * write 0 for "not measured" (a step that saw no loss, the first step) */
+                l->loss[l->n] = m->loss > 0 ? m->loss : NAN;
+                l->tps[l->n] = m->tokens_per_s > 0 ? m->tokens_per_s : NAN;
+                /* wire MB/s: the byte counters' growth over the last second or more of
+                 * rows (counters move in bursts, a per-row rate is noise); a counter that
+                 * went back (a restarted peer) leaves a gap */
+                int k = j;
+                while (k > first && m->time - d[i].me[k].time < 1.0) {
+                    k--;
+                    while (k > first && d[i].me[k].stage != stages[q]) k--;
                 }
+                const store_metric_t *o = &d[i].me[k];
+                double dt = m->time - o->time, mbs = NAN;
+                int64_t db = (m->bytes_sent + m->bytes_recv) - (o->bytes_sent + o->bytes_recv);
+                if (k != j && dt > 0 && db >= 0) mbs = (double)db / dt / 1e6;
                 any_wire |= m->bytes_sent + m->bytes_recv > 0;
                 l->mbs[l->n++] = mbs;
-                prev = m;
                 if (s0 < 0 || m->step < s0) s0 = m->step;
                 if (m->step > s1) s1 = m->step;
             }
@@ -285,10 +290,12 @@ static int plot_stores(const store_data_t *d, int nd, const char *path, char *er
         }
     }
     plot_panel_t panels[4] = {
-        {"training loss", "loss (nats/token)", ser[0], ns[0]},
-        {"validation loss (held-out data)", "loss (nats/token)", ser[1], ns[1]},
-        {"throughput", "tokens/s", ser[2], ns[2]},
-        {"wire traffic (sent + received)", "MB/s", ser[3], ns[3]},
+        {"training loss", "loss (nats/token)", ser[0], ns[0], NULL},
+        {"validation loss (held-out data)", "loss (nats/token)", ser[1], ns[1],
+         "no data: validation losses are recorded by train --db (val_loss events)"},
+        {"throughput", "tokens/s", ser[2], ns[2], NULL},
+        {"wire traffic, sent + received (average over >= 1 s)", "MB/s", ser[3], ns[3],
+         "no data: no bytes counted"},
     };
     char title[256];
     if (s0 >= 0)

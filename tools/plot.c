@@ -110,8 +110,10 @@ static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int t
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"fr\"/>\n", LEFT,
                 top, pw, ph);
         fprintf(f,
-                "<text x=\"%d\" y=\"%d\" class=\"nd\" text-anchor=\"middle\">no data</text>\n",
-                LEFT + pw / 2, top + ph / 2);
+                "<text x=\"%d\" y=\"%d\" class=\"nd\" text-anchor=\"middle\">", LEFT + pw / 2,
+                top + ph / 2);
+        xml_text(f, p->empty ? p->empty : "no data");
+        fprintf(f, "</text>\n");
         return;
     }
     double xt[MAX_TICKS], yt[MAX_TICKS], xs, ys;

@@ -18,10 +18,11 @@ typedef struct {
     const char *ylabel; /* with the unit: "nats/token" */
     const plot_series_t *s;
     int ns;
+    const char *empty; /* what the frame says when there is no point; NULL: "no data" */
 } plot_panel_t;
 
 /* Writes the chart to path (path.tmp, then renamed). 0, or STATUS_EIO / STATUS_EINVAL
- * with err. A panel with no finite point says "no data" in its frame. */
+ * with err. A panel with no finite point says so (plot_panel_t.empty) in its frame. */
 int plot_svg_write(const char *path, const char *title, const char *xlabel,
                    const plot_panel_t *panels, int np, char *err);
 

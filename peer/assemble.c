@@ -12,12 +12,12 @@
 
 /* One stage's parameters found in one store. */
 typedef struct {
-    int store;         /* index into paths */
-    int stage;         /* model stage */
-    int64_t step;      /* steps applied */
-    store_ckpt_t *ck;  /* owned by the first candidate that names it (own_ck) */
+    int store;        /* index into paths */
+    int stage;        /* model stage */
+    int64_t step;     /* steps applied */
+    store_ckpt_t *ck; /* owned by the first candidate that names it (own_ck) */
     int own_ck;
-    char prefix[32];   /* blob prefix: "stage." (peer) or "stage.S." (train) */
+    char prefix[32]; /* blob prefix: "stage." (peer) or "stage.S." (train) */
 } cand_t;
 
 typedef struct {
@@ -132,7 +132,8 @@ static int scan_store(const char *path, int si, cands_t *cs, char *err)
         found++;
     }
     if (rc == STATUS_ENOMEM) status_set(err, rc, "out of memory");
-    if (!rc && !found) rc = status_set(err, STATUS_ENOTFOUND, "%s: holds no stage checkpoint", path);
+    if (!rc && !found)
+        rc = status_set(err, STATUS_ENOTFOUND, "%s: holds no stage checkpoint", path);
     free(info);
     store_close(&s);
     return rc;
@@ -228,8 +229,7 @@ model_t *assemble_from_stores(const char *const *paths, int n, kern_t *k, int ba
         info->cfg = cfg;
         info->step = best;
         snprintf(info->run_hash, sizeof info->run_hash, "%s", hash0);
-        snprintf(info->run_text, sizeof info->run_text, "%s",
-                 store_ckpt_config_text(cs.c[0].ck));
+        snprintf(info->run_text, sizeof info->run_text, "%s", store_ckpt_config_text(cs.c[0].ck));
     }
 done:
     for (int i = 0; i < cs.n; i++)

@@ -265,28 +265,28 @@ int hf_model_read_config(const char *dir, model_config_t *cfg, char *err)
     fclose(f);
     if (big) return status_set(err, STATUS_EMALFORMED, "%s: larger than a config should be", path);
     text[len] = 0;
-    model_config_t c = {.vocab = 256, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .batch = 1,
-                        .stages = 1, .seq = 2048};
+    model_config_t c = {.vocab = 256,
+                        .norm_eps = 1e-5f,
+                        .rope_theta = 10000.0f,
+                        .batch = 1,
+                        .stages = 1,
+                        .seq = 2048};
     static const struct {
         const char *key;
         int required;
-    } keys[] = {{"hidden_size", 1},
-                {"intermediate_size", 1},
-                {"num_hidden_layers", 1},
-                {"num_attention_heads", 1},
-                {"vocab_size", 1},
-                {"num_key_value_heads", 0},
-                {"rms_norm_eps", 0},
-                {"rope_theta", 0},
-                {"max_position_embeddings", 0},
-                {"tie_word_embeddings", 0}};
+    } keys[] = {
+        {"hidden_size", 1},         {"intermediate_size", 1}, {"num_hidden_layers", 1},
+        {"num_attention_heads", 1}, {"vocab_size", 1},        {"num_key_value_heads", 0},
+        {"rms_norm_eps", 0},        {"rope_theta", 0},        {"max_position_embeddings", 0},
+        {"tie_word_embeddings", 0}};
     double v[sizeof keys / sizeof keys[0]];
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         int r = json_number(text, keys[i].key, &v[i]);
         if (r < 0 || (r == 0 && keys[i].required))
             return status_set(err, STATUS_EMALFORMED, "%s: %s is %s", path, keys[i].key,
                               r ? "not a number" : "missing");
-        if (r == 0) v[i] = NAN;
+        if (r == 0)
+            v[i] = NAN;
         else if (!(v[i] >= 0 && v[i] < 1e9))
             return status_set(err, STATUS_EMALFORMED, "%s: %s is out of range", path, keys[i].key);
     }

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #define HF_MODEL_WEIGHTS "model.safetensors"
-#define HF_MODEL_CONFIG "config.json"
+#define HF_MODEL_CONFIG  "config.json"
 
 /* The HF name of one of our tensor names into out. 0, or STATUS_ENOTFOUND. */
 int hf_model_name(const char *ours, char *out, size_t n);

@@ -18,10 +18,11 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[SAFETENSORS_NDTYPES] = {
-    [SAFETENSORS_F32] = {"F32", 4}, [SAFETENSORS_BF16] = {"BF16", 2}, [SAFETENSORS_F16] = {"F16", 2},
-    [SAFETENSORS_F64] = {"F64", 8}, [SAFETENSORS_I64] = {"I64", 8},   [SAFETENSORS_I32] = {"I32", 4},
-    [SAFETENSORS_I16] = {"I16", 2}, [SAFETENSORS_I8] = {"I8", 1},     [SAFETENSORS_U8] = {"U8", 1},
-    [SAFETENSORS_BOOL] = {"BOOL", 1},
+    [SAFETENSORS_F32] = {"F32", 4}, [SAFETENSORS_BF16] = {"BF16", 2},
+    [SAFETENSORS_F16] = {"F16", 2}, [SAFETENSORS_F64] = {"F64", 8},
+    [SAFETENSORS_I64] = {"I64", 8}, [SAFETENSORS_I32] = {"I32", 4},
+    [SAFETENSORS_I16] = {"I16", 2}, [SAFETENSORS_I8] = {"I8", 1},
+    [SAFETENSORS_U8] = {"U8", 1},   [SAFETENSORS_BOOL] = {"BOOL", 1},
 };
 
 const char *safetensors_dtype_name(int dtype)
@@ -234,7 +235,8 @@ int safetensors_write(const char *path, const safetensors_tensor_t *t, int n, in
             rc = status_set(err, STATUS_EINVAL, "safetensors: %s has no data", t[i].name);
             goto done;
         }
-        if (dtype == SAFETENSORS_F32) { /* the file is little-endian, like every host we build for */
+        if (dtype ==
+            SAFETENSORS_F32) { /* the file is little-endian, like every host we build for */
             ok = fwrite(x, sizeof(float), m, f) == m;
             continue;
         }
@@ -251,7 +253,8 @@ int safetensors_write(const char *path, const safetensors_tensor_t *t, int n, in
         rc = status_set(err, STATUS_EIO, "%s: write failed: %s", tmp, strerror(errno));
         goto done;
     }
-    if (rename(tmp, path)) rc = status_set(err, STATUS_EIO, "%s: rename: %s", path, strerror(errno));
+    if (rename(tmp, path))
+        rc = status_set(err, STATUS_EIO, "%s: rename: %s", path, strerror(errno));
 done:
     if (f) fclose(f);
     if (rc) unlink(tmp);
@@ -313,7 +316,7 @@ static int accept(parser_t *ps, char c)
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0'
+    return c >= '0' && c <= '9'   ? c - '0'
            : c >= 'a' && c <= 'f' ? c - 'a' + 10
            : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                   : -1;
@@ -354,12 +357,26 @@ static int parse_string(parser_t *ps, char **out)
             char e = *ps->p++;
             unsigned cp;
             switch (e) {
-            case '"': case '\\': case '/': enc[0] = e; break;
-            case 'b': enc[0] = '\b'; break;
-            case 'f': enc[0] = '\f'; break;
-            case 'n': enc[0] = '\n'; break;
-            case 'r': enc[0] = '\r'; break;
-            case 't': enc[0] = '\t'; break;
+            case '"':
+            case '\\':
+            case '/':
+                enc[0] = e;
+                break;
+            case 'b':
+                enc[0] = '\b';
+                break;
+            case 'f':
+                enc[0] = '\f';
+                break;
+            case 'n':
+                enc[0] = '\n';
+                break;
+            case 'r':
+                enc[0] = '\r';
+                break;
+            case 't':
+                enc[0] = '\t';
+                break;
             case 'u':
                 if (read_hex4(ps, &cp)) goto bad;
                 if (cp >= 0xd800 && cp < 0xdc00) { /* a surrogate pair */
@@ -422,7 +439,8 @@ static int parse_uint(parser_t *ps, uint64_t *out)
         v = v * 10 + (uint64_t)(*p++ - '0');
         if (v >= (1ull << 53)) return malformed(ps, "integer too large");
     }
-    if (p < ps->end && (*p == '.' || *p == 'e' || *p == 'E')) return malformed(ps, "not an integer");
+    if (p < ps->end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return malformed(ps, "not an integer");
     ps->p = p;
     *out = v;
     return 0;
@@ -495,7 +513,8 @@ static int parse_tensor(safetensors_tensor_t *t, uint64_t off[2], parser_t *ps)
             if (!accept(ps, ']')) {
                 do {
                     uint64_t d;
-                    if (t->ndim == SAFETENSORS_MAX_DIMS) return malformed(ps, "too many dimensions");
+                    if (t->ndim == SAFETENSORS_MAX_DIMS)
+                        return malformed(ps, "too many dimensions");
                     if ((rc = parse_uint(ps, &d))) return rc;
                     t->shape[t->ndim++] = (int64_t)d;
                 } while (accept(ps, ','));
@@ -592,7 +611,8 @@ static int parse_header(safetensors_t *st, parser_t *ps)
     if (ps->p != ps->end) return malformed(ps, "text after the header object");
     for (int i = 0; i < st->n; i++)
         for (int j = 0; j < i; j++)
-            if (!strcmp(st->t[i].name, st->t[j].name)) return malformed(ps, "duplicate tensor name");
+            if (!strcmp(st->t[i].name, st->t[j].name))
+                return malformed(ps, "duplicate tensor name");
     /* the buffer is covered exactly: sorted by offset, each begins where the last ended */
     qsort(st->t, (size_t)st->n, sizeof *st->t, cmp_offset);
     size_t at = 0;

@@ -166,22 +166,25 @@ static void test_malformed(void **state)
         const char *header;
         size_t data;
     } bad[] = {
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4},    /* past end */
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8},    /* shape */
-        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8},    /* dtype */
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8},    /* hole */
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8},    /* tail */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4}, /* past end */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8}, /* shape */
+        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8}, /* dtype */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8}, /* hole */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8}, /* tail */
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8},    /* overlap */
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8}, /* overlap */
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8},    /* duplicate */
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4},   /* negative */
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4},     /* unclosed */
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x", 4},  /* trailing */
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8},                                                                       /* duplicate */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4},  /* negative */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4},    /* unclosed */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x", 4}, /* trailing */
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4}, /* field */
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
-         "\"data_offsets\":[0,0]}}", 0},                                          /* overflow */
-        {"{\"__metadata__\":{\"k\":1}}", 0},                                      /* meta value */
+         "\"data_offsets\":[0,0]}}",
+         0},                                 /* overflow */
+        {"{\"__metadata__\":{\"k\":1}}", 0}, /* meta value */
         {"[]", 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -419,12 +422,10 @@ static void test_export_trained(void **state)
     char s1[600], s2[600];
     snprintf(s1, sizeof s1, "%s/s1.txt", dir);
     snprintf(s2, sizeof s2, "%s/s2.txt", dir);
-    assert_int_equal(run("sample --model %s --tokens 40 --temperature 1 --top-k 5 --seed 7 > %s",
-                         out, s1),
-                     0);
-    assert_int_equal(run("sample --model %s --tokens 40 --temperature 1 --top-k 5 --seed 7 > %s",
-                         out, s2),
-                     0);
+    assert_int_equal(
+        run("sample --model %s --tokens 40 --temperature 1 --top-k 5 --seed 7 > %s", out, s1), 0);
+    assert_int_equal(
+        run("sample --model %s --tokens 40 --temperature 1 --top-k 5 --seed 7 > %s", out, s2), 0);
     char *t1 = read_text(s1), *t2 = read_text(s2);
     assert_non_null(t1);
     assert_non_null(t2);
@@ -558,12 +559,9 @@ static void test_assemble_peers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_mutations),
-        cmocka_unit_test(test_assemble_peers),
-        cmocka_unit_test(test_export_trained),
-        cmocka_unit_test(test_train_init),
+        cmocka_unit_test(test_roundtrip),      cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_mutations),      cmocka_unit_test(test_assemble_peers),
+        cmocka_unit_test(test_export_trained), cmocka_unit_test(test_train_init),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

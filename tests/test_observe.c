@@ -138,8 +138,10 @@ static const char *check_exposition(const char *text, int *nsamples)
                 if (fam[f].help++) return "two HELP lines for one family";
                 /* HELP escapes only \\ and \n */
                 for (const char *c = nm + nl + 1; c < line + len; c++)
-                    if (*c == '\\' && c[1] != '\\' && c[1] != 'n') return "bad escape in HELP";
-                    else if (*c == '\\') c++;
+                    if (*c == '\\' && c[1] != '\\' && c[1] != 'n')
+                        return "bad escape in HELP";
+                    else if (*c == '\\')
+                        c++;
             }
             continue;
         }
@@ -165,8 +167,7 @@ static const char *check_exposition(const char *text, int *nsamples)
                 if (!name_ok(p, ln, 1) || (ln >= 2 && p[0] == '_' && p[1] == '_'))
                     return "bad label name";
                 for (int i = 0; i < ns; i++)
-                    if (strlen(seen[i]) == ln && !strncmp(seen[i], p, ln))
-                        return "repeated label";
+                    if (strlen(seen[i]) == ln && !strncmp(seen[i], p, ln)) return "repeated label";
                 if (ns < 8) {
                     memcpy(seen[ns], p, ln < 63 ? ln : 63);
                     seen[ns++][ln < 63 ? ln : 63] = 0;
@@ -183,8 +184,10 @@ static const char *check_exposition(const char *text, int *nsamples)
                     }
                 }
                 p++;
-                if (*p == ',') p++;
-                else if (*p != '}') return "labels not separated by ','";
+                if (*p == ',')
+                    p++;
+                else if (*p != '}')
+                    return "labels not separated by ','";
             }
             p++;
         }
@@ -215,16 +218,16 @@ static void test_validator_catches(void **state)
     (void)state;
     int n;
     static const char *bad[] = {
-        "# TYPE a gauge\na 1",                         /* no final newline */
-        "a 1\n",                                       /* no TYPE */
-        "# TYPE a gauge\n# TYPE a gauge\na 1\n",       /* two TYPEs */
-        "# TYPE 1a gauge\n1a 1\n",                     /* name */
-        "# TYPE a gauge\na{b=\"x\\q\"} 1\n",           /* escape */
-        "# TYPE a gauge\na{b=\"x\"\"} 1\n",            /* quote */
+        "# TYPE a gauge\na 1",                             /* no final newline */
+        "a 1\n",                                           /* no TYPE */
+        "# TYPE a gauge\n# TYPE a gauge\na 1\n",           /* two TYPEs */
+        "# TYPE 1a gauge\n1a 1\n",                         /* name */
+        "# TYPE a gauge\na{b=\"x\\q\"} 1\n",               /* escape */
+        "# TYPE a gauge\na{b=\"x\"\"} 1\n",                /* quote */
         "# TYPE a gauge\n# TYPE b gauge\na 1\nb 1\na 2\n", /* split family */
-        "# TYPE a gauge\na one\n",                     /* value */
-        "# TYPE a counter\na -1\n",                    /* negative counter */
-        "# TYPE a gauge\na{__x=\"1\"} 1\n",            /* reserved label */
+        "# TYPE a gauge\na one\n",                         /* value */
+        "# TYPE a counter\na -1\n",                        /* negative counter */
+        "# TYPE a gauge\na{__x=\"1\"} 1\n",                /* reserved label */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (!check_exposition(bad[i], &n)) fail_msg("validator accepted bad case %zu", i);
@@ -261,8 +264,8 @@ static void test_metrics_file(void **state)
 
     /* the values are the store's: last step 7, the run's final val_loss */
     char want[1200];
-    snprintf(want, sizeof want, "swarmtrain_step{store=\"%s/we\\\"ird\\\\name.db\",stage=\"0\"} 7\n",
-             dir);
+    snprintf(want, sizeof want,
+             "swarmtrain_step{store=\"%s/we\\\"ird\\\\name.db\",stage=\"0\"} 7\n", dir);
     if (!strstr(text, want)) fail_msg("no line %s in\n%s", want, text);
     char *lt = read_text(log);
     assert_non_null(lt);
@@ -273,8 +276,10 @@ static void test_metrics_file(void **state)
     assert_non_null(got);
     assert_float_equal(atof(got + strlen(want)), atof(v + 10), 1e-4);
     free(lt);
-    snprintf(want, sizeof want, "swarmtrain_checkpoint_step{store=\"%s/we\\\"ird\\\\name.db\","
-             "stage=\"0\"} 8\n", dir);
+    snprintf(want, sizeof want,
+             "swarmtrain_checkpoint_step{store=\"%s/we\\\"ird\\\\name.db\","
+             "stage=\"0\"} 8\n",
+             dir);
     if (!strstr(text, want)) fail_msg("no line %s", want);
     /* int8 boundary bytes were counted */
     assert_non_null(strstr(text, "# TYPE swarmtrain_bytes_sent_total counter\n"));
@@ -310,9 +315,8 @@ static void test_metrics_file(void **state)
     assert_null(check_exposition(text, &n));
     free(text);
     /* a store that does not exist is an error, and is not created */
-    assert_int_not_equal(run("status --db %s/none.db --metrics-file %s/x.prom 2>/dev/null", dir,
-                             dir),
-                         0);
+    assert_int_not_equal(
+        run("status --db %s/none.db --metrics-file %s/x.prom 2>/dev/null", dir, dir), 0);
     snprintf(out, sizeof out, "%s/none.db", dir);
     assert_int_not_equal(access(out, F_OK), 0);
 }

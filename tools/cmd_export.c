@@ -18,17 +18,16 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: swarmtrain export --db PATH [--db PATH ...] --out DIR [--dtype f32|bf16]\n\n"
-            "Assembles one model from the newest stage checkpoints in the stores given (the\n"
-            "peers' stores of a swarm, one stage each, or one `train --db` store) and writes\n"
-            "DIR/model.safetensors (Hugging Face LLaMA tensor names) and DIR/config.json\n"
-            "(LlamaForCausalLM), loadable with transformers' from_pretrained(DIR).\n"
-            "Refuses checkpoints of different runs, stages whose newest checkpoints share no\n"
-            "step, and stores that lack a stage.\n\n"
-            "  --db PATH      a store (repeat for every peer's store)\n"
-            "  --out DIR      output directory (created if missing)\n"
-            "  --dtype T      f32 (default, exact) or bf16 (half the size)\n");
+    fprintf(f, "usage: swarmtrain export --db PATH [--db PATH ...] --out DIR [--dtype f32|bf16]\n\n"
+               "Assembles one model from the newest stage checkpoints in the stores given (the\n"
+               "peers' stores of a swarm, one stage each, or one `train --db` store) and writes\n"
+               "DIR/model.safetensors (Hugging Face LLaMA tensor names) and DIR/config.json\n"
+               "(LlamaForCausalLM), loadable with transformers' from_pretrained(DIR).\n"
+               "Refuses checkpoints of different runs, stages whose newest checkpoints share no\n"
+               "step, and stores that lack a stage.\n\n"
+               "  --db PATH      a store (repeat for every peer's store)\n"
+               "  --out DIR      output directory (created if missing)\n"
+               "  --dtype T      f32 (default, exact) or bf16 (half the size)\n");
 }
 
 int cmd_export(int argc, char **argv)

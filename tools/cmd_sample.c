@@ -84,14 +84,19 @@ static int pick(const float *l, int V, double temp, int top_k, rng_t *r, double 
 
 int cmd_sample(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"db", required_argument, 0, 'd'},
-        {"prompt", required_argument, 0, 'p'},  {"tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
-        {"seed", required_argument, 0, 's'},    {"ids", no_argument, 0, 'i'},
-        {"logits", required_argument, 0, 'l'},  {"device", required_argument, 0, 'D'},
-        {"threads", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"tokens", required_argument, 0, 'n'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"top-k", required_argument, 0, 'k'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"ids", no_argument, 0, 'i'},
+                                         {"logits", required_argument, 0, 'l'},
+                                         {"device", required_argument, 0, 'D'},
+                                         {"threads", required_argument, 0, 'T'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *dbs[MAX_DBS], *dir = NULL, *prompt = "The ", *logits_path = NULL, *device = "cpu";
     int ndb = 0, ntok = 64, top_k = 0, ids = 0, threads = 1, c;
     double temp = 0.8;
@@ -205,8 +210,7 @@ int cmd_sample(int argc, char **argv)
         if (model_logits(m, tok, logits, err)) goto fail;
         if (g == 0 && logits_path) {
             if (!(lf = fopen(logits_path, "wb"))) {
-                status_set(err, STATUS_EIO, "%s: cannot create: %s", logits_path,
-                           strerror(errno));
+                status_set(err, STATUS_EIO, "%s: cannot create: %s", logits_path, strerror(errno));
                 goto fail;
             }
             size_t cnt = n * (size_t)V;

@@ -282,11 +282,12 @@ static int plot_stores(const store_data_t *d, int nd, const char *path, char *er
         if (d[i].nval) {
             line_t *l = &lines[nlines++];
             snprintf(l->label, sizeof l->label, "%s", base_name(d[i].path));
-            ser[1][ns[1]++] = (plot_series_t){.label = l->label,
-                                              .x = d[i].val_step,
-                                              .y = d[i].val_loss,
-                                              .n = d[i].nval,
-                                              .color = nst ? lines[nlines - 1 - nst].color : color++};
+            ser[1][ns[1]++] =
+                (plot_series_t){.label = l->label,
+                                .x = d[i].val_step,
+                                .y = d[i].val_loss,
+                                .n = d[i].nval,
+                                .color = nst ? lines[nlines - 1 - nst].color : color++};
         }
     }
     plot_panel_t panels[4] = {
@@ -339,7 +340,8 @@ static int metrics_stores(const store_data_t *d, int nd, const char *path, char 
         {"swarmtrain_step", "gauge", "Last training step with a metrics row in the store."},
         {"swarmtrain_loss", "gauge", "Training loss of that step (nats/token)."},
         {"swarmtrain_tokens_per_second", "gauge", "Tokens per second of that step."},
-        {"swarmtrain_bytes_sent_total", "counter", "Bytes the peer sent (train: stage-boundary bytes)."},
+        {"swarmtrain_bytes_sent_total", "counter",
+         "Bytes the peer sent (train: stage-boundary bytes)."},
         {"swarmtrain_bytes_received_total", "counter", "Bytes the peer received."},
         {"swarmtrain_metrics_timestamp_seconds", "gauge", "Unix time of that metrics row."},
         {"swarmtrain_val_loss", "gauge", "Last validation loss recorded (nats/token)."},
@@ -358,15 +360,17 @@ static int metrics_stores(const store_data_t *d, int nd, const char *path, char 
                 int n = last_rows(&d[i], rows, 64);
                 for (int q = 0; q < n; q++) {
                     const store_metric_t *m = rows[q];
-                    double v[6] = {(double)m->step, m->loss, m->tokens_per_s,
-                                   (double)m->bytes_sent, (double)m->bytes_recv, m->time};
+                    double v[6] = {(double)m->step,       m->loss,
+                                   m->tokens_per_s,       (double)m->bytes_sent,
+                                   (double)m->bytes_recv, m->time};
                     snprintf(stage, sizeof stage, "%d", m->stage);
                     if (isfinite(v[f])) prom_sample(p, kv, 2, v[f]);
                 }
             } else if (f < 8) {
                 if (d[i].nval)
                     prom_sample(p, kv, 1,
-                                f == 6 ? d[i].val_loss[d[i].nval - 1] : d[i].val_step[d[i].nval - 1]);
+                                f == 6 ? d[i].val_loss[d[i].nval - 1]
+                                       : d[i].val_step[d[i].nval - 1]);
             } else {
                 for (int c = 0; c < d[i].nck; c++) { /* newest first: the first of a stage */
                     int first = 1, count = 0;

@@ -43,10 +43,18 @@ int plot_ticks(double lo, double hi, int want, double *ticks, int max, double *s
 static void xml_text(FILE *f, const char *s)
 {
     for (; *s; s++) switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
         default:
             if ((unsigned char)*s >= 0x20) fputc(*s, f);
         }
@@ -56,8 +64,10 @@ static void xml_text(FILE *f, const char *s)
 static void tick_label(char *buf, size_t n, double v, double step)
 {
     const char *suffix = "";
-    if (fabs(step) >= 1e5) v /= 1e6, step /= 1e6, suffix = "M";
-    else if (fabs(step) >= 100 && (fabs(v) >= 1e4)) v /= 1e3, step /= 1e3, suffix = "k";
+    if (fabs(step) >= 1e5)
+        v /= 1e6, step /= 1e6, suffix = "M";
+    else if (fabs(step) >= 100 && (fabs(v) >= 1e4))
+        v /= 1e3, step /= 1e3, suffix = "k";
     int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     if (dec > 6) dec = 6;
     snprintf(buf, n, "%.*f%s", dec, v, suffix);
@@ -107,10 +117,9 @@ static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int t
     fprintf(f, "</text>\n");
     double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
     if (!panel_range(p, &x0, &x1, &y0, &y1)) {
-        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"fr\"/>\n", LEFT,
-                top, pw, ph);
-        fprintf(f,
-                "<text x=\"%d\" y=\"%d\" class=\"nd\" text-anchor=\"middle\">", LEFT + pw / 2,
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"fr\"/>\n", LEFT, top,
+                pw, ph);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"nd\" text-anchor=\"middle\">", LEFT + pw / 2,
                 top + ph / 2);
         xml_text(f, p->empty ? p->empty : "no data");
         fprintf(f, "</text>\n");
@@ -120,8 +129,8 @@ static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int t
     int nx, ny;
     nice_range(&x0, &x1, xt, &nx, &xs);
     nice_range(&y0, &y1, yt, &ny, &ys);
-#define PX(x) (LEFT + ((x) - x0) / (x1 - x0) * pw)
-#define PY(y) (top + ph - ((y) - y0) / (y1 - y0) * ph)
+#define PX(x) (LEFT + ((x)-x0) / (x1 - x0) * pw)
+#define PY(y) (top + ph - ((y)-y0) / (y1 - y0) * ph)
     char lab[48];
     for (int i = 0; i < nx; i++) {
         double X = PX(xt[i]);
@@ -147,8 +156,9 @@ static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int t
             top + ph + 36);
     xml_text(f, xlabel);
     fprintf(f, "</text>\n");
-    fprintf(f, "<clipPath id=\"c%d\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/></clipPath>\n",
-            top, LEFT, top - 3, pw, ph + 6);
+    fprintf(
+        f, "<clipPath id=\"c%d\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/></clipPath>\n",
+        top, LEFT, top - 3, pw, ph + 6);
     for (int i = 0; i < p->ns; i++) {
         const plot_series_t *s = &p->s[i];
         const char *col = palette[((s->color % NCOLORS) + NCOLORS) % NCOLORS];
@@ -188,9 +198,9 @@ static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int t
             break;
         }
         const char *col = palette[((p->s[i].color % NCOLORS) + NCOLORS) % NCOLORS];
-        fprintf(f,
-                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>\n",
-                lx, ly, lx + 22, ly, col);
+        fprintf(
+            f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>\n",
+            lx, ly, lx + 22, ly, col);
         fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"lg\">", lx + 28, ly + 4);
         xml_text(f, p->s[i].label);
         fprintf(f, "</text>\n");

@@ -1,7 +1,8 @@
 /* test_observe.c — the swarm in view: `status --metrics-file` checked line by line
  * against the Prometheus text exposition rules (and by promtool when installed), its
- * values against the training log, written atomically; `status --plot` an SVG document
- * whose elements balance, with a line per quantity and the stores in the legend. */
+ * values against the training log, written atomically; `status --prometheus` serving the
+ * same over HTTP; `status --plot` an SVG document whose elements balance, with a line per
+ * quantity and the stores in the legend. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +11,12 @@
 
 #include "testutil.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,12 +380,95 @@ static void test_plot(void **state)
     }
 }
 
+/* One HTTP/1.0 request to 127.0.0.1:port; the whole response into a new string. */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    assert_int_equal(send(fd, req, (size_t)n, 0), n);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = recv(fd, buf + len, cap - 1 - len, 0)) > 0) len += (size_t)r;
+    buf[len] = 0;
+    close(fd);
+    return buf;
+}
+
+/* status --prometheus serves the same document over HTTP, read afresh at each scrape. */
+static void test_prometheus_http(void **state)
+{
+    (void)state;
+    char db[512];
+    snprintf(db, sizeof db, "%s/http.db", dir);
+    assert_int_equal(run("train --data %s --steps 3 --threads 1 --val-batches 2 --db %s "
+                         ">/dev/null 2>&1",
+                         testutil_corpus(), db),
+                     0);
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        execl(testutil_bin(), "swarmtrain", "status", "--db", db, "--prometheus", "127.0.0.1:0",
+              (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    FILE *out = fdopen(pfd[0], "r");
+    char line[256] = "";
+    assert_non_null(fgets(line, sizeof line, out));
+    const char *colon = strrchr(line, ':');
+    assert_non_null(colon);
+    int port = atoi(colon + 1);
+    assert_true(port > 0);
+
+    char *resp = http_get(port, "/metrics");
+    assert_true(!strncmp(resp, "HTTP/1.0 200 OK\r\n", 17));
+    assert_non_null(strstr(resp, "Content-Type: text/plain; version=0.0.4"));
+    const char *body = strstr(resp, "\r\n\r\n");
+    assert_non_null(body);
+    body += 4;
+    const char *cl = strstr(resp, "Content-Length: ");
+    assert_non_null(cl);
+    assert_int_equal(atol(cl + 16), strlen(body));
+    int n;
+    const char *why = check_exposition(body, &n);
+    if (why) fail_msg("exposition rule broken: %s", why);
+    assert_non_null(strstr(body, "swarmtrain_step{store=\""));
+    assert_non_null(strstr(body, "\",stage=\"0\"} 2\n"));
+    free(resp);
+    /* a second scrape after more training sees the new rows */
+    assert_int_equal(run("train --data %s --steps 5 --threads 1 --val-batches 2 --db %s "
+                         ">/dev/null 2>&1",
+                         testutil_corpus(), db),
+                     0);
+    resp = http_get(port, "/metrics?x=1");
+    assert_non_null(strstr(resp, "HTTP/1.0 200 OK"));
+    assert_non_null(strstr(resp, "\",stage=\"0\"} 4\n"));
+    free(resp);
+    resp = http_get(port, "/other");
+    assert_true(!strncmp(resp, "HTTP/1.0 404", 12));
+    free(resp);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    fclose(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validator_catches),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_plot),
+        cmocka_unit_test(test_prometheus_http),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

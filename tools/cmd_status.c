@@ -11,13 +11,18 @@
 #include "tools/plot.h"
 #include "tools/prom.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -330,10 +335,11 @@ static int last_rows(const store_data_t *d, const store_metric_t **rows, int max
     return n;
 }
 
-static int metrics_stores(const store_data_t *d, int nd, const char *path, char *err)
+/* The stores' metrics as an exposition document; NULL when out of memory. */
+static prom_t *metrics_build(const store_data_t *d, int nd)
 {
     prom_t *p = prom_new();
-    if (!p) return status_set(err, STATUS_ENOMEM, "out of memory");
+    if (!p) return NULL;
     static const struct {
         const char *name, *type, *help;
     } fam[] = {
@@ -386,10 +392,129 @@ static int metrics_stores(const store_data_t *d, int nd, const char *path, char 
             }
         }
     }
+    return p;
+}
+
+static int metrics_stores(const store_data_t *d, int nd, const char *path, char *err)
+{
+    prom_t *p = metrics_build(d, nd);
+    if (!p) return status_set(err, STATUS_ENOMEM, "out of memory");
     int rc = path ? prom_write(p, path, err) : 0;
     if (!path) fputs(prom_text(p), stdout);
     prom_destroy(&p);
     return rc;
+}
+
+static int send_all(int fd, const char *buf, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w <= 0) return -1;
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One HTTP exchange: GET /metrics (the stores read afresh) or 404. The request is read
+ * with a deadline and at most 4 KiB of it; anything but a GET line is refused. */
+static void serve_one(int fd, const char *const *dbs, int ndb)
+{
+    char req[4096];
+    size_t got = 0;
+    struct timeval tv = {.tv_sec = 2};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    while (got < sizeof req - 1) { /* up to the end of the headers */
+        ssize_t r = recv(fd, req + got, sizeof req - 1 - got, 0);
+        if (r <= 0) break;
+        got += (size_t)r;
+        req[got] = 0;
+        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n")) break;
+    }
+    req[got] = 0;
+    int is_get = !strncmp(req, "GET ", 4), head = !strncmp(req, "HEAD ", 5);
+    const char *target = req + (is_get ? 4 : 5);
+    size_t tl = strcspn(target, " ?\r\n");
+    char hdr[256];
+    if ((!is_get && !head) || tl != 8 || strncmp(target, "/metrics", 8)) {
+        static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
+                                 "Content-Length: 17\r\nConnection: close\r\n\r\n"
+                                 "try GET /metrics\n";
+        send_all(fd, nf, sizeof nf - 1);
+        return;
+    }
+    char err[STATUS_ERR_LEN];
+    store_data_t d[MAX_DBS];
+    int rc = 0, n = 0;
+    for (; n < ndb && !rc; n++) rc = store_data_load(dbs[n], &d[n], err);
+    if (rc) n--;
+    prom_t *p = rc ? NULL : metrics_build(d, n);
+    for (int i = 0; i < n; i++) store_data_free(&d[i]);
+    if (!p) {
+        if (!rc) snprintf(err, sizeof err, "out of memory");
+        snprintf(hdr, sizeof hdr,
+                 "HTTP/1.0 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                 strlen(err) + 1);
+        if (!send_all(fd, hdr, strlen(hdr)) && !head) {
+            send_all(fd, err, strlen(err));
+            send_all(fd, "\n", 1);
+        }
+        return;
+    }
+    const char *body = prom_text(p);
+    snprintf(hdr, sizeof hdr,
+             "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+             strlen(body));
+    if (!send_all(fd, hdr, strlen(hdr)) && !head) send_all(fd, body, strlen(body));
+    prom_destroy(&p);
+}
+
+/* --prometheus [HOST:]PORT: an HTTP endpoint for a Prometheus server to scrape, one
+ * request at a time, until killed. Port 0 picks a free port; the address is printed. */
+static int serve_metrics(const char *const *dbs, int ndb, const char *spec)
+{
+    char host[256] = "0.0.0.0";
+    const char *colon = strrchr(spec, ':'), *port_s = spec;
+    if (colon) {
+        size_t hl = (size_t)(colon - spec);
+        if (hl >= sizeof host) hl = sizeof host - 1;
+        memcpy(host, spec, hl);
+        host[hl] = 0;
+        port_s = colon + 1;
+    }
+    char *end;
+    long port = strtol(port_s, &end, 10);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (*end || port < 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+        fprintf(stderr, "swarmtrain status: --prometheus %s: want [IPv4:]PORT\n", spec);
+        return 2;
+    }
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+        fprintf(stderr, "swarmtrain status: --prometheus %s: %s\n", spec, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    socklen_t al = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    printf("status: serving the stores' metrics at http://%s:%u/metrics\n", host,
+           (unsigned)ntohs(a.sin_port));
+    fflush(stdout);
+    for (;;) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0) {
+            if (errno == EINTR) continue;
+            fprintf(stderr, "swarmtrain status: accept: %s\n", strerror(errno));
+            close(fd);
+            return 1;
+        }
+        serve_one(c, dbs, ndb);
+        close(c);
+    }
 }
 
 /* --plot and --metrics-file over the stores, once or every `watch` seconds. */
@@ -416,13 +541,18 @@ static int report_stores(const char *const *dbs, int ndb, const char *plot, cons
 
 int cmd_status(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"connect", required_argument, 0, 'c'}, {"json", no_argument, 0, 'j'},
-        {"watch", optional_argument, 0, 'w'},   {"timeout", required_argument, 0, 't'},
-        {"db", required_argument, 0, 'd'},      {"verify", no_argument, 0, 'v'},
-        {"plot", required_argument, 0, 'p'},    {"metrics-file", required_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    const char *ep = NULL, *dbs[MAX_DBS], *plot = NULL, *mfile = NULL;
+    static const struct option opts[] = {{"connect", required_argument, 0, 'c'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"watch", optional_argument, 0, 'w'},
+                                         {"timeout", required_argument, 0, 't'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"verify", no_argument, 0, 'v'},
+                                         {"plot", required_argument, 0, 'p'},
+                                         {"metrics-file", required_argument, 0, 'm'},
+                                         {"prometheus", required_argument, 0, 'P'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *ep = NULL, *dbs[MAX_DBS], *plot = NULL, *mfile = NULL, *prom = NULL;
     int as_json = 0, c, timeout_ms = 3000, verify = 0, ndb = 0;
     double watch = 0;
     optind = 1;
@@ -456,13 +586,17 @@ int cmd_status(int argc, char **argv)
         case 'm':
             mfile = optarg;
             break;
+        case 'P':
+            prom = optarg;
+            break;
         case 'h':
             printf(
                 "usage: swarmtrain status --connect ENDPOINT [--json] [--watch[=SECONDS]] "
                 "[--timeout MS]\n"
                 "       swarmtrain status --db PATH [--db PATH ...] [--json] [--verify]\n"
                 "       swarmtrain status --db PATH [--db PATH ...] [--plot FILE.svg]\n"
-                "                         [--metrics-file PATH] [--watch[=SECONDS]]\n\n"
+                "                         [--metrics-file PATH] [--watch[=SECONDS]]\n"
+                "       swarmtrain status --db PATH [--db PATH ...] --prometheus [IPv4:]PORT\n\n"
                 "Asks any live peer for its view of the swarm: pools (stage, peers, throughput,\n"
                 "step, loss) and peers (id, address, stage, state, uptime, microbatches served,\n"
                 "bytes in and out, retries, rejected messages). --json prints the document as\n"
@@ -473,20 +607,24 @@ int cmd_status(int argc, char **argv)
                 "training loss, validation loss, tokens/s and wire MB/s, a line per stage\n"
                 "and store. --metrics-file PATH writes them in the Prometheus text format\n"
                 "(atomically, for node_exporter's textfile collector; '-' prints them).\n"
-                "With --watch, both are rewritten every SECONDS.\n");
+                "With --watch, both are rewritten every SECONDS. --prometheus [IPv4:]PORT\n"
+                "serves them over HTTP at /metrics for a Prometheus server to scrape (the\n"
+                "stores read at each scrape; port 0 picks one; default address 0.0.0.0).\n");
             return 0;
         default:
             return 2;
         }
     }
-    if (ndb && !ep && optind == argc && (plot || mfile))
+    if (ndb && !ep && optind == argc && prom && !plot && !mfile)
+        return serve_metrics(dbs, ndb, prom);
+    if (ndb && !ep && optind == argc && (plot || mfile) && !prom)
         return report_stores(dbs, ndb, plot, mfile, watch);
     if (ndb && !ep && optind == argc) {
         int rc = 0;
         for (int i = 0; i < ndb && !rc; i++) rc = show_store(dbs[i], as_json, verify);
         return rc;
     }
-    if (!ep || ndb || optind < argc || timeout_ms <= 0 || watch < 0 || plot || mfile) {
+    if (!ep || ndb || optind < argc || timeout_ms <= 0 || watch < 0 || plot || mfile || prom) {
         fprintf(stderr, "usage: swarmtrain status --connect ENDPOINT [--json] [--watch[=SECONDS]]\n"
                         "       swarmtrain status --db PATH [--db PATH ...] [--json] [--verify]\n"
                         "       swarmtrain status --db PATH ... [--plot FILE.svg] "

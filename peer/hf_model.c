@@ -69,6 +69,8 @@ size_t hf_model_config_json(const model_config_t *c, int dtype, char *buf, size_
                      "  \"tie_word_embeddings\": false,\n"
                      "  \"initializer_range\": 0.02,\n"
                      "  \"use_cache\": true,\n"
+                     "  \"bos_token_id\": null,\n"
+                     "  \"eos_token_id\": null,\n"
                      "  \"torch_dtype\": \"%s\"\n"
                      "}\n",
                      c->dim, c->ffn, c->n_layers, c->n_heads, c->n_heads, c->dim / c->n_heads,

@@ -96,8 +96,14 @@ def main():
     a = ap.parse_args()
 
     cfg = json.load(open(os.path.join(a.model, "config.json")))
-    raw = load_file(os.path.join(a.model, "model.safetensors"))
-    W = {k: v.astype(np.float64) for k, v in raw.items()}
+    path = os.path.join(a.model, "model.safetensors")
+    try:
+        raw = load_file(path)
+        W = {k: v.astype(np.float64) for k, v in raw.items()}
+    except TypeError:  # bfloat16, which numpy lacks: read it with torch instead
+        from safetensors.torch import load_file as load_torch
+        raw = load_torch(path)
+        W = {k: v.double().numpy() for k, v in raw.items()}
     V = cfg["vocab_size"]
     ctx = cfg["max_position_embeddings"]
     prompt = list(a.prompt.encode())
@@ -137,8 +143,10 @@ def main():
             # transformers keeps absolute positions past max_position_embeddings where
             # sample slides its window: compare within the window
             n = min(a.tokens, max(0, ctx - len(prompt)))
-            hf_ids = m.generate(torch.tensor([prompt]), max_new_tokens=n,
-                                do_sample=False)[0].tolist()
+            x = torch.tensor([prompt])
+            hf_ids = prompt if n == 0 else m.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
+                pad_token_id=0)[0].tolist()
         hdiff = float(np.max(np.abs(hf - ours)))
         print(f"transformers LlamaForCausalLM: max abs logit difference {hdiff:.3e}")
         same_hf = hf_ids == ours_ids[:len(hf_ids)]

@@ -103,7 +103,9 @@ static void nice_range(double *lo, double *hi, double *ticks, int *nt, double *s
     *nt = plot_ticks(*lo, *hi, 5, ticks, MAX_TICKS, step);
 }
 
-static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int top)
+/* [gx0, gx1]: the x range every panel shares, so that a step lines up across panels. */
+static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int top, double gx0,
+                       double gx1)
 {
     int pw = WIDTH - LEFT - LEGEND, ph = PANEL_H;
     fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"pt\">", LEFT, top - 10);
@@ -125,6 +127,7 @@ static void draw_panel(FILE *f, const plot_panel_t *p, const char *xlabel, int t
         fprintf(f, "</text>\n");
         return;
     }
+    x0 = gx0, x1 = gx1;
     double xt[MAX_TICKS], yt[MAX_TICKS], xs, ys;
     int nx, ny;
     nice_range(&x0, &x1, xt, &nx, &xs);
@@ -232,7 +235,17 @@ int plot_svg_write(const char *path, const char *title, const char *xlabel,
     fprintf(f, "<text x=\"%d\" y=\"26\" class=\"tt\">", LEFT);
     xml_text(f, title);
     fprintf(f, "</text>\n");
-    for (int i = 0; i < np; i++) draw_panel(f, &panels[i], xlabel, TOP + 22 + i * (PANEL_H + GAP));
+    double gx0 = 0, gx1 = 0;
+    int any = 0;
+    for (int i = 0; i < np; i++) {
+        double a, b, c, d;
+        if (!panel_range(&panels[i], &a, &b, &c, &d)) continue;
+        if (!any || a < gx0) gx0 = a;
+        if (!any || b > gx1) gx1 = b;
+        any = 1;
+    }
+    for (int i = 0; i < np; i++)
+        draw_panel(f, &panels[i], xlabel, TOP + 22 + i * (PANEL_H + GAP), gx0, gx1);
     fprintf(f, "</svg>\n");
     int bad = ferror(f);
     if (fclose(f) || bad || rename(tmp, path)) {

@@ -78,7 +78,6 @@ void step_reset(peer_t *p)
     p->exch_sent = 0;
     p->exch_wait_since = 0;
     stage_zero_grads(p->st);
-    custody_drop_before(p, p->step);
 }
 
 /* This member's message: DeMo stage message, or its dense gradient sum (AdamW: the pool
@@ -286,6 +285,26 @@ static int held(peer_t *p, const pool_msg_t **out, int cap, const msg_member_t *
     return k;
 }
 
+/* One line on what this member waits for, when its pool has not stepped for 10 s. */
+static void report_stall(peer_t *p, int complete, int exch_missing)
+{
+    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0) return;
+    p->stall_logged_at = p->now;
+    char bits[65];
+    int k = 0;
+    for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->ubuf, i) ? '1' : '0';
+    bits[k] = 0;
+    int held = 0;
+    for (int i = 0; i < p->nmbs; i++) held += p->mbs[i].used;
+    log_warn("peer: stage %d step %" PRId64 " has not moved for %.0f s: counted %s (mine %u), %s, "
+             "%d microbatch(es) held, %d queued, stage 0 at %" PRId64,
+             p->stage, p->step, p->now - p->step_t0, bits, pool_mine_count(p->pool),
+             !complete ? "waiting for microbatches"
+             : exch_missing ? "waiting for exchange messages"
+                            : "ready",
+             held, p->npending, view_max_step(&p->view, 0));
+}
+
 int step_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING || p->step >= p->run.steps) return 0;
@@ -298,6 +317,7 @@ int step_tick(peer_t *p)
         complete = missing == 1; /* the planted bug: a pool that steps one microbatch short */
     }
     if (!complete) {
+        report_stall(p, 0, 0);
         /* stage 0 moved on: what this pool still misses was lost with a member */
         if (p->stage != 0 && contributing(p) && view_max_step(&p->view, 0) > p->step &&
             p->now - p->redo_asked_at > 2.0) {
@@ -340,6 +360,7 @@ int step_tick(peer_t *p)
     if (!msgs) return STATUS_ENOMEM;
     int missing, k = held(p, msgs, n + 1, own, n, &missing);
     if (missing) {
+        report_stall(p, 1, missing);
         request_missing(p, own, n);
         if (p->now - p->exch_wait_since < 30.0 || !contributing(p)) {
             free(msgs);

@@ -157,8 +157,6 @@ static int64_t join_margin(const peer_t *p)
 /* Applies the pool's update for this step from msgs[0, n) and moves to the next step. */
 static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 {
-    const uint8_t *bodies[n ? n : 1];
-    size_t lens[n ? n : 1];
     uint32_t total = 0;
     int m = 0;
     if (pool_vote_lost(msgs, n, p->my_hash, p->self.serving_from, p->id)) {
@@ -167,7 +165,12 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     }
     size_t nb = pool_bitmap_bytes(p->pool);
     uint8_t *counted = calloc(nb, 1);
-    if (!counted) return STATUS_ENOMEM;
+    const uint8_t **bodies = malloc((size_t)(n ? n : 1) * sizeof *bodies);
+    size_t *lens = malloc((size_t)(n ? n : 1) * sizeof *lens);
+    if (!counted || !bodies || !lens) {
+        free(counted), free(bodies), free(lens);
+        return STATUS_ENOMEM;
+    }
     int twice = 0;
     for (int i = 0; i < n; i++) {
         if (!p->dopt && !dense_ok(p, msgs[i])) {
@@ -202,6 +205,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         }
         free(sum);
     }
+    free(bodies);
+    free(lens);
     if (rc) {
         free(counted);
         return rc;

@@ -151,10 +151,11 @@ static int setup_stage(peer_t *p)
     p->started = calloc(nb, 1);
     p->ubuf = calloc(nb, 1);
     p->redo_for = calloc(nb, 1);
+    p->sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->mbs || !p->started || !p->ubuf || !p->redo_for || !p->pool || !p->host_tok ||
+    if (!p->mbs || !p->started || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
         !p->wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
@@ -621,6 +622,7 @@ void peer_destroy(peer_t **pp)
     free(p->started);
     free(p->ubuf);
     free(p->redo_for);
+    free(p->sent_bits);
     free(p->val_got);
     free(p->host_tok);
     free(p->grad_save);

@@ -95,7 +95,8 @@ struct peer {
     int64_t redo_step;
     double loss_sum; /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
-    int exch_sent;
+    int exch_sent;     /* parts of this member's message sent this step */
+    uint8_t *sent_bits; /* microbatches those parts counted */
     double exch_wait_since, progress_at, redo_asked_at, exch_req_at;
     uint64_t my_hash; /* parameter hash at the start of this step */
     double step_t0;

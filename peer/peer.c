@@ -37,6 +37,15 @@ peer_options_t peer_defaults(void)
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
+/* Whether training has begun: some other member has served a microbatch or stepped. */
+int peer_swarm_started(const peer_t *p)
+{
+    for (int i = 0; i < p->view.n; i++)
+        if (!peer_is_self(p, p->view.m[i].id) && (p->view.m[i].step > 0 || p->view.m[i].served > 0))
+            return 1;
+    return p->step > 0 || p->served > 0;
+}
+
 int peer_is_self(const peer_t *p, const uint8_t *id)
 {
     return !memcmp(p->id, id, MSG_ID_LEN);
@@ -217,11 +226,7 @@ static void begin_serving(peer_t *p)
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
      * Before the run has started there is nothing to miss. */
-    int started = 0;
-    for (int i = 0; i < p->view.n; i++)
-        started |= !peer_is_self(p, p->view.m[i].id) &&
-                   (p->view.m[i].step > 0 || p->view.m[i].served > 0);
-    p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
+    p->self.serving_from = p->downloaded && peer_swarm_started(p) ? p->step + 1000 : p->step;
     p->followed = 0;
     p->step_t0 = p->now;
     p->follow_since = p->now;
@@ -349,8 +354,17 @@ static int on_welcome(peer_t *p, const net_ev_t *ev)
         return status_set(p->err, STATUS_EMALFORMED, "malformed WELCOME from %s", p->po.join);
     memcpy(p->run_text, ev->frame[0], ev->frame_len[0]);
     p->run_text[ev->frame_len[0]] = 0;
+    /* the swarm's own settings follow the training run's, as "swarm.key=value" lines */
+    char train_text[sizeof p->run_text];
+    memcpy(train_text, p->run_text, sizeof train_text);
+    char *sw = strstr(train_text, "swarm.");
+    if (sw && (sw == train_text || sw[-1] == '\n')) {
+        if (sscanf(sw, "swarm.wait_peers=%d", &p->wait_peers) != 1 || p->wait_peers < 0)
+            return status_set(p->err, STATUS_EMALFORMED, "run text: bad swarm settings");
+        *sw = 0;
+    }
     p->run = train_defaults();
-    if (train_options_from_text(&p->run, p->run_text, p->err)) return STATUS_EMALFORMED;
+    if (train_options_from_text(&p->run, train_text, p->err)) return STATUS_EMALFORMED;
     p->swarm = ev->msg.swarm;
     p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
@@ -363,7 +377,9 @@ static int hello_tick(peer_t *p)
 {
     if (p->po.is_new) {
         p->run = p->po.run;
-        train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
+        size_t n = train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
+        p->wait_peers = p->po.wait_peers;
+        snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->wait_peers);
         uint64_t salt;
         memcpy(&salt, p->id, 8);
         p->swarm = rng_mix(rng_hash_str(p->run_text), salt);

@@ -66,6 +66,7 @@ struct peer {
     uint8_t id[MSG_ID_LEN];
     uint64_t swarm;
     char run_text[4096];
+    int wait_peers; /* the run's swarm.wait_peers: stage 0 starts once this many serve */
     int phase;
     double phase_at;  /* when the phase began */
     double hello_at;  /* last HELLO */
@@ -135,6 +136,7 @@ struct peer {
 int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
               const size_t *len);
 int peer_is_self(const peer_t *p, const uint8_t *id);
+int peer_swarm_started(const peer_t *p);
 const char *peer_idhex(const uint8_t *id, char buf[9]);
 uint64_t peer_param_hash(peer_t *p);
 void peer_push_self(peer_t *p);

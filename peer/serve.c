@@ -378,10 +378,12 @@ int serve_source(peer_t *p)
     int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
     if (me < 0) return 0;
     if (p->step < p->run.steps) {
-        if (p->step == 0 && !p->go) { /* a new swarm waits for its first peers */
+        if (p->step == 0 && !p->go) {
+            /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
+             * founding peer set; every stage-0 peer applies it), unless it has started. */
             int serving = 0;
             for (int i = 0; i < p->view.n; i++) serving += p->view.m[i].state == MEMBER_SERVING;
-            if (serving < p->po.wait_peers) return 0;
+            if (serving < p->wait_peers && !peer_swarm_started(p)) return 0;
             if (p->go_at == 0) p->go_at = p->now + 4 * 0.25; /* let gossip settle */
             if (p->now < p->go_at) return 0;
             p->go = 1;

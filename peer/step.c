@@ -300,7 +300,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 /* One line on what this member waits for, when its pool has not stepped for 10 s. */
 static void report_stall(peer_t *p, int complete, int exch_missing)
 {
-    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0) return;
+    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0 || !peer_swarm_started(p))
+        return;
     p->stall_logged_at = p->now;
     char bits[65];
     int k = 0;

@@ -157,14 +157,13 @@ static int setup_stage(peer_t *p)
     size_t nb = ((size_t)p->M + 7) / 8;
     p->nmbs = p->nslots + 2 * po->in_flight + 8;
     p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
-    p->started = calloc(nb, 1);
     p->ubuf = calloc(nb, 1);
     p->redo_for = calloc(nb, 1);
     p->sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->mbs || !p->started || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
+    if (!p->mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
         !p->wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
@@ -205,7 +204,14 @@ static void on_state_req(peer_t *p, const msg_t *m)
     }
     /* a fresh request is served from the current step; the chunks of that snapshot are
      * served as long as nobody asks for a newer one */
-    if (m->step < 0 && p->snap.step != p->step && take_snapshot(p)) return;
+    /* Joiners that ask at about the same time share one snapshot (a newer one would
+     * refuse the chunks of the older); it may be a few steps old: they catch up through
+     * the pool's kept exchange messages. */
+    if (m->step < 0 && p->snap.step != p->step &&
+        (p->snap.step < 0 || p->snap.step < p->step - (STEP_KEEP - 4) || p->now - p->snap_at > 5.0)) {
+        if (take_snapshot(p)) return;
+        p->snap_at = p->now;
+    }
     const uint8_t *data;
     size_t len;
     msg_t rep;
@@ -237,6 +243,19 @@ static void begin_serving(peer_t *p)
 
 int peer_start_download(peer_t *p, const char *why)
 {
+    /* what it holds goes back to the senders (they re-route at once) */
+    for (int i = 0; i < p->nmbs; i++) {
+        mbrec_t *r = &p->mbs[i];
+        if (!r->used) continue;
+        if (!peer_is_self(p, r->prev)) {
+            msg_t n = {.type = MSG_NACK, .mb = r->mb, .stage = (int16_t)p->stage};
+            n.mb.attempt = r->in_attempt;
+            snprintf(n.text, sizeof n.text, "re-syncing");
+            peer_send(p, r->prev, &n, 0, NULL, NULL);
+        }
+        custody_drop(r);
+    }
+    while (p->npending) serve_dequeue(p, p->npending - 1);
     xfer_destroy(&p->xfer);
     if (!(p->xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
@@ -433,8 +452,15 @@ static int on_view(peer_t *p, const net_ev_t *ev)
 
 static int on_data(peer_t *p, const net_ev_t *ev)
 {
-    if (!p->st || p->phase == PHASE_DOWNLOAD || ev->nframes != msg_payloads(ev->msg.type))
+    if (!p->st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
+    if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
+        if (ev->msg.type == MSG_FWD) {
+            msg_t n = {.type = MSG_NACK, .mb = ev->msg.mb, .stage = ev->msg.stage};
+            snprintf(n.text, sizeof n.text, "re-syncing");
+            peer_send(p, ev->msg.sender, &n, 0, NULL, NULL);
+        }
         return 0;
+    }
     fault_point(p, &ev->msg);
     return serve_enqueue(p, ev);
 }
@@ -535,8 +561,9 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
 
 /* ---- timers and work ------------------------------------------------------------------- */
 
-/* A follower whose pool moved on without it (no update for 2 s while others are ahead)
- * downloads the state again. */
+/* A follower catches up on the pool's updates through the kept exchange messages
+ * (step.c); when it is further behind than the messages are kept, or gets no update for
+ * 10 s while the pool is ahead, it downloads the state again. */
 static int follow_tick(peer_t *p)
 {
     if (p->self.serving_from <= p->step) return 0;
@@ -544,9 +571,12 @@ static int follow_tick(peer_t *p)
         p->follow_step = p->step;
         p->follow_since = p->now;
     }
-    if (p->now - p->follow_since <= 2.0) return 0;
-    p->follow_since = p->now;
-    if (!view_stage_ahead(&p->view, p->stage, p->step + 1, p->id)) return 0;
+    int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
+    if (ahead <= STEP_KEEP - 2 && p->now - p->follow_since <= 10.0) return 0;
+    if (ahead <= 1) {
+        p->follow_since = p->now;
+        return 0;
+    }
     return peer_start_download(p, "fell behind the pool while following");
 }
 
@@ -635,7 +665,6 @@ void peer_destroy(peer_t **pp)
     while (p->npending) serve_dequeue(p, p->npending - 1);
     free(p->pending);
     pool_destroy(&p->pool);
-    free(p->started);
     free(p->ubuf);
     free(p->redo_for);
     free(p->sent_bits);

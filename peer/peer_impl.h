@@ -90,7 +90,6 @@ struct peer {
     /* the pool's step */
     pool_t *pool;
     int64_t step;      /* this pool's step: microbatches of this step are counted */
-    uint8_t *started;  /* stage 0: indices this peer started at this step */
     uint8_t *ubuf;     /* scratch: the pool's union */
     uint8_t *redo_for; /* stage 0: indices of `redo_step` re-run on request */
     int64_t redo_step;
@@ -106,6 +105,7 @@ struct peer {
     /* state transfer */
     xfer_t *xfer;
     xfer_snap_t snap;
+    double snap_at;
     int downloaded; /* the state came from the pool */
     const char *download_why;
     double xfer_t0;
@@ -162,6 +162,7 @@ void serve_dequeue(peer_t *p, int i);
 void serve_note_throughput(peer_t *p, double seconds);
 
 /* step.c */
+#define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */
 void step_count(peer_t *p, uint32_t index);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 int step_tick(peer_t *p);
@@ -170,6 +171,5 @@ int step_on_exch(peer_t *p, const net_ev_t *ev);
 void step_on_exch_req(peer_t *p, const msg_t *m);
 void step_on_progress(peer_t *p, const net_ev_t *ev);
 void step_on_redo(peer_t *p, const net_ev_t *ev);
-void step_on_error(peer_t *p, const msg_t *m);
 
 #endif

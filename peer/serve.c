@@ -374,6 +374,7 @@ int serve_source(peer_t *p)
         p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
         return 1;
     }
+    if (p->self.serving_from > p->step) return 0; /* a follower sources nothing */
     const msg_member_t *own;
     int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
     if (me < 0) return 0;

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEEP_STEPS 8 /* exchange messages kept for relays and followers */
 
 static int pool_members(peer_t *p, const msg_member_t **out)
 {
@@ -72,8 +71,7 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
 
 void step_reset(peer_t *p)
 {
-    pool_begin(p->pool, p->step, KEEP_STEPS);
-    memset(p->started, 0, pool_bitmap_bytes(p->pool));
+    pool_begin(p->pool, p->step, STEP_KEEP);
     p->loss_sum = 0, p->loss_n = 0;
     p->exch_sent = 0;
     memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
@@ -222,7 +220,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                 twice += pool_bit(counted, b);
                 pool_set_bit(counted, b);
             }
-        total += msgs[i]->count;
+        for (int b = 0; b < p->M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
         if (p->dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
@@ -388,7 +386,9 @@ int step_tick(peer_t *p)
     if (p->phase != PHASE_SERVING || p->step >= p->run.steps) return 0;
     if (pool_mine_count(p->pool) && p->now - p->progress_at > 0.5) send_progress(p);
     pool_seen(p);
-    int complete = pool_all(p->pool, p->ubuf);
+    /* a follower goes by the messages alone: it may be catching up on steps the pool
+     * finished before it arrived, whose progress it never heard */
+    int complete = !contributing(p) || pool_all(p->pool, p->ubuf);
     if (!complete && p->po.plant_bug == 1 && p->step == 1) {
         int missing = 0;
         for (int i = 0; i < p->M; i++) missing += !pool_bit(p->ubuf, i);
@@ -408,6 +408,11 @@ int step_tick(peer_t *p)
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
     int missing = missing_messages(p, own, n);
+    if (!contributing(p)) { /* a follower needs someone's update to follow */
+        int others = 0;
+        for (int i = 0; i < n; i++) others += !peer_is_self(p, own[i].id);
+        if (!others) missing = 1;
+    }
     if (missing && !(p->po.plant_bug == 1 && p->step == 1)) {
         report_stall(p, 1, missing);
         if (p->now - p->exch_wait_since < 30.0 || !contributing(p)) return 0;
@@ -432,7 +437,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
     if (!p->st || m->stage != p->stage || ev->nframes != 2) return 0;
-    if (m->step < p->step - KEEP_STEPS || m->step > p->step + 4) return 0;
+    if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->dopt && demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
         p->rejected++; /* the pool steps without it; hashes catch a peer that diverges */
@@ -484,10 +489,4 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
     for (size_t i = 0; i < nb; i++) p->redo_for[i] |= ev->frame[0][i];
     /* bits past M in the last byte are not microbatches */
     for (int i = p->M; i < (int)(nb * 8); i++) p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
-}
-
-void step_on_error(peer_t *p, const msg_t *m)
-{
-    (void)p;
-    (void)m;
 }

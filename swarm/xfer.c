@@ -153,10 +153,9 @@ int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, do
 void xfer_on_refusal(xfer_t *x, const uint8_t from[MSG_ID_LEN])
 {
     (void)from;
-    /* every chunk not in yet is asked again at once, from whoever has the snapshot */
-    for (int c = 0; c < x->nchunks; c++)
-        if (!x->got[c]) x->asked_at[c] = 0;
-    if (x->step >= 0 && x->received == 0) restart(x);
+    /* the snapshot is gone at that donor (it took a newer one): start over from the
+     * snapshot the donors offer now */
+    if (!x->verified) restart(x);
 }
 
 int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n, double retry_s,

@@ -148,7 +148,8 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         } else if (!strcmp(line, "data_sha256")) {
             size_t k = strspn(v, "0123456789abcdef");
             if (k != 64 || v[k])
-                rc = status_set(err, STATUS_EMALFORMED, "run text: data_sha256 is not 64 hex digits");
+                rc = status_set(err, STATUS_EMALFORMED,
+                                "run text: data_sha256 is not 64 hex digits");
             else
                 memcpy(o->data_sha256, v, 65);
         } else if (!strcmp(line, "codec")) {

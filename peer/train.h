@@ -24,8 +24,8 @@ typedef struct {
      * Empty strings: a local file, not checked (and absent from the run text). */
     char data_url[1024];
     char data_sha256[65];
-    const char *device;    /* "cpu", "ref", "cuda", "auto" */
-    int threads;           /* <= 0: all cores */
+    const char *device; /* "cpu", "ref", "cuda", "auto" */
+    int threads;        /* <= 0: all cores */
     int steps;
     int accum; /* microbatches per optimizer step */
     uint64_t seed;

@@ -22,9 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MANIFEST_MAGIC "swarmtrain-manifest 1"
-#define LIST_MAX (1 << 20)        /* bootstrap lists and manifests are small */
-#define MANIFEST_MAX_SHARDS 65536 /* more than any corpus needs, few enough to hold */
+#define MANIFEST_MAGIC      "swarmtrain-manifest 1"
+#define LIST_MAX            (1 << 20) /* bootstrap lists and manifests are small */
+#define MANIFEST_MAX_SHARDS 65536     /* more than any corpus needs, few enough to hold */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static int curl_ok;
@@ -283,7 +283,7 @@ static size_t on_body(char *buf, size_t size, size_t nmemb, void *ctx)
             return 0;
         }
         if (x->code != 206) { /* remember the validator for a later If-Range */
-            char ep[4200];
+            char ep[4300];
             snprintf(ep, sizeof ep, "%s.etag", x->part);
             FILE *f = fopen(ep, "w");
             if (f) {
@@ -344,7 +344,10 @@ static int explain(CURLcode cc, long code, const xfer_t *x, const char *url, con
     case CURLE_COULDNT_RESOLVE_HOST:
         return status_set(err, STATUS_ENET, "cannot resolve the host of %s (%s)", url, cerr);
     case CURLE_COULDNT_CONNECT:
-        return status_set(err, STATUS_ENET, "cannot reach the server of %s: %s", url, cerr);
+        return status_set(
+            err, STATUS_ENET,
+            "cannot reach the server of %s: %s (is the server up, the host and port right?)", url,
+            cerr);
     case CURLE_HTTP_RETURNED_ERROR:
         if (code == 404)
             return status_set(err, STATUS_ENOTFOUND,
@@ -369,8 +372,7 @@ static int explain(CURLcode cc, long code, const xfer_t *x, const char *url, con
                               x->mem_max);
         return status_set(err, STATUS_EIO, "cannot write %s: %s", x->part, strerror(x->werrno));
     case CURLE_OPERATION_TIMEDOUT:
-        return status_set(err, STATUS_ETIMEOUT,
-                          "%s: no data for %ld s after %lld bytes%s", url,
+        return status_set(err, STATUS_ETIMEOUT, "%s: no data for %ld s after %lld bytes%s", url,
                           o && o->stall_timeout_s > 0 ? o->stall_timeout_s : 30L, have,
                           x->fd >= 0 ? "; the partial file is kept and resumes next time" : "");
     case CURLE_PARTIAL_FILE:
@@ -396,7 +398,7 @@ static int download(const char *url, const char *part, const http_opts_t *o, cha
 {
     int retries = o && o->retries ? (o->retries < 0 ? 0 : o->retries) : 3;
     FILE *log = o ? o->log : NULL;
-    char ep[4200];
+    char ep[4300];
     snprintf(ep, sizeof ep, "%s.etag", part);
     for (int attempt = 0;; attempt++) {
         struct stat sb;
@@ -433,8 +435,7 @@ static int download(const char *url, const char *part, const http_opts_t *o, cha
                 hdr = curl_slist_append(hdr, ifr);
                 curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
             }
-            if (log)
-                fprintf(log, "http: resuming %s at byte %lld (Range request)\n", url, have);
+            if (log) fprintf(log, "http: resuming %s at byte %lld (Range request)\n", url, have);
         } else if (log) {
             fprintf(log, "http: fetching %s\n", url);
         }
@@ -450,7 +451,8 @@ static int download(const char *url, const char *part, const http_opts_t *o, cha
                               "cannot write %s: %s", part, strerror(errno));
         if (cc == CURLE_OK) {
             if (!x.started && have > 0 && code == 200) { /* an empty file replaced ours */
-                if (truncate(part, 0)) return status_set(err, STATUS_EIO, "cannot truncate %s", part);
+                if (truncate(part, 0))
+                    return status_set(err, STATUS_EIO, "cannot truncate %s", part);
             }
             double dt = clock_now() - t0;
             if (log)
@@ -510,7 +512,8 @@ again:;
         unlink(part);
         unlink(ep);
         if (resumed) { /* the old part may be of another version of the file: once afresh */
-            if (log) fprintf(log, "http: %s: resumed download did not verify; fetching afresh\n", url);
+            if (log)
+                fprintf(log, "http: %s: resumed download did not verify; fetching afresh\n", url);
             resumed = 0;
             goto again;
         }
@@ -577,7 +580,8 @@ static int manifest_parse(const char *path, const char *base, shard_t **out, int
         lineno++;
         size_t len = strlen(line);
         if (len == sizeof line - 1 && line[len - 1] != '\n') {
-            rc = status_set(err, STATUS_EMALFORMED, "manifest %s line %d is too long", base, lineno);
+            rc =
+                status_set(err, STATUS_EMALFORMED, "manifest %s line %d is too long", base, lineno);
             goto done;
         }
         char *hash = strchr(line, '#');
@@ -660,8 +664,8 @@ static int assemble(char **files, int n, const char *corpus, char *got, char *er
         while (!rc && (k = fread(buf, 1, BUF, f)) > 0) {
             crypto_hash_sha256_update(&st, (unsigned char *)buf, k);
             if (write_all(out, buf, k))
-                rc = status_set(err, errno == ENOSPC ? STATUS_EFULL : STATUS_EIO,
-                                "%s writing %s%s", strerror(errno), tmp,
+                rc = status_set(err, errno == ENOSPC ? STATUS_EFULL : STATUS_EIO, "%s writing %s%s",
+                                strerror(errno), tmp,
                                 errno == ENOSPC ? ": free space or set XDG_CACHE_HOME" : "");
         }
         fclose(f);
@@ -678,8 +682,8 @@ static int assemble(char **files, int n, const char *corpus, char *got, char *er
     return rc;
 }
 
-static int fetch_manifest(const char *url, const char *mpath, const char *want,
-                          const char *corpus, char *got, const http_opts_t *o, char *err)
+static int fetch_manifest(const char *url, const char *mpath, const char *want, const char *corpus,
+                          char *got, const http_opts_t *o, char *err)
 {
     shard_t *s = NULL;
     int n = 0, rc = manifest_parse(mpath, url, &s, &n, err);
@@ -707,8 +711,9 @@ static int fetch_manifest(const char *url, const char *mpath, const char *want,
             rc = fetch_one(s[i].url, s[i].sha, 0, path, NULL, NULL, o, err);
             if (!rc && (stat(path, &sb) || (long long)sb.st_size != s[i].size)) {
                 unlink(path);
-                rc = status_set(err, STATUS_ECORRUPT, "shard %d (%s) has %lld bytes, the manifest says %lld",
-                                i + 1, s[i].url, (long long)sb.st_size, s[i].size);
+                rc = status_set(err, STATUS_ECORRUPT,
+                                "shard %d (%s) has %lld bytes, the manifest says %lld", i + 1,
+                                s[i].url, (long long)sb.st_size, s[i].size);
             }
         } else if (log) {
             fprintf(log, "http: shard %d cached in %s\n", i + 1, path);
@@ -747,7 +752,8 @@ int http_data_fetch(const char *url_in, const http_opts_t *o, char *path, size_t
         *frag++ = 0;
         if (strncmp(frag, "sha256=", 7) || !parse_sha(frag + 7, strlen(frag + 7), want))
             return status_set(err, STATUS_EINVAL,
-                              "%s: the only fragment understood is #sha256=<64 hex digits>", url_in);
+                              "%s: the only fragment understood is #sha256=<64 hex digits>",
+                              url_in);
     }
     if (o && o->sha256 && *o->sha256) {
         char w2[HTTP_SHA256_HEX];
@@ -755,7 +761,8 @@ int http_data_fetch(const char *url_in, const http_opts_t *o, char *path, size_t
             return status_set(err, STATUS_EINVAL, "expected checksum '%s' is not 64 hex digits",
                               o->sha256);
         if (*want && strcmp(want, w2))
-            return status_set(err, STATUS_EINVAL, "%s: the URL's #sha256 and the run's differ", url);
+            return status_set(err, STATUS_EINVAL, "%s: the URL's #sha256 and the run's differ",
+                              url);
         memcpy(want, w2, sizeof want);
     }
     FILE *log = o ? o->log : NULL;
@@ -768,10 +775,11 @@ int http_data_fetch(const char *url_in, const http_opts_t *o, char *path, size_t
     const char *result = NULL;
     struct stat sb;
     /* a cached, verified corpus needs no network */
-    if (stat(corpus, &sb) == 0 && !http_sha256_file(corpus, sha, NULL) && (!*want || !strcmp(sha, want)))
+    if (stat(corpus, &sb) == 0 && !http_sha256_file(corpus, sha, NULL) &&
+        (!*want || !strcmp(sha, want)))
         result = corpus;
-    else if (stat(file, &sb) == 0 && !is_manifest_file(file) && !http_sha256_file(file, sha, NULL) &&
-             (!*want || !strcmp(sha, want)))
+    else if (stat(file, &sb) == 0 && !is_manifest_file(file) &&
+             !http_sha256_file(file, sha, NULL) && (!*want || !strcmp(sha, want)))
         result = file;
     if (result) {
         memcpy(got, sha, sizeof got);
@@ -914,7 +922,8 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err)
                           endpoint ? endpoint : "(null)");
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(host, port, &hints, &ai);
-    if (g) return status_set(err, STATUS_ENET, "cannot resolve host '%s': %s", host, gai_strerror(g));
+    if (g)
+        return status_set(err, STATUS_ENET, "cannot resolve host '%s': %s", host, gai_strerror(g));
     int rc = STATUS_ENET;
     status_set(err, STATUS_ENET, "no address for %s", host);
     for (struct addrinfo *a = ai; a; a = a->ai_next) {
@@ -925,7 +934,8 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err)
         if (r && e == EINPROGRESS) {
             struct pollfd pf = {.fd = s, .events = POLLOUT};
             int pr;
-            while ((pr = poll(&pf, 1, timeout_ms)) < 0 && errno == EINTR) {}
+            while ((pr = poll(&pf, 1, timeout_ms)) < 0 && errno == EINTR) {
+            }
             if (pr == 0) {
                 e = ETIMEDOUT;
                 rc = status_set(err, STATUS_ETIMEOUT, "no answer within %d ms", timeout_ms);

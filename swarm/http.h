@@ -17,14 +17,14 @@
 #define HTTP_SHA256_HEX 65
 
 typedef struct {
-    const char *cache_dir; /* NULL: $XDG_CACHE_HOME/swarmtrain, else ~/.cache/swarmtrain */
-    const char *sha256;    /* expected SHA-256 (hex) of the corpus; NULL or "": none known,
-                            * the bytes fetched are taken and their checksum reported */
-    int retries;           /* resumed attempts after a transfer broke off (default 0 = 3;
-                            * < 0: none, the .part file stays for the next call) */
-    long connect_timeout_s; /* 0: 10 s */
-    long stall_timeout_s;   /* abort a transfer that moved no byte for this long; 0: 30 s */
-    FILE *log;              /* one line per download, resume and cache hit; NULL: silent */
+    const char *cache_dir;      /* NULL: $XDG_CACHE_HOME/swarmtrain, else ~/.cache/swarmtrain */
+    const char *sha256;         /* expected SHA-256 (hex) of the corpus; NULL or "": none known,
+                                 * the bytes fetched are taken and their checksum reported */
+    int retries;                /* resumed attempts after a transfer broke off (default 0 = 3;
+                                 * < 0: none, the .part file stays for the next call) */
+    long connect_timeout_s;     /* 0: 10 s */
+    long stall_timeout_s;       /* abort a transfer that moved no byte for this long; 0: 30 s */
+    FILE *log;                  /* one line per download, resume and cache hit; NULL: silent */
     long long fail_write_after; /* tests only: body writes past this many bytes of one
                                  * transfer fail as if the disk were full (ENOSPC); 0: off */
 } http_opts_t;

@@ -70,8 +70,8 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       one (URL#sha256=HEX pins its checksum) or of a shard\n"
                "                       manifest: fetched into the cache, resumed, verified\n"
                "                       (docs/http-data.md)\n"
-               "  --data-cache DIR     where fetched data goes (default $XDG_CACHE_HOME/swarmtrain\n"
-               "                       or ~/.cache/swarmtrain)\n"
+               "  --data-cache DIR     where fetched data goes (default:\n"
+               "                       $XDG_CACHE_HOME/swarmtrain, else ~/.cache/swarmtrain)\n"
                "  --steps N            optimizer steps (default 300)\n"
                "  --accum N            microbatches per step (default 1)\n"
                "  --lr X               peak learning rate (default 3e-3)\n"
@@ -333,7 +333,7 @@ int run_opts_fetch_data(const char *cmd, train_options_t *o, const char *cache_d
     http_opts_t ho = {.cache_dir = cache_dir, .sha256 = o->data_sha256, .log = stderr};
     int rc = http_data_fetch(url, &ho, path, sizeof path, sha, err);
     if (rc) {
-        fprintf(stderr, "swarmtrain %s: --data %s: %s\n", cmd, url, err);
+        fprintf(stderr, "swarmtrain %s: --data: %s\n", cmd, err);
         return -1;
     }
     /* the run carries the URL without its #sha256 pin: the checksum travels beside it */

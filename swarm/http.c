@@ -803,6 +803,36 @@ int http_data_fetch(const char *url_in, const http_opts_t *o, char *path, size_t
     return 0;
 }
 
+int http_data_for_run(const char *local, const char *url, const char *sha256, FILE *log, char *path,
+                      size_t n, char *err)
+{
+    if (!path || !n) return status_set(err, STATUS_EINVAL, "http_data_for_run: no output");
+    path[0] = 0;
+    if (!sha256 || !*sha256) {
+        if (local && snprintf(path, n, "%s", local) >= (int)n)
+            return status_set(err, STATUS_EINVAL, "data path too long");
+        return 0;
+    }
+    if (local) {
+        char got[HTTP_SHA256_HEX];
+        int rc = http_sha256_file(local, got, err);
+        if (rc) return rc;
+        if (strcmp(got, sha256))
+            return status_set(err, STATUS_ECORRUPT,
+                              "--data %s is not the swarm's corpus: SHA-256 %.16s..., the run "
+                              "says %.16s... (from %s)",
+                              local, got, sha256, url && *url ? url : "the first peer");
+        if (snprintf(path, n, "%s", local) >= (int)n)
+            return status_set(err, STATUS_EINVAL, "data path too long");
+        return 0;
+    }
+    if (!url || !*url)
+        return status_set(err, STATUS_EINVAL,
+                          "the run names a corpus checksum but no URL: give --data FILE");
+    http_opts_t o = {.sha256 = sha256, .log = log};
+    return http_data_fetch(url, &o, path, n, NULL, err);
+}
+
 /* ---- bootstrap lists ------------------------------------------------------------ */
 
 /* Whether s is tcp://HOST:PORT with a port in 1..65535 (HOST may be [v6]). */

@@ -59,6 +59,19 @@ int http_sha256_file(const char *path, char *hex, char *err);
 int http_data_fetch(const char *url, const http_opts_t *o, char *path, size_t n, char *sha_out,
                     char *err);
 
+/* The corpus a peer that has been told the run must read, before data_open: the run's
+ * data_url and data_sha256 (train_options_t; either may be "" or NULL) against the peer's
+ * own --data (local: a file, already fetched if it was a URL; NULL: none given).
+ * - no checksum in the run: local as it is ("" into path when local is NULL: the default
+ *   corpus);
+ * - a checksum and local: local must hash to it (STATUS_ECORRUPT otherwise, err says
+ *   both checksums);
+ * - a checksum and no local: the run's URL is fetched into the default cache and verified
+ *   (http_data_fetch; log gets its progress lines).
+ * 0 with the file to open in path, or a status with the reason in err. */
+int http_data_for_run(const char *local, const char *url, const char *sha256, FILE *log, char *path,
+                      size_t n, char *err);
+
 /* Reads the bootstrap list at url (HTTP or HTTPS; at most 1 MiB): one endpoint a line,
  * `tcp://HOST:PORT`, '#' starts a comment, blank lines are skipped. On success
  * *endpoints is a new array of *n new strings (caller frees with http_bootstrap_free) and

@@ -397,6 +397,33 @@ static void test_run_text_carries_checksum(void **state)
     assert_int_equal(train_options_from_text(&back, "data_sha256=xyz\n", err), STATUS_EMALFORMED);
 }
 
+/* What a peer calls once it knows the run: its own file must match, else the URL is
+ * fetched (into the default cache, here under dir through XDG_CACHE_HOME). */
+static void test_data_for_run(void **state)
+{
+    (void)state;
+    char url[256], path[4096], err[STATUS_ERR_LEN], src[256], other[256];
+    url_of(url, sizeof url, "corpus.txt");
+    srv_file(src, sizeof src, "corpus.txt");
+    srv_file(other, sizeof other, "shard1.txt");
+    assert_int_equal(http_data_for_run(NULL, "", "", NULL, path, sizeof path, err), 0);
+    assert_string_equal(path, "");
+    assert_int_equal(http_data_for_run(other, NULL, NULL, NULL, path, sizeof path, err), 0);
+    assert_string_equal(path, other);
+    assert_int_equal(http_data_for_run(src, url, corpus_sha, NULL, path, sizeof path, err), 0);
+    assert_string_equal(path, src);
+    assert_int_equal(http_data_for_run(other, url, corpus_sha, NULL, path, sizeof path, err),
+                     STATUS_ECORRUPT);
+    assert_non_null(strstr(err, "not the swarm's corpus"));
+    char xdg[256];
+    snprintf(xdg, sizeof xdg, "%s/xdg", dir);
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    assert_int_equal(http_data_for_run(NULL, url, corpus_sha, NULL, path, sizeof path, err), 0);
+    unsetenv("XDG_CACHE_HOME");
+    assert_non_null(strstr(path, "/xdg/swarmtrain/http/"));
+    assert_true(same_bytes(path, src));
+}
+
 static void test_train_from_url(void **state)
 {
     (void)state;
@@ -432,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_manifest_assembles),
         cmocka_unit_test(test_bootstrap_list),
         cmocka_unit_test(test_run_text_carries_checksum),
+        cmocka_unit_test(test_data_for_run),
         cmocka_unit_test(test_train_from_url),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -985,3 +985,32 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err)
     freeaddrinfo(ai);
     return rc;
 }
+
+int http_bootstrap_pick(const char *url, int timeout_ms, FILE *log, char *endpoint, size_t n,
+                        char *err)
+{
+    char **eps = NULL;
+    int k = 0, rc = http_bootstrap_list(url, &eps, &k, err);
+    if (rc) return rc;
+    char why[STATUS_ERR_LEN], tried[STATUS_ERR_LEN] = "";
+    size_t used = 0;
+    rc = STATUS_ENET;
+    for (int i = 0; i < k; i++) {
+        if (!http_bootstrap_probe(eps[i], timeout_ms, why)) {
+            if (log)
+                fprintf(log, "join: %s answers (entry %d of %d in %s)\n", eps[i], i + 1, k, url);
+            rc = snprintf(endpoint, n, "%s", eps[i]) < (int)n
+                     ? 0
+                     : status_set(err, STATUS_EINVAL, "endpoint longer than the buffer");
+            break;
+        }
+        if (log) fprintf(log, "join: tried %s: %s\n", eps[i], why);
+        int w =
+            snprintf(tried + used, sizeof tried - used, "%s%s: %s", used ? "; " : "", eps[i], why);
+        if (w > 0) used = used + (size_t)w < sizeof tried ? used + (size_t)w : sizeof tried - 1;
+    }
+    if (rc == STATUS_ENET)
+        status_set(err, STATUS_ENET, "no endpoint of %s answers (%s)", url, tried);
+    http_bootstrap_free(&eps, k);
+    return rc;
+}

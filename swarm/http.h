@@ -87,4 +87,13 @@ void http_bootstrap_free(char ***endpoints, int n);
  * quick first filter before a peer's HELLO, which remains the real test of a swarm. */
 int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err);
 
+/* The whole of `--join URL` short of the swarm handshake: reads the list at url, probes
+ * its endpoints in order (timeout_ms each) and copies the first that accepts a TCP
+ * connection into endpoint (n bytes). Each endpoint that fails gets a line on log
+ * ("join: tried tcp://...: Connection refused"); when none answers, err lists them all
+ * (STATUS_ENET). A caller that wants the HELLO/WELCOME itself to choose should loop over
+ * http_bootstrap_list with http_bootstrap_probe instead. */
+int http_bootstrap_pick(const char *url, int timeout_ms, FILE *log, char *endpoint, size_t n,
+                        char *err);
+
 #endif

@@ -379,6 +379,32 @@ static void test_bootstrap_list(void **state)
     assert_int_equal(http_bootstrap_probe(ep, 2000, err), STATUS_ENET);
     assert_non_null(strstr(err, "refused"));
     assert_int_equal(http_bootstrap_probe("tcp://127.0.0.1", 100, err), STATUS_EMALFORMED);
+
+    /* pick: a dead endpoint first, then a live one (the HTTP server's port); the dead one is
+     * named with its reason */
+    char p[256], pick[128], tried[256];
+    srv_file(p, sizeof p, "pick.txt");
+    FILE *f = fopen(p, "w");
+    fprintf(f, "%s  # gone\ntcp://127.0.0.1:%d\n", ep, port);
+    fclose(f);
+    snprintf(tried, sizeof tried, "%s/tried.log", dir);
+    FILE *lg = fopen(tried, "w");
+    url_of(url, sizeof url, "pick.txt");
+    assert_int_equal(http_bootstrap_pick(url, 2000, lg, pick, sizeof pick, err), 0);
+    fclose(lg);
+    snprintf(p, sizeof p, "tcp://127.0.0.1:%d", port);
+    assert_string_equal(pick, p);
+    char *said = slurp(tried);
+    assert_non_null(strstr(said, "join: tried "));
+    assert_non_null(strstr(said, "refused"));
+    free(said);
+    srv_file(p, sizeof p, "dead.txt");
+    f = fopen(p, "w");
+    fprintf(f, "%s\n", ep);
+    fclose(f);
+    url_of(url, sizeof url, "dead.txt");
+    assert_int_equal(http_bootstrap_pick(url, 2000, NULL, pick, sizeof pick, err), STATUS_ENET);
+    assert_non_null(strstr(err, ep));
 }
 
 static void test_run_text_carries_checksum(void **state)

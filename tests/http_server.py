@@ -11,12 +11,14 @@ request, per file name, so that the client's error paths can be tested:
   --corrupt NAME    every GET of NAME flips the bits of the body's first byte
   --missing NAME    NAME answers 404 although the file exists
   --status NAME=C   NAME answers with HTTP status C (e.g. 500, 403)
+  --bind ADDR       the address to listen on (default 127.0.0.1; tools/netns.sh gives
+                    a test host's address inside its namespace)
 
 Every request is appended to --log as one line: METHOD PATH range=RANGE status=CODE,
 so a test can assert that a Range request was really made. The chosen port goes to
 --port-file (written atomically) once the socket listens.
 
-Not for: anything but tests on loopback. It binds 127.0.0.1 only.
+Not for: anything but tests on loopback or inside test namespaces.
 """
 import argparse
 import hashlib
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("--corrupt", action="append", default=[])
     ap.add_argument("--missing", action="append", default=[])
     ap.add_argument("--status", action="append", default=[])
+    ap.add_argument("--bind", default="127.0.0.1")
     a = ap.parse_args()
     cut = {}
     for c in a.cut:
@@ -134,7 +137,7 @@ def main():
                 return
             self.wfile.write(body)
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = http.server.ThreadingHTTPServer((a.bind, 0), Handler)
     srv.daemon_threads = True
     tmp = a.port_file + ".tmp"
     with open(tmp, "w") as f:

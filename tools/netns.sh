@@ -12,8 +12,12 @@
 #   tools/netns.sh swarm [options] [-- RUN OPTIONS]
 #        --hosts N (4) --stages S (2) --rate R|none (none) --delay-ms D (0) --steps N (30)
 #        --in-flight K (2) --dir DIR (new /tmp dir) --timeout S (600) --config NAME (tiny)
+#        --serve-data FILE  serve FILE over HTTP from host 1 (tests/http_server.py) and give
+#                           every peer --data http://<host 1>:PORT/FILE's name
+#        --cut-data N       the first download of it breaks off after N bytes (it resumes)
 #        starts peer 1 with --new (stage 0), the others with --join through host 1, host i
 #        taking stage (i-1) mod S; RUN OPTIONS go to every peer (codec, optimizer, ...).
+#        Exits 77 when this machine cannot make namespaces (not root, no ip/tc).
 #        Prints one line:  thin: rate R delay D ms: tokens/s X  wire MB/s per peer A B ..
 #        mean M  val_loss V  train_s T  (wire = bytes on each host's link, both directions,
 #        over the training steps, from the interface counters: TCP/IP framing included)
@@ -132,7 +136,7 @@ serving() { # peers the swarm counts as serving, as host 1 sees it
 
 swarm() {
     local hosts=4 stages=2 rate=none delay=0 steps=30 inflight=2 dir="" timeout=600
-    local config=tiny
+    local config=tiny serve="" cut=""
     while [ $# -gt 0 ]; do
         case $1 in
         --hosts) hosts=$2; shift 2 ;;
@@ -144,11 +148,17 @@ swarm() {
         --dir) dir=$2; shift 2 ;;
         --timeout) timeout=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
+        --serve-data) serve=$2; shift 2 ;;
+        --cut-data) cut=$2; shift 2 ;;
         --) shift; break ;;
         *) die "swarm: unknown option $1" ;;
         esac
     done
     [ -x "$BIN" ] || die "no binary at $BIN (build first, or set SWARMTRAIN_BIN)"
+    if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+        echo "netns.sh: needs root, ip and tc: skipped" >&2
+        exit 77
+    fi
     [ -n "$dir" ] || dir=$(mktemp -d /tmp/st-thin-XXXXXX)
     mkdir -p "$dir"
     trap 'ns_down' EXIT
@@ -157,10 +167,27 @@ swarm() {
     local adv_port=$APORT
     [ "$delay" = 0 ] && adv_port=$LPORT
     local common=(--config "$config" --steps "$steps" --threads 1 --in-flight "$inflight" "$@")
+    if [ -n "$serve" ]; then
+        [ -f "$serve" ] || die "--serve-data $serve: no such file"
+        local cutarg=() port=""
+        [ -n "$cut" ] && cutarg=(--cut "$(basename "$serve")=$cut")
+        ip netns exec "$P-h1" "$PY" "$HERE/../tests/http_server.py" --bind "$NET.1" \
+            --root "$(dirname "$serve")" --port-file "$STATE/http.port" --log "$dir/http.log" \
+            "${cutarg[@]}" >"$dir/http.err" 2>&1 &
+        echo $! >>"$STATE/pids"
+        for _ in $(seq 100); do
+            [ -s "$STATE/http.port" ] && break
+            sleep 0.1
+        done
+        port=$(cat "$STATE/http.port" 2>/dev/null) || die "the HTTP server did not start"
+        common+=(--data "http://$NET.1:$port/$(basename "$serve")")
+    fi
     local i pids=()
     for i in $(seq 1 "$hosts"); do
         local role=(--join "tcp://$NET.1:$adv_port")
         [ "$i" = 1 ] && role=(--new --wait-peers "$hosts")
+        # a cache per host, so that every host downloads over its own link
+        [ -n "$serve" ] && role+=(--data-cache "$dir/cache$i")
         ip netns exec "$P-h$i" nice -n 5 "$BIN" peer "${role[@]}" --stage $(((i - 1) % stages)) \
             --listen "tcp://$NET.$i:$LPORT" --advertise "tcp://$NET.$i:$adv_port" \
             --stages "$stages" "${common[@]}" >"$dir/peer$i.log" 2>&1 &
@@ -209,7 +236,7 @@ swarm() {
     local bad=0
     for p in "${pids[@]}"; do wait "$p" || bad=1; done
     [ -z "$tps" ] && { echo "netns.sh: no tokens/s line; logs in $dir" >&2; return 1; }
-    [ $bad = 0 ] || echo "netns.sh: a peer exited with an error; logs in $dir" >&2
+    [ $bad = 0 ] || { echo "netns.sh: a peer exited with an error; logs in $dir" >&2; return 1; }
     return 0
 }
 

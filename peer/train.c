@@ -69,8 +69,8 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (w < 0) return 0;
     /* only when set, so that runs on local files keep the text (and hashes) they had */
     if (o->data_sha256[0] && (size_t)w < n)
-        w += snprintf(buf + w, n - (size_t)w, "data_url=%s\ndata_sha256=%s\n", o->data_url,
-                      o->data_sha256);
+        w += snprintf(buf + w, n - (size_t)w, "data_sha256=%s\ndata_url=%s\n", o->data_sha256,
+                      o->data_url); /* the checksum first: it survives a truncated long URL */
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }

@@ -229,6 +229,8 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ctx)
         if (sscanf(line + 14, " bytes %lld-%lld/%lld", &a, &b, &t) == 3) {
             x->range_at = a;
             x->total = t;
+        } else if (sscanf(line + 14, " bytes */%lld", &t) == 1) { /* with a 416 */
+            x->total = t;
         }
     } else if (!strncasecmp(line, "Content-Length:", 15) && x->range_at < 0) {
         x->total = strtoll(line + 15, NULL, 10);
@@ -458,6 +460,12 @@ static int download(const char *url, const char *part, const http_opts_t *o, cha
             if (log)
                 fprintf(log, "http: %s: %lld bytes in %.2f s (%.2f MB/s)\n", url, x.written, dt,
                         dt > 0 ? (double)x.written / dt / 1e6 : 0.0);
+            return 0;
+        }
+        if (cc == CURLE_HTTP_RETURNED_ERROR && code == 416 && have > 0 && x.total == have) {
+            /* the .part already holds the whole file (a run died before the rename): the
+             * checksum decides */
+            if (log) fprintf(log, "http: %s: the partial file is complete\n", url);
             return 0;
         }
         if (cc == CURLE_HTTP_RETURNED_ERROR && code == 416 && have > 0 && attempt <= retries) {

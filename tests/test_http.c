@@ -113,7 +113,8 @@ static int group_setup(void **state)
     snprintf(logpath, sizeof logpath, "%s/requests.log", dir);
     mkdir(srv, 0755);
     char p[256];
-    const char *same[] = {"corpus.txt", "cut.txt", "cut2.txt", "bad.txt", "e2e.txt", "full.txt"};
+    const char *same[] = {"corpus.txt", "cut.txt",  "cut2.txt", "bad.txt",
+                          "e2e.txt",    "full.txt", "done.txt"};
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         srv_file(p, sizeof p, same[i]);
         write_text(p, 200000, 7);
@@ -234,6 +235,24 @@ static void test_resume_in_the_same_call(void **state)
     assert_string_equal(sha, corpus_sha);
     char *log = slurp(logpath);
     assert_non_null(strstr(log, "GET /cut2.txt range=bytes=70000- status=206"));
+    free(log);
+}
+
+/* A run that died after the last byte but before the rename left a complete .part: the
+ * server answers the Range request with 416, and the .part is verified, not fetched again. */
+static void test_complete_part_is_kept(void **state)
+{
+    (void)state;
+    char url[256], path[4096], sha[HTTP_SHA256_HEX], err[STATUS_ERR_LEN], cmd[8400];
+    url_of(url, sizeof url, "done.txt");
+    http_opts_t o = opts();
+    assert_int_equal(http_data_fetch(url, &o, path, sizeof path, sha, err), 0);
+    snprintf(cmd, sizeof cmd, "mv '%s' '%s.part'", path, path);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(http_data_fetch(url, &o, path, sizeof path, sha, err), 0);
+    assert_string_equal(sha, corpus_sha);
+    char *log = slurp(logpath);
+    assert_non_null(strstr(log, "GET /done.txt range=bytes=200000- status=416"));
     free(log);
 }
 
@@ -477,6 +496,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_in_a_later_call),
         cmocka_unit_test(test_resume_in_the_same_call),
+        cmocka_unit_test(test_complete_part_is_kept),
         cmocka_unit_test(test_cached_needs_no_server),
         cmocka_unit_test(test_404_is_clear),
         cmocka_unit_test(test_unreachable_is_clear),

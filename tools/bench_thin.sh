@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --in-flight) inflight=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "bench_thin.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done

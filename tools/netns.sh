@@ -257,7 +257,7 @@ swarm)
     swarm "$@"
     ;;
 *)
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 2
     ;;
 esac

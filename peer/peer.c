@@ -9,6 +9,7 @@
 #include "common/rng.h"
 #include "compress/codec.h"
 #include "peer/peer_impl.h"
+#include "swarm/http.h"
 #include "swarm/net.h"
 
 #include <inttypes.h>
@@ -148,10 +149,15 @@ static int setup_stage(peer_t *p)
         return STATUS_EINVAL;
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
-        int rc;
-        if (!po->data_path && (rc = data_ensure_default(p->err))) return rc;
-        if (!(p->data = data_open(po->data_path ? po->data_path : data_default_path(), c->seq, 0.05,
-                                  p->err)))
+        /* the run's corpus: this peer's --data checked against the run's checksum, or the
+         * run's URL fetched (once, into the cache; the only wait of the peer's life, at
+         * set-up; the network thread keeps it alive meanwhile) */
+        char corpus[4096];
+        int rc = http_data_for_run(po->data_path, p->run.data_url, p->run.data_sha256, p->log,
+                                   corpus, sizeof corpus, p->err);
+        if (rc) return rc;
+        if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
+        if (!(p->data = data_open(corpus[0] ? corpus : data_default_path(), c->seq, 0.05, p->err)))
             return STATUS_EINVAL;
     }
     size_t nb = ((size_t)p->M + 7) / 8;

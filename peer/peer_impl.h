@@ -97,7 +97,7 @@ struct peer {
     int loss_n;
     int exch_sent;     /* parts of this member's message sent this step */
     uint8_t *sent_bits; /* microbatches those parts counted */
-    double exch_wait_since, progress_at, redo_asked_at, exch_req_at;
+    double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
     uint64_t my_hash; /* parameter hash at the start of this step */
     double step_t0;
     double stall_logged_at;

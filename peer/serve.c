@@ -4,6 +4,7 @@
  * the end of the run. Data messages wait in a queue until the stage can take them.
  * Not for: custody of what was sent on (custody.c), the pool's step (step.c). */
 #include "common/log.h"
+#include "common/rng.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -395,7 +396,11 @@ int serve_source(peer_t *p)
         int nl = view_stage(&p->view, 0, 1, &live);
         pool_union(p->pool, live, nl, p->ubuf);
         for (int i = 0; i < p->M; i++) {
-            if (i % n != me || pool_bit(p->ubuf, i)) continue;
+            /* microbatch i of this step belongs to one owner; when an owner dies only its
+             * microbatches pass on (rendezvous hashing), so no two start the same one */
+            if (view_rendezvous(own, n, rng_mix((uint64_t)p->step, (uint64_t)i)) != me ||
+                pool_bit(p->ubuf, i))
+                continue;
             msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
             if (custody_find(p, &mb)) continue;
             int rc = start_mb(p, p->step, (uint32_t)i, 0, 0);

@@ -66,7 +66,7 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
         p->rejected++;
         return;
     }
-    pool_on_progress(p->pool, m->sender, m->step, ev->frame[0]);
+    pool_on_progress(p->pool, m->sender, m->step, ev->frame[0], p->now);
 }
 
 void step_reset(peer_t *p)
@@ -76,6 +76,7 @@ void step_reset(peer_t *p)
     p->exch_sent = 0;
     memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
     p->exch_wait_since = 0;
+    p->redo_suspect_at = 0;
     stage_zero_grads(p->st);
 }
 
@@ -357,9 +358,21 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
  * with them): asks the lowest-id stage-0 member to run them again. */
 static int ask_redo(peer_t *p)
 {
-    if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step ||
-        p->now - p->redo_asked_at <= 2.0)
+    if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step) {
+        p->redo_suspect_at = 0;
         return 0;
+    }
+    /* A microbatch is lost only if no live member reports it in a report sent after the
+     * suspicion began (progress in flight is not a loss): wait for a fresh report from
+     * every live mate, then ask (again every 2 s while still missing). */
+    if (!p->redo_suspect_at) p->redo_suspect_at = p->now;
+    if (p->now - p->redo_suspect_at < 1.0 || p->now - p->redo_asked_at <= 2.0) return 0;
+    const msg_member_t *mem;
+    int nm = pool_members(p, &mem);
+    for (int i = 0; i < nm; i++)
+        if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= p->step &&
+            pool_heard_at(p->pool, mem[i].id) < p->redo_suspect_at)
+            return 0;
     p->redo_asked_at = p->now;
     const msg_member_t *s0;
     int n0 = view_stage(&p->view, 0, 1, &s0), pick = -1;
@@ -384,7 +397,9 @@ static int ask_redo(peer_t *p)
 int step_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING || p->step >= p->run.steps) return 0;
-    if (pool_mine_count(p->pool) && p->now - p->progress_at > 0.5) send_progress(p);
+    /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
+     * live member before they call a microbatch lost (ask_redo) */
+    if (contributing(p) && p->now - p->progress_at > 0.5) send_progress(p);
     pool_seen(p);
     /* a follower goes by the messages alone: it may be catching up on steps the pool
      * finished before it arrived, whose progress it never heard */

@@ -9,6 +9,7 @@ typedef struct {
     uint8_t id[MSG_ID_LEN];
     int64_t step;
     uint8_t *bits;
+    double heard_at;
 } progress_t;
 
 struct pool {
@@ -100,12 +101,14 @@ uint32_t pool_mine_count(const pool_t *p)
     return n;
 }
 
-void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits)
+void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits,
+                      double now)
 {
     if (step < p->step || step > p->step + 1) return;
     for (int i = 0; i < p->nprog; i++)
         if (p->prog[i].step == step && !memcmp(p->prog[i].id, id, MSG_ID_LEN)) {
             for (size_t j = 0; j < p->nb; j++) p->prog[i].bits[j] |= bits[j];
+            if (now > p->prog[i].heard_at) p->prog[i].heard_at = now;
             return;
         }
     if (p->nprog == p->prog_cap) {
@@ -119,8 +122,17 @@ void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, con
     if (!(e->bits = malloc(p->nb))) return;
     memcpy(e->id, id, MSG_ID_LEN);
     e->step = step;
+    e->heard_at = now;
     memcpy(e->bits, bits, p->nb);
     p->nprog++;
+}
+
+double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step && !memcmp(p->prog[i].id, id, MSG_ID_LEN))
+            return p->prog[i].heard_at;
+    return -1;
 }
 
 static int is_live(const msg_member_t *live, int n, const uint8_t id[MSG_ID_LEN])

@@ -58,9 +58,12 @@ void pool_count(pool_t *p, uint32_t index);
 const uint8_t *pool_mine(const pool_t *p);
 uint32_t pool_mine_count(const pool_t *p);
 
-/* A member's PROGRESS: what it counted of `step` (its own bits, not a union). */
-void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step,
-                      const uint8_t *bits);
+/* A member's PROGRESS: what it counted of `step` (its own bits, not a union), received
+ * at `now` (this member's clock). */
+void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits,
+                      double now);
+/* When the last PROGRESS of id for the current step arrived (-1: none). */
+double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
 
 /* The union, for the current step, of this member's bits, the bits of members in
  * live[0, n) and the counted bits of every held message. Into out (bitmap bytes). */

@@ -76,10 +76,11 @@ static void up(members_t *t, members_entry_t *e)
     if (t->hooks.up) t->hooks.up(t->hooks.ctx, e);
 }
 
-static void down(members_t *t, members_entry_t *e, const char *why)
+static void down(members_t *t, members_entry_t *e, const char *why, int left)
 {
     if (!e->alive) return;
     e->alive = 0;
+    e->left = left;
     e->m.state = MEMBER_DEAD;
     if (t->hooks.down) t->hooks.down(t->hooks.ctx, e, why);
 }
@@ -109,25 +110,30 @@ int members_merge(members_t *t, const msg_member_t *v, int k, double now)
         int j = members_find(t, v[i].id);
         if (j == 0) continue;
         if (j < 0) {
-            if (v[i].state == MEMBER_LEAVING || v[i].state == MEMBER_DEAD) continue;
+            if (v[i].state == MEMBER_LEAVING) continue;
             members_entry_t *e = add(t, &v[i], now);
             if (!e) return -1;
+            if (v[i].state == MEMBER_DEAD) { /* hearsay: a probe candidate, not a member */
+                e->alive = 0;
+                continue;
+            }
             up(t, e);
             changed = 1;
             continue;
         }
         members_entry_t *e = &t->e[j];
-        if (v[i].heartbeat <= e->m.heartbeat) continue;
+        if (v[i].state == MEMBER_DEAD || v[i].heartbeat <= e->m.heartbeat) continue;
         int was_state = e->m.state, was_alive = e->alive;
         e->m = v[i];
         e->last_change = now;
         if (!e->alive && v[i].state != MEMBER_LEAVING) {
             e->alive = 1;
+            e->left = 0;
             up(t, e);
         }
         if (v[i].state == MEMBER_LEAVING) {
             if (e->alive)
-                down(t, e, "it left");
+                down(t, e, "it left", 1);
             else
                 e->m.state = MEMBER_DEAD;
         }
@@ -160,6 +166,7 @@ int members_hello(members_t *t, const msg_t *m, double now)
          * gossip must win over what we last saw of its previous life. */
         e->m = nm;
         e->alive = 1;
+        e->left = 0;
         e->last_change = now;
         up(t, e);
     }
@@ -170,7 +177,7 @@ int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why)
 {
     int j = members_find(t, id);
     if (j <= 0 || !t->e[j].alive) return 0;
-    down(t, &t->e[j], why && why[0] ? why : "it left");
+    down(t, &t->e[j], why && why[0] ? why : "it left", 1);
     return 1;
 }
 
@@ -180,7 +187,8 @@ int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
     t->e[0].m.heartbeat++;
     for (int i = 1; i < t->n; i++) {
         if (!t->e[i].alive || now - t->e[i].last_change <= timeout_s) continue;
-        down(t, &t->e[i], "silent past the timeout");
+        down(t, &t->e[i], "silent past the timeout", 0);
+        t->e[i].last_change = now; /* from now on: when it died */
         if (dead && k < max) dead[k] = i;
         k++;
     }
@@ -221,4 +229,50 @@ int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err)
     }
     *buf = b;
     return 0;
+}
+
+static int candidate(const members_entry_t *e, double now, double dead_s)
+{
+    return !e->alive && !e->left && now - e->last_change <= dead_s;
+}
+
+int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t **buf,
+                          size_t *len, char *err)
+{
+    *buf = NULL;
+    *len = 0;
+    msg_member_t *v = malloc((size_t)t->n * sizeof *v);
+    if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+    int k = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->e[i].alive) {
+            v[k++] = t->e[i].m;
+        } else if (candidate(&t->e[i], now, dead_s)) {
+            v[k] = t->e[i].m;
+            v[k++].state = MEMBER_DEAD;
+        }
+    }
+    size_t cap = msg_members_size(v, k);
+    uint8_t *b = malloc(cap);
+    int rc = b ? msg_members_encode(v, k, b, cap, len, err)
+               : status_set(err, STATUS_ENOMEM, "members: out of memory");
+    free(v);
+    if (rc) {
+        free(b);
+        *len = 0;
+        return rc;
+    }
+    *buf = b;
+    return 0;
+}
+
+int members_probe(const members_t *t, double now, double dead_s, uint64_t r)
+{
+    int c = 0;
+    for (int i = 1; i < t->n; i++) c += candidate(&t->e[i], now, dead_s);
+    if (!c) return -1;
+    int k = (int)(r % (uint64_t)c);
+    for (int i = 1; i < t->n; i++)
+        if (candidate(&t->e[i], now, dead_s) && k-- == 0) return i;
+    return -1;
 }

@@ -11,7 +11,14 @@
  *   heartbeat rises above the one we last saw (and it is not LEAVING);
  * - unknown entries in state LEAVING or DEAD are not added;
  * - a member whose heartbeat has not risen for timeout_s is dead ("silent past the
- *   timeout") — the verdict is local to this table.
+ *   timeout") — the verdict is local to this table;
+ * - members that died of silence (not those that left) are remembered as probe
+ *   candidates for dead_s: gossip tables (members_encode_gossip) carry them in state
+ *   DEAD, a receiver that never heard of such an entry keeps it as a dead candidate
+ *   (never as live: DEAD from another table is hearsay and kills nothing), and the owner
+ *   sends its gossip to one candidate per tick (members_probe). After a partition heals
+ *   the sides find each other this way — even members that joined one side during the
+ *   partition and never saw the other side alive.
  *
  * Whoever owns the table learns about members going up (added or revived) and down
  * (left, timed out) through optional hooks, called synchronously from the call that
@@ -32,6 +39,7 @@ typedef struct {
     msg_member_t m;
     double last_change; /* when its heartbeat last went up (or it was added) */
     int alive;          /* 0: dead to this table (timed out or left) */
+    int left;           /* dead because it left on purpose (LEAVE, a LEAVING entry) */
     void *user;         /* the owner's per-member data (net.c: the DEALER) */
 } members_entry_t;
 
@@ -93,6 +101,15 @@ int members_view(const members_t *t, msg_member_t *out);
 /* Encodes the live table (msg_members_encode) into a buffer the caller owns (free()).
  * 0, or a status with err. */
 int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err);
+
+/* The gossip table: the live entries plus, in state DEAD, those that died of silence
+ * within the last dead_s (probe candidates). Caller frees *buf. 0, or a status. */
+int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t **buf,
+                          size_t *len, char *err);
+
+/* A probe candidate (died of silence within dead_s, not left), chosen by r among them
+ * (r: any random number from the caller's source); -1 when there is none. */
+int members_probe(const members_t *t, double now, double dead_s, uint64_t r);
 
 /* How many live members besides self. */
 int members_live_others(const members_t *t);

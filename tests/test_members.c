@@ -85,8 +85,16 @@ static void test_merge_rules(void **state)
     msg_member_t v[4] = {member(1, 0, 5, MEMBER_SERVING), member(2, 1, 3, MEMBER_JOINING),
                          member(3, 1, 9, MEMBER_LEAVING), member(4, 1, 9, MEMBER_DEAD)};
     assert_int_equal(members_merge(t, v, 4, 11.0), 1);
-    assert_int_equal(members_count(t), 3); /* unknown LEAVING / DEAD not added */
+    assert_int_equal(members_count(t), 4); /* unknown LEAVING not added, DEAD as a candidate */
     assert_int_equal(h.ups, 2);
+    assert_false(members_at(t, 3)->alive);
+    assert_int_equal(members_live_others(t), 2);
+    assert_int_equal(members_probe(t, 11.0, 60.0, 12345), 3);
+    /* hearsay DEAD of a known member kills nothing, even with a higher heartbeat */
+    msg_member_t hs = member(1, 0, 50, MEMBER_DEAD);
+    assert_int_equal(members_merge(t, &hs, 1, 11.0), 0);
+    assert_true(members_at(t, 1)->alive);
+    assert_int_equal(members_at(t, 1)->m.heartbeat, 5);
     /* same heartbeat: nothing */
     assert_int_equal(members_merge(t, v, 2, 12.0), 0);
     assert_true(members_at(t, 1)->last_change == 11.0);
@@ -210,6 +218,58 @@ static void test_set_self(void **state)
     members_destroy(&t);
 }
 
+/* Members dead of silence are gossiped (as DEAD) and probed for dead_s; those that
+ * left are not. */
+static void test_probe_candidates(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    msg_member_t v[3] = {member(1, 0, 5, MEMBER_SERVING), member(2, 1, 5, MEMBER_SERVING),
+                         member(3, 1, 5, MEMBER_SERVING)};
+    assert_int_equal(members_merge(t, v, 3, 10.0), 1);
+    assert_int_equal(members_probe(t, 10.0, 60.0, 7), -1);
+    assert_int_equal(members_leave(t, v[0].id, NULL), 1);
+    assert_true(members_at(t, 1)->left);
+    assert_int_equal(members_probe(t, 10.0, 60.0, 7), -1); /* left: not a candidate */
+    v[1].heartbeat = 6;
+    assert_int_equal(members_merge(t, &v[1], 1, 12.0), 0);
+    assert_int_equal(members_tick(t, 14.0, 3.0, NULL, 0), 1); /* member 3 */
+    for (uint64_t r = 0; r < 5; r++) assert_int_equal(members_probe(t, 14.0, 60.0, r), 3);
+    assert_int_equal(members_probe(t, 74.5, 60.0, 0), -1); /* forgotten */
+    uint8_t *buf;
+    size_t len;
+    char err[STATUS_ERR_LEN];
+    msg_member_t out[8];
+    int n = 0;
+    assert_int_equal(members_encode_gossip(t, 14.0, 60.0, &buf, &len, err), 0);
+    assert_int_equal(msg_members_decode(buf, len, out, 8, &n, err), 0);
+    assert_int_equal(n, 3); /* self, 2 live, 3 as DEAD; 1 left: not sent */
+    assert_int_equal(out[2].state, MEMBER_DEAD);
+    assert_memory_equal(out[2].id, v[2].id, MSG_ID_LEN);
+    free(buf);
+    /* the view and WELCOME's table: live entries only */
+    assert_int_equal(members_encode(t, &buf, &len, err), 0);
+    assert_int_equal(msg_members_decode(buf, len, out, 8, &n, err), 0);
+    assert_int_equal(n, 2);
+    free(buf);
+    /* a receiver keeps the DEAD entry as a candidate, and the member's own gossip
+     * (a higher heartbeat) brings it to life there */
+    hook_count_t h2 = {0};
+    msg_member_t other = member(9, 1, 1, MEMBER_SERVING);
+    members_hooks_t hooks = {&h2, on_up, on_down};
+    members_t *t2 = members_new(&other, 0.0, &hooks, err);
+    msg_member_t dead3 = member(3, 1, 5, MEMBER_DEAD);
+    assert_int_equal(members_merge(t2, &dead3, 1, 15.0), 0);
+    assert_int_equal(h2.ups, 0);
+    assert_int_equal(members_probe(t2, 15.0, 60.0, 0), 1);
+    msg_member_t alive3 = member(3, 1, 9, MEMBER_SERVING);
+    assert_int_equal(members_merge(t2, &alive3, 1, 16.0), 1);
+    assert_int_equal(h2.ups, 1);
+    members_destroy(&t2);
+    members_destroy(&t);
+}
+
 /* More than 64 members: the view, the encoded table, and a second table that learns
  * everyone from it. */
 static void test_large_view_encode(void **state)
@@ -254,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_new_self),     cmocka_unit_test(test_merge_rules),
         cmocka_unit_test(test_tick_timeout), cmocka_unit_test(test_hello_leave),
         cmocka_unit_test(test_set_self),     cmocka_unit_test(test_large_view_encode),
+        cmocka_unit_test(test_probe_candidates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,14 +1,19 @@
 /* peer.h — one swarm peer: it joins (or starts) a swarm, takes a stage, downloads the
  * stage's state from its pool, then serves microbatches forward and backward, keeps
  * custody of what it sent downstream, and steps with its pool (DESIGN.md sections 2, 5;
- * docs/protocol.md). The network thread (swarm/net.h) keeps it alive to the others
- * whatever the compute does.
+ * docs/protocol.md).
  *
- * Weight versions: a microbatch carries the step it belongs to; a stage works on a
+ * A peer is a state machine. It reaches the network only through a transport
+ * (swarm/transport.h) and is driven from outside: peer_on_event hands it what the
+ * transport delivered, peer_step lets it do one unit of work and run its timers. Both
+ * take the time as an argument; the peer never sleeps, blocks or reads a clock. peer_run
+ * drives it with the ZeroMQ network thread; `swarmtrain sim` drives many peers at once
+ * on a simulated network and a virtual clock.
+ *
+ * Weight versions: a microbatch carries the step it belongs to; a stage counts a
  * microbatch of step N only while its pool is at step N, so the forward and backward of
- * every microbatch see the same weights and every gradient is applied to the step it
- * was counted for (a GPipe flush per pool: staleness 0). Stage-0 peers start step N+1
- * only after their pool stepped N.
+ * every counted microbatch see the same weights and every gradient is applied to the
+ * step it was counted for (a GPipe flush per pool: staleness 0).
  *
  * Not for: launching many peers (tools/cmd_local.c) or watching them (cmd_status.c).
  */
@@ -16,8 +21,30 @@
 #define SWARMTRAIN_PEER_H
 
 #include "peer/train.h"
+#include "swarm/transport.h"
+
+#include <signal.h>
 
 #include <stdio.h>
+
+typedef struct peer peer_t;
+
+/* What a peer tells its driver (the simulator checks its invariants with these). */
+typedef struct {
+    int stage;
+    int64_t step;           /* the step whose update was applied */
+    int M;                  /* microbatches per step */
+    const uint8_t *counted; /* M bits: microbatches the applied update counted */
+    int counted_twice;      /* microbatches counted by more than one message */
+    int following;          /* applied the pool's update without contributing */
+    uint64_t hash_after;    /* parameter hash after the update */
+} peer_applied_t;
+
+typedef struct {
+    void *ctx;
+    void (*applied)(void *ctx, const peer_t *p, const peer_applied_t *a);
+    void (*lost)(void *ctx, const peer_t *p, int64_t step, uint32_t index, const char *why);
+} peer_hooks_t;
 
 typedef struct {
     train_options_t run;      /* the run, when starting a new swarm (--new) */
@@ -39,17 +66,53 @@ typedef struct {
     const char *device;
     int threads;
     int log_every;
-    FILE *log; /* NULL: stdout */
+    FILE *log;          /* NULL: stdout */
+    peer_hooks_t hooks; /* optional */
+    int64_t die_at_step;  /* fault drills: SIGKILL itself when a microbatch of this step or
+                           * later reaches it; < 0: never */
+    int plant_bug;        /* simulator self-test: 1 = a pool steps without one microbatch */
+    volatile sig_atomic_t *stop; /* peer_run: leave cleanly once this becomes non-zero */
+    double (*clock)(void);       /* times compute for the throughput estimate; NULL: 1 ms a pass */
 } peer_options_t;
+
+typedef struct {
+    int stage, state; /* state: member_state_t, or -1 before it has a stage */
+    int64_t step;
+    uint64_t hash, served, retries, lost;
+    double val_loss; /* NaN until measured (the stage-0 leader, at the end) */
+} peer_info_t;
 
 peer_options_t peer_defaults(void);
 
-/* Runs the peer until the run is done (exit_when_done), peer_stop is called, or a fatal
- * error. Returns 0, or a status with the reason in err. */
-int peer_run(const peer_options_t *po, char *err);
+/* A peer with identity `id` that reaches the network through tp (copied; tp->ctx must
+ * outlive the peer). po is copied (its strings must outlive the peer). It starts joining
+ * at its first peer_step. NULL + err on bad options or ENOMEM. */
+peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t id[MSG_ID_LEN],
+                 char *err);
 
-/* Asks a running peer to leave cleanly: finish the microbatch in hand, say LEAVE, exit.
- * Async-signal-safe. */
-void peer_stop(void);
+/* Hands the peer an event of its transport. 0, or a fatal status (the peer is done). */
+int peer_on_event(peer_t *p, const net_ev_t *ev, double now);
+
+/* One unit of work (a forward or backward pass, a microbatch started, a step applied)
+ * and the timers that are due. *wake_at: when it wants to run again without an event
+ * (now when it has more work). 0, or a fatal status with the reason in peer_error. */
+int peer_step(peer_t *p, double now, double *wake_at);
+
+/* Whether the run is finished for this peer (held-out loss measured and announced). */
+int peer_done(const peer_t *p);
+void peer_info(const peer_t *p, peer_info_t *out);
+const char *peer_error(const peer_t *p);
+
+/* Writes the peer's closing line (stage, step, hash, served, re-sent, lost, rejected) to
+ * its log and records that it left in its store. */
+void peer_finish(peer_t *p, const char *why);
+
+/* NULL-safe; waits for a checkpoint being written. */
+void peer_destroy(peer_t **p);
+
+/* Runs a peer on the ZeroMQ network thread until the run is done (exit_when_done),
+ * *po->stop becomes non-zero, or a fatal error. Returns 0, or a status with the reason
+ * in err. */
+int peer_run(const peer_options_t *po, char *err);
 
 #endif

@@ -112,9 +112,11 @@ int msg_payloads(int type)
         return 2;
     case MSG_BWD:
         return 1;
+    case MSG_EXCH:
+        return 2;
     case MSG_GOSSIP:
     case MSG_PROGRESS:
-    case MSG_EXCH:
+    case MSG_REDO:
     case MSG_STATE_REP:
     case MSG_STATUS_REP:
         return 1;
@@ -128,7 +130,8 @@ const char *msg_type_name(int type)
     static const char *names[] = {"?",         "HELLO",      "WELCOME",    "GOSSIP",
                                   "LEAVE",     "FWD",        "BWD",        "NACK",
                                   "PROGRESS",  "STEP_DONE",  "EXCH",       "STATE_REQ",
-                                  "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR"};
+                                  "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR",
+                                  "EXCH_REQ",  "REDO"};
     return type >= 1 && type <= MSG_TYPE_MAX ? names[type] : "?";
 }
 
@@ -191,11 +194,14 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
     case MSG_EXCH:
+    case MSG_EXCH_REQ:
+    case MSG_REDO:
         w_u(&w, (uint16_t)m->stage, 2);
         w_u(&w, (uint64_t)m->step, 8);
         w_u(&w, m->count, 4);
         w_u(&w, m->hash, 8);
         w_u(&w, (uint64_t)m->since, 8);
+        if (m->type == MSG_EXCH || m->type == MSG_EXCH_REQ) w_bytes(&w, m->origin, MSG_ID_LEN);
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
@@ -261,11 +267,14 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
     case MSG_EXCH:
+    case MSG_EXCH_REQ:
+    case MSG_REDO:
         m->stage = (int16_t)r_u(&r, 2);
         m->step = (int64_t)r_u(&r, 8);
         m->count = (uint32_t)r_u(&r, 4);
         m->hash = r_u(&r, 8);
         m->since = (int64_t)r_u(&r, 8);
+        if (m->type == MSG_EXCH || m->type == MSG_EXCH_REQ) r_bytes(&r, m->origin, MSG_ID_LEN);
         if (m->stage < 0 || m->step < 0 || m->since < 0) goto malformed;
         break;
     case MSG_STATE_REQ:

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION     1
+#define MSG_VERSION     2
 #define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
 #define MSG_ADDR_MAX    255  /* longest endpoint string */
 #define MSG_TEXT_MAX    1024 /* longest error / reason text */
@@ -41,7 +41,9 @@ typedef enum {
     MSG_STATUS_REQ = 13, /* status tool -> peer */
     MSG_STATUS_REP = 14, /* peer -> status tool; payload: JSON */
     MSG_ERROR = 15,      /* a request failed; text says why */
-    MSG_TYPE_MAX = 15
+    MSG_EXCH_REQ = 16,   /* ask a pool member for the EXCH of `origin` at a step (relay) */
+    MSG_REDO = 17,       /* a pool -> stage 0: these microbatches of a step were lost here */
+    MSG_TYPE_MAX = 17
 } msg_type_t;
 
 /* Member states as gossiped. */
@@ -70,6 +72,9 @@ typedef struct {
     uint32_t uptime_s;
 } msg_member_t;
 
+/* FWD flags: a re-run of a microbatch some pool lost; only pools that miss it count it. */
+#define MSG_FLAG_REDO 0x02
+
 /* Microbatch identity: (step, index) within the swarm, plus the attempt. */
 typedef struct {
     int64_t step;
@@ -97,6 +102,7 @@ typedef struct {
     uint32_t count; /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches */
     uint64_t hash;  /* EXCH: sender's parameter hash at the start of the step */
     int64_t since;  /* EXCH: the first step the sender contributed to (seniority) */
+    uint8_t origin[MSG_ID_LEN]; /* EXCH, EXCH_REQ: whose exchange message (a relay) */
     /* STATE_REQ / STATE_REP */
     uint64_t offset, total;
     uint32_t length;

@@ -133,11 +133,14 @@ static void spec_encode(bb_t *b, const msg_t *m, const wire_opts_t *o)
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
     case MSG_EXCH:
+    case MSG_EXCH_REQ:
+    case MSG_REDO:
         put_u(b, (uint16_t)m->stage, 2);
         put_u(b, (uint64_t)m->step, 8);
         put_u(b, m->count, 4);
         put_u(b, m->hash, 8);
         put_u(b, (uint64_t)m->since, 8);
+        if (m->type == MSG_EXCH || m->type == MSG_EXCH_REQ) put(b, m->origin, MSG_ID_LEN);
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
@@ -208,6 +211,7 @@ static msg_t sample(int type)
     m.count = 0x01020304u;
     m.hash = 0xf0e1d2c3b4a59687ULL;
     m.since = 0x0000123456789abcLL;
+    for (int j = 0; j < MSG_ID_LEN; j++) m.origin[j] = (uint8_t)(0x60 + 2 * j);
     m.offset = 1u << 20;
     m.total = 3u << 20;
     m.length = 1u << 20;
@@ -250,11 +254,15 @@ static msg_t expected(const msg_t *s)
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
     case MSG_EXCH:
+    case MSG_EXCH_REQ:
+    case MSG_REDO:
         e.stage = s->stage;
         e.step = s->step;
         e.count = s->count;
         e.hash = s->hash;
         e.since = s->since;
+        if (s->type == MSG_EXCH || s->type == MSG_EXCH_REQ)
+            memcpy(e.origin, s->origin, MSG_ID_LEN);
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
@@ -292,8 +300,11 @@ static size_t spec_len(const msg_t *m)
         return COMMON_LEN + MB_LEN + 2 + 1 + r + 4 + 2 + strlen(m->text);
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
-    case MSG_EXCH:
+    case MSG_REDO:
         return COMMON_LEN + 30;
+    case MSG_EXCH:
+    case MSG_EXCH_REQ:
+        return COMMON_LEN + 30 + MSG_ID_LEN;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         return COMMON_LEN + 62;
@@ -441,12 +452,13 @@ static void test_payload_counts(void **state)
     static const int want[MSG_TYPE_MAX + 1] = {
         [MSG_HELLO] = 0,      [MSG_WELCOME] = 2,    [MSG_GOSSIP] = 1,    [MSG_LEAVE] = 0,
         [MSG_FWD] = 2,        [MSG_BWD] = 1,        [MSG_NACK] = 0,      [MSG_PROGRESS] = 1,
-        [MSG_STEP_DONE] = 0,  [MSG_EXCH] = 1,       [MSG_STATE_REQ] = 0, [MSG_STATE_REP] = 1,
-        [MSG_STATUS_REQ] = 0, [MSG_STATUS_REP] = 1, [MSG_ERROR] = 0};
+        [MSG_STEP_DONE] = 0,  [MSG_EXCH] = 2,       [MSG_STATE_REQ] = 0, [MSG_STATE_REP] = 1,
+        [MSG_STATUS_REQ] = 0, [MSG_STATUS_REP] = 1, [MSG_ERROR] = 0,     [MSG_EXCH_REQ] = 0,
+        [MSG_REDO] = 1};
     static const char *names[MSG_TYPE_MAX + 1] = {
         "?",         "HELLO",      "WELCOME",    "GOSSIP",    "LEAVE", "FWD",
         "BWD",       "NACK",       "PROGRESS",   "STEP_DONE", "EXCH",  "STATE_REQ",
-        "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR"};
+        "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR", "EXCH_REQ", "REDO"};
     for (int t = 1; t <= MSG_TYPE_MAX; t++) {
         assert_int_equal(msg_payloads(t), want[t]);
         assert_string_equal(msg_type_name(t), names[t]);
@@ -476,7 +488,7 @@ static void test_golden_step_done(void **state)
     m.step = 42;
     static const uint8_t want[] = {
         0x53, 0x57, 0x54,                               /* "SWT" */
-        0x01,                                           /* version */
+        0x02,                                           /* version */
         0x09,                                           /* type STEP_DONE */
         0x01,                                           /* flags: run finished */
         0x00, 0x00,                                     /* reserved */
@@ -802,9 +814,9 @@ static void test_version(void **state)
         spec_encode(b, &m, NULL);
         assert_int_equal(decode_bb(b, &got), 0);
     }
-    /* the version is judged before anything after it: "SWT" 2 alone, or with junk */
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x02", 4, &got), STATUS_EVERSION);
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x02\xff\xff\xff", 7, &got),
+    /* the version is judged before anything after it: "SWT" 3 alone, or with junk */
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x03", 4, &got), STATUS_EVERSION);
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x03\xff\xff\xff", 7, &got),
                      STATUS_EVERSION);
     assert_int_equal(decode_exact((const uint8_t *)"SWT", 3, &got), STATUS_EMALFORMED);
     free(b);

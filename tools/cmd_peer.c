@@ -75,10 +75,12 @@ static int peer_option(void *ctx, int c, const char *arg)
     }
 }
 
+static volatile sig_atomic_t stop_requested;
+
 static void on_signal(int sig)
 {
     (void)sig;
-    peer_stop();
+    stop_requested = 1;
 }
 
 int cmd_peer(int argc, char **argv)
@@ -135,6 +137,10 @@ int cmd_peer(int argc, char **argv)
     po.threads = po.run.threads;
     po.log_every = po.run.log_every;
     if (!po.slots) po.slots = 2 * po.in_flight + 2;
+    po.stop = &stop_requested;
+    /* fault drills (local --kill): die on purpose when a microbatch of this step arrives */
+    const char *die = getenv("SWARMTRAIN_FAULT_DIE_AT_STEP");
+    if (die && *die) po.die_at_step = atoll(die);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

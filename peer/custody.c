@@ -1,0 +1,156 @@
+/* custody.c — the microbatches a peer holds: activation slots, and custody of what it
+ * sent downstream until the gradient comes back. When the next hop dies, refuses or
+ * stays silent past the custody time, the same activation goes to another peer of that
+ * stage (a failure costs one hop of work, never the microbatch).
+ * Not for: computing anything (serve.c) or counting microbatches (step.c). */
+#include "common/log.h"
+#include "peer/peer_impl.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb)
+{
+    for (int i = 0; i < p->nmbs; i++)
+        if (p->mbs[i].used && p->mbs[i].mb.step == mb->step && p->mbs[i].mb.index == mb->index &&
+            p->mbs[i].mb.kind == mb->kind)
+            return &p->mbs[i];
+    return NULL;
+}
+
+int custody_free_slot(const peer_t *p)
+{
+    for (int s = 0; s < p->nslots; s++) {
+        int taken = 0;
+        for (int i = 0; i < p->nmbs && !taken; i++) taken = p->mbs[i].used && p->mbs[i].slot == s;
+        if (!taken) return s;
+    }
+    return -1;
+}
+
+mbrec_t *custody_new(peer_t *p)
+{
+    for (int i = 0; i < p->nmbs; i++)
+        if (!p->mbs[i].used) {
+            memset(&p->mbs[i], 0, sizeof p->mbs[i]);
+            p->mbs[i].used = 1;
+            p->mbs[i].slot = -1;
+            return &p->mbs[i];
+        }
+    return NULL;
+}
+
+void custody_drop(mbrec_t *r)
+{
+    free(r->act);
+    free(r->targets);
+    memset(r, 0, sizeof *r);
+    r->slot = -1;
+}
+
+int custody_in_flight(const peer_t *p, int kind)
+{
+    int n = 0;
+    for (int i = 0; i < p->nmbs; i++) n += p->mbs[i].used && p->mbs[i].mb.kind == kind;
+    return n;
+}
+
+/* Sends (or re-sends) a held microbatch to a peer of the next stage chosen by the
+ * wiring, avoiding `avoid`. 0 when sent, -1 when no peer is there now. */
+int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
+{
+    const msg_member_t *all;
+    int n = view_stage(&p->view, p->stage + 1, 1, &all), k = 0;
+    msg_member_t *cand = p->view.scratch; /* filtered in place */
+    /* members still following their pool would throw the gradient away: prefer the
+     * ones that contribute to this step's exchange */
+    for (int i = 0; i < n; i++)
+        if (all[i].serving_from <= r->mb.step || r->mb.kind == 1 || (r->flags & MSG_FLAG_REDO))
+            cand[k++] = all[i];
+    if (k) n = k;
+    int pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
+    if (pick < 0 && avoid) pick = wiring_pick(p->wiring, cand, n, NULL, 1.0);
+    if (pick < 0) {
+        r->sent = 0;
+        return -1;
+    }
+    msg_t m = {.type = MSG_FWD,
+               .flags = r->flags,
+               .mb = r->mb,
+               .stage = (int16_t)(p->stage + 1),
+               .nroute = (uint8_t)r->nroute};
+    m.mb.attempt = r->out_attempt;
+    memcpy(m.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
+    const void *pl[2] = {r->act, r->targets};
+    size_t len[2] = {r->act_len, (size_t)p->BT * sizeof(int32_t)};
+    memcpy(r->next, cand[pick].id, MSG_ID_LEN);
+    r->sent = 1;
+    r->sent_at = p->now;
+    if (r->mb.kind == 0) p->act_bytes += r->act_len;
+    return peer_send(p, r->next, &m, 2, pl, len);
+}
+
+void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
+{
+    uint8_t failed[MSG_ID_LEN];
+    char a[9], b[9];
+    memcpy(failed, r->next, MSG_ID_LEN);
+    r->out_attempt++;
+    if (custody_forward(p, r, failed) == 0) {
+        p->retries++;
+        fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; re-sent from %s to %s\n",
+                p->now, r->mb.step, r->mb.index, why, peer_idhex(failed, a), peer_idhex(r->next, b));
+        fflush(p->log);
+        peer_store_event(p->ps, "recovered",
+                         "step %" PRId64 " microbatch %u: %s; re-sent from %s to %s", r->mb.step,
+                         r->mb.index, why, peer_idhex(failed, a), peer_idhex(r->next, b));
+    }
+    /* else: retried when the next stage has a peer again (custody_tick) */
+}
+
+void custody_on_view(peer_t *p)
+{
+    for (int i = 0; p->st && i < p->nmbs; i++) {
+        mbrec_t *r = &p->mbs[i];
+        if (!r->used || !r->sent) continue;
+        const msg_member_t *nx = view_find(&p->view, r->next);
+        if (!nx || nx->stage != p->stage + 1) custody_reroute(p, r, "its next peer is gone");
+    }
+}
+
+void custody_on_nack(peer_t *p, const msg_t *m)
+{
+    mbrec_t *r = custody_find(p, &m->mb);
+    if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN)) return;
+    if (!strcmp(m->text, "stale step")) {
+        /* the next pool moved past this step: it counted the microbatch already (a pool
+         * steps only when all M are counted), through another copy; nothing is lost */
+        custody_drop(r);
+        return;
+    }
+    char why[MSG_TEXT_MAX + 32];
+    snprintf(why, sizeof why, "refused (%s)", m->text);
+    custody_reroute(p, r, why);
+}
+
+void custody_tick(peer_t *p)
+{
+    for (int i = 0; i < p->nmbs; i++) {
+        mbrec_t *r = &p->mbs[i];
+        if (!r->used || !r->act) continue;
+        if (!r->sent)
+            custody_forward(p, r, NULL);
+        else if (p->now - r->sent_at > p->po.custody_s)
+            custody_reroute(p, r, "no gradient back in time");
+    }
+}
+
+/* Whatever is held of steps before `step` was counted by the pool through another copy. */
+void custody_drop_before(peer_t *p, int64_t step)
+{
+    for (int i = 0; i < p->nmbs; i++)
+        if (p->mbs[i].used && p->mbs[i].mb.kind == 0 && p->mbs[i].mb.step < step &&
+            !(p->mbs[i].flags & MSG_FLAG_REDO))
+            custody_drop(&p->mbs[i]);
+}

@@ -1,0 +1,171 @@
+/* peer_impl.h — the inside of a swarm peer, shared by the files that make it up:
+ *   peer.c    composition: lifecycle (join, download, serve, leave), event dispatch, timers;
+ *   custody.c microbatch records: slots, custody of what was sent on, re-routes;
+ *   serve.c   forward and backward serving, stage-0 data sourcing, validation;
+ *   step.c    this peer's side of its pool's step: progress, exchange, apply, redo.
+ * The pool's bookkeeping itself is swarm/pool.c, the state transfer swarm/xfer.c.
+ * Not for: anyone outside peer/ (peer.h is the interface). */
+#ifndef SWARMTRAIN_PEER_IMPL_H
+#define SWARMTRAIN_PEER_IMPL_H
+
+#include "common/status.h"
+#include "peer/data.h"
+#include "peer/demo_opt.h"
+#include "peer/peer.h"
+#include "peer/peer_store.h"
+#include "peer/stage.h"
+#include "swarm/pool.h"
+#include "swarm/view.h"
+#include "swarm/wiring.h"
+#include "swarm/xfer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* A microbatch this peer holds: its activations in a stage slot, and (when it sent the
+ * microbatch on) custody of what it sent. */
+typedef struct {
+    int used;
+    msg_mb_t mb;          /* step, index, kind */
+    uint8_t flags;        /* MSG_FLAG_REDO */
+    uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
+    uint16_t out_attempt; /* our attempt number for what we sent downstream */
+    int slot;
+    uint8_t prev[MSG_ID_LEN]; /* upstream peer; the source itself on stage 0 */
+    int nroute;
+    uint8_t route[MSG_ROUTE_MAX][MSG_ID_LEN];
+    int sent; /* custody: forwarded downstream, waiting for the gradient */
+    uint8_t next[MSG_ID_LEN];
+    double sent_at;
+    uint8_t *act; /* encoded activation as sent, kept for a re-send */
+    size_t act_len;
+    int32_t *targets;
+} mbrec_t;
+
+/* A data message waiting for compute (payloads copied out of the transport's buffers). */
+typedef struct {
+    msg_t m;
+    uint8_t *pl[2];
+    size_t pl_len[2];
+} inmsg_t;
+
+enum {
+    PHASE_HELLO,    /* asked a bootstrap peer for the swarm; waiting for WELCOME */
+    PHASE_VIEW,     /* welcomed; waiting for the member table */
+    PHASE_DOWNLOAD, /* has a stage; downloading its state from the pool */
+    PHASE_SERVING,
+    PHASE_DONE, /* the run is over for this peer */
+};
+
+struct peer {
+    peer_options_t po;
+    train_options_t run;
+    transport_t tp;
+    FILE *log;
+    char err[STATUS_ERR_LEN];
+    uint8_t id[MSG_ID_LEN];
+    uint64_t swarm;
+    char run_text[4096];
+    int phase;
+    double phase_at;  /* when the phase began */
+    double hello_at;  /* last HELLO */
+    int hello_tries;
+    double now;       /* the time of the event or step being handled */
+    kern_t *k;
+    stage_t *st;
+    demo_opt_t *dopt;
+    data_t *data;
+    wiring_t *wiring;
+    peer_store_t *ps; /* the peer's store; NULL without --db */
+    int S, stage, M, BT, C;
+    int nslots;
+    int wire_codec;
+    view_t view;
+    /* work */
+    mbrec_t *mbs;
+    int nmbs;
+    inmsg_t *pending;
+    int npending, pending_cap;
+    /* the pool's step */
+    pool_t *pool;
+    int64_t step;      /* this pool's step: microbatches of this step are counted */
+    uint8_t *started;  /* stage 0: indices this peer started at this step */
+    uint8_t *ubuf;     /* scratch: the pool's union */
+    uint8_t *redo_for; /* stage 0: indices of `redo_step` re-run on request */
+    int64_t redo_step;
+    double loss_sum; /* stage 0: losses of the microbatches it sourced this step */
+    int loss_n;
+    int exch_sent;
+    double exch_wait_since, progress_at, redo_asked_at, exch_req_at;
+    uint64_t my_hash; /* parameter hash at the start of this step */
+    double step_t0;
+    float *grad_save; /* a redo's backward leaves the counted gradient as it was */
+    /* state transfer */
+    xfer_t *xfer;
+    xfer_snap_t snap;
+    int downloaded; /* the state came from the pool */
+    const char *download_why;
+    double xfer_t0;
+    /* validation (the leader of stage 0) */
+    int val_phase, val_next, val_done;
+    double val_sum, val_loss;
+    uint8_t *val_got;
+    /* stats */
+    msg_member_t self;
+    double tp_ema;
+    int tp_n;
+    uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
+    double last_self_push;
+    double t_train0, t_train1; /* first microbatch; last step */
+    int finished;
+    int go; /* stage 0: the first step may start */
+    double go_at;
+    int64_t follow_step;
+    double follow_since;
+    double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
+    int followed;       /* steps followed since the last download */
+    float last_loss;
+    int32_t *host_tok;
+};
+
+/* peer.c */
+int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
+              const size_t *len);
+int peer_is_self(const peer_t *p, const uint8_t *id);
+const char *peer_idhex(const uint8_t *id, char buf[9]);
+uint64_t peer_param_hash(peer_t *p);
+void peer_push_self(peer_t *p);
+int peer_start_download(peer_t *p, const char *why);
+
+/* custody.c */
+mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb);
+mbrec_t *custody_new(peer_t *p);
+int custody_free_slot(const peer_t *p);
+void custody_drop(mbrec_t *r);
+int custody_in_flight(const peer_t *p, int kind);
+int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid);
+void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
+void custody_on_view(peer_t *p);
+void custody_on_nack(peer_t *p, const msg_t *m);
+void custody_tick(peer_t *p);
+void custody_drop_before(peer_t *p, int64_t step);
+
+/* serve.c */
+int serve_one(peer_t *p, int *did);
+int serve_source(peer_t *p);
+int serve_enqueue(peer_t *p, const net_ev_t *ev);
+void serve_dequeue(peer_t *p, int i);
+void serve_note_throughput(peer_t *p, double seconds);
+
+/* step.c */
+void step_count(peer_t *p, uint32_t index);
+int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
+int step_tick(peer_t *p);
+void step_reset(peer_t *p);
+int step_on_exch(peer_t *p, const net_ev_t *ev);
+void step_on_exch_req(peer_t *p, const msg_t *m);
+void step_on_progress(peer_t *p, const net_ev_t *ev);
+void step_on_redo(peer_t *p, const net_ev_t *ev);
+void step_on_error(peer_t *p, const msg_t *m);
+
+#endif

@@ -1,0 +1,402 @@
+/* serve.c — a peer's compute: forward and backward passes of the microbatches it is sent,
+ * stage 0's data sourcing (each stage-0 member starts its share of the step's M
+ * microbatches, and re-runs the ones another pool lost), and the held-out validation at
+ * the end of the run. Data messages wait in a queue until the stage can take them.
+ * Not for: custody of what was sent on (custody.c), the pool's step (step.c). */
+#include "common/log.h"
+#include "peer/peer_impl.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PENDING 256
+
+void serve_note_throughput(peer_t *p, double seconds)
+{
+    double tp = p->run.cfg.batch / (seconds > 1e-6 ? seconds : 1e-6);
+    p->tp_n++;
+    double a = 0.1;
+    p->tp_ema = a * tp + (1 - a) * p->tp_ema;
+    /* bias-corrected EMA (SWARM): divide by 1 - (1-a)^n */
+    p->self.throughput = (float)(p->tp_ema / (1 - pow(1 - a, p->tp_n)));
+}
+
+/* Compute time for the throughput estimate, on the driver's compute clock (po.clock);
+ * without one every pass counts 1 ms. */
+static double compute_clock(const peer_t *p)
+{
+    return p->po.clock ? p->po.clock() : 0.0;
+}
+
+static double pass_seconds(peer_t *p, double t0)
+{
+    double t = compute_clock(p) - t0;
+    return t > 0 ? t : 1e-3;
+}
+
+/* Encodes what the stage hands over: the output of `slot`'s forward pass, or with
+ * slot < 0 dL/dx_in of the last backward pass. *out is a fresh buffer the caller owns. */
+static int encode_act(peer_t *p, int slot, uint8_t **out, size_t *len)
+{
+    size_t cap = stage_wire_size(p->st, p->wire_codec, p->run.codec_block);
+    *out = malloc(cap ? cap : 1);
+    if (!*out) return STATUS_ENOMEM;
+    int rc = slot >= 0 ? stage_wire_encode_output(p->st, slot, p->wire_codec, p->run.codec_block,
+                                                  *out, cap, len, p->err)
+                       : stage_wire_encode_dx(p->st, p->wire_codec, p->run.codec_block, *out, cap,
+                                              len, p->err);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static void send_nack(peer_t *p, const msg_t *m, const char *why)
+{
+    msg_t n = {.type = MSG_NACK, .mb = m->mb, .stage = m->stage};
+    snprintf(n.text, sizeof n.text, "%s", why);
+    peer_send(p, m->sender, &n, 0, NULL, NULL);
+}
+
+/* The backward pass of a held microbatch; its parameter gradient is counted (added to
+ * this step's sum) only when the pool still misses the microbatch (step.c). */
+static int backward(peer_t *p, mbrec_t *r)
+{
+    int count = step_counts(p, &r->mb, r->flags);
+    size_t P = stage_num_params(p->st) * sizeof(float);
+    if (!count) {
+        if (!p->grad_save && !(p->grad_save = malloc(P))) return STATUS_ENOMEM;
+        p->k->download(p->k, p->grad_save, stage_grads(p->st), P);
+    }
+    int rc = stage_backward(p->st, r->slot, NULL, NULL, p->err);
+    if (!count) p->k->upload(p->k, stage_grads(p->st), p->grad_save, P);
+    if (rc) return rc;
+    if (count) step_count(p, r->mb.index);
+    return count;
+}
+
+/* Sends the stage's input gradient (of its last backward pass) to the upstream peer. */
+static int send_grad(peer_t *p, const mbrec_t *r, float loss)
+{
+    msg_t b = {.type = MSG_BWD,
+               .flags = r->flags,
+               .mb = r->mb,
+               .stage = (int16_t)(p->stage - 1),
+               .loss = loss,
+               .nroute = (uint8_t)r->nroute};
+    b.mb.attempt = r->in_attempt;
+    memcpy(b.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
+    uint8_t *g = NULL;
+    size_t glen = 0;
+    int rc = encode_act(p, -1, &g, &glen);
+    if (rc) return rc;
+    const void *pl[1] = {g};
+    p->act_bytes += glen;
+    peer_send(p, r->prev, &b, 1, pl, &glen);
+    free(g);
+    return 0;
+}
+
+/* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
+ * validation batch `index`. 1 when there is no free slot now. */
+static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags)
+{
+    mbrec_t *r = custody_new(p);
+    int slot = custody_free_slot(p);
+    if (!r || slot < 0) {
+        if (r) r->used = 0;
+        return 1;
+    }
+    r->mb = (msg_mb_t){.step = step, .index = index, .kind = (uint8_t)kind};
+    r->flags = flags;
+    r->slot = slot;
+    memcpy(r->prev, p->id, MSG_ID_LEN);
+    memcpy(r->route[0], p->id, MSG_ID_LEN);
+    r->nroute = 1;
+    r->targets = malloc((size_t)p->BT * sizeof(int32_t));
+    if (!r->targets) return STATUS_ENOMEM;
+    if (kind == 0) {
+        int A = p->run.accum;
+        data_train_batch(p->data, p->run.seed, index / A, step * A + index % A, p->run.cfg.batch,
+                         p->host_tok, r->targets);
+    } else {
+        data_val_batch(p->data, (int)index, p->run.val_batches, p->run.cfg.batch, p->host_tok,
+                       r->targets);
+    }
+    double t0 = compute_clock(p);
+    float loss;
+    int rc = stage_forward(p->st, slot, p->host_tok, NULL, p->S == 1 ? r->targets : NULL, NULL,
+                           &loss, p->err);
+    if (rc) return rc;
+    p->served++;
+    if (p->S == 1) { /* the whole model here */
+        if (kind == 0) {
+            if ((rc = backward(p, r)) < 0) return rc;
+            if (rc == 1) p->loss_sum += loss, p->loss_n++;
+        } else {
+            p->val_sum += loss, p->val_done++;
+        }
+        custody_drop(r);
+        serve_note_throughput(p, pass_seconds(p, t0));
+        return 0;
+    }
+    if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
+    serve_note_throughput(p, pass_seconds(p, t0));
+    if (kind == 1) r->slot = -1; /* validation needs no backward: the slot is free again */
+    custody_forward(p, r, NULL);
+    return 0;
+}
+
+/* A forward pass for a microbatch from upstream. 1: no free slot, keep it queued. */
+static int on_fwd(peer_t *p, inmsg_t *in)
+{
+    msg_t *m = &in->m;
+    int redo = (m->flags & MSG_FLAG_REDO) && m->mb.kind == 0;
+    if (m->stage != p->stage || m->nroute != p->stage ||
+        (m->mb.step != p->step && !(redo && m->mb.step < p->step))) {
+        send_nack(p, m, m->mb.step < p->step ? "stale step" : "wrong stage");
+        return 0;
+    }
+    if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
+        p->rejected++;
+        send_nack(p, m, "targets of the wrong size");
+        return 0;
+    }
+    mbrec_t *old = custody_find(p, &m->mb);
+    if (old) custody_drop(old); /* a re-send supersedes what we held */
+    int slot = custody_free_slot(p);
+    mbrec_t *r = custody_new(p);
+    if (!r || slot < 0) {
+        if (r) r->used = 0;
+        return 1;
+    }
+    if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
+        p->rejected++;
+        send_nack(p, m, p->err);
+        r->used = 0;
+        return 0;
+    }
+    r->mb = m->mb;
+    r->flags = m->flags;
+    r->in_attempt = m->mb.attempt;
+    r->slot = slot;
+    memcpy(r->prev, m->sender, MSG_ID_LEN);
+    r->nroute = m->nroute + 1;
+    memcpy(r->route, m->route, (size_t)m->nroute * MSG_ID_LEN);
+    memcpy(r->route[m->nroute], p->id, MSG_ID_LEN);
+    r->targets = malloc(in->pl_len[1]);
+    if (!r->targets) return STATUS_ENOMEM;
+    memcpy(r->targets, in->pl[1], in->pl_len[1]);
+    int last = p->stage == p->S - 1;
+    double t0 = compute_clock(p);
+    float loss = NAN;
+    int rc = stage_forward(p->st, slot, NULL, NULL, last ? r->targets : NULL, NULL, &loss, p->err);
+    if (rc) { /* bad targets from the wire: refuse, keep going */
+        p->rejected++;
+        send_nack(p, m, p->err);
+        custody_drop(r);
+        return 0;
+    }
+    p->served++;
+    if (!last) {
+        if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
+        serve_note_throughput(p, pass_seconds(p, t0));
+        if (m->mb.kind == 1) r->slot = -1;
+        custody_forward(p, r, NULL);
+        if (m->mb.kind == 1) custody_drop(r); /* validation: the last stage answers the source */
+        return 0;
+    }
+    p->last_loss = loss;
+    if (m->mb.kind == 1) {
+        msg_t b = {.type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1};
+        memcpy(b.route, r->route, MSG_ID_LEN);
+        const void *pl[1] = {""};
+        size_t len[1] = {0};
+        peer_send(p, r->route[0], &b, 1, pl, len);
+        custody_drop(r);
+        return 0;
+    }
+    /* last stage: the loss, and the backward pass at once */
+    if ((rc = backward(p, r)) < 0) return rc;
+    serve_note_throughput(p, pass_seconds(p, t0));
+    rc = send_grad(p, r, loss);
+    custody_drop(r);
+    return rc;
+}
+
+static int on_bwd(peer_t *p, inmsg_t *in)
+{
+    msg_t *m = &in->m;
+    mbrec_t *r = custody_find(p, &m->mb);
+    if (m->mb.kind == 1) { /* a validation loss, at the source */
+        if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) &&
+            (int)m->mb.index < p->run.val_batches && !pool_bit(p->val_got, (int)m->mb.index)) {
+            pool_set_bit(p->val_got, (int)m->mb.index);
+            p->val_sum += m->loss;
+            p->val_done++;
+            custody_drop(r);
+        }
+        return 0;
+    }
+    if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || r->out_attempt != m->mb.attempt)
+        return 0; /* a gradient for a microbatch we re-sent elsewhere, or never had */
+    if (r->slot < 0 || (m->mb.step != p->step && !(r->flags & MSG_FLAG_REDO))) {
+        custody_drop(r);
+        return 0;
+    }
+    if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
+        p->rejected++;
+        custody_reroute(p, r, "its gradient was malformed");
+        return 0;
+    }
+    double t0 = compute_clock(p);
+    int rc = backward(p, r);
+    if (rc < 0) return rc;
+    serve_note_throughput(p, pass_seconds(p, t0));
+    if (p->stage == 0) {
+        if (rc == 1) p->loss_sum += m->loss, p->loss_n++;
+        p->last_loss = m->loss;
+    } else {
+        rc = send_grad(p, r, m->loss);
+    }
+    custody_drop(r);
+    return rc < 0 ? rc : 0;
+}
+
+int serve_enqueue(peer_t *p, const net_ev_t *ev)
+{
+    /* forwards beyond MAX_PENDING are refused (the sender re-routes); gradients are
+     * always kept: they finish work already done */
+    if (p->npending >= MAX_PENDING && ev->msg.type == MSG_FWD) {
+        send_nack(p, &ev->msg, "busy");
+        return 0;
+    }
+    if (p->npending == p->pending_cap) {
+        int cap = p->pending_cap ? 2 * p->pending_cap : 64;
+        inmsg_t *q = realloc(p->pending, (size_t)cap * sizeof *q);
+        if (!q) return STATUS_ENOMEM;
+        p->pending = q;
+        p->pending_cap = cap;
+    }
+    inmsg_t *in = &p->pending[p->npending];
+    memset(in, 0, sizeof *in);
+    in->m = ev->msg;
+    for (int i = 0; i < ev->nframes && i < 2; i++) {
+        in->pl[i] = malloc(ev->frame_len[i] ? ev->frame_len[i] : 1);
+        if (!in->pl[i]) return STATUS_ENOMEM;
+        memcpy(in->pl[i], ev->frame[i], ev->frame_len[i]);
+        in->pl_len[i] = ev->frame_len[i];
+    }
+    p->npending++;
+    return 0;
+}
+
+void serve_dequeue(peer_t *p, int i)
+{
+    free(p->pending[i].pl[0]);
+    free(p->pending[i].pl[1]);
+    memmove(&p->pending[i], &p->pending[i + 1], (size_t)(p->npending - i - 1) * sizeof *p->pending);
+    p->npending--;
+}
+
+/* One unit of compute: a gradient to pass back, else a forward of this step. */
+int serve_one(peer_t *p, int *did)
+{
+    *did = 0;
+    for (int i = 0; i < p->npending; i++)
+        if (p->pending[i].m.type == MSG_BWD) {
+            int rc = on_bwd(p, &p->pending[i]);
+            serve_dequeue(p, i);
+            *did = 1;
+            return rc;
+        }
+    for (int i = 0; i < p->npending; i++) {
+        inmsg_t *in = &p->pending[i];
+        if (in->m.type != MSG_FWD) continue;
+        if (in->m.mb.step > p->step) continue; /* its pool step is not here yet */
+        int rc = on_fwd(p, in);
+        if (rc == 1) continue; /* no free slot */
+        serve_dequeue(p, i);
+        *did = 1;
+        return rc;
+    }
+    return 0;
+}
+
+/* Validation at the end of the run, by the leader of stage 0. */
+static int validate(peer_t *p)
+{
+    if (!p->val_phase) {
+        p->val_phase = 1;
+        p->val_got = calloc(((size_t)p->run.val_batches + 7) / 8, 1);
+        if (!p->val_got) return STATUS_ENOMEM;
+    }
+    if (p->val_done == p->run.val_batches) {
+        p->val_loss = p->val_sum / p->run.val_batches;
+        double span = p->t_train1 - p->t_train0;
+        fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
+                /* the whole swarm's tokens: every stage-0 peer sources its share */
+                span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val_loss);
+        fflush(p->log);
+        msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
+        for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
+        p->finished = 1;
+        return 0;
+    }
+    if (p->val_next < p->run.val_batches && custody_in_flight(p, 1) < p->po.in_flight) {
+        int rc = start_mb(p, p->step, (uint32_t)p->val_next, 1, 0);
+        if (rc == 0) p->val_next++;
+        return rc < 0 ? rc : rc == 0;
+    }
+    /* a validation microbatch whose loss never came back (its route died): ask again */
+    return 0;
+}
+
+/* Stage 0: starts the next microbatch this peer owns. 1 when it did work. */
+int serve_source(peer_t *p)
+{
+    if (p->stage != 0 || p->self.state != MEMBER_SERVING) return 0;
+    /* re-runs first: another pool lost these and waits for them */
+    for (int i = 0; i < p->M && p->redo_step >= 0; i++) {
+        if (!pool_bit(p->redo_for, i)) continue;
+        msg_mb_t mb = {.step = p->redo_step, .index = (uint32_t)i};
+        if (custody_find(p, &mb)) continue;
+        int rc = start_mb(p, p->redo_step, (uint32_t)i, 0, MSG_FLAG_REDO);
+        if (rc < 0) return rc;
+        if (rc == 1) break;
+        p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+        return 1;
+    }
+    const msg_member_t *own;
+    int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
+    if (me < 0) return 0;
+    if (p->step < p->run.steps) {
+        if (p->step == 0 && !p->go) { /* a new swarm waits for its first peers */
+            int serving = 0;
+            for (int i = 0; i < p->view.n; i++) serving += p->view.m[i].state == MEMBER_SERVING;
+            if (serving < p->po.wait_peers) return 0;
+            if (p->go_at == 0) p->go_at = p->now + 4 * 0.25; /* let gossip settle */
+            if (p->now < p->go_at) return 0;
+            p->go = 1;
+        }
+        if (custody_in_flight(p, 0) >= p->po.in_flight) return 0;
+        if (p->t_train0 == 0) p->t_train0 = p->now;
+        const msg_member_t *live;
+        int nl = view_stage(&p->view, 0, 1, &live);
+        pool_union(p->pool, live, nl, p->ubuf);
+        for (int i = 0; i < p->M; i++) {
+            if (i % n != me || pool_bit(p->ubuf, i)) continue;
+            msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
+            if (custody_find(p, &mb)) continue;
+            int rc = start_mb(p, p->step, (uint32_t)i, 0, 0);
+            return rc == 1 ? 0 : rc < 0 ? rc : 1;
+        }
+        return 0;
+    }
+    if (me != 0 || p->finished) return 0;
+    return validate(p);
+}

@@ -1,0 +1,244 @@
+/* pool.c — a stage pool's step protocol (pool.h). */
+#include "swarm/pool.h"
+#include "common/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint8_t id[MSG_ID_LEN];
+    int64_t step;
+    uint8_t *bits;
+} progress_t;
+
+typedef struct {
+    uint8_t origin[MSG_ID_LEN];
+    int64_t step;
+} refusal_t;
+
+struct pool {
+    int M;
+    size_t nb;
+    int64_t step;
+    uint8_t *mine;
+    progress_t *prog;
+    int nprog, prog_cap;
+    pool_msg_t *msgs;
+    int nmsgs, msgs_cap;
+    refusal_t *ref;
+    int nref, ref_cap;
+};
+
+pool_t *pool_new(int M)
+{
+    pool_t *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->M = M;
+    p->nb = ((size_t)M + 7) / 8;
+    if (!(p->mine = calloc(p->nb, 1))) pool_destroy(&p);
+    return p;
+}
+
+static void free_msg(pool_msg_t *m)
+{
+    free(m->data);
+    free(m->counted);
+}
+
+void pool_destroy(pool_t **pp)
+{
+    if (!pp || !*pp) return;
+    pool_t *p = *pp;
+    for (int i = 0; i < p->nprog; i++) free(p->prog[i].bits);
+    for (int i = 0; i < p->nmsgs; i++) free_msg(&p->msgs[i]);
+    free(p->prog);
+    free(p->msgs);
+    free(p->ref);
+    free(p->mine);
+    free(p);
+    *pp = NULL;
+}
+
+size_t pool_bitmap_bytes(const pool_t *p)
+{
+    return p->nb;
+}
+
+void pool_begin(pool_t *p, int64_t step, int keep)
+{
+    p->step = step;
+    memset(p->mine, 0, p->nb);
+    int k = 0;
+    for (int i = 0; i < p->nprog; i++) {
+        if (p->prog[i].step < step)
+            free(p->prog[i].bits);
+        else
+            p->prog[k++] = p->prog[i];
+    }
+    p->nprog = k;
+    k = 0;
+    for (int i = 0; i < p->nmsgs; i++) {
+        if (p->msgs[i].step < step - keep)
+            free_msg(&p->msgs[i]);
+        else
+            p->msgs[k++] = p->msgs[i];
+    }
+    p->nmsgs = k;
+    k = 0;
+    for (int i = 0; i < p->nref; i++)
+        if (p->ref[i].step >= step - keep) p->ref[k++] = p->ref[i];
+    p->nref = k;
+}
+
+int64_t pool_step(const pool_t *p)
+{
+    return p->step;
+}
+
+void pool_count(pool_t *p, uint32_t index)
+{
+    if ((int)index < p->M) pool_set_bit(p->mine, (int)index);
+}
+
+const uint8_t *pool_mine(const pool_t *p)
+{
+    return p->mine;
+}
+
+uint32_t pool_mine_count(const pool_t *p)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < p->M; i++) n += (uint32_t)pool_bit(p->mine, i);
+    return n;
+}
+
+void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits)
+{
+    if (step < p->step || step > p->step + 1) return;
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == step && !memcmp(p->prog[i].id, id, MSG_ID_LEN)) {
+            for (size_t j = 0; j < p->nb; j++) p->prog[i].bits[j] |= bits[j];
+            return;
+        }
+    if (p->nprog == p->prog_cap) {
+        int cap = p->prog_cap ? 2 * p->prog_cap : 16;
+        progress_t *q = realloc(p->prog, (size_t)cap * sizeof *q);
+        if (!q) return; /* the sender repeats its progress */
+        p->prog = q;
+        p->prog_cap = cap;
+    }
+    progress_t *e = &p->prog[p->nprog];
+    if (!(e->bits = malloc(p->nb))) return;
+    memcpy(e->id, id, MSG_ID_LEN);
+    e->step = step;
+    memcpy(e->bits, bits, p->nb);
+    p->nprog++;
+}
+
+static int is_live(const msg_member_t *live, int n, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < n; i++)
+        if (!memcmp(live[i].id, id, MSG_ID_LEN)) return 1;
+    return 0;
+}
+
+void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out)
+{
+    memcpy(out, p->mine, p->nb);
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step && is_live(live, n, p->prog[i].id))
+            for (size_t j = 0; j < p->nb; j++) out[j] |= p->prog[i].bits[j];
+    for (int i = 0; i < p->nmsgs; i++)
+        if (p->msgs[i].step == p->step)
+            for (size_t j = 0; j < p->nb; j++) out[j] |= p->msgs[i].counted[j];
+}
+
+int pool_all(const pool_t *p, const uint8_t *bits)
+{
+    for (int i = 0; i < p->M; i++)
+        if (!pool_bit(bits, i)) return 0;
+    return 1;
+}
+
+const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
+{
+    for (int i = 0; i < p->nmsgs; i++)
+        if (p->msgs[i].step == step && !memcmp(p->msgs[i].origin, origin, MSG_ID_LEN))
+            return &p->msgs[i];
+    return NULL;
+}
+
+int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
+               size_t counted_len)
+{
+    if (counted_len != p->nb) return STATUS_EMALFORMED;
+    if (pool_find(p, m->origin, m->step) || pool_refused(p, m->origin, m->step)) return 0;
+    if (p->nmsgs == p->msgs_cap) {
+        int cap = p->msgs_cap ? 2 * p->msgs_cap : 16;
+        pool_msg_t *q = realloc(p->msgs, (size_t)cap * sizeof *q);
+        if (!q) return STATUS_ENOMEM;
+        p->msgs = q;
+        p->msgs_cap = cap;
+    }
+    pool_msg_t *e = &p->msgs[p->nmsgs];
+    memset(e, 0, sizeof *e);
+    memcpy(e->origin, m->origin, MSG_ID_LEN);
+    e->step = m->step, e->since = m->since, e->count = m->count, e->hash = m->hash;
+    e->len = len;
+    e->data = malloc(len ? len : 1);
+    e->counted = malloc(p->nb);
+    if (!e->data || !e->counted) {
+        free_msg(e);
+        return STATUS_ENOMEM;
+    }
+    memcpy(e->data, data, len);
+    memcpy(e->counted, counted, p->nb);
+    p->nmsgs++;
+    return 0;
+}
+
+void pool_refuse(pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
+{
+    if (pool_refused(p, origin, step)) return;
+    if (p->nref == p->ref_cap) {
+        int cap = p->ref_cap ? 2 * p->ref_cap : 8;
+        refusal_t *q = realloc(p->ref, (size_t)cap * sizeof *q);
+        if (!q) return;
+        p->ref = q;
+        p->ref_cap = cap;
+    }
+    memcpy(p->ref[p->nref].origin, origin, MSG_ID_LEN);
+    p->ref[p->nref++].step = step;
+}
+
+int pool_refused(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
+{
+    for (int i = 0; i < p->nref; i++)
+        if (p->ref[i].step == step && !memcmp(p->ref[i].origin, origin, MSG_ID_LEN)) return 1;
+    return 0;
+}
+
+int pool_vote_lost(const pool_msg_t *const *msgs, int n, uint64_t my_hash, int64_t my_since,
+                   const uint8_t my_id[MSG_ID_LEN])
+{
+    int agree = 0, disagree = 0;
+    int64_t a_since = INT64_MAX, d_since = INT64_MAX;
+    const uint8_t *a_id = NULL, *d_id = NULL;
+    for (int i = 0; i < n; i++) {
+        const pool_msg_t *e = msgs[i];
+        int same = e->hash == my_hash;
+        int64_t since = !memcmp(e->origin, my_id, MSG_ID_LEN) ? my_since : e->since;
+        int64_t *s = same ? &a_since : &d_since;
+        const uint8_t **id = same ? &a_id : &d_id;
+        if (since < *s || (since == *s && (!*id || memcmp(e->origin, *id, MSG_ID_LEN) < 0)))
+            *s = since, *id = e->origin;
+        if (same)
+            agree++;
+        else
+            disagree++;
+    }
+    int senior_disagrees =
+        d_id && (!a_id || d_since < a_since ||
+                 (d_since == a_since && memcmp(d_id, a_id, MSG_ID_LEN) < 0));
+    return disagree > agree || (disagree && disagree == agree && senior_disagrees);
+}

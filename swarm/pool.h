@@ -1,0 +1,88 @@
+/* pool.h — a stage pool's step protocol, as one member sees it: which of the step's M
+ * microbatches each member counted (PROGRESS), the pool's exchange messages (EXCH, kept a
+ * few steps so that any member can relay them), and the hash vote that keeps replicas
+ * identical. It does arithmetic on bitmaps and bytes only: no kernels, no sockets, no
+ * clock (docs/protocol.md, "Pool protocol").
+ *
+ * Exactly once: a microbatch's gradient enters a pool's update through the exchange
+ * message of the one member that counted it. A step is complete when the union of what
+ * the live members counted, plus what the held messages of departed members counted,
+ * covers all M.
+ *
+ * Not for: deciding when to send (peer/), what a message body means (compress/demo.h).
+ */
+#ifndef SWARMTRAIN_POOL_H
+#define SWARMTRAIN_POOL_H
+
+#include "swarm/msg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pool pool_t;
+
+typedef struct {
+    uint8_t origin[MSG_ID_LEN];
+    int64_t step, since;
+    uint32_t count;
+    uint64_t hash;
+    uint8_t *data;
+    size_t len;
+    uint8_t *counted; /* M bits */
+} pool_msg_t;
+
+/* A pool of M microbatches per step. NULL on ENOMEM. */
+pool_t *pool_new(int M);
+void pool_destroy(pool_t **p);
+
+/* Bytes of an M-bit bitmap. */
+size_t pool_bitmap_bytes(const pool_t *p);
+static inline int pool_bit(const uint8_t *b, int i)
+{
+    return (b[i >> 3] >> (i & 7)) & 1;
+}
+static inline void pool_set_bit(uint8_t *b, int i)
+{
+    b[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+/* Moves to `step`: forgets what this member counted, keeps what others reported for it,
+ * and forgets progress and messages more than `keep` steps old. */
+void pool_begin(pool_t *p, int64_t step, int keep);
+int64_t pool_step(const pool_t *p);
+
+/* This member counted microbatch `index` of the current step. */
+void pool_count(pool_t *p, uint32_t index);
+const uint8_t *pool_mine(const pool_t *p);
+uint32_t pool_mine_count(const pool_t *p);
+
+/* A member's PROGRESS: what it counted of `step` (its own bits, not a union). */
+void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step,
+                      const uint8_t *bits);
+
+/* The union, for the current step, of this member's bits, the bits of members in
+ * live[0, n) and the counted bits of every held message. Into out (bitmap bytes). */
+void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out);
+
+/* Whether every one of the M bits is set. */
+int pool_all(const pool_t *p, const uint8_t *bits);
+
+/* Stores an exchange message (m: origin, step, count, hash, since). 0 when kept or a
+ * duplicate; STATUS_EMALFORMED when the counted bitmap has the wrong size; ENOMEM. */
+int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
+               size_t counted_len);
+const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
+
+/* Members that answered "I do not hold origin's message of step" (EXCH_REQ refusals):
+ * once a member said so it never takes that message (pool_refuse), which keeps the
+ * pool's choice of messages the same for every member. */
+void pool_refuse(pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
+int pool_refused(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
+
+/* The hash vote over the messages msgs[0, n) of the current step against this member's
+ * own (my_hash, my_since, my_id): 1 when this member is on the losing side (the majority
+ * of hashes disagrees with it, or a tie that the most senior member's side wins). */
+int pool_vote_lost(const pool_msg_t *const *msgs, int n, uint64_t my_hash, int64_t my_since,
+                   const uint8_t my_id[MSG_ID_LEN]);
+
+#endif

@@ -1,0 +1,46 @@
+/* view.h — queries on a peer's view of the swarm: the live member table its transport
+ * last reported (NET_EV_VIEW). Who serves a stage, who owns which microbatches, which
+ * stage a newcomer should take. Any number of members: nothing here has a fixed cap.
+ * Not for: keeping the table up to date (membership is the transport's business). */
+#ifndef SWARMTRAIN_VIEW_H
+#define SWARMTRAIN_VIEW_H
+
+#include "swarm/msg.h"
+
+#include <stdint.h>
+
+typedef struct {
+    msg_member_t *m; /* the live members, self included */
+    int n, cap;
+    msg_member_t *scratch; /* n entries for query results (view_stage, view_owners) */
+} view_t;
+
+/* Replaces the table with a copy of members[0, n). 0 or STATUS_ENOMEM. */
+int view_set(view_t *v, const msg_member_t *members, int n);
+void view_free(view_t *v);
+
+/* The entry of id, or NULL. */
+const msg_member_t *view_find(const view_t *v, const uint8_t id[MSG_ID_LEN]);
+
+/* Members of a stage (serving ones only when serving_only), into v->scratch; returns the
+ * count. The result is valid until the next query or view_set. */
+int view_stage(view_t *v, int stage, int serving_only, const msg_member_t **out);
+
+/* The serving members of `stage` that take part in `step`'s exchange (serving_from <=
+ * step; `self` always counts when it serves that stage), sorted by id, into v->scratch.
+ * *me is self's index among them or -1. */
+int view_owners(view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LEN],
+                const msg_member_t **out, int *me);
+
+/* The stage a newcomer should take among S: the one with the least serving throughput
+ * (then the fewest members), not counting self. */
+int view_weakest_stage(const view_t *v, int S, const uint8_t self[MSG_ID_LEN]);
+
+/* Whether any serving member other than self of `stage` reports a step past `step`. */
+int view_stage_ahead(const view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LEN]);
+
+/* The highest step any serving member of `stage` reports (-1 if none; all stages with
+ * stage < 0). */
+int64_t view_max_step(const view_t *v, int stage);
+
+#endif

@@ -1,0 +1,235 @@
+/* xfer.c — chunked, hashed state transfer (xfer.h). */
+#include "swarm/xfer.h"
+#include "common/status.h"
+
+#include <inttypes.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int xfer_snap_reserve(xfer_snap_t *s, size_t total)
+{
+    if (total > s->cap) {
+        uint8_t *b = realloc(s->buf, total);
+        if (!b) return STATUS_ENOMEM;
+        s->buf = b;
+        s->cap = total;
+    }
+    s->total = total;
+    s->step = -1;
+    return 0;
+}
+
+void xfer_snap_seal(xfer_snap_t *s, int64_t step)
+{
+    crypto_generichash(s->hash, 32, s->buf, s->total, NULL, 0);
+    s->step = step;
+}
+
+void xfer_snap_free(xfer_snap_t *s)
+{
+    free(s->buf);
+    memset(s, 0, sizeof *s);
+    s->step = -1;
+}
+
+int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t **data,
+               size_t *len, char *err)
+{
+    if (!s->buf || s->step < 0 || (req->step >= 0 && req->step != s->step))
+        return status_set(err, STATUS_ENOTFOUND, "state of step %" PRId64 " is gone", req->step);
+    if (req->offset >= s->total || req->offset % XFER_CHUNK)
+        return status_set(err, STATUS_ENOTFOUND, "offset %" PRIu64 " is outside the state",
+                          req->offset);
+    size_t n = s->total - req->offset;
+    if (n > req->length) n = req->length;
+    if (n > XFER_CHUNK) n = XFER_CHUNK;
+    *rep = (msg_t){.type = MSG_STATE_REP,
+                   .stage = req->stage,
+                   .step = s->step,
+                   .offset = req->offset,
+                   .total = s->total,
+                   .length = (uint32_t)n};
+    memcpy(rep->state_hash, s->hash, 32);
+    *data = s->buf + req->offset;
+    *len = n;
+    return 0;
+}
+
+struct xfer {
+    int stage;
+    size_t total;
+    int64_t step; /* -1 until the first answer */
+    uint8_t hash[32];
+    uint8_t *buf;
+    int nchunks;
+    uint8_t *got;
+    double *asked_at; /* per chunk; 0: not asked */
+    double started;   /* when the first request went out; 0: not yet */
+    int restarts, verified;
+    size_t received;
+    uint8_t (*donors)[MSG_ID_LEN];
+    int ndonors;
+    int next_donor;
+};
+
+xfer_t *xfer_new(int stage, size_t total)
+{
+    xfer_t *x = calloc(1, sizeof *x);
+    if (!x) return NULL;
+    x->stage = stage;
+    x->total = total;
+    x->step = -1;
+    x->nchunks = (int)((total + XFER_CHUNK - 1) / XFER_CHUNK);
+    x->buf = malloc(total ? total : 1);
+    x->got = calloc((size_t)x->nchunks + 1, 1);
+    x->asked_at = calloc((size_t)x->nchunks + 1, sizeof(double));
+    if (!x->buf || !x->got || !x->asked_at) xfer_destroy(&x);
+    return x;
+}
+
+void xfer_destroy(xfer_t **xp)
+{
+    if (!xp || !*xp) return;
+    xfer_t *x = *xp;
+    free(x->buf);
+    free(x->got);
+    free(x->asked_at);
+    free(x->donors);
+    free(x);
+    *xp = NULL;
+}
+
+static void restart(xfer_t *x)
+{
+    x->step = -1;
+    x->started = 0;
+    x->received = 0;
+    x->ndonors = 0;
+    memset(x->got, 0, (size_t)x->nchunks);
+    memset(x->asked_at, 0, (size_t)x->nchunks * sizeof *x->asked_at);
+    x->restarts++;
+}
+
+static void note_donor(xfer_t *x, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < x->ndonors; i++)
+        if (!memcmp(x->donors[i], id, MSG_ID_LEN)) return;
+    void *d = realloc(x->donors, (size_t)(x->ndonors + 1) * MSG_ID_LEN);
+    if (!d) return;
+    x->donors = d;
+    memcpy(x->donors[x->ndonors++], id, MSG_ID_LEN);
+}
+
+int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, double now)
+{
+    (void)now;
+    if (x->verified || m->stage != x->stage) return 0;
+    if (m->total != x->total || m->offset % XFER_CHUNK || m->offset >= x->total) {
+        restart(x);
+        return 1;
+    }
+    if (x->step < 0) {
+        x->step = m->step;
+        memcpy(x->hash, m->state_hash, 32);
+    } else if (m->step != x->step || memcmp(m->state_hash, x->hash, 32)) {
+        /* another snapshot: take the newer one, from scratch */
+        if (m->step < x->step) return 0;
+        restart(x);
+        x->step = m->step;
+        memcpy(x->hash, m->state_hash, 32);
+    }
+    int c = (int)(m->offset / XFER_CHUNK);
+    size_t want = x->total - m->offset < XFER_CHUNK ? x->total - m->offset : XFER_CHUNK;
+    if (len != want || m->length != want || x->got[c]) return 0;
+    memcpy(x->buf + m->offset, data, want);
+    x->got[c] = 1;
+    x->received += want;
+    note_donor(x, m->sender);
+    return 0;
+}
+
+void xfer_on_refusal(xfer_t *x, const uint8_t from[MSG_ID_LEN])
+{
+    (void)from;
+    /* every chunk not in yet is asked again at once, from whoever has the snapshot */
+    for (int c = 0; c < x->nchunks; c++)
+        if (!x->got[c]) x->asked_at[c] = 0;
+    if (x->step >= 0 && x->received == 0) restart(x);
+}
+
+int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n, double retry_s,
+                       xfer_req_t *out, int cap)
+{
+    if (x->verified || n <= 0 || cap <= 0) return 0;
+    if (x->started > 0 && x->step < 0 && now - x->started > retry_s) {
+        restart(x); /* nobody answered the first request */
+    }
+    int k = 0;
+    if (x->step < 0) { /* first, one request: it tells which snapshot the donors offer */
+        if (x->started > 0) return 0;
+        x->started = now;
+        memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
+        out[k].req = (msg_t){.type = MSG_STATE_REQ,
+                             .stage = (int16_t)x->stage,
+                             .step = -1,
+                             .offset = 0,
+                             .length = XFER_CHUNK};
+        x->asked_at[0] = now;
+        return 1;
+    }
+    int outstanding = 0;
+    for (int c = 0; c < x->nchunks; c++)
+        if (!x->got[c] && x->asked_at[c] > 0 && now - x->asked_at[c] < retry_s) outstanding++;
+    for (int c = 0; c < x->nchunks && outstanding < 2 * n && k < cap; c++) {
+        if (x->got[c] || (x->asked_at[c] > 0 && now - x->asked_at[c] < retry_s)) continue;
+        memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
+        out[k].req = (msg_t){.type = MSG_STATE_REQ,
+                             .stage = (int16_t)x->stage,
+                             .step = x->step,
+                             .offset = (uint64_t)c * XFER_CHUNK,
+                             .length = XFER_CHUNK};
+        x->asked_at[c] = now;
+        outstanding++;
+        k++;
+    }
+    return k;
+}
+
+int xfer_done(xfer_t *x)
+{
+    if (x->verified) return 1;
+    if (x->step < 0) return 0;
+    for (int c = 0; c < x->nchunks; c++)
+        if (!x->got[c]) return 0;
+    uint8_t h[32];
+    crypto_generichash(h, 32, x->buf, x->total, NULL, 0);
+    if (memcmp(h, x->hash, 32)) {
+        restart(x);
+        return -1;
+    }
+    x->verified = 1;
+    return 1;
+}
+
+int64_t xfer_step(const xfer_t *x)
+{
+    return x->step;
+}
+const uint8_t *xfer_data(const xfer_t *x)
+{
+    return x->buf;
+}
+int xfer_restarts(const xfer_t *x)
+{
+    return x->restarts;
+}
+size_t xfer_received(const xfer_t *x)
+{
+    return x->received;
+}
+int xfer_donors(const xfer_t *x)
+{
+    return x->ndonors;
+}

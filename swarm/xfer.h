@@ -1,0 +1,88 @@
+/* xfer.h — chunked, hashed transfer of a stage's state between peers, both sides.
+ *
+ * The serving side keeps a snapshot: the state's bytes as of one step, sealed with its
+ * BLAKE2b-256 hash. A joiner asks for chunks (STATE_REQ: stage, step, offset, length)
+ * and every answer (STATE_REP) carries the snapshot's step, total size and hash, so the
+ * joiner can fetch different chunks from different members at once and check that they
+ * all sent the same snapshot. A snapshot is taken between two steps, never inside one:
+ * its step is the step the pool is about to work on, and its parameters are the ones
+ * every member held after applying step-1 (docs/protocol.md, "State transfer").
+ *
+ * The downloading side is a state machine: xfer_on_reply takes an answer,
+ * xfer_next_requests says which chunk requests to send now, xfer_done says when the
+ * bytes are whole and verified. It never waits, sleeps or reads a clock.
+ *
+ * Not for: what the bytes mean (peer/), taking them from a device (peer/).
+ */
+#ifndef SWARMTRAIN_XFER_H
+#define SWARMTRAIN_XFER_H
+
+#include "swarm/msg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_CHUNK (1u << 20)
+
+/* ---- serving ---- */
+
+typedef struct {
+    uint8_t *buf;
+    size_t total, cap;
+    int64_t step; /* -1: none */
+    uint8_t hash[32];
+} xfer_snap_t;
+
+/* Makes room for `total` bytes (the caller fills the buffer, then seals). 0 or ENOMEM. */
+int xfer_snap_reserve(xfer_snap_t *s, size_t total);
+/* Marks the filled snapshot as the state of `step` and hashes it. */
+void xfer_snap_seal(xfer_snap_t *s, int64_t step);
+void xfer_snap_free(xfer_snap_t *s);
+
+/* The answer to a chunk request: the reply header into *rep, its payload into
+ * data and len. STATUS_ENOTFOUND (with the reason in err) if the snapshot is not the one
+ * asked for or the range is outside it. */
+int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t **data,
+               size_t *len, char *err);
+
+/* ---- downloading ---- */
+
+typedef struct xfer xfer_t;
+
+typedef struct {
+    uint8_t to[MSG_ID_LEN];
+    msg_t req; /* a STATE_REQ header to send to `to` */
+} xfer_req_t;
+
+/* A download of `stage`'s state of `total` bytes (the size both sides derive from the
+ * run), at any step the donors offer. NULL on ENOMEM. */
+xfer_t *xfer_new(int stage, size_t total);
+void xfer_destroy(xfer_t **x);
+
+/* Takes a STATE_REP (header m, payload data/len). Returns 0 if it was used or ignored,
+ * 1 if the donors disagree or moved on and the download starts over. */
+int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, double now);
+
+/* A donor refused (ERROR). The download starts over after the others answer. */
+void xfer_on_refusal(xfer_t *x, const uint8_t from[MSG_ID_LEN]);
+
+/* The requests to send now, to donors[0, n) (never self): up to 2 chunks in flight per
+ * donor, a chunk asked again after `retry_s` unanswered, a fresh start when the first
+ * answer does not come within retry_s. At most cap requests into out; returns the count. */
+int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n, double retry_s,
+                       xfer_req_t *out, int cap);
+
+/* 1 when every chunk is in and the bytes match the snapshot's hash, 0 while not yet,
+ * -1 when they are whole but do not match (the download has started over). */
+int xfer_done(xfer_t *x);
+
+/* The snapshot's step (-1 before the first answer), its bytes (whole once done). */
+int64_t xfer_step(const xfer_t *x);
+const uint8_t *xfer_data(const xfer_t *x);
+/* How many times the download started over. */
+int xfer_restarts(const xfer_t *x);
+/* Bytes received so far, and distinct donors that answered. */
+size_t xfer_received(const xfer_t *x);
+int xfer_donors(const xfer_t *x);
+
+#endif

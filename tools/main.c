@@ -20,6 +20,7 @@ static const subcommand_t subcommands[] = {
     {"status", cmd_status, "watch a live swarm: pools, peers, throughput, loss"},
     {"train", cmd_train, "train the model in one process (the baseline)"},
     {"bench", cmd_bench, "benchmarks: model, codecs, store, swarm"},
+    {"sim", cmd_sim, "fault schedules of peers on a simulated network, replayable by seed"},
 };
 
 static void usage(FILE *f)

@@ -459,6 +459,20 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
         fprintf(report, "seed %llu: FAILED: %s\n  last events:\n", (unsigned long long)o->seed,
                 d->why);
         sim_dump_trace(d->sim, report, o->trace_lines > 0 ? o->trace_lines : 200);
+        fprintf(report, "  peers still running at t=%.3f:\n", sim_now(d->sim));
+        for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++) {
+            if (!d->n[i].p) continue;
+            peer_info_t info;
+            peer_info(d->n[i].p, &info);
+            fprintf(report,
+                    "    node %d: stage %d state %d step %lld served %llu retries %llu lost %llu "
+                    "slow %.2f%s%s\n",
+                    i, info.stage, info.state, (long long)info.step,
+                    (unsigned long long)info.served, (unsigned long long)info.retries,
+                    (unsigned long long)info.lost, sim_node_slow(d->sim, i),
+                    d->n[i].bootstrap >= 0 ? " joiner" : " founder",
+                    peer_error(d->n[i].p)[0] ? peer_error(d->n[i].p) : "");
+        }
     }
 done:
     if (d->n)

@@ -8,6 +8,7 @@
 #include "swarm/sim.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -44,7 +45,9 @@ struct drv {
     char why[512];
     int S, M;
     int64_t max_step;     /* highest step applied by anyone */
-    double last_progress; /* when max_step last rose */
+    int64_t *stage_step;  /* [stage]: highest step a member of the pool applied */
+    int64_t swarm_step;   /* the lowest of those: the step every pool has applied */
+    double last_progress; /* when swarm_step last rose */
     int seen_all;         /* every stage has had a serving peer */
     int stage_gone;       /* ... and then some stage had none (its state is lost) */
     double covered_since; /* every stage has had a serving peer continuously since */
@@ -152,9 +155,16 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
                   (unsigned long long)d->hash[k]);
         }
     }
-    if (a->step > d->max_step) {
-        d->max_step = a->step;
-        d->last_progress = sim_now(d->sim);
+    if (a->step > d->max_step) d->max_step = a->step;
+    if (a->stage >= 0 && a->stage < d->S && a->step > d->stage_step[a->stage]) {
+        d->stage_step[a->stage] = a->step;
+        int64_t lo = INT64_MAX;
+        for (int s = 0; s < d->S; s++)
+            if (d->stage_step[s] < lo) lo = d->stage_step[s];
+        if (lo > d->swarm_step) {
+            d->swarm_step = lo;
+            d->last_progress = sim_now(d->sim);
+        }
     }
 }
 
@@ -311,7 +321,7 @@ static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
     if (d->failed) return status_set(err, STATUS_ECORRUPT, "%s", d->why);
-    if (d->max_step >= d->run.steps - 1 || d->finished) return 0; /* the run's end: budget */
+    if (d->swarm_step >= d->run.steps - 1 || d->finished) return 0; /* the run's end: budget */
     int covered = 1;
     for (int s = 0; s < d->S && covered; s++) covered = serving_in(d, s, -1) > 0;
     if (covered) {
@@ -331,8 +341,9 @@ static int d_check(void *ctx, double now, char *err)
     if (d->last_progress > since) since = d->last_progress;
     if (now - since > d->o->live_s) {
         failf(d, "liveness: every stage has a serving peer and the network is calm since "
-                 "t=%.3f, but no step was applied for %.1f s (last: step %lld)",
-              since, now - since, (long long)d->max_step);
+                 "t=%.3f, but no pool stepped for %.1f s (every pool applied step %lld; the "
+                 "furthest %lld)",
+              since, now - since, (long long)d->swarm_step, (long long)d->max_step);
         return status_set(err, STATUS_ETIMEOUT, "%s", d->why);
     }
     return 0;
@@ -395,12 +406,15 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     d->lost_cap = o->steps + 2;
     d->hash = calloc((size_t)(d->S * d->hash_cap), sizeof *d->hash);
     d->hash_set = calloc((size_t)(d->S * d->hash_cap), 1);
+    d->stage_step = malloc((size_t)d->S * sizeof *d->stage_step);
+    d->swarm_step = -1;
+    for (int s = 0; d->stage_step && s < d->S; s++) d->stage_step[s] = -1;
     d->lost = calloc((size_t)(d->lost_cap * d->M), 1);
     d->devnull = fopen("/dev/null", "w");
     /* fixed: a peer keeps pointers into its node's options (the join endpoint) */
     d->cap = 2 * o->peers + 32;
     d->n = calloc((size_t)d->cap, sizeof *d->n);
-    if (!d->n || !d->hash || !d->hash_set || !d->lost || !d->devnull) {
+    if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull) {
         rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
         goto done;
     }

@@ -314,17 +314,19 @@ static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes
         return 0;
     }
     link_t *l = link_of(s, src->index, dst);
+    /* resets, duplicates and reordering are faults: only within [faults_from, faults_until] */
+    int faulty = s->now >= s->cfg.faults_from && s->now <= s->cfg.faults_until;
     double t = s->now + uni(s, s->cfg.delay_min_s, s->cfg.delay_max_s);
     if (s->cfg.tail_p > 0 && rng_uniform(&s->rng) < s->cfg.tail_p)
         t += uni(s, 0, s->cfg.tail_max_s);
-    if (!(s->cfg.reorder_p > 0 && rng_uniform(&s->rng) < s->cfg.reorder_p)) {
+    if (!(faulty && s->cfg.reorder_p > 0 && rng_uniform(&s->rng) < s->cfg.reorder_p)) {
         if (t <= l->last_at) t = l->last_at + 1e-9;
         l->last_at = t;
     }
     smsg_t *m = smsg_new(hdr, nframes, frames, lens);
     if (!m) return STATUS_ENOMEM;
     m->src = src->index, m->dst = dst, m->epoch = l->epoch, m->sent_at = s->now;
-    if (s->cfg.dup_p > 0 && rng_uniform(&s->rng) < s->cfg.dup_p) {
+    if (faulty && s->cfg.dup_p > 0 && rng_uniform(&s->rng) < s->cfg.dup_p) {
         smsg_t *c = smsg_clone(m);
         if (!c || push(s, t + uni(s, 0, s->cfg.delay_max_s), EV_DELIVER, dst, 0, 0, c)) {
             smsg_free(c);
@@ -333,7 +335,7 @@ static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes
         }
         sim_note(s, "dup   %d->%d %s", src->index, dst, msg_brief(hdr, b, sizeof b));
     }
-    if (s->cfg.reset_p > 0 && rng_uniform(&s->rng) < s->cfg.reset_p) {
+    if (faulty && s->cfg.reset_p > 0 && rng_uniform(&s->rng) < s->cfg.reset_p) {
         if (push(s, uni(s, s->now, t), EV_RESET, src->index, dst, 0, NULL)) {
             smsg_free(m);
             return STATUS_ENOMEM;

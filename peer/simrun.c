@@ -201,7 +201,9 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
         snprintf(n->join, sizeof n->join, "%s", join);
         po.join = n->join;
     }
-    po.stage = -1;
+    /* the first peers take the stages in turn, as `local` starts them; joiners and
+     * restarts choose (the pool with the least throughput) */
+    po.stage = node < d->o->peers ? node % d->S : -1;
     po.custody_s = 10.0;
     po.wait_peers = d->S;
     po.data_path = d->o->data_path;
@@ -497,6 +499,7 @@ done:
     free(d->hash);
     free(d->hash_set);
     free(d->lost);
+    free(d->stage_step);
     free(d);
     return rc;
 }

@@ -7,6 +7,8 @@
  * bytes as tokens) so that thousands of schedules run in minutes; the stage code and the
  * optimizer (AdamW or DeMo, drawn from the seed) run for real on the CPU, one thread.
  * Each peer_step that did work costs 2 ms of virtual time times the node's slow factor.
+ * The first `peers` peers take the stages in turn (as `local` starts them); peers that
+ * join later or restart after a crash choose their stage themselves (stage -1).
  *
  * Invariants, checked after every event:
  * - counted: every applied update counts each of its M microbatches exactly once

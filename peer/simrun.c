@@ -424,9 +424,24 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     c.seed = o->seed;
     c.max_nodes = d->cap;
     c.faults_from = 1.0;
-    if ((rc = sim_config_faults(&c, o->faults, err))) goto done;
     /* faults while the run trains; then calm so that it can finish */
     c.faults_until = o->budget_s > 0 ? o->budget_s / 3 : 200;
+    if ((rc = sim_config_faults(&c, o->faults, err))) goto done;
+    for (const char *k = o->knobs; k && *k;) {
+        char key[64], val[64];
+        size_t n = strcspn(k, ",");
+        const char *eq = memchr(k, '=', n);
+        if (!eq || (size_t)(eq - k) >= sizeof key || n - (size_t)(eq - k) > sizeof val) {
+            rc = status_set(err, STATUS_EINVAL, "--set: want key=value,... in '%s'", o->knobs);
+            goto done;
+        }
+        memcpy(key, k, (size_t)(eq - k));
+        key[eq - k] = 0;
+        memcpy(val, eq + 1, n - (size_t)(eq - k) - 1);
+        val[n - (size_t)(eq - k) - 1] = 0;
+        if ((rc = sim_config_set(&c, key, val, err))) goto done;
+        k += n + (k[n] == ',');
+    }
     c.trace = o->trace;
     c.gossip_fanout = o->peers > 16 ? 6 : 0;
     sim_app_t app = {.ctx = d,

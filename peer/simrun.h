@@ -39,6 +39,7 @@ typedef struct {
     int steps;             /* optimizer steps of the run */
     int microbatches;      /* M per step (replicas x accum; even) */
     const char *faults;    /* "none", "mild", "heavy" (sim_config_faults) */
+    const char *knobs;     /* then "key=value,..." (sim_config_set), or NULL */
     int optimizer;         /* -1: drawn from the seed; else train_optimizer_t */
     int plant_bug;         /* peer_options_t.plant_bug: the checker must catch it */
     const char *data_path; /* the corpus (simrun_corpus) */

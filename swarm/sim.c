@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,6 +153,41 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
     }
     *c = d;
     return 0;
+}
+
+int sim_config_set(sim_config_t *c, const char *key, const char *value, char *err)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } knobs[] = {
+#define K(f) {#f, offsetof(sim_config_t, f)}
+        K(heartbeat_s),    K(timeout_s),       K(forget_s),        K(delay_min_s),
+        K(delay_max_s),    K(tail_p),          K(tail_max_s),      K(reorder_p),
+        K(dup_p),          K(reset_p),         K(crash_rate),      K(crash_window_s),
+        K(restart_p),      K(restart_min_s),   K(restart_max_s),   K(join_rate),
+        K(leave_rate),     K(partition_rate),  K(partition_min_s), K(partition_max_s),
+        K(slow_p),         K(slow_max),        K(faults_from),     K(faults_until),
+#undef K
+    };
+    char *end;
+    double v = strtod(value, &end);
+    if (!*value || *end || !(v >= 0))
+        return status_set(err, STATUS_EINVAL, "sim: %s: '%s' is not a number >= 0", key, value);
+    if (!strcmp(key, "gossip_fanout")) {
+        c->gossip_fanout = (int)v;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
+        if (!strcmp(key, knobs[i].name)) {
+            memcpy((char *)c + knobs[i].off, &v, sizeof v);
+            return 0;
+        }
+    char names[600];
+    int w = snprintf(names, sizeof names, "gossip_fanout");
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0] && w < (int)sizeof names; i++)
+        w += snprintf(names + w, sizeof names - (size_t)w, " %s", knobs[i].name);
+    return status_set(err, STATUS_EINVAL, "sim: no knob '%s' (%s)", key, names);
 }
 
 /* ---- trace ---------------------------------------------------------------------------- */

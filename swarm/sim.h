@@ -96,6 +96,10 @@ typedef struct {
  * trace untouched). 0, or STATUS_EINVAL for an unknown name. */
 int sim_config_faults(sim_config_t *c, const char *level, char *err);
 
+/* Sets one knob by name ("dup_p", "reset_p", "crash_rate", ... any double field above,
+ * and "gossip_fanout") from text. 0, or STATUS_EINVAL naming the knobs. */
+int sim_config_set(sim_config_t *c, const char *key, const char *value, char *err);
+
 /* Defaults: heartbeat 0.25 s, timeout 3 s, delays 0.1-5 ms, no faults. */
 sim_config_t sim_config_defaults(void);
 

@@ -34,6 +34,7 @@ static void usage(FILE *f)
             "  --steps K            optimizer steps of the run (default 6)\n"
             "  --microbatches M     microbatches per step (default 4)\n"
             "  --faults LEVEL       none | mild | heavy (default mild)\n"
+            "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
             "  --plant-bug          peers step without one microbatch: every schedule must fail\n"
@@ -57,7 +58,7 @@ static int num(const char *opt, const char *v, long long min, long long max, lon
 int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
-           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_HELP };
+           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -72,6 +73,7 @@ int cmd_sim(int argc, char **argv)
                                          {"plant-bug", no_argument, 0, O_BUG},
                                          {"trace", no_argument, 0, O_TRACE},
                                          {"quiet", no_argument, 0, O_QUIET},
+                                         {"set", required_argument, 0, O_SET},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
@@ -144,6 +146,9 @@ int cmd_sim(int argc, char **argv)
         case O_QUIET:
             quiet = 1;
             break;
+        case O_SET:
+            o.knobs = optarg;
+            break;
         case O_HELP:
             usage(stdout);
             return 0;
@@ -191,8 +196,9 @@ int cmd_sim(int argc, char **argv)
         if (r.failed) {
             failed++;
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
-                   " --peers %d --stages %d --steps %d --microbatches %d --faults %s%s%s)\n",
+                   " --peers %d --stages %d --steps %d --microbatches %d --faults %s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.faults,
+                   o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",
                    o.plant_bug ? " --plant-bug" : "");

@@ -25,3 +25,12 @@ add_test(NAME sim_planted_bug COMMAND swarmtrain sim --plant-bug --faults none -
 set_tests_properties(sim_planted_bug PROPERTIES LABELS sim TIMEOUT 300
   PASS_REGULAR_EXPRESSION "sim: 20 schedules, (1[0-9]|20) failed"
   ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
+
+# A schedule replays exactly: the same seed twice gives the same trace hash (heavy faults,
+# 3 stages; whether the schedule passes does not matter here).
+add_test(NAME sim_replay COMMAND sh -c
+  "a=$($0 sim --seed 11 --faults heavy --peers 6 --stages 3 --quiet | grep trace); \
+   b=$($0 sim --seed 11 --faults heavy --peers 6 --stages 3 --quiet | grep trace); \
+   echo \"$a\"; test -n \"$a\" && test \"$a\" = \"$b\"" $<TARGET_FILE:swarmtrain>)
+set_tests_properties(sim_replay PROPERTIES LABELS sim TIMEOUT 300
+  ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")

@@ -203,12 +203,12 @@ int cmd_sim(int argc, char **argv)
                                                                     : " --optimizer adamw",
                    o.plant_bug ? " --plant-bug" : "");
             fflush(stdout);
-        } else if (seeds == 1) {
+        }
+        if (seeds == 1) /* what a replay compares */
             printf("sim: seed %" PRIu64 ": step %" PRId64 " applied, val_loss %.4f, %.1f virtual "
                    "s, %" PRIu64 " events, %d nodes, %d crashes, trace %016" PRIx64 "\n",
                    o.seed, r.steps_applied, r.val_loss, r.virtual_s, r.events, r.nodes, r.crashes,
                    r.trace_hash);
-        }
     }
     double wall = clock_now() - t0;
     printf("sim: %.1f s, %.1f schedules/s, %.0f virtual s, %" PRIu64 " events, %lld crashes, "

@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "  --seed X             replay one schedule (the same as --first-seed X --seeds 1)\n"
             "  --peers P            peers at the start (default 4)\n"
             "  --stages S           pipeline stages (default 2)\n"
-            "  --pool N             members per pool: peers = N x stages\n"
+            "  --pool N             members per pool: peers = N x stages (--members-per-pool)\n"
             "  --steps K            optimizer steps of the run (default 6)\n"
             "  --microbatches M     microbatches per step (default 4)\n"
             "  --faults LEVEL       none | mild | heavy (default mild)\n"
@@ -65,6 +65,7 @@ int cmd_sim(int argc, char **argv)
                                          {"peers", required_argument, 0, O_PEERS},
                                          {"stages", required_argument, 0, O_STAGES},
                                          {"pool", required_argument, 0, O_POOL},
+                                         {"members-per-pool", required_argument, 0, O_POOL},
                                          {"steps", required_argument, 0, O_STEPS},
                                          {"microbatches", required_argument, 0, O_MB},
                                          {"faults", required_argument, 0, O_FAULTS},

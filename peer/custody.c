@@ -123,12 +123,6 @@ void custody_on_nack(peer_t *p, const msg_t *m)
 {
     mbrec_t *r = custody_find(p, &m->mb);
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN)) return;
-    if (!strcmp(m->text, "stale step")) {
-        /* the next pool moved past this step: it counted the microbatch already (a pool
-         * steps only when all M are counted), through another copy; nothing is lost */
-        custody_drop(r);
-        return;
-    }
     char why[MSG_TEXT_MAX + 32];
     snprintf(why, sizeof why, "refused (%s)", m->text);
     custody_reroute(p, r, why);
@@ -144,13 +138,4 @@ void custody_tick(peer_t *p)
         else if (p->now - r->sent_at > p->po.custody_s)
             custody_reroute(p, r, "no gradient back in time");
     }
-}
-
-/* Whatever is held of steps before `step` was counted by the pool through another copy. */
-void custody_drop_before(peer_t *p, int64_t step)
-{
-    for (int i = 0; i < p->nmbs; i++)
-        if (p->mbs[i].used && p->mbs[i].mb.kind == 0 && p->mbs[i].mb.step < step &&
-            !(p->mbs[i].flags & MSG_FLAG_REDO))
-            custody_drop(&p->mbs[i]);
 }

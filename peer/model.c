@@ -193,6 +193,13 @@ int model_eval_micro(model_t *m, const int32_t *tokens, const int32_t *targets, 
     return forward(m, tokens, targets, loss, err);
 }
 
+int model_logits(model_t *m, const int32_t *tokens, float *out, char *err)
+{
+    float loss;
+    int rc = forward(m, tokens, NULL, &loss, err);
+    return rc ? rc : stage_logits(m->stages[m->S - 1], 0, out, err);
+}
+
 void model_zero_grads(model_t *m)
 {
     for (int i = 0; i < m->S; i++) stage_zero_grads(m->stages[i]);

@@ -26,6 +26,10 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
 int model_eval_micro(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                      char *err);
 
+/* Forward only, no loss: logits (batch*seq, vocab) of tokens (batch*seq) into host memory
+ * out, for sampling and export checks. 0 or a status + err. */
+int model_logits(model_t *m, const int32_t *tokens, float *out, char *err);
+
 void model_zero_grads(model_t *m);
 
 /* Puts a compress/ codec on every stage boundary, as the wire would: activations going

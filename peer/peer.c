@@ -151,10 +151,11 @@ static int setup_stage(peer_t *p)
     p->started = calloc(nb, 1);
     p->ubuf = calloc(nb, 1);
     p->redo_for = calloc(nb, 1);
+    p->sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->mbs || !p->started || !p->ubuf || !p->redo_for || !p->pool || !p->host_tok ||
+    if (!p->mbs || !p->started || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
         !p->wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
@@ -601,9 +602,9 @@ void peer_finish(peer_t *p, const char *why)
     fprintf(p->log,
             "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
-            "\n",
+            " stale %" PRIu64 "\n",
             p->stage, p->step, peer_param_hash(p), p->served, p->retries, p->lost,
-            p->net_rejected + p->rejected, p->act_bytes);
+            p->net_rejected + p->rejected, p->act_bytes, p->stale);
     fflush(p->log);
     peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);
@@ -621,6 +622,7 @@ void peer_destroy(peer_t **pp)
     free(p->started);
     free(p->ubuf);
     free(p->redo_for);
+    free(p->sent_bits);
     free(p->val_got);
     free(p->host_tok);
     free(p->grad_save);

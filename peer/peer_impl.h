@@ -95,10 +95,12 @@ struct peer {
     int64_t redo_step;
     double loss_sum; /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
-    int exch_sent;
+    int exch_sent;     /* parts of this member's message sent this step */
+    uint8_t *sent_bits; /* microbatches those parts counted */
     double exch_wait_since, progress_at, redo_asked_at, exch_req_at;
     uint64_t my_hash; /* parameter hash at the start of this step */
     double step_t0;
+    double stall_logged_at;
     float *grad_save; /* a redo's backward leaves the counted gradient as it was */
     /* state transfer */
     xfer_t *xfer;
@@ -115,6 +117,7 @@ struct peer {
     double tp_ema;
     int tp_n;
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
+    uint64_t stale; /* backward passes of a step the pool had already applied */
     double last_self_push;
     double t_train0, t_train1; /* first microbatch; last step */
     int finished;
@@ -148,7 +151,6 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
 void custody_on_view(peer_t *p);
 void custody_on_nack(peer_t *p, const msg_t *m);
 void custody_tick(peer_t *p);
-void custody_drop_before(peer_t *p, int64_t step);
 
 /* serve.c */
 int serve_one(peer_t *p, int *did);

@@ -76,6 +76,7 @@ static int backward(peer_t *p, mbrec_t *r)
     if (!count) p->k->upload(p->k, stage_grads(p->st), p->grad_save, P);
     if (rc) return rc;
     if (count) step_count(p, r->mb.index);
+    if (r->mb.step < p->step) p->stale++;
     return count;
 }
 
@@ -155,10 +156,12 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
 static int on_fwd(peer_t *p, inmsg_t *in)
 {
     msg_t *m = &in->m;
-    int redo = (m->flags & MSG_FLAG_REDO) && m->mb.kind == 0;
-    if (m->stage != p->stage || m->nroute != p->stage ||
-        (m->mb.step != p->step && !(redo && m->mb.step < p->step))) {
-        send_nack(p, m, m->mb.step < p->step ? "stale step" : "wrong stage");
+    /* A microbatch of a step this pool has already applied is still served: upstream
+     * pools may not have counted it yet and need its gradient. Nothing here counts it
+     * (step_counts), and its gradient is computed with this stage's newer weights: at
+     * most one step stale, counted as `stale` in the member's stats. */
+    if (m->stage != p->stage || m->nroute != p->stage) {
+        send_nack(p, m, "wrong stage");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
@@ -244,7 +247,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     }
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || r->out_attempt != m->mb.attempt)
         return 0; /* a gradient for a microbatch we re-sent elsewhere, or never had */
-    if (r->slot < 0 || (m->mb.step != p->step && !(r->flags & MSG_FLAG_REDO))) {
+    if (r->slot < 0) {
         custody_drop(r);
         return 0;
     }

@@ -454,6 +454,15 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
     return 0;
 }
 
+int stage_logits(stage_t *st, int slot, float *out, char *err)
+{
+    if (!st->last || slot < 0 || slot >= st->nslots || st->slots[slot].state == SLOT_EMPTY)
+        return status_set(err, STATUS_EINVAL, "stage %d: slot %d holds no logits", st->index, slot);
+    size_t n = (size_t)st->cfg.batch * st->cfg.seq * st->cfg.vocab;
+    st->k->download(st->k, out, st->slots[slot].logits, n * sizeof(float));
+    return 0;
+}
+
 int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
 {
     kern_t *k = st->k;

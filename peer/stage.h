@@ -78,6 +78,11 @@ int64_t *stage_opt_step(stage_t *st);
 int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
                   const int32_t *targets, float *y_out, float *loss, char *err);
 
+/* Copies the logits of slot's last forward pass on the last stage ((batch*seq, vocab)
+ * floats, row-major) to host memory out; valid until a backward pass of the slot
+ * overwrites them. 0, or STATUS_EINVAL (not the last stage, or no forward pass there). */
+int stage_logits(stage_t *st, int slot, float *out, char *err);
+
 /* Backward pass of the microbatch in `slot`: accumulates (+=) parameter gradients of
  * the mean loss over the microbatch's tokens. Last stage: starts from its loss (dy is
  * ignored); other stages read dy = dL/dy_out (dy NULL: the tensor stage_wire_decode

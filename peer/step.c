@@ -36,7 +36,7 @@ static int contributing(const peer_t *p)
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
 {
     (void)flags;
-    if (mb->kind != 0 || mb->step != p->step || !contributing(p) || p->exch_sent) return 0;
+    if (mb->kind != 0 || mb->step != p->step || !contributing(p)) return 0;
     pool_seen(p);
     return !pool_bit(p->ubuf, (int)mb->index);
 }
@@ -76,31 +76,62 @@ void step_reset(peer_t *p)
     memset(p->started, 0, pool_bitmap_bytes(p->pool));
     p->loss_sum = 0, p->loss_n = 0;
     p->exch_sent = 0;
+    memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
     p->exch_wait_since = 0;
     stage_zero_grads(p->st);
-    custody_drop_before(p, p->step);
 }
 
-/* This member's message: DeMo stage message, or its dense gradient sum (AdamW: the pool
- * averages exactly). Stored in the pool like anyone's, so that it can be relayed. */
-static int make_exchange(peer_t *p)
+/* Folds the gradient counted since this member's message into its DeMo momentum (D +=
+ * lr * g / n): a supplement's microbatches are counted at this step and, like any
+ * residual, reach the pool through the next steps' messages. */
+static int fold_into_momentum(peer_t *p, uint32_t n)
 {
-    uint8_t *msg;
-    size_t len;
-    uint32_t count = pool_mine_count(p->pool);
+    size_t P = stage_num_params(p->st);
+    float *d = malloc(P * sizeof *d), *g = malloc(P * sizeof *g);
+    if (!d || !g) {
+        free(d), free(g);
+        return STATUS_ENOMEM;
+    }
+    demo_opt_get_momentum(p->dopt, d);
+    p->k->download(p->k, g, stage_grads(p->st), P * sizeof *g);
+    float a = optim_lr(&p->run.opt, p->step) / (float)(n ? n : 1);
+    for (size_t i = 0; i < P; i++) d[i] += a * g[i];
+    demo_opt_set_momentum(p->dopt, d);
+    free(d), free(g);
+    return 0;
+}
+
+/* This member's message of this step, part `part`: with part 0 its DeMo stage message or
+ * its dense gradient sum (AdamW: the pool averages exactly); with part > 0 a supplement
+ * for the microbatches it counted since (a member died after the pool had counted all M,
+ * and they were run again): their dense gradient sum, or for DeMo no body (the gradient
+ * went into the momentum). The counted bitmap names only the new microbatches, so the
+ * parts of a member never overlap. Stored in the pool like anyone's, to be relayed. */
+static int make_exchange(peer_t *p, int part)
+{
+    size_t nb = pool_bitmap_bytes(p->pool);
+    uint8_t *fresh = malloc(nb), *msg = NULL;
+    if (!fresh) return STATUS_ENOMEM;
+    uint32_t count = 0;
+    for (size_t i = 0; i < nb; i++) fresh[i] = (uint8_t)(pool_mine(p->pool)[i] & ~p->sent_bits[i]);
+    for (int i = 0; i < p->M; i++) count += (uint32_t)pool_bit(fresh, i);
+    size_t len = 0;
     int rc = 0;
-    if (p->dopt) {
+    if (p->dopt && part == 0) {
         len = demo_opt_msg_size(p->dopt);
-        if (!(msg = malloc(len))) return STATUS_ENOMEM;
+        if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         float scale = 1.0f / (float)(count ? count : 1);
-        rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, NULL, p->err);
+        if (!rc) rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, NULL, p->err);
+    } else if (p->dopt) {
+        rc = fold_into_momentum(p, count);
     } else {
         len = stage_num_params(p->st) * sizeof(float);
-        if (!(msg = malloc(len))) return STATUS_ENOMEM;
-        p->k->download(p->k, msg, stage_grads(p->st), len);
+        if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
+        if (!rc) p->k->download(p->k, msg, stage_grads(p->st), len);
     }
     if (rc == 0) {
         msg_t m = {.type = MSG_EXCH,
+                   .flags = (uint8_t)part,
                    .stage = (int16_t)p->stage,
                    .step = p->step,
                    .count = count,
@@ -108,14 +139,17 @@ static int make_exchange(peer_t *p)
                    .since = p->self.serving_from};
         memcpy(m.origin, p->id, MSG_ID_LEN);
         memcpy(m.sender, p->id, MSG_ID_LEN);
-        rc = pool_store(p->pool, &m, msg, len, pool_mine(p->pool), pool_bitmap_bytes(p->pool));
+        rc = pool_store(p->pool, &m, msg ? msg : (const uint8_t *)"", len, fresh, nb);
         const msg_member_t *mem;
         int n = pool_members(p, &mem);
-        const void *pl[2] = {msg, pool_mine(p->pool)};
-        size_t lens[2] = {len, pool_bitmap_bytes(p->pool)};
+        const void *pl[2] = {msg ? msg : (const uint8_t *)"", fresh};
+        size_t lens[2] = {len, nb};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 2, pl, lens);
+        for (size_t i = 0; i < nb; i++) p->sent_bits[i] |= fresh[i];
+        stage_zero_grads(p->st); /* what is counted from now on goes into a supplement */
     }
     free(msg);
+    free(fresh);
     return rc;
 }
 
@@ -158,17 +192,25 @@ static int64_t join_margin(const peer_t *p)
 /* Applies the pool's update for this step from msgs[0, n) and moves to the next step. */
 static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 {
-    const uint8_t *bodies[n ? n : 1];
-    size_t lens[n ? n : 1];
     uint32_t total = 0;
-    int m = 0;
-    if (pool_vote_lost(msgs, n, p->my_hash, p->self.serving_from, p->id)) {
+    int m = 0, nv = 0;
+    size_t nb = pool_bitmap_bytes(p->pool);
+    uint8_t *counted = calloc(nb, 1);
+    const uint8_t **bodies = malloc((size_t)(n ? n : 1) * sizeof *bodies);
+    size_t *lens = malloc((size_t)(n ? n : 1) * sizeof *lens);
+    const pool_msg_t **voters = malloc((size_t)(n ? n : 1) * sizeof *voters);
+    if (!counted || !bodies || !lens || !voters) {
+        free(counted), free(bodies), free(lens), free(voters);
+        return STATUS_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        if (msgs[i]->part == 0) voters[nv++] = msgs[i];
+    if (pool_vote_lost(voters, nv, p->my_hash, p->self.serving_from, p->id)) {
+        free(counted), free(bodies), free(lens), free(voters);
         log_warn("peer: my parameters differ from the pool's at step %" PRId64, p->step);
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
-    size_t nb = pool_bitmap_bytes(p->pool);
-    uint8_t *counted = calloc(nb, 1);
-    if (!counted) return STATUS_ENOMEM;
+    free(voters);
     int twice = 0;
     for (int i = 0; i < n; i++) {
         if (!p->dopt && !dense_ok(p, msgs[i])) {
@@ -180,7 +222,9 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                 twice += pool_bit(counted, b);
                 pool_set_bit(counted, b);
             }
-        bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len, total += msgs[i]->count;
+        total += msgs[i]->count;
+        if (p->dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
+        bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
     }
     int rc = 0;
@@ -203,6 +247,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         }
         free(sum);
     }
+    free(bodies);
+    free(lens);
     if (rc) {
         free(counted);
         return rc;
@@ -251,39 +297,89 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     return 0;
 }
 
-/* Asks the pool for messages of this step it lacks: from each missing contributor, and
- * from every mate for the messages of contributors that are gone. */
-static void request_missing(peer_t *p, const msg_member_t *own, int n)
+/* One line on what this member waits for, when its pool has not stepped for 10 s. */
+static void report_stall(peer_t *p, int complete, int exch_missing)
 {
-    if (p->now - p->exch_req_at < 1.0) return;
-    p->exch_req_at = p->now;
-    const msg_member_t *mem;
-    int nm = pool_members(p, &mem);
-    msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
-    for (int i = 0; i < n; i++) {
-        if (pool_find(p->pool, own[i].id, p->step)) continue;
-        memcpy(q.origin, own[i].id, MSG_ID_LEN);
-        peer_send(p, own[i].id, &q, 0, NULL, NULL);
-    }
-    (void)nm;
+    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0) return;
+    p->stall_logged_at = p->now;
+    char bits[65];
+    int k = 0;
+    for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->ubuf, i) ? '1' : '0';
+    bits[k] = 0;
+    int held = 0;
+    for (int i = 0; i < p->nmbs; i++) held += p->mbs[i].used;
+    log_warn("peer: stage %d step %" PRId64 " has not moved for %.0f s: counted %s (mine %u), %s, "
+             "%d microbatch(es) held, %d queued, stage 0 at %" PRId64,
+             p->stage, p->step, p->now - p->step_t0, bits, pool_mine_count(p->pool),
+             !complete      ? "waiting for microbatches"
+             : exch_missing ? "waiting for exchange messages"
+                            : "ready",
+             held, p->npending, view_max_step(&p->view, 0));
 }
 
-/* The messages of this step: every held one. Into out (cap entries); the count. */
-static int held(peer_t *p, const pool_msg_t **out, int cap, const msg_member_t *own, int n,
-                int *missing)
+/* What this member still needs before it can apply the step: part 0 of every exchange
+ * member's message, and every part that covers what a live member reports it counted.
+ * Asks for each missing one (EXCH_REQ, at most once a second) and returns how many. */
+static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 {
-    int k = 0;
-    *missing = 0;
+    int missing = 0, ask = p->now - p->exch_req_at >= 1.0;
+    msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     for (int i = 0; i < n; i++) {
-        if (peer_is_self(p, own[i].id) && !contributing(p)) continue;
-        const pool_msg_t *e = pool_find(p->pool, own[i].id, p->step);
-        if (!e) {
-            (*missing)++;
-            continue;
-        }
-        if (k < cap) out[k++] = e;
+        int self = peer_is_self(p, own[i].id);
+        if (self && !contributing(p)) continue;
+        int need = !pool_find(p->pool, own[i].id, p->step, 0) ? 0
+                   : !self && !pool_member_covered(p->pool, own[i].id)
+                       ? pool_parts(p->pool, own[i].id, p->step)
+                       : -1;
+        if (need < 0) continue;
+        missing++;
+        if (!ask || self) continue;
+        memcpy(q.origin, own[i].id, MSG_ID_LEN);
+        q.flags = (uint8_t)need;
+        peer_send(p, own[i].id, &q, 0, NULL, NULL);
     }
-    return k;
+    /* members that are gone: a mate may hold their messages */
+    pool_msg_union(p->pool, p->ubuf);
+    if (!pool_all(p->pool, p->ubuf) && ask) {
+        const msg_member_t *mem;
+        int nm = pool_members(p, &mem);
+        for (int i = 0; i < n; i++) {
+            if (view_find(&p->view, own[i].id)) continue;
+            memcpy(q.origin, own[i].id, MSG_ID_LEN);
+            q.flags = (uint8_t)pool_parts(p->pool, own[i].id, p->step);
+            for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
+        }
+    }
+    if (ask) p->exch_req_at = p->now;
+    return missing + !pool_all(p->pool, p->ubuf);
+}
+
+/* Stage k > 0: its pool misses microbatches that stage 0 has moved past (a member died
+ * with them): asks the lowest-id stage-0 member to run them again. */
+static int ask_redo(peer_t *p)
+{
+    if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step ||
+        p->now - p->redo_asked_at <= 2.0)
+        return 0;
+    p->redo_asked_at = p->now;
+    const msg_member_t *s0;
+    int n0 = view_stage(&p->view, 0, 1, &s0), pick = -1;
+    for (int i = 0; i < n0; i++)
+        if (pick < 0 || memcmp(s0[i].id, s0[pick].id, MSG_ID_LEN) < 0) pick = i;
+    if (pick < 0) return 0;
+    size_t nb = pool_bitmap_bytes(p->pool);
+    uint8_t *want = malloc(nb), to[MSG_ID_LEN];
+    if (!want) return STATUS_ENOMEM;
+    for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)~p->ubuf[i];
+    msg_t r = {.type = MSG_REDO, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
+    const void *pl[1] = {want};
+    memcpy(to, s0[pick].id, MSG_ID_LEN);
+    peer_send(p, to, &r, 1, pl, &nb);
+    free(want);
+    char h[9];
+    log_info("peer: stage %d step %" PRId64 ": asked %s to re-run what the pool lost", p->stage,
+             p->step, peer_idhex(to, h));
+    return 0;
 }
 
 int step_tick(peer_t *p)
@@ -298,56 +394,30 @@ int step_tick(peer_t *p)
         complete = missing == 1; /* the planted bug: a pool that steps one microbatch short */
     }
     if (!complete) {
-        /* stage 0 moved on: what this pool still misses was lost with a member */
-        if (p->stage != 0 && contributing(p) && view_max_step(&p->view, 0) > p->step &&
-            p->now - p->redo_asked_at > 2.0) {
-            const msg_member_t *s0;
-            int n0 = view_stage(&p->view, 0, 1, &s0);
-            int pick = -1;
-            for (int i = 0; i < n0; i++)
-                if (pick < 0 || memcmp(s0[i].id, s0[pick].id, MSG_ID_LEN) < 0) pick = i;
-            if (pick >= 0) {
-                size_t nb = pool_bitmap_bytes(p->pool);
-                uint8_t *want = malloc(nb);
-                if (!want) return STATUS_ENOMEM;
-                for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)~p->ubuf[i];
-                msg_t r = {.type = MSG_REDO, .stage = (int16_t)p->stage, .step = p->step,
-                           .count = (uint32_t)p->M};
-                const void *pl[1] = {want};
-                uint8_t to[MSG_ID_LEN];
-                memcpy(to, s0[pick].id, MSG_ID_LEN);
-                peer_send(p, to, &r, 1, pl, &nb);
-                free(want);
-                char h[9];
-                log_info("peer: stage %d step %" PRId64 ": asked %s to re-run what the pool lost",
-                         p->stage, p->step, peer_idhex(to, h));
-            }
-            p->redo_asked_at = p->now;
-        }
-        return 0;
+        report_stall(p, 0, 0);
+        return ask_redo(p);
     }
     int rc;
-    if (contributing(p) && !p->exch_sent) {
-        if ((rc = make_exchange(p))) return rc;
-        p->exch_sent = 1;
-        p->exch_wait_since = p->now;
+    if (contributing(p) &&
+        (!p->exch_sent || memcmp(pool_mine(p->pool), p->sent_bits, pool_bitmap_bytes(p->pool)))) {
+        if ((rc = make_exchange(p, p->exch_sent))) return rc;
+        if (!p->exch_sent++) p->exch_wait_since = p->now;
     }
-    if (contributing(p) ? !p->exch_sent : 0) return 0;
     if (!p->exch_wait_since) p->exch_wait_since = p->now;
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
-    const pool_msg_t **msgs = malloc((size_t)(n + 1) * sizeof *msgs);
-    if (!msgs) return STATUS_ENOMEM;
-    int missing, k = held(p, msgs, n + 1, own, n, &missing);
-    if (missing) {
-        request_missing(p, own, n);
-        if (p->now - p->exch_wait_since < 30.0 || !contributing(p)) {
-            free(msgs);
-            return 0;
-        }
-        log_warn("peer: step %" PRId64 ": %d of %d pool messages after 30 s; stepping without the rest",
-                 p->step, k, k + missing);
+    int missing = missing_messages(p, own, n);
+    if (missing && !(p->po.plant_bug == 1 && p->step == 1)) {
+        report_stall(p, 1, missing);
+        if (p->now - p->exch_wait_since < 30.0 || !contributing(p)) return 0;
+        log_warn("peer: step %" PRId64 ": %d pool message(s) missing after 30 s; stepping "
+                 "without them",
+                 p->step, missing);
     }
+    int cap = pool_messages(p->pool, p->step, NULL, 0);
+    const pool_msg_t **msgs = malloc((size_t)(cap ? cap : 1) * sizeof *msgs);
+    if (!msgs) return STATUS_ENOMEM;
+    int k = pool_messages(p->pool, p->step, msgs, cap);
     if (!contributing(p) && k == 0) {
         free(msgs);
         return 0;
@@ -381,9 +451,10 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
 void step_on_exch_req(peer_t *p, const msg_t *m)
 {
     if (!p->st || m->stage != p->stage) return;
-    const pool_msg_t *e = pool_find(p->pool, m->origin, m->step);
+    const pool_msg_t *e = pool_find(p->pool, m->origin, m->step, m->flags);
     if (!e) return; /* the asker tries again, and others */
     msg_t r = {.type = MSG_EXCH,
+               .flags = (uint8_t)e->part,
                .stage = (int16_t)p->stage,
                .step = e->step,
                .count = e->count,

@@ -11,6 +11,7 @@
 #include "compress/codec.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
+#include "peer/hf_model.h"
 #include "peer/model.h"
 #include "peer/stage_ckpt.h"
 #include "store/store.h"
@@ -179,6 +180,7 @@ typedef struct {
     char run_text[2048]; /* everything a resumed run must share with the original */
     char run_hash[17];
     int32_t *tok, *tgt;
+    uint64_t val_wire; /* boundary bytes validation passes encoded (not training traffic) */
 } run_t;
 
 static int validate(run_t *run, float *val, char *err)
@@ -186,6 +188,8 @@ static int validate(run_t *run, float *val, char *err)
     const model_config_t *c = &run->o->cfg;
     int n = run->o->val_batches;
     double sum = 0;
+    uint64_t b0, b1, e;
+    model_wire_stats(run->rep[0], &b0, &e);
     for (int i = 0; i < n; i++) {
         float loss;
         data_val_batch(run->d, i, n, c->batch, run->tok, run->tgt);
@@ -193,8 +197,20 @@ static int validate(run_t *run, float *val, char *err)
         if (rc) return rc;
         sum += loss;
     }
+    model_wire_stats(run->rep[0], &b1, &e);
+    run->val_wire += b1 - b0;
     *val = (float)(sum / n);
     return 0;
+}
+
+/* A validation loss into the store as a "val_loss" event ("step N val_loss X", N the
+ * 0-based step after which it was measured), which `status --plot` draws. */
+static void record_val(run_t *run, int64_t step, float v)
+{
+    char detail[96], err[STATUS_ERR_LEN];
+    if (!run->db) return;
+    snprintf(detail, sizeof detail, "step %" PRId64 " val_loss %.6f", step, (double)v);
+    if (store_event_add(run->db, "val_loss", detail, err)) log_warn("events: %s", err);
 }
 
 /* Forward and backward of every replica's microbatches for `step`; mean loss out. */
@@ -395,6 +411,7 @@ static int setup(run_t *run, char *err)
         return status_set(err, STATUS_ENOMEM, "train: out of memory");
     for (int r = 0; r < run->R; r++) {
         if (!(run->rep[r] = model_new(c, run->k, o->seed, err))) return STATUS_EINVAL;
+        if (o->init && (rc = hf_model_load(run->rep[r], o->init, err))) return rc;
         if ((rc = model_set_codec(run->rep[r], o->codec, o->codec_block, err))) return rc;
     }
     if (o->optimizer == TRAIN_DEMO) {
@@ -418,7 +435,9 @@ static int setup(run_t *run, char *err)
 
     /* What must match for a resumed run to continue the same run. */
     size_t tl = train_options_to_text(o, run->run_text, sizeof run->run_text);
-    snprintf(run->run_text + tl, sizeof run->run_text - tl, "data=%s\n", path);
+    tl += (size_t)snprintf(run->run_text + tl, sizeof run->run_text - tl, "data=%s\n", path);
+    if (o->init && tl < sizeof run->run_text)
+        snprintf(run->run_text + tl, sizeof run->run_text - tl, "init=%s\n", o->init);
     snprintf(run->run_hash, sizeof run->run_hash, "%016" PRIx64, rng_hash_str(run->run_text));
     if (o->db) {
         if (!(run->db = store_open(o->db, err))) return STATUS_EIO;
@@ -506,7 +525,19 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
             fprintf(log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", step, loss,
                     optim_lr(&o->opt, step), gnorm, tps);
         if (run.db) {
-            store_metric_t m = {.stage = 0, .step = step, .loss = loss, .tokens_per_s = tps};
+            /* bytes_sent: encoded stage-boundary bytes so far (all replicas), as a peer
+             * reports what it sent */
+            uint64_t wire = 0;
+            for (int i = 0; i < run.R; i++) {
+                uint64_t wb, we;
+                model_wire_stats(run.rep[i], &wb, &we);
+                wire += wb;
+            }
+            store_metric_t m = {.stage = 0,
+                                .step = step,
+                                .loss = loss,
+                                .tokens_per_s = tps,
+                                .bytes_sent = (int64_t)(wire - run.val_wire)};
             if (store_metric_add(run.db, &m, err)) log_warn("metrics: %s", err);
             /* A due checkpoint whose writer is still busy or resting is skipped rather than
              * copied for nothing; the last step's is always handed over (and waited for). */
@@ -522,6 +553,7 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
             float v;
             if ((rc = validate(&run, &v, err))) goto done;
             fprintf(log, "step %" PRId64 " val_loss %.4f\n", step, v);
+            record_val(&run, step, v);
         }
         fflush(log);
         if (o->stop_after && step + 1 - start >= o->stop_after) {
@@ -533,6 +565,7 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         r.tokens_per_s = (double)BT * o->accum * run.R * (double)(o->steps - timed_from) /
                          (clock_now() - t_start);
     if ((rc = validate(&run, &r.val_loss, err))) goto done;
+    record_val(&run, o->steps - 1, r.val_loss);
     uint64_t wb, we;
     model_wire_stats(run.rep[0], &wb, &we);
     r.wire_bytes_per_elem = we ? (double)wb / (double)we : 0;

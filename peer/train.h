@@ -18,6 +18,7 @@ typedef struct {
     model_config_t cfg;
     optim_config_t opt;
     const char *data_path; /* NULL: the default corpus */
+    const char *init;      /* safetensors file (hf_model.h layout) to start from; NULL: seed */
     const char *device;    /* "cpu", "ref", "cuda", "auto" */
     int threads;           /* <= 0: all cores */
     int steps;

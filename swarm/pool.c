@@ -11,11 +11,6 @@ typedef struct {
     uint8_t *bits;
 } progress_t;
 
-typedef struct {
-    uint8_t origin[MSG_ID_LEN];
-    int64_t step;
-} refusal_t;
-
 struct pool {
     int M;
     size_t nb;
@@ -25,8 +20,6 @@ struct pool {
     int nprog, prog_cap;
     pool_msg_t *msgs;
     int nmsgs, msgs_cap;
-    refusal_t *ref;
-    int nref, ref_cap;
 };
 
 pool_t *pool_new(int M)
@@ -53,7 +46,6 @@ void pool_destroy(pool_t **pp)
     for (int i = 0; i < p->nmsgs; i++) free_msg(&p->msgs[i]);
     free(p->prog);
     free(p->msgs);
-    free(p->ref);
     free(p->mine);
     free(p);
     *pp = NULL;
@@ -84,10 +76,6 @@ void pool_begin(pool_t *p, int64_t step, int keep)
             p->msgs[k++] = p->msgs[i];
     }
     p->nmsgs = k;
-    k = 0;
-    for (int i = 0; i < p->nref; i++)
-        if (p->ref[i].step >= step - keep) p->ref[k++] = p->ref[i];
-    p->nref = k;
 }
 
 int64_t pool_step(const pool_t *p)
@@ -160,19 +148,65 @@ int pool_all(const pool_t *p, const uint8_t *bits)
     return 1;
 }
 
-const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
+const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step,
+                            int part)
 {
     for (int i = 0; i < p->nmsgs; i++)
-        if (p->msgs[i].step == step && !memcmp(p->msgs[i].origin, origin, MSG_ID_LEN))
+        if (p->msgs[i].step == step && p->msgs[i].part == part &&
+            !memcmp(p->msgs[i].origin, origin, MSG_ID_LEN))
             return &p->msgs[i];
     return NULL;
+}
+
+int pool_messages(const pool_t *p, int64_t step, const pool_msg_t **out, int cap)
+{
+    int k = 0;
+    for (int i = 0; i < p->nmsgs; i++)
+        if (p->msgs[i].step == step) {
+            if (k < cap) out[k] = &p->msgs[i];
+            k++;
+        }
+    return k;
+}
+
+void pool_msg_union(const pool_t *p, uint8_t *out)
+{
+    memset(out, 0, p->nb);
+    for (int i = 0; i < p->nmsgs; i++)
+        if (p->msgs[i].step == p->step)
+            for (size_t j = 0; j < p->nb; j++) out[j] |= p->msgs[i].counted[j];
+}
+
+int pool_member_covered(const pool_t *p, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < p->nprog; i++) {
+        const progress_t *e = &p->prog[i];
+        if (e->step != p->step || memcmp(e->id, id, MSG_ID_LEN)) continue;
+        for (int b = 0; b < p->M; b++) {
+            if (!pool_bit(e->bits, b)) continue;
+            int in = 0;
+            for (int m = 0; m < p->nmsgs && !in; m++)
+                in = p->msgs[m].step == p->step && !memcmp(p->msgs[m].origin, id, MSG_ID_LEN) &&
+                     pool_bit(p->msgs[m].counted, b);
+            if (!in) return 0;
+        }
+    }
+    return 1;
+}
+
+int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
+{
+    int n = 0;
+    for (int i = 0; i < p->nmsgs; i++)
+        n += p->msgs[i].step == step && !memcmp(p->msgs[i].origin, origin, MSG_ID_LEN);
+    return n;
 }
 
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
                size_t counted_len)
 {
     if (counted_len != p->nb) return STATUS_EMALFORMED;
-    if (pool_find(p, m->origin, m->step) || pool_refused(p, m->origin, m->step)) return 0;
+    if (pool_find(p, m->origin, m->step, m->flags)) return 0;
     if (p->nmsgs == p->msgs_cap) {
         int cap = p->msgs_cap ? 2 * p->msgs_cap : 16;
         pool_msg_t *q = realloc(p->msgs, (size_t)cap * sizeof *q);
@@ -183,6 +217,7 @@ int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const
     pool_msg_t *e = &p->msgs[p->nmsgs];
     memset(e, 0, sizeof *e);
     memcpy(e->origin, m->origin, MSG_ID_LEN);
+    e->part = m->flags;
     e->step = m->step, e->since = m->since, e->count = m->count, e->hash = m->hash;
     e->len = len;
     e->data = malloc(len ? len : 1);
@@ -194,27 +229,6 @@ int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const
     memcpy(e->data, data, len);
     memcpy(e->counted, counted, p->nb);
     p->nmsgs++;
-    return 0;
-}
-
-void pool_refuse(pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
-{
-    if (pool_refused(p, origin, step)) return;
-    if (p->nref == p->ref_cap) {
-        int cap = p->ref_cap ? 2 * p->ref_cap : 8;
-        refusal_t *q = realloc(p->ref, (size_t)cap * sizeof *q);
-        if (!q) return;
-        p->ref = q;
-        p->ref_cap = cap;
-    }
-    memcpy(p->ref[p->nref].origin, origin, MSG_ID_LEN);
-    p->ref[p->nref++].step = step;
-}
-
-int pool_refused(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
-{
-    for (int i = 0; i < p->nref; i++)
-        if (p->ref[i].step == step && !memcmp(p->ref[i].origin, origin, MSG_ID_LEN)) return 1;
     return 0;
 }
 

@@ -23,6 +23,8 @@ typedef struct pool pool_t;
 
 typedef struct {
     uint8_t origin[MSG_ID_LEN];
+    int part; /* 0: the member's message; 1, 2, ...: supplements (microbatches it counted
+               * after sending, when the pool lost a member's share) */
     int64_t step, since;
     uint32_t count;
     uint64_t hash;
@@ -67,17 +69,24 @@ void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out);
 /* Whether every one of the M bits is set. */
 int pool_all(const pool_t *p, const uint8_t *bits);
 
-/* Stores an exchange message (m: origin, step, count, hash, since). 0 when kept or a
- * duplicate; STATUS_EMALFORMED when the counted bitmap has the wrong size; ENOMEM. */
+/* Stores an exchange message (m: origin, step, count, hash, since; flags: its part). 0
+ * when kept or a duplicate; STATUS_EMALFORMED when the counted bitmap has the wrong size;
+ * ENOMEM. */
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
                size_t counted_len);
-const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
+const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step,
+                            int part);
 
-/* Members that answered "I do not hold origin's message of step" (EXCH_REQ refusals):
- * once a member said so it never takes that message (pool_refuse), which keeps the
- * pool's choice of messages the same for every member. */
-void pool_refuse(pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
-int pool_refused(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
+/* The held messages of `step`, every part of every origin: at most cap into out; returns
+ * how many there are. */
+int pool_messages(const pool_t *p, int64_t step, const pool_msg_t **out, int cap);
+
+/* The union of the counted bits of the held messages of the current step; whether the
+ * bits a live member reported (PROGRESS) are all in its held messages. */
+void pool_msg_union(const pool_t *p, uint8_t *out);
+int pool_member_covered(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
+/* How many parts of origin's messages of `step` are held (0, 1, ...). */
+int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
 
 /* The hash vote over the messages msgs[0, n) of the current step against this member's
  * own (my_hash, my_since, my_id): 1 when this member is on the losing side (the majority

@@ -5,6 +5,7 @@
  * can SIGKILL a peer or add one at a given step.
  * Not for: anything a peer does (peer/peer.c). */
 #include "common/clock.h"
+#include "common/rng.h"
 #include "common/status.h"
 #include "compress/codec.h"
 #include "swarm/status_client.h"
@@ -27,7 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_PEERS 64
+#define MAX_STAGES 64   /* stages shown in the progress line */
+#define MAX_PEERS  1024 /* peer processes over a run, restarts included */
 
 enum {
     O_PEERS = RUN_OPTS_EXTRA,
@@ -40,7 +42,10 @@ enum {
     O_PTIMEOUT,
     O_REVIVE,
     O_CKEVERY,
-    O_CKBUDGET
+    O_CKBUDGET,
+    O_CHURN,
+    O_CHURN_KILLS,
+    O_FAULT_SEED
 };
 
 typedef struct {
@@ -49,12 +54,18 @@ typedef struct {
     int kill_peer, kill_step;  /* peer kill_peer dies on a microbatch of step >= kill_step */
     int join_step, join_stage; /* add a peer at join_step */
     int revive;                /* ... which is the killed peer again, with its store */
+    int kill_random;           /* --kill random: one outside SIGKILL at a random moment */
+    double churn_rate;         /* --churn: SIGKILLs per peer per minute, from outside */
+    double churn_restart_s;    /* ... and a new peer after this long; < 0: none */
+    int churn_kills;           /* at most this many kills (0: no limit) */
+    uint64_t fault_seed;
     const char *peer_timeout;
 } local_opts_t;
 
 typedef struct {
     pid_t pid;
     int port, stage, exited, status, killed;
+    double killed_at;
     char log[600];
 } child_t;
 
@@ -77,12 +88,38 @@ static int local_option(void *ctx, int c, const char *arg)
     case O_INFLIGHT:
         return run_opts_int("--in-flight", arg, 1, &lo->in_flight);
     case O_KILL:
+        if (!strcmp(arg, "random")) {
+            lo->kill_random = 1;
+            return 0;
+        }
         if (sscanf(arg, "%d:%d", &lo->kill_peer, &lo->kill_step) != 2 || lo->kill_peer < 0 ||
             lo->kill_step < 0) {
-            fprintf(stderr, "swarmtrain local: --kill PEER:STEP, e.g. --kill 3:20\n");
+            fprintf(stderr, "swarmtrain local: --kill PEER:STEP or --kill random\n");
             return -1;
         }
         return 0;
+    case O_CHURN: {
+        char *end;
+        lo->churn_rate = strtod(arg, &end);
+        lo->churn_restart_s = -1;
+        if (*end == ':') lo->churn_restart_s = strtod(end + 1, &end);
+        if (*end || !(lo->churn_rate > 0) || (lo->churn_restart_s < 0 && strchr(arg, ':'))) {
+            fprintf(stderr, "swarmtrain local: --churn RATE[:RESTART_S], e.g. --churn 0.5:5\n");
+            return -1;
+        }
+        return 0;
+    }
+    case O_CHURN_KILLS:
+        return run_opts_int("--churn-kills", arg, 1, &lo->churn_kills);
+    case O_FAULT_SEED: {
+        char *end;
+        lo->fault_seed = strtoull(arg, &end, 0);
+        if (*end || !*arg) {
+            fprintf(stderr, "swarmtrain local: --fault-seed N\n");
+            return -1;
+        }
+        return 0;
+    }
     case O_JOIN:
         return run_opts_int("--join-at", arg, 0, &lo->join_step);
     case O_JOINSTAGE:
@@ -127,8 +164,10 @@ static int free_port(void)
  * with it. */
 static int local_only(const char *a, int *takes_arg)
 {
-    static const char *with_arg[] = {"--peers",   "--dir",        "--in-flight",   "--kill",
-                                     "--join-at", "--join-stage", "--peer-timeout"};
+    static const char *with_arg[] = {"--peers",        "--dir",        "--in-flight",
+                                     "--kill",         "--join-at",    "--join-stage",
+                                     "--peer-timeout", "--churn",      "--churn-kills",
+                                     "--fault-seed"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -207,7 +246,8 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
 }
 
 typedef struct {
-    int pools, peers_per[MAX_PEERS], live, serving;
+    int pools, peers_per[MAX_STAGES], live, serving;
+    long long step_per[MAX_STAGES];
     long long step0;
     double loss;
     double bytes_out;
@@ -218,7 +258,10 @@ static void on_pool(void *ctx, const json_obj_t *o)
 {
     view_t *v = ctx;
     int s = atoi(json_get(o, "stage"));
-    if (s >= 0 && s < MAX_PEERS) v->peers_per[s] = atoi(json_get(o, "peers"));
+    if (s >= 0 && s < MAX_STAGES) {
+        v->peers_per[s] = atoi(json_get(o, "peers"));
+        v->step_per[s] = atoll(json_get(o, "step"));
+    }
     if (s == 0) {
         v->step0 = atoll(json_get(o, "step"));
         const char *l = json_get(o, "loss");
@@ -290,11 +333,36 @@ static void scan_log(const char *path, double *val, double *tps, unsigned long l
     fclose(f);
 }
 
+/* The peers' log lines give times on the machine's monotonic clock (the one they are
+ * driven by), which every process here shares. */
 static double wall(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * ts.tv_nsec;
+    return clock_now();
+}
+
+/* The port of a live peer to join through (0: none). */
+static int live_port(const child_t *ch, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!ch[i].exited && !ch[i].killed && ch[i].pid > 0) return ch[i].port;
+    return 0;
+}
+
+static unsigned long long count_lines(const char *path, const char *prefix)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    unsigned long long n = 0;
+    size_t k = strlen(prefix);
+    while (f && fgets(line, sizeof line, f)) n += !strncmp(line, prefix, k);
+    if (f) fclose(f);
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static int local_main(int argc, char **argv);
@@ -331,7 +399,10 @@ static int local_main(int argc, char **argv)
                                           {"peer-timeout", required_argument, 0, O_PTIMEOUT},
                                           {"revive", no_argument, 0, O_REVIVE},
                                           {"checkpoint-every", required_argument, 0, O_CKEVERY},
-                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET}};
+                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
+                                          {"churn", required_argument, 0, O_CHURN},
+                                          {"churn-kills", required_argument, 0, O_CHURN_KILLS},
+                                          {"fault-seed", required_argument, 0, O_FAULT_SEED}};
     local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
@@ -343,7 +414,8 @@ static int local_main(int argc, char **argv)
             "Starts a whole swarm of peer processes on this machine (loopback), one stage\n"
             "each in turn, and watches it: step and loss, peers per pool, tokens/s, bytes/s\n"
             "on the wire, microbatches re-sent. Ctrl-C stops every peer cleanly. The exit\n"
-            "status is 0 only if the run finished with a held-out loss.\n"
+            "status is 0 only if the run finished with a held-out loss and no microbatch was\n"
+            "lost; the summary lists every peer that died unplanned.\n"
             "Defaults here: --stages 2 --replicas 2 --optimizer demo --codec int8 --steps 1000\n"
             "--checkpoint-every 50 (each peer into its store in --dir).",
         .usage =
@@ -352,6 +424,14 @@ static int local_main(int argc, char **argv)
             "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"
             "  --in-flight N        microbatches each stage-0 peer keeps in flight (default 2)\n"
             "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
+            "  --kill random        one peer, any (the founding one too), SIGKILLed from outside\n"
+            "                       at a random moment between 10% and 70% of the steps\n"
+            "  --churn RATE[:S]     SIGKILL random peers from outside, RATE per peer per minute\n"
+            "                       (never the last of a stage), each replaced by a new peer\n"
+            "                       of its stage S seconds later; the summary gives kills,\n"
+            "                       restarts, re-routed and lost microbatches, and MTTR\n"
+            "  --churn-kills N      at most N kills\n"
+            "  --fault-seed N       the seed of --kill random and --churn (default: the clock)\n"
             "  --kill PEER:STEP     peer PEER is SIGKILLed (it kills itself) when a microbatch of\n"
             "                       step >= STEP reaches it, so it dies holding work (fault "
             "drill)\n"
@@ -362,13 +442,17 @@ static int local_main(int argc, char **argv)
             "  --quiet              no progress lines, only the summary\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);
     if (rc) return rc == 1 ? 0 : 2;
-    if (lo.peers > MAX_PEERS - 1) {
-        fprintf(stderr, "swarmtrain local: at most %d peers\n", MAX_PEERS - 1);
+    if (lo.peers > MAX_PEERS / 2) {
+        fprintf(stderr, "swarmtrain local: at most %d peers\n", MAX_PEERS / 2);
         return 2;
     }
     int S = run.cfg.stages;
     if (lo.peers < S) {
         fprintf(stderr, "swarmtrain local: %d peers cannot hold %d stages\n", lo.peers, S);
+        return 2;
+    }
+    if (S > MAX_STAGES) {
+        fprintf(stderr, "swarmtrain local: at most %d stages\n", MAX_STAGES);
         return 2;
     }
     char dirbuf[] = "/tmp/swarmtrain-local-XXXXXX";
@@ -387,6 +471,9 @@ static int local_main(int argc, char **argv)
         run.threads > 0 ? run.threads : (int)(cores / lo.peers > 1 ? cores / lo.peers : 1);
     int M = run.replicas * run.accum;
     double tokens_per_step = (double)M * run.cfg.batch * run.cfg.seq;
+    if (!lo.fault_seed) lo.fault_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    rng_t frng;
+    rng_seed(&frng, lo.fault_seed);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -394,14 +481,16 @@ static int local_main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    child_t ch[MAX_PEERS];
-    memset(ch, 0, sizeof ch);
+    child_t *ch = calloc(MAX_PEERS, sizeof *ch);
+    if (!ch) return 1;
     int n = lo.peers;
     for (int i = 0; i < n; i++) {
         ch[i].port = free_port();
         ch[i].stage = i % S;
     }
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
+    if (lo.kill_random || lo.churn_rate > 0)
+        printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo.fault_seed);
     fflush(stdout);
     double t0 = clock_now(), kill_wall = -1;
     if (spawn(&ch[0], 0, 0, argc, argv, &lo, threads, -1)) goto fail;
@@ -424,9 +513,26 @@ static int local_main(int argc, char **argv)
         }
     }
 
-    int failed = 0, joined = 0;
+    /* --kill random: one peer, any, at a random moment of the middle of the run */
+    int rk_peer = lo.kill_random ? (int)rng_below(&frng, (uint64_t)n) : -1;
+    long long rk_step = lo.kill_random ? run.steps / 10 + (long long)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1)) : -1;
+    double rk_delay = rng_uniform(&frng), rk_at = -1;
+    /* churn bookkeeping: restarts due, and recovery times (MTTR) */
+    int kills = 0, restarts = 0;
+    double restart_due[MAX_PEERS];
+    int restart_stage[MAX_PEERS], nrestart = 0;
+    double mttr[MAX_PEERS];
+    int nmttr = 0;
+    struct {
+        int stage;
+        long long step;
+        double at;
+    } pending_mttr[MAX_PEERS];
+    int npm = 0;
+
+    int joined = 0;
     long long last_step = -1;
-    double last_t = clock_now(), last_bytes = 0, tps = 0;
+    double last_t = clock_now(), last_bytes = 0, tps = 0, last_churn = clock_now();
     for (;;) {
         int running = 0;
         for (int i = 0; i < n; i++) {
@@ -436,7 +542,6 @@ static int local_main(int argc, char **argv)
             if (r == ch[i].pid) {
                 ch[i].exited = 1;
                 ch[i].status = st;
-                int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
                 if (i == lo.kill_peer && !ch[i].killed && WIFSIGNALED(st) &&
                     WTERMSIG(st) == SIGKILL) { /* the planned fault */
                     ch[i].killed = 1;
@@ -445,12 +550,6 @@ static int local_main(int argc, char **argv)
                            "step %d, t=%.3f\n",
                            i, ch[i].stage, lo.kill_step, kill_wall);
                     fflush(stdout);
-                }
-                if (!ok && !ch[i].killed) {
-                    failed = 1;
-                    fprintf(stderr, "local: peer %d (stage %d) failed (%s %d); see %s\n", i,
-                            ch[i].stage, WIFEXITED(st) ? "exit" : "signal",
-                            WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
                 }
             } else {
                 running++;
@@ -473,17 +572,20 @@ static int local_main(int argc, char **argv)
                         clock_sleep(0.02);
                 }
             printf("local: interrupted; logs in %s\n", lo.dir);
+            free(ch);
             return 130;
         }
         view_t v;
-        if (fetch_view(ch, n, &v) == 0) {
-            double now = clock_now();
+        int have_view = fetch_view(ch, n, &v) == 0;
+        double now = clock_now();
+        if (have_view) {
             if (last_step >= 0 && v.step0 > last_step)
                 tps = (double)(v.step0 - last_step) * tokens_per_step / (now - last_t);
             double bps = last_step >= 0 ? (v.bytes_out - last_bytes) / (now - last_t) : 0;
+            int progress_line = v.step0 != last_step || now - last_t > 1.0;
             if (v.step0 != last_step) last_step = v.step0, last_t = now;
             last_bytes = v.bytes_out;
-            if (!lo.quiet) {
+            if (!lo.quiet && progress_line) {
                 printf("[%5.0fs] step %lld/%d", now - t0, v.step0, run.steps);
                 if (!isnan(v.loss)) printf("  loss %.4f", v.loss);
                 printf("  peers/pool");
@@ -491,6 +593,12 @@ static int local_main(int argc, char **argv)
                 printf("  %.0f tok/s  wire %.2f MB/s  re-sent %lld\n", tps, bps / 1e6, v.retries);
                 fflush(stdout);
             }
+            /* recovery: the victim's pool steps again */
+            for (int k = 0; k < npm; k++)
+                if (v.step_per[pending_mttr[k].stage] > pending_mttr[k].step) {
+                    mttr[nmttr++] = now - pending_mttr[k].at;
+                    pending_mttr[k--] = pending_mttr[--npm];
+                }
             /* the victim kills itself (spawn); should no microbatch of its step reach it,
              * it is killed from here 20 steps later */
             if (lo.kill_peer >= 0 && lo.kill_peer < n && !ch[lo.kill_peer].killed &&
@@ -502,6 +610,51 @@ static int local_main(int argc, char **argv)
                        lo.kill_peer, ch[lo.kill_peer].stage, v.step0, kill_wall);
                 fflush(stdout);
             }
+            if (rk_peer >= 0 && rk_at < 0 && v.step0 >= rk_step) rk_at = now + rk_delay;
+            if (rk_peer >= 0 && rk_at > 0 && now >= rk_at && !ch[rk_peer].killed &&
+                !ch[rk_peer].exited) {
+                kill(ch[rk_peer].pid, SIGKILL);
+                ch[rk_peer].killed = 1;
+                ch[rk_peer].killed_at = now;
+                kill_wall = wall();
+                kills++;
+                pending_mttr[npm].stage = ch[rk_peer].stage;
+                pending_mttr[npm].step = v.step_per[ch[rk_peer].stage];
+                pending_mttr[npm++].at = now;
+                printf("local: fault: SIGKILL peer %d (stage %d%s) from outside at step %lld, "
+                       "t=%.3f\n",
+                       rk_peer, ch[rk_peer].stage, rk_peer == 0 ? ", the founding peer" : "",
+                       v.step0, kill_wall);
+                fflush(stdout);
+            }
+            /* churn: each live peer dies at RATE per minute, never the last of its stage */
+            if (lo.churn_rate > 0 && v.step0 >= 1 && v.step0 < run.steps &&
+                (!lo.churn_kills || kills < lo.churn_kills) && npm < MAX_PEERS) {
+                double dt = now - last_churn;
+                for (int i = 0; i < n && (!lo.churn_kills || kills < lo.churn_kills); i++) {
+                    if (ch[i].exited || ch[i].killed) continue;
+                    if (rng_uniform(&frng) >= lo.churn_rate / 60.0 * dt) continue;
+                    int alive = 0;
+                    for (int j = 0; j < n; j++)
+                        alive += !ch[j].exited && !ch[j].killed && ch[j].stage == ch[i].stage;
+                    if (alive < 2) continue;
+                    kill(ch[i].pid, SIGKILL);
+                    ch[i].killed = 1;
+                    ch[i].killed_at = now;
+                    kills++;
+                    pending_mttr[npm].stage = ch[i].stage;
+                    pending_mttr[npm].step = v.step_per[ch[i].stage];
+                    pending_mttr[npm++].at = now;
+                    printf("local: churn: SIGKILL peer %d (stage %d) at step %lld\n", i,
+                           ch[i].stage, v.step0);
+                    if (lo.churn_restart_s >= 0 && nrestart < MAX_PEERS) {
+                        restart_due[nrestart] = now + lo.churn_restart_s;
+                        restart_stage[nrestart++] = ch[i].stage;
+                    }
+                    fflush(stdout);
+                }
+            }
+            last_churn = now;
             /* a revived peer comes back once the swarm has noticed it was gone */
             int wait_gone =
                 lo.revive && lo.kill_peer >= 0 && lo.kill_peer < n &&
@@ -510,22 +663,35 @@ static int local_main(int argc, char **argv)
                 n < MAX_PEERS) {
                 ch[n].port = free_port();
                 ch[n].stage = lo.join_stage < S ? lo.join_stage : 0;
-                int live = 0;
-                for (int i = 0; i < n && !live; i++)
-                    live = !ch[i].exited && !ch[i].killed ? ch[i].port : 0;
                 int db_idx = n;
                 if (lo.revive && lo.kill_peer >= 0 && ch[lo.kill_peer].killed) {
                     db_idx = lo.kill_peer; /* the preempted instance is back, disk and all */
                     ch[n].stage = ch[lo.kill_peer].stage;
                 }
-                if (spawn(&ch[n], n, db_idx, argc, argv, &lo, threads, live)) goto fail;
+                if (spawn(&ch[n], n, db_idx, argc, argv, &lo, threads, live_port(ch, n)))
+                    goto fail;
                 printf("local: peer %d joins stage %d at step %lld%s\n", n, ch[n].stage, v.step0,
                        db_idx != n ? " (the killed peer again, with its store)" : "");
                 n++;
                 joined = 1;
             }
         }
-        clock_sleep(lo.quiet ? 0.2 : 1.0);
+        /* restarts: a new process (new identity, new store) for the same stage */
+        for (int k = 0; k < nrestart; k++) {
+            if (now < restart_due[k] || n >= MAX_PEERS) continue;
+            int via = live_port(ch, n);
+            if (!via) continue;
+            ch[n].port = free_port();
+            ch[n].stage = restart_stage[k];
+            if (spawn(&ch[n], n, n, argc, argv, &lo, threads, via)) goto fail;
+            printf("local: churn: peer %d starts for stage %d\n", n, ch[n].stage);
+            fflush(stdout);
+            n++;
+            restarts++;
+            restart_due[k] = restart_due[--nrestart];
+            restart_stage[k--] = restart_stage[nrestart];
+        }
+        clock_sleep(lo.quiet || lo.churn_rate > 0 || lo.kill_random ? 0.2 : 1.0);
     }
 
     double val = NAN, ltps = 0, reroute_after = -1;
@@ -543,11 +709,37 @@ static int local_main(int argc, char **argv)
         else
             printf("local: fault: no microbatch needed re-routing after the kill\n");
     }
+    if (kills || lo.churn_rate > 0) {
+        unsigned long long rerouted = 0;
+        for (int i = 0; i < n; i++) rerouted += count_lines(ch[i].log, "reroute: ");
+        printf("local: faults: %d kills, %d restarts, %llu microbatches re-routed, %llu lost", kills,
+               restarts, rerouted, lost);
+        if (nmttr) {
+            qsort(mttr, (size_t)nmttr, sizeof *mttr, cmp_double);
+            printf(", MTTR (kill to the pool's next step) min %.2f s median %.2f s max %.2f s over "
+                   "%d",
+                   mttr[0], mttr[nmttr / 2], mttr[nmttr - 1], nmttr);
+        }
+        if (npm) printf(", %d kill(s) the pool never stepped after", npm);
+        printf("\n");
+    }
+    int unplanned = 0;
+    for (int i = 0; i < n; i++) {
+        int st = ch[i].status;
+        if (ch[i].killed || !ch[i].exited || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
+        unplanned++;
+        printf("local: peer %d (stage %d) died unplanned: %s %d; see %s\n", i, ch[i].stage,
+               WIFEXITED(st) ? "exit status" : "signal",
+               WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
+    }
+    if (!unplanned) printf("local: no peer died unplanned\n");
     fflush(stdout);
-    return failed || isnan(val) ? 1 : 0;
+    free(ch);
+    return isnan(val) || lost ? 1 : 0;
 fail:
     fprintf(stderr, "swarmtrain local: cannot start peers: %s\n", strerror(errno));
     for (int i = 0; i < n; i++)
         if (ch[i].pid > 0 && !ch[i].exited) kill(ch[i].pid, SIGKILL);
+    free(ch);
     return 1;
 }

@@ -1,19 +1,28 @@
 /* cmd_status.c — `swarmtrain status`: a live swarm's pools and peers as tables, or the
- * raw JSON document, once or refreshed in place.
- * Not for: fetching (swarm/status_client.c). */
+ * raw JSON document, once or refreshed in place; peers' stores as tables, as a chart of
+ * their metrics (--plot, SVG) or as Prometheus metrics (--metrics-file).
+ * Not for: fetching (swarm/status_client.c), drawing (plot.c), the text format (prom.c). */
 #include "common/clock.h"
 #include "common/status.h"
 #include "store/store.h"
 #include "swarm/status_client.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
+#include "tools/plot.h"
+#include "tools/prom.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -128,15 +137,423 @@ static int show_store(const char *path, int as_json, int verify)
     return 0;
 }
 
+/* ---- stores as a chart and as Prometheus metrics ---------------------------------------- */
+
+#define MAX_DBS 64
+enum { MAX_ROWS = 200000, MAX_EVENTS = 20000, MAX_CKPTS = 512 };
+
+/* What one store holds, read once. */
+typedef struct {
+    const char *path;
+    store_metric_t *me; /* oldest first */
+    int nme;
+    double *val_step, *val_loss; /* from "val_loss" events */
+    int nval;
+    store_ckpt_info_t *ck; /* newest first */
+    int nck;
+} store_data_t;
+
+static void store_data_free(store_data_t *d)
+{
+    free(d->me);
+    free(d->val_step);
+    free(d->val_loss);
+    free(d->ck);
+    memset(d, 0, sizeof *d);
+}
+
+static int store_data_load(const char *path, store_data_t *d, char *err)
+{
+    memset(d, 0, sizeof *d);
+    d->path = path;
+    if (access(path, F_OK) != 0) /* a store is read here, never created */
+        return status_set(err, STATUS_ENOTFOUND, "%s: no such store", path);
+    store_t *s = store_open(path, err);
+    if (!s) return STATUS_EIO;
+    store_event_t *ev = malloc(MAX_EVENTS * sizeof *ev);
+    int nev = 0, rc = 0;
+    d->me = malloc(MAX_ROWS * sizeof *d->me);
+    d->ck = malloc(MAX_CKPTS * sizeof *d->ck);
+    if (!ev || !d->me || !d->ck) {
+        rc = status_set(err, STATUS_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = store_metric_last(s, MAX_ROWS, d->me, &d->nme, err)) ||
+        (rc = store_event_last(s, MAX_EVENTS, ev, &nev, err)) ||
+        (rc = store_ckpt_list(s, 0, d->ck, MAX_CKPTS, &d->nck, err)))
+        goto done;
+    d->val_step = malloc((size_t)(nev ? nev : 1) * sizeof(double));
+    d->val_loss = malloc((size_t)(nev ? nev : 1) * sizeof(double));
+    if (!d->val_step || !d->val_loss) {
+        rc = status_set(err, STATUS_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nev; i++) {
+        long long step;
+        double v;
+        if (!strcmp(ev[i].kind, "val_loss") &&
+            sscanf(ev[i].detail, "step %lld val_loss %lf", &step, &v) == 2 && isfinite(v)) {
+            d->val_step[d->nval] = (double)step;
+            d->val_loss[d->nval++] = v;
+        }
+    }
+done:
+    free(ev);
+    store_close(&s);
+    if (rc) store_data_free(d);
+    return rc;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+/* One line of the chart: one stage's rows in one store. */
+typedef struct {
+    char label[96];
+    double *x, *loss, *tps, *mbs;
+    int n, color;
+} line_t;
+
+static int plot_stores(const store_data_t *d, int nd, const char *path, char *err)
+{
+    int nlines = 0, rc = 0, color = 0;
+    line_t *lines = calloc((size_t)nd * 64 + 1, sizeof *lines);
+    plot_series_t *ser[4] = {calloc((size_t)nd * 64 + 1, sizeof(plot_series_t)),
+                             calloc((size_t)nd * 64 + 1, sizeof(plot_series_t)),
+                             calloc((size_t)nd * 64 + 1, sizeof(plot_series_t)),
+                             calloc((size_t)nd * 64 + 1, sizeof(plot_series_t))};
+    int ns[4] = {0};
+    int64_t s0 = -1, s1 = -1;
+    if (!lines || !ser[0] || !ser[1] || !ser[2] || !ser[3]) {
+        rc = status_set(err, STATUS_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nd; i++) {
+        int stages[64], nst = 0;
+        for (int j = 0; j < d[i].nme; j++) {
+            int st = d[i].me[j].stage, seen = 0;
+            for (int q = 0; q < nst; q++) seen |= stages[q] == st;
+            if (!seen && nst < 64) stages[nst++] = st;
+        }
+        for (int q = 0; q < nst; q++) {
+            line_t *l = &lines[nlines++];
+            snprintf(l->label, sizeof l->label, "stage %d, %s", stages[q], base_name(d[i].path));
+            l->color = color++;
+            l->x = malloc((size_t)d[i].nme * sizeof(double));
+            l->loss = malloc((size_t)d[i].nme * sizeof(double));
+            l->tps = malloc((size_t)d[i].nme * sizeof(double));
+            l->mbs = malloc((size_t)d[i].nme * sizeof(double));
+            if (!l->x || !l->loss || !l->tps || !l->mbs) {
+                rc = status_set(err, STATUS_ENOMEM, "out of memory");
+                goto done;
+            }
+            int any_wire = 0, first = -1;
+            for (int j = 0; j < d[i].nme; j++) {
+                const store_metric_t *m = &d[i].me[j];
+                if (m->stage != stages[q]) continue;
+                if (first < 0) first = j;
+                l->x[l->n] = (double)m->step;
+                /* a cross-entropy is never exactly 0 and a pace never 0 tokens/s: peers
+                 * write 0 for "not measured" (a step that saw no loss, the first step) */
+                l->loss[l->n] = m->loss > 0 ? m->loss : NAN;
+                l->tps[l->n] = m->tokens_per_s > 0 ? m->tokens_per_s : NAN;
+                /* wire MB/s: the byte counters' growth over the last second or more of
+                 * rows (counters move in bursts, a per-row rate is noise); a counter that
+                 * went back (a restarted peer) leaves a gap */
+                int k = j;
+                while (k > first && m->time - d[i].me[k].time < 1.0) {
+                    k--;
+                    while (k > first && d[i].me[k].stage != stages[q]) k--;
+                }
+                const store_metric_t *o = &d[i].me[k];
+                double dt = m->time - o->time, mbs = NAN;
+                int64_t db = (m->bytes_sent + m->bytes_recv) - (o->bytes_sent + o->bytes_recv);
+                if (k != j && dt > 0 && db >= 0) mbs = (double)db / dt / 1e6;
+                any_wire |= m->bytes_sent + m->bytes_recv > 0;
+                l->mbs[l->n++] = mbs;
+                if (s0 < 0 || m->step < s0) s0 = m->step;
+                if (m->step > s1) s1 = m->step;
+            }
+            plot_series_t base = {.label = l->label, .x = l->x, .n = l->n, .color = l->color};
+            int has_loss = 0;
+            for (int j = 0; j < l->n; j++) has_loss |= isfinite(l->loss[j]);
+            if (has_loss) ser[0][ns[0]] = base, ser[0][ns[0]++].y = l->loss;
+            ser[2][ns[2]] = base, ser[2][ns[2]++].y = l->tps;
+            if (any_wire) ser[3][ns[3]] = base, ser[3][ns[3]++].y = l->mbs;
+        }
+        if (d[i].nval) {
+            line_t *l = &lines[nlines++];
+            snprintf(l->label, sizeof l->label, "%s", base_name(d[i].path));
+            ser[1][ns[1]++] =
+                (plot_series_t){.label = l->label,
+                                .x = d[i].val_step,
+                                .y = d[i].val_loss,
+                                .n = d[i].nval,
+                                .color = nst ? lines[nlines - 1 - nst].color : color++};
+        }
+    }
+    plot_panel_t panels[4] = {
+        {"training loss", "loss (nats/token)", ser[0], ns[0], NULL},
+        {"validation loss (held-out data)", "loss (nats/token)", ser[1], ns[1],
+         "no data: validation losses are recorded by train --db (val_loss events)"},
+        {"throughput", "tokens/s", ser[2], ns[2], NULL},
+        {"wire traffic, sent + received (average over >= 1 s)", "MB/s", ser[3], ns[3],
+         "no data: no bytes counted"},
+    };
+    char title[256];
+    if (s0 >= 0)
+        snprintf(title, sizeof title, "swarmtrain: %d store%s, steps %" PRId64 "-%" PRId64, nd,
+                 nd == 1 ? "" : "s", s0, s1);
+    else
+        snprintf(title, sizeof title, "swarmtrain: %d store%s, no metrics yet", nd,
+                 nd == 1 ? "" : "s");
+    rc = plot_svg_write(path, title, "step", panels, 4, err);
+done:
+    for (int i = 0; lines && i < nlines; i++) {
+        free(lines[i].x);
+        free(lines[i].loss);
+        free(lines[i].tps);
+        free(lines[i].mbs);
+    }
+    free(lines);
+    for (int i = 0; i < 4; i++) free(ser[i]);
+    return rc;
+}
+
+/* The newest row of each stage in a store, for the gauges. */
+static int last_rows(const store_data_t *d, const store_metric_t **rows, int max)
+{
+    int n = 0;
+    for (int j = d->nme - 1; j >= 0; j--) {
+        int seen = 0;
+        for (int q = 0; q < n; q++) seen |= rows[q]->stage == d->me[j].stage;
+        if (!seen && n < max) rows[n++] = &d->me[j];
+    }
+    return n;
+}
+
+/* The stores' metrics as an exposition document; NULL when out of memory. */
+static prom_t *metrics_build(const store_data_t *d, int nd)
+{
+    prom_t *p = prom_new();
+    if (!p) return NULL;
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"swarmtrain_step", "gauge", "Last training step with a metrics row in the store."},
+        {"swarmtrain_loss", "gauge", "Training loss of that step (nats/token)."},
+        {"swarmtrain_tokens_per_second", "gauge", "Tokens per second of that step."},
+        {"swarmtrain_bytes_sent_total", "counter",
+         "Bytes the peer sent (train: stage-boundary bytes)."},
+        {"swarmtrain_bytes_received_total", "counter", "Bytes the peer received."},
+        {"swarmtrain_metrics_timestamp_seconds", "gauge", "Unix time of that metrics row."},
+        {"swarmtrain_val_loss", "gauge", "Last validation loss recorded (nats/token)."},
+        {"swarmtrain_val_step", "gauge", "Step of the last validation loss."},
+        {"swarmtrain_checkpoint_step", "gauge", "Step of the newest checkpoint of a stage."},
+        {"swarmtrain_checkpoints", "gauge", "Checkpoints kept in the store for a stage."},
+    };
+    int nf = (int)(sizeof fam / sizeof fam[0]);
+    for (int f = 0; f < nf; f++) {
+        prom_family(p, fam[f].name, fam[f].type, fam[f].help);
+        for (int i = 0; i < nd; i++) {
+            char stage[16];
+            const char *kv[4] = {"store", d[i].path, "stage", stage};
+            if (f < 6) {
+                const store_metric_t *rows[64];
+                int n = last_rows(&d[i], rows, 64);
+                for (int q = 0; q < n; q++) {
+                    const store_metric_t *m = rows[q];
+                    double v[6] = {(double)m->step,       m->loss,
+                                   m->tokens_per_s,       (double)m->bytes_sent,
+                                   (double)m->bytes_recv, m->time};
+                    snprintf(stage, sizeof stage, "%d", m->stage);
+                    if (isfinite(v[f])) prom_sample(p, kv, 2, v[f]);
+                }
+            } else if (f < 8) {
+                if (d[i].nval)
+                    prom_sample(p, kv, 1,
+                                f == 6 ? d[i].val_loss[d[i].nval - 1]
+                                       : d[i].val_step[d[i].nval - 1]);
+            } else {
+                for (int c = 0; c < d[i].nck; c++) { /* newest first: the first of a stage */
+                    int first = 1, count = 0;
+                    for (int e = 0; e < d[i].nck; e++) {
+                        if (d[i].ck[e].stage != d[i].ck[c].stage) continue;
+                        first &= e >= c;
+                        count++;
+                    }
+                    if (!first) continue;
+                    snprintf(stage, sizeof stage, "%d", d[i].ck[c].stage);
+                    prom_sample(p, kv, 2, f == 8 ? (double)d[i].ck[c].step : count);
+                }
+            }
+        }
+    }
+    return p;
+}
+
+static int metrics_stores(const store_data_t *d, int nd, const char *path, char *err)
+{
+    prom_t *p = metrics_build(d, nd);
+    if (!p) return status_set(err, STATUS_ENOMEM, "out of memory");
+    int rc = path ? prom_write(p, path, err) : 0;
+    if (!path) fputs(prom_text(p), stdout);
+    prom_destroy(&p);
+    return rc;
+}
+
+static int send_all(int fd, const char *buf, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w <= 0) return -1;
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One HTTP exchange: GET /metrics (the stores read afresh) or 404. The request is read
+ * with a deadline and at most 4 KiB of it; anything but a GET line is refused. */
+static void serve_one(int fd, const char *const *dbs, int ndb)
+{
+    char req[4096];
+    size_t got = 0;
+    struct timeval tv = {.tv_sec = 2};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    while (got < sizeof req - 1) { /* up to the end of the headers */
+        ssize_t r = recv(fd, req + got, sizeof req - 1 - got, 0);
+        if (r <= 0) break;
+        got += (size_t)r;
+        req[got] = 0;
+        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n")) break;
+    }
+    req[got] = 0;
+    int is_get = !strncmp(req, "GET ", 4), head = !strncmp(req, "HEAD ", 5);
+    const char *target = req + (is_get ? 4 : 5);
+    size_t tl = strcspn(target, " ?\r\n");
+    char hdr[256];
+    if ((!is_get && !head) || tl != 8 || strncmp(target, "/metrics", 8)) {
+        static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
+                                 "Content-Length: 17\r\nConnection: close\r\n\r\n"
+                                 "try GET /metrics\n";
+        send_all(fd, nf, sizeof nf - 1);
+        return;
+    }
+    char err[STATUS_ERR_LEN];
+    store_data_t d[MAX_DBS];
+    int rc = 0, n = 0;
+    for (; n < ndb && !rc; n++) rc = store_data_load(dbs[n], &d[n], err);
+    if (rc) n--;
+    prom_t *p = rc ? NULL : metrics_build(d, n);
+    for (int i = 0; i < n; i++) store_data_free(&d[i]);
+    if (!p) {
+        if (!rc) snprintf(err, sizeof err, "out of memory");
+        snprintf(hdr, sizeof hdr,
+                 "HTTP/1.0 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                 strlen(err) + 1);
+        if (!send_all(fd, hdr, strlen(hdr)) && !head) {
+            send_all(fd, err, strlen(err));
+            send_all(fd, "\n", 1);
+        }
+        return;
+    }
+    const char *body = prom_text(p);
+    snprintf(hdr, sizeof hdr,
+             "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+             strlen(body));
+    if (!send_all(fd, hdr, strlen(hdr)) && !head) send_all(fd, body, strlen(body));
+    prom_destroy(&p);
+}
+
+/* --prometheus [HOST:]PORT: an HTTP endpoint for a Prometheus server to scrape, one
+ * request at a time, until killed. Port 0 picks a free port; the address is printed. */
+static int serve_metrics(const char *const *dbs, int ndb, const char *spec)
+{
+    char host[256] = "0.0.0.0";
+    const char *colon = strrchr(spec, ':'), *port_s = spec;
+    if (colon) {
+        size_t hl = (size_t)(colon - spec);
+        if (hl >= sizeof host) hl = sizeof host - 1;
+        memcpy(host, spec, hl);
+        host[hl] = 0;
+        port_s = colon + 1;
+    }
+    char *end;
+    long port = strtol(port_s, &end, 10);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (*end || port < 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+        fprintf(stderr, "swarmtrain status: --prometheus %s: want [IPv4:]PORT\n", spec);
+        return 2;
+    }
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+        fprintf(stderr, "swarmtrain status: --prometheus %s: %s\n", spec, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    socklen_t al = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    printf("status: serving the stores' metrics at http://%s:%u/metrics\n", host,
+           (unsigned)ntohs(a.sin_port));
+    fflush(stdout);
+    for (;;) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0) {
+            if (errno == EINTR) continue;
+            fprintf(stderr, "swarmtrain status: accept: %s\n", strerror(errno));
+            close(fd);
+            return 1;
+        }
+        serve_one(c, dbs, ndb);
+        close(c);
+    }
+}
+
+/* --plot and --metrics-file over the stores, once or every `watch` seconds. */
+static int report_stores(const char *const *dbs, int ndb, const char *plot, const char *mfile,
+                         double watch)
+{
+    for (;;) {
+        char err[STATUS_ERR_LEN];
+        store_data_t d[MAX_DBS];
+        int rc = 0, n = 0;
+        for (; n < ndb && !rc; n++) rc = store_data_load(dbs[n], &d[n], err);
+        if (rc) n--;
+        if (!rc && plot) rc = plot_stores(d, n, plot, err);
+        if (!rc && mfile) rc = metrics_stores(d, n, strcmp(mfile, "-") ? mfile : NULL, err);
+        for (int i = 0; i < n; i++) store_data_free(&d[i]);
+        if (rc) {
+            fprintf(stderr, "swarmtrain status: %s\n", err);
+            return 1;
+        }
+        if (watch <= 0) return 0;
+        clock_sleep(watch);
+    }
+}
+
 int cmd_status(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"connect", required_argument, 0, 'c'}, {"json", no_argument, 0, 'j'},
-        {"watch", optional_argument, 0, 'w'},   {"timeout", required_argument, 0, 't'},
-        {"db", required_argument, 0, 'd'},      {"verify", no_argument, 0, 'v'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    const char *ep = NULL, *db = NULL;
-    int as_json = 0, c, timeout_ms = 3000, verify = 0;
+    static const struct option opts[] = {{"connect", required_argument, 0, 'c'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"watch", optional_argument, 0, 'w'},
+                                         {"timeout", required_argument, 0, 't'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"verify", no_argument, 0, 'v'},
+                                         {"plot", required_argument, 0, 'p'},
+                                         {"metrics-file", required_argument, 0, 'm'},
+                                         {"prometheus", required_argument, 0, 'P'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *ep = NULL, *dbs[MAX_DBS], *plot = NULL, *mfile = NULL, *prom = NULL;
+    int as_json = 0, c, timeout_ms = 3000, verify = 0, ndb = 0;
     double watch = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -154,31 +571,64 @@ int cmd_status(int argc, char **argv)
             timeout_ms = atoi(optarg);
             break;
         case 'd':
-            db = optarg;
+            if (ndb == MAX_DBS) {
+                fprintf(stderr, "swarmtrain status: at most %d --db\n", MAX_DBS);
+                return 2;
+            }
+            dbs[ndb++] = optarg;
             break;
         case 'v':
             verify = 1;
+            break;
+        case 'p':
+            plot = optarg;
+            break;
+        case 'm':
+            mfile = optarg;
+            break;
+        case 'P':
+            prom = optarg;
             break;
         case 'h':
             printf(
                 "usage: swarmtrain status --connect ENDPOINT [--json] [--watch[=SECONDS]] "
                 "[--timeout MS]\n"
-                "       swarmtrain status --db PATH [--json] [--verify]\n\n"
+                "       swarmtrain status --db PATH [--db PATH ...] [--json] [--verify]\n"
+                "       swarmtrain status --db PATH [--db PATH ...] [--plot FILE.svg]\n"
+                "                         [--metrics-file PATH] [--watch[=SECONDS]]\n"
+                "       swarmtrain status --db PATH [--db PATH ...] --prometheus [IPv4:]PORT\n\n"
                 "Asks any live peer for its view of the swarm: pools (stage, peers, throughput,\n"
                 "step, loss) and peers (id, address, stage, state, uptime, microbatches served,\n"
                 "bytes in and out, retries, rejected messages). --json prints the document as\n"
                 "the peer sent it; --watch refreshes in place every SECONDS (default 1).\n"
-                "--db reads one peer's store instead (also while the peer runs): its\n"
-                "checkpoints (--verify checks every hash), last events and metrics.\n");
+                "--db reads peers' stores instead (also while the peers run): their\n"
+                "checkpoints (--verify checks every hash), last events and metrics.\n"
+                "--plot FILE.svg draws the stores' metrics over steps, one panel each for\n"
+                "training loss, validation loss, tokens/s and wire MB/s, a line per stage\n"
+                "and store. --metrics-file PATH writes them in the Prometheus text format\n"
+                "(atomically, for node_exporter's textfile collector; '-' prints them).\n"
+                "With --watch, both are rewritten every SECONDS. --prometheus [IPv4:]PORT\n"
+                "serves them over HTTP at /metrics for a Prometheus server to scrape (the\n"
+                "stores read at each scrape; port 0 picks one; default address 0.0.0.0).\n");
             return 0;
         default:
             return 2;
         }
     }
-    if (db && !ep && optind == argc) return show_store(db, as_json, verify);
-    if (!ep || db || optind < argc || timeout_ms <= 0 || watch < 0) {
+    if (ndb && !ep && optind == argc && prom && !plot && !mfile)
+        return serve_metrics(dbs, ndb, prom);
+    if (ndb && !ep && optind == argc && (plot || mfile) && !prom)
+        return report_stores(dbs, ndb, plot, mfile, watch);
+    if (ndb && !ep && optind == argc) {
+        int rc = 0;
+        for (int i = 0; i < ndb && !rc; i++) rc = show_store(dbs[i], as_json, verify);
+        return rc;
+    }
+    if (!ep || ndb || optind < argc || timeout_ms <= 0 || watch < 0 || plot || mfile || prom) {
         fprintf(stderr, "usage: swarmtrain status --connect ENDPOINT [--json] [--watch[=SECONDS]]\n"
-                        "       swarmtrain status --db PATH [--json] [--verify]\n");
+                        "       swarmtrain status --db PATH [--db PATH ...] [--json] [--verify]\n"
+                        "       swarmtrain status --db PATH ... [--plot FILE.svg] "
+                        "[--metrics-file PATH]\n");
         return 2;
     }
     for (;;) {

@@ -20,7 +20,7 @@
 # Not for: CI (no GPU there), regression timing (one run, few steps).
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MODULES="openblas sqlite3 libsodium libzmq libczmq libcurl cmocka"
+MODULES="openblas sqlite3 libsodium libzmq libcurl cmocka"
 
 # --- --bundle: pack the build's dependencies for a machine without them ----------------
 # Headers and shared libraries of each pkg-config module, every library they load that a

@@ -19,6 +19,8 @@ static const subcommand_t subcommands[] = {
     {"peer", cmd_peer, "run one peer: start a swarm (--new) or join one (--join)"},
     {"status", cmd_status, "watch a live swarm: pools, peers, throughput, loss"},
     {"train", cmd_train, "train the model in one process (the baseline)"},
+    {"export", cmd_export, "write a model as model.safetensors + config.json (HF LLaMA)"},
+    {"sample", cmd_sample, "generate text from an exported model or from stores"},
     {"bench", cmd_bench, "benchmarks: model, codecs, store, swarm"},
     {"sim", cmd_sim, "fault schedules of peers on a simulated network, replayable by seed"},
 };

@@ -1,7 +1,7 @@
 # setup.sh — sourced by tools/demo and tools/test: installs what is missing (Debian 12,
 # apt-get) and extracts the default corpus. Idempotent; quiet and fast when all is there.
 
-st_packages="build-essential cmake libzmq3-dev libczmq-dev libsodium-dev libcurl4-openssl-dev
+st_packages="build-essential cmake libzmq3-dev libsodium-dev libcurl4-openssl-dev
 libsqlite3-dev libcmocka-dev libopenblas-dev pkg-config bible-kjv"
 
 st_install_missing() {

@@ -10,8 +10,13 @@
  * network -> compute:
  *   "m" header payload...             a data message
  *   "v" rejected(u64) msg_member_t... the live member table
- *   "u" dest(32) header               a send that could not be made */
+ *   "u" dest(32) header               a send that could not be made
+ *
+ * Membership rules live in members.c (shared with the simulator); here a member's
+ * entry carries its DEALER (entry->user), opened when it comes up, closed when it
+ * goes down. */
 #include "swarm/net.h"
+#include "swarm/members.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -23,13 +28,6 @@
 #include <string.h>
 #include <zmq.h>
 
-typedef struct {
-    msg_member_t m;
-    double last_change; /* when its heartbeat last went up */
-    int alive;
-    void *dealer;
-} member_t;
-
 struct net {
     void *ctx;
     pthread_t thread;
@@ -38,8 +36,7 @@ struct net {
     char endpoint_inproc[64];
     /* network thread state */
     void *router;
-    member_t *members; /* [0] is this peer */
-    int nmembers, cap;
+    members_t *mem; /* [0] is this peer; entry->user: its DEALER */
     uint64_t swarm, seq, rejected;
     int nstages;
     char *run_text;
@@ -90,11 +87,14 @@ static void close_parts(zmq_msg_t *msgs, int n, int max)
     for (int i = 0; i < n && i < max; i++) zmq_msg_close(&msgs[i]);
 }
 
-static member_t *find(struct net *n, const uint8_t id[MSG_ID_LEN])
+static members_entry_t *find(struct net *n, const uint8_t id[MSG_ID_LEN])
 {
-    for (int i = 0; i < n->nmembers; i++)
-        if (!memcmp(n->members[i].m.id, id, MSG_ID_LEN)) return &n->members[i];
-    return NULL;
+    return members_at(n->mem, members_find(n->mem, id));
+}
+
+static msg_member_t *me(struct net *n)
+{
+    return &members_at(n->mem, 0)->m;
 }
 
 static void *new_dealer(struct net *n, const char *addr)
@@ -112,32 +112,20 @@ static void *new_dealer(struct net *n, const char *addr)
     return d;
 }
 
-static member_t *add_member(struct net *n, const msg_member_t *m)
+/* members.c hooks: a member's DEALER lives exactly as long as the member is alive. */
+static void member_up(void *ctx, members_entry_t *e)
 {
-    if (n->nmembers == n->cap) {
-        int cap = n->cap ? 2 * n->cap : 16;
-        member_t *p = realloc(n->members, (size_t)cap * sizeof *p);
-        if (!p) return NULL;
-        n->members = p;
-        n->cap = cap;
-    }
-    member_t *e = &n->members[n->nmembers++];
-    memset(e, 0, sizeof *e);
-    e->m = *m;
-    e->alive = 1;
-    e->last_change = clock_now();
-    e->dealer = new_dealer(n, m->addr);
-    return e;
+    struct net *n = ctx;
+    if (e->user) zmq_close(e->user);
+    e->user = new_dealer(n, e->m.addr);
 }
 
-static void kill_member(member_t *e, const char *why)
+static void member_down(void *ctx, members_entry_t *e, const char *why)
 {
+    (void)ctx;
     char hex[9];
-    if (!e->alive) return;
-    e->alive = 0;
-    e->m.state = MEMBER_DEAD;
-    if (e->dealer) zmq_close(e->dealer);
-    e->dealer = NULL;
+    if (e->user) zmq_close(e->user);
+    e->user = NULL;
     log_info("net: peer %s (%s, stage %d) is gone: %s", msg_id_short(e->m.id, hex), e->m.addr,
              e->m.stage, why);
 }
@@ -157,36 +145,29 @@ static size_t fill_header(struct net *n, msg_t *m, uint8_t *buf, size_t cap)
 }
 
 /* Sends header + payloads through a member's DEALER; counts bytes out. */
-static int send_to(struct net *n, member_t *e, const uint8_t *hdr, size_t hlen, int np,
+static int send_to(struct net *n, members_entry_t *e, const uint8_t *hdr, size_t hlen, int np,
                    const void *const *pl, const size_t *plen)
 {
-    if (!e || !e->alive || !e->dealer) return -1;
+    if (!e || !e->alive || !e->user) return -1;
     const void *data[6] = {hdr};
     size_t len[6] = {hlen};
     size_t total = hlen;
     for (int i = 0; i < np && i < 5; i++)
         data[i + 1] = pl[i], len[i + 1] = plen[i], total += plen[i];
-    if (send_frames(e->dealer, 1 + np, data, len, ZMQ_DONTWAIT) < 0) return -1;
-    n->members[0].m.bytes_out += total;
+    if (send_frames(e->user, 1 + np, data, len, ZMQ_DONTWAIT) < 0) return -1;
+    me(n)->bytes_out += total;
     return 0;
 }
 
 static size_t table_bytes(struct net *n, uint8_t **out)
 {
-    msg_member_t *v = malloc((size_t)n->nmembers * sizeof *v);
-    int k = 0;
-    if (!v) return 0;
-    for (int i = 0; i < n->nmembers; i++)
-        if (n->members[i].alive) v[k++] = n->members[i].m;
-    size_t cap = msg_members_size(v, k), len = 0;
-    *out = malloc(cap);
+    size_t len = 0;
     char err[STATUS_ERR_LEN];
-    if (!*out || msg_members_encode(v, k, *out, cap, &len, err)) {
-        free(*out);
+    if (members_encode(n->mem, out, &len, err)) {
+        log_error("net: %s", err);
         *out = NULL;
-        len = 0;
+        return 0;
     }
-    free(v);
     return len;
 }
 
@@ -194,10 +175,8 @@ static void push_view(struct net *n)
 {
     zmq_send(n->pair_n, "v", 1, ZMQ_SNDMORE);
     zmq_send(n->pair_n, &n->rejected, sizeof n->rejected, ZMQ_SNDMORE);
-    msg_member_t *v = malloc((size_t)n->nmembers * sizeof *v);
-    int k = 0;
-    for (int i = 0; v && i < n->nmembers; i++)
-        if (n->members[i].alive) v[k++] = n->members[i].m;
+    msg_member_t *v = malloc((size_t)members_count(n->mem) * sizeof *v);
+    int k = v ? members_view(n->mem, v) : 0;
     zmq_send(n->pair_n, v, (size_t)k * sizeof *v, 0);
     free(v);
 }
@@ -210,37 +189,11 @@ static void gossip(struct net *n)
     size_t tlen = table_bytes(n, &table);
     if (hlen && table) {
         const void *pl[1] = {table};
-        for (int i = 1; i < n->nmembers; i++)
-            if (n->members[i].alive) send_to(n, &n->members[i], hdr, hlen, 1, pl, &tlen);
+        for (int i = 1; i < members_count(n->mem); i++)
+            if (members_at(n->mem, i)->alive)
+                send_to(n, members_at(n->mem, i), hdr, hlen, 1, pl, &tlen);
     }
     free(table);
-}
-
-/* Merges a received table. Returns 1 if the live set or a member's state changed. */
-static int merge(struct net *n, const msg_member_t *v, int k)
-{
-    int changed = 0;
-    double now = clock_now();
-    for (int i = 0; i < k; i++) {
-        if (!memcmp(v[i].id, n->id, MSG_ID_LEN)) continue;
-        member_t *e = find(n, v[i].id);
-        if (!e) {
-            if (v[i].state == MEMBER_LEAVING || v[i].state == MEMBER_DEAD) continue;
-            if (add_member(n, &v[i])) changed = 1;
-            continue;
-        }
-        if (v[i].heartbeat <= e->m.heartbeat) continue;
-        int was_state = e->m.state, was_alive = e->alive;
-        e->m = v[i];
-        e->last_change = now;
-        if (!e->alive && v[i].state != MEMBER_LEAVING) {
-            e->alive = 1;
-            e->dealer = new_dealer(n, e->m.addr);
-        }
-        if (v[i].state == MEMBER_LEAVING) kill_member(e, "it left");
-        if (was_state != e->m.state || was_alive != e->alive) changed = 1;
-    }
-    return changed;
 }
 
 /* ---- status ---------------------------------------------------------------------------- */
@@ -269,9 +222,9 @@ static char *status_json(struct net *n, size_t *len)
     fprintf(f, "{\"swarm\":\"%016llx\",\"stages\":%d,\"peers\":[", (unsigned long long)n->swarm,
             n->nstages);
     int first = 1, maxstage = n->nstages - 1;
-    for (int i = 0; i < n->nmembers; i++) {
-        const msg_member_t *m = &n->members[i].m;
-        if (!n->members[i].alive) continue;
+    for (int i = 0; i < members_count(n->mem); i++) {
+        const msg_member_t *m = &members_at(n->mem, i)->m;
+        if (!members_at(n->mem, i)->alive) continue;
         if (m->stage > maxstage) maxstage = m->stage;
         fprintf(f, "%s{\"id\":\"", first ? "" : ",");
         for (int j = 0; j < MSG_ID_LEN; j++) fprintf(f, "%02x", m->id[j]);
@@ -300,9 +253,9 @@ static char *status_json(struct net *n, size_t *len)
         double tp = 0;
         long long step = -1;
         double loss = NAN;
-        for (int i = 0; i < n->nmembers; i++) {
-            const msg_member_t *m = &n->members[i].m;
-            if (!n->members[i].alive || m->stage != s) continue;
+        for (int i = 0; i < members_count(n->mem); i++) {
+            const msg_member_t *m = &members_at(n->mem, i)->m;
+            if (!members_at(n->mem, i)->alive || m->stage != s) continue;
             peers++;
             tp += m->throughput;
             if (m->step > step) step = m->step;
@@ -331,7 +284,7 @@ static void on_router(struct net *n)
     msg_t m;
     size_t total = 0;
     for (int i = 1; i < np && i < 6; i++) total += zmq_msg_size(&parts[i]);
-    n->members[0].m.bytes_in += total;
+    me(n)->bytes_in += total;
     if (np < 2 || np > 6) goto reject;
     if (msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &m, err)) goto reject_err;
     if (np - 2 != msg_payloads(m.type)) {
@@ -368,24 +321,10 @@ static void on_router(struct net *n)
     }
     if (m.type == MSG_HELLO) {
         if (!n->run_text || !n->swarm) goto done; /* not ready to welcome anyone */
-        msg_member_t nm = {0};
-        memcpy(nm.id, m.sender, MSG_ID_LEN);
-        snprintf(nm.addr, sizeof nm.addr, "%s", m.addr);
-        nm.stage = m.stage < 0 ? 0 : m.stage;
-        nm.state = MEMBER_JOINING;
-        nm.loss = NAN;
-        member_t *e = find(n, m.sender);
-        if (!e)
-            e = add_member(n, &nm);
-        else if (!e->alive) {
-            e->m = nm;
-            e->alive = 1;
-            e->last_change = clock_now();
-            e->dealer = new_dealer(n, nm.addr);
-        }
+        members_entry_t *e = members_at(n->mem, members_hello(n->mem, &m, clock_now()));
         uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
         msg_t w = {.type = MSG_WELCOME};
-        snprintf(w.addr, sizeof w.addr, "%s", n->members[0].m.addr);
+        snprintf(w.addr, sizeof w.addr, "%s", me(n)->addr);
         size_t hlen = fill_header(n, &w, hdr, sizeof hdr), tlen = table_bytes(n, &table);
         const void *pl[2] = {n->run_text, table};
         size_t plen[2] = {strlen(n->run_text), tlen};
@@ -405,13 +344,12 @@ static void on_router(struct net *n)
             free(v);
             goto reject_err;
         }
-        merge(n, v, k);
+        members_merge(n->mem, v, k, clock_now());
         free(v);
         if (m.type == MSG_GOSSIP) goto done;
     }
     if (m.type == MSG_LEAVE) {
-        member_t *e = find(n, m.sender);
-        if (e) kill_member(e, m.text[0] ? m.text : "it left");
+        members_leave(n->mem, m.sender, m.text);
         push_view(n);
         goto done;
     }
@@ -428,7 +366,7 @@ reject:
     snprintf(err, sizeof err, "a message of %d frames", np);
 reject_err:
     n->rejected++;
-    n->members[0].m.rejected++;
+    me(n)->rejected++;
     log_debug("net: rejected: %s", err);
 done:
     close_parts(parts, np, 6);
@@ -443,7 +381,7 @@ static void on_compute(struct net *n)
     switch (cmd[0]) {
     case 'S': {
         if (np < 3 || zmq_msg_size(&parts[1]) != MSG_ID_LEN) break;
-        member_t *e = find(n, zmq_msg_data(&parts[1]));
+        members_entry_t *e = find(n, zmq_msg_data(&parts[1]));
         const void *pl[4];
         size_t plen[4];
         for (int i = 3; i < np; i++)
@@ -468,7 +406,7 @@ static void on_compute(struct net *n)
         if (!d) break;
         uint8_t hdr[MSG_HEADER_MAX];
         msg_t m = {.type = MSG_HELLO, .stage = stage};
-        snprintf(m.addr, sizeof m.addr, "%s", n->members[0].m.addr);
+        snprintf(m.addr, sizeof m.addr, "%s", me(n)->addr);
         size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
         int linger = 2000;
         zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
@@ -478,18 +416,16 @@ static void on_compute(struct net *n)
     }
     case 'M':
         if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(msg_member_t)) {
-            msg_member_t *me = &n->members[0].m;
+            const msg_member_t *self = me(n);
             msg_member_t s;
             memcpy(&s, zmq_msg_data(&parts[1]), sizeof s);
-            /* The network thread owns id, address, heartbeat and its own counters. */
-            memcpy(s.id, me->id, MSG_ID_LEN);
-            memcpy(s.addr, me->addr, sizeof s.addr);
-            s.heartbeat = me->heartbeat;
-            s.bytes_in = me->bytes_in;
-            s.bytes_out = me->bytes_out;
+            /* The network thread owns id, address, heartbeat (members_set_self keeps
+             * those) and its own counters. */
+            s.bytes_in = self->bytes_in;
+            s.bytes_out = self->bytes_out;
             s.rejected += n->rejected; /* the compute thread's count plus ours */
-            s.uptime_s = me->uptime_s;
-            *me = s;
+            s.uptime_s = self->uptime_s;
+            members_set_self(n->mem, &s);
         }
         break;
     case 'R':
@@ -513,12 +449,8 @@ done:
 static void tick(struct net *n)
 {
     double now = clock_now();
-    member_t *self = &n->members[0];
-    self->m.heartbeat++;
-    self->m.uptime_s = (uint32_t)(now - n->t0);
-    for (int i = 1; i < n->nmembers; i++)
-        if (n->members[i].alive && now - n->members[i].last_change > n->timeout_s)
-            kill_member(&n->members[i], "silent past the timeout");
+    me(n)->uptime_s = (uint32_t)(now - n->t0);
+    members_tick(n->mem, now, n->timeout_s, NULL, 0); /* heartbeat + 1, timeouts */
     gossip(n);
     push_view(n);
 }
@@ -543,16 +475,20 @@ static void *net_thread(void *arg)
     uint8_t hdr[MSG_HEADER_MAX];
     msg_t m = {.type = MSG_LEAVE};
     snprintf(m.text, sizeof m.text, "leaving");
-    n->members[0].m.state = MEMBER_LEAVING;
+    me(n)->state = MEMBER_LEAVING;
     size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
-    for (int i = 1; i < n->nmembers; i++) {
-        if (!n->members[i].alive) continue;
+    for (int i = 1; i < members_count(n->mem); i++) {
+        members_entry_t *e = members_at(n->mem, i);
+        if (!e->alive || !e->user) continue;
         int linger = 500;
-        zmq_setsockopt(n->members[i].dealer, ZMQ_LINGER, &linger, sizeof linger);
-        send_to(n, &n->members[i], hdr, hlen, 0, NULL, NULL);
+        zmq_setsockopt(e->user, ZMQ_LINGER, &linger, sizeof linger);
+        send_to(n, e, hdr, hlen, 0, NULL, NULL);
     }
-    for (int i = 1; i < n->nmembers; i++)
-        if (n->members[i].dealer) zmq_close(n->members[i].dealer);
+    for (int i = 1; i < members_count(n->mem); i++) {
+        members_entry_t *e = members_at(n->mem, i);
+        if (e->user) zmq_close(e->user);
+        e->user = NULL;
+    }
     zmq_close(n->router);
     zmq_close(n->pair_n);
     return NULL;
@@ -594,13 +530,9 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     msg_member_t self = cfg->self;
     memcpy(self.id, cfg->id, MSG_ID_LEN);
     snprintf(self.addr, sizeof self.addr, "%s", cfg->advertise ? cfg->advertise : bound);
-    self.heartbeat = 1;
-    n->members = calloc(16, sizeof *n->members);
-    if (!n->members) goto nomem;
-    n->cap = 16;
-    n->nmembers = 1;
-    n->members[0].m = self;
-    n->members[0].alive = 1;
+    members_hooks_t hooks = {.ctx = n, .up = member_up, .down = member_down};
+    n->mem = members_new(&self, clock_now(), &hooks, err); /* heartbeat 1 */
+    if (!n->mem) goto fail;
     snprintf(n->endpoint_inproc, sizeof n->endpoint_inproc, "inproc://net-%p", (void *)n);
     n->pair_n = zmq_socket(n->ctx, ZMQ_PAIR);
     n->pair_c = zmq_socket(n->ctx, ZMQ_PAIR);
@@ -621,7 +553,7 @@ fail:
     if (n->pair_c) zmq_close(n->pair_c);
     n->router = n->pair_n = n->pair_c = NULL;
     zmq_ctx_term(n->ctx);
-    free(n->members);
+    members_destroy(&n->mem);
     free(n->run_text);
     free(n);
     return NULL;
@@ -644,7 +576,7 @@ void net_stop(net_t **np)
     release_frames(n);
     zmq_close(n->pair_c);
     zmq_ctx_term(n->ctx);
-    free(n->members);
+    members_destroy(&n->mem);
     free(n->run_text);
     free(n->view);
     free(n);

@@ -65,7 +65,7 @@ int view_owners(view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LE
             (m->serving_from <= step || !memcmp(m->id, self, MSG_ID_LEN)))
             v->owners[k++] = *m;
     }
-    qsort(v->owners, (size_t)k, sizeof *v->owners, id_cmp);
+    if (k > 1) qsort(v->owners, (size_t)k, sizeof *v->owners, id_cmp); /* NULL when empty */
     *me = -1;
     for (int i = 0; i < k; i++)
         if (!memcmp(v->owners[i].id, self, MSG_ID_LEN)) *me = i;

@@ -22,6 +22,7 @@ static const subcommand_t subcommands[] = {
     {"export", cmd_export, "write a model as model.safetensors + config.json (HF LLaMA)"},
     {"sample", cmd_sample, "generate text from an exported model or from stores"},
     {"bench", cmd_bench, "benchmarks: model, codecs, store, swarm"},
+    {"sim", cmd_sim, "fault schedules of peers on a simulated network, replayable by seed"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,540 @@
+/* simrun.c — real peers on the simulated network, with the invariants of simrun.h
+ * checked after every event. The peers are driven exactly as peer_run drives one on the
+ * ZeroMQ thread: events in, peer_step, wake_at. */
+#include "peer/simrun.h"
+#include "common/rng.h"
+#include "common/status.h"
+#include "peer/peer.h"
+#include "swarm/sim.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define WORK_S 0.002 /* virtual compute time of a peer_step that did work */
+
+typedef struct drv drv_t;
+
+typedef struct {
+    drv_t *d;
+    int index;
+    peer_t *p;
+    int stage;        /* -1 until the peer has one */
+    int serving;      /* its stage's state is held (SERVING) */
+    int done;         /* finished the run and left */
+    int bootstrap;    /* the node it joined through, -1 for the founder */
+    char join[32];
+    peer_options_t po;
+} dnode_t;
+
+struct drv {
+    const simrun_options_t *o;
+    simrun_result_t *res;
+    sim_t *sim;
+    rng_t rng;
+    train_options_t run;
+    FILE *devnull;
+    dnode_t *n;
+    int cap;
+    /* invariants */
+    int failed;
+    char why[512];
+    int S, M;
+    int64_t max_step;     /* highest step applied by anyone */
+    int64_t *stage_step;  /* [stage]: highest step a member of the pool applied */
+    int64_t swarm_step;   /* the lowest of those: the step every pool has applied */
+    double last_progress; /* when swarm_step last rose */
+    int seen_all;         /* every stage has had a serving peer */
+    int stage_gone;       /* ... and then some stage had none (its state is lost) */
+    double covered_since; /* every stage has had a serving peer continuously since */
+    int64_t hash_cap;
+    uint64_t *hash;    /* [stage * hash_cap + step]: hash_after of the first to apply */
+    uint8_t *hash_set; /* same index: 1 when hash[] holds a value */
+    uint8_t *lost;     /* [step * M + index]: reported lost */
+    int64_t lost_cap;
+    /* an update that missed microbatches after a stage was gone: they must be reported
+     * lost (hooks.lost comes right after hooks.applied), checked at the next check */
+    int64_t pend_step;
+    int pend_stage, pend_node;
+    uint8_t pend_missing[64]; /* M bits */
+    int pending;
+    int finished;      /* peers that finished the run */
+    double val_loss;
+    int crashes;
+};
+
+simrun_options_t simrun_defaults(void)
+{
+    simrun_options_t o;
+    memset(&o, 0, sizeof o);
+    o.seed = 1;
+    o.peers = 4;
+    o.stages = 2;
+    o.steps = 6;
+    o.microbatches = 4;
+    o.faults = "none";
+    o.optimizer = -1;
+    o.budget_s = 600;
+    o.live_s = 60;
+    o.trace_lines = 200;
+    return o;
+}
+
+int simrun_corpus(const char *dir, char *path, size_t cap, char *err)
+{
+    if (mkdir(dir, 0700) && errno != EEXIST)
+        return status_set(err, STATUS_EIO, "cannot create %s: %s", dir, strerror(errno));
+    snprintf(path, cap, "%s/sim-corpus.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return status_set(err, STATUS_EIO, "cannot write %s: %s", path, strerror(errno));
+    static const char *words[] = {"the", "swarm", "trains", "a", "model", "in", "pools", "of",
+                                  "peers", "and", "every", "step", "counts", "once", "."};
+    rng_t r;
+    rng_seed(&r, 42);
+    for (int i = 0; i < 6000; i++)
+        fprintf(f, "%s%s", words[rng_below(&r, sizeof words / sizeof words[0])],
+                i % 12 == 11 ? "\n" : " ");
+    if (fclose(f)) return status_set(err, STATUS_EIO, "cannot write %s", path);
+    return 0;
+}
+
+/* ---- failures ------------------------------------------------------------------------- */
+
+static void failf(drv_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failf(drv_t *d, const char *fmt, ...)
+{
+    if (d->failed) return;
+    d->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->why, sizeof d->why, fmt, ap);
+    va_end(ap);
+    if (d->sim) sim_note(d->sim, "INVARIANT VIOLATED: %s", d->why);
+}
+
+static dnode_t *node_of(drv_t *d, const peer_t *p)
+{
+    for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
+        if (d->n[i].p == p) return &d->n[i];
+    return NULL;
+}
+
+/* ---- peer hooks --------------------------------------------------------------------------- */
+
+static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
+{
+    drv_t *d = ctx;
+    dnode_t *n = node_of(d, p);
+    int idx = n ? n->index : -1;
+    int bits = 0;
+    for (int i = 0; i < a->M; i++) bits += (a->counted[i >> 3] >> (i & 7)) & 1;
+    sim_note(d->sim, "peer  %d applied stage %d step %lld: %d/%d counted%s%s hash %016llx", idx,
+             a->stage, (long long)a->step, bits, a->M, a->counted_twice ? " TWICE" : "",
+             a->following ? " (following)" : "", (unsigned long long)a->hash_after);
+    if (a->M != d->M)
+        failf(d, "node %d stage %d step %lld: M is %d, the run's is %d", idx, a->stage,
+              (long long)a->step, a->M, d->M);
+    if (a->counted_twice)
+        failf(d, "counted: node %d stage %d step %lld counted %d microbatch(es) twice", idx,
+              a->stage, (long long)a->step, a->counted_twice);
+    if (bits != a->M && !d->stage_gone)
+        failf(d, "counted: node %d stage %d step %lld applied an update counting %d of %d "
+                 "microbatches with every stage alive", idx, a->stage, (long long)a->step, bits,
+              a->M);
+    if (bits != a->M && d->stage_gone && a->M <= 512 && !d->pending) {
+        d->pending = 1;
+        d->pend_step = a->step;
+        d->pend_stage = a->stage;
+        d->pend_node = idx;
+        memset(d->pend_missing, 0, sizeof d->pend_missing);
+        for (int i = 0; i < a->M; i++)
+            if (!((a->counted[i >> 3] >> (i & 7)) & 1)) d->pend_missing[i >> 3] |= 1u << (i & 7);
+    }
+    if (a->stage >= 0 && a->stage < d->S && a->step >= 0 && a->step < d->hash_cap) {
+        size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
+        if (!d->hash_set[k]) {
+            d->hash_set[k] = 1;
+            d->hash[k] = a->hash_after;
+        } else if (d->hash[k] != a->hash_after && !d->stage_gone) {
+            failf(d, "hash: node %d stage %d step %lld holds %016llx, its pool applied %016llx",
+                  idx, a->stage, (long long)a->step, (unsigned long long)a->hash_after,
+                  (unsigned long long)d->hash[k]);
+        }
+    }
+    if (a->step > d->max_step) d->max_step = a->step;
+    if (a->stage >= 0 && a->stage < d->S && a->step > d->stage_step[a->stage]) {
+        d->stage_step[a->stage] = a->step;
+        int64_t lo = INT64_MAX;
+        for (int s = 0; s < d->S; s++)
+            if (d->stage_step[s] < lo) lo = d->stage_step[s];
+        if (lo > d->swarm_step) {
+            d->swarm_step = lo;
+            d->last_progress = sim_now(d->sim);
+        }
+    }
+}
+
+static void on_lost(void *ctx, const peer_t *p, int64_t step, uint32_t index, const char *why)
+{
+    drv_t *d = ctx;
+    dnode_t *n = node_of(d, p);
+    sim_note(d->sim, "peer  %d LOST step %lld microbatch %u: %s", n ? n->index : -1,
+             (long long)step, index, why);
+    if (step >= 0 && step < d->lost_cap && index < (uint32_t)d->M) d->lost[step * d->M + index] = 1;
+    if (!d->stage_gone)
+        failf(d, "lost: node %d lost step %lld microbatch %u (%s) while every stage kept a "
+                 "live peer", n ? n->index : -1, (long long)step, index, why);
+}
+
+/* ---- sim callbacks ------------------------------------------------------------------------ */
+
+static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[MSG_ID_LEN],
+                   const char *join, int restart_of, double now, char *err)
+{
+    (void)restart_of, (void)now;
+    drv_t *d = ctx;
+    if (node >= d->cap) return status_set(err, STATUS_EINVAL, "simrun: node %d of %d", node, d->cap);
+    dnode_t *n = &d->n[node];
+    memset(n, 0, sizeof *n);
+    n->d = d;
+    n->index = node;
+    n->stage = -1;
+    n->bootstrap = join ? atoi(join + 6) : -1;
+    peer_options_t po = peer_defaults();
+    po.run = d->run;
+    po.is_new = !join;
+    if (join) {
+        snprintf(n->join, sizeof n->join, "%s", join);
+        po.join = n->join;
+    }
+    /* the first peers take the stages in turn, as `local` starts them; joiners and
+     * restarts choose (the pool with the least throughput) */
+    po.stage = node < d->o->peers ? node % d->S : -1;
+    po.custody_s = 10.0;
+    po.wait_peers = d->S;
+    po.data_path = d->o->data_path;
+    po.device = "cpu";
+    po.threads = 1;
+    po.log = d->o->trace ? d->o->trace : d->devnull;
+    po.hooks = (peer_hooks_t){.ctx = d, .applied = on_applied, .lost = on_lost};
+    po.plant_bug = d->o->plant_bug;
+    n->po = po;
+    n->p = peer_new(&n->po, tp, id, err);
+    if (!n->p) return STATUS_EINVAL;
+    return 0;
+}
+
+/* A fatal status: a failure of the schedule, unless the peer was a joiner whose
+ * bootstrap node is gone (a real peer would exit the same way; it then leaves). */
+static int peer_failed(drv_t *d, dnode_t *n, int rc, char *err)
+{
+    if (n->stage < 0 && n->bootstrap >= 0 && !sim_node_alive(d->sim, n->bootstrap)) {
+        sim_note(d->sim, "peer  %d gives up joining (its bootstrap %d is gone): %s", n->index,
+                 n->bootstrap, peer_error(n->p));
+        peer_destroy(&n->p);
+        n->done = 1;
+        return 1;
+    }
+    failf(d, "node %d: fatal %s: %s", n->index, status_str(rc), peer_error(n->p));
+    return status_set(err, rc, "%s", d->why);
+}
+
+static void refresh(drv_t *d, dnode_t *n)
+{
+    if (n->serving || !n->p) return;
+    peer_info_t info;
+    peer_info(n->p, &info);
+    if (info.stage >= 0 && n->stage < 0) sim_note(d->sim, "peer  %d takes stage %d", n->index, info.stage);
+    n->stage = info.stage;
+    n->serving = info.state == MEMBER_SERVING;
+    if (n->serving) sim_note(d->sim, "peer  %d serves stage %d", n->index, n->stage);
+}
+
+static int finish(drv_t *d, dnode_t *n)
+{
+    peer_info_t info;
+    peer_info(n->p, &info);
+    sim_note(d->sim, "peer  %d done: stage %d step %lld val_loss %.4f", n->index, info.stage,
+             (long long)info.step, info.val_loss);
+    if (isfinite(info.val_loss)) d->val_loss = info.val_loss;
+    peer_finish(n->p, "run done");
+    peer_destroy(&n->p);
+    n->done = 1;
+    n->serving = 0;
+    d->finished++;
+    return 1;
+}
+
+static int d_event(void *ctx, int node, const net_ev_t *ev, double now, char *err)
+{
+    drv_t *d = ctx;
+    dnode_t *n = &d->n[node];
+    if (!n->p) return 0;
+    int rc = peer_on_event(n->p, ev, now);
+    if (rc) return peer_failed(d, n, rc, err);
+    refresh(d, n);
+    if (peer_done(n->p)) return finish(d, n);
+    return 0;
+}
+
+static int d_step(void *ctx, int node, double now, double *wake_at, double *work_s, char *err)
+{
+    drv_t *d = ctx;
+    dnode_t *n = &d->n[node];
+    *work_s = 0;
+    *wake_at = INFINITY;
+    if (!n->p) return 0;
+    int rc = peer_step(n->p, now, wake_at);
+    if (rc) return peer_failed(d, n, rc, err);
+    if (*wake_at <= now) *work_s = WORK_S;
+    refresh(d, n);
+    if (peer_done(n->p)) return finish(d, n);
+    return 0;
+}
+
+static void d_crash(void *ctx, int node, double now)
+{
+    (void)now;
+    drv_t *d = ctx;
+    if (node >= d->cap) return;
+    dnode_t *n = &d->n[node];
+    peer_destroy(&n->p); /* SIGKILL: nothing more from it */
+    n->serving = 0;
+    d->crashes++;
+}
+
+/* Serving peers of a stage other than `not`. */
+static int serving_in(drv_t *d, int stage, int not)
+{
+    int c = 0;
+    for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
+        c += i != not && d->n[i].p && d->n[i].serving && d->n[i].stage == stage &&
+             sim_node_alive(d->sim, i);
+    return c;
+}
+
+/* "mild" keeps a serving peer in every stage (the promises then say: nothing lost, the
+ * run finishes); "heavy" may take a whole stage down. */
+static int d_may_fail(void *ctx, int node)
+{
+    drv_t *d = ctx;
+    if (!strcmp(d->o->faults, "heavy")) return 1;
+    if (node >= d->cap || !d->n[node].p) return 1;
+    if (d->n[node].stage < 0) return 1;
+    if (!d->n[node].serving) return serving_in(d, d->n[node].stage, -1) > 0;
+    return serving_in(d, d->n[node].stage, node) > 0;
+}
+
+static int d_check(void *ctx, double now, char *err)
+{
+    drv_t *d = ctx;
+    if (d->pending) {
+        d->pending = 0;
+        for (int i = 0; i < d->M; i++)
+            if (((d->pend_missing[i >> 3] >> (i & 7)) & 1) &&
+                !(d->pend_step >= 0 && d->pend_step < d->lost_cap &&
+                  d->lost[d->pend_step * d->M + i]))
+                failf(d, "counted: node %d stage %d step %lld applied an update without "
+                         "microbatch %d and did not report it lost",
+                      d->pend_node, d->pend_stage, (long long)d->pend_step, i);
+    }
+    if (d->failed) return status_set(err, STATUS_ECORRUPT, "%s", d->why);
+    if (d->swarm_step >= d->run.steps - 1 || d->finished) return 0; /* the run's end: budget */
+    int covered = 1;
+    for (int s = 0; s < d->S && covered; s++) covered = serving_in(d, s, -1) > 0;
+    if (covered) {
+        if (!d->seen_all) d->seen_all = 1, d->covered_since = now;
+        if (d->covered_since < 0) d->covered_since = now;
+    } else {
+        if (d->seen_all && !d->stage_gone) {
+            d->stage_gone = 1;
+            sim_note(d->sim, "a whole stage is gone: its state is lost");
+        }
+        d->covered_since = -1;
+        return 0;
+    }
+    if (sim_partitioned(d->sim)) return 0;
+    double since = d->covered_since;
+    if (sim_last_fault(d->sim) > since) since = sim_last_fault(d->sim);
+    if (d->last_progress > since) since = d->last_progress;
+    if (now - since > d->o->live_s) {
+        failf(d, "liveness: every stage has a serving peer and the network is calm since "
+                 "t=%.3f, but no pool stepped for %.1f s (every pool applied step %lld; the "
+                 "furthest %lld)",
+              since, now - since, (long long)d->swarm_step, (long long)d->max_step);
+        return status_set(err, STATUS_ETIMEOUT, "%s", d->why);
+    }
+    return 0;
+}
+
+static int d_done(void *ctx)
+{
+    drv_t *d = ctx;
+    if (!d->finished) return 0;
+    for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
+        if (d->n[i].p && sim_node_alive(d->sim, i)) return 0;
+    return 1;
+}
+
+/* ---- one schedule ------------------------------------------------------------------------ */
+
+static train_options_t tiny_run(const simrun_options_t *o, rng_t *r)
+{
+    train_options_t run = train_defaults();
+    run.cfg.vocab = 256;
+    run.cfg.dim = 16;
+    run.cfg.n_heads = 2;
+    run.cfg.ffn = 32;
+    run.cfg.seq = 8;
+    run.cfg.batch = 2;
+    run.cfg.stages = o->stages;
+    run.cfg.n_layers = o->stages;
+    run.steps = o->steps;
+    run.replicas = 2;
+    run.accum = o->microbatches / 2 > 0 ? o->microbatches / 2 : 1;
+    run.val_batches = 2;
+    run.seed = rng_below(r, 1u << 30); /* the run text takes a modest seed */
+    run.opt.warmup = 2;
+    run.optimizer = o->optimizer >= 0 ? o->optimizer : (int)rng_below(r, 2);
+    run.device = "cpu";
+    run.threads = 1;
+    return run;
+}
+
+int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
+{
+    memset(res, 0, sizeof *res);
+    res->val_loss = NAN;
+    if (o->peers < 1 || o->stages < 1 || o->steps < 1 || o->microbatches < 1)
+        return status_set(err, STATUS_EINVAL, "simrun: peers, stages, steps, M must be >= 1");
+    drv_t *d = calloc(1, sizeof *d);
+    if (!d) return status_set(err, STATUS_ENOMEM, "simrun: out of memory");
+    int rc = 0;
+    FILE *report = o->report ? o->report : stderr;
+    d->o = o;
+    d->res = res;
+    d->val_loss = NAN;
+    d->max_step = -1;
+    d->covered_since = -1;
+    rng_seed(&d->rng, rng_mix(o->seed, 0x52554e));
+    d->run = tiny_run(o, &d->rng);
+    d->S = o->stages;
+    d->M = d->run.replicas * d->run.accum;
+    d->hash_cap = o->steps + 2;
+    d->lost_cap = o->steps + 2;
+    d->hash = calloc((size_t)(d->S * d->hash_cap), sizeof *d->hash);
+    d->hash_set = calloc((size_t)(d->S * d->hash_cap), 1);
+    d->stage_step = malloc((size_t)d->S * sizeof *d->stage_step);
+    d->swarm_step = -1;
+    for (int s = 0; d->stage_step && s < d->S; s++) d->stage_step[s] = -1;
+    d->lost = calloc((size_t)(d->lost_cap * d->M), 1);
+    d->devnull = fopen("/dev/null", "w");
+    /* fixed: a peer keeps pointers into its node's options (the join endpoint) */
+    d->cap = 2 * o->peers + 32;
+    d->n = calloc((size_t)d->cap, sizeof *d->n);
+    if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull) {
+        rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
+        goto done;
+    }
+    sim_config_t c = sim_config_defaults();
+    c.seed = o->seed;
+    c.max_nodes = d->cap;
+    c.faults_from = 1.0;
+    /* faults while the run trains; then calm so that it can finish */
+    c.faults_until = o->budget_s > 0 ? o->budget_s / 3 : 200;
+    if ((rc = sim_config_faults(&c, o->faults, err))) goto done;
+    for (const char *k = o->knobs; k && *k;) {
+        char key[64], val[64];
+        size_t n = strcspn(k, ",");
+        const char *eq = memchr(k, '=', n);
+        if (!eq || (size_t)(eq - k) >= sizeof key || n - (size_t)(eq - k) > sizeof val) {
+            rc = status_set(err, STATUS_EINVAL, "--set: want key=value,... in '%s'", o->knobs);
+            goto done;
+        }
+        memcpy(key, k, (size_t)(eq - k));
+        key[eq - k] = 0;
+        memcpy(val, eq + 1, n - (size_t)(eq - k) - 1);
+        val[n - (size_t)(eq - k) - 1] = 0;
+        if ((rc = sim_config_set(&c, key, val, err))) goto done;
+        k += n + (k[n] == ',');
+    }
+    c.trace = o->trace;
+    c.gossip_fanout = o->peers > 16 ? 6 : 0;
+    sim_app_t app = {.ctx = d,
+                     .start = d_start,
+                     .event = d_event,
+                     .step = d_step,
+                     .crash = d_crash,
+                     .may_fail = d_may_fail,
+                     .check = d_check,
+                     .done = d_done};
+    if (!(d->sim = sim_new(&c, &app, err))) {
+        rc = STATUS_ENOMEM;
+        goto done;
+    }
+    sim_note(d->sim, "schedule seed %llu: %d peers, %d stages, %d steps, M %d, %s, faults %s",
+             (unsigned long long)o->seed, o->peers, o->stages, o->steps, d->M,
+             d->run.optimizer == TRAIN_DEMO ? "demo" : "adamw", o->faults);
+    for (int i = 0; i < o->peers; i++)
+        if ((rc = sim_add_node(d->sim, 0.05 * i, err)) < 0) goto done;
+    rc = 0;
+    char e2[STATUS_ERR_LEN] = "";
+    int r = sim_run(d->sim, o->budget_s > 0 ? o->budget_s : 600, e2);
+    if (r == 1 && !d->failed) {
+        if (d->stage_gone)
+            sim_note(d->sim, "budget reached after a whole stage was lost: not a failure");
+        else
+            failf(d, "liveness: the run did not finish within %.0f virtual seconds (step %lld "
+                     "applied, %d peers finished)",
+                  o->budget_s > 0 ? o->budget_s : 600, (long long)d->max_step, d->finished);
+    } else if (r < 0 && !d->failed) {
+        failf(d, "%s", e2);
+    }
+    if (r == 0 && !d->failed && !isfinite(d->val_loss))
+        failf(d, "the run finished without a held-out loss");
+    res->failed = d->failed;
+    snprintf(res->why, sizeof res->why, "%s", d->why);
+    res->virtual_s = sim_now(d->sim);
+    res->events = sim_events(d->sim);
+    res->trace_hash = sim_trace_hash(d->sim);
+    res->nodes = sim_nodes(d->sim);
+    res->crashes = d->crashes;
+    res->steps_applied = d->max_step;
+    res->stage_lost = d->stage_gone;
+    res->val_loss = d->val_loss;
+    if (d->failed) {
+        fprintf(report, "seed %llu: FAILED: %s\n  last events:\n", (unsigned long long)o->seed,
+                d->why);
+        sim_dump_trace(d->sim, report, o->trace_lines > 0 ? o->trace_lines : 200);
+        fprintf(report, "  peers still running at t=%.3f:\n", sim_now(d->sim));
+        for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++) {
+            if (!d->n[i].p) continue;
+            peer_info_t info;
+            peer_info(d->n[i].p, &info);
+            fprintf(report,
+                    "    node %d: stage %d state %d step %lld served %llu retries %llu lost %llu "
+                    "slow %.2f%s%s\n",
+                    i, info.stage, info.state, (long long)info.step,
+                    (unsigned long long)info.served, (unsigned long long)info.retries,
+                    (unsigned long long)info.lost, sim_node_slow(d->sim, i),
+                    d->n[i].bootstrap >= 0 ? " joiner" : " founder",
+                    peer_error(d->n[i].p)[0] ? peer_error(d->n[i].p) : "");
+        }
+    }
+done:
+    if (d->n)
+        for (int i = 0; i < d->cap; i++) peer_destroy(&d->n[i].p);
+    sim_destroy(&d->sim);
+    if (d->devnull) fclose(d->devnull);
+    free(d->n);
+    free(d->hash);
+    free(d->hash_set);
+    free(d->lost);
+    free(d->stage_step);
+    free(d);
+    return rc;
+}

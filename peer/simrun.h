@@ -1,0 +1,75 @@
+/* simrun.h — one fault schedule of real peers on the simulated network (swarm/sim.h):
+ * it creates peers (peer.h) on the sim's nodes, hands them their events, steps them on
+ * the virtual clock, and checks the swarm's promises (DESIGN.md section 7) after every
+ * event. A schedule is a pure function of its options: the same seed replays it exactly.
+ *
+ * The model is tiny (dim 16, 2 heads, ffn 32, seq 8, batch 2, one block per stage,
+ * bytes as tokens) so that thousands of schedules run in minutes; the stage code and the
+ * optimizer (AdamW or DeMo, drawn from the seed) run for real on the CPU, one thread.
+ * Each peer_step that did work costs 2 ms of virtual time times the node's slow factor.
+ * The first `peers` peers take the stages in turn (as `local` starts them); peers that
+ * join later or restart after a crash choose their stage themselves (stage -1).
+ *
+ * Invariants, checked after every event:
+ * - counted: every applied update counts each of its M microbatches exactly once
+ *   (counted_twice == 0 and all M bits), unless the missing ones were reported lost
+ *   through hooks.lost while a whole stage was gone;
+ * - hash: every member of a pool that applied step N holds the same parameter hash after
+ *   it (compared across peers, restarts included, until a stage is wiped out);
+ * - nothing lost (hooks.lost never called) while each stage keeps a live serving peer;
+ * - liveness: while every stage has a live serving peer and the network is healed (no
+ *   partition, crash or reset for a while), the swarm applies its next step within
+ *   live_s virtual seconds; and the schedule ends, within budget_s, with every peer done
+ *   (held-out loss measured) and gone, unless a whole stage was lost;
+ * - no peer fails with a fatal status, except a joiner whose bootstrap node died.
+ *
+ * Not for: the network model (swarm/sim.c) or the command line (tools/cmd_sim.c).
+ */
+#ifndef SWARMTRAIN_SIMRUN_H
+#define SWARMTRAIN_SIMRUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    uint64_t seed;
+    int peers;             /* peers at the start */
+    int stages;            /* pipeline stages (1 block each) */
+    int steps;             /* optimizer steps of the run */
+    int microbatches;      /* M per step (replicas x accum; even) */
+    const char *faults;    /* "none", "mild", "heavy" (sim_config_faults) */
+    const char *knobs;     /* then "key=value,..." (sim_config_set), or NULL */
+    int optimizer;         /* -1: drawn from the seed; else train_optimizer_t */
+    int plant_bug;         /* peer_options_t.plant_bug: the checker must catch it */
+    const char *data_path; /* the corpus (simrun_corpus) */
+    double budget_s;       /* virtual seconds for the whole run (0: 600) */
+    double live_s;         /* liveness bound: calm virtual seconds without a step (0: 60) */
+    FILE *trace;           /* every event and peer log line, or NULL */
+    FILE *report;          /* a failure: the seed, the invariant, the last events (stderr) */
+    int trace_lines;       /* events printed with a failure (200) */
+} simrun_options_t;
+
+typedef struct {
+    int failed;
+    char why[512];          /* the violated invariant */
+    double virtual_s;       /* virtual time at the end */
+    uint64_t events;        /* simulator events */
+    uint64_t trace_hash;    /* the hash of the whole event trace */
+    int nodes, crashes;     /* nodes ever started, crashes among them */
+    int64_t steps_applied;  /* the highest step any peer applied */
+    int stage_lost;         /* a whole stage was gone at some point */
+    double val_loss;        /* the held-out loss measured at the end (NaN if none) */
+} simrun_result_t;
+
+simrun_options_t simrun_defaults(void);
+
+/* Writes a small deterministic corpus into dir (created if missing) and returns its path
+ * in path (cap bytes). 0, or a status with err. */
+int simrun_corpus(const char *dir, char *path, size_t cap, char *err);
+
+/* Runs one schedule. Returns 0 when it ran (res->failed says whether an invariant
+ * failed; the report went to o->report), or a status for a setup error. */
+int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err);
+
+#endif

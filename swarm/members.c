@@ -1,0 +1,278 @@
+/* members.c — the member table as a pure state machine (members.h): merge, HELLO,
+ * LEAVE, heartbeat timeouts. No sockets, no clock, no logging; the owner learns of
+ * members going up and down through its hooks. */
+#include "swarm/members.h"
+#include "common/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct members {
+    members_entry_t *e; /* [0] is this peer */
+    int n, cap;
+    members_hooks_t hooks;
+};
+
+members_t *members_new(const msg_member_t *self, double now, const members_hooks_t *hooks,
+                       char *err)
+{
+    members_t *t = calloc(1, sizeof *t);
+    if (!t) goto nomem;
+    t->cap = 16;
+    t->e = calloc((size_t)t->cap, sizeof *t->e);
+    if (!t->e) goto nomem;
+    t->n = 1;
+    t->e[0].m = *self;
+    t->e[0].m.heartbeat = 1;
+    t->e[0].alive = 1;
+    t->e[0].last_change = now;
+    if (hooks) t->hooks = *hooks;
+    return t;
+nomem:
+    if (t) free(t->e);
+    free(t);
+    status_set(err, STATUS_ENOMEM, "members: out of memory");
+    return NULL;
+}
+
+void members_destroy(members_t **tp)
+{
+    if (!tp || !*tp) return;
+    free((*tp)->e);
+    free(*tp);
+    *tp = NULL;
+}
+
+int members_count(const members_t *t)
+{
+    return t->n;
+}
+
+members_entry_t *members_at(members_t *t, int i)
+{
+    return i >= 0 && i < t->n ? &t->e[i] : NULL;
+}
+
+int members_find(const members_t *t, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->e[i].m.id[0] == id[0] && !memcmp(t->e[i].m.id, id, MSG_ID_LEN)) return i;
+    return -1;
+}
+
+void members_set_self(members_t *t, const msg_member_t *self)
+{
+    msg_member_t *me = &t->e[0].m;
+    msg_member_t s = *self;
+    memcpy(s.id, me->id, MSG_ID_LEN);
+    memcpy(s.addr, me->addr, sizeof s.addr);
+    s.heartbeat = me->heartbeat;
+    *me = s;
+}
+
+static void up(members_t *t, members_entry_t *e)
+{
+    if (t->hooks.up) t->hooks.up(t->hooks.ctx, e);
+}
+
+static void down(members_t *t, members_entry_t *e, const char *why, int left)
+{
+    if (!e->alive) return;
+    e->alive = 0;
+    e->left = left;
+    e->m.state = MEMBER_DEAD;
+    if (t->hooks.down) t->hooks.down(t->hooks.ctx, e, why);
+}
+
+/* Appends an entry; NULL when out of memory. Does not call the up hook. */
+static members_entry_t *add(members_t *t, const msg_member_t *m, double now)
+{
+    if (t->n == t->cap) {
+        int cap = 2 * t->cap;
+        members_entry_t *p = realloc(t->e, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        t->e = p;
+        t->cap = cap;
+    }
+    members_entry_t *e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    e->m = *m;
+    e->alive = 1;
+    e->last_change = now;
+    return e;
+}
+
+int members_merge(members_t *t, const msg_member_t *v, int k, double now)
+{
+    int changed = 0;
+    for (int i = 0; i < k; i++) {
+        int j = members_find(t, v[i].id);
+        if (j == 0) continue;
+        if (j < 0) {
+            if (v[i].state == MEMBER_LEAVING) continue;
+            members_entry_t *e = add(t, &v[i], now);
+            if (!e) return -1;
+            if (v[i].state == MEMBER_DEAD) { /* hearsay: a probe candidate, not a member */
+                e->alive = 0;
+                continue;
+            }
+            up(t, e);
+            changed = 1;
+            continue;
+        }
+        members_entry_t *e = &t->e[j];
+        if (v[i].state == MEMBER_DEAD || v[i].heartbeat <= e->m.heartbeat) continue;
+        int was_state = e->m.state, was_alive = e->alive;
+        e->m = v[i];
+        e->last_change = now;
+        if (!e->alive && v[i].state != MEMBER_LEAVING) {
+            e->alive = 1;
+            e->left = 0;
+            up(t, e);
+        }
+        if (v[i].state == MEMBER_LEAVING) {
+            if (e->alive)
+                down(t, e, "it left", 1);
+            else
+                e->m.state = MEMBER_DEAD;
+        }
+        if (was_state != e->m.state || was_alive != e->alive) changed = 1;
+    }
+    return changed;
+}
+
+int members_hello(members_t *t, const msg_t *m, double now)
+{
+    msg_member_t nm;
+    memset(&nm, 0, sizeof nm);
+    memcpy(nm.id, m->sender, MSG_ID_LEN);
+    memcpy(nm.addr, m->addr, sizeof nm.addr);
+    nm.addr[MSG_ADDR_MAX] = 0;
+    nm.stage = m->stage < 0 ? 0 : m->stage;
+    nm.state = MEMBER_JOINING;
+    nm.loss = NAN;
+    int j = members_find(t, m->sender);
+    if (j == 0) return 0;
+    if (j < 0) {
+        members_entry_t *e = add(t, &nm, now);
+        if (!e) return -1;
+        up(t, e);
+        return t->n - 1;
+    }
+    members_entry_t *e = &t->e[j];
+    if (!e->alive) {
+        /* Heartbeat 0: a peer restarted with the same id counts from 1 again, and its
+         * gossip must win over what we last saw of its previous life. */
+        e->m = nm;
+        e->alive = 1;
+        e->left = 0;
+        e->last_change = now;
+        up(t, e);
+    }
+    return j;
+}
+
+int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why)
+{
+    int j = members_find(t, id);
+    if (j <= 0 || !t->e[j].alive) return 0;
+    down(t, &t->e[j], why && why[0] ? why : "it left", 1);
+    return 1;
+}
+
+int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
+{
+    int k = 0;
+    t->e[0].m.heartbeat++;
+    for (int i = 1; i < t->n; i++) {
+        if (!t->e[i].alive || now - t->e[i].last_change <= timeout_s) continue;
+        down(t, &t->e[i], "silent past the timeout", 0);
+        t->e[i].last_change = now; /* from now on: when it died */
+        if (dead && k < max) dead[k] = i;
+        k++;
+    }
+    return k;
+}
+
+int members_view(const members_t *t, msg_member_t *out)
+{
+    int k = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->e[i].alive) out[k++] = t->e[i].m;
+    return k;
+}
+
+int members_live_others(const members_t *t)
+{
+    int k = 0;
+    for (int i = 1; i < t->n; i++) k += t->e[i].alive;
+    return k;
+}
+
+int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err)
+{
+    *buf = NULL;
+    *len = 0;
+    msg_member_t *v = malloc((size_t)t->n * sizeof *v);
+    if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+    int k = members_view(t, v);
+    size_t cap = msg_members_size(v, k);
+    uint8_t *b = malloc(cap);
+    int rc = b ? msg_members_encode(v, k, b, cap, len, err)
+               : status_set(err, STATUS_ENOMEM, "members: out of memory");
+    free(v);
+    if (rc) {
+        free(b);
+        *len = 0;
+        return rc;
+    }
+    *buf = b;
+    return 0;
+}
+
+static int candidate(const members_entry_t *e, double now, double dead_s)
+{
+    return !e->alive && !e->left && now - e->last_change <= dead_s;
+}
+
+int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t **buf,
+                          size_t *len, char *err)
+{
+    *buf = NULL;
+    *len = 0;
+    msg_member_t *v = malloc((size_t)t->n * sizeof *v);
+    if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+    int k = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->e[i].alive) {
+            v[k++] = t->e[i].m;
+        } else if (candidate(&t->e[i], now, dead_s)) {
+            v[k] = t->e[i].m;
+            v[k++].state = MEMBER_DEAD;
+        }
+    }
+    size_t cap = msg_members_size(v, k);
+    uint8_t *b = malloc(cap);
+    int rc = b ? msg_members_encode(v, k, b, cap, len, err)
+               : status_set(err, STATUS_ENOMEM, "members: out of memory");
+    free(v);
+    if (rc) {
+        free(b);
+        *len = 0;
+        return rc;
+    }
+    *buf = b;
+    return 0;
+}
+
+int members_probe(const members_t *t, double now, double dead_s, uint64_t r)
+{
+    int c = 0;
+    for (int i = 1; i < t->n; i++) c += candidate(&t->e[i], now, dead_s);
+    if (!c) return -1;
+    int k = (int)(r % (uint64_t)c);
+    for (int i = 1; i < t->n; i++)
+        if (candidate(&t->e[i], now, dead_s) && k-- == 0) return i;
+    return -1;
+}

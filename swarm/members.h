@@ -1,0 +1,117 @@
+/* members.h — membership as a pure state machine: the member table a peer's network
+ * layer keeps (gossip merge, HELLO, LEAVE, failure detection by heartbeat timeout).
+ * No sockets and no clock: every call that depends on time takes `now` (seconds, any
+ * origin), so the ZeroMQ network thread (net.c) and the simulator (sim.c) run the very
+ * same code.
+ *
+ * Rules (docs/protocol.md, "Membership"):
+ * - entry [0] is this peer; its heartbeat goes up by one at every members_tick;
+ * - on merge, a received entry replaces ours when its heartbeat is higher; an entry in
+ *   state LEAVING makes the member dead ("it left"); a dead member comes back when its
+ *   heartbeat rises above the one we last saw (and it is not LEAVING);
+ * - unknown entries in state LEAVING or DEAD are not added;
+ * - a member whose heartbeat has not risen for timeout_s is dead ("silent past the
+ *   timeout") — the verdict is local to this table;
+ * - members that died of silence (not those that left) are remembered as probe
+ *   candidates for dead_s: gossip tables (members_encode_gossip) carry them in state
+ *   DEAD, a receiver that never heard of such an entry keeps it as a dead candidate
+ *   (never as live: DEAD from another table is hearsay and kills nothing), and the owner
+ *   sends its gossip to one candidate per tick (members_probe). After a partition heals
+ *   the sides find each other this way — even members that joined one side during the
+ *   partition and never saw the other side alive.
+ *
+ * Whoever owns the table learns about members going up (added or revived) and down
+ * (left, timed out) through optional hooks, called synchronously from the call that
+ * caused them; net.c opens and closes a member's DEALER there, the simulator traces.
+ * Each entry has a `user` pointer for the owner (net.c: the DEALER).
+ *
+ * Not for: sockets, message framing (msg.h), what members do (peer/).
+ */
+#ifndef SWARMTRAIN_MEMBERS_H
+#define SWARMTRAIN_MEMBERS_H
+
+#include "swarm/msg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    msg_member_t m;
+    double last_change; /* when its heartbeat last went up (or it was added) */
+    int alive;          /* 0: dead to this table (timed out or left) */
+    int left;           /* dead because it left on purpose (LEAVE, a LEAVING entry) */
+    void *user;         /* the owner's per-member data (net.c: the DEALER) */
+} members_entry_t;
+
+typedef struct {
+    void *ctx;
+    /* e was added or came back to life. */
+    void (*up)(void *ctx, members_entry_t *e);
+    /* e just became dead; why: "it left", "silent past the timeout", or LEAVE's text. */
+    void (*down)(void *ctx, members_entry_t *e, const char *why);
+} members_hooks_t;
+
+typedef struct members members_t;
+
+/* A table holding only this peer (self: id, addr, stage, state; its heartbeat starts
+ * at 1). hooks may be NULL. NULL + err when out of memory. */
+members_t *members_new(const msg_member_t *self, double now, const members_hooks_t *hooks,
+                       char *err);
+
+/* NULL-safe; does not call the down hook. */
+void members_destroy(members_t **t);
+
+/* Entries in the table, dead ones included (they are never removed: a dead member may
+ * come back). */
+int members_count(const members_t *t);
+
+/* Entry i (0 = self), or NULL when out of range. Pointers stay valid until the next
+ * call that may add an entry (merge, hello). */
+members_entry_t *members_at(members_t *t, int i);
+
+/* Index of the member with this id, or -1. */
+int members_find(const members_t *t, const uint8_t id[MSG_ID_LEN]);
+
+/* Replaces this peer's own entry, keeping its id, address and heartbeat (the table's). */
+void members_set_self(members_t *t, const msg_member_t *self);
+
+/* Merges k received entries (a GOSSIP or WELCOME table). Returns 1 when the live set
+ * or a member's state changed, else 0; -1 when out of memory (entries merged up to
+ * there stay). */
+int members_merge(members_t *t, const msg_member_t *v, int k, double now);
+
+/* A HELLO from a joiner (m->sender, m->addr, m->stage; stage < 0 reads as 0): adds it as
+ * JOINING, or brings a dead entry back as JOINING; a live entry is left as it is.
+ * Returns the entry's index, or -1 when out of memory. */
+int members_hello(members_t *t, const msg_t *m, double now);
+
+/* A LEAVE from member id (why: its text, or NULL for "it left"). Returns 1 when it was
+ * alive (the live set changed), else 0. */
+int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why);
+
+/* A gossip tick: self's heartbeat + 1, then every live member silent for more than
+ * timeout_s is declared dead. Returns how many just died; their indexes go into dead
+ * (up to max of them; dead may be NULL). */
+int members_tick(members_t *t, double now, double timeout_s, int *dead, int max);
+
+/* Live entries (self first) into out, which holds members_count(t) entries; returns
+ * how many. This is the table of NET_EV_VIEW and of GOSSIP and WELCOME payloads. */
+int members_view(const members_t *t, msg_member_t *out);
+
+/* Encodes the live table (msg_members_encode) into a buffer the caller owns (free()).
+ * 0, or a status with err. */
+int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err);
+
+/* The gossip table: the live entries plus, in state DEAD, those that died of silence
+ * within the last dead_s (probe candidates). Caller frees *buf. 0, or a status. */
+int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t **buf,
+                          size_t *len, char *err);
+
+/* A probe candidate (died of silence within dead_s, not left), chosen by r among them
+ * (r: any random number from the caller's source); -1 when there is none. */
+int members_probe(const members_t *t, double now, double dead_s, uint64_t r);
+
+/* How many live members besides self. */
+int members_live_others(const members_t *t);
+
+#endif

@@ -1,0 +1,36 @@
+# tests/sim.cmake — `swarmtrain sim` schedules in CI (label sim): real peers on the
+# simulated network, every fault drawn from the seed, invariants after every event
+# (peer/simrun.h). More than 2,000 schedules over seed ranges split into entries that
+# ctest can run side by side; each prints `sim: N schedules, F failed` and fails when
+# F > 0, with the failing seeds and their replay command in its output. The long soak
+# is one command (README.md, "Simulator").
+function(st_add_sim name)
+  add_test(NAME sim_${name} COMMAND swarmtrain sim --quiet ${ARGN})
+  set_tests_properties(sim_${name} PROPERTIES LABELS sim TIMEOUT 600
+    ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
+endfunction()
+
+st_add_sim(none_2x2   --faults none  --peers 4  --stages 2 --first-seed 1    --seeds 700)
+st_add_sim(none_3x2   --faults none  --peers 6  --stages 3 --first-seed 1    --seeds 300)
+st_add_sim(none_4x2   --faults none  --peers 8  --stages 4 --first-seed 1    --seeds 100)
+st_add_sim(mild_2x2   --faults mild  --peers 4  --stages 2 --first-seed 1    --seeds 300)
+st_add_sim(mild_3x2   --faults mild  --peers 6  --stages 3 --first-seed 1001 --seeds 300)
+st_add_sim(heavy_2x2  --faults heavy --peers 4  --stages 2 --first-seed 1    --seeds 300)
+# a pool of more than 64 members (issue 10)
+st_add_sim(pool70     --faults none  --peers 70 --stages 2 --first-seed 1    --seeds 1)
+
+# The checker itself: a planted bug (a pool steps one microbatch short) must be caught
+# in most schedules (it only fires when a pool is seen exactly one short at step 1).
+add_test(NAME sim_planted_bug COMMAND swarmtrain sim --plant-bug --faults none --seeds 20)
+set_tests_properties(sim_planted_bug PROPERTIES LABELS sim TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "sim: 20 schedules, (1[0-9]|20) failed"
+  ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
+
+# A schedule replays exactly: the same seed twice gives the same trace hash (heavy faults,
+# 3 stages; whether the schedule passes does not matter here).
+add_test(NAME sim_replay COMMAND sh -c
+  "a=$($0 sim --seed 11 --faults heavy --peers 6 --stages 3 --quiet | grep trace); \
+   b=$($0 sim --seed 11 --faults heavy --peers 6 --stages 3 --quiet | grep trace); \
+   echo \"$a\"; test -n \"$a\" && test \"$a\" = \"$b\"" $<TARGET_FILE:swarmtrain>)
+set_tests_properties(sim_replay PROPERTIES LABELS sim TIMEOUT 300
+  ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")

@@ -1,0 +1,320 @@
+/* test_members.c — unit tests of swarm/members (membership as a pure state machine):
+ * merge (higher heartbeat wins, LEAVING kills, the dead come back when their heartbeat
+ * rises, unknown LEAVING/DEAD entries are not added, self is never overwritten), HELLO,
+ * LEAVE, timeouts on an explicit clock, the hooks, the live view, the encoded table
+ * (through msg_members_decode), and tables of more than 64 members.
+ * Not for: sockets (net.c) or the simulated network (test_sim.c). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/status.h"
+#include "swarm/members.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int ups, downs;
+    char last_why[64];
+} hook_count_t;
+
+static void on_up(void *ctx, members_entry_t *e)
+{
+    (void)e;
+    ((hook_count_t *)ctx)->ups++;
+}
+
+static void on_down(void *ctx, members_entry_t *e, const char *why)
+{
+    hook_count_t *h = ctx;
+    assert_false(e->alive);
+    assert_int_equal(e->m.state, MEMBER_DEAD);
+    h->downs++;
+    snprintf(h->last_why, sizeof h->last_why, "%s", why);
+}
+
+static msg_member_t member(int tag, int stage, uint64_t hb, int state)
+{
+    msg_member_t m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < MSG_ID_LEN; i++) m.id[i] = (uint8_t)(tag * 7 + i);
+    snprintf(m.addr, sizeof m.addr, "sim://%d", tag);
+    m.stage = (int16_t)stage;
+    m.state = (uint8_t)state;
+    m.heartbeat = hb;
+    m.loss = NAN;
+    return m;
+}
+
+static members_t *table(hook_count_t *h)
+{
+    msg_member_t self = member(0, 0, 99, MEMBER_SERVING);
+    members_hooks_t hooks = {h, on_up, on_down};
+    char err[STATUS_ERR_LEN];
+    members_t *t = members_new(&self, 10.0, &hooks, err);
+    assert_non_null(t);
+    return t;
+}
+
+static void test_new_self(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    assert_int_equal(members_count(t), 1);
+    members_entry_t *me = members_at(t, 0);
+    assert_int_equal(me->m.heartbeat, 1); /* the table's, not the caller's */
+    assert_true(me->alive);
+    assert_null(members_at(t, 1));
+    assert_int_equal(members_live_others(t), 0);
+    members_destroy(&t);
+    assert_null(t);
+    members_destroy(&t); /* NULL-safe */
+}
+
+static void test_merge_rules(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    msg_member_t v[4] = {member(1, 0, 5, MEMBER_SERVING), member(2, 1, 3, MEMBER_JOINING),
+                         member(3, 1, 9, MEMBER_LEAVING), member(4, 1, 9, MEMBER_DEAD)};
+    assert_int_equal(members_merge(t, v, 4, 11.0), 1);
+    assert_int_equal(members_count(t), 4); /* unknown LEAVING not added, DEAD as a candidate */
+    assert_int_equal(h.ups, 2);
+    assert_false(members_at(t, 3)->alive);
+    assert_int_equal(members_live_others(t), 2);
+    assert_int_equal(members_probe(t, 11.0, 60.0, 12345), 3);
+    /* hearsay DEAD of a known member kills nothing, even with a higher heartbeat */
+    msg_member_t hs = member(1, 0, 50, MEMBER_DEAD);
+    assert_int_equal(members_merge(t, &hs, 1, 11.0), 0);
+    assert_true(members_at(t, 1)->alive);
+    assert_int_equal(members_at(t, 1)->m.heartbeat, 5);
+    /* same heartbeat: nothing */
+    assert_int_equal(members_merge(t, v, 2, 12.0), 0);
+    assert_true(members_at(t, 1)->last_change == 11.0);
+    /* lower heartbeat with another state: ignored */
+    msg_member_t old = member(2, 1, 2, MEMBER_SERVING);
+    assert_int_equal(members_merge(t, &old, 1, 12.0), 0);
+    assert_int_equal(members_at(t, 2)->m.state, MEMBER_JOINING);
+    /* higher heartbeat, same state: taken, not a change of the live set */
+    msg_member_t up1 = member(1, 0, 6, MEMBER_SERVING);
+    up1.step = 42;
+    assert_int_equal(members_merge(t, &up1, 1, 13.0), 0);
+    assert_int_equal(members_at(t, 1)->m.step, 42);
+    assert_true(members_at(t, 1)->last_change == 13.0);
+    /* higher heartbeat, new state: a change */
+    msg_member_t up2 = member(2, 1, 4, MEMBER_SERVING);
+    assert_int_equal(members_merge(t, &up2, 1, 13.0), 1);
+    /* self is never overwritten */
+    msg_member_t me = member(0, 3, 1000, MEMBER_LEAVING);
+    assert_int_equal(members_merge(t, &me, 1, 13.0), 0);
+    assert_int_equal(members_at(t, 0)->m.stage, 0);
+    assert_int_equal(members_at(t, 0)->m.state, MEMBER_SERVING);
+    /* LEAVING with a higher heartbeat kills */
+    msg_member_t lv = member(1, 0, 7, MEMBER_LEAVING);
+    assert_int_equal(members_merge(t, &lv, 1, 14.0), 1);
+    assert_false(members_at(t, 1)->alive);
+    assert_int_equal(h.downs, 1);
+    assert_string_equal(h.last_why, "it left");
+    /* a stale entry of the dead one does not revive it */
+    msg_member_t stale = member(1, 0, 6, MEMBER_SERVING);
+    assert_int_equal(members_merge(t, &stale, 1, 15.0), 0);
+    assert_false(members_at(t, 1)->alive);
+    /* a higher heartbeat does */
+    msg_member_t back = member(1, 0, 8, MEMBER_SERVING);
+    assert_int_equal(members_merge(t, &back, 1, 15.0), 1);
+    assert_true(members_at(t, 1)->alive);
+    assert_int_equal(h.ups, 3);
+    members_destroy(&t);
+}
+
+static void test_tick_timeout(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    msg_member_t v[2] = {member(1, 0, 5, MEMBER_SERVING), member(2, 1, 5, MEMBER_SERVING)};
+    assert_int_equal(members_merge(t, v, 2, 10.0), 1);
+    int dead[4];
+    assert_int_equal(members_tick(t, 12.0, 3.0, dead, 4), 0);
+    assert_int_equal(members_at(t, 0)->m.heartbeat, 2);
+    /* member 1 keeps beating, member 2 goes silent */
+    v[0].heartbeat = 6;
+    assert_int_equal(members_merge(t, &v[0], 1, 12.5), 0);
+    assert_int_equal(members_tick(t, 13.0, 3.0, dead, 4), 0); /* exactly 3 s: not yet */
+    assert_int_equal(members_tick(t, 13.01, 3.0, dead, 4), 1);
+    assert_int_equal(dead[0], 2);
+    assert_string_equal(h.last_why, "silent past the timeout");
+    assert_int_equal(members_at(t, 0)->m.heartbeat, 4);
+    assert_int_equal(members_tick(t, 20.0, 3.0, NULL, 0), 1); /* member 1 now */
+    assert_int_equal(members_live_others(t), 0);
+    assert_int_equal(h.downs, 2);
+    members_destroy(&t);
+}
+
+static void test_hello_leave(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    msg_member_t j = member(5, 0, 0, MEMBER_JOINING);
+    memcpy(m.sender, j.id, MSG_ID_LEN);
+    snprintf(m.addr, sizeof m.addr, "sim://5");
+    m.stage = -1;
+    int i = members_hello(t, &m, 20.0);
+    assert_int_equal(i, 1);
+    members_entry_t *e = members_at(t, 1);
+    assert_int_equal(e->m.state, MEMBER_JOINING);
+    assert_int_equal(e->m.stage, 0);
+    assert_string_equal(e->m.addr, "sim://5");
+    assert_true(e->last_change == 20.0);
+    /* a second HELLO of a live member changes nothing */
+    e->m.state = MEMBER_SERVING;
+    assert_int_equal(members_hello(t, &m, 21.0), 1);
+    assert_int_equal(members_at(t, 1)->m.state, MEMBER_SERVING);
+    /* LEAVE */
+    assert_int_equal(members_leave(t, j.id, "bye"), 1);
+    assert_string_equal(h.last_why, "bye");
+    assert_int_equal(members_leave(t, j.id, NULL), 0);
+    /* HELLO again brings it back, heartbeat reset so that its new life's gossip wins */
+    assert_int_equal(members_hello(t, &m, 22.0), 1);
+    assert_true(members_at(t, 1)->alive);
+    assert_int_equal(members_at(t, 1)->m.heartbeat, 0);
+    msg_member_t again = member(5, 0, 1, MEMBER_SERVING);
+    assert_int_equal(members_merge(t, &again, 1, 22.5), 1);
+    /* HELLO or LEAVE naming self: nothing */
+    msg_t me;
+    memset(&me, 0, sizeof me);
+    memcpy(me.sender, members_at(t, 0)->m.id, MSG_ID_LEN);
+    assert_int_equal(members_hello(t, &me, 23.0), 0);
+    assert_int_equal(members_leave(t, me.sender, NULL), 0);
+    assert_true(members_at(t, 0)->alive);
+    members_destroy(&t);
+}
+
+static void test_set_self(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    members_tick(t, 11.0, 3.0, NULL, 0);
+    msg_member_t s = member(9, 2, 555, MEMBER_JOINING);
+    s.step = 7;
+    members_set_self(t, &s);
+    members_entry_t *me = members_at(t, 0);
+    assert_int_equal(me->m.stage, 2);
+    assert_int_equal(me->m.step, 7);
+    assert_int_equal(me->m.heartbeat, 2);        /* kept */
+    assert_string_equal(me->m.addr, "sim://0"); /* kept */
+    assert_int_equal(me->m.id[1], 1);            /* kept: member(0) */
+    members_destroy(&t);
+}
+
+/* Members dead of silence are gossiped (as DEAD) and probed for dead_s; those that
+ * left are not. */
+static void test_probe_candidates(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    msg_member_t v[3] = {member(1, 0, 5, MEMBER_SERVING), member(2, 1, 5, MEMBER_SERVING),
+                         member(3, 1, 5, MEMBER_SERVING)};
+    assert_int_equal(members_merge(t, v, 3, 10.0), 1);
+    assert_int_equal(members_probe(t, 10.0, 60.0, 7), -1);
+    assert_int_equal(members_leave(t, v[0].id, NULL), 1);
+    assert_true(members_at(t, 1)->left);
+    assert_int_equal(members_probe(t, 10.0, 60.0, 7), -1); /* left: not a candidate */
+    v[1].heartbeat = 6;
+    assert_int_equal(members_merge(t, &v[1], 1, 12.0), 0);
+    assert_int_equal(members_tick(t, 14.0, 3.0, NULL, 0), 1); /* member 3 */
+    for (uint64_t r = 0; r < 5; r++) assert_int_equal(members_probe(t, 14.0, 60.0, r), 3);
+    assert_int_equal(members_probe(t, 74.5, 60.0, 0), -1); /* forgotten */
+    uint8_t *buf;
+    size_t len;
+    char err[STATUS_ERR_LEN];
+    msg_member_t out[8];
+    int n = 0;
+    assert_int_equal(members_encode_gossip(t, 14.0, 60.0, &buf, &len, err), 0);
+    assert_int_equal(msg_members_decode(buf, len, out, 8, &n, err), 0);
+    assert_int_equal(n, 3); /* self, 2 live, 3 as DEAD; 1 left: not sent */
+    assert_int_equal(out[2].state, MEMBER_DEAD);
+    assert_memory_equal(out[2].id, v[2].id, MSG_ID_LEN);
+    free(buf);
+    /* the view and WELCOME's table: live entries only */
+    assert_int_equal(members_encode(t, &buf, &len, err), 0);
+    assert_int_equal(msg_members_decode(buf, len, out, 8, &n, err), 0);
+    assert_int_equal(n, 2);
+    free(buf);
+    /* a receiver keeps the DEAD entry as a candidate, and the member's own gossip
+     * (a higher heartbeat) brings it to life there */
+    hook_count_t h2 = {0};
+    msg_member_t other = member(9, 1, 1, MEMBER_SERVING);
+    members_hooks_t hooks = {&h2, on_up, on_down};
+    members_t *t2 = members_new(&other, 0.0, &hooks, err);
+    msg_member_t dead3 = member(3, 1, 5, MEMBER_DEAD);
+    assert_int_equal(members_merge(t2, &dead3, 1, 15.0), 0);
+    assert_int_equal(h2.ups, 0);
+    assert_int_equal(members_probe(t2, 15.0, 60.0, 0), 1);
+    msg_member_t alive3 = member(3, 1, 9, MEMBER_SERVING);
+    assert_int_equal(members_merge(t2, &alive3, 1, 16.0), 1);
+    assert_int_equal(h2.ups, 1);
+    members_destroy(&t2);
+    members_destroy(&t);
+}
+
+/* More than 64 members: the view, the encoded table, and a second table that learns
+ * everyone from it. */
+static void test_large_view_encode(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    enum { N = 150 };
+    msg_member_t *v = calloc(N, sizeof *v);
+    for (int i = 0; i < N; i++) v[i] = member(i + 1, i % 3, 3, MEMBER_SERVING);
+    assert_int_equal(members_merge(t, v, N, 30.0), 1);
+    assert_int_equal(members_count(t), N + 1);
+    assert_int_equal(members_leave(t, v[10].id, NULL), 1);
+    msg_member_t *out = calloc(N + 1, sizeof *out);
+    int k = members_view(t, out);
+    assert_int_equal(k, N);
+    assert_memory_equal(out[0].id, members_at(t, 0)->m.id, MSG_ID_LEN);
+    uint8_t *buf;
+    size_t len;
+    char err[STATUS_ERR_LEN];
+    assert_int_equal(members_encode(t, &buf, &len, err), 0);
+    int n = 0;
+    assert_int_equal(msg_members_decode(buf, len, out, N + 1, &n, err), 0);
+    assert_int_equal(n, N);
+    hook_count_t h2 = {0};
+    msg_member_t other = member(N + 5, 1, 1, MEMBER_SERVING);
+    members_hooks_t hooks = {&h2, on_up, on_down};
+    members_t *t2 = members_new(&other, 0.0, &hooks, err);
+    assert_int_equal(members_merge(t2, out, n, 1.0), 1);
+    assert_int_equal(members_live_others(t2), N);
+    assert_int_equal(h2.ups, N);
+    free(buf);
+    free(out);
+    free(v);
+    members_destroy(&t);
+    members_destroy(&t2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_new_self),     cmocka_unit_test(test_merge_rules),
+        cmocka_unit_test(test_tick_timeout), cmocka_unit_test(test_hello_leave),
+        cmocka_unit_test(test_set_self),     cmocka_unit_test(test_large_view_encode),
+        cmocka_unit_test(test_probe_candidates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

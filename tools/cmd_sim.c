@@ -1,0 +1,223 @@
+/* cmd_sim.c — `swarmtrain sim`: runs N fault schedules of real peers on the simulated
+ * network (peer/simrun.h), seeds X, X+1, ...; prints a line per failed schedule (and its
+ * last events on stderr) and ends with exactly one line `sim: N schedules, F failed`.
+ * `--seed X` replays one schedule exactly; with --trace it prints every event.
+ * Not for: the simulator (swarm/sim.c) or the invariants (peer/simrun.c). */
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "peer/simrun.h"
+#include "peer/train.h"
+#include "tools/cmd.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: swarmtrain sim [options]\n"
+            "Runs fault schedules of real peers (a tiny model) on a simulated network with a\n"
+            "virtual clock, every choice drawn from the schedule's seed, and checks the\n"
+            "swarm's promises after every event (DESIGN.md section 7).\n\n"
+            "  --seeds N            schedules to run (default 100)\n"
+            "  --first-seed X       the first schedule's seed (default 1); then X+1, ...\n"
+            "  --seed X             replay one schedule (the same as --first-seed X --seeds 1)\n"
+            "  --peers P            peers at the start (default 4)\n"
+            "  --stages S           pipeline stages (default 2)\n"
+            "  --pool N             members per pool: peers = N x stages (--members-per-pool)\n"
+            "  --steps K            optimizer steps of the run (default 6)\n"
+            "  --microbatches M     microbatches per step (default 4)\n"
+            "  --faults LEVEL       none | mild | heavy (default mild)\n"
+            "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
+            "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
+            "  --budget S           virtual seconds a run may take (default 600)\n"
+            "  --plant-bug          peers step without one microbatch: every schedule must fail\n"
+            "  --trace              print every event (with --seed)\n"
+            "  --quiet              no failure reports on stderr, only the result lines\n");
+}
+
+static int num(const char *opt, const char *v, long long min, long long max, long long *out)
+{
+    char *end;
+    long long x = strtoll(v, &end, 0);
+    if (!*v || *end || x < min || x > max) {
+        fprintf(stderr, "swarmtrain sim: %s: '%s' is not a number in [%lld, %lld]\n", opt, v, min,
+                max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cmd_sim(int argc, char **argv)
+{
+    enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
+           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP };
+    static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
+                                         {"first-seed", required_argument, 0, O_FIRST},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"peers", required_argument, 0, O_PEERS},
+                                         {"stages", required_argument, 0, O_STAGES},
+                                         {"pool", required_argument, 0, O_POOL},
+                                         {"members-per-pool", required_argument, 0, O_POOL},
+                                         {"steps", required_argument, 0, O_STEPS},
+                                         {"microbatches", required_argument, 0, O_MB},
+                                         {"faults", required_argument, 0, O_FAULTS},
+                                         {"optimizer", required_argument, 0, O_OPT},
+                                         {"budget", required_argument, 0, O_BUDGET},
+                                         {"plant-bug", no_argument, 0, O_BUG},
+                                         {"trace", no_argument, 0, O_TRACE},
+                                         {"quiet", no_argument, 0, O_QUIET},
+                                         {"set", required_argument, 0, O_SET},
+                                         {"help", no_argument, 0, O_HELP},
+                                         {0, 0, 0, 0}};
+    simrun_options_t o = simrun_defaults();
+    o.faults = "mild";
+    long long seeds = 100, first = 1, x, pool = 0;
+    int trace = 0, quiet = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_SEEDS:
+            if (num("--seeds", optarg, 1, 1LL << 40, &seeds)) return 2;
+            break;
+        case O_FIRST:
+            if (num("--first-seed", optarg, 0, INT64_MAX, &first)) return 2;
+            break;
+        case O_SEED:
+            if (num("--seed", optarg, 0, INT64_MAX, &first)) return 2;
+            seeds = 1;
+            break;
+        case O_PEERS:
+            if (num("--peers", optarg, 1, 1000, &x)) return 2;
+            o.peers = (int)x;
+            break;
+        case O_STAGES:
+            if (num("--stages", optarg, 1, 16, &x)) return 2;
+            o.stages = (int)x;
+            break;
+        case O_POOL:
+            if (num("--pool", optarg, 1, 500, &pool)) return 2;
+            break;
+        case O_STEPS:
+            if (num("--steps", optarg, 1, 1000, &x)) return 2;
+            o.steps = (int)x;
+            break;
+        case O_MB:
+            if (num("--microbatches", optarg, 2, 64, &x)) return 2;
+            if (x & 1) {
+                fprintf(stderr, "swarmtrain sim: --microbatches must be even (2 replicas)\n");
+                return 2;
+            }
+            o.microbatches = (int)x;
+            break;
+        case O_FAULTS:
+            if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy")) {
+                fprintf(stderr, "swarmtrain sim: --faults: none, mild or heavy\n");
+                return 2;
+            }
+            o.faults = optarg;
+            break;
+        case O_OPT:
+            if (!strcmp(optarg, "adamw"))
+                o.optimizer = TRAIN_ADAMW;
+            else if (!strcmp(optarg, "demo"))
+                o.optimizer = TRAIN_DEMO;
+            else {
+                fprintf(stderr, "swarmtrain sim: --optimizer: adamw or demo\n");
+                return 2;
+            }
+            break;
+        case O_BUDGET:
+            if (num("--budget", optarg, 10, 1000000, &x)) return 2;
+            o.budget_s = (double)x;
+            break;
+        case O_BUG:
+            o.plant_bug = 1;
+            break;
+        case O_TRACE:
+            trace = 1;
+            break;
+        case O_QUIET:
+            quiet = 1;
+            break;
+        case O_SET:
+            o.knobs = optarg;
+            break;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "swarmtrain sim: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (pool) o.peers = (int)pool * o.stages;
+    char dir[512], corpus[600], err[STATUS_ERR_LEN];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/swarmtrain-sim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    if (simrun_corpus(dir, corpus, sizeof corpus, err)) {
+        fprintf(stderr, "swarmtrain sim: %s\n", err);
+        return 1;
+    }
+    o.data_path = corpus;
+    o.trace = trace ? stdout : NULL;
+    /* Peers' log lines (stderr) only when tracing: thousands of schedules would drown
+     * the result lines; the trace and the failure report hold what matters. */
+    if (!trace && !getenv("SWARMTRAIN_LOG")) log_level = LOG_ERROR;
+    FILE *devnull = quiet ? fopen("/dev/null", "w") : NULL;
+    o.report = devnull ? devnull : stderr;
+    long long failed = 0, run = 0, crashes = 0, lost_stage = 0;
+    double t0 = clock_now(), vsec = 0;
+    uint64_t events = 0;
+    for (long long i = 0; i < seeds; i++) {
+        simrun_result_t r;
+        o.seed = (uint64_t)(first + i);
+        if (simrun_one(&o, &r, err)) {
+            fprintf(stderr, "swarmtrain sim: %s\n", err);
+            failed++;
+            run++;
+            break;
+        }
+        run++;
+        crashes += r.crashes;
+        lost_stage += r.stage_lost;
+        vsec += r.virtual_s;
+        events += r.events;
+        if (r.failed) {
+            failed++;
+            printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
+                   " --peers %d --stages %d --steps %d --microbatches %d --faults %s%s%s%s%s)\n",
+                   o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.faults,
+                   o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
+                   o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
+                                                                    : " --optimizer adamw",
+                   o.plant_bug ? " --plant-bug" : "");
+            fflush(stdout);
+        }
+        if (seeds == 1) /* what a replay compares */
+            printf("sim: seed %" PRIu64 ": step %" PRId64 " applied, val_loss %.4f, %.1f virtual "
+                   "s, %" PRIu64 " events, %d nodes, %d crashes, trace %016" PRIx64 "\n",
+                   o.seed, r.steps_applied, r.val_loss, r.virtual_s, r.events, r.nodes, r.crashes,
+                   r.trace_hash);
+    }
+    double wall = clock_now() - t0;
+    printf("sim: %.1f s, %.1f schedules/s, %.0f virtual s, %" PRIu64 " events, %lld crashes, "
+           "%lld schedules lost a whole stage\n",
+           wall, wall > 0 ? (double)run / wall : 0.0, vsec, events, crashes, lost_stage);
+    printf("sim: %lld schedules, %lld failed\n", run, failed);
+    if (devnull) fclose(devnull);
+    remove(corpus);
+    rmdir(dir);
+    return failed ? 1 : 0;
+}

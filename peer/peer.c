@@ -226,6 +226,7 @@ static void on_state_req(peer_t *p, const msg_t *m)
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
+    if (p->go || peer_swarm_started(p)) rep.flags |= 1; /* training has begun: follow first */
     const void *pl[1] = {data};
     peer_send(p, m->sender, &rep, 1, pl, &len);
 }
@@ -238,7 +239,8 @@ static void begin_serving(peer_t *p)
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
      * Before the run has started there is nothing to miss. */
-    p->self.serving_from = p->downloaded && peer_swarm_started(p) ? p->step + 1000 : p->step;
+    int started = peer_swarm_started(p) || p->donor_started;
+    p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
     p->followed = 0;
     p->step_t0 = p->now;
     p->follow_since = p->now;
@@ -514,8 +516,10 @@ static int on_state_req_ev(peer_t *p, const net_ev_t *ev)
 
 static int on_state_rep(peer_t *p, const net_ev_t *ev)
 {
-    if (p->xfer && ev->nframes == 1 && ev->msg.stage == p->stage)
+    if (p->xfer && ev->nframes == 1 && ev->msg.stage == p->stage) {
         xfer_on_reply(p->xfer, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
+        p->donor_started |= ev->msg.flags & 1;
+    }
     return 0;
 }
 

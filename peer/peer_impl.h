@@ -106,7 +106,8 @@ struct peer {
     xfer_t *xfer;
     xfer_snap_t snap;
     double snap_at;
-    int downloaded; /* the state came from the pool */
+    int downloaded;     /* the state came from the pool */
+    int donor_started;  /* a donor said training had begun (STATE_REP flag 1) */
     const char *download_why;
     double xfer_t0;
     /* validation (the leader of stage 0) */

@@ -383,9 +383,14 @@ int serve_source(peer_t *p)
         if (p->step == 0 && !p->go) {
             /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
              * founding peer set; every stage-0 peer applies it), unless it has started. */
-            int serving = 0;
-            for (int i = 0; i < p->view.n; i++) serving += p->view.m[i].state == MEMBER_SERVING;
-            if (serving < p->wait_peers && !peer_swarm_started(p)) return 0;
+            int serving = 0, joining = 0;
+            for (int i = 0; i < p->view.n; i++) {
+                serving += p->view.m[i].state == MEMBER_SERVING;
+                joining += p->view.m[i].state == MEMBER_JOINING;
+            }
+            /* nobody half-way in: a member still downloading would not know whether it
+             * missed step 0 (it learns it from its donor, STATE_REP flag 1) */
+            if ((serving < p->wait_peers || joining) && !peer_swarm_started(p)) return 0;
             if (p->go_at == 0) p->go_at = p->now + 4 * 0.25; /* let gossip settle */
             if (p->now < p->go_at) return 0;
             p->go = 1;

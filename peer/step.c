@@ -128,6 +128,17 @@ static int make_exchange(peer_t *p, int part)
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         if (!rc) p->k->download(p->k, msg, stage_grads(p->st), len);
     }
+    /* part 0 names the exchange members this member expects (its view): a mate that did
+     * not know of one of them waits for its message too */
+    uint8_t *claims = NULL;
+    size_t claims_len = 0;
+    if (rc == 0 && part == 0) {
+        const msg_member_t *own;
+        int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+        claims_len = (size_t)n * MSG_ID_LEN;
+        if (!(claims = malloc(claims_len ? claims_len : 1))) rc = STATUS_ENOMEM;
+        for (int i = 0; claims && i < n; i++) memcpy(claims + (size_t)i * MSG_ID_LEN, own[i].id, MSG_ID_LEN);
+    }
     if (rc == 0) {
         msg_t m = {.type = MSG_EXCH,
                    .flags = (uint8_t)part,
@@ -138,17 +149,20 @@ static int make_exchange(peer_t *p, int part)
                    .since = p->self.serving_from};
         memcpy(m.origin, p->id, MSG_ID_LEN);
         memcpy(m.sender, p->id, MSG_ID_LEN);
-        rc = pool_store(p->pool, &m, msg ? msg : (const uint8_t *)"", len, fresh, nb);
+        const uint8_t *body = msg ? msg : (const uint8_t *)"";
+        const uint8_t *cl = claims ? claims : (const uint8_t *)"";
+        rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
         const msg_member_t *mem;
         int n = pool_members(p, &mem);
-        const void *pl[2] = {msg ? msg : (const uint8_t *)"", fresh};
-        size_t lens[2] = {len, nb};
-        for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 2, pl, lens);
+        const void *pl[3] = {body, fresh, cl};
+        size_t lens[3] = {len, nb, claims_len};
+        for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
         for (size_t i = 0; i < nb; i++) p->sent_bits[i] |= fresh[i];
         stage_zero_grads(p->st); /* what is counted from now on goes into a supplement */
     }
     free(msg);
     free(fresh);
+    free(claims);
     return rc;
 }
 
@@ -188,9 +202,19 @@ static int64_t join_margin(const peer_t *p)
     return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
 }
 
-/* Applies the pool's update for this step from msgs[0, n) and moves to the next step. */
+static int msg_order(const void *a, const void *b)
+{
+    const pool_msg_t *x = *(const pool_msg_t *const *)a, *y = *(const pool_msg_t *const *)b;
+    int c = memcmp(x->origin, y->origin, MSG_ID_LEN);
+    return c ? c : (x->part > y->part) - (x->part < y->part);
+}
+
+/* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
+ * The messages are taken in one order on every member (origin, then part): float sums
+ * in arrival order would differ in their last bits from member to member. */
 static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 {
+    qsort(msgs, (size_t)n, sizeof *msgs, msg_order);
     uint32_t total = 0;
     int m = 0, nv = 0;
     size_t nb = pool_bitmap_bytes(p->pool);
@@ -320,24 +344,54 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
 /* What this member still needs before it can apply the step: part 0 of every exchange
  * member's message, and every part that covers what a live member reports it counted.
  * Asks for each missing one (EXCH_REQ, at most once a second) and returns how many. */
+/* Adds id to the list (ids, *n of cap) unless it is there. */
+static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *id)
+{
+    for (int i = 0; i < *n; i++)
+        if (!memcmp(ids[i], id, MSG_ID_LEN)) return;
+    if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
+}
+
 static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 {
     int missing = 0, ask = p->now - p->exch_req_at >= 1.0;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
-    for (int i = 0; i < n; i++) {
-        int self = peer_is_self(p, own[i].id);
+    /* the exchange members: this member's view, and everyone a mate's message names */
+    int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;
+    const pool_msg_t **held = malloc((size_t)(nheld ? nheld : 1) * sizeof *held);
+    if (!held) return 1;
+    pool_messages(p->pool, p->step, held, nheld);
+    for (int i = 0; i < nheld; i++) cap += held[i]->nclaims;
+    uint8_t(*ids)[MSG_ID_LEN] = malloc((size_t)(cap ? cap : 1) * MSG_ID_LEN);
+    if (!ids) {
+        free(held);
+        return 1;
+    }
+    int nids = 0;
+    for (int i = 0; i < n; i++) add_id(ids, &nids, cap, own[i].id);
+    for (int i = 0; i < nheld; i++)
+        for (int c = 0; held[i]->part == 0 && c < held[i]->nclaims; c++)
+            add_id(ids, &nids, cap, held[i]->claims[c]);
+    free(held);
+    for (int i = 0; i < nids; i++) {
+        int self = peer_is_self(p, ids[i]);
         if (self && !contributing(p)) continue;
-        int need = !pool_find(p->pool, own[i].id, p->step, 0) ? 0
-                   : !self && !pool_member_covered(p->pool, own[i].id)
-                       ? pool_parts(p->pool, own[i].id, p->step)
+        const msg_member_t *mem = view_find(&p->view, ids[i]);
+        int need = !pool_find(p->pool, ids[i], p->step, 0) ? 0
+                   : mem && !self && !pool_member_covered(p->pool, ids[i])
+                       ? pool_parts(p->pool, ids[i], p->step)
                        : -1;
         if (need < 0) continue;
+        /* named by a mate but unknown here: dead, or not heard of yet; wait a while */
+        if (!mem && !self && need == 0 && p->now - p->exch_wait_since > 2 * p->po.peer_timeout_s)
+            continue;
         missing++;
-        if (!ask || self) continue;
-        memcpy(q.origin, own[i].id, MSG_ID_LEN);
+        if (!ask || self || !mem) continue;
+        memcpy(q.origin, ids[i], MSG_ID_LEN);
         q.flags = (uint8_t)need;
-        peer_send(p, own[i].id, &q, 0, NULL, NULL);
+        peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
+    free(ids);
     /* members that are gone: a mate may hold their messages */
     pool_msg_union(p->pool, p->ubuf);
     if (!pool_all(p->pool, p->ubuf) && ask) {
@@ -451,7 +505,7 @@ int step_tick(peer_t *p)
 int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
-    if (!p->st || m->stage != p->stage || ev->nframes != 2) return 0;
+    if (!p->st || m->stage != p->stage || ev->nframes != 3) return 0;
     if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->dopt && demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
@@ -461,7 +515,8 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
                  peer_idhex(m->origin, h), why);
         return 0;
     }
-    int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1]);
+    int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1],
+                        ev->frame[2], ev->frame_len[2]);
     if (rc == STATUS_EMALFORMED) {
         p->rejected++;
         return 0;
@@ -482,9 +537,9 @@ void step_on_exch_req(peer_t *p, const msg_t *m)
                .hash = e->hash,
                .since = e->since};
     memcpy(r.origin, e->origin, MSG_ID_LEN);
-    const void *pl[2] = {e->data, e->counted};
-    size_t lens[2] = {e->len, pool_bitmap_bytes(p->pool)};
-    peer_send(p, m->sender, &r, 2, pl, lens);
+    const void *pl[3] = {e->data, e->counted, e->claims};
+    size_t lens[3] = {e->len, pool_bitmap_bytes(p->pool), (size_t)e->nclaims * MSG_ID_LEN};
+    peer_send(p, m->sender, &r, 3, pl, lens);
 }
 
 void step_on_redo(peer_t *p, const net_ev_t *ev)

@@ -37,6 +37,7 @@ static void free_msg(pool_msg_t *m)
 {
     free(m->data);
     free(m->counted);
+    free(m->claims);
 }
 
 void pool_destroy(pool_t **pp)
@@ -215,9 +216,10 @@ int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
 }
 
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
-               size_t counted_len)
+               size_t counted_len, const uint8_t *claims, size_t claims_len)
 {
-    if (counted_len != p->nb) return STATUS_EMALFORMED;
+    if (counted_len != p->nb || claims_len % MSG_ID_LEN || claims_len / MSG_ID_LEN > MSG_MEMBERS_MAX)
+        return STATUS_EMALFORMED;
     if (pool_find(p, m->origin, m->step, m->flags)) return 0;
     if (p->nmsgs == p->msgs_cap) {
         int cap = p->msgs_cap ? 2 * p->msgs_cap : 16;
@@ -234,12 +236,15 @@ int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const
     e->len = len;
     e->data = malloc(len ? len : 1);
     e->counted = malloc(p->nb);
-    if (!e->data || !e->counted) {
+    e->nclaims = (int)(claims_len / MSG_ID_LEN);
+    e->claims = malloc(claims_len ? claims_len : 1);
+    if (!e->data || !e->counted || !e->claims) {
         free_msg(e);
         return STATUS_ENOMEM;
     }
     memcpy(e->data, data, len);
     memcpy(e->counted, counted, p->nb);
+    if (claims_len) memcpy(e->claims, claims, claims_len);
     p->nmsgs++;
     return 0;
 }

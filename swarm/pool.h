@@ -31,6 +31,8 @@ typedef struct {
     uint8_t *data;
     size_t len;
     uint8_t *counted; /* M bits */
+    uint8_t (*claims)[MSG_ID_LEN]; /* part 0: the exchange members its sender expected */
+    int nclaims;
 } pool_msg_t;
 
 /* A pool of M microbatches per step. NULL on ENOMEM. */
@@ -72,11 +74,12 @@ void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out);
 /* Whether every one of the M bits is set. */
 int pool_all(const pool_t *p, const uint8_t *bits);
 
-/* Stores an exchange message (m: origin, step, count, hash, since; flags: its part). 0
- * when kept or a duplicate; STATUS_EMALFORMED when the counted bitmap has the wrong size;
- * ENOMEM. */
+/* Stores an exchange message (m: origin, step, count, hash, since; flags: its part) with
+ * the ids its sender expected to exchange with (claims, claims_len octets: 32 each). 0
+ * when kept or a duplicate; STATUS_EMALFORMED when the counted bitmap or the claims have
+ * the wrong size; ENOMEM. */
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
-               size_t counted_len);
+               size_t counted_len, const uint8_t *claims, size_t claims_len);
 const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step,
                             int part);
 

@@ -331,6 +331,10 @@ static int download_tick(peer_t *p)
     int first = p->download_why == NULL;
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
+        /* Nobody holds the stage, as far as this peer knows. In a running swarm its
+         * view may still be filling in (gossip): it gives the others two failure
+         * timeouts to show up before it takes the stage from a checkpoint or the seed. */
+        if (peer_swarm_started(p) && p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s) return 0;
         state_from_nobody(p);
         xfer_destroy(&p->xfer);
         begin_serving(p);

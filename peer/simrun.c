@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define REPAIR_S 20.0 /* virtual seconds after a partition in which replicas may differ */
+
 #define WORK_S 0.002 /* virtual compute time of a peer_step that did work */
 
 typedef struct drv drv_t;
@@ -63,6 +65,13 @@ struct drv {
     uint8_t pend_missing[64]; /* M bits */
     int pending;
     int finished;      /* peers that finished the run */
+    /* partitions: both sides go on (a dead peer and an unreachable one look the same), so
+     * a pool's replicas may differ while it lasts; the hash vote after it heals must make
+     * them equal again: by the end of the run every finisher of a stage holds one hash */
+    double parted_at;    /* the last time a partition was seen (-inf: never) */
+    int diverged;        /* updates that differed within REPAIR_S of a partition */
+    uint64_t *final_hash; /* [stage]: the first finisher's hash at the last step */
+    uint8_t *final_set;
     double val_loss;
     int crashes;
 };
@@ -159,6 +168,12 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         if (!d->hash_set[k]) {
             d->hash_set[k] = 1;
             d->hash[k] = a->hash_after;
+        } else if (d->hash[k] != a->hash_after && !d->stage_gone &&
+                   sim_now(d->sim) - d->parted_at < REPAIR_S) {
+            d->diverged++;
+            sim_note(d->sim, "node %d stage %d step %lld differs from its pool (a partition "
+                             "%.1f s ago): the hash vote must repair it",
+                     idx, a->stage, (long long)a->step, sim_now(d->sim) - d->parted_at);
         } else if (d->hash[k] != a->hash_after && !d->stage_gone) {
             failf(d, "hash: node %d stage %d step %lld holds %016llx, its pool applied %016llx",
                   idx, a->stage, (long long)a->step, (unsigned long long)a->hash_after,
@@ -261,6 +276,18 @@ static int finish(drv_t *d, dnode_t *n)
     sim_note(d->sim, "peer  %d done: stage %d step %lld val_loss %.4f", n->index, info.stage,
              (long long)info.step, info.val_loss);
     if (isfinite(info.val_loss)) d->val_loss = info.val_loss;
+    if (info.stage >= 0 && info.stage < d->S && info.step == d->run.steps && !d->stage_gone &&
+        sim_now(d->sim) - d->parted_at >= REPAIR_S) {
+        if (!d->final_set[info.stage]) {
+            d->final_set[info.stage] = 1;
+            d->final_hash[info.stage] = info.hash;
+        } else if (d->final_hash[info.stage] != info.hash) {
+            failf(d, "hash: node %d stage %d ends the run with %016llx, its pool with %016llx "
+                     "(replicas never made equal again)",
+                  n->index, info.stage, (unsigned long long)info.hash,
+                  (unsigned long long)d->final_hash[info.stage]);
+        }
+    }
     peer_finish(n->p, "run done");
     peer_destroy(&n->p);
     n->done = 1;
@@ -332,6 +359,7 @@ static int d_may_fail(void *ctx, int node)
 static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
+    if (sim_partitioned(d->sim)) d->parted_at = now;
     if (d->pending) {
         d->pending = 0;
         for (int i = 0; i < d->M; i++)
@@ -357,7 +385,10 @@ static int d_check(void *ctx, double now, char *err)
         d->covered_since = -1;
         return 0;
     }
-    if (sim_partitioned(d->sim)) return 0;
+    if (sim_partitioned(d->sim)) {
+        d->parted_at = now;
+        return 0;
+    }
     double since = d->covered_since;
     if (sim_last_fault(d->sim) > since) since = sim_last_fault(d->sim);
     if (d->last_progress > since) since = d->last_progress;
@@ -428,6 +459,9 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     d->lost_cap = o->steps + 2;
     d->hash = calloc((size_t)(d->S * d->hash_cap), sizeof *d->hash);
     d->hash_set = calloc((size_t)(d->S * d->hash_cap), 1);
+    d->final_hash = calloc((size_t)d->S, sizeof *d->final_hash);
+    d->final_set = calloc((size_t)d->S, 1);
+    d->parted_at = -INFINITY;
     d->stage_step = malloc((size_t)d->S * sizeof *d->stage_step);
     d->swarm_step = -1;
     for (int s = 0; d->stage_step && s < d->S; s++) d->stage_step[s] = -1;
@@ -436,7 +470,8 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     /* fixed: a peer keeps pointers into its node's options (the join endpoint) */
     d->cap = 2 * o->peers + 32;
     d->n = calloc((size_t)d->cap, sizeof *d->n);
-    if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull) {
+    if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull ||
+        !d->final_hash || !d->final_set) {
         rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
         goto done;
     }
@@ -533,6 +568,8 @@ done:
     free(d->n);
     free(d->hash);
     free(d->hash_set);
+    free(d->final_hash);
+    free(d->final_set);
     free(d->lost);
     free(d->stage_step);
     free(d);

@@ -234,17 +234,27 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
     free(voters);
-    int twice = 0;
+    int twice = 0; /* stays 0: an overlapping message is left out (the simulator checks) */
     for (int i = 0; i < n; i++) {
         if (!p->dopt && !dense_ok(p, msgs[i])) {
             p->rejected++;
             continue;
         }
+        /* A message that counts a microbatch already counted (a member's share was run
+         * again while its message was on the way to some members) is left out whole:
+         * a gradient sum cannot be taken apart. The same on every member that holds the
+         * same messages; its other microbatches show as lost. */
+        int overlap = 0;
+        for (int b = 0; b < p->M; b++) overlap |= pool_bit(msgs[i]->counted, b) && pool_bit(counted, b);
+        if (overlap) {
+            char h[9];
+            log_warn("peer: step %" PRId64 ": left out part %d of %s's message (it counts "
+                     "microbatches already counted)",
+                     p->step, msgs[i]->part, peer_idhex(msgs[i]->origin, h));
+            continue;
+        }
         for (int b = 0; b < p->M; b++)
-            if (pool_bit(msgs[i]->counted, b)) {
-                twice += pool_bit(counted, b);
-                pool_set_bit(counted, b);
-            }
+            if (pool_bit(msgs[i]->counted, b)) pool_set_bit(counted, b);
         for (int b = 0; b < p->M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
         if (p->dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
@@ -391,17 +401,35 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         q.flags = (uint8_t)need;
         peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
+    /* a message of a mate's may have later parts (supplements) this member has not seen:
+     * the held ones do not cover all M yet */
+    pool_msg_union(p->pool, p->ubuf);
+    if (ask && !pool_all(p->pool, p->ubuf))
+        for (int i = 0; i < nids; i++) {
+            if (peer_is_self(p, ids[i]) || !view_find(&p->view, ids[i]) ||
+                !pool_find(p->pool, ids[i], p->step, 0))
+                continue;
+            memcpy(q.origin, ids[i], MSG_ID_LEN);
+            q.flags = (uint8_t)pool_parts(p->pool, ids[i], p->step);
+            peer_send(p, ids[i], &q, 0, NULL, NULL);
+        }
     free(ids);
-    /* members that are gone: a mate may hold their messages */
+    /* members that are gone but had counted something: a mate may hold their messages */
     pool_msg_union(p->pool, p->ubuf);
     if (!pool_all(p->pool, p->ubuf) && ask) {
-        const msg_member_t *mem;
-        int nm = pool_members(p, &mem);
-        for (int i = 0; i < n; i++) {
-            if (view_find(&p->view, own[i].id)) continue;
-            memcpy(q.origin, own[i].id, MSG_ID_LEN);
-            q.flags = (uint8_t)pool_parts(p->pool, own[i].id, p->step);
-            for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
+        int nr = pool_reporters(p->pool, NULL, 0);
+        uint8_t(*rep)[MSG_ID_LEN] = malloc((size_t)(nr ? nr : 1) * MSG_ID_LEN);
+        if (rep) {
+            pool_reporters(p->pool, rep, nr);
+            const msg_member_t *mem;
+            int nm = pool_members(p, &mem);
+            for (int i = 0; i < nr; i++) {
+                if (view_find(&p->view, rep[i])) continue;
+                memcpy(q.origin, rep[i], MSG_ID_LEN);
+                q.flags = (uint8_t)pool_parts(p->pool, rep[i], p->step);
+                for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
+            }
+            free(rep);
         }
     }
     if (ask) p->exch_req_at = p->now;

@@ -128,6 +128,17 @@ void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, con
     p->nprog++;
 }
 
+int pool_reporters(const pool_t *p, uint8_t (*out)[MSG_ID_LEN], int cap)
+{
+    int k = 0;
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step) {
+            if (k < cap) memcpy(out[k], p->prog[i].id, MSG_ID_LEN);
+            k++;
+        }
+    return k;
+}
+
 double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN])
 {
     for (int i = 0; i < p->nprog; i++)

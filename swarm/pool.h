@@ -64,6 +64,10 @@ uint32_t pool_mine_count(const pool_t *p);
  * at `now` (this member's clock). */
 void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits,
                       double now);
+/* The members that reported PROGRESS for the current step: at most cap ids into out;
+ * returns how many there are. */
+int pool_reporters(const pool_t *p, uint8_t (*out)[MSG_ID_LEN], int cap);
+
 /* When the last PROGRESS of id for the current step arrived (-1: none). */
 double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
 

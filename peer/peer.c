@@ -203,7 +203,7 @@ static void load_state(peer_t *p, const uint8_t *buf)
 static void on_state_req(peer_t *p, const msg_t *m)
 {
     msg_t r = {.type = MSG_ERROR, .code = STATUS_ENOTFOUND, .stage = m->stage};
-    if (m->stage != p->stage || p->phase != PHASE_SERVING || p->self.serving_from > p->step + 1) {
+    if (m->stage != p->stage || p->phase != PHASE_SERVING) {
         snprintf(r.text, sizeof r.text, "not serving stage %d", m->stage);
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
@@ -328,6 +328,10 @@ static int download_tick(peer_t *p)
     for (int i = 0; i < n; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= mem[i].step + 1)
             donors[k++] = mem[i];
+    /* no contributor: a follower's state is the stage's best (it applied every update it
+     * could get), better than the seed */
+    for (int i = 0; i < n && !k; i++)
+        if (!peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
     int first = p->download_why == NULL;
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
@@ -581,6 +585,23 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
 static int follow_tick(peer_t *p)
 {
     if (p->self.serving_from <= p->step) return 0;
+    /* nobody left to follow (every contributor died): after two failure timeouts this
+     * member contributes itself, from the step it is at */
+    const msg_member_t *own;
+    int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+    if (n - (me >= 0) > 0) {
+        p->alone_since = 0;
+    } else {
+        if (!p->alone_since) p->alone_since = p->now;
+        if (p->now - p->alone_since > 2 * p->po.peer_timeout_s) {
+            p->self.serving_from = p->step;
+            p->alone_since = 0;
+            fprintf(p->log, "peer: no contributor left in stage %d's pool: contributing from step %" PRId64 "\n",
+                    p->stage, p->step);
+            peer_push_self(p);
+            return 0;
+        }
+    }
     if (p->step != p->follow_step) {
         p->follow_step = p->step;
         p->follow_since = p->now;

@@ -129,6 +129,7 @@ struct peer {
     double follow_since;
     double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
     int followed;       /* steps followed since the last download */
+    double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;
 };

@@ -55,7 +55,8 @@ struct drv {
     double covered_since; /* every stage has had a serving peer continuously since */
     int64_t hash_cap;
     uint64_t *hash;    /* [stage * hash_cap + step]: hash_after of the first to apply */
-    uint8_t *hash_set; /* same index: 1 when hash[] holds a value */
+    uint8_t *hash_set; /* same index: 1 when hash[] holds a value, 2: set within REPAIR_S
+                        * of a partition (one side's version: not a reference) */
     uint8_t *lost;     /* [step * M + index]: reported lost */
     int64_t lost_cap;
     /* an update that missed microbatches after a stage was gone: they must be reported
@@ -165,11 +166,12 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     }
     if (a->stage >= 0 && a->stage < d->S && a->step >= 0 && a->step < d->hash_cap) {
         size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
-        if (!d->hash_set[k]) {
-            d->hash_set[k] = 1;
+        int near_partition = sim_now(d->sim) - d->parted_at < REPAIR_S;
+        if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition)) {
+            d->hash_set[k] = near_partition ? 2 : 1;
             d->hash[k] = a->hash_after;
         } else if (d->hash[k] != a->hash_after && !d->stage_gone &&
-                   sim_now(d->sim) - d->parted_at < REPAIR_S) {
+                   (near_partition || d->hash_set[k] == 2)) {
             d->diverged++;
             sim_note(d->sim, "node %d stage %d step %lld differs from its pool (a partition "
                              "%.1f s ago): the hash vote must repair it",
@@ -260,13 +262,14 @@ static int peer_failed(drv_t *d, dnode_t *n, int rc, char *err)
 
 static void refresh(drv_t *d, dnode_t *n)
 {
-    if (n->serving || !n->p) return;
+    if (!n->p) return;
     peer_info_t info;
     peer_info(n->p, &info);
     if (info.stage >= 0 && n->stage < 0) sim_note(d->sim, "peer  %d takes stage %d", n->index, info.stage);
     n->stage = info.stage;
-    n->serving = info.state == MEMBER_SERVING;
-    if (n->serving) sim_note(d->sim, "peer  %d serves stage %d", n->index, n->stage);
+    int serving = info.state == MEMBER_SERVING;
+    if (serving && !n->serving) sim_note(d->sim, "peer  %d serves stage %d", n->index, n->stage);
+    n->serving = serving; /* a member that re-syncs holds no good state meanwhile */
 }
 
 static int finish(drv_t *d, dnode_t *n)

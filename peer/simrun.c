@@ -28,6 +28,8 @@ typedef struct {
     int stage;        /* -1 until the peer has one */
     int serving;      /* its stage's state is held (SERVING) */
     int done;         /* finished the run and left */
+    double started_at;
+    double serving_at; /* when it first held its stage's state (-1: never) */
     int bootstrap;    /* the node it joined through, -1 for the founder */
     char join[32];
     peer_options_t po;
@@ -55,6 +57,8 @@ struct drv {
     double covered_since; /* every stage has had a serving peer continuously since */
     int64_t hash_cap;
     uint64_t *hash;    /* [stage * hash_cap + step]: hash_after of the first to apply */
+    int **holders;     /* same index: the nodes that applied hash[] (-1 ended) */
+    int *nholders;
     uint8_t *hash_set; /* same index: 1 when hash[] holds a value, 2: set within REPAIR_S
                         * of a partition (one side's version: not a reference) */
     uint8_t *lost;     /* [step * M + index]: reported lost */
@@ -70,6 +74,7 @@ struct drv {
      * a pool's replicas may differ while it lasts; the hash vote after it heals must make
      * them equal again: by the end of the run every finisher of a stage holds one hash */
     double parted_at;    /* the last time a partition was seen (-inf: never) */
+    double first_done_at; /* when the first peer finished the run (-1: not yet) */
     int diverged;        /* updates that differed within REPAIR_S of a partition */
     uint64_t *final_hash; /* [stage]: the first finisher's hash at the last step */
     uint8_t *final_set;
@@ -167,9 +172,23 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     if (a->stage >= 0 && a->stage < d->S && a->step >= 0 && a->step < d->hash_cap) {
         size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
         int near_partition = sim_now(d->sim) - d->parted_at < REPAIR_S;
-        if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition)) {
+        /* the pool's version is what its live members hold: a member that applied and
+         * then died (its message reached nobody) leaves no version behind */
+        int live_holder = 0;
+        for (int h = 0; h < d->nholders[k]; h++)
+            live_holder |= d->n[d->holders[k][h]].p && sim_node_alive(d->sim, d->holders[k][h]);
+        if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition) ||
+            (d->hash[k] != a->hash_after && !live_holder)) {
             d->hash_set[k] = near_partition ? 2 : 1;
             d->hash[k] = a->hash_after;
+            d->nholders[k] = 0;
+        }
+        if (d->hash[k] == a->hash_after) {
+            int *hl = realloc(d->holders[k], (size_t)(d->nholders[k] + 1) * sizeof *hl);
+            if (hl) {
+                d->holders[k] = hl;
+                hl[d->nholders[k]++] = idx;
+            }
         } else if (d->hash[k] != a->hash_after && !d->stage_gone &&
                    (near_partition || d->hash_set[k] == 2)) {
             d->diverged++;
@@ -212,7 +231,7 @@ static void on_lost(void *ctx, const peer_t *p, int64_t step, uint32_t index, co
 static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[MSG_ID_LEN],
                    const char *join, int restart_of, double now, char *err)
 {
-    (void)restart_of, (void)now;
+    (void)restart_of;
     drv_t *d = ctx;
     if (node >= d->cap) return status_set(err, STATUS_EINVAL, "simrun: node %d of %d", node, d->cap);
     dnode_t *n = &d->n[node];
@@ -242,6 +261,8 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     n->po = po;
     n->p = peer_new(&n->po, tp, id, err);
     if (!n->p) return STATUS_EINVAL;
+    n->started_at = now;
+    n->serving_at = -1;
     return 0;
 }
 
@@ -269,6 +290,7 @@ static void refresh(drv_t *d, dnode_t *n)
     n->stage = info.stage;
     int serving = info.state == MEMBER_SERVING;
     if (serving && !n->serving) sim_note(d->sim, "peer  %d serves stage %d", n->index, n->stage);
+    if (serving && n->serving_at < 0) n->serving_at = sim_now(d->sim);
     n->serving = serving; /* a member that re-syncs holds no good state meanwhile */
 }
 
@@ -279,8 +301,12 @@ static int finish(drv_t *d, dnode_t *n)
     sim_note(d->sim, "peer  %d done: stage %d step %lld val_loss %.4f", n->index, info.stage,
              (long long)info.step, info.val_loss);
     if (isfinite(info.val_loss)) d->val_loss = info.val_loss;
+    /* (a peer that arrives after the run ended finds nobody and starts over: not the
+     * run's replica) */
+    if (d->first_done_at < 0) d->first_done_at = sim_now(d->sim);
     if (info.stage >= 0 && info.stage < d->S && info.step == d->run.steps && !d->stage_gone &&
-        sim_now(d->sim) - d->parted_at >= REPAIR_S) {
+        sim_now(d->sim) - d->parted_at >= REPAIR_S && n->serving_at >= 0 &&
+        n->serving_at < d->first_done_at) {
         if (!d->final_set[info.stage]) {
             d->final_set[info.stage] = 1;
             d->final_hash[info.stage] = info.hash;
@@ -462,9 +488,12 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     d->lost_cap = o->steps + 2;
     d->hash = calloc((size_t)(d->S * d->hash_cap), sizeof *d->hash);
     d->hash_set = calloc((size_t)(d->S * d->hash_cap), 1);
+    d->holders = calloc((size_t)(d->S * d->hash_cap), sizeof *d->holders);
+    d->nholders = calloc((size_t)(d->S * d->hash_cap), sizeof *d->nholders);
     d->final_hash = calloc((size_t)d->S, sizeof *d->final_hash);
     d->final_set = calloc((size_t)d->S, 1);
     d->parted_at = -INFINITY;
+    d->first_done_at = -1;
     d->stage_step = malloc((size_t)d->S * sizeof *d->stage_step);
     d->swarm_step = -1;
     for (int s = 0; d->stage_step && s < d->S; s++) d->stage_step[s] = -1;
@@ -474,7 +503,7 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     d->cap = 2 * o->peers + 32;
     d->n = calloc((size_t)d->cap, sizeof *d->n);
     if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull ||
-        !d->final_hash || !d->final_set) {
+        !d->final_hash || !d->final_set || !d->holders || !d->nholders) {
         rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
         goto done;
     }
@@ -570,6 +599,9 @@ done:
     if (d->devnull) fclose(d->devnull);
     free(d->n);
     free(d->hash);
+    for (int64_t i = 0; d->holders && i < (int64_t)d->S * d->hash_cap; i++) free(d->holders[i]);
+    free(d->holders);
+    free(d->nholders);
     free(d->hash_set);
     free(d->final_hash);
     free(d->final_set);

@@ -72,6 +72,7 @@ struct xfer {
     uint8_t (*donors)[MSG_ID_LEN];
     int ndonors;
     int next_donor;
+    uint8_t first_to[MSG_ID_LEN]; /* who was asked which snapshot it offers */
 };
 
 xfer_t *xfer_new(int stage, size_t total)
@@ -162,14 +163,17 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
                        xfer_req_t *out, int cap)
 {
     if (x->verified || n <= 0 || cap <= 0) return 0;
-    if (x->started > 0 && x->step < 0 && now - x->started > retry_s) {
-        restart(x); /* nobody answered the first request */
+    if (x->started > 0 && x->step < 0) {
+        int there = 0;
+        for (int i = 0; i < n && !there; i++) there = !memcmp(donors[i].id, x->first_to, MSG_ID_LEN);
+        if (!there || now - x->started > retry_s) restart(x); /* gone, or no answer */
     }
     int k = 0;
     if (x->step < 0) { /* first, one request: it tells which snapshot the donors offer */
         if (x->started > 0) return 0;
         x->started = now;
         memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
+        memcpy(x->first_to, out[k].to, MSG_ID_LEN);
         out[k].req = (msg_t){.type = MSG_STATE_REQ,
                              .stage = (int16_t)x->stage,
                              .step = -1,

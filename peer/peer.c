@@ -585,15 +585,20 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
 static int follow_tick(peer_t *p)
 {
     if (p->self.serving_from <= p->step) return 0;
-    /* nobody left to follow (every contributor died): after two failure timeouts this
-     * member contributes itself, from the step it is at */
+    /* nobody left to follow (every contributor died): after two failure timeouts the
+     * follower with the lowest id contributes, from the step it is at; the others follow
+     * it (several at once would not agree on who counts) */
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
     if (n - (me >= 0) > 0) {
         p->alone_since = 0;
     } else {
+        const msg_member_t *mem;
+        int nm = view_stage(&p->view, p->stage, 1, &mem), lowest = 1;
+        for (int i = 0; i < nm; i++)
+            if (!peer_is_self(p, mem[i].id) && memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0) lowest = 0;
         if (!p->alone_since) p->alone_since = p->now;
-        if (p->now - p->alone_since > 2 * p->po.peer_timeout_s) {
+        if (lowest && p->now - p->alone_since > 2 * p->po.peer_timeout_s) {
             p->self.serving_from = p->step;
             p->alone_since = 0;
             fprintf(p->log, "peer: no contributor left in stage %d's pool: contributing from step %" PRId64 "\n",

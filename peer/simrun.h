@@ -13,10 +13,17 @@
  * Invariants, checked after every event:
  * - counted: every applied update counts each of its M microbatches exactly once
  *   (counted_twice == 0 and all M bits), unless the missing ones were reported lost
- *   through hooks.lost while a whole stage was gone;
- * - hash: every member of a pool that applied step N holds the same parameter hash after
- *   it (compared across peers, restarts included, until a stage is wiped out);
- * - nothing lost (hooks.lost never called) while each stage keeps a live serving peer;
+ *   through hooks.lost while a whole stage was gone or within REPAIR_S (20 virtual s) of
+ *   a partition;
+ * - hash: every live member of a pool that applied step N holds the same parameter hash
+ *   after it (the reference is what a live member holds: one that applied and died takes
+ *   its version with it), until a stage is wiped out. Within REPAIR_S of a partition both
+ *   sides go on and may differ (noted, not failed; a hash set then is no reference);
+ * - end: the replicas of a stage that held their state before the first peer finished
+ *   end the run with one hash (the hash vote repaired any divergence), unless a partition
+ *   was within REPAIR_S of the end;
+ * - nothing lost (hooks.lost never called) while each stage keeps a live serving peer and
+ *   no partition was within REPAIR_S;
  * - liveness: while every stage has a live serving peer and the network is healed (no
  *   partition, crash or reset for a while), the swarm applies its next step within
  *   live_s virtual seconds; and the schedule ends, within budget_s, with every peer done

@@ -351,9 +351,6 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
              held, p->npending, view_max_step(&p->view, 0));
 }
 
-/* What this member still needs before it can apply the step: part 0 of every exchange
- * member's message, and every part that covers what a live member reports it counted.
- * Asks for each missing one (EXCH_REQ, at most once a second) and returns how many. */
 /* Adds id to the list (ids, *n of cap) unless it is there. */
 static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *id)
 {
@@ -362,6 +359,9 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
     if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
 }
 
+/* What this member still needs before it can apply the step: part 0 of every exchange
+ * member's message, and every part that covers what a live member reports it counted.
+ * Asks for each missing one (EXCH_REQ, at most once a second) and returns how many. */
 static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 {
     int missing = 0, ask = p->now - p->exch_req_at >= 1.0;
@@ -389,14 +389,22 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         const msg_member_t *mem = view_find(&p->view, ids[i]);
         int need = !pool_find(p->pool, ids[i], p->step, 0) ? 0
                    : mem && !self && !pool_member_covered(p->pool, ids[i])
-                       ? pool_parts(p->pool, ids[i], p->step)
+                       ? pool_first_missing(p->pool, ids[i], p->step)
                        : -1;
         if (need < 0) continue;
         /* named by a mate but unknown here: dead, or not heard of yet; wait a while */
         if (!mem && !self && need == 0 && p->now - p->exch_wait_since > 2 * p->po.peer_timeout_s)
             continue;
         missing++;
-        if (!ask || self || !mem) continue;
+        if (!ask || self) continue;
+        if (!mem) { /* named by a mate, unknown here: a mate may relay its message */
+            const msg_member_t *mates;
+            int nm = pool_members(p, &mates);
+            memcpy(q.origin, ids[i], MSG_ID_LEN);
+            q.flags = 0;
+            for (int j = 0; j < nm; j++) peer_send(p, mates[j].id, &q, 0, NULL, NULL);
+            continue;
+        }
         memcpy(q.origin, ids[i], MSG_ID_LEN);
         q.flags = (uint8_t)need;
         peer_send(p, ids[i], &q, 0, NULL, NULL);
@@ -410,7 +418,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
                 !pool_find(p->pool, ids[i], p->step, 0))
                 continue;
             memcpy(q.origin, ids[i], MSG_ID_LEN);
-            q.flags = (uint8_t)pool_parts(p->pool, ids[i], p->step);
+            q.flags = (uint8_t)pool_first_missing(p->pool, ids[i], p->step);
             peer_send(p, ids[i], &q, 0, NULL, NULL);
         }
     free(ids);
@@ -426,7 +434,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
             for (int i = 0; i < nr; i++) {
                 if (view_find(&p->view, rep[i])) continue;
                 memcpy(q.origin, rep[i], MSG_ID_LEN);
-                q.flags = (uint8_t)pool_parts(p->pool, rep[i], p->step);
+                q.flags = (uint8_t)pool_first_missing(p->pool, rep[i], p->step);
                 for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
             }
             free(rep);
@@ -495,6 +503,7 @@ int step_tick(peer_t *p)
         report_stall(p, 0, 0);
         return ask_redo(p);
     }
+    p->redo_suspect_at = 0;
     int rc;
     if (contributing(p) &&
         (!p->exch_sent || memcmp(pool_mine(p->pool), p->sent_bits, pool_bitmap_bytes(p->pool)))) {
@@ -536,7 +545,12 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     if (!p->st || m->stage != p->stage || ev->nframes != 3) return 0;
     if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
-    if (p->dopt && demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
+    if (p->dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
+        p->rejected++;
+        return 0;
+    }
+    if (p->dopt && m->flags == 0 &&
+        demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
         p->rejected++; /* the pool steps without it; hashes catch a peer that diverges */
         char h[9];
         log_warn("peer: refused the step %" PRId64 " exchange message of %s: %s", m->step,

@@ -43,6 +43,7 @@ struct net {
     double heartbeat_s, timeout_s;
     uint8_t id[MSG_ID_LEN];
     double t0;
+    double last_probe;
     int quit;
     /* compute thread state */
     uint64_t c_swarm, c_seq;
@@ -192,6 +193,35 @@ static void gossip(struct net *n)
         for (int i = 1; i < members_count(n->mem); i++)
             if (members_at(n->mem, i)->alive)
                 send_to(n, members_at(n->mem, i), hdr, hlen, 1, pl, &tlen);
+    }
+    free(table);
+}
+
+/* Members that went silent (not those that left) are sent our table every 2 s for 5
+ * minutes: after a partition heals each side hears the other again and the member comes
+ * back (higher heartbeat), so the pool's hash vote can repair what diverged. */
+#define PROBE_S   2.0
+#define PROBE_FOR 300.0
+
+static void probe_silent(struct net *n, double now)
+{
+    if (now - n->last_probe < PROBE_S) return;
+    n->last_probe = now;
+    uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
+    msg_t m = {.type = MSG_GOSSIP};
+    size_t hlen = 0, tlen = 0;
+    for (int i = 1; i < members_count(n->mem); i++) {
+        members_entry_t *e = members_at(n->mem, i);
+        if (e->alive || e->left || now - e->last_change > PROBE_FOR) continue;
+        if (!hlen) {
+            hlen = fill_header(n, &m, hdr, sizeof hdr);
+            tlen = table_bytes(n, &table);
+            if (!hlen || !table) break;
+        }
+        if (!e->user) e->user = new_dealer(n, e->m.addr); /* closed by the up/down hooks */
+        const void *data[2] = {hdr, table};
+        size_t len[2] = {hlen, tlen};
+        if (e->user) send_frames(e->user, 2, data, len, ZMQ_DONTWAIT);
     }
     free(table);
 }
@@ -452,6 +482,7 @@ static void tick(struct net *n)
     me(n)->uptime_s = (uint32_t)(now - n->t0);
     members_tick(n->mem, now, n->timeout_s, NULL, 0); /* heartbeat + 1, timeouts */
     gossip(n);
+    probe_silent(n, now);
     push_view(n);
 }
 

@@ -218,6 +218,13 @@ int pool_member_covered(const pool_t *p, const uint8_t id[MSG_ID_LEN])
     return 1;
 }
 
+int pool_first_missing(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
+{
+    int part = 0;
+    while (part < 256 && pool_find(p, origin, step, part)) part++;
+    return part;
+}
+
 int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
 {
     int n = 0;

@@ -234,6 +234,44 @@ static void test_demo_swarm_with_fault(void **state)
     free(out);
 }
 
+/* Kills from outside at a random moment (local --kill random): a 6-peer, 3-stage swarm
+ * where the victim is the founding peer (fault seed 104 picks peer 0, a stage-0 peer),
+ * then a stage-2 peer (seed 102); the moment within the run is random (its step is drawn
+ * from the seed, its instant falls wherever the peers are then). Each run finishes with
+ * a held-out loss, exit 0, nothing lost, and the summary shows the kill and the pool
+ * stepping again after it. */
+static void outside_kill(const char *name, int seed, const char *victim)
+{
+    char args[1024];
+    snprintf(args, sizeof args,
+             "local --peers 6 --stages 3 --layers 6 --steps 80 --log-every 20 --kill random "
+             "--fault-seed %d --quiet --dir %s/%s --data %s",
+             seed, dir, name, testutil_corpus());
+    char logname[64];
+    snprintf(logname, sizeof logname, "%s.log", name);
+    pid_t l = start(name, args);
+    int rc = finish(l, 600);
+    char *out = slurp(logname);
+    assert_non_null(out);
+    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
+    const char *k = strstr(out, "local: fault: SIGKILL ");
+    printf("%s", k ? k : out);
+    assert_non_null(k);
+    assert_non_null(strstr(k, victim));
+    assert_non_null(strstr(out, "lost microbatches 0"));
+    assert_non_null(strstr(out, "1 kills, 0 restarts"));
+    assert_non_null(strstr(out, "MTTR"));
+    assert_non_null(strstr(out, "no peer died unplanned"));
+    free(out);
+}
+
+static void test_outside_kills(void **state)
+{
+    (void)state;
+    outside_kill("founder", 104, "peer 0 (stage 0, the founding peer)");
+    outside_kill("stage2", 102, "(stage 2)");
+}
+
 /* A preempted peer comes back with its disk: the only peer of stage 1 is killed, and the
  * same peer (same store, so the same identity) joins again once the swarm noticed. Nobody
  * else holds stage 1, so it restores its newest checkpoint; the run finishes with nothing
@@ -482,6 +520,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revive_from_checkpoint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outside_kills, setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

@@ -405,9 +405,14 @@ static int d_check(void *ctx, double now, char *err)
                       d->pend_node, d->pend_stage, (long long)d->pend_step, i);
     }
     if (d->failed) return status_set(err, STATUS_ECORRUPT, "%s", d->why);
-    if (d->swarm_step >= d->run.steps - 1 || d->finished) return 0; /* the run's end: budget */
     int covered = 1;
     for (int s = 0; s < d->S && covered; s++) covered = serving_in(d, s, -1) > 0;
+    /* a stage gone in the run's last step (its validation) counts too */
+    if (!covered && d->seen_all && !d->stage_gone && !d->finished) {
+        d->stage_gone = 1;
+        sim_note(d->sim, "a whole stage is gone: its state is lost");
+    }
+    if (d->swarm_step >= d->run.steps - 1 || d->finished) return 0; /* the run's end: budget */
     if (covered) {
         if (!d->seen_all) d->seen_all = 1, d->covered_since = now;
         if (d->covered_since < 0) d->covered_since = now;

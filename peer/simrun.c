@@ -91,7 +91,7 @@ int simrun_corpus(const char *dir, char *path, size_t cap, char *err)
     snprintf(path, cap, "%s/sim-corpus.txt", dir);
     FILE *f = fopen(path, "w");
     if (!f) return status_set(err, STATUS_EIO, "cannot write %s: %s", path, strerror(errno));
-    static const char *words[] = {"the", "swarm", "trains", "a", "model", "in", "pools", "of",
+    static const char *const words[] = {"the", "swarm", "trains", "a", "model", "in", "pools", "of",
                                   "peers", "and", "every", "step", "counts", "once", "."};
     rng_t r;
     rng_seed(&r, 42);

@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
-            "  --plant-bug          peers step without one microbatch: every schedule must fail\n"
+            "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
+            "                       must catch it\n"
             "  --trace              print every event (with --seed)\n"
             "  --quiet              no failure reports on stderr, only the result lines\n");
 }

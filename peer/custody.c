@@ -66,7 +66,7 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     /* members still following their pool would throw the gradient away: prefer the
      * ones that contribute to this step's exchange */
     for (int i = 0; i < n; i++)
-        if (all[i].serving_from <= r->mb.step || r->mb.kind == 1 || (r->flags & MSG_FLAG_REDO))
+        if (all[i].serving_from <= r->mb.step || r->mb.kind == 1)
             cand[k++] = all[i];
     if (k) n = k;
     int pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
@@ -115,7 +115,10 @@ void custody_on_view(peer_t *p)
         mbrec_t *r = &p->mbs[i];
         if (!r->used || !r->sent) continue;
         const msg_member_t *nx = view_find(&p->view, r->next);
-        if (!nx || nx->stage != p->stage + 1) custody_reroute(p, r, "its next peer is gone");
+        if (!nx || nx->stage != p->stage + 1)
+            custody_reroute(p, r, "its next peer is gone");
+        else if (nx->state != MEMBER_SERVING)
+            custody_reroute(p, r, "its next peer is re-syncing");
     }
 }
 

@@ -9,6 +9,7 @@
 #include "common/rng.h"
 #include "compress/codec.h"
 #include "peer/peer_impl.h"
+#include "swarm/http.h"
 #include "swarm/net.h"
 
 #include <inttypes.h>
@@ -36,6 +37,15 @@ peer_options_t peer_defaults(void)
 }
 
 /* ---- small helpers --------------------------------------------------------------------- */
+
+/* Whether training has begun: some other member has served a microbatch or stepped. */
+int peer_swarm_started(const peer_t *p)
+{
+    for (int i = 0; i < p->view.n; i++)
+        if (!peer_is_self(p, p->view.m[i].id) && (p->view.m[i].step > 0 || p->view.m[i].served > 0))
+            return 1;
+    return p->step > 0 || p->served > 0;
+}
 
 int peer_is_self(const peer_t *p, const uint8_t *id)
 {
@@ -139,23 +149,27 @@ static int setup_stage(peer_t *p)
         return STATUS_EINVAL;
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
-        int rc;
-        if (!po->data_path && (rc = data_ensure_default(p->err))) return rc;
-        if (!(p->data = data_open(po->data_path ? po->data_path : data_default_path(), c->seq, 0.05,
-                                  p->err)))
+        /* the run's corpus: this peer's --data checked against the run's checksum, or the
+         * run's URL fetched (once, into the cache; the only wait of the peer's life, at
+         * set-up; the network thread keeps it alive meanwhile) */
+        char corpus[4096];
+        int rc = http_data_for_run(po->data_path, p->run.data_url, p->run.data_sha256, p->log,
+                                   corpus, sizeof corpus, p->err);
+        if (rc) return rc;
+        if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
+        if (!(p->data = data_open(corpus[0] ? corpus : data_default_path(), c->seq, 0.05, p->err)))
             return STATUS_EINVAL;
     }
     size_t nb = ((size_t)p->M + 7) / 8;
     p->nmbs = p->nslots + 2 * po->in_flight + 8;
     p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
-    p->started = calloc(nb, 1);
     p->ubuf = calloc(nb, 1);
     p->redo_for = calloc(nb, 1);
     p->sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->mbs || !p->started || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
+    if (!p->mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
         !p->wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
@@ -189,14 +203,21 @@ static void load_state(peer_t *p, const uint8_t *buf)
 static void on_state_req(peer_t *p, const msg_t *m)
 {
     msg_t r = {.type = MSG_ERROR, .code = STATUS_ENOTFOUND, .stage = m->stage};
-    if (m->stage != p->stage || p->phase != PHASE_SERVING || p->self.serving_from > p->step + 1) {
+    if (m->stage != p->stage || p->phase != PHASE_SERVING) {
         snprintf(r.text, sizeof r.text, "not serving stage %d", m->stage);
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
     /* a fresh request is served from the current step; the chunks of that snapshot are
      * served as long as nobody asks for a newer one */
-    if (m->step < 0 && p->snap.step != p->step && take_snapshot(p)) return;
+    /* Joiners that ask at about the same time share one snapshot (a newer one would
+     * refuse the chunks of the older); it may be a few steps old: they catch up through
+     * the pool's kept exchange messages. */
+    if (m->step < 0 && p->snap.step != p->step &&
+        (p->snap.step < 0 || p->snap.step < p->step - (STEP_KEEP - 4) || p->now - p->snap_at > 5.0)) {
+        if (take_snapshot(p)) return;
+        p->snap_at = p->now;
+    }
     const uint8_t *data;
     size_t len;
     msg_t rep;
@@ -205,6 +226,7 @@ static void on_state_req(peer_t *p, const msg_t *m)
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
+    if (p->go || peer_swarm_started(p)) rep.flags |= 1; /* training has begun: follow first */
     const void *pl[1] = {data};
     peer_send(p, m->sender, &rep, 1, pl, &len);
 }
@@ -217,10 +239,7 @@ static void begin_serving(peer_t *p)
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
      * Before the run has started there is nothing to miss. */
-    int started = 0;
-    for (int i = 0; i < p->view.n; i++)
-        started |= !peer_is_self(p, p->view.m[i].id) &&
-                   (p->view.m[i].step > 0 || p->view.m[i].served > 0);
+    int started = peer_swarm_started(p) || p->donor_started;
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
     p->followed = 0;
     p->step_t0 = p->now;
@@ -232,6 +251,19 @@ static void begin_serving(peer_t *p)
 
 int peer_start_download(peer_t *p, const char *why)
 {
+    /* what it holds goes back to the senders (they re-route at once) */
+    for (int i = 0; i < p->nmbs; i++) {
+        mbrec_t *r = &p->mbs[i];
+        if (!r->used) continue;
+        if (!peer_is_self(p, r->prev)) {
+            msg_t n = {.type = MSG_NACK, .mb = r->mb, .stage = (int16_t)p->stage};
+            n.mb.attempt = r->in_attempt;
+            snprintf(n.text, sizeof n.text, "re-syncing");
+            peer_send(p, r->prev, &n, 0, NULL, NULL);
+        }
+        custody_drop(r);
+    }
+    while (p->npending) serve_dequeue(p, p->npending - 1);
     xfer_destroy(&p->xfer);
     if (!(p->xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
@@ -296,9 +328,17 @@ static int download_tick(peer_t *p)
     for (int i = 0; i < n; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= mem[i].step + 1)
             donors[k++] = mem[i];
+    /* no contributor: a follower's state is the stage's best (it applied every update it
+     * could get), better than the seed */
+    for (int i = 0; i < n && !k; i++)
+        if (!peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
     int first = p->download_why == NULL;
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
+        /* Nobody holds the stage, as far as this peer knows. In a running swarm its
+         * view may still be filling in (gossip): it gives the others two failure
+         * timeouts to show up before it takes the stage from a checkpoint or the seed. */
+        if (peer_swarm_started(p) && p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s) return 0;
         state_from_nobody(p);
         xfer_destroy(&p->xfer);
         begin_serving(p);
@@ -349,8 +389,17 @@ static int on_welcome(peer_t *p, const net_ev_t *ev)
         return status_set(p->err, STATUS_EMALFORMED, "malformed WELCOME from %s", p->po.join);
     memcpy(p->run_text, ev->frame[0], ev->frame_len[0]);
     p->run_text[ev->frame_len[0]] = 0;
+    /* the swarm's own settings follow the training run's, as "swarm.key=value" lines */
+    char train_text[sizeof p->run_text];
+    memcpy(train_text, p->run_text, sizeof train_text);
+    char *sw = strstr(train_text, "swarm.");
+    if (sw && (sw == train_text || sw[-1] == '\n')) {
+        if (sscanf(sw, "swarm.wait_peers=%d", &p->wait_peers) != 1 || p->wait_peers < 0)
+            return status_set(p->err, STATUS_EMALFORMED, "run text: bad swarm settings");
+        *sw = 0;
+    }
     p->run = train_defaults();
-    if (train_options_from_text(&p->run, p->run_text, p->err)) return STATUS_EMALFORMED;
+    if (train_options_from_text(&p->run, train_text, p->err)) return STATUS_EMALFORMED;
     p->swarm = ev->msg.swarm;
     p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
@@ -363,7 +412,9 @@ static int hello_tick(peer_t *p)
 {
     if (p->po.is_new) {
         p->run = p->po.run;
-        train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
+        size_t n = train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
+        p->wait_peers = p->po.wait_peers;
+        snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->wait_peers);
         uint64_t salt;
         memcpy(&salt, p->id, 8);
         p->swarm = rng_mix(rng_hash_str(p->run_text), salt);
@@ -417,8 +468,15 @@ static int on_view(peer_t *p, const net_ev_t *ev)
 
 static int on_data(peer_t *p, const net_ev_t *ev)
 {
-    if (!p->st || p->phase == PHASE_DOWNLOAD || ev->nframes != msg_payloads(ev->msg.type))
+    if (!p->st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
+    if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
+        if (ev->msg.type == MSG_FWD) {
+            msg_t n = {.type = MSG_NACK, .mb = ev->msg.mb, .stage = ev->msg.stage};
+            snprintf(n.text, sizeof n.text, "re-syncing");
+            peer_send(p, ev->msg.sender, &n, 0, NULL, NULL);
+        }
         return 0;
+    }
     fault_point(p, &ev->msg);
     return serve_enqueue(p, ev);
 }
@@ -466,8 +524,10 @@ static int on_state_req_ev(peer_t *p, const net_ev_t *ev)
 
 static int on_state_rep(peer_t *p, const net_ev_t *ev)
 {
-    if (p->xfer && ev->nframes == 1 && ev->msg.stage == p->stage)
+    if (p->xfer && ev->nframes == 1 && ev->msg.stage == p->stage) {
         xfer_on_reply(p->xfer, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
+        p->donor_started |= ev->msg.flags & 1;
+    }
     return 0;
 }
 
@@ -519,18 +579,39 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
 
 /* ---- timers and work ------------------------------------------------------------------- */
 
-/* A follower whose pool moved on without it (no update for 2 s while others are ahead)
- * downloads the state again. */
+/* A follower catches up on the pool's updates through the kept exchange messages
+ * (step.c); when it is further behind than the messages are kept, or gets no update for
+ * 10 s while the pool is ahead, it downloads the state again. */
 static int follow_tick(peer_t *p)
 {
     if (p->self.serving_from <= p->step) return 0;
+    /* nobody left to follow (every contributor died): after two failure timeouts this
+     * member contributes itself, from the step it is at */
+    const msg_member_t *own;
+    int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+    if (n - (me >= 0) > 0) {
+        p->alone_since = 0;
+    } else {
+        if (!p->alone_since) p->alone_since = p->now;
+        if (p->now - p->alone_since > 2 * p->po.peer_timeout_s) {
+            p->self.serving_from = p->step;
+            p->alone_since = 0;
+            fprintf(p->log, "peer: no contributor left in stage %d's pool: contributing from step %" PRId64 "\n",
+                    p->stage, p->step);
+            peer_push_self(p);
+            return 0;
+        }
+    }
     if (p->step != p->follow_step) {
         p->follow_step = p->step;
         p->follow_since = p->now;
     }
-    if (p->now - p->follow_since <= 2.0) return 0;
-    p->follow_since = p->now;
-    if (!view_stage_ahead(&p->view, p->stage, p->step + 1, p->id)) return 0;
+    int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
+    if (ahead <= STEP_KEEP - 2 && p->now - p->follow_since <= 10.0) return 0;
+    if (ahead <= 1) {
+        p->follow_since = p->now;
+        return 0;
+    }
     return peer_start_download(p, "fell behind the pool while following");
 }
 
@@ -619,7 +700,6 @@ void peer_destroy(peer_t **pp)
     while (p->npending) serve_dequeue(p, p->npending - 1);
     free(p->pending);
     pool_destroy(&p->pool);
-    free(p->started);
     free(p->ubuf);
     free(p->redo_for);
     free(p->sent_bits);

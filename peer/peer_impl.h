@@ -66,6 +66,7 @@ struct peer {
     uint8_t id[MSG_ID_LEN];
     uint64_t swarm;
     char run_text[4096];
+    int wait_peers; /* the run's swarm.wait_peers: stage 0 starts once this many serve */
     int phase;
     double phase_at;  /* when the phase began */
     double hello_at;  /* last HELLO */
@@ -89,7 +90,6 @@ struct peer {
     /* the pool's step */
     pool_t *pool;
     int64_t step;      /* this pool's step: microbatches of this step are counted */
-    uint8_t *started;  /* stage 0: indices this peer started at this step */
     uint8_t *ubuf;     /* scratch: the pool's union */
     uint8_t *redo_for; /* stage 0: indices of `redo_step` re-run on request */
     int64_t redo_step;
@@ -97,7 +97,7 @@ struct peer {
     int loss_n;
     int exch_sent;     /* parts of this member's message sent this step */
     uint8_t *sent_bits; /* microbatches those parts counted */
-    double exch_wait_since, progress_at, redo_asked_at, exch_req_at;
+    double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
     uint64_t my_hash; /* parameter hash at the start of this step */
     double step_t0;
     double stall_logged_at;
@@ -105,7 +105,9 @@ struct peer {
     /* state transfer */
     xfer_t *xfer;
     xfer_snap_t snap;
-    int downloaded; /* the state came from the pool */
+    double snap_at;
+    int downloaded;     /* the state came from the pool */
+    int donor_started;  /* a donor said training had begun (STATE_REP flag 1) */
     const char *download_why;
     double xfer_t0;
     /* validation (the leader of stage 0) */
@@ -127,6 +129,7 @@ struct peer {
     double follow_since;
     double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
     int followed;       /* steps followed since the last download */
+    double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;
 };
@@ -135,6 +138,7 @@ struct peer {
 int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
               const size_t *len);
 int peer_is_self(const peer_t *p, const uint8_t *id);
+int peer_swarm_started(const peer_t *p);
 const char *peer_idhex(const uint8_t *id, char buf[9]);
 uint64_t peer_param_hash(peer_t *p);
 void peer_push_self(peer_t *p);
@@ -160,6 +164,7 @@ void serve_dequeue(peer_t *p, int i);
 void serve_note_throughput(peer_t *p, double seconds);
 
 /* step.c */
+#define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */
 void step_count(peer_t *p, uint32_t index);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 int step_tick(peer_t *p);
@@ -168,6 +173,5 @@ int step_on_exch(peer_t *p, const net_ev_t *ev);
 void step_on_exch_req(peer_t *p, const msg_t *m);
 void step_on_progress(peer_t *p, const net_ev_t *ev);
 void step_on_redo(peer_t *p, const net_ev_t *ev);
-void step_on_error(peer_t *p, const msg_t *m);
 
 #endif

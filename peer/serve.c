@@ -4,6 +4,7 @@
  * the end of the run. Data messages wait in a queue until the stage can take them.
  * Not for: custody of what was sent on (custody.c), the pool's step (step.c). */
 #include "common/log.h"
+#include "common/rng.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -374,14 +375,22 @@ int serve_source(peer_t *p)
         p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
         return 1;
     }
+    if (p->self.serving_from > p->step) return 0; /* a follower sources nothing */
     const msg_member_t *own;
     int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
     if (me < 0) return 0;
     if (p->step < p->run.steps) {
-        if (p->step == 0 && !p->go) { /* a new swarm waits for its first peers */
-            int serving = 0;
-            for (int i = 0; i < p->view.n; i++) serving += p->view.m[i].state == MEMBER_SERVING;
-            if (serving < p->po.wait_peers) return 0;
+        if (p->step == 0 && !p->go) {
+            /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
+             * founding peer set; every stage-0 peer applies it), unless it has started. */
+            int serving = 0, joining = 0;
+            for (int i = 0; i < p->view.n; i++) {
+                serving += p->view.m[i].state == MEMBER_SERVING;
+                joining += p->view.m[i].state == MEMBER_JOINING;
+            }
+            /* nobody half-way in: a member still downloading would not know whether it
+             * missed step 0 (it learns it from its donor, STATE_REP flag 1) */
+            if ((serving < p->wait_peers || joining) && !peer_swarm_started(p)) return 0;
             if (p->go_at == 0) p->go_at = p->now + 4 * 0.25; /* let gossip settle */
             if (p->now < p->go_at) return 0;
             p->go = 1;
@@ -392,7 +401,11 @@ int serve_source(peer_t *p)
         int nl = view_stage(&p->view, 0, 1, &live);
         pool_union(p->pool, live, nl, p->ubuf);
         for (int i = 0; i < p->M; i++) {
-            if (i % n != me || pool_bit(p->ubuf, i)) continue;
+            /* microbatch i of this step belongs to one owner; when an owner dies only its
+             * microbatches pass on (rendezvous hashing), so no two start the same one */
+            if (view_rendezvous(own, n, rng_mix((uint64_t)p->step, (uint64_t)i)) != me ||
+                pool_bit(p->ubuf, i))
+                continue;
             msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
             if (custody_find(p, &mb)) continue;
             int rc = start_mb(p, p->step, (uint32_t)i, 0, 0);

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define REPAIR_S 20.0 /* virtual seconds after a partition in which replicas may differ */
+
 #define WORK_S 0.002 /* virtual compute time of a peer_step that did work */
 
 typedef struct drv drv_t;
@@ -26,6 +28,8 @@ typedef struct {
     int stage;        /* -1 until the peer has one */
     int serving;      /* its stage's state is held (SERVING) */
     int done;         /* finished the run and left */
+    double started_at;
+    double serving_at; /* when it first held its stage's state (-1: never) */
     int bootstrap;    /* the node it joined through, -1 for the founder */
     char join[32];
     peer_options_t po;
@@ -53,7 +57,10 @@ struct drv {
     double covered_since; /* every stage has had a serving peer continuously since */
     int64_t hash_cap;
     uint64_t *hash;    /* [stage * hash_cap + step]: hash_after of the first to apply */
-    uint8_t *hash_set; /* same index: 1 when hash[] holds a value */
+    int **holders;     /* same index: the nodes that applied hash[] (-1 ended) */
+    int *nholders;
+    uint8_t *hash_set; /* same index: 1 when hash[] holds a value, 2: set within REPAIR_S
+                        * of a partition (one side's version: not a reference) */
     uint8_t *lost;     /* [step * M + index]: reported lost */
     int64_t lost_cap;
     /* an update that missed microbatches after a stage was gone: they must be reported
@@ -63,6 +70,14 @@ struct drv {
     uint8_t pend_missing[64]; /* M bits */
     int pending;
     int finished;      /* peers that finished the run */
+    /* partitions: both sides go on (a dead peer and an unreachable one look the same), so
+     * a pool's replicas may differ while it lasts; the hash vote after it heals must make
+     * them equal again: by the end of the run every finisher of a stage holds one hash */
+    double parted_at;    /* the last time a partition was seen (-inf: never) */
+    double first_done_at; /* when the first peer finished the run (-1: not yet) */
+    int diverged;        /* updates that differed within REPAIR_S of a partition */
+    uint64_t *final_hash; /* [stage]: the first finisher's hash at the last step */
+    uint8_t *final_set;
     double val_loss;
     int crashes;
 };
@@ -156,9 +171,30 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     }
     if (a->stage >= 0 && a->stage < d->S && a->step >= 0 && a->step < d->hash_cap) {
         size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
-        if (!d->hash_set[k]) {
-            d->hash_set[k] = 1;
+        int near_partition = sim_now(d->sim) - d->parted_at < REPAIR_S;
+        /* the pool's version is what its live members hold: a member that applied and
+         * then died (its message reached nobody) leaves no version behind */
+        int live_holder = 0;
+        for (int h = 0; h < d->nholders[k]; h++)
+            live_holder |= d->n[d->holders[k][h]].p && sim_node_alive(d->sim, d->holders[k][h]);
+        if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition) ||
+            (d->hash[k] != a->hash_after && !live_holder)) {
+            d->hash_set[k] = near_partition ? 2 : 1;
             d->hash[k] = a->hash_after;
+            d->nholders[k] = 0;
+        }
+        if (d->hash[k] == a->hash_after) {
+            int *hl = realloc(d->holders[k], (size_t)(d->nholders[k] + 1) * sizeof *hl);
+            if (hl) {
+                d->holders[k] = hl;
+                hl[d->nholders[k]++] = idx;
+            }
+        } else if (d->hash[k] != a->hash_after && !d->stage_gone &&
+                   (near_partition || d->hash_set[k] == 2)) {
+            d->diverged++;
+            sim_note(d->sim, "node %d stage %d step %lld differs from its pool (a partition "
+                             "%.1f s ago): the hash vote must repair it",
+                     idx, a->stage, (long long)a->step, sim_now(d->sim) - d->parted_at);
         } else if (d->hash[k] != a->hash_after && !d->stage_gone) {
             failf(d, "hash: node %d stage %d step %lld holds %016llx, its pool applied %016llx",
                   idx, a->stage, (long long)a->step, (unsigned long long)a->hash_after,
@@ -195,7 +231,7 @@ static void on_lost(void *ctx, const peer_t *p, int64_t step, uint32_t index, co
 static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[MSG_ID_LEN],
                    const char *join, int restart_of, double now, char *err)
 {
-    (void)restart_of, (void)now;
+    (void)restart_of;
     drv_t *d = ctx;
     if (node >= d->cap) return status_set(err, STATUS_EINVAL, "simrun: node %d of %d", node, d->cap);
     dnode_t *n = &d->n[node];
@@ -225,6 +261,8 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     n->po = po;
     n->p = peer_new(&n->po, tp, id, err);
     if (!n->p) return STATUS_EINVAL;
+    n->started_at = now;
+    n->serving_at = -1;
     return 0;
 }
 
@@ -245,13 +283,15 @@ static int peer_failed(drv_t *d, dnode_t *n, int rc, char *err)
 
 static void refresh(drv_t *d, dnode_t *n)
 {
-    if (n->serving || !n->p) return;
+    if (!n->p) return;
     peer_info_t info;
     peer_info(n->p, &info);
     if (info.stage >= 0 && n->stage < 0) sim_note(d->sim, "peer  %d takes stage %d", n->index, info.stage);
     n->stage = info.stage;
-    n->serving = info.state == MEMBER_SERVING;
-    if (n->serving) sim_note(d->sim, "peer  %d serves stage %d", n->index, n->stage);
+    int serving = info.state == MEMBER_SERVING;
+    if (serving && !n->serving) sim_note(d->sim, "peer  %d serves stage %d", n->index, n->stage);
+    if (serving && n->serving_at < 0) n->serving_at = sim_now(d->sim);
+    n->serving = serving; /* a member that re-syncs holds no good state meanwhile */
 }
 
 static int finish(drv_t *d, dnode_t *n)
@@ -261,6 +301,22 @@ static int finish(drv_t *d, dnode_t *n)
     sim_note(d->sim, "peer  %d done: stage %d step %lld val_loss %.4f", n->index, info.stage,
              (long long)info.step, info.val_loss);
     if (isfinite(info.val_loss)) d->val_loss = info.val_loss;
+    /* (a peer that arrives after the run ended finds nobody and starts over: not the
+     * run's replica) */
+    if (d->first_done_at < 0) d->first_done_at = sim_now(d->sim);
+    if (info.stage >= 0 && info.stage < d->S && info.step == d->run.steps && !d->stage_gone &&
+        sim_now(d->sim) - d->parted_at >= REPAIR_S && n->serving_at >= 0 &&
+        n->serving_at < d->first_done_at) {
+        if (!d->final_set[info.stage]) {
+            d->final_set[info.stage] = 1;
+            d->final_hash[info.stage] = info.hash;
+        } else if (d->final_hash[info.stage] != info.hash) {
+            failf(d, "hash: node %d stage %d ends the run with %016llx, its pool with %016llx "
+                     "(replicas never made equal again)",
+                  n->index, info.stage, (unsigned long long)info.hash,
+                  (unsigned long long)d->final_hash[info.stage]);
+        }
+    }
     peer_finish(n->p, "run done");
     peer_destroy(&n->p);
     n->done = 1;
@@ -332,6 +388,7 @@ static int d_may_fail(void *ctx, int node)
 static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
+    if (sim_partitioned(d->sim)) d->parted_at = now;
     if (d->pending) {
         d->pending = 0;
         for (int i = 0; i < d->M; i++)
@@ -357,7 +414,10 @@ static int d_check(void *ctx, double now, char *err)
         d->covered_since = -1;
         return 0;
     }
-    if (sim_partitioned(d->sim)) return 0;
+    if (sim_partitioned(d->sim)) {
+        d->parted_at = now;
+        return 0;
+    }
     double since = d->covered_since;
     if (sim_last_fault(d->sim) > since) since = sim_last_fault(d->sim);
     if (d->last_progress > since) since = d->last_progress;
@@ -428,6 +488,12 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     d->lost_cap = o->steps + 2;
     d->hash = calloc((size_t)(d->S * d->hash_cap), sizeof *d->hash);
     d->hash_set = calloc((size_t)(d->S * d->hash_cap), 1);
+    d->holders = calloc((size_t)(d->S * d->hash_cap), sizeof *d->holders);
+    d->nholders = calloc((size_t)(d->S * d->hash_cap), sizeof *d->nholders);
+    d->final_hash = calloc((size_t)d->S, sizeof *d->final_hash);
+    d->final_set = calloc((size_t)d->S, 1);
+    d->parted_at = -INFINITY;
+    d->first_done_at = -1;
     d->stage_step = malloc((size_t)d->S * sizeof *d->stage_step);
     d->swarm_step = -1;
     for (int s = 0; d->stage_step && s < d->S; s++) d->stage_step[s] = -1;
@@ -436,7 +502,8 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     /* fixed: a peer keeps pointers into its node's options (the join endpoint) */
     d->cap = 2 * o->peers + 32;
     d->n = calloc((size_t)d->cap, sizeof *d->n);
-    if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull) {
+    if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull ||
+        !d->final_hash || !d->final_set || !d->holders || !d->nholders) {
         rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
         goto done;
     }
@@ -532,7 +599,12 @@ done:
     if (d->devnull) fclose(d->devnull);
     free(d->n);
     free(d->hash);
+    for (int64_t i = 0; d->holders && i < (int64_t)d->S * d->hash_cap; i++) free(d->holders[i]);
+    free(d->holders);
+    free(d->nholders);
     free(d->hash_set);
+    free(d->final_hash);
+    free(d->final_set);
     free(d->lost);
     free(d->stage_step);
     free(d);

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEEP_STEPS 8 /* exchange messages kept for relays and followers */
 
 static int pool_members(peer_t *p, const msg_member_t **out)
 {
@@ -67,17 +66,17 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
         p->rejected++;
         return;
     }
-    pool_on_progress(p->pool, m->sender, m->step, ev->frame[0]);
+    pool_on_progress(p->pool, m->sender, m->step, ev->frame[0], p->now);
 }
 
 void step_reset(peer_t *p)
 {
-    pool_begin(p->pool, p->step, KEEP_STEPS);
-    memset(p->started, 0, pool_bitmap_bytes(p->pool));
+    pool_begin(p->pool, p->step, STEP_KEEP);
     p->loss_sum = 0, p->loss_n = 0;
     p->exch_sent = 0;
     memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
     p->exch_wait_since = 0;
+    p->redo_suspect_at = 0;
     stage_zero_grads(p->st);
 }
 
@@ -129,6 +128,17 @@ static int make_exchange(peer_t *p, int part)
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         if (!rc) p->k->download(p->k, msg, stage_grads(p->st), len);
     }
+    /* part 0 names the exchange members this member expects (its view): a mate that did
+     * not know of one of them waits for its message too */
+    uint8_t *claims = NULL;
+    size_t claims_len = 0;
+    if (rc == 0 && part == 0) {
+        const msg_member_t *own;
+        int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+        claims_len = (size_t)n * MSG_ID_LEN;
+        if (!(claims = malloc(claims_len ? claims_len : 1))) rc = STATUS_ENOMEM;
+        for (int i = 0; claims && i < n; i++) memcpy(claims + (size_t)i * MSG_ID_LEN, own[i].id, MSG_ID_LEN);
+    }
     if (rc == 0) {
         msg_t m = {.type = MSG_EXCH,
                    .flags = (uint8_t)part,
@@ -139,17 +149,20 @@ static int make_exchange(peer_t *p, int part)
                    .since = p->self.serving_from};
         memcpy(m.origin, p->id, MSG_ID_LEN);
         memcpy(m.sender, p->id, MSG_ID_LEN);
-        rc = pool_store(p->pool, &m, msg ? msg : (const uint8_t *)"", len, fresh, nb);
+        const uint8_t *body = msg ? msg : (const uint8_t *)"";
+        const uint8_t *cl = claims ? claims : (const uint8_t *)"";
+        rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
         const msg_member_t *mem;
         int n = pool_members(p, &mem);
-        const void *pl[2] = {msg ? msg : (const uint8_t *)"", fresh};
-        size_t lens[2] = {len, nb};
-        for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 2, pl, lens);
+        const void *pl[3] = {body, fresh, cl};
+        size_t lens[3] = {len, nb, claims_len};
+        for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
         for (size_t i = 0; i < nb; i++) p->sent_bits[i] |= fresh[i];
         stage_zero_grads(p->st); /* what is counted from now on goes into a supplement */
     }
     free(msg);
     free(fresh);
+    free(claims);
     return rc;
 }
 
@@ -189,9 +202,19 @@ static int64_t join_margin(const peer_t *p)
     return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
 }
 
-/* Applies the pool's update for this step from msgs[0, n) and moves to the next step. */
+static int msg_order(const void *a, const void *b)
+{
+    const pool_msg_t *x = *(const pool_msg_t *const *)a, *y = *(const pool_msg_t *const *)b;
+    int c = memcmp(x->origin, y->origin, MSG_ID_LEN);
+    return c ? c : (x->part > y->part) - (x->part < y->part);
+}
+
+/* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
+ * The messages are taken in one order on every member (origin, then part): float sums
+ * in arrival order would differ in their last bits from member to member. */
 static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 {
+    qsort(msgs, (size_t)n, sizeof *msgs, msg_order);
     uint32_t total = 0;
     int m = 0, nv = 0;
     size_t nb = pool_bitmap_bytes(p->pool);
@@ -211,18 +234,28 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
     free(voters);
-    int twice = 0;
+    int twice = 0; /* stays 0: an overlapping message is left out (the simulator checks) */
     for (int i = 0; i < n; i++) {
         if (!p->dopt && !dense_ok(p, msgs[i])) {
             p->rejected++;
             continue;
         }
+        /* A message that counts a microbatch already counted (a member's share was run
+         * again while its message was on the way to some members) is left out whole:
+         * a gradient sum cannot be taken apart. The same on every member that holds the
+         * same messages; its other microbatches show as lost. */
+        int overlap = 0;
+        for (int b = 0; b < p->M; b++) overlap |= pool_bit(msgs[i]->counted, b) && pool_bit(counted, b);
+        if (overlap) {
+            char h[9];
+            log_warn("peer: step %" PRId64 ": left out part %d of %s's message (it counts "
+                     "microbatches already counted)",
+                     p->step, msgs[i]->part, peer_idhex(msgs[i]->origin, h));
+            continue;
+        }
         for (int b = 0; b < p->M; b++)
-            if (pool_bit(msgs[i]->counted, b)) {
-                twice += pool_bit(counted, b);
-                pool_set_bit(counted, b);
-            }
-        total += msgs[i]->count;
+            if (pool_bit(msgs[i]->counted, b)) pool_set_bit(counted, b);
+        for (int b = 0; b < p->M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
         if (p->dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
@@ -300,7 +333,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 /* One line on what this member waits for, when its pool has not stepped for 10 s. */
 static void report_stall(peer_t *p, int complete, int exch_missing)
 {
-    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0) return;
+    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0 || !peer_swarm_started(p))
+        return;
     p->stall_logged_at = p->now;
     char bits[65];
     int k = 0;
@@ -320,34 +354,82 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
 /* What this member still needs before it can apply the step: part 0 of every exchange
  * member's message, and every part that covers what a live member reports it counted.
  * Asks for each missing one (EXCH_REQ, at most once a second) and returns how many. */
+/* Adds id to the list (ids, *n of cap) unless it is there. */
+static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *id)
+{
+    for (int i = 0; i < *n; i++)
+        if (!memcmp(ids[i], id, MSG_ID_LEN)) return;
+    if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
+}
+
 static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 {
     int missing = 0, ask = p->now - p->exch_req_at >= 1.0;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
-    for (int i = 0; i < n; i++) {
-        int self = peer_is_self(p, own[i].id);
+    /* the exchange members: this member's view, and everyone a mate's message names */
+    int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;
+    const pool_msg_t **held = malloc((size_t)(nheld ? nheld : 1) * sizeof *held);
+    if (!held) return 1;
+    pool_messages(p->pool, p->step, held, nheld);
+    for (int i = 0; i < nheld; i++) cap += held[i]->nclaims;
+    uint8_t(*ids)[MSG_ID_LEN] = malloc((size_t)(cap ? cap : 1) * MSG_ID_LEN);
+    if (!ids) {
+        free(held);
+        return 1;
+    }
+    int nids = 0;
+    for (int i = 0; i < n; i++) add_id(ids, &nids, cap, own[i].id);
+    for (int i = 0; i < nheld; i++)
+        for (int c = 0; held[i]->part == 0 && c < held[i]->nclaims; c++)
+            add_id(ids, &nids, cap, held[i]->claims[c]);
+    free(held);
+    for (int i = 0; i < nids; i++) {
+        int self = peer_is_self(p, ids[i]);
         if (self && !contributing(p)) continue;
-        int need = !pool_find(p->pool, own[i].id, p->step, 0) ? 0
-                   : !self && !pool_member_covered(p->pool, own[i].id)
-                       ? pool_parts(p->pool, own[i].id, p->step)
+        const msg_member_t *mem = view_find(&p->view, ids[i]);
+        int need = !pool_find(p->pool, ids[i], p->step, 0) ? 0
+                   : mem && !self && !pool_member_covered(p->pool, ids[i])
+                       ? pool_parts(p->pool, ids[i], p->step)
                        : -1;
         if (need < 0) continue;
+        /* named by a mate but unknown here: dead, or not heard of yet; wait a while */
+        if (!mem && !self && need == 0 && p->now - p->exch_wait_since > 2 * p->po.peer_timeout_s)
+            continue;
         missing++;
-        if (!ask || self) continue;
-        memcpy(q.origin, own[i].id, MSG_ID_LEN);
+        if (!ask || self || !mem) continue;
+        memcpy(q.origin, ids[i], MSG_ID_LEN);
         q.flags = (uint8_t)need;
-        peer_send(p, own[i].id, &q, 0, NULL, NULL);
+        peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
-    /* members that are gone: a mate may hold their messages */
+    /* a message of a mate's may have later parts (supplements) this member has not seen:
+     * the held ones do not cover all M yet */
+    pool_msg_union(p->pool, p->ubuf);
+    if (ask && !pool_all(p->pool, p->ubuf))
+        for (int i = 0; i < nids; i++) {
+            if (peer_is_self(p, ids[i]) || !view_find(&p->view, ids[i]) ||
+                !pool_find(p->pool, ids[i], p->step, 0))
+                continue;
+            memcpy(q.origin, ids[i], MSG_ID_LEN);
+            q.flags = (uint8_t)pool_parts(p->pool, ids[i], p->step);
+            peer_send(p, ids[i], &q, 0, NULL, NULL);
+        }
+    free(ids);
+    /* members that are gone but had counted something: a mate may hold their messages */
     pool_msg_union(p->pool, p->ubuf);
     if (!pool_all(p->pool, p->ubuf) && ask) {
-        const msg_member_t *mem;
-        int nm = pool_members(p, &mem);
-        for (int i = 0; i < n; i++) {
-            if (view_find(&p->view, own[i].id)) continue;
-            memcpy(q.origin, own[i].id, MSG_ID_LEN);
-            q.flags = (uint8_t)pool_parts(p->pool, own[i].id, p->step);
-            for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
+        int nr = pool_reporters(p->pool, NULL, 0);
+        uint8_t(*rep)[MSG_ID_LEN] = malloc((size_t)(nr ? nr : 1) * MSG_ID_LEN);
+        if (rep) {
+            pool_reporters(p->pool, rep, nr);
+            const msg_member_t *mem;
+            int nm = pool_members(p, &mem);
+            for (int i = 0; i < nr; i++) {
+                if (view_find(&p->view, rep[i])) continue;
+                memcpy(q.origin, rep[i], MSG_ID_LEN);
+                q.flags = (uint8_t)pool_parts(p->pool, rep[i], p->step);
+                for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
+            }
+            free(rep);
         }
     }
     if (ask) p->exch_req_at = p->now;
@@ -358,9 +440,21 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
  * with them): asks the lowest-id stage-0 member to run them again. */
 static int ask_redo(peer_t *p)
 {
-    if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step ||
-        p->now - p->redo_asked_at <= 2.0)
+    if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step) {
+        p->redo_suspect_at = 0;
         return 0;
+    }
+    /* A microbatch is lost only if no live member reports it in a report sent after the
+     * suspicion began (progress in flight is not a loss): wait for a fresh report from
+     * every live mate, then ask (again every 2 s while still missing). */
+    if (!p->redo_suspect_at) p->redo_suspect_at = p->now;
+    if (p->now - p->redo_suspect_at < 1.0 || p->now - p->redo_asked_at <= 2.0) return 0;
+    const msg_member_t *mem;
+    int nm = pool_members(p, &mem);
+    for (int i = 0; i < nm; i++)
+        if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= p->step &&
+            pool_heard_at(p->pool, mem[i].id) < p->redo_suspect_at)
+            return 0;
     p->redo_asked_at = p->now;
     const msg_member_t *s0;
     int n0 = view_stage(&p->view, 0, 1, &s0), pick = -1;
@@ -385,9 +479,13 @@ static int ask_redo(peer_t *p)
 int step_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING || p->step >= p->run.steps) return 0;
-    if (pool_mine_count(p->pool) && p->now - p->progress_at > 0.5) send_progress(p);
+    /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
+     * live member before they call a microbatch lost (ask_redo) */
+    if (contributing(p) && p->now - p->progress_at > 0.5) send_progress(p);
     pool_seen(p);
-    int complete = pool_all(p->pool, p->ubuf);
+    /* a follower goes by the messages alone: it may be catching up on steps the pool
+     * finished before it arrived, whose progress it never heard */
+    int complete = !contributing(p) || pool_all(p->pool, p->ubuf);
     if (!complete && p->po.plant_bug == 1 && p->step == 1) {
         int missing = 0;
         for (int i = 0; i < p->M; i++) missing += !pool_bit(p->ubuf, i);
@@ -407,6 +505,11 @@ int step_tick(peer_t *p)
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
     int missing = missing_messages(p, own, n);
+    if (!contributing(p)) { /* a follower needs someone's update to follow */
+        int others = 0;
+        for (int i = 0; i < n; i++) others += !peer_is_self(p, own[i].id);
+        if (!others) missing = 1;
+    }
     if (missing && !(p->po.plant_bug == 1 && p->step == 1)) {
         report_stall(p, 1, missing);
         if (p->now - p->exch_wait_since < 30.0 || !contributing(p)) return 0;
@@ -430,8 +533,8 @@ int step_tick(peer_t *p)
 int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
-    if (!p->st || m->stage != p->stage || ev->nframes != 2) return 0;
-    if (m->step < p->step - KEEP_STEPS || m->step > p->step + 4) return 0;
+    if (!p->st || m->stage != p->stage || ev->nframes != 3) return 0;
+    if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->dopt && demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
         p->rejected++; /* the pool steps without it; hashes catch a peer that diverges */
@@ -440,7 +543,8 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
                  peer_idhex(m->origin, h), why);
         return 0;
     }
-    int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1]);
+    int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1],
+                        ev->frame[2], ev->frame_len[2]);
     if (rc == STATUS_EMALFORMED) {
         p->rejected++;
         return 0;
@@ -461,9 +565,9 @@ void step_on_exch_req(peer_t *p, const msg_t *m)
                .hash = e->hash,
                .since = e->since};
     memcpy(r.origin, e->origin, MSG_ID_LEN);
-    const void *pl[2] = {e->data, e->counted};
-    size_t lens[2] = {e->len, pool_bitmap_bytes(p->pool)};
-    peer_send(p, m->sender, &r, 2, pl, lens);
+    const void *pl[3] = {e->data, e->counted, e->claims};
+    size_t lens[3] = {e->len, pool_bitmap_bytes(p->pool), (size_t)e->nclaims * MSG_ID_LEN};
+    peer_send(p, m->sender, &r, 3, pl, lens);
 }
 
 void step_on_redo(peer_t *p, const net_ev_t *ev)
@@ -483,10 +587,4 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
     for (size_t i = 0; i < nb; i++) p->redo_for[i] |= ev->frame[0][i];
     /* bits past M in the last byte are not microbatches */
     for (int i = p->M; i < (int)(nb * 8); i++) p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
-}
-
-void step_on_error(peer_t *p, const msg_t *m)
-{
-    (void)p;
-    (void)m;
 }

@@ -68,6 +68,11 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
                  o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                  o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
     if (w < 0) return 0;
+    /* only when set, so that runs on local files keep the text (and hashes) they had */
+    if (o->data_sha256[0] && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "data_sha256=%s\ndata_url=%s\n", o->data_sha256,
+                      o->data_url); /* the checksum first: it survives a truncated long URL */
+    if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
 
@@ -85,7 +90,7 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
 {
     static const char *model_keys[] = {"vocab", "dim",      "layers",     "heads", "ffn",
                                        "seq",   "norm_eps", "rope_theta", "batch", "stages"};
-    char line[256];
+    char line[1100];
     const char *p = text;
     while (*p) {
         const char *nl = strchr(p, '\n');
@@ -136,6 +141,18 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                 o->demo.vfmt = DEMO_VAL_SIGN;
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_values '%s'", v);
+        } else if (!strcmp(line, "data_url")) {
+            if (strlen(v) >= sizeof o->data_url || strncmp(v, "http", 4))
+                rc = status_set(err, STATUS_EMALFORMED, "run text: data_url is not a URL");
+            else
+                snprintf(o->data_url, sizeof o->data_url, "%s", v);
+        } else if (!strcmp(line, "data_sha256")) {
+            size_t k = strspn(v, "0123456789abcdef");
+            if (k != 64 || v[k])
+                rc = status_set(err, STATUS_EMALFORMED,
+                                "run text: data_sha256 is not 64 hex digits");
+            else
+                memcpy(o->data_sha256, v, 65);
         } else if (!strcmp(line, "codec")) {
             o->codec = strcmp(v, "none") ? codec_by_name(v) : -1;
             if (strcmp(v, "none") && o->codec < 0)

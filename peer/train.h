@@ -18,9 +18,15 @@ typedef struct {
     model_config_t cfg;
     optim_config_t opt;
     const char *data_path; /* NULL: the default corpus */
-    const char *init;      /* safetensors file (hf_model.h layout) to start from; NULL: seed */
-    const char *device;    /* "cpu", "ref", "cuda", "auto" */
-    int threads;           /* <= 0: all cores */
+    const char *init; /* safetensors file (hf_model.h layout) to start from; NULL: seed */
+    /* Where the corpus came from when it was fetched (--data URL, swarm/http.h), and the
+     * SHA-256 (64 hex digits) of its bytes. Both part of the run: the first peer of a swarm
+     * fills them, every joiner fetches the URL and must read bytes with that checksum.
+     * Empty strings: a local file, not checked (and absent from the run text). */
+    char data_url[1024];
+    char data_sha256[65];
+    const char *device; /* "cpu", "ref", "cuda", "auto" */
+    int threads;        /* <= 0: all cores */
     int steps;
     int accum; /* microbatches per optimizer step */
     uint64_t seed;
@@ -67,9 +73,9 @@ typedef struct {
 train_options_t train_defaults(void);
 
 /* The run's settings that every process training the same run must share (model
- * shape, batch, stages, optimizer and its schedule, DeMo, codec, seed, steps), as
- * "key=value\n" text — not the device, threads, data path, store or log. Returns the
- * length (truncated to n-1). */
+ * shape, batch, stages, optimizer and its schedule, DeMo, codec, seed, steps; data_url and
+ * data_sha256 when the corpus has a checksum), as "key=value\n" text — not the device,
+ * threads, local data path, store or log. Returns the length (truncated to n-1). */
 size_t train_options_to_text(const train_options_t *o, char *buf, size_t n);
 
 /* Reads text from train_options_to_text into o (other fields untouched); unknown keys

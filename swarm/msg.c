@@ -113,7 +113,7 @@ int msg_payloads(int type)
     case MSG_BWD:
         return 1;
     case MSG_EXCH:
-        return 2;
+        return 3;
     case MSG_GOSSIP:
     case MSG_PROGRESS:
     case MSG_REDO:

@@ -35,7 +35,8 @@ typedef enum {
     MSG_NACK = 7,        /* a FWD/BWD could not be taken; the custody holder reroutes */
     MSG_PROGRESS = 8,    /* pool member's completed microbatches of a step; payload: bitmap */
     MSG_STEP_DONE = 9,   /* stage 0's pool finished a step; every pool may step */
-    MSG_EXCH = 10,       /* pool exchange: payload: stage message (DeMo or dense grads) */
+    MSG_EXCH = 10,       /* pool exchange: payloads: stage message, counted bitmap, the
+                          * sender's exchange members of the step (ids) */
     MSG_STATE_REQ = 11,  /* ask a pool member for a chunk of its stage state */
     MSG_STATE_REP = 12,  /* a chunk of stage state; payload: the bytes */
     MSG_STATUS_REQ = 13, /* status tool -> peer */

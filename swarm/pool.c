@@ -9,6 +9,7 @@ typedef struct {
     uint8_t id[MSG_ID_LEN];
     int64_t step;
     uint8_t *bits;
+    double heard_at;
 } progress_t;
 
 struct pool {
@@ -36,6 +37,7 @@ static void free_msg(pool_msg_t *m)
 {
     free(m->data);
     free(m->counted);
+    free(m->claims);
 }
 
 void pool_destroy(pool_t **pp)
@@ -100,12 +102,14 @@ uint32_t pool_mine_count(const pool_t *p)
     return n;
 }
 
-void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits)
+void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits,
+                      double now)
 {
     if (step < p->step || step > p->step + 1) return;
     for (int i = 0; i < p->nprog; i++)
         if (p->prog[i].step == step && !memcmp(p->prog[i].id, id, MSG_ID_LEN)) {
             for (size_t j = 0; j < p->nb; j++) p->prog[i].bits[j] |= bits[j];
+            if (now > p->prog[i].heard_at) p->prog[i].heard_at = now;
             return;
         }
     if (p->nprog == p->prog_cap) {
@@ -119,8 +123,28 @@ void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, con
     if (!(e->bits = malloc(p->nb))) return;
     memcpy(e->id, id, MSG_ID_LEN);
     e->step = step;
+    e->heard_at = now;
     memcpy(e->bits, bits, p->nb);
     p->nprog++;
+}
+
+int pool_reporters(const pool_t *p, uint8_t (*out)[MSG_ID_LEN], int cap)
+{
+    int k = 0;
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step) {
+            if (k < cap) memcpy(out[k], p->prog[i].id, MSG_ID_LEN);
+            k++;
+        }
+    return k;
+}
+
+double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step && !memcmp(p->prog[i].id, id, MSG_ID_LEN))
+            return p->prog[i].heard_at;
+    return -1;
 }
 
 static int is_live(const msg_member_t *live, int n, const uint8_t id[MSG_ID_LEN])
@@ -203,9 +227,10 @@ int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
 }
 
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
-               size_t counted_len)
+               size_t counted_len, const uint8_t *claims, size_t claims_len)
 {
-    if (counted_len != p->nb) return STATUS_EMALFORMED;
+    if (counted_len != p->nb || claims_len % MSG_ID_LEN || claims_len / MSG_ID_LEN > MSG_MEMBERS_MAX)
+        return STATUS_EMALFORMED;
     if (pool_find(p, m->origin, m->step, m->flags)) return 0;
     if (p->nmsgs == p->msgs_cap) {
         int cap = p->msgs_cap ? 2 * p->msgs_cap : 16;
@@ -222,12 +247,15 @@ int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const
     e->len = len;
     e->data = malloc(len ? len : 1);
     e->counted = malloc(p->nb);
-    if (!e->data || !e->counted) {
+    e->nclaims = (int)(claims_len / MSG_ID_LEN);
+    e->claims = malloc(claims_len ? claims_len : 1);
+    if (!e->data || !e->counted || !e->claims) {
         free_msg(e);
         return STATUS_ENOMEM;
     }
     memcpy(e->data, data, len);
     memcpy(e->counted, counted, p->nb);
+    if (claims_len) memcpy(e->claims, claims, claims_len);
     p->nmsgs++;
     return 0;
 }

@@ -31,6 +31,8 @@ typedef struct {
     uint8_t *data;
     size_t len;
     uint8_t *counted; /* M bits */
+    uint8_t (*claims)[MSG_ID_LEN]; /* part 0: the exchange members its sender expected */
+    int nclaims;
 } pool_msg_t;
 
 /* A pool of M microbatches per step. NULL on ENOMEM. */
@@ -58,9 +60,16 @@ void pool_count(pool_t *p, uint32_t index);
 const uint8_t *pool_mine(const pool_t *p);
 uint32_t pool_mine_count(const pool_t *p);
 
-/* A member's PROGRESS: what it counted of `step` (its own bits, not a union). */
-void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step,
-                      const uint8_t *bits);
+/* A member's PROGRESS: what it counted of `step` (its own bits, not a union), received
+ * at `now` (this member's clock). */
+void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, const uint8_t *bits,
+                      double now);
+/* The members that reported PROGRESS for the current step: at most cap ids into out;
+ * returns how many there are. */
+int pool_reporters(const pool_t *p, uint8_t (*out)[MSG_ID_LEN], int cap);
+
+/* When the last PROGRESS of id for the current step arrived (-1: none). */
+double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
 
 /* The union, for the current step, of this member's bits, the bits of members in
  * live[0, n) and the counted bits of every held message. Into out (bitmap bytes). */
@@ -69,11 +78,12 @@ void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out);
 /* Whether every one of the M bits is set. */
 int pool_all(const pool_t *p, const uint8_t *bits);
 
-/* Stores an exchange message (m: origin, step, count, hash, since; flags: its part). 0
- * when kept or a duplicate; STATUS_EMALFORMED when the counted bitmap has the wrong size;
- * ENOMEM. */
+/* Stores an exchange message (m: origin, step, count, hash, since; flags: its part) with
+ * the ids its sender expected to exchange with (claims, claims_len octets: 32 each). 0
+ * when kept or a duplicate; STATUS_EMALFORMED when the counted bitmap or the claims have
+ * the wrong size; ENOMEM. */
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
-               size_t counted_len);
+               size_t counted_len, const uint8_t *claims, size_t claims_len);
 const pool_msg_t *pool_find(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step,
                             int part);
 

@@ -1,5 +1,6 @@
 /* view.c — queries on the live member table (view.h). */
 #include "swarm/view.h"
+#include "common/rng.h"
 #include "common/status.h"
 
 #include <stdlib.h>
@@ -14,6 +15,9 @@ int view_set(view_t *v, const msg_member_t *members, int n)
         msg_member_t *s = realloc(v->scratch, (size_t)n * sizeof *s);
         if (!s) return STATUS_ENOMEM;
         v->scratch = s;
+        msg_member_t *o = realloc(v->owners, (size_t)n * sizeof *o);
+        if (!o) return STATUS_ENOMEM;
+        v->owners = o;
         v->cap = n;
     }
     if (n) memcpy(v->m, members, (size_t)n * sizeof *members);
@@ -25,6 +29,7 @@ void view_free(view_t *v)
 {
     free(v->m);
     free(v->scratch);
+    free(v->owners);
     memset(v, 0, sizeof *v);
 }
 
@@ -58,14 +63,27 @@ int view_owners(view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LE
         const msg_member_t *m = &v->m[i];
         if (m->stage == stage && m->state == MEMBER_SERVING &&
             (m->serving_from <= step || !memcmp(m->id, self, MSG_ID_LEN)))
-            v->scratch[k++] = *m;
+            v->owners[k++] = *m;
     }
-    if (k > 1) qsort(v->scratch, (size_t)k, sizeof *v->scratch, id_cmp); /* NULL when empty */
+    if (k > 1) qsort(v->owners, (size_t)k, sizeof *v->owners, id_cmp); /* NULL when empty */
     *me = -1;
     for (int i = 0; i < k; i++)
-        if (!memcmp(v->scratch[i].id, self, MSG_ID_LEN)) *me = i;
-    *out = v->scratch;
+        if (!memcmp(v->owners[i].id, self, MSG_ID_LEN)) *me = i;
+    *out = v->owners;
     return k;
+}
+
+int view_rendezvous(const msg_member_t *own, int n, uint64_t key)
+{
+    int best = -1;
+    uint64_t best_h = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t id;
+        memcpy(&id, own[i].id, sizeof id);
+        uint64_t h = rng_mix(id, key);
+        if (best < 0 || h > best_h) best = i, best_h = h;
+    }
+    return best;
 }
 
 int view_weakest_stage(const view_t *v, int S, const uint8_t self[MSG_ID_LEN])

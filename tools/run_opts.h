@@ -26,6 +26,12 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *o,
                    const run_opts_extra_t *x);
 void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x);
 
+/* --data URL (run_opts_parse calls it): fetches the corpus into the cache (cache_dir, NULL:
+ * the default) with swarm/http.h, verified against o->data_sha256 when that is set, and
+ * points o->data_path at the local file; fills o->data_url and o->data_sha256. 0, or -1
+ * after printing why. */
+int run_opts_fetch_data(const char *cmd, train_options_t *o, const char *cache_dir);
+
 /* Number parsing with a message naming the option; 0 or -1. */
 int run_opts_int(const char *opt, const char *v, int min, int *out);
 int run_opts_float(const char *opt, const char *v, float *out);

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# bench_thin.sh — the thin-link benchmark, one command: a swarm of 4 hosts (2 stages x 2,
+# tools/netns.sh) at several link rates with a one-way delay, against the same swarm with
+# unshaped links and no relay ("loopback": veth pairs on one bridge, no tbf, no delay).
+# For each model config, activation codec and DeMo value format it prints tokens/s, the
+# mean wire MB/s per peer (bytes on each host's link, both directions, TCP/IP included)
+# and the ratio of tokens/s to loopback's.
+# Not for: correctness (tests/) or links other than the namespaces netns.sh makes.
+#
+#   sudo tools/bench_thin.sh                       # the whole matrix (long: 48 swarms)
+#   tools/bench_thin.sh --configs tiny --codecs int8 --demo sign --rates 100mbit --steps 30
+#
+# Options (lists are comma-separated):
+#   --configs tiny,small   --codecs f32,int8,int4   --demo f32,sign
+#   --rates 1gbit,100mbit,20mbit   --delay-ms 50   --steps N (40)   --in-flight K (2)
+#   --dir DIR (logs; default a new /tmp dir)   -- RUN OPTIONS for every peer
+# Each swarm runs with DeMo between the 2 replicas of a pool (--replicas 2 --optimizer demo),
+# one thread per peer, as `swarmtrain local` does.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+configs=tiny,small codecs=f32,int8,int4 demos=f32,sign rates=1gbit,100mbit,20mbit
+delay=50 steps=40 inflight=2 dir=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --configs) configs=$2; shift 2 ;;
+    --codecs) codecs=$2; shift 2 ;;
+    --demo) demos=$2; shift 2 ;;
+    --rates) rates=$2; shift 2 ;;
+    --delay-ms) delay=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --in-flight) inflight=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --) shift; break ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "bench_thin.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+[ -n "$dir" ] || dir=$(mktemp -d /tmp/st-bench-thin-XXXXXX)
+mkdir -p "$dir"
+trap '"$HERE/netns.sh" down; exit 130' INT TERM
+
+# one swarm; prints "tokens/s mean-MB/s val_loss" or "- - -"
+one() {
+    local name=$1 cfg=$2 rate=$3 d=$4
+    shift 4
+    local out
+    out=$("$HERE/netns.sh" swarm --hosts 4 --stages 2 --config "$cfg" --rate "$rate" --delay-ms "$d" \
+        --steps "$steps" --in-flight "$inflight" --dir "$dir/$name" -- "$@" 2>"$dir/$name.err")
+    echo "$out" >"$dir/$name.out"
+    echo "$out" | awk '/^thin:/{for(i=1;i<=NF;i++){if($i=="tokens/s")t=$(i+1); if($i=="mean")m=$(i+1); if($i=="val_loss")v=$(i+1)}}
+        END{if(t=="")print "- - -"; else print t, m, v}'
+}
+
+printf "%-6s %-5s %-5s %-16s %10s %12s %8s %9s\n" config codec demo link tokens/s "MB/s/peer" ratio val_loss
+IFS=, read -ra C <<<"$configs"
+IFS=, read -ra K <<<"$codecs"
+IFS=, read -ra D <<<"$demos"
+IFS=, read -ra R <<<"$rates"
+for cfg in "${C[@]}"; do
+    for codec in "${K[@]}"; do
+        for dv in "${D[@]}"; do
+            opts=(--replicas 2 --optimizer demo --codec "$codec" --demo-values "$dv" "$@")
+            read -r base mb val <<<"$(one "$cfg-$codec-$dv-loopback" "$cfg" none 0 "${opts[@]}")"
+            printf "%-6s %-5s %-5s %-16s %10s %12s %8s %9s\n" "$cfg" "$codec" "$dv" loopback \
+                "$base" "$mb" "1.00" "$val"
+            for rate in "${R[@]}"; do
+                read -r tps mb val <<<"$(one "$cfg-$codec-$dv-$rate" "$cfg" "$rate" "$delay" "${opts[@]}")"
+                ratio=$(awk -v a="$tps" -v b="$base" 'BEGIN{if(a=="-"||b=="-"||b==0)print "-"; else printf "%.2f", a/b}')
+                printf "%-6s %-5s %-5s %-16s %10s %12s %8s %9s\n" "$cfg" "$codec" "$dv" \
+                    "$rate+${delay}ms" "$tps" "$mb" "$ratio" "$val"
+            done
+        done
+    done
+done
+echo "logs in $dir"

@@ -1,5 +1,8 @@
 /* peer_impl.h — the inside of a swarm peer, shared by the files that make it up:
- *   peer.c    composition: lifecycle (join, download, serve, leave), event dispatch, timers;
+ *   peer.c    composition: lifecycle (join, serve, leave), event dispatch, timers;
+ *   join.c    entering a swarm: the run, the stage, building it;
+ *   state.c   the stage state: the snapshot served, the download, where state comes from;
+ *   run.c     peer_run, the ZeroMQ driver;
  *   custody.c microbatch records: slots, custody of what was sent on, re-routes;
  *   serve.c   forward and backward serving, stage-0 data sourcing, validation;
  *   step.c    this peer's side of its pool's step: progress, exchange, apply, redo.
@@ -142,7 +145,16 @@ int peer_swarm_started(const peer_t *p);
 const char *peer_idhex(const uint8_t *id, char buf[9]);
 uint64_t peer_param_hash(peer_t *p);
 void peer_push_self(peer_t *p);
+
+/* join.c */
+int join_setup_stage(peer_t *p);
+int join_on_welcome(peer_t *p, const net_ev_t *ev);
+int join_hello_tick(peer_t *p);
+
+/* state.c */
 int peer_start_download(peer_t *p, const char *why);
+void state_on_request(peer_t *p, const msg_t *m);
+int state_download_tick(peer_t *p);
 
 /* custody.c */
 mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb);

@@ -1,0 +1,117 @@
+/* join.c — how a peer enters a swarm: it starts one (--new: it writes the run text,
+ * with the swarm's own settings after the training keys) or asks a bootstrap peer
+ * (HELLO every 3 s, 10 tries) and reads the run from WELCOME; then it takes a stage and
+ * builds it: kernels, the stage, the optimizer, the corpus (stage 0), the pool's
+ * bookkeeping. Every step here returns at once; the peer's phase says where it is.
+ * Not for: the stage's state (state.c). */
+#include "common/log.h"
+#include "common/rng.h"
+#include "compress/codec.h"
+#include "peer/peer_impl.h"
+#include "swarm/http.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Takes a stage and builds it: kernels, the stage, the optimizer, data (stage 0), the
+ * pool's bookkeeping. The run is known by now. */
+int join_setup_stage(peer_t *p)
+{
+    const model_config_t *c = &p->run.cfg;
+    const peer_options_t *po = &p->po;
+    p->S = c->stages;
+    p->M = p->run.replicas * p->run.accum;
+    p->BT = c->batch * c->seq;
+    p->C = c->dim;
+    p->wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
+    if (po->stage >= p->S)
+        return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
+                          p->S);
+    p->stage = po->stage >= 0 ? po->stage : view_weakest_stage(&p->view, p->S, p->id);
+    if (!(p->k = kern_new(po->device, po->threads, p->err)) ||
+        !(p->st = stage_new(c, p->stage, p->k, p->nslots, p->run.seed, p->err)))
+        return STATUS_EINVAL;
+    if (p->run.optimizer == TRAIN_DEMO && !(p->dopt = demo_opt_new(p->st, &p->run.demo, p->err)))
+        return STATUS_EINVAL;
+    peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
+    if (p->stage == 0) {
+        /* the run's corpus: this peer's --data checked against the run's checksum, or the
+         * run's URL fetched (once, into the cache; the only wait of the peer's life, at
+         * set-up; the network thread keeps it alive meanwhile) */
+        char corpus[4096];
+        int rc = http_data_for_run(po->data_path, p->run.data_url, p->run.data_sha256, p->log,
+                                   corpus, sizeof corpus, p->err);
+        if (rc) return rc;
+        if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
+        if (!(p->data = data_open(corpus[0] ? corpus : data_default_path(), c->seq, 0.05, p->err)))
+            return STATUS_EINVAL;
+    }
+    size_t nb = ((size_t)p->M + 7) / 8;
+    p->nmbs = p->nslots + 2 * po->in_flight + 8;
+    p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
+    p->ubuf = calloc(nb, 1);
+    p->redo_for = calloc(nb, 1);
+    p->sent_bits = calloc(nb, 1);
+    p->pool = pool_new(p->M);
+    p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
+    p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
+    if (!p->mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
+        !p->wiring)
+        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    p->self.stage = (int16_t)p->stage;
+    peer_push_self(p);
+    return 0;
+}
+int join_on_welcome(peer_t *p, const net_ev_t *ev)
+{
+    if (p->phase != PHASE_HELLO) return 0;
+    if (ev->nframes != 2 || ev->frame_len[0] >= sizeof p->run_text)
+        return status_set(p->err, STATUS_EMALFORMED, "malformed WELCOME from %s", p->po.join);
+    memcpy(p->run_text, ev->frame[0], ev->frame_len[0]);
+    p->run_text[ev->frame_len[0]] = 0;
+    /* the swarm's own settings follow the training run's, as "swarm.key=value" lines */
+    char train_text[sizeof p->run_text];
+    memcpy(train_text, p->run_text, sizeof train_text);
+    char *sw = strstr(train_text, "swarm.");
+    if (sw && (sw == train_text || sw[-1] == '\n')) {
+        if (sscanf(sw, "swarm.wait_peers=%d", &p->wait_peers) != 1 || p->wait_peers < 0)
+            return status_set(p->err, STATUS_EMALFORMED, "run text: bad swarm settings");
+        *sw = 0;
+    }
+    p->run = train_defaults();
+    if (train_options_from_text(&p->run, train_text, p->err)) return STATUS_EMALFORMED;
+    p->swarm = ev->msg.swarm;
+    p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
+    fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
+    p->phase = PHASE_VIEW;
+    p->phase_at = p->now;
+    return 0;
+}
+
+int join_hello_tick(peer_t *p)
+{
+    if (p->po.is_new) {
+        p->run = p->po.run;
+        size_t n = train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
+        p->wait_peers = p->po.wait_peers;
+        snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->wait_peers);
+        uint64_t salt;
+        memcpy(&salt, p->id, 8);
+        p->swarm = rng_mix(rng_hash_str(p->run_text), salt);
+        p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
+        fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->swarm);
+        int rc = join_setup_stage(p);
+        if (rc) return rc;
+        p->download_why = NULL;
+        return peer_start_download(p, NULL);
+    }
+    if (p->hello_at > 0 && p->now - p->hello_at < 3.0) return 0;
+    if (p->hello_tries == 10)
+        return status_set(p->err, STATUS_ETIMEOUT, "no answer from %s", p->po.join);
+    p->hello_tries++;
+    p->hello_at = p->now;
+    if (p->tp.hello(p->tp.ctx, p->po.join, p->po.stage, p->err)) return STATUS_ENET;
+    return 0;
+}

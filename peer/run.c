@@ -1,0 +1,75 @@
+/* run.c — peer_run: one peer driven by the ZeroMQ network thread (swarm/net.c) on the
+ * machine's monotonic clock. The peer itself is the state machine of peer.c; this file
+ * only delivers its events, calls its step and waits for the network when it is idle.
+ * Not for: the simulator, which drives peers on a virtual clock (peer/simrun.c). */
+#include "common/clock.h"
+#include "peer/peer_impl.h"
+#include "swarm/net.h"
+
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+int peer_run(const peer_options_t *po, char *err)
+{
+    uint8_t id[MSG_ID_LEN];
+    peer_store_t *ps = NULL;
+    if (sodium_init() < 0) return status_set(err, STATUS_EIO, "libsodium failed to initialize");
+    /* identity: the store's Ed25519 key when there is a store, else a fresh one */
+    if (po->db) {
+        if (!(ps = peer_store_open(po->db, id, err))) return STATUS_EIO;
+    } else {
+        unsigned char sk[crypto_sign_SECRETKEYBYTES];
+        crypto_sign_keypair(id, sk);
+        sodium_memzero(sk, sizeof sk);
+    }
+    char endpoint[256];
+    net_config_t nc = {.bind = po->listen,
+                       .advertise = po->advertise,
+                       .heartbeat_s = 0.25,
+                       .timeout_s = po->peer_timeout_s};
+    memcpy(nc.id, id, MSG_ID_LEN);
+    nc.self.stage = 0;
+    nc.self.state = MEMBER_JOINING;
+    nc.self.loss = NAN;
+    net_t *net = net_start(&nc, endpoint, err);
+    if (!net) {
+        peer_store_close(&ps);
+        return STATUS_ENET;
+    }
+    transport_t tp = net_transport(net);
+    peer_options_t run_po = *po;
+    if (!run_po.clock) run_po.clock = clock_now;
+    peer_t *p = peer_new(&run_po, &tp, id, err);
+    if (!p) {
+        net_stop(&net);
+        peer_store_close(&ps);
+        return STATUS_EINVAL;
+    }
+    p->ps = ps;
+    fprintf(p->log, "peer: listening on %s\n", endpoint);
+    int rc = 0;
+    while (!(po->stop && *po->stop) && !peer_done(p)) {
+        net_ev_t ev;
+        double wake;
+        /* events first, without waiting while there is work */
+        for (int n = 0; n < 64; n++) {
+            int r = net_recv(net, 0, &ev);
+            if (r < 0) rc = status_set(p->err, STATUS_ENET, "the network thread failed");
+            if (r) break;
+            if ((rc = peer_on_event(p, &ev, clock_now()))) break;
+        }
+        if (rc || (rc = peer_step(p, clock_now(), &wake))) break;
+        double idle = wake - clock_now();
+        if (idle > 0) { /* idle: wait for the network */
+            int r = net_recv(net, idle > 0.005 ? 5 : (int)(idle * 1000) + 1, &ev);
+            if (r == 0 && (rc = peer_on_event(p, &ev, clock_now()))) break;
+        }
+    }
+    if (!rc) peer_finish(p, po->stop && *po->stop ? "asked to stop" : "run done");
+    if (rc) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));
+    peer_destroy(&p);
+    net_stop(&net);
+    return rc;
+}

@@ -1,0 +1,221 @@
+/* state.c — a peer's stage state between peers (the transfer itself is swarm/xfer.c):
+ * the snapshot it serves (taken between two steps, shared by joiners that ask at about
+ * the same time), the download of its stage's state when it joins or re-syncs, and
+ * where the state comes from when no member holds the stage (this peer's checkpoint,
+ * else the seed); then serving begins, contributing or first following the pool.
+ * Not for: what the pool does with the state (step.c). */
+#include "common/log.h"
+#include "peer/peer_impl.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t state_bytes(const peer_t *p)
+{
+    return 3 * stage_num_params(p->st) * sizeof(float) + 8;
+}
+
+
+/* The state a member serves: params | adam m | adam v | adam step, as of its current
+ * step (handlers run between steps, never inside one). */
+static int take_snapshot(peer_t *p)
+{
+    size_t P = stage_num_params(p->st) * sizeof(float);
+    if (xfer_snap_reserve(&p->snap, state_bytes(p))) return STATUS_ENOMEM;
+    p->k->download(p->k, p->snap.buf, stage_params(p->st), P);
+    p->k->download(p->k, p->snap.buf + P, stage_opt_m(p->st), P);
+    p->k->download(p->k, p->snap.buf + 2 * P, stage_opt_v(p->st), P);
+    memcpy(p->snap.buf + 3 * P, stage_opt_step(p->st), 8);
+    xfer_snap_seal(&p->snap, p->step);
+    return 0;
+}
+
+static void load_state(peer_t *p, const uint8_t *buf)
+{
+    size_t P = stage_num_params(p->st) * sizeof(float);
+    p->k->upload(p->k, stage_params(p->st), buf, P);
+    p->k->upload(p->k, stage_opt_m(p->st), buf + P, P);
+    p->k->upload(p->k, stage_opt_v(p->st), buf + 2 * P, P);
+    memcpy(stage_opt_step(p->st), buf + 3 * P, 8);
+}
+
+void state_on_request(peer_t *p, const msg_t *m)
+{
+    msg_t r = {.type = MSG_ERROR, .code = STATUS_ENOTFOUND, .stage = m->stage};
+    if (m->stage != p->stage || p->phase != PHASE_SERVING) {
+        snprintf(r.text, sizeof r.text, "not serving stage %d", m->stage);
+        peer_send(p, m->sender, &r, 0, NULL, NULL);
+        return;
+    }
+    /* a fresh request is served from the current step; the chunks of that snapshot are
+     * served as long as nobody asks for a newer one */
+    /* Joiners that ask at about the same time share one snapshot (a newer one would
+     * refuse the chunks of the older); it may be a few steps old: they catch up through
+     * the pool's kept exchange messages. */
+    if (m->step < 0 && p->snap.step != p->step &&
+        (p->snap.step < 0 || p->snap.step < p->step - (STEP_KEEP - 4) || p->now - p->snap_at > 5.0)) {
+        if (take_snapshot(p)) return;
+        p->snap_at = p->now;
+    }
+    const uint8_t *data;
+    size_t len;
+    msg_t rep;
+    if (xfer_serve(&p->snap, m, &rep, &data, &len, p->err)) {
+        snprintf(r.text, sizeof r.text, "%s; now at step %" PRId64, p->err, p->step);
+        peer_send(p, m->sender, &r, 0, NULL, NULL);
+        return;
+    }
+    if (p->go || peer_swarm_started(p)) rep.flags |= 1; /* training has begun: follow first */
+    const void *pl[1] = {data};
+    peer_send(p, m->sender, &rep, 1, pl, &len);
+}
+
+/* Serving begins: the state is in place (downloaded, restored or initial). */
+static void begin_serving(peer_t *p)
+{
+    p->my_hash = peer_param_hash(p);
+    p->self.state = MEMBER_SERVING;
+    /* A newcomer joins the exchange some steps on, so that every member has heard of it
+     * (gossip) before the first exchange that counts it; until then it follows the pool.
+     * Before the run has started there is nothing to miss. */
+    int started = peer_swarm_started(p) || p->donor_started;
+    p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
+    p->followed = 0;
+    p->step_t0 = p->now;
+    p->follow_since = p->now;
+    p->phase = PHASE_SERVING;
+    step_reset(p);
+    peer_push_self(p);
+}
+
+int peer_start_download(peer_t *p, const char *why)
+{
+    /* what it holds goes back to the senders (they re-route at once) */
+    for (int i = 0; i < p->nmbs; i++) {
+        mbrec_t *r = &p->mbs[i];
+        if (!r->used) continue;
+        if (!peer_is_self(p, r->prev)) {
+            msg_t n = {.type = MSG_NACK, .mb = r->mb, .stage = (int16_t)p->stage};
+            n.mb.attempt = r->in_attempt;
+            snprintf(n.text, sizeof n.text, "re-syncing");
+            peer_send(p, r->prev, &n, 0, NULL, NULL);
+        }
+        custody_drop(r);
+    }
+    while (p->npending) serve_dequeue(p, p->npending - 1);
+    xfer_destroy(&p->xfer);
+    if (!(p->xfer = xfer_new(p->stage, state_bytes(p))))
+        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    p->download_why = why;
+    p->xfer_t0 = p->now;
+    p->phase = PHASE_DOWNLOAD;
+    p->self.state = MEMBER_JOINING;
+    peer_push_self(p);
+    return 0;
+}
+
+/* No live member holds the stage: this peer's own checkpoint of the run, else the seed. */
+static void state_from_nobody(peer_t *p)
+{
+    int64_t step = view_max_step(&p->view, -1), ck_step = -1;
+    if (step < 0) step = 0;
+    char e2[STATUS_ERR_LEN] = "";
+    /* Only into a running swarm: when every pool starts afresh nobody owns the step
+     * count, so a whole-swarm resume would mix checkpoints of different steps. */
+    int rr = p->ps && step > 0 ? peer_store_restore(p->ps, p->st, p->dopt, &ck_step, e2)
+                               : STATUS_ENOTFOUND;
+    if (rr == 0) {
+        fprintf(p->log,
+                "restored: stage %d from this peer's checkpoint of step %" PRId64
+                " in %s; the swarm is at step %" PRId64 "\n",
+                p->stage, ck_step, p->po.db, step);
+        peer_store_event(p->ps, "restored",
+                         "stage %d from the checkpoint of step %" PRId64
+                         "; the swarm is at step %" PRId64,
+                         p->stage, ck_step, step);
+    } else {
+        if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
+        if (step > 0)
+            log_warn("stage %d has no live replica and no checkpoint: it starts from its "
+                     "initial parameters at step %" PRId64,
+                     p->stage, step);
+        peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
+                         p->stage, step);
+    }
+    p->step = step;
+    p->downloaded = 0;
+}
+
+static void announce(peer_t *p)
+{
+    char hex[2 * MSG_ID_LEN + 1];
+    for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
+    fprintf(p->log, "peer: id %s\n", hex);
+    fprintf(p->log,
+            "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step "
+            "%" PRId64 "\n",
+            p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads,
+            p->self.serving_from);
+    fflush(p->log);
+}
+
+int state_download_tick(peer_t *p)
+{
+    const msg_member_t *mem;
+    int n = view_stage(&p->view, p->stage, 1, &mem), k = 0;
+    msg_member_t *donors = p->view.scratch;
+    for (int i = 0; i < n; i++)
+        if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= mem[i].step + 1)
+            donors[k++] = mem[i];
+    /* no contributor: a follower's state is the stage's best (it applied every update it
+     * could get), better than the seed */
+    for (int i = 0; i < n && !k; i++)
+        if (!peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
+    int first = p->download_why == NULL;
+    if (!k) {
+        if (!first) return 0; /* a resync waits for a donor */
+        /* Nobody holds the stage, as far as this peer knows. In a running swarm its
+         * view may still be filling in (gossip): it gives the others two failure
+         * timeouts to show up before it takes the stage from a checkpoint or the seed. */
+        if (peer_swarm_started(p) && p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s) return 0;
+        state_from_nobody(p);
+        xfer_destroy(&p->xfer);
+        begin_serving(p);
+        announce(p);
+        return 0;
+    }
+    int rc = xfer_done(p->xfer);
+    if (rc == 1) {
+        load_state(p, xfer_data(p->xfer));
+        p->step = xfer_step(p->xfer);
+        p->downloaded = 1;
+        p->pool_step_s = 0;
+        fprintf(p->log,
+                "state: downloaded stage %d at step %" PRId64
+                " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",
+                p->stage, p->step, state_bytes(p) / 1e6, p->now - p->xfer_t0,
+                xfer_donors(p->xfer));
+        fflush(p->log);
+        xfer_destroy(&p->xfer);
+        if (first)
+            peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": state from the pool",
+                             p->stage, p->step);
+        else
+            peer_store_event(p->ps, "resynced", "stage %d at step %" PRId64 ": %s", p->stage,
+                             p->step, p->download_why);
+        begin_serving(p);
+        if (first) announce(p);
+        else
+            fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 " (%s)\n",
+                    p->stage, p->step, p->download_why);
+        return 0;
+    }
+    if (xfer_restarts(p->xfer) > 50)
+        return status_set(p->err, STATUS_ETIMEOUT, "could not download stage %d's state",
+                          p->stage);
+    xfer_req_t req[8];
+    int nr = xfer_next_requests(p->xfer, p->now, donors, k, 10.0, req, 8);
+    for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
+    return 0;
+}

@@ -27,7 +27,8 @@
  * - liveness: while every stage has a live serving peer and the network is healed (no
  *   partition, crash or reset for a while), the swarm applies its next step within
  *   live_s virtual seconds; and the schedule ends, within budget_s, with every peer done
- *   (held-out loss measured) and gone, unless a whole stage was lost;
+ *   (held-out loss measured) and gone, unless a whole stage was lost (a peer that only
+ *   arrived as the run ended and never held its stage is counted as stranded instead);
  * - no peer fails with a fatal status, except a joiner whose bootstrap node died.
  *
  * Not for: the network model (swarm/sim.c) or the command line (tools/cmd_sim.c).
@@ -66,6 +67,7 @@ typedef struct {
     int nodes, crashes;     /* nodes ever started, crashes among them */
     int64_t steps_applied;  /* the highest step any peer applied */
     int stage_lost;         /* a whole stage was gone at some point */
+    int stranded;           /* peers that arrived as the run ended and were still waiting */
     double val_loss;        /* the held-out loss measured at the end (NaN if none) */
 } simrun_result_t;
 

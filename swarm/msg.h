@@ -52,7 +52,7 @@ typedef enum {
     MEMBER_JOINING = 0, /* downloading its stage's state */
     MEMBER_SERVING = 1,
     MEMBER_LEAVING = 2,
-    MEMBER_DEAD = 3 /* never sent by its owner; local verdict only */
+    MEMBER_DEAD = 3 /* never sent by its owner; in GOSSIP: a probe candidate (members.h) */
 } member_state_t;
 
 /* One member as a table entry (GOSSIP, WELCOME). */

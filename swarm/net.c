@@ -43,7 +43,6 @@ struct net {
     double heartbeat_s, timeout_s;
     uint8_t id[MSG_ID_LEN];
     double t0;
-    double last_probe;
     int quit;
     /* compute thread state */
     uint64_t c_swarm, c_seq;
@@ -182,46 +181,35 @@ static void push_view(struct net *n)
     free(v);
 }
 
-static void gossip(struct net *n)
+/* Members dead of silence are probed this long (members.h). */
+#define NET_FORGET_S 60.0
+
+/* GOSSIP to every live member, and to one member that died of silence (a probe, through
+ * a DEALER of its own that lingers until the message is out): after a partition heals,
+ * the two sides find each other this way (members.h). */
+static void gossip(struct net *n, double now)
 {
     uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
     msg_t m = {.type = MSG_GOSSIP};
-    size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
-    size_t tlen = table_bytes(n, &table);
+    char err[STATUS_ERR_LEN];
+    size_t hlen = fill_header(n, &m, hdr, sizeof hdr), tlen = 0;
+    if (members_encode_gossip(n->mem, now, NET_FORGET_S, &table, &tlen, err))
+        log_error("net: %s", err);
     if (hlen && table) {
         const void *pl[1] = {table};
         for (int i = 1; i < members_count(n->mem); i++)
             if (members_at(n->mem, i)->alive)
                 send_to(n, members_at(n->mem, i), hdr, hlen, 1, pl, &tlen);
-    }
-    free(table);
-}
-
-/* Members that went silent (not those that left) are sent our table every 2 s for 5
- * minutes: after a partition heals each side hears the other again and the member comes
- * back (higher heartbeat), so the pool's hash vote can repair what diverged. */
-#define PROBE_S   2.0
-#define PROBE_FOR 300.0
-
-static void probe_silent(struct net *n, double now)
-{
-    if (now - n->last_probe < PROBE_S) return;
-    n->last_probe = now;
-    uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
-    msg_t m = {.type = MSG_GOSSIP};
-    size_t hlen = 0, tlen = 0;
-    for (int i = 1; i < members_count(n->mem); i++) {
-        members_entry_t *e = members_at(n->mem, i);
-        if (e->alive || e->left || now - e->last_change > PROBE_FOR) continue;
-        if (!hlen) {
-            hlen = fill_header(n, &m, hdr, sizeof hdr);
-            tlen = table_bytes(n, &table);
-            if (!hlen || !table) break;
+        int pi = members_probe(n->mem, now, NET_FORGET_S, n->seq * 0x9e3779b97f4a7c15ULL);
+        void *d = pi > 0 ? new_dealer(n, members_at(n->mem, pi)->m.addr) : NULL;
+        if (d) {
+            const void *data[2] = {hdr, table};
+            size_t len[2] = {hlen, tlen};
+            int linger = 200;
+            zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+            send_frames(d, 2, data, len, ZMQ_DONTWAIT);
+            zmq_close(d);
         }
-        if (!e->user) e->user = new_dealer(n, e->m.addr); /* closed by the up/down hooks */
-        const void *data[2] = {hdr, table};
-        size_t len[2] = {hlen, tlen};
-        if (e->user) send_frames(e->user, 2, data, len, ZMQ_DONTWAIT);
     }
     free(table);
 }
@@ -481,8 +469,7 @@ static void tick(struct net *n)
     double now = clock_now();
     me(n)->uptime_s = (uint32_t)(now - n->t0);
     members_tick(n->mem, now, n->timeout_s, NULL, 0); /* heartbeat + 1, timeouts */
-    gossip(n);
-    probe_silent(n, now);
+    gossip(n, now);
     push_view(n);
 }
 

@@ -228,9 +228,17 @@ static const char *msg_brief(const msg_t *m, char *buf, size_t n)
         snprintf(buf, n, "%s step %lld mb %u.%u stage %d", msg_type_name(m->type),
                  (long long)m->mb.step, m->mb.index, m->mb.attempt, m->stage);
         break;
+    case MSG_EXCH:
+    case MSG_EXCH_REQ: {
+        char o[9];
+        snprintf(buf, n, "%s step %lld stage %d origin %s part %u count %u",
+                 msg_type_name(m->type), (long long)m->step, m->stage, msg_id_short(m->origin, o),
+                 m->flags, m->count);
+        break;
+    }
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
-    case MSG_EXCH:
+    case MSG_REDO:
         snprintf(buf, n, "%s step %lld stage %d", msg_type_name(m->type), (long long)m->step,
                  m->stage);
         break;
@@ -668,8 +676,10 @@ static void on_start(sim_t *s, node_t *n)
     n->state = NODE_UP;
     n->started_at = s->now;
     if (s->now > 0) s->last_fault = s->now;
-    sim_note(s, "start %d%s%s%s slow %.2f", n->index, jp ? " join " : " founder", jp ? jp : "",
-             n->restart_of >= 0 ? " (restart)" : "", n->slow);
+    char hex[9];
+    sim_note(s, "start %d id %s%s%s%s slow %.2f", n->index, msg_id_short(n->id, hex),
+             jp ? " join " : " founder", jp ? jp : "", n->restart_of >= 0 ? " (restart)" : "",
+             n->slow);
     push(s, s->now + s->cfg.heartbeat_s * rng_uniform(&s->rng), EV_TICK, n->index, 0, 0, NULL);
     int rc = s->app.start ? s->app.start(s->app.ctx, n->index, &n->tp, n->id, jp, n->restart_of,
                                          s->now, err)

@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
-            "  --plant-bug          peers step without one microbatch: every schedule must fail\n"
+            "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
+            "                       must catch it\n"
             "  --trace              print every event (with --seed)\n"
             "  --quiet              no failure reports on stderr, only the result lines\n");
 }
@@ -177,7 +178,7 @@ int cmd_sim(int argc, char **argv)
     if (!trace && !getenv("SWARMTRAIN_LOG")) log_level = LOG_ERROR;
     FILE *devnull = quiet ? fopen("/dev/null", "w") : NULL;
     o.report = devnull ? devnull : stderr;
-    long long failed = 0, run = 0, crashes = 0, lost_stage = 0;
+    long long failed = 0, run = 0, crashes = 0, lost_stage = 0, stranded = 0;
     double t0 = clock_now(), vsec = 0;
     uint64_t events = 0;
     for (long long i = 0; i < seeds; i++) {
@@ -192,6 +193,7 @@ int cmd_sim(int argc, char **argv)
         run++;
         crashes += r.crashes;
         lost_stage += r.stage_lost;
+        stranded += r.stranded;
         vsec += r.virtual_s;
         events += r.events;
         if (r.failed) {
@@ -213,8 +215,8 @@ int cmd_sim(int argc, char **argv)
     }
     double wall = clock_now() - t0;
     printf("sim: %.1f s, %.1f schedules/s, %.0f virtual s, %" PRIu64 " events, %lld crashes, "
-           "%lld schedules lost a whole stage\n",
-           wall, wall > 0 ? (double)run / wall : 0.0, vsec, events, crashes, lost_stage);
+           "%lld schedules lost a whole stage, %lld late joiners stranded after the run\n",
+           wall, wall > 0 ? (double)run / wall : 0.0, vsec, events, crashes, lost_stage, stranded);
     printf("sim: %lld schedules, %lld failed\n", run, failed);
     if (devnull) fclose(devnull);
     remove(corpus);

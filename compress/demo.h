@@ -74,6 +74,13 @@ typedef enum {
     DEMO_VAL_SIGN = 2, /* 1 bit + one f32 scale per message */
 } demo_vfmt_t;
 
+/* Which coefficients of a tile a sender transmits. */
+typedef enum {
+    DEMO_IDX_TOPK = 0,   /* its own top-k by magnitude; the indices travel */
+    DEMO_IDX_SHARED = 1, /* k drawn at random from a seed every replica knows (the step and
+                          * the tensor's place in the stage): only the values travel */
+} demo_imode_t;
+
 #define DEMO_VERSION       1
 #define DEMO_HEADER_LEN    32
 #define DEMO_DEFAULT_CHUNK 64
@@ -91,6 +98,7 @@ typedef struct {
     int k;            /* coefficients per tile, >= 1; 0 = 32; above the tile size = all */
     demo_vfmt_t vfmt; /* value format */
     float beta;       /* momentum decay in [0, 1]; a NaN is refused */
+    demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
 } demo_cfg_t;
 
 /* What a valid message says (demo_msg_parse). */
@@ -216,6 +224,40 @@ void demo_body_finish(demo_t *d, const double *sum, const uint32_t *cnt, float *
  * ascending order to idx. keys is scratch of n entries. 1 <= k <= n <= 65536. The
  * building block of demo_extract, exposed for tests. Can't fail. */
 void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys);
+
+/* --- shared indices ---------------------------------------------------------------
+ *
+ * In DEMO_IDX_SHARED mode every replica transmits the SAME coefficients of each tile: kt
+ * of its tn drawn uniformly without replacement, ascending, from a seed all replicas
+ * derive alike (peer/demo_opt.c: the step and the tensor's place in the stage), so no
+ * index travels and a body is the scale plus one value per entry. Tile t of `tiles`
+ * uses its own stream, rng_seed(rng_mix(seed, t)) (common/rng.h), and Floyd's algorithm:
+ * for j = tn-kt .. tn-1, x = (next >> 32) * (j+1) >> 32; mark x, or j if x is marked;
+ * the marked positions in ascending order are the indices (docs/codec-format.md 4.2).
+ * kt >= tn gives every index. mark is scratch of tn octets. Can't fail. */
+void demo_shared_indices(uint16_t *idx, int64_t tiles, int tn, int kt, uint64_t seed,
+                         uint8_t *mark);
+
+/* The _ex forms take the index mode and, for shared indices, the step's seed for the
+ * tensor; the plain forms above are the top-k mode (seed unused). */
+uint64_t demo_body_bits_ex(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                           demo_imode_t imode);
+int demo_entries_per_tile_ex(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                             demo_imode_t imode);
+/* Extracts with d's own configuration (its index mode). */
+int demo_extract_body_ex(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, uint64_t seed,
+                         char *err) __attribute__((warn_unused_result));
+/* Shared mode: idx is not written (the receiver draws it) and may be NULL. */
+int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols,
+                      int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, const uint16_t *idx,
+                      const float *val, char *err) __attribute__((warn_unused_result));
+int demo_body_unpack_ex(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
+                        int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                        uint16_t *idx, float *val, size_t cap, float *scale, char *err)
+    __attribute__((warn_unused_result));
+int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                     demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, double *sum,
+                     uint32_t *cnt, char *err) __attribute__((warn_unused_result));
 
 /* Canonical order of m messages: by length, then by bytes, written as indices to ord.
  * Identical messages are interchangeable, so the order depends on the set only; summing

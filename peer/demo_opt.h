@@ -36,7 +36,7 @@
 
 typedef struct demo_opt demo_opt_t;
 
-#define DEMO_OPT_VERSION    2
+#define DEMO_OPT_VERSION    3
 #define DEMO_OPT_HEADER_LEN 32
 
 /* DeMo state (residual momentum per tensor, zero) for the stage. NULL + err on failure. */

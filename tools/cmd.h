@@ -10,10 +10,11 @@ int cmd_peer(int argc, char **argv);
 int cmd_local(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 
-/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm` */
+/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm|demo` */
 int bench_model(int argc, char **argv);
 int bench_codecs(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_swarm(int argc, char **argv);
+int bench_demo(int argc, char **argv);
 
 #endif

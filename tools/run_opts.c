@@ -84,6 +84,9 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --demo-chunk C       DeMo DCT tile side (default 64)\n"
                "  --demo-values F      f32 (default), bf16 or sign\n"
                "  --demo-beta B        DeMo momentum decay (default 0.999)\n"
+               "  --demo-index M       topk (default: each replica sends its top-k and their\n"
+               "                       indices) or shared (k coefficients per tile drawn from\n"
+               "                       a seed all replicas share: only values travel)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "compute:\n"
@@ -117,6 +120,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DCHUNK,
         O_DVAL,
         O_DBETA,
+        O_DIDX,
         O_CODEC
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
@@ -148,6 +152,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-chunk", required_argument, 0, O_DCHUNK},
                                          {"demo-values", required_argument, 0, O_DVAL},
                                          {"demo-beta", required_argument, 0, O_DBETA},
+                                         {"demo-index", required_argument, 0, O_DIDX},
                                          {"codec", required_argument, 0, O_CODEC}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
@@ -270,6 +275,14 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             break;
         case O_DBETA:
             bad = run_opts_float("--demo-beta", optarg, &out->demo.beta);
+            break;
+        case O_DIDX:
+            if (!strcmp(optarg, "topk"))
+                out->demo.imode = DEMO_IDX_TOPK;
+            else if (!strcmp(optarg, "shared"))
+                out->demo.imode = DEMO_IDX_SHARED;
+            else
+                bad = complain("--demo-index", optarg, "topk or shared");
             break;
         case O_CODEC: {
             char name[16];

@@ -1,0 +1,259 @@
+/* bench_demo.c — `swarmtrain bench demo`: what DeMo's wire settings cost in loss. Trains
+ * the same model with AdamW (the exact gradient average, the baseline) and with each DeMo
+ * setting, in this process and in this run, and prints per setting the bytes one replica
+ * sends per parameter per step (measured: the size of the real stage messages, headers
+ * included, over all stages), the validation loss, and its ratio to AdamW's.
+ * Default: `tiny`, 4 replicas, 1,000 steps; `--small` adds `small` with 2 replicas at 300
+ * steps (slow on a laptop: about an hour on one core). Training logs go to a file.
+ * Not for: tests (it asserts nothing) or choosing settings (that is docs/design-notes.md). */
+#include "tools/cmd.h"
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "compress/demo.h"
+#include "peer/train.h"
+#include "tools/run_opts.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One row of the table: AdamW or a DeMo setting, with the schedule it was tuned with. */
+typedef struct {
+    const char *name;
+    int optimizer; /* train_optimizer_t */
+    demo_vfmt_t vfmt;
+    int chunk, k;
+    demo_imode_t imode;
+    float lr;     /* 0: the run default */
+    int schedule; /* optim_schedule_t */
+    int small;    /* also run on `small` with --small */
+} bench_setting_t;
+
+/* The sign preset is whatever `--demo-values sign` gives by default (train_defaults +
+ * run_opts): the row marked "(default)" runs exactly that. */
+static const bench_setting_t settings[] = {
+    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, OPTIM_SCHEDULE_CONSTANT},
+    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, OPTIM_SCHEDULE_COSINE},
+    {"demo f32 c64 k32 topk", TRAIN_DEMO, DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK, 0,
+     OPTIM_SCHEDULE_CONSTANT},
+    {"demo sign c16 k1 topk", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, 0,
+     OPTIM_SCHEDULE_CONSTANT},
+    {"demo sign c16 k1 topk cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, 0,
+     OPTIM_SCHEDULE_COSINE},
+    {"demo sign c16 k9 shared cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED, 0,
+     OPTIM_SCHEDULE_COSINE},
+};
+#define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
+
+typedef struct {
+    double bytes_per_param; /* 0 for AdamW */
+    float val_loss;
+    double seconds;
+    int ok;
+} bench_row_t;
+
+static int bench_one(const bench_setting_t *s, const char *config, int replicas, int steps,
+                     int threads, const char *data, FILE *log, bench_row_t *row)
+{
+    char err[STATUS_ERR_LEN];
+    train_options_t o = train_defaults();
+    if (config_preset(&o.cfg, config, err)) {
+        fprintf(stderr, "bench demo: %s\n", err);
+        return -1;
+    }
+    o.steps = steps;
+    o.opt.total_steps = steps;
+    o.replicas = replicas;
+    o.threads = threads;
+    o.data_path = data;
+    o.log = log;
+    o.log_every = 100;
+    o.optimizer = s->optimizer;
+    o.opt.schedule = s->schedule;
+    if (s->lr > 0) o.opt.lr = s->lr;
+    if (s->optimizer == TRAIN_DEMO) {
+        o.demo.vfmt = s->vfmt;
+        o.demo.chunk = s->chunk;
+        o.demo.k = s->k;
+        o.demo.imode = s->imode;
+    }
+    fprintf(log, "=== %s: %s, %d replicas, %d steps\n", s->name, config, replicas, steps);
+    train_result_t r;
+    double t0 = clock_now();
+    if (train_run(&o, &r, err)) {
+        fprintf(stderr, "bench demo: %s: %s\n", s->name, err);
+        fprintf(log, "failed: %s\n", err);
+        row->ok = 0;
+        return 0;
+    }
+    row->seconds = clock_now() - t0;
+    row->ok = 1;
+    row->val_loss = r.val_loss;
+    row->bytes_per_param = s->optimizer == TRAIN_DEMO ? r.demo_bytes_per_param : 0;
+    return 0;
+}
+
+static void print_table(const char *title, const bench_setting_t *const *set, const bench_row_t *rows,
+                        int n)
+{
+    float base = 0;
+    for (int i = 0; i < n; i++)
+        if (set[i]->optimizer == TRAIN_ADAMW && set[i]->schedule == OPTIM_SCHEDULE_CONSTANT &&
+            rows[i].ok)
+            base = rows[i].val_loss;
+    printf("\n%s\n", title);
+    printf("| %-34s | %12s | %8s | %9s | %7s |\n", "setting", "B/param/step", "val_loss",
+           "vs AdamW", "seconds");
+    printf("|%.36s|%.14s|%.10s|%.11s|%.9s|\n", "------------------------------------",
+           "--------------", "----------", "-----------", "---------");
+    for (int i = 0; i < n; i++) {
+        char b[32], v[32], ratio[32];
+        if (set[i]->optimizer == TRAIN_DEMO)
+            snprintf(b, sizeof b, "%.5f", rows[i].bytes_per_param);
+        else
+            snprintf(b, sizeof b, "(4, dense)");
+        if (rows[i].ok) {
+            snprintf(v, sizeof v, "%.4f", (double)rows[i].val_loss);
+            if (base > 0)
+                snprintf(ratio, sizeof ratio, "%+.1f%%", 100.0 * (rows[i].val_loss / base - 1.0));
+            else
+                snprintf(ratio, sizeof ratio, "-");
+        } else {
+            snprintf(v, sizeof v, "failed");
+            snprintf(ratio, sizeof ratio, "-");
+        }
+        printf("| %-34s | %12s | %8s | %9s | %7.0f |\n", set[i]->name, b, v, ratio,
+               rows[i].seconds);
+    }
+    fflush(stdout);
+}
+
+int bench_demo(int argc, char **argv)
+{
+    static const struct option opts[] = {{"steps", required_argument, NULL, 's'},
+                                         {"replicas", required_argument, NULL, 'r'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {"data", required_argument, NULL, 'd'},
+                                         {"log", required_argument, NULL, 'l'},
+                                         {"only", required_argument, NULL, 'o'},
+                                         {"small", no_argument, NULL, 'S'},
+                                         {"small-only", no_argument, NULL, 'O'},
+                                         {"small-steps", required_argument, NULL, 'n'},
+                                         {"small-replicas", required_argument, NULL, 'R'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    int steps = 1000, replicas = 4, threads = 1, small = 0, small_only = 0;
+    int small_steps = 300, small_replicas = 2, c;
+    const char *config = "tiny", *data = NULL, *log_path = "bench-demo.log", *only = NULL;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 's':
+            bad = run_opts_int("--steps", optarg, 1, &steps);
+            break;
+        case 'r':
+            bad = run_opts_int("--replicas", optarg, 1, &replicas);
+            break;
+        case 'c':
+            config = optarg;
+            break;
+        case 't':
+            bad = run_opts_int("--threads", optarg, 1, &threads);
+            break;
+        case 'd':
+            data = optarg;
+            break;
+        case 'l':
+            log_path = optarg;
+            break;
+        case 'o':
+            only = optarg;
+            break;
+        case 'S':
+            small = 1;
+            break;
+        case 'O':
+            small = small_only = 1;
+            break;
+        case 'n':
+            bad = run_opts_int("--small-steps", optarg, 1, &small_steps);
+            break;
+        case 'R':
+            bad = run_opts_int("--small-replicas", optarg, 1, &small_replicas);
+            break;
+        case 'h':
+            printf("usage: swarmtrain bench demo [options]\n\n"
+                   "Trains AdamW and each DeMo setting on the same data in this run and prints\n"
+                   "bytes/param/step (measured from the stage messages, headers included),\n"
+                   "val_loss and the ratio to AdamW (constant lr, the run defaults).\n\n"
+                   "  --config NAME      model (default tiny)\n"
+                   "  --replicas R       replicas (default 4)\n"
+                   "  --steps N          steps (default 1000)\n"
+                   "  --only TEXT        only the settings whose name contains TEXT (and adamw)\n"
+                   "  --small            then also `small`, AdamW and the rows marked for it\n"
+                   "  --small-only       only that\n"
+                   "  --small-steps N    (default 300)   --small-replicas R (default 2)\n"
+                   "  --threads N        threads per run (default 1)\n"
+                   "  --data FILE        corpus (default: the KJV cache)\n"
+                   "  --log FILE         training logs (default bench-demo.log)\n");
+            return 0;
+        default:
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    FILE *log = fopen(log_path, "w");
+    if (!log) {
+        perror(log_path);
+        return 1;
+    }
+    const bench_setting_t *set[NSETTINGS];
+    bench_row_t rows[NSETTINGS];
+    int n = 0, rc = 0;
+    if (!small_only) {
+        for (int i = 0; i < NSETTINGS; i++)
+            if (!only || !strcmp(settings[i].name, "adamw") || strstr(settings[i].name, only))
+                set[n++] = &settings[i];
+        printf("bench demo: %s, %d replicas, %d steps, %d settings (logs in %s)\n", config,
+               replicas, steps, n, log_path);
+        for (int i = 0; i < n && !rc; i++) {
+            memset(&rows[i], 0, sizeof rows[i]);
+            rc = bench_one(set[i], config, replicas, steps, threads, data, log, &rows[i]);
+            printf("  %-34s val_loss %.4f  %.0f s\n", set[i]->name, (double)rows[i].val_loss,
+                   rows[i].seconds);
+            fflush(stdout);
+        }
+        if (!rc) {
+            char title[128];
+            snprintf(title, sizeof title, "%s, %d replicas, %d steps:", config, replicas, steps);
+            print_table(title, set, rows, n);
+        }
+    }
+    if (small && !rc) {
+        n = 0;
+        for (int i = 0; i < NSETTINGS; i++)
+            if (settings[i].small) set[n++] = &settings[i];
+        printf("\nbench demo: small, %d replicas, %d steps, %d settings\n", small_replicas,
+               small_steps, n);
+        for (int i = 0; i < n && !rc; i++) {
+            memset(&rows[i], 0, sizeof rows[i]);
+            rc = bench_one(set[i], "small", small_replicas, small_steps, threads, data, log,
+                           &rows[i]);
+            printf("  %-34s val_loss %.4f  %.0f s\n", set[i]->name, (double)rows[i].val_loss,
+                   rows[i].seconds);
+            fflush(stdout);
+        }
+        if (!rc) {
+            char title[128];
+            snprintf(title, sizeof title, "small, %d replicas, %d steps:", small_replicas,
+                     small_steps);
+            print_table(title, set, rows, n);
+        }
+    }
+    fclose(log);
+    return rc ? 1 : 0;
+}

@@ -118,10 +118,11 @@ static int params_equal(pool_t *p, int a, int b)
 
 /* `steps` DeMo steps: each replica receives the pool's messages in its own order; all stay
  * bit-identical and the loss falls by at least `drop`. */
-static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, int steps, double drop)
+static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t imode, int steps,
+                               double drop)
 {
     pool_t p;
-    demo_cfg_t dc = {.chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.999f};
+    demo_cfg_t dc = {.chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.999f, .imode = imode};
     pool_init(&p, &dc);
     optim_config_t oc = optim_defaults();
     char err[STATUS_ERR_LEN];
@@ -141,8 +142,9 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, int steps, do
         for (int r = 1; r < R; r++)
             if (!params_equal(&p, 0, r)) fail_msg("replica %d diverged at step %d", r, step);
     }
-    printf("demo %s chunk %d k=%d: loss %.3f -> %.3f over %d steps\n",
-           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k, first, last, steps);
+    printf("demo %s chunk %d k=%d %s: loss %.3f -> %.3f over %d steps\n",
+           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k,
+           imode == DEMO_IDX_SHARED ? "shared" : "topk", first, last, steps);
     assert_true(last < first - drop);
 
     /* The comparison can see a divergence: replica 0 misses replica 3's message. */
@@ -165,14 +167,15 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, int steps, do
 static void test_demo_replicas_sign(void **state)
 {
     (void)state;
-    replicas_identical(DEMO_VAL_SIGN, 64, 4, 100, DROP_100);
-    replicas_identical(DEMO_VAL_SIGN, 16, 1, 30, DROP_30);
+    replicas_identical(DEMO_VAL_SIGN, 64, 4, DEMO_IDX_TOPK, 100, DROP_100);
+    replicas_identical(DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, 30, DROP_30);
+    replicas_identical(DEMO_VAL_SIGN, 16, 8, DEMO_IDX_SHARED, 30, DROP_30);
 }
 
 static void test_demo_replicas_f32(void **state)
 {
     (void)state;
-    replicas_identical(DEMO_VAL_F32, 64, 32, 30, DROP_30);
+    replicas_identical(DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK, 30, DROP_30);
 }
 
 /* A damaged or misdirected stage message is refused and nothing is applied. */
@@ -248,14 +251,13 @@ static int apply_pair(pool_t *p, const optim_config_t *oc, const uint8_t *t, siz
     return rc;
 }
 
-/* Every header field, every truncation and 10,000 random corruptions of a v2 stage
- * message (sign, chunk 16, k 1: the compact setting): refused with a status, nothing
- * applied, never a crash (run under ASan). */
-static void test_demo_v2_corruptions(void **state)
+/* Every header field, every truncation and 10,000 random corruptions of a stage message
+ * (sign, chunk 16: k 1 top-k, and k 8 shared): refused with a status, nothing applied,
+ * never a crash (run under ASan). */
+static void stage_corruptions(demo_imode_t imode, int k)
 {
-    (void)state;
     pool_t p;
-    demo_cfg_t dc = {.chunk = 16, .k = 1, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f};
+    demo_cfg_t dc = {.chunk = 16, .k = k, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f, .imode = imode};
     pool_init(&p, &dc);
     optim_config_t oc = optim_defaults();
     char err[STATUS_ERR_LEN];
@@ -267,7 +269,8 @@ static void test_demo_v2_corruptions(void **state)
     const uint8_t *m = p.msg[1][0];
     size_t len = demo_opt_msg_size(p.opt[1][0]);
     uint8_t *b = malloc(len + 64);
-    assert_int_equal(m[4], 2);
+    assert_int_equal(m[4], 3);
+    assert_int_equal(m[11], imode);
 #define FRESH memcpy(b, m, len)
 #define REFUSED(want)                                                                              \
     do {                                                                                           \
@@ -295,8 +298,14 @@ static void test_demo_v2_corruptions(void **state)
     b[8] = 0;
     REFUSED(STATUS_EMALFORMED); /* k 0 */
     FRESH;
-    b[8] = 2;
-    REFUSED(STATUS_EMALFORMED); /* k 2: length disagrees */
+    b[8] = (uint8_t)(k + 1);
+    REFUSED(STATUS_EMALFORMED); /* another k: length disagrees */
+    FRESH;
+    b[11] = 2;
+    REFUSED(STATUS_EMALFORMED); /* unknown index mode */
+    FRESH;
+    b[11] ^= 1;
+    REFUSED(STATUS_EMALFORMED); /* the other index mode: length disagrees */
     FRESH;
     b[8] = 1, b[10] = 1;
     REFUSED(STATUS_EMALFORMED); /* k 65537 */
@@ -368,14 +377,21 @@ static void test_demo_v2_corruptions(void **state)
         else
             by[-rc & 7]++;
     }
-    print_message("v2 stage message, %zu bytes: %d of 10000 corruptions applied (valid messages "
-                  "after the edit), the rest refused\n",
-                  len, ok);
+    print_message("stage message (%s k %d), %zu bytes: %d of 10000 corruptions applied (valid "
+                  "messages after the edit), the rest refused\n",
+                  imode == DEMO_IDX_SHARED ? "shared" : "topk", k, len, ok);
     (void)by;
 #undef FRESH
     free(before);
     free(b);
     pool_free(&p);
+}
+
+static void test_demo_v2_corruptions(void **state)
+{
+    (void)state;
+    stage_corruptions(DEMO_IDX_TOPK, 1);
+    stage_corruptions(DEMO_IDX_SHARED, 8);
 }
 
 /* Senders may use another k and value format than the receiver; the result is the same

@@ -728,7 +728,7 @@ static uint16_t sign_scale_bf16(const float *val, uint64_t ne)
 /* Writes a body whose entries are valid (indices ascending below tn, |values| finite and
  * rounding to <= DEMO_MAX_ABS). */
 static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16_t *idx,
-                       const float *val)
+                       const float *val, uint64_t seed)
 {
     uint64_t ne = g->entries;
     if (g->vfmt == DEMO_VAL_SIGN) {
@@ -749,7 +749,15 @@ static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16
             put_bits(out, pos + 16 * e, codec_f32_to_bf16(val[e]), 16);
         break;
     case DEMO_VAL_SIGN:
-        for (uint64_t e = 0; e < ne; e++) put_bits(out, pos + e, val[e] < 0.0f, 1);
+        /* one bit cannot say zero: an exactly-zero value (a tile with no momentum, such as
+         * embedding rows of bytes that never occur) gets a sign drawn from the seed, so
+         * such parameters take an unbiased walk held in by weight decay instead of a
+         * drift of -lr per step (+scale every step, as version 2 sent) */
+        for (uint64_t e = 0; e < ne; e++) {
+            uint32_t neg = val[e] < 0.0f;
+            if (val[e] == 0.0f) neg = (uint32_t)(rng_mix(seed, e) >> 63);
+            put_bits(out, pos + e, neg, 1);
+        }
         break;
     }
 }
@@ -784,9 +792,9 @@ static int body_fits(size_t len, uint64_t bitpos, uint64_t bits)
     return bitpos <= (uint64_t)len * 8 && bits <= (uint64_t)len * 8 - bitpos;
 }
 
-int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols, int chunk,
-                   int k, demo_vfmt_t vfmt, demo_imode_t imode, const uint16_t *idx,
-                      const float *val, char *err)
+int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols,
+                      int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                      const uint16_t *idx, const float *val, char *err)
 {
     geom_t g;
     if (geom_make_ex(&g, rows, cols, chunk, k, vfmt, imode))
@@ -799,15 +807,15 @@ int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, i
                           (unsigned long long)g.bits, (unsigned long long)bitpos, out ? cap : 0);
     int rc = entries_check(&g, g.dense || imode != DEMO_IDX_TOPK ? NULL : idx, val, err);
     if (rc) return rc;
-    body_write(out, bitpos, &g, idx, val);
+    body_write(out, bitpos, &g, idx, val, seed);
     return 0;
 }
 
 int demo_body_pack(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols, int chunk,
                    int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
 {
-    return demo_body_pack_ex(out, cap, bitpos, rows, cols, chunk, k, vfmt, DEMO_IDX_TOPK, idx, val,
-                             err);
+    return demo_body_pack_ex(out, cap, bitpos, rows, cols, chunk, k, vfmt, DEMO_IDX_TOPK, 0, idx,
+                             val, err);
 }
 
 /* Validates a body that fits its buffer: the sign scale, index order, values. *scale is
@@ -947,7 +955,7 @@ int demo_extract_body_ex(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, u
     select_entries(d);
     int rc = entries_check(g, NULL, d->val, err); /* before D changes */
     if (rc) return rc;
-    body_write(out, bitpos, g, d->idx, d->val);
+    body_write(out, bitpos, g, d->idx, d->val, seed);
     remove_sent(d);
     return 0;
 }

@@ -247,10 +247,12 @@ int demo_entries_per_tile_ex(int64_t rows, int64_t cols, int chunk, int k, demo_
 /* Extracts with d's own configuration (its index mode). */
 int demo_extract_body_ex(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, uint64_t seed,
                          char *err) __attribute__((warn_unused_result));
-/* Shared mode: idx is not written (the receiver draws it) and may be NULL. */
+/* Shared mode: idx is not written (the receiver draws it) and may be NULL. seed: as for
+ * extraction (it also draws the sign bit of an exactly-zero value, see below). */
 int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols,
-                      int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, const uint16_t *idx,
-                      const float *val, char *err) __attribute__((warn_unused_result));
+                      int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                      const uint16_t *idx, const float *val, char *err)
+    __attribute__((warn_unused_result));
 int demo_body_unpack_ex(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
                         int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
                         uint16_t *idx, float *val, size_t cap, float *scale, char *err)

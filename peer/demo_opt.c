@@ -285,7 +285,8 @@ static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, c
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
         int rc = demo_body_pack_ex(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk,
-                                   o->vfmt, o->imode, o->hidx + g->e0, o->hval + g->e0, err);
+                                   o->vfmt, o->imode, tensor_seed(step, i), o->hidx + g->e0,
+                                   o->hval + g->e0, err);
         if (rc) return rc;
         pos += demo_body_size(o->d[i]);
     }

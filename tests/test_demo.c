@@ -1091,6 +1091,40 @@ static void test_shared_body(void **state)
     assert_null(demo_new(64, 64, &cfg, err));
 }
 
+
+/* Sign mode cannot say zero: an exactly-zero value gets its sign bit from the seed, so a
+ * tile with no momentum (unused embedding rows) sends no fixed direction step after step. */
+static void test_sign_zero_unbiased(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    for (int mode = DEMO_IDX_TOPK; mode <= DEMO_IDX_SHARED; mode++) {
+        demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.999f, (demo_imode_t)mode};
+        demo_t *d = demo_new(32, 32, &cfg, err); /* 4 tiles, D = 0 */
+        assert_non_null(d);
+        uint64_t bits = demo_body_size(d);
+        uint8_t m[16], m2[16];
+        int neg = 0, total = 0;
+        for (uint64_t seed = 0; seed < 64; seed++) {
+            memset(m, 0, sizeof m);
+            memset(m2, 0, sizeof m2);
+            assert_int_equal(demo_extract_body_ex(d, m, sizeof m, 0, seed, err), 0);
+            assert_int_equal(demo_extract_body_ex(d, m2, sizeof m2, 0, seed, err), 0);
+            assert_memory_equal(m, m2, sizeof m); /* deterministic */
+            uint16_t idx[4];
+            float val[4], scale;
+            assert_int_equal(demo_body_unpack_ex(m, (size_t)((bits + 7) / 8), 0, 32, 32, 16, 1,
+                                                 DEMO_VAL_SIGN, (demo_imode_t)mode, seed, idx, val,
+                                                 4, &scale, err),
+                             0);
+            assert_true(scale == 0.0f); /* all zero: the scale says so */
+            for (int e = 0; e < 4; e++) neg += signbit(val[e]) != 0, total++;
+        }
+        assert_true(neg > total / 4 && neg < 3 * total / 4);
+        demo_destroy(&d);
+    }
+}
+
 /* --- four replicas, 100 steps ------------------------------------------------------ */
 
 static void test_replicas_stay_identical(void **state)
@@ -1221,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_body_roundtrip),
         cmocka_unit_test(test_shared_indices),
         cmocka_unit_test(test_shared_body),
+        cmocka_unit_test(test_sign_zero_unbiased),
         cmocka_unit_test(test_replicas_stay_identical),
         cmocka_unit_test(test_small_model_bytes),
     };

@@ -99,6 +99,7 @@ typedef struct {
     demo_vfmt_t vfmt; /* value format */
     float beta;       /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
+    float qbeta;        /* peer/demo_opt.h: momentum on the aggregated update, [0, 1); 0 = none */
 } demo_cfg_t;
 
 /* What a valid message says (demo_msg_parse). */

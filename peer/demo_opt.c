@@ -39,6 +39,8 @@ struct demo_opt {
     uint32_t table_crc; /* fingerprint of the tensor shapes */
     size_t msg_size;    /* whole stage message */
     float *q;           /* aggregated update direction, all tensors */
+    float qbeta;        /* momentum on q (0: none) */
+    float *qm;          /* (P) that momentum: identical on every replica; NULL when qbeta 0 */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
     uint32_t *cnt;
     int *ord; /* scratch for m messages: canonical order, k, format, index mode, bit position */
@@ -183,6 +185,13 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->d = calloc((size_t)o->n, sizeof *o->d);
     o->q = malloc(P * sizeof(float));
     if (!o->d || !o->q) goto nomem;
+    o->qbeta = cfg ? cfg->qbeta : 0.0f;
+    if (!(o->qbeta >= 0.0f && o->qbeta < 1.0f)) {
+        status_set(err, STATUS_EINVAL, "demo: update momentum %g outside [0, 1)", (double)o->qbeta);
+        demo_opt_destroy(&o);
+        return NULL;
+    }
+    if (o->qbeta > 0.0f && !(o->qm = calloc(P, sizeof(float)))) goto nomem;
     uint64_t bits = 0;
     for (int i = 0; i < o->n; i++) {
         if (!(o->d[i] = demo_new(o->tab[i].rows, o->tab[i].cols, cfg, err))) {
@@ -222,6 +231,7 @@ void demo_opt_destroy(demo_opt_t **op)
     free(o->mark);
     free(o->d);
     free(o->q);
+    free(o->qm);
     free(o->sum);
     free(o->cnt);
     free(o->ord);
@@ -444,12 +454,19 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
     float *p = stage_params(o->st);
+    const float *dir = o->q;
+    if (o->qm) { /* the same float operations on every replica: bit-identical */
+        float *restrict qm = o->qm;
+        const float *restrict q = o->q, b = o->qbeta;
+        for (size_t i = 0; i < P; i++) qm[i] = b * qm[i] + q[i];
+        dir = qm;
+    }
     if (k->on_device) {
-        kern_sign_pack(o->hsign, o->q, P);
+        kern_sign_pack(o->hsign, dir, P);
         k->upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
         k->apply_sign(k, p, o->dsign, optim_lr(oc, step), P);
     } else {
-        demo_apply_sign(p, o->q, optim_lr(oc, step), P);
+        demo_apply_sign(p, dir, optim_lr(oc, step), P);
     }
     return 0;
 }

@@ -87,6 +87,8 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --demo-index M       topk (default: each replica sends its top-k and their\n"
                "                       indices) or shared (k coefficients per tile drawn from\n"
                "                       a seed all replicas share: only values travel)\n"
+               "  --demo-qbeta B       momentum on the pool's aggregated update before its sign\n"
+               "                       (default 0: none)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "compute:\n"
@@ -121,6 +123,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DVAL,
         O_DBETA,
         O_DIDX,
+        O_DQBETA,
         O_CODEC
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
@@ -153,6 +156,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-values", required_argument, 0, O_DVAL},
                                          {"demo-beta", required_argument, 0, O_DBETA},
                                          {"demo-index", required_argument, 0, O_DIDX},
+                                         {"demo-qbeta", required_argument, 0, O_DQBETA},
                                          {"codec", required_argument, 0, O_CODEC}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
@@ -283,6 +287,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                 out->demo.imode = DEMO_IDX_SHARED;
             else
                 bad = complain("--demo-index", optarg, "topk or shared");
+            break;
+        case O_DQBETA:
+            bad = run_opts_float("--demo-qbeta", optarg, &out->demo.qbeta);
             break;
         case O_CODEC: {
             char name[16];

@@ -100,7 +100,14 @@ typedef struct {
     float beta;       /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
     float qbeta;        /* peer/demo_opt.h: momentum on the aggregated update, [0, 1); 0 = none */
+    int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
 } demo_cfg_t;
+
+/* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */
+enum {
+    DEMO_UPDATE_SIGN = 0, /* p -= lr * sign(Q) */
+    DEMO_UPDATE_RMS = 1,  /* p -= lr * Q / rms(Q), rms over each tensor */
+};
 
 /* What a valid message says (demo_msg_parse). */
 typedef struct {

@@ -41,6 +41,8 @@ struct demo_opt {
     float *q;           /* aggregated update direction, all tensors */
     float qbeta;        /* momentum on q (0: none) */
     float *qm;          /* (P) that momentum: identical on every replica; NULL when qbeta 0 */
+    int update;         /* DEMO_UPDATE_* */
+    float *dstep;       /* rms update on a device: (P) the step, made on the host */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
     uint32_t *cnt;
     int *ord; /* scratch for m messages: canonical order, k, format, index mode, bit position */
@@ -110,7 +112,7 @@ static void normalize(const demo_cfg_t *cfg, int *chunk, int *k, demo_vfmt_t *vf
 
 /* The shared-index seed of tensor i (table order) at a step: every replica of the pool
  * derives the same from what the stage message header carries. */
-static uint64_t tensor_seed(int64_t step, int i)
+uint64_t demo_opt_tensor_seed(int64_t step, int i)
 {
     return rng_mix(rng_mix(UINT64_C(0x5354445853454544) /* "STDXSEED" */, (uint64_t)step),
                    (uint64_t)i);
@@ -192,6 +194,12 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
         return NULL;
     }
     if (o->qbeta > 0.0f && !(o->qm = calloc(P, sizeof(float)))) goto nomem;
+    o->update = cfg ? cfg->update : DEMO_UPDATE_SIGN;
+    if (o->update != DEMO_UPDATE_SIGN && o->update != DEMO_UPDATE_RMS) {
+        status_set(err, STATUS_EINVAL, "demo: unknown update rule %d", o->update);
+        demo_opt_destroy(&o);
+        return NULL;
+    }
     uint64_t bits = 0;
     for (int i = 0; i < o->n; i++) {
         if (!(o->d[i] = demo_new(o->tab[i].rows, o->tab[i].cols, cfg, err))) {
@@ -208,6 +216,9 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     if (!o->sum || !o->cnt) goto nomem;
     o->beta = cfg ? cfg->beta : DEMO_DEFAULT_BETA;
     if (o->k->on_device && device_init(o, maxn)) goto nomem;
+    if (o->k->on_device && o->update == DEMO_UPDATE_RMS &&
+        !(o->dstep = o->k->alloc(o->k, P * sizeof(float))))
+        goto nomem;
     return o;
 nomem:
     demo_opt_destroy(&o);
@@ -221,7 +232,7 @@ void demo_opt_destroy(demo_opt_t **op)
     demo_opt_t *o = *op;
     for (int i = 0; o->d && i < o->n; i++) demo_destroy(&o->d[i]);
     kern_t *k = o->k;
-    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign};
+    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign, o->dstep};
     for (size_t i = 0; k && i < sizeof dev / sizeof dev[0]; i++) k->free(k, dev[i]);
     for (int n = 0; k && n <= DCT_MAX_CHUNK; n++) k->free(k, o->dbasis[n]);
     free(o->geo);
@@ -280,7 +291,7 @@ static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, c
             float *v = o->hval + g->e0;
             size_t ne = (size_t)g->tiles * (size_t)g->kt;
             k->download(k, c, o->dcoef, t->numel * sizeof(float));
-            demo_shared_indices(ix, g->tiles, g->tn, g->kt, tensor_seed(step, i), o->mark);
+            demo_shared_indices(ix, g->tiles, g->tn, g->kt, demo_opt_tensor_seed(step, i), o->mark);
             for (size_t e = 0; e < ne; e++) v[e] = c[(e / (size_t)g->kt) * (size_t)g->tn + ix[e]];
             k->upload(k, o->didx + g->e0, ix, ne * sizeof(uint16_t));
             k->upload(k, o->dval + g->e0, v, ne * sizeof(float));
@@ -295,7 +306,7 @@ static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, c
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
         int rc = demo_body_pack_ex(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk,
-                                   o->vfmt, o->imode, tensor_seed(step, i), o->hidx + g->e0,
+                                   o->vfmt, o->imode, demo_opt_tensor_seed(step, i), o->hidx + g->e0,
                                    o->hval + g->e0, err);
         if (rc) return rc;
         pos += demo_body_size(o->d[i]);
@@ -347,7 +358,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
         for (int i = 0; i < o->n; i++) {
             int rc = demo_accumulate(o->d[i], g + o->tab[i].offset, lr, err);
             if (!rc)
-                rc = demo_extract_body_ex(o->d[i], msg, o->msg_size, pos, tensor_seed(step, i), err);
+                rc = demo_extract_body_ex(o->d[i], msg, o->msg_size, pos, demo_opt_tensor_seed(step, i), err);
             if (rc) return rc;
             pos += demo_body_size(o->d[i]);
         }
@@ -444,7 +455,7 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
             int j = o->ord[r];
             char e2[STATUS_ERR_LEN];
             int rc = demo_body_add_ex(o->d[i], msgs[j], lens[j], o->mpos[j], o->mk[j], o->mf[j],
-                                      o->mi[j], tensor_seed(step, i), o->sum, o->cnt, e2);
+                                      o->mi[j], demo_opt_tensor_seed(step, i), o->sum, o->cnt, e2);
             if (rc) return status_set(err, rc, "message %d, tensor %d (%s): %s", j, i, t->name, e2);
             o->mpos[j] +=
                 demo_body_bits_ex(t->rows, t->cols, o->chunk, o->mk[j], o->mf[j], o->mi[j]);
@@ -461,12 +472,36 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         for (size_t i = 0; i < P; i++) qm[i] = b * qm[i] + q[i];
         dir = qm;
     }
+    float lr = optim_lr(oc, step);
+    if (o->update == DEMO_UPDATE_RMS) {
+        /* the step lr * Q / rms(Q) per tensor, rounded to float on the host; p -= step is
+         * then one exact subtraction on any backend (axpy with alpha -1 is exact), so CPU
+         * and device replicas stay bit-identical */
+        float *u = o->q == dir ? o->q : o->qm;
+        for (int i = 0; i < o->n; i++) {
+            const stage_tensor_t *t = &o->tab[i];
+            float *x = u + t->offset;
+            double ss = 0;
+            for (size_t j = 0; j < t->numel; j++) ss += (double)x[j] * x[j];
+            double rms = sqrt(ss / (double)t->numel);
+            float f = rms > 0 ? (float)(lr / rms) : 0.0f;
+            float *st = o->q; /* the step overwrites q (qm keeps its state) */
+            for (size_t j = 0; j < t->numel; j++) st[t->offset + j] = f * x[j];
+        }
+        if (k->on_device) {
+            k->upload(k, o->dstep, o->q, P * sizeof(float));
+            k->axpy(k, p, -1.0f, o->dstep, P);
+        } else {
+            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
+        }
+        return 0;
+    }
     if (k->on_device) {
         kern_sign_pack(o->hsign, dir, P);
         k->upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
-        k->apply_sign(k, p, o->dsign, optim_lr(oc, step), P);
+        k->apply_sign(k, p, o->dsign, lr, P);
     } else {
-        demo_apply_sign(p, dir, optim_lr(oc, step), P);
+        demo_apply_sign(p, dir, lr, P);
     }
     return 0;
 }
@@ -483,7 +518,7 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
         memset(o->sum, 0, t->numel * sizeof *o->sum);
         memset(o->cnt, 0, t->numel * sizeof *o->cnt);
         char e2[STATUS_ERR_LEN];
-        rc = demo_body_add_ex(o->d[i], msg, len, pos, k, vfmt, imode, tensor_seed(step, i), o->sum,
+        rc = demo_body_add_ex(o->d[i], msg, len, pos, k, vfmt, imode, demo_opt_tensor_seed(step, i), o->sum,
                               o->cnt, e2);
         if (rc) status_set(err, rc, "tensor %d (%s): %s", i, t->name, e2);
         pos += demo_body_bits_ex(t->rows, t->cols, o->chunk, k, vfmt, imode);

@@ -75,6 +75,10 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
  * checks what it receives so that one bad sender cannot stop its pool's step. */
 int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err);
 
+/* The seed of tensor i (table order) at a step: the shared-index draw and the sign bit of
+ * an exactly-zero value (docs/codec-format.md 4.2.1). Every replica derives the same. */
+uint64_t demo_opt_tensor_seed(int64_t step, int i);
+
 /* The residual momentum of all tensors, concatenated in table order (stage_num_params
  * floats), for checkpoints: get copies out, set copies in. */
 void demo_opt_get_momentum(demo_opt_t *o, float *out);

@@ -89,6 +89,8 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       a seed all replicas share: only values travel)\n"
                "  --demo-qbeta B       momentum on the pool's aggregated update before its sign\n"
                "                       (default 0: none)\n"
+               "  --demo-update R      sign (default: p -= lr sign(Q)) or rms (p -= lr Q/rms(Q),\n"
+               "                       rms per tensor)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "compute:\n"
@@ -124,6 +126,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DBETA,
         O_DIDX,
         O_DQBETA,
+        O_DUPD,
         O_CODEC
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
@@ -157,6 +160,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-beta", required_argument, 0, O_DBETA},
                                          {"demo-index", required_argument, 0, O_DIDX},
                                          {"demo-qbeta", required_argument, 0, O_DQBETA},
+                                         {"demo-update", required_argument, 0, O_DUPD},
                                          {"codec", required_argument, 0, O_CODEC}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
@@ -287,6 +291,14 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                 out->demo.imode = DEMO_IDX_SHARED;
             else
                 bad = complain("--demo-index", optarg, "topk or shared");
+            break;
+        case O_DUPD:
+            if (!strcmp(optarg, "sign"))
+                out->demo.update = DEMO_UPDATE_SIGN;
+            else if (!strcmp(optarg, "rms"))
+                out->demo.update = DEMO_UPDATE_RMS;
+            else
+                bad = complain("--demo-update", optarg, "sign or rms");
             break;
         case O_DQBETA:
             bad = run_opts_float("--demo-qbeta", optarg, &out->demo.qbeta);

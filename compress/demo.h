@@ -86,6 +86,12 @@ typedef enum {
 #define DEMO_DEFAULT_CHUNK 64
 #define DEMO_DEFAULT_K     32
 #define DEMO_DEFAULT_BETA  0.999f
+/* The `--demo-values sign` preset (tools/run_opts.c; measured in docs/design-notes.md,
+ * "DeMo at 0.005 bytes/param"): what a sign run uses unless told otherwise. */
+#define DEMO_SIGN_CHUNK  16
+#define DEMO_SIGN_K      9
+#define DEMO_SIGN_INDEX  DEMO_IDX_SHARED
+#define DEMO_SIGN_UPDATE DEMO_UPDATE_RMS
 /* Largest |value| (and sign scale) a message may carry: tile sums stay finite. */
 #define DEMO_MAX_ABS 1e30f
 /* Largest rows*cols of a tensor (2^40). */
@@ -99,7 +105,6 @@ typedef struct {
     demo_vfmt_t vfmt; /* value format */
     float beta;       /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
-    float qbeta;        /* peer/demo_opt.h: momentum on the aggregated update, [0, 1); 0 = none */
     int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
 } demo_cfg_t;
 

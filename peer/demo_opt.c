@@ -39,8 +39,6 @@ struct demo_opt {
     uint32_t table_crc; /* fingerprint of the tensor shapes */
     size_t msg_size;    /* whole stage message */
     float *q;           /* aggregated update direction, all tensors */
-    float qbeta;        /* momentum on q (0: none) */
-    float *qm;          /* (P) that momentum: identical on every replica; NULL when qbeta 0 */
     int update;         /* DEMO_UPDATE_* */
     float *dstep;       /* rms update on a device: (P) the step, made on the host */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
@@ -187,13 +185,6 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->d = calloc((size_t)o->n, sizeof *o->d);
     o->q = malloc(P * sizeof(float));
     if (!o->d || !o->q) goto nomem;
-    o->qbeta = cfg ? cfg->qbeta : 0.0f;
-    if (!(o->qbeta >= 0.0f && o->qbeta < 1.0f)) {
-        status_set(err, STATUS_EINVAL, "demo: update momentum %g outside [0, 1)", (double)o->qbeta);
-        demo_opt_destroy(&o);
-        return NULL;
-    }
-    if (o->qbeta > 0.0f && !(o->qm = calloc(P, sizeof(float)))) goto nomem;
     o->update = cfg ? cfg->update : DEMO_UPDATE_SIGN;
     if (o->update != DEMO_UPDATE_SIGN && o->update != DEMO_UPDATE_RMS) {
         status_set(err, STATUS_EINVAL, "demo: unknown update rule %d", o->update);
@@ -242,7 +233,6 @@ void demo_opt_destroy(demo_opt_t **op)
     free(o->mark);
     free(o->d);
     free(o->q);
-    free(o->qm);
     free(o->sum);
     free(o->cnt);
     free(o->ord);
@@ -465,28 +455,19 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
     float *p = stage_params(o->st);
-    const float *dir = o->q;
-    if (o->qm) { /* the same float operations on every replica: bit-identical */
-        float *restrict qm = o->qm;
-        const float *restrict q = o->q, b = o->qbeta;
-        for (size_t i = 0; i < P; i++) qm[i] = b * qm[i] + q[i];
-        dir = qm;
-    }
     float lr = optim_lr(oc, step);
     if (o->update == DEMO_UPDATE_RMS) {
         /* the step lr * Q / rms(Q) per tensor, rounded to float on the host; p -= step is
          * then one exact subtraction on any backend (axpy with alpha -1 is exact), so CPU
          * and device replicas stay bit-identical */
-        float *u = o->q == dir ? o->q : o->qm;
         for (int i = 0; i < o->n; i++) {
             const stage_tensor_t *t = &o->tab[i];
-            float *x = u + t->offset;
+            float *x = o->q + t->offset; /* the step overwrites q */
             double ss = 0;
             for (size_t j = 0; j < t->numel; j++) ss += (double)x[j] * x[j];
             double rms = sqrt(ss / (double)t->numel);
             float f = rms > 0 ? (float)(lr / rms) : 0.0f;
-            float *st = o->q; /* the step overwrites q (qm keeps its state) */
-            for (size_t j = 0; j < t->numel; j++) st[t->offset + j] = f * x[j];
+            for (size_t j = 0; j < t->numel; j++) x[j] *= f;
         }
         if (k->on_device) {
             k->upload(k, o->dstep, o->q, P * sizeof(float));
@@ -497,11 +478,11 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         return 0;
     }
     if (k->on_device) {
-        kern_sign_pack(o->hsign, dir, P);
+        kern_sign_pack(o->hsign, o->q, P);
         k->upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
         k->apply_sign(k, p, o->dsign, lr, P);
     } else {
-        demo_apply_sign(p, dir, lr, P);
+        demo_apply_sign(p, o->q, lr, P);
     }
     return 0;
 }

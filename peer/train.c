@@ -58,14 +58,14 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
                  "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
                  "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
                  "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
-                 "demo_values=%s\ndemo_beta=%.9g\ndemo_index=%s\ndemo_qbeta=%.9g\ndemo_update=%s\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
+                 "demo_values=%s\ndemo_beta=%.9g\ndemo_index=%s\ndemo_update=%s\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
                  cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
                  o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
                  o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
                  (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip,
                  (double)o->opt.beta1, (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk,
                  o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
-                 o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", (double)o->demo.qbeta,
+                 o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
                  o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign", o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
@@ -170,7 +170,6 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("demo_chunk", 1, 256, o->demo.chunk = (int)x)
         NUM("demo_k", 1, 65536, o->demo.k = (int)x)
         NUM("demo_beta", 0, 1, o->demo.beta = (float)x)
-        NUM("demo_qbeta", 0, 0.999999, o->demo.qbeta = (float)x)
         NUM("codec_block", 0, 1 << 20, o->codec_block = (uint32_t)x)
         NUM("val_batches", 1, 1 << 20, o->val_batches = (int)x)
         else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);

@@ -41,7 +41,10 @@ static int vbits(demo_vfmt_t f)
 }
 
 /* 0 and *g filled, or -1 when the arguments are not a valid configuration. Shared
- * indices: kt = min(k, tn), dense only when that is every coefficient, no index bits. */
+ * indices: k is per chunk x chunk coefficients, so a smaller tile (a 1-D tensor's 1 x
+ * chunk, a dimension chunk does not divide) gets kt = ceil(k * tn / chunk^2), at least 1
+ * and at most tn: the same density everywhere; dense only when that is every coefficient;
+ * no index bits. */
 static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
                         demo_imode_t imode)
 {
@@ -62,6 +65,11 @@ static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k,
     g->vfmt = vfmt;
     g->imode = imode;
     int kk = k < g->tn ? k : g->tn;
+    if (imode == DEMO_IDX_SHARED) {
+        uint64_t c2 = (uint64_t)chunk * (uint64_t)chunk;
+        uint64_t p = ((uint64_t)k * (uint64_t)g->tn + c2 - 1) / c2;
+        kk = p < (uint64_t)g->tn ? (int)p : g->tn;
+    }
     int iw = g->tn <= 256 ? 1 : 2, vb = vbits(vfmt);
     /* dense when indices would make sparse no cheaper than all coefficients */
     g->dense = kk == g->tn ||

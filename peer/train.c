@@ -484,7 +484,7 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         r.demo_bytes_per_param = (double)bytes / (double)P;
         fprintf(log,
                 "demo: chunk %d, k %d, values %s, beta %g, indices %s: %zu bytes per replica per "
-                "step = %.4f bytes/param (dense f32 gradient: 4)\n",
+                "step = %.5f bytes/param (dense f32 gradient: 4)\n",
                 o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                 o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", bytes, r.demo_bytes_per_param);
     }

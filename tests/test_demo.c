@@ -998,7 +998,8 @@ static void check_shared_body(int64_t rows, int64_t cols, int chunk, int k, demo
     size_t n = (size_t)(rows * cols);
     int cr = (int)dct_chunk_size(rows, chunk), cc = (int)dct_chunk_size(cols, chunk), tn = cr * cc;
     int kt = demo_entries_per_tile_ex(rows, cols, chunk, k, f, DEMO_IDX_SHARED);
-    assert_int_equal(kt, k < tn ? k : tn);
+    int kwant = (int)(((int64_t)k * tn + chunk * chunk - 1) / (chunk * chunk));
+    assert_int_equal(kt, kwant < tn ? kwant : tn); /* k per chunk x chunk: same density */
     uint64_t ne = (uint64_t)(n / (size_t)tn) * (uint64_t)kt;
     int vb = f == DEMO_VAL_F32 ? 32 : f == DEMO_VAL_BF16 ? 16 : 1;
     uint64_t bits = demo_body_size(a);
@@ -1080,8 +1081,10 @@ static void test_shared_body(void **state)
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
         check_shared_body(64, 64, 16, 9, (demo_vfmt_t)f);
         check_shared_body(128, 64, 64, 36, (demo_vfmt_t)f);
-        check_shared_body(1, 64, 16, 9, (demo_vfmt_t)f);  /* a norm, 1 x 16 tiles */
-        check_shared_body(1, 64, 16, 16, (demo_vfmt_t)f); /* dense */
+        check_shared_body(1, 64, 16, 9, (demo_vfmt_t)f);   /* a norm, 1 x 16 tiles: kt 1 */
+        check_shared_body(1, 64, 16, 200, (demo_vfmt_t)f); /* kt 13 of 16 */
+        check_shared_body(1, 64, 16, 256, (demo_vfmt_t)f); /* dense */
+        check_shared_body(44, 64, 64, 36, (demo_vfmt_t)f); /* 44 x 64 tiles: kt 25 */
         check_shared_body(6, 10, 3, 2, (demo_vfmt_t)f);
     }
     /* a bad index mode is refused */

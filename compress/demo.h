@@ -106,8 +106,6 @@ typedef struct {
     float beta;       /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
     int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
-    int precond;        /* peer/demo_opt.h: 1 = each replica divides its gradient by its own
-                         * Adam second-moment estimate before accumulating; 0 = none */
 } demo_cfg_t;
 
 /* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */

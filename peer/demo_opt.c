@@ -40,9 +40,6 @@ struct demo_opt {
     size_t msg_size;    /* whole stage message */
     float *q;           /* aggregated update direction, all tensors */
     int update;         /* DEMO_UPDATE_* */
-    int precond;        /* Adam-preconditioned gradients (this replica's own state) */
-    int64_t pt;         /* its steps, for the bias correction */
-    float *pv, *pm, *pg; /* (P, backend memory) second moment; scratch; the preconditioned g */
     float *dstep;       /* rms update on a device: (P) the step, made on the host */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
     uint32_t *cnt;
@@ -209,15 +206,6 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->cnt = malloc(maxn * sizeof *o->cnt);
     if (!o->sum || !o->cnt) goto nomem;
     o->beta = cfg ? cfg->beta : DEMO_DEFAULT_BETA;
-    o->precond = cfg ? cfg->precond : 0;
-    if (o->precond) {
-        kern_t *k = o->k;
-        o->pv = k->alloc(k, P * sizeof(float));
-        o->pm = k->alloc(k, P * sizeof(float));
-        o->pg = k->alloc(k, P * sizeof(float));
-        if (!o->pv || !o->pm || !o->pg) goto nomem;
-        k->scale(k, o->pv, 0.0f, P); /* alloc gives no zeros; v = 0 */
-    }
     if (o->k->on_device && device_init(o, maxn)) goto nomem;
     if (o->k->on_device && o->update == DEMO_UPDATE_RMS &&
         !(o->dstep = o->k->alloc(o->k, P * sizeof(float))))
@@ -235,8 +223,7 @@ void demo_opt_destroy(demo_opt_t **op)
     demo_opt_t *o = *op;
     for (int i = 0; o->d && i < o->n; i++) demo_destroy(&o->d[i]);
     kern_t *k = o->k;
-    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign, o->dstep,
-                   o->pv,  o->pm,    o->pg};
+    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign, o->dstep};
     for (size_t i = 0; k && i < sizeof dev / sizeof dev[0]; i++) k->free(k, dev[i]);
     for (int n = 0; k && n <= DCT_MAX_CHUNK; n++) k->free(k, o->dbasis[n]);
     free(o->geo);
@@ -276,12 +263,11 @@ void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
  * host (demo_body_pack checks every value before anything is written); then, all bodies
  * written, D -= IDCT(what was sent) per tensor. The gradient's finiteness was checked by
  * the caller's norm. */
-static int prepare_device(demo_opt_t *o, float lr, int64_t step, const float *grad, uint8_t *msg,
-                          char *err)
+static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, char *err)
 {
     kern_t *k = o->k;
     k->scale(k, o->dD, o->beta, stage_num_params(o->st));
-    k->axpy(k, o->dD, lr, grad, stage_num_params(o->st));
+    k->axpy(k, o->dD, lr, stage_grads(o->st), stage_num_params(o->st));
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
@@ -341,14 +327,6 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     if (scale != 1.0f) k->scale(k, g, scale, P);
     float lr = optim_lr(oc, step);
     demo_opt_decay(o, oc, step);
-    if (o->precond) {
-        /* g / (sqrt(v_hat) + eps) by the AdamW op with beta1 0, lr -1, wd 0 on p = 0:
-         * p = 0 + m_hat / (sqrt(v_hat) + eps), m_hat = g. The same op on every backend. */
-        k->scale(k, o->pg, 0.0f, P);
-        o->pt++;
-        k->adamw(k, o->pg, g, o->pm, o->pv, P, -1.0f, 0.0f, oc->beta2, oc->eps, 0.0f, (int)o->pt);
-        g = o->pg;
-    }
 
     memset(msg, 0, o->msg_size); /* the padding bits of the last octet */
     memcpy(msg, "STDX", 4);
@@ -363,7 +341,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     put_u32(msg + 20, (uint32_t)((uint64_t)step >> 32));
     put_u32(msg + 24, o->table_crc);
     if (k->on_device) {
-        int rc = prepare_device(o, lr, step, g, msg, err);
+        int rc = prepare_device(o, lr, step, msg, err);
         if (rc) return rc;
     } else {
         uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;

@@ -58,7 +58,7 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
                  "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
                  "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
                  "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
-                 "demo_values=%s\ndemo_beta=%.9g\ndemo_index=%s\ndemo_update=%s\ndemo_precond=%s\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
+                 "demo_values=%s\ndemo_beta=%.9g\ndemo_index=%s\ndemo_update=%s\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
                  cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
                  o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
                  o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
@@ -66,8 +66,7 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
                  (double)o->opt.beta1, (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk,
                  o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                  o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
-                 o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign",
-                 o->demo.precond ? "adam" : "none", o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
+                 o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign", o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
@@ -144,13 +143,6 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                 o->demo.imode = DEMO_IDX_SHARED;
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_index '%s'", v);
-        } else if (!strcmp(line, "demo_precond")) {
-            if (!strcmp(v, "none"))
-                o->demo.precond = 0;
-            else if (!strcmp(v, "adam"))
-                o->demo.precond = 1;
-            else
-                rc = status_set(err, STATUS_EMALFORMED, "run text: demo_precond '%s'", v);
         } else if (!strcmp(line, "demo_update")) {
             if (!strcmp(v, "sign"))
                 o->demo.update = DEMO_UPDATE_SIGN;

@@ -361,7 +361,7 @@ static void test_aggregate_by_hand(void **state)
 {
     (void)state;
     /* 1 x 16 tensor, chunk 8: two tiles of 8; f32 k=3 (3*40 < 8*32: sparse) */
-    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(1, 16, &cfg, err);
     assert_non_null(d);
@@ -428,7 +428,7 @@ static void test_aggregate_permutation(void **state)
     (void)state;
     /* values whose double sum depends on the order: (1e20 + 1) - 1e20 != (1e20 - 1e20) + 1 */
     {
-        demo_cfg_t cfg = {8, 1, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+        demo_cfg_t cfg = {8, 1, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(1, 8, &cfg, err);
         const float vals[4] = {1e20f, 1.0f, -1e20f, 3e-10f};
@@ -450,7 +450,7 @@ static void test_aggregate_permutation(void **state)
         demo_destroy(&d);
     }
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
-        demo_cfg_t cfg = {64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+        demo_cfg_t cfg = {64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(86, 128, &cfg, err);
         assert_non_null(d);
@@ -488,7 +488,7 @@ static void test_aggregate_permutation(void **state)
 
 static void check_residual(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(rows, cols, &cfg, err);
     assert_non_null(d);
@@ -568,7 +568,7 @@ static void test_residual_identity(void **state)
 static void test_accumulate(void **state)
 {
     (void)state;
-    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(2, 4, &cfg, err);
     const float g1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, g2[8] = {8, 7, 6, 5, 4, 3, 2, 1};
@@ -612,7 +612,7 @@ static void test_msg_truncations_and_fields(void **state)
     (void)state;
     const demo_vfmt_t fs[3] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
     for (int fi = 0; fi < 3; fi++) {
-        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(16, 40, &cfg, err); /* tiles 16 x 10 */
         size_t len;
@@ -726,7 +726,7 @@ static void test_msg_random_corruptions(void **state)
     const demo_vfmt_t fs[4] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN, DEMO_VAL_SIGN};
     const int ks[4] = {5, 5, 3, 40}; /* the last one dense */
     for (int fi = 0; fi < 4; fi++) {
-        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(16, 24, &cfg, err);
         assert_non_null(d);
@@ -793,7 +793,7 @@ static void test_msg_random_corruptions(void **state)
  * the v1 message, the neighbours' bits untouched, the length of the formula. */
 static void check_body_roundtrip(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *a = demo_new(rows, cols, &cfg, err), *b = demo_new(rows, cols, &cfg, err);
     assert_non_null(a);
@@ -991,7 +991,7 @@ static void test_shared_indices(void **state)
  * that does not fit is refused; bodies of 4 replicas aggregate to the mean of the four. */
 static void check_shared_body(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_SHARED, DEMO_UPDATE_SIGN, 0};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_SHARED, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *a = demo_new(rows, cols, &cfg, err);
     assert_non_null(a);
@@ -1089,7 +1089,7 @@ static void test_shared_body(void **state)
     }
     /* a bad index mode is refused */
     assert_int_equal(demo_body_bits_ex(64, 64, 16, 1, DEMO_VAL_SIGN, (demo_imode_t)2), 0);
-    demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.5f, (demo_imode_t)2, DEMO_UPDATE_SIGN, 0};
+    demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.5f, (demo_imode_t)2, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     assert_null(demo_new(64, 64, &cfg, err));
 }
@@ -1102,7 +1102,7 @@ static void test_sign_zero_unbiased(void **state)
     (void)state;
     char err[STATUS_ERR_LEN];
     for (int mode = DEMO_IDX_TOPK; mode <= DEMO_IDX_SHARED; mode++) {
-        demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.999f, (demo_imode_t)mode, DEMO_UPDATE_SIGN, 0};
+        demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.999f, (demo_imode_t)mode, DEMO_UPDATE_SIGN};
         demo_t *d = demo_new(32, 32, &cfg, err); /* 4 tiles, D = 0 */
         assert_non_null(d);
         uint64_t bits = demo_body_size(d);
@@ -1145,7 +1145,7 @@ static void test_replicas_stay_identical(void **state)
         uint8_t *msg[R];
         size_t len[R];
         for (int r = 0; r < R; r++) {
-            demo_cfg_t cfg = {64, ks[t], fmt[t], 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 0};
+            demo_cfg_t cfg = {64, ks[t], fmt[t], 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
             d[r] = demo_new(rows[t], cols[t], &cfg, err);
             assert_non_null(d[r]);
             p[r] = malloc(n * sizeof(float));

@@ -92,8 +92,6 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       a seed all replicas share: only values travel)\n"
                "  --demo-update R      sign (default but for sign values: p -= lr sign(Q)) or\n"
                "                       rms (p -= lr Q/rms(Q), rms per tensor)\n"
-               "  --demo-precond P     none (default) or adam: each replica divides its gradient\n"
-               "                       by its own second-moment estimate before accumulating\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "compute:\n"
@@ -129,7 +127,6 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DBETA,
         O_DIDX,
         O_DUPD,
-        O_DPRE,
         O_CODEC
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
@@ -163,7 +160,6 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-beta", required_argument, 0, O_DBETA},
                                          {"demo-index", required_argument, 0, O_DIDX},
                                          {"demo-update", required_argument, 0, O_DUPD},
-                                         {"demo-precond", required_argument, 0, O_DPRE},
                                          {"codec", required_argument, 0, O_CODEC}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
@@ -297,14 +293,6 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                 out->demo.imode = DEMO_IDX_SHARED;
             else
                 bad = complain("--demo-index", optarg, "topk or shared");
-            break;
-        case O_DPRE:
-            if (!strcmp(optarg, "none"))
-                out->demo.precond = 0;
-            else if (!strcmp(optarg, "adam"))
-                out->demo.precond = 1;
-            else
-                bad = complain("--demo-precond", optarg, "none or adam");
             break;
         case O_DUPD:
             demo_set[3] = 1;

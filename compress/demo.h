@@ -25,9 +25,11 @@
  * (~2-3% of a sign k=4 message of a 256x256 matrix) buy: senders weighted by how much momentum
  * they hold in the mean (a replica with a tiny D cannot flip a coefficient the others
  * agree on with large D), and decoded coefficients on the scale of the real ones, so
- * the same aggregate works if the update rule ever stops being sign(Q). A coefficient
- * whose value is exactly 0 decodes as +scale (one bit cannot say zero); the scale is 0
- * when the whole tensor's selection is 0, as at the first step of an unused row block.
+ * the same aggregate works when the update rule is not sign(Q) (peer/demo_opt.h, rms). One
+ * bit cannot say zero: in a v1 message an exactly-zero value decodes as +scale; in a body
+ * it gets a sign drawn from the step's seed (so a tile with no momentum, such as unused
+ * embedding rows, sends no fixed direction); the scale is 0 when the whole tensor's
+ * selection is 0, as at the first step of an unused row block.
  *
  * 1-D tensors (norm weights) and tiny tiles: the SAME transform, plus one layout rule
  * that holds for every tensor: a tile is sent DENSE (all its coefficients, implicit
@@ -58,6 +60,7 @@
  * concatenated into one stage message (peer/demo_opt.h) whose single header and tensor
  * table supply everything a body leaves out. On the tiny model (39 tensors, 234 k
  * params) v1 headers alone were 0.006 bytes/param/step; v2 spends 32 bytes per stage.
+ * Bodies have a second index mode, shared indices (below): no index bits at all.
  *
  * Not for: the network, the model or its table of tensors, the optimizer (weight decay,
  * learning-rate schedule), gradient clipping. A demo_t is used by one thread at a time.

@@ -33,15 +33,16 @@ typedef struct {
     int small;    /* also run on `small` with --small */
 } bench_setting_t;
 
-/* AdamW (constant lr: the reference of issue 17), then DeMo from the reference setting down
- * to the sign preset. The rows marked core run by default; --all adds the others (what was
- * tried on the way, docs/design-notes.md). lr 0: the run default (3e-3). */
-#define C OPTIM_SCHEDULE_CONSTANT
+/* AdamW (constant lr: the reference of issue 17; cosine, to compare like with like), then
+ * DeMo from the reference setting down to the sign preset (`--demo-values sign`) with the
+ * schedule it was tuned with. The rows marked core run by default; --all adds the others
+ * (what was tried on the way, docs/design-notes.md). lr 0: the run default (3e-3). */
+#define C   OPTIM_SCHEDULE_CONSTANT
+#define COS OPTIM_SCHEDULE_COSINE
 static const bench_setting_t settings[] = {
     /* name, optimizer, values, chunk, k, indices, update, lr, schedule, core, small */
     {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1},
-    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, OPTIM_SCHEDULE_COSINE, 0,
-     0},
+    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 1},
     {"f32 c64 k32 topk sign-update", TRAIN_DEMO, DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK,
      DEMO_UPDATE_SIGN, 0, C, 1, 0},
     {"sign c16 k1 topk sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK,
@@ -50,12 +51,15 @@ static const bench_setting_t settings[] = {
      DEMO_UPDATE_SIGN, 0, C, 0, 0},
     {"sign c16 k1 topk rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, 0,
      C, 0, 0},
-    {"sign preset (c16 k9 shared rms)", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
-     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, C, 1, 1},
-    {"sign c16 k3 shared rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED, DEMO_UPDATE_RMS,
-     0, C, 1, 0},
+    {"sign preset", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
+     DEMO_SIGN_UPDATE, 0, C, 0, 0},
+    {"sign preset cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 1},
+    {"sign c16 k3 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED,
+     DEMO_UPDATE_RMS, 0, COS, 1, 0},
 };
 #undef C
+#undef COS
 #define NSETTINGS ((int)(sizeof settings / sizeof settings[0]))
 
 typedef struct {
@@ -107,36 +111,40 @@ static int bench_one(const bench_setting_t *s, const char *config, int replicas,
     return 0;
 }
 
+/* "+1.2%" of x over base, or "-" without a base. */
+static void ratio_text(char *out, size_t n, const bench_row_t *r, float base)
+{
+    if (r->ok && base > 0)
+        snprintf(out, n, "%+.1f%%", 100.0 * (r->val_loss / base - 1.0));
+    else
+        snprintf(out, n, "-");
+}
+
+/* The table: bytes, val_loss, the ratio to AdamW with a constant lr (the reference) and to
+ * AdamW with the row's own schedule (like with like), when those rows ran. */
 static void print_table(const char *title, const bench_setting_t *const *set, const bench_row_t *rows,
                         int n)
 {
-    float base = 0;
+    float base[2] = {0, 0}; /* by schedule: constant, cosine */
     for (int i = 0; i < n; i++)
-        if (set[i]->optimizer == TRAIN_ADAMW && set[i]->schedule == OPTIM_SCHEDULE_CONSTANT &&
-            rows[i].ok)
-            base = rows[i].val_loss;
+        if (set[i]->optimizer == TRAIN_ADAMW && rows[i].ok)
+            base[set[i]->schedule == OPTIM_SCHEDULE_COSINE] = rows[i].val_loss;
     printf("\n%s\n", title);
-    printf("| %-34s | %12s | %8s | %9s | %7s |\n", "setting", "B/param/step", "val_loss",
-           "vs AdamW", "seconds");
-    printf("|%.36s|%.14s|%.10s|%.11s|%.9s|\n", "------------------------------------",
-           "--------------", "----------", "-----------", "---------");
+    printf("| %-34s | %12s | %8s | %9s | %15s | %7s |\n", "setting", "B/param/step", "val_loss",
+           "vs AdamW", "vs AdamW, same", "seconds");
+    printf("| %-34s | %12s | %8s | %9s | %15s | %7s |\n", "", "", "", "(const)", "schedule", "");
+    printf("|%.36s|%.14s|%.10s|%.11s|%.17s|%.9s|\n", "------------------------------------",
+           "--------------", "----------", "-----------", "-----------------", "---------");
     for (int i = 0; i < n; i++) {
-        char b[32], v[32], ratio[32];
+        char b[32], v[32], r1[32], r2[32];
         if (set[i]->optimizer == TRAIN_DEMO)
             snprintf(b, sizeof b, "%.5f", rows[i].bytes_per_param);
         else
             snprintf(b, sizeof b, "(4, dense)");
-        if (rows[i].ok) {
-            snprintf(v, sizeof v, "%.4f", (double)rows[i].val_loss);
-            if (base > 0)
-                snprintf(ratio, sizeof ratio, "%+.1f%%", 100.0 * (rows[i].val_loss / base - 1.0));
-            else
-                snprintf(ratio, sizeof ratio, "-");
-        } else {
-            snprintf(v, sizeof v, "failed");
-            snprintf(ratio, sizeof ratio, "-");
-        }
-        printf("| %-34s | %12s | %8s | %9s | %7.0f |\n", set[i]->name, b, v, ratio,
+        snprintf(v, sizeof v, rows[i].ok ? "%.4f" : "failed", (double)rows[i].val_loss);
+        ratio_text(r1, sizeof r1, &rows[i], base[0]);
+        ratio_text(r2, sizeof r2, &rows[i], base[set[i]->schedule == OPTIM_SCHEDULE_COSINE]);
+        printf("| %-34s | %12s | %8s | %9s | %15s | %7.0f |\n", set[i]->name, b, v, r1, r2,
                rows[i].seconds);
     }
     fflush(stdout);
@@ -209,7 +217,7 @@ int bench_demo(int argc, char **argv)
                    "  --config NAME      model (default tiny)\n"
                    "  --replicas R       replicas (default 4)\n"
                    "  --steps N          steps (default 1000)\n"
-                   "  --all              also the settings tried on the way (8 rows, not 5)\n"
+                   "  --all              also the settings tried on the way (9 rows, not 6)\n"
                    "  --only TEXT        only the settings whose name contains TEXT (and adamw)\n"
                    "  --small            then also `small`, AdamW and the rows marked for it\n"
                    "  --small-only       only that\n"

@@ -28,6 +28,7 @@ typedef struct {
     int kt;                /* entries per tile */
     int dense, idxw;
     int ib; /* version-2 bodies: bits per index, ceil(log2(tn)); 0 when dense or shared */
+    int sb; /* version-2 bodies: sign-scale bits, 16 (sign, top-k) or 0 */
     demo_vfmt_t vfmt;
     demo_imode_t imode;
     uint64_t entries; /* tiles * kt */
@@ -41,10 +42,8 @@ static int vbits(demo_vfmt_t f)
 }
 
 /* 0 and *g filled, or -1 when the arguments are not a valid configuration. Shared
- * indices: k is per chunk x chunk coefficients, so a smaller tile (a 1-D tensor's 1 x
- * chunk, a dimension chunk does not divide) gets kt = ceil(k * tn / chunk^2), at least 1
- * and at most tn: the same density everywhere; dense only when that is every coefficient;
- * no index bits. */
+ * indices: kt = min(k, tn), dense only when that is every coefficient, no index bits and
+ * no sign scale. */
 static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
                         demo_imode_t imode)
 {
@@ -65,11 +64,6 @@ static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k,
     g->vfmt = vfmt;
     g->imode = imode;
     int kk = k < g->tn ? k : g->tn;
-    if (imode == DEMO_IDX_SHARED) {
-        uint64_t c2 = (uint64_t)chunk * (uint64_t)chunk;
-        uint64_t p = ((uint64_t)k * (uint64_t)g->tn + c2 - 1) / c2;
-        kk = p < (uint64_t)g->tn ? (int)p : g->tn;
-    }
     int iw = g->tn <= 256 ? 1 : 2, vb = vbits(vfmt);
     /* dense when indices would make sparse no cheaper than all coefficients */
     g->dense = kk == g->tn ||
@@ -79,11 +73,14 @@ static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k,
     g->entries = (uint64_t)g->tiles * (uint64_t)g->kt;
     uint64_t vbytes = vfmt == DEMO_VAL_SIGN ? (g->entries + 7) / 8 : g->entries * (vb / 8);
     g->payload = g->entries * (uint64_t)g->idxw + vbytes;
+    /* shared indices: every replica sends the same coefficients and the update is
+     * normalized, so a scale would only weight replicas against each other: none */
+    g->sb = vfmt == DEMO_VAL_SIGN && imode == DEMO_IDX_TOPK ? DEMO_BODY_SCALE_BITS : 0;
     g->ib = 0;
     if (!g->dense && imode == DEMO_IDX_TOPK)
         while ((1 << g->ib) < g->tn) g->ib++;
     g->bits =
-        (vfmt == DEMO_VAL_SIGN ? DEMO_BODY_SCALE_BITS : 0) + g->entries * (uint64_t)(g->ib + vb);
+        (uint64_t)g->sb + g->entries * (uint64_t)(g->ib + vb);
     return 0;
 }
 
@@ -739,7 +736,7 @@ static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16
                        const float *val, uint64_t seed)
 {
     uint64_t ne = g->entries;
-    if (g->vfmt == DEMO_VAL_SIGN) {
+    if (g->sb) {
         put_bits(out, pos, sign_scale_bf16(val, ne), DEMO_BODY_SCALE_BITS);
         pos += DEMO_BODY_SCALE_BITS;
     }
@@ -832,7 +829,8 @@ static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *sc
 {
     uint64_t ne = g->entries;
     *scale = 0.0f;
-    if (g->vfmt == DEMO_VAL_SIGN) {
+    if (g->vfmt == DEMO_VAL_SIGN && !g->sb) *scale = 1.0f; /* shared: votes of +-1 */
+    if (g->sb) {
         uint32_t h = get_bits(b, pos, DEMO_BODY_SCALE_BITS);
         *scale = codec_bf16_to_f32((uint16_t)h);
         if ((h >> 15) || !(*scale <= DEMO_MAX_ABS))
@@ -873,7 +871,7 @@ static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float s
                         uint32_t *cnt)
 {
     uint64_t ne = g->entries;
-    if (g->vfmt == DEMO_VAL_SIGN) pos += DEMO_BODY_SCALE_BITS;
+    pos += (uint64_t)g->sb;
     uint64_t vpos = pos + ne * (uint64_t)g->ib;
     int vb = vbits(g->vfmt);
     for (int64_t t = 0; t < g->tiles; t++) {

@@ -60,7 +60,9 @@
  * concatenated into one stage message (peer/demo_opt.h) whose single header and tensor
  * table supply everything a body leaves out. On the tiny model (39 tensors, 234 k
  * params) v1 headers alone were 0.006 bytes/param/step; v2 spends 32 bytes per stage.
- * Bodies have a second index mode, shared indices (below): no index bits at all.
+ * Bodies have a second index mode, shared indices (below): no index bits and no scale
+ * (a sign value decodes as +1 or -1: every replica sends the same coefficients and the
+ * update that uses them is normalized, so a scale would only weight senders).
  *
  * Not for: the network, the model or its table of tensors, the optimizer (weight decay,
  * learning-rate schedule), gradient clipping. A demo_t is used by one thread at a time.
@@ -246,7 +248,7 @@ void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys);
  * In DEMO_IDX_SHARED mode every replica transmits the SAME coefficients of each tile: kt
  * of its tn drawn uniformly without replacement, ascending, from a seed all replicas
  * derive alike (peer/demo_opt.c: the step and the tensor's place in the stage), so no
- * index travels and a body is the scale plus one value per entry. Tile t of `tiles`
+ * index travels and a body is one value per entry (sign: +-1, no scale). Tile t of `tiles`
  * uses its own stream, rng_seed(rng_mix(seed, t)) (common/rng.h), and Floyd's algorithm:
  * for j = tn-kt .. tn-1, x = (next >> 32) * (j+1) >> 32; mark x, or j if x is marked;
  * the marked positions in ascending order are the indices (docs/codec-format.md 4.2).

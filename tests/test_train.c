@@ -324,13 +324,15 @@ static void stage_corruptions(demo_imode_t imode, int k)
     b[16]++;
     REFUSED(STATUS_EMALFORMED); /* step */
     assert_non_null(strstr(err, "step"));
-    FRESH;
-    b[33] |= 0x80;
-    REFUSED(STATUS_EMALFORMED); /* first tensor's sign scale negative */
-    assert_non_null(strstr(err, "tensor 0"));
-    FRESH;
-    b[33] = 0x7f, b[32] = 0x80;
-    REFUSED(STATUS_EMALFORMED); /* scale Inf */
+    if (imode == DEMO_IDX_TOPK) { /* shared-index sign bodies carry no scale */
+        FRESH;
+        b[33] |= 0x80;
+        REFUSED(STATUS_EMALFORMED); /* first tensor's sign scale negative */
+        assert_non_null(strstr(err, "tensor 0"));
+        FRESH;
+        b[33] = 0x7f, b[32] = 0x80;
+        REFUSED(STATUS_EMALFORMED); /* scale Inf */
+    }
     FRESH;
     b[len - 1] |= 0x80; /* the last bit */
     refix_stage_crc(b, len);

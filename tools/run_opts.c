@@ -339,7 +339,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         if (!demo_set[1]) out->demo.k = DEMO_SIGN_K;
         if (!demo_set[2]) out->demo.imode = DEMO_SIGN_INDEX;
         if (!demo_set[3]) out->demo.update = DEMO_SIGN_UPDATE;
-        /* the preset was tuned with a cosine schedule (constant: 1.4932 against 1.4604) */
+        /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) */
         if (out->optimizer == TRAIN_DEMO && !schedule_set)
             out->opt.schedule = OPTIM_SCHEDULE_COSINE;
     }

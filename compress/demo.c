@@ -66,8 +66,8 @@ static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k,
     int kk = k < g->tn ? k : g->tn;
     int iw = g->tn <= 256 ? 1 : 2, vb = vbits(vfmt);
     /* dense when indices would make sparse no cheaper than all coefficients */
-    g->dense = kk == g->tn ||
-               (imode == DEMO_IDX_TOPK && (uint64_t)kk * (uint64_t)(8 * iw + vb) >= (uint64_t)g->tn * vb);
+    g->dense = kk == g->tn || (imode == DEMO_IDX_TOPK &&
+                               (uint64_t)kk * (uint64_t)(8 * iw + vb) >= (uint64_t)g->tn * vb);
     g->kt = g->dense ? g->tn : kk;
     g->idxw = g->dense || imode != DEMO_IDX_TOPK ? 0 : iw;
     g->entries = (uint64_t)g->tiles * (uint64_t)g->kt;
@@ -79,8 +79,7 @@ static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k,
     g->ib = 0;
     if (!g->dense && imode == DEMO_IDX_TOPK)
         while ((1 << g->ib) < g->tn) g->ib++;
-    g->bits =
-        (uint64_t)g->sb + g->entries * (uint64_t)(g->ib + vb);
+    g->bits = (uint64_t)g->sb + g->entries * (uint64_t)(g->ib + vb);
     return 0;
 }
 
@@ -444,7 +443,9 @@ struct demo {
 
 demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err)
 {
-    demo_cfg_t c = cfg ? *cfg : (demo_cfg_t){0, 0, DEMO_VAL_F32, DEMO_DEFAULT_BETA, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+    demo_cfg_t c =
+        cfg ? *cfg
+            : (demo_cfg_t){0, 0, DEMO_VAL_F32, DEMO_DEFAULT_BETA, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     geom_t g;
     if (geom_make_ex(&g, rows, cols, c.chunk, c.k, c.vfmt, c.imode)) {
         status_set(err, STATUS_EINVAL,
@@ -806,7 +807,8 @@ int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, i
         return status_set(err, STATUS_EINVAL,
                           "demo: bad configuration (%lld x %lld, chunk %d, k %d, format %d)",
                           (long long)rows, (long long)cols, chunk, k, (int)vfmt);
-    if (!out || !val || (!idx && !g.dense && imode == DEMO_IDX_TOPK) || !body_fits(cap, bitpos, g.bits))
+    if (!out || !val || (!idx && !g.dense && imode == DEMO_IDX_TOPK) ||
+        !body_fits(cap, bitpos, g.bits))
         return status_set(err, STATUS_EINVAL,
                           "demo: body of %llu bits at bit %llu, room %zu octets",
                           (unsigned long long)g.bits, (unsigned long long)bitpos, out ? cap : 0);
@@ -867,8 +869,7 @@ static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *sc
 /* Decodes a checked body: entries to idx/val when given, or into sum/cnt (tile-major).
  * sidx: the drawn indices of a sparse shared-index body (NULL otherwise). */
 static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float scale,
-                        const uint16_t *sidx, uint16_t *idx, float *val, double *sum,
-                        uint32_t *cnt)
+                        const uint16_t *sidx, uint16_t *idx, float *val, double *sum, uint32_t *cnt)
 {
     uint64_t ne = g->entries;
     pos += (uint64_t)g->sb;
@@ -878,7 +879,9 @@ static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float s
         uint64_t base = (uint64_t)t * (uint64_t)g->tn;
         for (int j = 0; j < g->kt; j++) {
             uint64_t e = (uint64_t)t * (uint64_t)g->kt + (uint64_t)j;
-            int ix = g->ib ? (int)get_bits(b, pos + e * (uint64_t)g->ib, g->ib) : sidx ? sidx[e] : j;
+            int ix = g->ib  ? (int)get_bits(b, pos + e * (uint64_t)g->ib, g->ib)
+                     : sidx ? sidx[e]
+                            : j;
             uint32_t raw = get_bits(b, vpos + e * (uint64_t)vb, vb);
             float v = g->vfmt == DEMO_VAL_F32    ? codec_bits_f32(raw)
                       : g->vfmt == DEMO_VAL_BF16 ? codec_bf16_to_f32((uint16_t)raw)
@@ -982,8 +985,9 @@ int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t b
 {
     geom_t g;
     if (geom_make_ex(&g, d->g.rows, d->g.cols, d->g.chunk, k, vfmt, imode))
-        return status_set(err, STATUS_EMALFORMED, "demo: bad k %d, value format %d or index mode %d",
-                          k, (int)vfmt, (int)imode);
+        return status_set(err, STATUS_EMALFORMED,
+                          "demo: bad k %d, value format %d or index mode %d", k, (int)vfmt,
+                          (int)imode);
     if (!buf || !sum || !cnt || !body_fits(len, bitpos, g.bits))
         return status_set(err, STATUS_EMALFORMED,
                           "demo: truncated body (%llu bits at bit %llu, "

@@ -105,10 +105,10 @@ typedef enum {
 #define DEMO_BODY_SCALE_BITS 16
 
 typedef struct {
-    int chunk;        /* DCT chunk, 1..256; 0 = 64 */
-    int k;            /* coefficients per tile, >= 1; 0 = 32; above the tile size = all */
-    demo_vfmt_t vfmt; /* value format */
-    float beta;       /* momentum decay in [0, 1]; a NaN is refused */
+    int chunk;          /* DCT chunk, 1..256; 0 = 64 */
+    int k;              /* coefficients per tile, >= 1; 0 = 32; above the tile size = all */
+    demo_vfmt_t vfmt;   /* value format */
+    float beta;         /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
     int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
 } demo_cfg_t;

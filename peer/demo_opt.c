@@ -167,8 +167,8 @@ static int device_init(demo_opt_t *o, size_t maxn)
     o->hval = malloc(o->entries * sizeof(float));
     o->hsign = malloc(kern_sign_bytes(P));
     o->mark = malloc((size_t)DCT_MAX_CHUNK * DCT_MAX_CHUNK);
-    return o->mark && o->dD && o->dcoef && o->dwork && o->didx && o->dval && o->dsign && o->hidx && o->hval &&
-                   o->hsign
+    return o->mark && o->dD && o->dcoef && o->dwork && o->didx && o->dval && o->dsign && o->hidx &&
+                   o->hval && o->hsign
                ? 0
                : -1;
 }
@@ -296,8 +296,8 @@ static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, c
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
         int rc = demo_body_pack_ex(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk,
-                                   o->vfmt, o->imode, demo_opt_tensor_seed(step, i), o->hidx + g->e0,
-                                   o->hval + g->e0, err);
+                                   o->vfmt, o->imode, demo_opt_tensor_seed(step, i),
+                                   o->hidx + g->e0, o->hval + g->e0, err);
         if (rc) return rc;
         pos += demo_body_size(o->d[i]);
     }
@@ -348,7 +348,8 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
         for (int i = 0; i < o->n; i++) {
             int rc = demo_accumulate(o->d[i], g + o->tab[i].offset, lr, err);
             if (!rc)
-                rc = demo_extract_body_ex(o->d[i], msg, o->msg_size, pos, demo_opt_tensor_seed(step, i), err);
+                rc = demo_extract_body_ex(o->d[i], msg, o->msg_size, pos,
+                                          demo_opt_tensor_seed(step, i), err);
             if (rc) return rc;
             pos += demo_body_size(o->d[i]);
         }
@@ -389,7 +390,8 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
     if (s != step)
         return status_set(err, STATUS_EMALFORMED, "stage message for step %lld, expected %lld",
                           (long long)s, (long long)step);
-    uint64_t bits = stage_bits(o->tab, o->n, chunk, (int)kk, (demo_vfmt_t)m[5], (demo_imode_t)m[11]);
+    uint64_t bits =
+        stage_bits(o->tab, o->n, chunk, (int)kk, (demo_vfmt_t)m[5], (demo_imode_t)m[11]);
     uint64_t want = DEMO_OPT_HEADER_LEN + (bits + 7) / 8;
     if (!bits || (uint64_t)len != want)
         return status_set(err, STATUS_EMALFORMED,
@@ -499,8 +501,8 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
         memset(o->sum, 0, t->numel * sizeof *o->sum);
         memset(o->cnt, 0, t->numel * sizeof *o->cnt);
         char e2[STATUS_ERR_LEN];
-        rc = demo_body_add_ex(o->d[i], msg, len, pos, k, vfmt, imode, demo_opt_tensor_seed(step, i), o->sum,
-                              o->cnt, e2);
+        rc = demo_body_add_ex(o->d[i], msg, len, pos, k, vfmt, imode, demo_opt_tensor_seed(step, i),
+                              o->sum, o->cnt, e2);
         if (rc) status_set(err, rc, "tensor %d (%s): %s", i, t->name, e2);
         pos += demo_body_bits_ex(t->rows, t->cols, o->chunk, k, vfmt, imode);
     }

@@ -25,8 +25,8 @@
  * On a device backend the residual momentum lives in device memory and the transform runs
  * there (kernels.h compression ops); per step the host sees only the selected entries
  * (shared indices: the coefficients, as there is no gather op) and sends back sign(Q), 2
- * bits per parameter (rms update: the step, 4 bytes per parameter). Aggregation stays on the host, so a pool
- * may mix CPU and GPU replicas: given the same messages they apply bit-identical updates.
+ * bits per parameter (rms update: the step, 4 bytes per parameter). Aggregation stays on the host,
+ * so a pool may mix CPU and GPU replicas: given the same messages they apply bit-identical updates.
  *
  * Not for: moving bytes (swarm/), the learning-rate schedule (optim.h).
  */

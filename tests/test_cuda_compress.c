@@ -491,8 +491,8 @@ static void demo_round(const demo_cfg_t *dc, int steps, uint64_t seed)
         for (int i = 0; i < nt; i++) {
             swaps += compare_bodies(mg, mc, len, pos, &tab[i], dc, demo_opt_tensor_seed(step, i),
                                     &tiles);
-            pos += demo_body_bits_ex(tab[i].rows, tab[i].cols, dc->chunk, dc->k, dc->vfmt,
-                                     dc->imode);
+            pos +=
+                demo_body_bits_ex(tab[i].rows, tab[i].cols, dc->chunk, dc->k, dc->vfmt, dc->imode);
         }
         demo_opt_get_momentum(og, dg);
         demo_opt_get_momentum(oc, dcm);

@@ -450,7 +450,8 @@ static void test_aggregate_permutation(void **state)
         demo_destroy(&d);
     }
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
-        demo_cfg_t cfg = {64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+        demo_cfg_t cfg = {
+            64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(86, 128, &cfg, err);
         assert_non_null(d);
@@ -938,7 +939,6 @@ static void test_body_roundtrip(void **state)
         STATUS_EMALFORMED);
 }
 
-
 /* --- shared indices ----------------------------------------------------------------- */
 
 /* The draw: kt distinct indices per tile, ascending, below tn; the same for the same seed
@@ -1046,8 +1046,9 @@ static void check_shared_body(int64_t rows, int64_t cols, int chunk, int k, demo
                      STATUS_EMALFORMED);
     double *sum = calloc(n, sizeof *sum);
     uint32_t *cnt = calloc(n, sizeof *cnt);
-    assert_int_equal(demo_body_add_ex(a, m, cap - 1, at, k, f, DEMO_IDX_SHARED, seed, sum, cnt, err),
-                     STATUS_EMALFORMED);
+    assert_int_equal(
+        demo_body_add_ex(a, m, cap - 1, at, k, f, DEMO_IDX_SHARED, seed, sum, cnt, err),
+        STATUS_EMALFORMED);
     for (size_t i = 0; i < n; i++) assert_true(sum[i] == 0 && cnt[i] == 0);
     /* 4 senders of this body: every drawn coefficient counted 4 times, nothing else */
     for (int r = 0; r < 4; r++)
@@ -1080,8 +1081,8 @@ static void test_shared_body(void **state)
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
         check_shared_body(64, 64, 16, 9, (demo_vfmt_t)f);
         check_shared_body(128, 64, 64, 36, (demo_vfmt_t)f);
-        check_shared_body(1, 64, 16, 9, (demo_vfmt_t)f);  /* a norm, 1 x 16 tiles */
-        check_shared_body(1, 64, 16, 16, (demo_vfmt_t)f); /* dense */
+        check_shared_body(1, 64, 16, 9, (demo_vfmt_t)f);   /* a norm, 1 x 16 tiles */
+        check_shared_body(1, 64, 16, 16, (demo_vfmt_t)f);  /* dense */
         check_shared_body(44, 64, 64, 36, (demo_vfmt_t)f); /* 44 x 64 tiles */
         check_shared_body(6, 10, 3, 2, (demo_vfmt_t)f);
     }
@@ -1091,7 +1092,6 @@ static void test_shared_body(void **state)
     char err[STATUS_ERR_LEN];
     assert_null(demo_new(64, 64, &cfg, err));
 }
-
 
 /* Sign mode cannot say zero: an exactly-zero value gets its sign bit from the seed, so a
  * tile with no momentum (unused embedding rows) sends no fixed direction step after step. */

@@ -470,7 +470,8 @@ static void test_demo_v2_bytes(void **state)
         const stage_tensor_t *t = stage_tensors(st, &nt);
         size_t P = stage_num_params(st);
         for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
-            demo_cfg_t dc = {cfgs[ci].chunk, cfgs[ci].k, cfgs[ci].f, 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+            demo_cfg_t dc = {cfgs[ci].chunk, cfgs[ci].k,    cfgs[ci].f,
+                             0.999f,         DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
             demo_opt_t *o = demo_opt_new(st, &dc, err);
             assert_non_null(o);
             size_t b = demo_opt_msg_size(o);

@@ -50,12 +50,12 @@ static const bench_setting_t settings[] = {
      DEMO_UPDATE_SIGN, 0, C, 1, 0},
     {"sign c16 k9 shared sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
      DEMO_UPDATE_SIGN, 0, C, 0, 0},
-    {"sign c16 k1 topk rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, 0,
-     C, 0, 0},
+    {"sign c16 k1 topk rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, 0, C,
+     0, 0},
     {"sign preset", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
      DEMO_SIGN_UPDATE, 0, C, 0, 0},
-    {"sign preset cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
-     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 1},
+    {"sign preset cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
+     DEMO_SIGN_UPDATE, 0, COS, 1, 1},
     {"sign c16 k3 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED,
      DEMO_UPDATE_RMS, 0, COS, 1, 0},
 };
@@ -123,8 +123,8 @@ static void ratio_text(char *out, size_t n, const bench_row_t *r, float base)
 
 /* The table: bytes, val_loss, the ratio to AdamW with a constant lr (the reference) and to
  * AdamW with the row's own schedule (like with like), when those rows ran. */
-static void print_table(const char *title, const bench_setting_t *const *set, const bench_row_t *rows,
-                        int n)
+static void print_table(const char *title, const bench_setting_t *const *set,
+                        const bench_row_t *rows, int n)
 {
     float base[2] = {0, 0}; /* by schedule: constant, cosine */
     for (int i = 0; i < n; i++)

@@ -11,6 +11,7 @@
 #include "compress/demo.h"
 #include "compress/codec.h"
 #include "compress/codec_internal.h"
+#include "common/rng.h"
 #include "common/status.h"
 #include "kernels/dct.h"
 
@@ -26,8 +27,10 @@ typedef struct {
     int chunk, cr, cc, tn; /* tn = cr * cc coefficients per tile */
     int kt;                /* entries per tile */
     int dense, idxw;
-    int ib; /* version-2 bodies: bits per index, ceil(log2(tn)); 0 when dense */
+    int ib; /* version-2 bodies: bits per index, ceil(log2(tn)); 0 when dense or shared */
+    int sb; /* version-2 bodies: sign-scale bits, 16 (sign, top-k) or 0 */
     demo_vfmt_t vfmt;
+    demo_imode_t imode;
     uint64_t entries; /* tiles * kt */
     uint64_t payload; /* v1: bytes after the header */
     uint64_t bits;    /* v2: bits of the body (scale, indices, values) */
@@ -38,8 +41,11 @@ static int vbits(demo_vfmt_t f)
     return f == DEMO_VAL_F32 ? 32 : f == DEMO_VAL_BF16 ? 16 : 1;
 }
 
-/* 0 and *g filled, or -1 when the arguments are not a valid configuration. */
-static int geom_make(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt)
+/* 0 and *g filled, or -1 when the arguments are not a valid configuration. Shared
+ * indices: kt = min(k, tn), dense only when that is every coefficient, no index bits and
+ * no sign scale. */
+static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                        demo_imode_t imode)
 {
     if (chunk == 0) chunk = DEMO_DEFAULT_CHUNK;
     if (k == 0) k = DEMO_DEFAULT_K;
@@ -47,6 +53,7 @@ static int geom_make(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, de
     if ((uint64_t)rows * (uint64_t)cols > DEMO_MAX_ELEMS) return -1;
     if (chunk < 1 || chunk > DCT_MAX_CHUNK || k < 1) return -1;
     if ((int)vfmt < DEMO_VAL_F32 || (int)vfmt > DEMO_VAL_SIGN) return -1;
+    if ((int)imode < DEMO_IDX_TOPK || (int)imode > DEMO_IDX_SHARED) return -1;
     g->rows = rows;
     g->cols = cols;
     g->chunk = chunk;
@@ -55,21 +62,31 @@ static int geom_make(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, de
     g->tn = g->cr * g->cc;
     g->tiles = (rows / g->cr) * (cols / g->cc);
     g->vfmt = vfmt;
+    g->imode = imode;
     int kk = k < g->tn ? k : g->tn;
     int iw = g->tn <= 256 ? 1 : 2, vb = vbits(vfmt);
     /* dense when indices would make sparse no cheaper than all coefficients */
-    g->dense = kk == g->tn || (uint64_t)kk * (uint64_t)(8 * iw + vb) >= (uint64_t)g->tn * vb;
+    g->dense = kk == g->tn || (imode == DEMO_IDX_TOPK &&
+                               (uint64_t)kk * (uint64_t)(8 * iw + vb) >= (uint64_t)g->tn * vb);
     g->kt = g->dense ? g->tn : kk;
-    g->idxw = g->dense ? 0 : iw;
+    g->idxw = g->dense || imode != DEMO_IDX_TOPK ? 0 : iw;
     g->entries = (uint64_t)g->tiles * (uint64_t)g->kt;
     uint64_t vbytes = vfmt == DEMO_VAL_SIGN ? (g->entries + 7) / 8 : g->entries * (vb / 8);
     g->payload = g->entries * (uint64_t)g->idxw + vbytes;
+    /* shared indices: every replica sends the same coefficients and the update is
+     * normalized, so a scale would only weight replicas against each other: none */
+    g->sb = vfmt == DEMO_VAL_SIGN && imode == DEMO_IDX_TOPK ? DEMO_BODY_SCALE_BITS : 0;
     g->ib = 0;
-    if (!g->dense)
+    if (!g->dense && imode == DEMO_IDX_TOPK)
         while ((1 << g->ib) < g->tn) g->ib++;
-    g->bits =
-        (vfmt == DEMO_VAL_SIGN ? DEMO_BODY_SCALE_BITS : 0) + g->entries * (uint64_t)(g->ib + vb);
+    g->bits = (uint64_t)g->sb + g->entries * (uint64_t)(g->ib + vb);
     return 0;
+}
+
+/* The version-1 message layer and the top-k bodies: indices on the wire. */
+static int geom_make(geom_t *g, int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt)
+{
+    return geom_make_ex(g, rows, cols, chunk, k, vfmt, DEMO_IDX_TOPK);
 }
 
 int demo_entries_per_tile(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt)
@@ -142,6 +159,28 @@ void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys)
     int m = 0;
     for (int i = 0; i < n; i++)
         if (topk_key(x[i], i) >= thr) idx[m++] = (uint16_t)i;
+}
+
+void demo_shared_indices(uint16_t *idx, int64_t tiles, int tn, int kt, uint64_t seed, uint8_t *mark)
+{
+    for (int64_t t = 0; t < tiles; t++) {
+        uint16_t *it = idx + (uint64_t)t * (uint64_t)kt;
+        if (kt >= tn) {
+            for (int j = 0; j < tn; j++) it[j] = (uint16_t)j;
+            continue;
+        }
+        /* Floyd's sampling: kt distinct draws, each j in [tn-kt, tn) adds one index */
+        rng_t r;
+        rng_seed(&r, rng_mix(seed, (uint64_t)t));
+        memset(mark, 0, (size_t)tn);
+        for (int j = tn - kt; j < tn; j++) {
+            int x = (int)(((rng_next(&r) >> 32) * (uint64_t)(j + 1)) >> 32);
+            mark[mark[x] ? j : x] = 1;
+        }
+        int m = 0;
+        for (int j = 0; j < tn; j++)
+            if (mark[j]) it[m++] = (uint16_t)j;
+    }
 }
 
 /* --- message pack / parse --------------------------------------------------------- */
@@ -398,13 +437,17 @@ struct demo {
     uint64_t *keys; /* (tn) */
     uint16_t *idx;  /* (entries) */
     float *val;     /* (entries) */
+    uint8_t *mark;  /* (tn) shared-index draws */
+    uint64_t seed;  /* shared indices: this step's draw */
 };
 
 demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err)
 {
-    demo_cfg_t c = cfg ? *cfg : (demo_cfg_t){0, 0, DEMO_VAL_F32, DEMO_DEFAULT_BETA};
+    demo_cfg_t c =
+        cfg ? *cfg
+            : (demo_cfg_t){0, 0, DEMO_VAL_F32, DEMO_DEFAULT_BETA, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     geom_t g;
-    if (geom_make(&g, rows, cols, c.chunk, c.k, c.vfmt)) {
+    if (geom_make_ex(&g, rows, cols, c.chunk, c.k, c.vfmt, c.imode)) {
         status_set(err, STATUS_EINVAL,
                    "demo: bad configuration (%lld x %lld, chunk %d, k %d, "
                    "format %d)",
@@ -431,7 +474,8 @@ demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err)
     d->keys = malloc((size_t)g.tn * sizeof(uint64_t));
     d->idx = malloc((size_t)g.entries * sizeof(uint16_t));
     d->val = malloc((size_t)g.entries * sizeof(float));
-    if (!d->D || !d->coef || !d->work || !d->keys || !d->idx || !d->val) goto nomem;
+    d->mark = malloc((size_t)g.tn);
+    if (!d->D || !d->coef || !d->work || !d->keys || !d->idx || !d->val || !d->mark) goto nomem;
     return d;
 
 nomem:
@@ -452,6 +496,7 @@ void demo_destroy(demo_t **dp)
     free(d->keys);
     free(d->idx);
     free(d->val);
+    free(d->mark);
     free(d);
     *dp = NULL;
 }
@@ -487,12 +532,16 @@ static void select_entries(demo_t *d)
 {
     const geom_t *g = &d->g;
     dct_forward(d->plan, d->coef, d->D);
+    if (!g->dense && g->imode == DEMO_IDX_SHARED)
+        demo_shared_indices(d->idx, g->tiles, g->tn, g->kt, d->seed, d->mark);
     for (int64_t t = 0; t < g->tiles; t++) {
         const float *c = d->coef + (uint64_t)t * g->tn;
         uint16_t *it = d->idx + (uint64_t)t * g->kt;
         float *vt = d->val + (uint64_t)t * g->kt;
         if (g->dense) {
             for (int j = 0; j < g->tn; j++) it[j] = (uint16_t)j;
+        } else if (g->imode == DEMO_IDX_SHARED) {
+            /* drawn before the loop */
         } else {
             demo_topk(it, c, g->tn, g->kt, d->keys);
         }
@@ -524,6 +573,8 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
 {
     const geom_t *g = &d->g;
     size_t total = demo_msg_size(d);
+    if (g->imode != DEMO_IDX_TOPK)
+        return status_set(err, STATUS_EINVAL, "demo: version-1 messages carry top-k indices only");
     if (!out || cap < total)
         return status_set(err, STATUS_EINVAL, "demo: message needs %zu bytes, has %zu", total,
                           out ? cap : 0);
@@ -651,10 +702,23 @@ static uint32_t get_bits(const uint8_t *p, uint64_t pos, int w)
     return v;
 }
 
-uint64_t demo_body_bits(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt)
+uint64_t demo_body_bits_ex(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                           demo_imode_t imode)
 {
     geom_t g;
-    return geom_make(&g, rows, cols, chunk, k, vfmt) ? 0 : g.bits;
+    return geom_make_ex(&g, rows, cols, chunk, k, vfmt, imode) ? 0 : g.bits;
+}
+
+uint64_t demo_body_bits(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt)
+{
+    return demo_body_bits_ex(rows, cols, chunk, k, vfmt, DEMO_IDX_TOPK);
+}
+
+int demo_entries_per_tile_ex(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                             demo_imode_t imode)
+{
+    geom_t g;
+    return geom_make_ex(&g, rows, cols, chunk, k, vfmt, imode) ? 0 : g.kt;
 }
 
 /* The sign scale as bf16: mean |value|, rounded to nearest even, never above DEMO_MAX_ABS. */
@@ -670,10 +734,10 @@ static uint16_t sign_scale_bf16(const float *val, uint64_t ne)
 /* Writes a body whose entries are valid (indices ascending below tn, |values| finite and
  * rounding to <= DEMO_MAX_ABS). */
 static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16_t *idx,
-                       const float *val)
+                       const float *val, uint64_t seed)
 {
     uint64_t ne = g->entries;
-    if (g->vfmt == DEMO_VAL_SIGN) {
+    if (g->sb) {
         put_bits(out, pos, sign_scale_bf16(val, ne), DEMO_BODY_SCALE_BITS);
         pos += DEMO_BODY_SCALE_BITS;
     }
@@ -691,7 +755,15 @@ static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16
             put_bits(out, pos + 16 * e, codec_f32_to_bf16(val[e]), 16);
         break;
     case DEMO_VAL_SIGN:
-        for (uint64_t e = 0; e < ne; e++) put_bits(out, pos + e, val[e] < 0.0f, 1);
+        /* one bit cannot say zero: an exactly-zero value (a tile with no momentum, such as
+         * embedding rows of bytes that never occur) gets a sign drawn from the seed, so
+         * such parameters take an unbiased walk held in by weight decay instead of a
+         * drift of -lr per step (+scale every step, as version 2 sent) */
+        for (uint64_t e = 0; e < ne; e++) {
+            uint32_t neg = val[e] < 0.0f;
+            if (val[e] == 0.0f) neg = (uint32_t)(rng_mix(seed, e) >> 63);
+            put_bits(out, pos + e, neg, 1);
+        }
         break;
     }
 }
@@ -726,22 +798,31 @@ static int body_fits(size_t len, uint64_t bitpos, uint64_t bits)
     return bitpos <= (uint64_t)len * 8 && bits <= (uint64_t)len * 8 - bitpos;
 }
 
-int demo_body_pack(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols, int chunk,
-                   int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
+int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols,
+                      int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                      const uint16_t *idx, const float *val, char *err)
 {
     geom_t g;
-    if (geom_make(&g, rows, cols, chunk, k, vfmt))
+    if (geom_make_ex(&g, rows, cols, chunk, k, vfmt, imode))
         return status_set(err, STATUS_EINVAL,
                           "demo: bad configuration (%lld x %lld, chunk %d, k %d, format %d)",
                           (long long)rows, (long long)cols, chunk, k, (int)vfmt);
-    if (!out || !val || (!idx && !g.dense) || !body_fits(cap, bitpos, g.bits))
+    if (!out || !val || (!idx && !g.dense && imode == DEMO_IDX_TOPK) ||
+        !body_fits(cap, bitpos, g.bits))
         return status_set(err, STATUS_EINVAL,
                           "demo: body of %llu bits at bit %llu, room %zu octets",
                           (unsigned long long)g.bits, (unsigned long long)bitpos, out ? cap : 0);
-    int rc = entries_check(&g, g.dense ? NULL : idx, val, err);
+    int rc = entries_check(&g, g.dense || imode != DEMO_IDX_TOPK ? NULL : idx, val, err);
     if (rc) return rc;
-    body_write(out, bitpos, &g, idx, val);
+    body_write(out, bitpos, &g, idx, val, seed);
     return 0;
+}
+
+int demo_body_pack(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols, int chunk,
+                   int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
+{
+    return demo_body_pack_ex(out, cap, bitpos, rows, cols, chunk, k, vfmt, DEMO_IDX_TOPK, 0, idx,
+                             val, err);
 }
 
 /* Validates a body that fits its buffer: the sign scale, index order, values. *scale is
@@ -750,7 +831,8 @@ static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *sc
 {
     uint64_t ne = g->entries;
     *scale = 0.0f;
-    if (g->vfmt == DEMO_VAL_SIGN) {
+    if (g->vfmt == DEMO_VAL_SIGN && !g->sb) *scale = 1.0f; /* shared: votes of +-1 */
+    if (g->sb) {
         uint32_t h = get_bits(b, pos, DEMO_BODY_SCALE_BITS);
         *scale = codec_bf16_to_f32((uint16_t)h);
         if ((h >> 15) || !(*scale <= DEMO_MAX_ABS))
@@ -784,19 +866,22 @@ static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *sc
     return 0;
 }
 
-/* Decodes a checked body: entries to idx/val when given, or into sum/cnt (tile-major). */
-static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float scale, uint16_t *idx,
-                        float *val, double *sum, uint32_t *cnt)
+/* Decodes a checked body: entries to idx/val when given, or into sum/cnt (tile-major).
+ * sidx: the drawn indices of a sparse shared-index body (NULL otherwise). */
+static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float scale,
+                        const uint16_t *sidx, uint16_t *idx, float *val, double *sum, uint32_t *cnt)
 {
     uint64_t ne = g->entries;
-    if (g->vfmt == DEMO_VAL_SIGN) pos += DEMO_BODY_SCALE_BITS;
+    pos += (uint64_t)g->sb;
     uint64_t vpos = pos + ne * (uint64_t)g->ib;
     int vb = vbits(g->vfmt);
     for (int64_t t = 0; t < g->tiles; t++) {
         uint64_t base = (uint64_t)t * (uint64_t)g->tn;
         for (int j = 0; j < g->kt; j++) {
             uint64_t e = (uint64_t)t * (uint64_t)g->kt + (uint64_t)j;
-            int ix = g->ib ? (int)get_bits(b, pos + e * (uint64_t)g->ib, g->ib) : j;
+            int ix = g->ib  ? (int)get_bits(b, pos + e * (uint64_t)g->ib, g->ib)
+                     : sidx ? sidx[e]
+                            : j;
             uint32_t raw = get_bits(b, vpos + e * (uint64_t)vb, vb);
             float v = g->vfmt == DEMO_VAL_F32    ? codec_bits_f32(raw)
                       : g->vfmt == DEMO_VAL_BF16 ? codec_bf16_to_f32((uint16_t)raw)
@@ -813,12 +898,31 @@ static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float s
     }
 }
 
-int demo_body_unpack(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
-                     int chunk, int k, demo_vfmt_t vfmt, uint16_t *idx, float *val, size_t cap,
-                     float *scale, char *err)
+/* The drawn indices of a sparse shared-index body (g->entries of them), or NULL with
+ * *need 0 when the body carries or implies its own. -1 when memory runs out. */
+static int shared_draw(const geom_t *g, uint64_t seed, uint16_t **sidx)
+{
+    *sidx = NULL;
+    if (g->dense || g->imode != DEMO_IDX_SHARED) return 0;
+    uint16_t *ix = malloc((size_t)g->entries * sizeof *ix);
+    uint8_t *mark = malloc((size_t)g->tn);
+    if (!ix || !mark) {
+        free(ix);
+        free(mark);
+        return -1;
+    }
+    demo_shared_indices(ix, g->tiles, g->tn, g->kt, seed, mark);
+    free(mark);
+    *sidx = ix;
+    return 0;
+}
+
+int demo_body_unpack_ex(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
+                        int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                        uint16_t *idx, float *val, size_t cap, float *scale, char *err)
 {
     geom_t g;
-    if (geom_make(&g, rows, cols, chunk, k, vfmt))
+    if (geom_make_ex(&g, rows, cols, chunk, k, vfmt, imode))
         return status_set(err, STATUS_EINVAL, "demo: bad configuration");
     if (!buf || !body_fits(len, bitpos, g.bits))
         return status_set(err, STATUS_EMALFORMED,
@@ -831,24 +935,43 @@ int demo_body_unpack(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t ro
     if (!idx || !val || g.entries > (uint64_t)cap)
         return status_set(err, STATUS_EINVAL, "demo: %llu entries, room for %zu",
                           (unsigned long long)g.entries, idx && val ? cap : 0);
-    body_decode(buf, bitpos, &g, s, idx, val, NULL, NULL);
+    uint16_t *sidx;
+    if (shared_draw(&g, seed, &sidx))
+        return status_set(err, STATUS_ENOMEM, "demo: out of memory drawing indices");
+    body_decode(buf, bitpos, &g, s, sidx, idx, val, NULL, NULL);
+    free(sidx);
     if (scale) *scale = s;
     return 0;
 }
 
-int demo_extract_body(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, char *err)
+int demo_body_unpack(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
+                     int chunk, int k, demo_vfmt_t vfmt, uint16_t *idx, float *val, size_t cap,
+                     float *scale, char *err)
+{
+    return demo_body_unpack_ex(buf, len, bitpos, rows, cols, chunk, k, vfmt, DEMO_IDX_TOPK, 0, idx,
+                               val, cap, scale, err);
+}
+
+int demo_extract_body_ex(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, uint64_t seed,
+                         char *err)
 {
     const geom_t *g = &d->g;
     if (!out || !body_fits(cap, bitpos, g->bits))
         return status_set(err, STATUS_EINVAL,
                           "demo: body of %llu bits at bit %llu, room %zu octets",
                           (unsigned long long)g->bits, (unsigned long long)bitpos, out ? cap : 0);
+    d->seed = seed;
     select_entries(d);
     int rc = entries_check(g, NULL, d->val, err); /* before D changes */
     if (rc) return rc;
-    body_write(out, bitpos, g, d->idx, d->val);
+    body_write(out, bitpos, g, d->idx, d->val, seed);
     remove_sent(d);
     return 0;
+}
+
+int demo_extract_body(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, char *err)
+{
+    return demo_extract_body_ex(d, out, cap, bitpos, 0, err);
 }
 
 uint64_t demo_body_size(const demo_t *d)
@@ -856,13 +979,15 @@ uint64_t demo_body_size(const demo_t *d)
     return d->g.bits;
 }
 
-int demo_body_add(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
-                  demo_vfmt_t vfmt, double *sum, uint32_t *cnt, char *err)
+int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                     demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, double *sum,
+                     uint32_t *cnt, char *err)
 {
     geom_t g;
-    if (geom_make(&g, d->g.rows, d->g.cols, d->g.chunk, k, vfmt))
-        return status_set(err, STATUS_EMALFORMED, "demo: bad k %d or value format %d", k,
-                          (int)vfmt);
+    if (geom_make_ex(&g, d->g.rows, d->g.cols, d->g.chunk, k, vfmt, imode))
+        return status_set(err, STATUS_EMALFORMED,
+                          "demo: bad k %d, value format %d or index mode %d", k, (int)vfmt,
+                          (int)imode);
     if (!buf || !sum || !cnt || !body_fits(len, bitpos, g.bits))
         return status_set(err, STATUS_EMALFORMED,
                           "demo: truncated body (%llu bits at bit %llu, "
@@ -871,8 +996,18 @@ int demo_body_add(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitp
     float s;
     int rc = body_check(buf, bitpos, &g, &s, err);
     if (rc) return rc;
-    body_decode(buf, bitpos, &g, s, NULL, NULL, sum, cnt);
+    uint16_t *sidx;
+    if (shared_draw(&g, seed, &sidx))
+        return status_set(err, STATUS_ENOMEM, "demo: out of memory drawing indices");
+    body_decode(buf, bitpos, &g, s, sidx, NULL, NULL, sum, cnt);
+    free(sidx);
     return 0;
+}
+
+int demo_body_add(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                  demo_vfmt_t vfmt, double *sum, uint32_t *cnt, char *err)
+{
+    return demo_body_add_ex(d, buf, len, bitpos, k, vfmt, DEMO_IDX_TOPK, 0, sum, cnt, err);
 }
 
 void demo_body_finish(demo_t *d, const double *sum, const uint32_t *cnt, float *q)

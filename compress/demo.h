@@ -25,9 +25,11 @@
  * (~2-3% of a sign k=4 message of a 256x256 matrix) buy: senders weighted by how much momentum
  * they hold in the mean (a replica with a tiny D cannot flip a coefficient the others
  * agree on with large D), and decoded coefficients on the scale of the real ones, so
- * the same aggregate works if the update rule ever stops being sign(Q). A coefficient
- * whose value is exactly 0 decodes as +scale (one bit cannot say zero); the scale is 0
- * when the whole tensor's selection is 0, as at the first step of an unused row block.
+ * the same aggregate works when the update rule is not sign(Q) (peer/demo_opt.h, rms). One
+ * bit cannot say zero: in a v1 message an exactly-zero value decodes as +scale; in a body
+ * it gets a sign drawn from the step's seed (so a tile with no momentum, such as unused
+ * embedding rows, sends no fixed direction); the scale is 0 when the whole tensor's
+ * selection is 0, as at the first step of an unused row block.
  *
  * 1-D tensors (norm weights) and tiny tiles: the SAME transform, plus one layout rule
  * that holds for every tensor: a tile is sent DENSE (all its coefficients, implicit
@@ -58,6 +60,9 @@
  * concatenated into one stage message (peer/demo_opt.h) whose single header and tensor
  * table supply everything a body leaves out. On the tiny model (39 tensors, 234 k
  * params) v1 headers alone were 0.006 bytes/param/step; v2 spends 32 bytes per stage.
+ * Bodies have a second index mode, shared indices (below): no index bits and no scale
+ * (a sign value decodes as +1 or -1: every replica sends the same coefficients and the
+ * update that uses them is normalized, so a scale would only weight senders).
  *
  * Not for: the network, the model or its table of tensors, the optimizer (weight decay,
  * learning-rate schedule), gradient clipping. A demo_t is used by one thread at a time.
@@ -74,11 +79,24 @@ typedef enum {
     DEMO_VAL_SIGN = 2, /* 1 bit + one f32 scale per message */
 } demo_vfmt_t;
 
+/* Which coefficients of a tile a sender transmits. */
+typedef enum {
+    DEMO_IDX_TOPK = 0,   /* its own top-k by magnitude; the indices travel */
+    DEMO_IDX_SHARED = 1, /* k drawn at random from a seed every replica knows (the step and
+                          * the tensor's place in the stage): only the values travel */
+} demo_imode_t;
+
 #define DEMO_VERSION       1
 #define DEMO_HEADER_LEN    32
 #define DEMO_DEFAULT_CHUNK 64
 #define DEMO_DEFAULT_K     32
 #define DEMO_DEFAULT_BETA  0.999f
+/* The `--demo-values sign` preset (tools/run_opts.c; measured in docs/design-notes.md,
+ * "DeMo at 0.005 bytes/param"): what a sign run uses unless told otherwise. */
+#define DEMO_SIGN_CHUNK  16
+#define DEMO_SIGN_K      9
+#define DEMO_SIGN_INDEX  DEMO_IDX_SHARED
+#define DEMO_SIGN_UPDATE DEMO_UPDATE_RMS
 /* Largest |value| (and sign scale) a message may carry: tile sums stay finite. */
 #define DEMO_MAX_ABS 1e30f
 /* Largest rows*cols of a tensor (2^40). */
@@ -87,11 +105,19 @@ typedef enum {
 #define DEMO_BODY_SCALE_BITS 16
 
 typedef struct {
-    int chunk;        /* DCT chunk, 1..256; 0 = 64 */
-    int k;            /* coefficients per tile, >= 1; 0 = 32; above the tile size = all */
-    demo_vfmt_t vfmt; /* value format */
-    float beta;       /* momentum decay in [0, 1]; a NaN is refused */
+    int chunk;          /* DCT chunk, 1..256; 0 = 64 */
+    int k;              /* coefficients per tile, >= 1; 0 = 32; above the tile size = all */
+    demo_vfmt_t vfmt;   /* value format */
+    float beta;         /* momentum decay in [0, 1]; a NaN is refused */
+    demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
+    int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
 } demo_cfg_t;
+
+/* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */
+enum {
+    DEMO_UPDATE_SIGN = 0, /* p -= lr * sign(Q) */
+    DEMO_UPDATE_RMS = 1,  /* p -= lr * Q / rms(Q), rms over each tensor */
+};
 
 /* What a valid message says (demo_msg_parse). */
 typedef struct {
@@ -216,6 +242,42 @@ void demo_body_finish(demo_t *d, const double *sum, const uint32_t *cnt, float *
  * ascending order to idx. keys is scratch of n entries. 1 <= k <= n <= 65536. The
  * building block of demo_extract, exposed for tests. Can't fail. */
 void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys);
+
+/* --- shared indices ---------------------------------------------------------------
+ *
+ * In DEMO_IDX_SHARED mode every replica transmits the SAME coefficients of each tile: kt
+ * of its tn drawn uniformly without replacement, ascending, from a seed all replicas
+ * derive alike (peer/demo_opt.c: the step and the tensor's place in the stage), so no
+ * index travels and a body is one value per entry (sign: +-1, no scale). Tile t of `tiles`
+ * uses its own stream, rng_seed(rng_mix(seed, t)) (common/rng.h), and Floyd's algorithm:
+ * for j = tn-kt .. tn-1, x = (next >> 32) * (j+1) >> 32; mark x, or j if x is marked;
+ * the marked positions in ascending order are the indices (docs/codec-format.md 4.2).
+ * kt >= tn gives every index. mark is scratch of tn octets. Can't fail. */
+void demo_shared_indices(uint16_t *idx, int64_t tiles, int tn, int kt, uint64_t seed,
+                         uint8_t *mark);
+
+/* The _ex forms take the index mode and, for shared indices, the step's seed for the
+ * tensor; the plain forms above are the top-k mode (seed unused). */
+uint64_t demo_body_bits_ex(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                           demo_imode_t imode);
+int demo_entries_per_tile_ex(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t vfmt,
+                             demo_imode_t imode);
+/* Extracts with d's own configuration (its index mode). */
+int demo_extract_body_ex(demo_t *d, uint8_t *out, size_t cap, uint64_t bitpos, uint64_t seed,
+                         char *err) __attribute__((warn_unused_result));
+/* Shared mode: idx is not written (the receiver draws it) and may be NULL. seed: as for
+ * extraction (it also draws the sign bit of an exactly-zero value, see below). */
+int demo_body_pack_ex(uint8_t *out, size_t cap, uint64_t bitpos, int64_t rows, int64_t cols,
+                      int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                      const uint16_t *idx, const float *val, char *err)
+    __attribute__((warn_unused_result));
+int demo_body_unpack_ex(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t rows, int64_t cols,
+                        int chunk, int k, demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed,
+                        uint16_t *idx, float *val, size_t cap, float *scale, char *err)
+    __attribute__((warn_unused_result));
+int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                     demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, double *sum,
+                     uint32_t *cnt, char *err) __attribute__((warn_unused_result));
 
 /* Canonical order of m messages: by length, then by bytes, written as indices to ord.
  * Identical messages are interchangeable, so the order depends on the set only; summing

@@ -10,6 +10,7 @@
  * stay bit-identical on every replica of a pool, whatever its backend. */
 #include "peer/demo_opt.h"
 #include "common/status.h"
+#include "common/rng.h"
 #include "compress/codec.h"
 #include "kernels/dct.h"
 
@@ -34,14 +35,18 @@ struct demo_opt {
     demo_t **d;    /* one per tensor */
     int chunk, kk; /* normalized configuration (0 = default resolved, k <= MAX_K) */
     demo_vfmt_t vfmt;
+    demo_imode_t imode;
     uint32_t table_crc; /* fingerprint of the tensor shapes */
     size_t msg_size;    /* whole stage message */
     float *q;           /* aggregated update direction, all tensors */
+    int update;         /* DEMO_UPDATE_* */
+    float *dstep;       /* rms update on a device: (P) the step, made on the host */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
     uint32_t *cnt;
-    int *ord; /* scratch for m messages: canonical order, k, format, bit position */
+    int *ord; /* scratch for m messages: canonical order, k, format, index mode, bit position */
     int *mk;
     demo_vfmt_t *mf;
+    demo_imode_t *mi;
     uint64_t *mpos;
     int cap_m;
     /* the device path (k->on_device): backend memory unless named h... */
@@ -53,6 +58,7 @@ struct demo_opt {
     uint16_t *didx, *hidx;            /* (entries) this step's selection */
     float *dval, *hval;               /* (entries) */
     uint8_t *dsign, *hsign;           /* (kern_sign_bytes(P)) sign(Q) */
+    uint8_t *mark;                    /* (largest tile) shared-index draws */
     float *dbasis[DCT_MAX_CHUNK + 1]; /* DCT-II basis of each tile size in use */
 };
 
@@ -79,33 +85,45 @@ static uint32_t table_crc(const stage_tensor_t *t, int n)
     return crc;
 }
 
-/* Body bits of the whole stage for (chunk, k, vfmt); 0 when some tensor refuses them. */
-static uint64_t stage_bits(const stage_tensor_t *t, int n, int chunk, int k, demo_vfmt_t vfmt)
+/* Body bits of the whole stage for (chunk, k, vfmt, imode); 0 when some tensor refuses them. */
+static uint64_t stage_bits(const stage_tensor_t *t, int n, int chunk, int k, demo_vfmt_t vfmt,
+                           demo_imode_t imode)
 {
     uint64_t bits = 0;
     for (int i = 0; i < n; i++) {
-        uint64_t b = demo_body_bits(t[i].rows, t[i].cols, chunk, k, vfmt);
+        uint64_t b = demo_body_bits_ex(t[i].rows, t[i].cols, chunk, k, vfmt, imode);
         if (!b) return 0;
         bits += b;
     }
     return bits;
 }
 
-static void normalize(const demo_cfg_t *cfg, int *chunk, int *k, demo_vfmt_t *vfmt)
+static void normalize(const demo_cfg_t *cfg, int *chunk, int *k, demo_vfmt_t *vfmt,
+                      demo_imode_t *imode)
 {
     *chunk = cfg && cfg->chunk ? cfg->chunk : DEMO_DEFAULT_CHUNK;
     *k = cfg && cfg->k ? cfg->k : DEMO_DEFAULT_K;
     if (*k > MAX_K) *k = MAX_K;
     *vfmt = cfg ? cfg->vfmt : DEMO_VAL_F32;
+    *imode = cfg ? cfg->imode : DEMO_IDX_TOPK;
+}
+
+/* The shared-index seed of tensor i (table order) at a step: every replica of the pool
+ * derives the same from what the stage message header carries. */
+uint64_t demo_opt_tensor_seed(int64_t step, int i)
+{
+    return rng_mix(rng_mix(UINT64_C(0x5354445853454544) /* "STDXSEED" */, (uint64_t)step),
+                   (uint64_t)i);
 }
 
 size_t demo_opt_stage_bytes(const stage_tensor_t *t, int n, const demo_cfg_t *cfg)
 {
     int chunk, k;
     demo_vfmt_t vfmt;
-    normalize(cfg, &chunk, &k, &vfmt);
+    demo_imode_t imode;
+    normalize(cfg, &chunk, &k, &vfmt, &imode);
     if (!t || n < 1 || k < 1) return 0;
-    uint64_t bits = stage_bits(t, n, chunk, k, vfmt);
+    uint64_t bits = stage_bits(t, n, chunk, k, vfmt, imode);
     return bits ? DEMO_OPT_HEADER_LEN + (size_t)((bits + 7) / 8) : 0;
 }
 
@@ -123,7 +141,7 @@ static int device_init(demo_opt_t *o, size_t maxn)
         g->cc = (int)dct_chunk_size(t->cols, o->chunk);
         g->tn = g->cr * g->cc;
         g->tiles = (int64_t)(t->rows / g->cr) * (t->cols / g->cc);
-        g->kt = demo_entries_per_tile(t->rows, t->cols, o->chunk, o->kk, o->vfmt);
+        g->kt = demo_entries_per_tile_ex(t->rows, t->cols, o->chunk, o->kk, o->vfmt, o->imode);
         g->e0 = o->entries;
         o->entries += (size_t)g->tiles * (size_t)g->kt;
         for (int j = 0; j < 2; j++) {
@@ -148,8 +166,9 @@ static int device_init(demo_opt_t *o, size_t maxn)
     o->hidx = malloc(o->entries * sizeof(uint16_t));
     o->hval = malloc(o->entries * sizeof(float));
     o->hsign = malloc(kern_sign_bytes(P));
-    return o->dD && o->dcoef && o->dwork && o->didx && o->dval && o->dsign && o->hidx && o->hval &&
-                   o->hsign
+    o->mark = malloc((size_t)DCT_MAX_CHUNK * DCT_MAX_CHUNK);
+    return o->mark && o->dD && o->dcoef && o->dwork && o->didx && o->dval && o->dsign && o->hidx &&
+                   o->hval && o->hsign
                ? 0
                : -1;
 }
@@ -161,11 +180,17 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->st = st;
     o->k = stage_kern(st);
     o->tab = stage_tensors(st, &o->n);
-    normalize(cfg, &o->chunk, &o->kk, &o->vfmt);
+    normalize(cfg, &o->chunk, &o->kk, &o->vfmt, &o->imode);
     size_t P = stage_num_params(st), maxn = 0;
     o->d = calloc((size_t)o->n, sizeof *o->d);
     o->q = malloc(P * sizeof(float));
     if (!o->d || !o->q) goto nomem;
+    o->update = cfg ? cfg->update : DEMO_UPDATE_SIGN;
+    if (o->update != DEMO_UPDATE_SIGN && o->update != DEMO_UPDATE_RMS) {
+        status_set(err, STATUS_EINVAL, "demo: unknown update rule %d", o->update);
+        demo_opt_destroy(&o);
+        return NULL;
+    }
     uint64_t bits = 0;
     for (int i = 0; i < o->n; i++) {
         if (!(o->d[i] = demo_new(o->tab[i].rows, o->tab[i].cols, cfg, err))) {
@@ -182,6 +207,9 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     if (!o->sum || !o->cnt) goto nomem;
     o->beta = cfg ? cfg->beta : DEMO_DEFAULT_BETA;
     if (o->k->on_device && device_init(o, maxn)) goto nomem;
+    if (o->k->on_device && o->update == DEMO_UPDATE_RMS &&
+        !(o->dstep = o->k->alloc(o->k, P * sizeof(float))))
+        goto nomem;
     return o;
 nomem:
     demo_opt_destroy(&o);
@@ -195,13 +223,14 @@ void demo_opt_destroy(demo_opt_t **op)
     demo_opt_t *o = *op;
     for (int i = 0; o->d && i < o->n; i++) demo_destroy(&o->d[i]);
     kern_t *k = o->k;
-    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign};
+    void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign, o->dstep};
     for (size_t i = 0; k && i < sizeof dev / sizeof dev[0]; i++) k->free(k, dev[i]);
     for (int n = 0; k && n <= DCT_MAX_CHUNK; n++) k->free(k, o->dbasis[n]);
     free(o->geo);
     free(o->hidx);
     free(o->hval);
     free(o->hsign);
+    free(o->mark);
     free(o->d);
     free(o->q);
     free(o->sum);
@@ -209,6 +238,7 @@ void demo_opt_destroy(demo_opt_t **op)
     free(o->ord);
     free(o->mk);
     free(o->mf);
+    free(o->mi);
     free(o->mpos);
     free(o);
     *op = NULL;
@@ -233,7 +263,7 @@ void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
  * host (demo_body_pack checks every value before anything is written); then, all bodies
  * written, D -= IDCT(what was sent) per tensor. The gradient's finiteness was checked by
  * the caller's norm. */
-static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
+static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, char *err)
 {
     kern_t *k = o->k;
     k->scale(k, o->dD, o->beta, stage_num_params(o->st));
@@ -243,7 +273,21 @@ static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
         const dev_geom_t *g = &o->geo[i];
         k->dct_forward(k, o->dcoef, o->dD + t->offset, o->dbasis[g->cr], o->dbasis[g->cc], t->rows,
                        t->cols, g->cr, g->cc);
-        k->topk(k, o->didx + g->e0, o->dval + g->e0, o->dcoef, g->tiles, g->tn, g->kt);
+        if (o->imode == DEMO_IDX_SHARED && g->kt < g->tn) {
+            /* shared indices: the coefficients come to the host (there is no gather op),
+             * the drawn entries go back for the removal below */
+            float *c = o->q; /* scratch: P >= this tensor */
+            uint16_t *ix = o->hidx + g->e0;
+            float *v = o->hval + g->e0;
+            size_t ne = (size_t)g->tiles * (size_t)g->kt;
+            k->download(k, c, o->dcoef, t->numel * sizeof(float));
+            demo_shared_indices(ix, g->tiles, g->tn, g->kt, demo_opt_tensor_seed(step, i), o->mark);
+            for (size_t e = 0; e < ne; e++) v[e] = c[(e / (size_t)g->kt) * (size_t)g->tn + ix[e]];
+            k->upload(k, o->didx + g->e0, ix, ne * sizeof(uint16_t));
+            k->upload(k, o->dval + g->e0, v, ne * sizeof(float));
+        } else {
+            k->topk(k, o->didx + g->e0, o->dval + g->e0, o->dcoef, g->tiles, g->tn, g->kt);
+        }
     }
     k->download(k, o->hidx, o->didx, o->entries * sizeof(uint16_t));
     k->download(k, o->hval, o->dval, o->entries * sizeof(float));
@@ -251,8 +295,9 @@ static int prepare_device(demo_opt_t *o, float lr, uint8_t *msg, char *err)
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
-        int rc = demo_body_pack(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk, o->vfmt,
-                                o->hidx + g->e0, o->hval + g->e0, err);
+        int rc = demo_body_pack_ex(msg, o->msg_size, pos, t->rows, t->cols, o->chunk, o->kk,
+                                   o->vfmt, o->imode, demo_opt_tensor_seed(step, i),
+                                   o->hidx + g->e0, o->hval + g->e0, err);
         if (rc) return rc;
         pos += demo_body_size(o->d[i]);
     }
@@ -289,19 +334,22 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     msg[5] = (uint8_t)o->vfmt;
     msg[6] = (uint8_t)o->chunk;
     msg[7] = (uint8_t)(o->chunk >> 8);
-    put_u32(msg + 8, (uint32_t)o->kk);
+    put_u32(msg + 8, (uint32_t)o->kk); /* k < 2^24: octet 11 is the index mode */
+    msg[11] = (uint8_t)o->imode;
     put_u32(msg + 12, (uint32_t)o->n);
     put_u32(msg + 16, (uint32_t)((uint64_t)step & 0xffffffffu));
     put_u32(msg + 20, (uint32_t)((uint64_t)step >> 32));
     put_u32(msg + 24, o->table_crc);
     if (k->on_device) {
-        int rc = prepare_device(o, lr, msg, err);
+        int rc = prepare_device(o, lr, step, msg, err);
         if (rc) return rc;
     } else {
         uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
         for (int i = 0; i < o->n; i++) {
             int rc = demo_accumulate(o->d[i], g + o->tab[i].offset, lr, err);
-            if (!rc) rc = demo_extract_body(o->d[i], msg, o->msg_size, pos, err);
+            if (!rc)
+                rc = demo_extract_body_ex(o->d[i], msg, o->msg_size, pos,
+                                          demo_opt_tensor_seed(step, i), err);
             if (rc) return rc;
             pos += demo_body_size(o->d[i]);
         }
@@ -314,7 +362,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
 
 /* Checks one stage message up to its bodies; on success gives the sender's k and format. */
 static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_t step, int *k,
-                       demo_vfmt_t *vfmt, char *err)
+                       demo_vfmt_t *vfmt, demo_imode_t *imode, char *err)
 {
     if (!m || len < DEMO_OPT_HEADER_LEN)
         return status_set(err, STATUS_EMALFORMED, "stage message: truncated header (%zu bytes)",
@@ -326,7 +374,9 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
     if (m[5] > DEMO_VAL_SIGN)
         return status_set(err, STATUS_EMALFORMED, "stage message: unknown value format %d", m[5]);
     int chunk = m[6] | m[7] << 8;
-    uint32_t kk = get_u32(m + 8);
+    uint32_t kk = get_u32(m + 8) & 0xffffffu;
+    if (m[11] > DEMO_IDX_SHARED)
+        return status_set(err, STATUS_EMALFORMED, "stage message: unknown index mode %d", m[11]);
     if (chunk != o->chunk)
         return status_set(err, STATUS_EMALFORMED, "stage message: chunk %d, this replica uses %d",
                           chunk, o->chunk);
@@ -340,7 +390,8 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
     if (s != step)
         return status_set(err, STATUS_EMALFORMED, "stage message for step %lld, expected %lld",
                           (long long)s, (long long)step);
-    uint64_t bits = stage_bits(o->tab, o->n, chunk, (int)kk, (demo_vfmt_t)m[5]);
+    uint64_t bits =
+        stage_bits(o->tab, o->n, chunk, (int)kk, (demo_vfmt_t)m[5], (demo_imode_t)m[11]);
     uint64_t want = DEMO_OPT_HEADER_LEN + (bits + 7) / 8;
     if (!bits || (uint64_t)len != want)
         return status_set(err, STATUS_EMALFORMED,
@@ -354,6 +405,7 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
         return status_set(err, STATUS_EMALFORMED, "stage message: nonzero padding bits");
     *k = (int)kk;
     *vfmt = (demo_vfmt_t)m[5];
+    *imode = (demo_imode_t)m[11];
     return 0;
 }
 
@@ -366,12 +418,14 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         free(o->ord);
         free(o->mk);
         free(o->mf);
+        free(o->mi);
         free(o->mpos);
         o->ord = malloc((size_t)m * sizeof *o->ord);
         o->mk = malloc((size_t)m * sizeof *o->mk);
         o->mf = malloc((size_t)m * sizeof *o->mf);
+        o->mi = malloc((size_t)m * sizeof *o->mi);
         o->mpos = malloc((size_t)m * sizeof *o->mpos);
-        if (!o->ord || !o->mk || !o->mf || !o->mpos) {
+        if (!o->ord || !o->mk || !o->mf || !o->mi || !o->mpos) {
             o->cap_m = 0;
             return status_set(err, STATUS_ENOMEM, "demo: out of memory");
         }
@@ -379,7 +433,7 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     }
     for (int j = 0; j < m; j++) {
         char e2[STATUS_ERR_LEN];
-        int rc = check_frame(o, msgs[j], lens[j], step, &o->mk[j], &o->mf[j], e2);
+        int rc = check_frame(o, msgs[j], lens[j], step, &o->mk[j], &o->mf[j], &o->mi[j], e2);
         if (rc) return status_set(err, rc, "message %d: %s", j, e2);
         o->mpos[j] = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     }
@@ -392,22 +446,45 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         for (int r = 0; r < m; r++) {
             int j = o->ord[r];
             char e2[STATUS_ERR_LEN];
-            int rc = demo_body_add(o->d[i], msgs[j], lens[j], o->mpos[j], o->mk[j], o->mf[j],
-                                   o->sum, o->cnt, e2);
+            int rc = demo_body_add_ex(o->d[i], msgs[j], lens[j], o->mpos[j], o->mk[j], o->mf[j],
+                                      o->mi[j], demo_opt_tensor_seed(step, i), o->sum, o->cnt, e2);
             if (rc) return status_set(err, rc, "message %d, tensor %d (%s): %s", j, i, t->name, e2);
-            o->mpos[j] += demo_body_bits(t->rows, t->cols, o->chunk, o->mk[j], o->mf[j]);
+            o->mpos[j] +=
+                demo_body_bits_ex(t->rows, t->cols, o->chunk, o->mk[j], o->mf[j], o->mi[j]);
         }
         demo_body_finish(o->d[i], o->sum, o->cnt, o->q + t->offset);
     }
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
     float *p = stage_params(o->st);
+    float lr = optim_lr(oc, step);
+    if (o->update == DEMO_UPDATE_RMS) {
+        /* the step lr * Q / rms(Q) per tensor, rounded to float on the host; p -= step is
+         * then one exact subtraction on any backend (axpy with alpha -1 is exact), so CPU
+         * and device replicas stay bit-identical */
+        for (int i = 0; i < o->n; i++) {
+            const stage_tensor_t *t = &o->tab[i];
+            float *x = o->q + t->offset; /* the step overwrites q */
+            double ss = 0;
+            for (size_t j = 0; j < t->numel; j++) ss += (double)x[j] * x[j];
+            double rms = sqrt(ss / (double)t->numel);
+            float f = rms > 0 ? (float)(lr / rms) : 0.0f;
+            for (size_t j = 0; j < t->numel; j++) x[j] *= f;
+        }
+        if (k->on_device) {
+            k->upload(k, o->dstep, o->q, P * sizeof(float));
+            k->axpy(k, p, -1.0f, o->dstep, P);
+        } else {
+            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
+        }
+        return 0;
+    }
     if (k->on_device) {
         kern_sign_pack(o->hsign, o->q, P);
         k->upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
-        k->apply_sign(k, p, o->dsign, optim_lr(oc, step), P);
+        k->apply_sign(k, p, o->dsign, lr, P);
     } else {
-        demo_apply_sign(p, o->q, optim_lr(oc, step), P);
+        demo_apply_sign(p, o->q, lr, P);
     }
     return 0;
 }
@@ -416,16 +493,18 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
 {
     int k;
     demo_vfmt_t vfmt;
-    int rc = check_frame(o, msg, len, step, &k, &vfmt, err);
+    demo_imode_t imode;
+    int rc = check_frame(o, msg, len, step, &k, &vfmt, &imode, err);
     uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     for (int i = 0; !rc && i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
         memset(o->sum, 0, t->numel * sizeof *o->sum);
         memset(o->cnt, 0, t->numel * sizeof *o->cnt);
         char e2[STATUS_ERR_LEN];
-        rc = demo_body_add(o->d[i], msg, len, pos, k, vfmt, o->sum, o->cnt, e2);
+        rc = demo_body_add_ex(o->d[i], msg, len, pos, k, vfmt, imode, demo_opt_tensor_seed(step, i),
+                              o->sum, o->cnt, e2);
         if (rc) status_set(err, rc, "tensor %d (%s): %s", i, t->name, e2);
-        pos += demo_body_bits(t->rows, t->cols, o->chunk, k, vfmt);
+        pos += demo_body_bits_ex(t->rows, t->cols, o->chunk, k, vfmt, imode);
     }
     return rc;
 }

@@ -5,22 +5,28 @@
  * whole contribution for a step is one "stage message" of bytes, and applying the pool's
  * messages needs nothing else.
  *
- * Stage message (version 2, docs/codec-format.md "DeMo stage messages"), little-endian:
- *   "STDX" | version u8 = 2 | vfmt u8 | chunk u16 | k u32 | ntensors u32 | step i64 |
+ * Stage message (version 3, docs/codec-format.md "DeMo stage messages"), little-endian:
+ *   "STDX" | version u8 = 3 | vfmt u8 | chunk u16 | k u24 | index mode u8 | ntensors u32 |
+ *   step i64 |
  *   table u32 (CRC-32C of the tensor shapes) | crc u32 (CRC-32C of the whole message but
  *   this field) | the bit-packed bodies of every tensor (compress/demo.h), table order,
  *   back to back, zero bits to the last octet.
  * One header per stage; per tensor only what the shared tensor table cannot give: the
- * selected indices and values, and the bf16 sign scale in sign mode. A decoder computes
- * the exact length from the table and the header's (vfmt, chunk, k) and trusts nothing
- * else: magic, version, enumerations, chunk (must be this replica's), k, tensor count,
- * table fingerprint, step, length, checksum, padding, then every body. Senders may use
- * another k or value format than the receiver (the length follows from theirs).
+ * selected indices (top-k mode; shared mode draws them from demo_opt_tensor_seed) and
+ * values, and the bf16 sign scale in sign mode. A decoder computes the exact length from
+ * the table and the header's (vfmt, chunk, k, index mode) and trusts nothing else: magic,
+ * version, enumerations, chunk (must be this replica's), k, tensor count, table
+ * fingerprint, step, length, checksum, padding, then every body. Senders may use another
+ * k, value format or index mode than the receiver (the length follows from theirs).
+ *
+ * The update: p -= lr * sign(Q) (DEMO_UPDATE_SIGN) or p -= lr * Q / rms(Q), rms over each
+ * tensor (DEMO_UPDATE_RMS, the sign preset's), both from the same Q on every replica.
  *
  * On a device backend the residual momentum lives in device memory and the transform runs
  * there (kernels.h compression ops); per step the host sees only the selected entries
- * and sends back sign(Q), 2 bits per parameter. Aggregation stays on the host, so a pool
- * may mix CPU and GPU replicas: given the same messages they apply bit-identical updates.
+ * (shared indices: the coefficients, as there is no gather op) and sends back sign(Q), 2
+ * bits per parameter (rms update: the step, 4 bytes per parameter). Aggregation stays on the host,
+ * so a pool may mix CPU and GPU replicas: given the same messages they apply bit-identical updates.
  *
  * Not for: moving bytes (swarm/), the learning-rate schedule (optim.h).
  */
@@ -36,7 +42,7 @@
 
 typedef struct demo_opt demo_opt_t;
 
-#define DEMO_OPT_VERSION    2
+#define DEMO_OPT_VERSION    3
 #define DEMO_OPT_HEADER_LEN 32
 
 /* DeMo state (residual momentum per tensor, zero) for the stage. NULL + err on failure. */
@@ -74,6 +80,10 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
  * every body) without applying anything: 0, or the status and reason in err. A peer
  * checks what it receives so that one bad sender cannot stop its pool's step. */
 int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err);
+
+/* The seed of tensor i (table order) at a step: the shared-index draw and the sign bit of
+ * an exactly-zero value (docs/codec-format.md 4.2.1). Every replica derives the same. */
+uint64_t demo_opt_tensor_seed(int64_t step, int i);
 
 /* The residual momentum of all tensors, concatenated in table order (stage_num_params
  * floats), for checkpoints: get copies out, set copies in. */

@@ -54,19 +54,21 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
 {
     char cfg[512];
     config_to_text(&o->cfg, cfg, sizeof cfg);
-    int w =
-        snprintf(buf, n,
-                 "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
-                 "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
-                 "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
-                 "demo_values=%s\ndemo_beta=%.9g\ncodec=%s\ncodec_block=%u\nval_batches=%d\n",
-                 cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
-                 o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
-                 o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
-                 (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip,
-                 (double)o->opt.beta1, (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk,
-                 o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
-                 o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
+    int w = snprintf(
+        buf, n,
+        "%sbatch=%d\nstages=%d\noptimizer=%s\nreplicas=%d\naccum=%d\nseed=%" PRIu64
+        "\nsteps=%d\nlr=%.9g\nwarmup=%d\nschedule=%s\nmin_lr_frac=%.9g\nwd=%.9g\n"
+        "clip=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\ndemo_chunk=%d\ndemo_k=%d\n"
+        "demo_values=%s\ndemo_beta=%.9g\ndemo_index=%s\ndemo_update=%s\ncodec=%s\ncodec_block=%"
+        "u\nval_batches=%d\n",
+        cfg, o->cfg.batch, o->cfg.stages, o->optimizer == TRAIN_DEMO ? "demo" : "adamw",
+        o->replicas, o->accum, o->seed, o->steps, (double)o->opt.lr, o->opt.warmup,
+        o->opt.schedule == OPTIM_SCHEDULE_COSINE ? "cosine" : "constant",
+        (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip, (double)o->opt.beta1,
+        (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt),
+        (double)o->demo.beta, o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
+        o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign",
+        o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
     if (w < 0) return 0;
     /* only when set, so that runs on local files keep the text (and hashes) they had */
     if (o->data_sha256[0] && (size_t)w < n)
@@ -153,6 +155,20 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                                 "run text: data_sha256 is not 64 hex digits");
             else
                 memcpy(o->data_sha256, v, 65);
+        } else if (!strcmp(line, "demo_index")) {
+            if (!strcmp(v, "topk"))
+                o->demo.imode = DEMO_IDX_TOPK;
+            else if (!strcmp(v, "shared"))
+                o->demo.imode = DEMO_IDX_SHARED;
+            else
+                rc = status_set(err, STATUS_EMALFORMED, "run text: demo_index '%s'", v);
+        } else if (!strcmp(line, "demo_update")) {
+            if (!strcmp(v, "sign"))
+                o->demo.update = DEMO_UPDATE_SIGN;
+            else if (!strcmp(v, "rms"))
+                o->demo.update = DEMO_UPDATE_RMS;
+            else
+                rc = status_set(err, STATUS_EMALFORMED, "run text: demo_update '%s'", v);
         } else if (!strcmp(line, "codec")) {
             o->codec = strcmp(v, "none") ? codec_by_name(v) : -1;
             if (strcmp(v, "none") && o->codec < 0)
@@ -504,9 +520,10 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);
         r.demo_bytes_per_param = (double)bytes / (double)P;
         fprintf(log,
-                "demo: chunk %d, k %d, values %s, beta %g: %zu bytes per replica per step = "
-                "%.4f bytes/param (dense f32 gradient: 4)\n",
-                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta, bytes,
+                "demo: chunk %d, k %d, values %s, beta %g, indices %s: %zu bytes per replica per "
+                "step = %.5f bytes/param (dense f32 gradient: 4)\n",
+                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
+                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", bytes,
                 r.demo_bytes_per_param);
     }
     int64_t start = 0;

@@ -374,22 +374,23 @@ static void separated_grads(float *g, const stage_tensor_t *tab, int nt, int chu
  * coefficients chosen (swaps allowed only at a near-tie, counted), the same values (to
  * TOL_VAL of the largest; sign: the same signs, scales within one bf16 step). */
 static int compare_bodies(const uint8_t *a, const uint8_t *b, size_t len, uint64_t pos,
-                          const stage_tensor_t *t, const demo_cfg_t *dc, int *tiles_out)
+                          const stage_tensor_t *t, const demo_cfg_t *dc, uint64_t seed,
+                          int *tiles_out)
 {
     char err[STATUS_ERR_LEN];
     int chunk = dc->chunk, cr = (int)dct_chunk_size(t->rows, chunk),
         cc = (int)dct_chunk_size(t->cols, chunk);
-    int kt = demo_entries_per_tile(t->rows, t->cols, chunk, dc->k, dc->vfmt);
+    int kt = demo_entries_per_tile_ex(t->rows, t->cols, chunk, dc->k, dc->vfmt, dc->imode);
     int64_t tiles = (t->rows / cr) * (t->cols / cc);
     size_t ne = (size_t)tiles * kt;
     uint16_t *ia = malloc(ne * 2), *ib = malloc(ne * 2);
     float *va = malloc(ne * 4), *vb = malloc(ne * 4), sa = 0, sb = 0;
     assert_true(ia && ib && va && vb);
-    assert_int_equal(demo_body_unpack(a, len, pos, t->rows, t->cols, chunk, dc->k, dc->vfmt, ia, va,
-                                      ne, &sa, err),
+    assert_int_equal(demo_body_unpack_ex(a, len, pos, t->rows, t->cols, chunk, dc->k, dc->vfmt,
+                                         dc->imode, seed, ia, va, ne, &sa, err),
                      0);
-    assert_int_equal(demo_body_unpack(b, len, pos, t->rows, t->cols, chunk, dc->k, dc->vfmt, ib, vb,
-                                      ne, &sb, err),
+    assert_int_equal(demo_body_unpack_ex(b, len, pos, t->rows, t->cols, chunk, dc->k, dc->vfmt,
+                                         dc->imode, seed, ib, vb, ne, &sb, err),
                      0);
     double vmax = 0;
     for (size_t e = 0; e < ne; e++) vmax = fmax(vmax, fabs((double)vb[e]));
@@ -488,8 +489,10 @@ static void demo_round(const demo_cfg_t *dc, int steps, uint64_t seed)
         int swaps = 0, tiles = 0;
         uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
         for (int i = 0; i < nt; i++) {
-            swaps += compare_bodies(mg, mc, len, pos, &tab[i], dc, &tiles);
-            pos += demo_body_bits(tab[i].rows, tab[i].cols, dc->chunk, dc->k, dc->vfmt);
+            swaps += compare_bodies(mg, mc, len, pos, &tab[i], dc, demo_opt_tensor_seed(step, i),
+                                    &tiles);
+            pos +=
+                demo_body_bits_ex(tab[i].rows, tab[i].cols, dc->chunk, dc->k, dc->vfmt, dc->imode);
         }
         demo_opt_get_momentum(og, dg);
         demo_opt_get_momentum(oc, dcm);
@@ -537,9 +540,18 @@ static void test_demo_step(void **state)
     demo_cfg_t f32 = {.chunk = 16, .k = 4, .vfmt = DEMO_VAL_F32, .beta = 0.9f};
     demo_cfg_t bf16 = {.chunk = 32, .k = 8, .vfmt = DEMO_VAL_BF16, .beta = 0.999f};
     demo_cfg_t sign = {.chunk = 64, .k = 8, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f};
+    /* shared indices (the device path gathers on the host) and the rms update (the step
+     * made on the host, subtracted on the device) */
+    demo_cfg_t shared = {.chunk = 16,
+                         .k = 9,
+                         .vfmt = DEMO_VAL_F32,
+                         .beta = 0.999f,
+                         .imode = DEMO_IDX_SHARED,
+                         .update = DEMO_UPDATE_RMS};
     demo_round(&f32, 3, 100);
     demo_round(&bf16, 2, 200);
     demo_round(&sign, 2, 300);
+    demo_round(&shared, 2, 400);
 }
 
 /* --- the stage boundary ------------------------------------------------------------------ */

@@ -361,7 +361,7 @@ static void test_aggregate_by_hand(void **state)
 {
     (void)state;
     /* 1 x 16 tensor, chunk 8: two tiles of 8; f32 k=3 (3*40 < 8*32: sparse) */
-    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f};
+    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(1, 16, &cfg, err);
     assert_non_null(d);
@@ -428,7 +428,7 @@ static void test_aggregate_permutation(void **state)
     (void)state;
     /* values whose double sum depends on the order: (1e20 + 1) - 1e20 != (1e20 - 1e20) + 1 */
     {
-        demo_cfg_t cfg = {8, 1, DEMO_VAL_F32, 0.0f};
+        demo_cfg_t cfg = {8, 1, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(1, 8, &cfg, err);
         const float vals[4] = {1e20f, 1.0f, -1e20f, 3e-10f};
@@ -450,7 +450,8 @@ static void test_aggregate_permutation(void **state)
         demo_destroy(&d);
     }
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
-        demo_cfg_t cfg = {64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f};
+        demo_cfg_t cfg = {
+            64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(86, 128, &cfg, err);
         assert_non_null(d);
@@ -488,7 +489,7 @@ static void test_aggregate_permutation(void **state)
 
 static void check_residual(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(rows, cols, &cfg, err);
     assert_non_null(d);
@@ -568,7 +569,7 @@ static void test_residual_identity(void **state)
 static void test_accumulate(void **state)
 {
     (void)state;
-    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f};
+    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(2, 4, &cfg, err);
     const float g1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, g2[8] = {8, 7, 6, 5, 4, 3, 2, 1};
@@ -612,7 +613,7 @@ static void test_msg_truncations_and_fields(void **state)
     (void)state;
     const demo_vfmt_t fs[3] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
     for (int fi = 0; fi < 3; fi++) {
-        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f};
+        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(16, 40, &cfg, err); /* tiles 16 x 10 */
         size_t len;
@@ -726,7 +727,7 @@ static void test_msg_random_corruptions(void **state)
     const demo_vfmt_t fs[4] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN, DEMO_VAL_SIGN};
     const int ks[4] = {5, 5, 3, 40}; /* the last one dense */
     for (int fi = 0; fi < 4; fi++) {
-        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f};
+        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(16, 24, &cfg, err);
         assert_non_null(d);
@@ -793,7 +794,7 @@ static void test_msg_random_corruptions(void **state)
  * the v1 message, the neighbours' bits untouched, the length of the formula. */
 static void check_body_roundtrip(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
     char err[STATUS_ERR_LEN];
     demo_t *a = demo_new(rows, cols, &cfg, err), *b = demo_new(rows, cols, &cfg, err);
     assert_non_null(a);
@@ -938,6 +939,194 @@ static void test_body_roundtrip(void **state)
         STATUS_EMALFORMED);
 }
 
+/* --- shared indices ----------------------------------------------------------------- */
+
+/* The draw: kt distinct indices per tile, ascending, below tn; the same for the same seed
+ * and tile on every call; each tile its own stream; roughly uniform; kt >= tn: all.
+ * A golden vector pins the algorithm of docs/codec-format.md 4.2. */
+static void test_shared_indices(void **state)
+{
+    (void)state;
+    uint8_t mark[4096];
+    uint16_t a[3 * 40], b[3 * 40], one[40];
+    demo_shared_indices(a, 3, 256, 40, 77, mark);
+    demo_shared_indices(b, 3, 256, 40, 77, mark);
+    assert_memory_equal(a, b, sizeof a);
+    for (int t = 0; t < 3; t++)
+        for (int j = 0; j < 40; j++) {
+            assert_true(a[t * 40 + j] < 256);
+            if (j) assert_true(a[t * 40 + j] > a[t * 40 + j - 1]);
+        }
+    assert_memory_not_equal(a, a + 40, 40 * sizeof *a); /* tiles differ */
+    demo_shared_indices(b, 3, 256, 40, 78, mark);
+    assert_memory_not_equal(a, b, sizeof a); /* seeds differ */
+    /* tile t of a tensor is tile 0 of the stream rng_mix(seed, t)... by construction: the
+     * same tile drawn alone with the same seed gives the same indices */
+    demo_shared_indices(one, 1, 256, 40, 77, mark);
+    assert_memory_equal(one, a, sizeof one);
+    /* all */
+    uint16_t all[16];
+    demo_shared_indices(all, 1, 16, 16, 5, mark);
+    for (int j = 0; j < 16; j++) assert_int_equal(all[j], j);
+    /* golden: tn 256, kt 4, seed 1, tiles 0 and 1 (checked against an independent Python
+     * rendering of SplitMix64, xoshiro256**, rng_mix and the draw) */
+    uint16_t g[8];
+    demo_shared_indices(g, 2, 256, 4, 1, mark);
+    print_message("shared draw (tn 256, kt 4, seed 1): %u %u %u %u | %u %u %u %u\n", g[0], g[1],
+                  g[2], g[3], g[4], g[5], g[6], g[7]);
+    static const uint16_t golden[8] = {42, 154, 213, 235, 129, 168, 185, 186};
+    assert_memory_equal(g, golden, sizeof g);
+    /* uniform enough: over 4000 draws of 8 of 64, every index 500 +- 120 times */
+    int hits[64] = {0};
+    uint16_t d[8];
+    for (uint64_t s = 0; s < 4000; s++) {
+        demo_shared_indices(d, 1, 64, 8, s, mark);
+        for (int j = 0; j < 8; j++) hits[d[j]]++;
+    }
+    for (int i = 0; i < 64; i++) assert_true(hits[i] > 380 && hits[i] < 620);
+}
+
+/* A shared-index body: no index bits; the receiver, drawing with the same seed, gets the
+ * sender's entries (the coefficients at the drawn places); D loses exactly those; a body
+ * that does not fit is refused; bodies of 4 replicas aggregate to the mean of the four. */
+static void check_shared_body(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
+{
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_SHARED, DEMO_UPDATE_SIGN};
+    char err[STATUS_ERR_LEN];
+    demo_t *a = demo_new(rows, cols, &cfg, err);
+    assert_non_null(a);
+    size_t n = (size_t)(rows * cols);
+    int cr = (int)dct_chunk_size(rows, chunk), cc = (int)dct_chunk_size(cols, chunk), tn = cr * cc;
+    int kt = demo_entries_per_tile_ex(rows, cols, chunk, k, f, DEMO_IDX_SHARED);
+    assert_int_equal(kt, k < tn ? k : tn);
+    uint64_t ne = (uint64_t)(n / (size_t)tn) * (uint64_t)kt;
+    int vb = f == DEMO_VAL_F32 ? 32 : f == DEMO_VAL_BF16 ? 16 : 1;
+    uint64_t bits = demo_body_size(a);
+    assert_int_equal(bits, ne * (uint64_t)vb); /* no indices, no scale */
+    assert_int_equal(bits, demo_body_bits_ex(rows, cols, chunk, k, f, DEMO_IDX_SHARED));
+    /* the v1 message layer has no shared mode */
+    uint8_t tiny_buf[64];
+    size_t w;
+    assert_int_equal(demo_extract(a, tiny_buf, sizeof tiny_buf, &w, err), STATUS_EINVAL);
+
+    float *g = malloc(n * sizeof *g), *before = malloc(n * sizeof *before);
+    testutil_fill_normal(g, n, 17 + (uint64_t)k, 1.0f);
+    assert_int_equal(demo_accumulate(a, g, 0.1f, err), 0);
+    memcpy(before, demo_momentum(a), n * sizeof *before);
+    double *c0 = malloc(n * sizeof *c0);
+    naive_dct(c0, before, rows, cols, cr, cc);
+    const uint64_t at = 5, seed = 0x1234;
+    size_t cap = (size_t)((at + bits + 7) / 8);
+    uint8_t *m = calloc(cap, 1);
+    assert_int_equal(demo_extract_body_ex(a, m, cap, at, seed, err), 0);
+    uint16_t *idx = malloc(n * sizeof *idx), *drawn = malloc(n * sizeof *drawn);
+    float *val = malloc(n * sizeof *val), scale;
+    uint8_t *mark = malloc((size_t)tn);
+    assert_int_equal(demo_body_unpack_ex(m, cap, at, rows, cols, chunk, k, f, DEMO_IDX_SHARED, seed,
+                                         idx, val, n, &scale, err),
+                     0);
+    demo_shared_indices(drawn, (int64_t)(n / (size_t)tn), tn, kt, seed, mark);
+    if (kt < tn) assert_memory_equal(idx, drawn, ne * sizeof *idx);
+    double *sent = calloc(n, sizeof *sent);
+    for (uint64_t e = 0; e < ne; e++) {
+        uint64_t pos = (e / (uint64_t)kt) * (uint64_t)tn + idx[e];
+        double want = c0[pos];
+        if (f == DEMO_VAL_F32) assert_true(fabs(val[e] - want) <= 1e-4 * (1 + fabs(want)));
+        if (f == DEMO_VAL_SIGN && want != 0) assert_true((val[e] < 0) == (want < 0));
+        sent[pos] = f == DEMO_VAL_BF16 ? val[e] : want; /* bf16: the rounded value left D */
+    }
+    /* residual: D = before - IDCT(sent) */
+    double *x = malloc(n * sizeof *x);
+    naive_idct(x, sent, rows, cols, cr, cc);
+    for (size_t i = 0; i < n; i++)
+        assert_true(fabs(demo_momentum(a)[i] - (before[i] - x[i])) <= 1e-4);
+    /* truncated: refused, nothing read */
+    assert_int_equal(demo_body_unpack_ex(m, cap - 1, at, rows, cols, chunk, k, f, DEMO_IDX_SHARED,
+                                         seed, idx, val, n, &scale, err),
+                     STATUS_EMALFORMED);
+    double *sum = calloc(n, sizeof *sum);
+    uint32_t *cnt = calloc(n, sizeof *cnt);
+    assert_int_equal(
+        demo_body_add_ex(a, m, cap - 1, at, k, f, DEMO_IDX_SHARED, seed, sum, cnt, err),
+        STATUS_EMALFORMED);
+    for (size_t i = 0; i < n; i++) assert_true(sum[i] == 0 && cnt[i] == 0);
+    /* 4 senders of this body: every drawn coefficient counted 4 times, nothing else */
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(
+            demo_body_add_ex(a, m, cap, at, k, f, DEMO_IDX_SHARED, seed, sum, cnt, err), 0);
+    uint64_t counted = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(cnt[i] == 0 || cnt[i] == 4);
+        counted += cnt[i] == 4;
+    }
+    assert_int_equal(counted, ne);
+    free(sum);
+    free(cnt);
+    free(x);
+    free(sent);
+    free(mark);
+    free(idx);
+    free(drawn);
+    free(val);
+    free(m);
+    free(c0);
+    free(g);
+    free(before);
+    demo_destroy(&a);
+}
+
+static void test_shared_body(void **state)
+{
+    (void)state;
+    for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
+        check_shared_body(64, 64, 16, 9, (demo_vfmt_t)f);
+        check_shared_body(128, 64, 64, 36, (demo_vfmt_t)f);
+        check_shared_body(1, 64, 16, 9, (demo_vfmt_t)f);   /* a norm, 1 x 16 tiles */
+        check_shared_body(1, 64, 16, 16, (demo_vfmt_t)f);  /* dense */
+        check_shared_body(44, 64, 64, 36, (demo_vfmt_t)f); /* 44 x 64 tiles */
+        check_shared_body(6, 10, 3, 2, (demo_vfmt_t)f);
+    }
+    /* a bad index mode is refused */
+    assert_int_equal(demo_body_bits_ex(64, 64, 16, 1, DEMO_VAL_SIGN, (demo_imode_t)2), 0);
+    demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.5f, (demo_imode_t)2, DEMO_UPDATE_SIGN};
+    char err[STATUS_ERR_LEN];
+    assert_null(demo_new(64, 64, &cfg, err));
+}
+
+/* Sign mode cannot say zero: an exactly-zero value gets its sign bit from the seed, so a
+ * tile with no momentum (unused embedding rows) sends no fixed direction step after step. */
+static void test_sign_zero_unbiased(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    for (int mode = DEMO_IDX_TOPK; mode <= DEMO_IDX_SHARED; mode++) {
+        demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.999f, (demo_imode_t)mode, DEMO_UPDATE_SIGN};
+        demo_t *d = demo_new(32, 32, &cfg, err); /* 4 tiles, D = 0 */
+        assert_non_null(d);
+        uint64_t bits = demo_body_size(d);
+        uint8_t m[16], m2[16];
+        int neg = 0, total = 0;
+        for (uint64_t seed = 0; seed < 64; seed++) {
+            memset(m, 0, sizeof m);
+            memset(m2, 0, sizeof m2);
+            assert_int_equal(demo_extract_body_ex(d, m, sizeof m, 0, seed, err), 0);
+            assert_int_equal(demo_extract_body_ex(d, m2, sizeof m2, 0, seed, err), 0);
+            assert_memory_equal(m, m2, sizeof m); /* deterministic */
+            uint16_t idx[4];
+            float val[4], scale;
+            assert_int_equal(demo_body_unpack_ex(m, (size_t)((bits + 7) / 8), 0, 32, 32, 16, 1,
+                                                 DEMO_VAL_SIGN, (demo_imode_t)mode, seed, idx, val,
+                                                 4, &scale, err),
+                             0);
+            /* all zero: top-k's scale says so; shared bodies have none (votes of +-1) */
+            assert_true(scale == (mode == DEMO_IDX_TOPK ? 0.0f : 1.0f));
+            for (int e = 0; e < 4; e++) neg += signbit(val[e]) != 0, total++;
+        }
+        assert_true(neg > total / 4 && neg < 3 * total / 4);
+        demo_destroy(&d);
+    }
+}
+
 /* --- four replicas, 100 steps ------------------------------------------------------ */
 
 static void test_replicas_stay_identical(void **state)
@@ -955,7 +1144,7 @@ static void test_replicas_stay_identical(void **state)
         uint8_t *msg[R];
         size_t len[R];
         for (int r = 0; r < R; r++) {
-            demo_cfg_t cfg = {64, ks[t], fmt[t], 0.999f};
+            demo_cfg_t cfg = {64, ks[t], fmt[t], 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
             d[r] = demo_new(rows[t], cols[t], &cfg, err);
             assert_non_null(d[r]);
             p[r] = malloc(n * sizeof(float));
@@ -1066,6 +1255,9 @@ int main(void)
         cmocka_unit_test(test_msg_truncations_and_fields),
         cmocka_unit_test(test_msg_random_corruptions),
         cmocka_unit_test(test_body_roundtrip),
+        cmocka_unit_test(test_shared_indices),
+        cmocka_unit_test(test_shared_body),
+        cmocka_unit_test(test_sign_zero_unbiased),
         cmocka_unit_test(test_replicas_stay_identical),
         cmocka_unit_test(test_small_model_bytes),
     };

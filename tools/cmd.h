@@ -13,10 +13,11 @@ int cmd_export(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 
-/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm` */
+/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm|demo` */
 int bench_model(int argc, char **argv);
 int bench_codecs(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_swarm(int argc, char **argv);
+int bench_demo(int argc, char **argv);
 
 #endif

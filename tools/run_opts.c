@@ -76,7 +76,8 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --accum N            microbatches per step (default 1)\n"
                "  --lr X               peak learning rate (default 3e-3)\n"
                "  --warmup N           linear warmup steps (default 20)\n"
-               "  --schedule NAME      constant (default) or cosine (to 10%% of lr)\n"
+               "  --schedule NAME      constant (default; DeMo sign: cosine) or cosine (to 10%%\n"
+               "                       of lr)\n"
                "  --wd X               weight decay on matrices and embedding (default 0.1)\n"
                "  --clip X             per-stage gradient norm clip, 0 = off (default 1)\n"
                "  --seed N             parameters and sampling (default 1337)\n"
@@ -86,10 +87,18 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --replicas R         R replicas, each its own data stream (default 1)\n"
                "  --optimizer NAME     adamw (default; exact gradient average over replicas)\n"
                "                       or demo (DeMo: replicas exchange compressed momentum)\n"
-               "  --demo-k K           DeMo coefficients kept per tile (default 32)\n"
-               "  --demo-chunk C       DeMo DCT tile side (default 64)\n"
-               "  --demo-values F      f32 (default), bf16 or sign\n"
+               "  --demo-k K           DeMo coefficients kept per tile (default 32; sign: 9)\n"
+               "  --demo-chunk C       DeMo DCT tile side (default 64; sign: 16)\n"
+               "  --demo-values F      f32 (default), bf16 or sign (1 bit per value; unless told\n"
+               "                       otherwise chunk 16, k 9, shared indices, rms update and\n"
+               "                       --schedule cosine: ~0.005 bytes/param/step)\n"
                "  --demo-beta B        DeMo momentum decay (default 0.999)\n"
+               "  --demo-index M       topk (default but for sign: each replica sends its top-k,\n"
+               "                       with their indices)\n"
+               "                       or shared (k coefficients per tile drawn from\n"
+               "                       a seed all replicas share: only values travel)\n"
+               "  --demo-update R      sign (default but for sign values: p -= lr sign(Q)) or\n"
+               "                       rms (p -= lr Q/rms(Q), rms per tensor)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "compute:\n"
@@ -123,6 +132,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DCHUNK,
         O_DVAL,
         O_DBETA,
+        O_DIDX,
+        O_DUPD,
         O_CODEC,
         O_DCACHE
     };
@@ -155,6 +166,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-chunk", required_argument, 0, O_DCHUNK},
                                          {"demo-values", required_argument, 0, O_DVAL},
                                          {"demo-beta", required_argument, 0, O_DBETA},
+                                         {"demo-index", required_argument, 0, O_DIDX},
+                                         {"demo-update", required_argument, 0, O_DUPD},
                                          {"codec", required_argument, 0, O_CODEC},
                                          {"data-cache", required_argument, 0, O_DCACHE}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
@@ -178,7 +191,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             return 2;
         }
     }
-    int c, seed = 0;
+    int c, seed = 0, demo_set[4] = {0}; /* chunk, k, index, update given */
+    int schedule_set = 0;
     const char *data_cache = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
@@ -225,6 +239,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             bad = run_opts_int("--warmup", optarg, 0, &out->opt.warmup);
             break;
         case O_SCHED:
+            schedule_set = 1;
             if (!strcmp(optarg, "constant"))
                 out->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
             else if (!strcmp(optarg, "cosine"))
@@ -266,9 +281,11 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             break;
         case O_DK:
             bad = run_opts_int("--demo-k", optarg, 1, &out->demo.k);
+            demo_set[1] = 1;
             break;
         case O_DCHUNK:
             bad = run_opts_int("--demo-chunk", optarg, 1, &out->demo.chunk);
+            demo_set[0] = 1;
             break;
         case O_DVAL:
             if (!strcmp(optarg, "f32"))
@@ -282,6 +299,24 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             break;
         case O_DBETA:
             bad = run_opts_float("--demo-beta", optarg, &out->demo.beta);
+            break;
+        case O_DIDX:
+            demo_set[2] = 1;
+            if (!strcmp(optarg, "topk"))
+                out->demo.imode = DEMO_IDX_TOPK;
+            else if (!strcmp(optarg, "shared"))
+                out->demo.imode = DEMO_IDX_SHARED;
+            else
+                bad = complain("--demo-index", optarg, "topk or shared");
+            break;
+        case O_DUPD:
+            demo_set[3] = 1;
+            if (!strcmp(optarg, "sign"))
+                out->demo.update = DEMO_UPDATE_SIGN;
+            else if (!strcmp(optarg, "rms"))
+                out->demo.update = DEMO_UPDATE_RMS;
+            else
+                bad = complain("--demo-update", optarg, "sign or rms");
             break;
         case O_CODEC: {
             char name[16];
@@ -310,6 +345,15 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
     if (optind < argc) {
         fprintf(stderr, "swarmtrain %s: unexpected argument '%s'\n", cmd, argv[optind]);
         return 2;
+    }
+    if (out->demo.vfmt == DEMO_VAL_SIGN) { /* the sign preset, where not told otherwise */
+        if (!demo_set[0]) out->demo.chunk = DEMO_SIGN_CHUNK;
+        if (!demo_set[1]) out->demo.k = DEMO_SIGN_K;
+        if (!demo_set[2]) out->demo.imode = DEMO_SIGN_INDEX;
+        if (!demo_set[3]) out->demo.update = DEMO_SIGN_UPDATE;
+        /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) */
+        if (out->optimizer == TRAIN_DEMO && !schedule_set)
+            out->opt.schedule = OPTIM_SCHEDULE_COSINE;
     }
     out->opt.total_steps = out->steps;
     if (config_validate(&out->cfg, err)) {

@@ -53,8 +53,13 @@ void state_on_request(peer_t *p, const msg_t *m)
     /* Joiners that ask at about the same time share one snapshot (a newer one would
      * refuse the chunks of the older); it may be a few steps old: they catch up through
      * the pool's kept exchange messages. */
-    if (m->step < 0 && p->snap.step != p->step &&
-        (p->snap.step < 0 || p->snap.step < p->step - (STEP_KEEP - 4) || p->now - p->snap_at > 5.0)) {
+    /* A chunk of the current step's state is served from a snapshot taken now: the
+     * joiner learned the step from another member, who took its snapshot between the
+     * same two steps, so the bytes and the hash are the same. */
+    int fresh = m->step < 0 && p->snap.step != p->step &&
+                (p->snap.step < 0 || p->snap.step < p->step - (STEP_KEEP - 4) ||
+                 p->now - p->snap_at > 5.0);
+    if (fresh || (m->step >= 0 && m->step == p->step && p->snap.step != p->step)) {
         if (take_snapshot(p)) return;
         p->snap_at = p->now;
     }

@@ -210,13 +210,9 @@ int members_live_others(const members_t *t)
     return k;
 }
 
-int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err)
+/* Encodes v[0, k) as a member table into a fresh *buf; takes v (frees it). */
+static int encode_table(msg_member_t *v, int k, uint8_t **buf, size_t *len, char *err)
 {
-    *buf = NULL;
-    *len = 0;
-    msg_member_t *v = malloc((size_t)t->n * sizeof *v);
-    if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
-    int k = members_view(t, v);
     size_t cap = msg_members_size(v, k);
     uint8_t *b = malloc(cap);
     int rc = b ? msg_members_encode(v, k, b, cap, len, err)
@@ -229,6 +225,15 @@ int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err)
     }
     *buf = b;
     return 0;
+}
+
+int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err)
+{
+    *buf = NULL;
+    *len = 0;
+    msg_member_t *v = malloc((size_t)t->n * sizeof *v);
+    if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+    return encode_table(v, members_view(t, v), buf, len, err);
 }
 
 static int candidate(const members_entry_t *e, double now, double dead_s)
@@ -252,18 +257,7 @@ int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t
             v[k++].state = MEMBER_DEAD;
         }
     }
-    size_t cap = msg_members_size(v, k);
-    uint8_t *b = malloc(cap);
-    int rc = b ? msg_members_encode(v, k, b, cap, len, err)
-               : status_set(err, STATUS_ENOMEM, "members: out of memory");
-    free(v);
-    if (rc) {
-        free(b);
-        *len = 0;
-        return rc;
-    }
-    *buf = b;
-    return 0;
+    return encode_table(v, k, buf, len, err);
 }
 
 int members_probe(const members_t *t, double now, double dead_s, uint64_t r)

@@ -225,14 +225,6 @@ int pool_first_missing(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_
     return part;
 }
 
-int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step)
-{
-    int n = 0;
-    for (int i = 0; i < p->nmsgs; i++)
-        n += p->msgs[i].step == step && !memcmp(p->msgs[i].origin, origin, MSG_ID_LEN);
-    return n;
-}
-
 int pool_store(pool_t *p, const msg_t *m, const uint8_t *data, size_t len, const uint8_t *counted,
                size_t counted_len, const uint8_t *claims, size_t claims_len)
 {

@@ -95,9 +95,7 @@ int pool_messages(const pool_t *p, int64_t step, const pool_msg_t **out, int cap
  * bits a live member reported (PROGRESS) are all in its held messages. */
 void pool_msg_union(const pool_t *p, uint8_t *out);
 int pool_member_covered(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
-/* How many parts of origin's messages of `step` are held (0, 1, ...), and the lowest
- * part number not held (the one to ask for). */
-int pool_parts(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
+/* The lowest part number of origin's message of `step` not held (the one to ask for). */
 int pool_first_missing(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_t step);
 
 /* The hash vote over the messages msgs[0, n) of the current step against this member's

@@ -103,15 +103,6 @@ int view_weakest_stage(const view_t *v, int S, const uint8_t self[MSG_ID_LEN])
     return best;
 }
 
-int view_stage_ahead(const view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LEN])
-{
-    for (int i = 0; i < v->n; i++)
-        if (v->m[i].stage == stage && v->m[i].state == MEMBER_SERVING && v->m[i].step > step &&
-            memcmp(v->m[i].id, self, MSG_ID_LEN))
-            return 1;
-    return 0;
-}
-
 int64_t view_max_step(const view_t *v, int stage)
 {
     int64_t best = -1;

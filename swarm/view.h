@@ -42,9 +42,6 @@ int view_rendezvous(const msg_member_t *own, int n, uint64_t key);
  * (then the fewest members), not counting self. */
 int view_weakest_stage(const view_t *v, int S, const uint8_t self[MSG_ID_LEN]);
 
-/* Whether any serving member other than self of `stage` reports a step past `step`. */
-int view_stage_ahead(const view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LEN]);
-
 /* The highest step any serving member of `stage` reports (-1 if none; all stages with
  * stage < 0). */
 int64_t view_max_step(const view_t *v, int stage);

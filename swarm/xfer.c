@@ -68,7 +68,6 @@ struct xfer {
     double *asked_at; /* per chunk; 0: not asked */
     double started;   /* when the first request went out; 0: not yet */
     int restarts, verified;
-    size_t received;
     uint8_t (*donors)[MSG_ID_LEN];
     int ndonors;
     int next_donor;
@@ -106,7 +105,6 @@ static void restart(xfer_t *x)
 {
     x->step = -1;
     x->started = 0;
-    x->received = 0;
     x->ndonors = 0;
     memset(x->got, 0, (size_t)x->nchunks);
     memset(x->asked_at, 0, (size_t)x->nchunks * sizeof *x->asked_at);
@@ -146,7 +144,6 @@ int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, do
     if (len != want || m->length != want || x->got[c]) return 0;
     memcpy(x->buf + m->offset, data, want);
     x->got[c] = 1;
-    x->received += want;
     note_donor(x, m->sender);
     return 0;
 }
@@ -227,10 +224,6 @@ const uint8_t *xfer_data(const xfer_t *x)
 int xfer_restarts(const xfer_t *x)
 {
     return x->restarts;
-}
-size_t xfer_received(const xfer_t *x)
-{
-    return x->received;
 }
 int xfer_donors(const xfer_t *x)
 {

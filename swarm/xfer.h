@@ -82,8 +82,7 @@ int64_t xfer_step(const xfer_t *x);
 const uint8_t *xfer_data(const xfer_t *x);
 /* How many times the download started over. */
 int xfer_restarts(const xfer_t *x);
-/* Bytes received so far, and distinct donors that answered. */
-size_t xfer_received(const xfer_t *x);
+/* Distinct donors that answered. */
 int xfer_donors(const xfer_t *x);
 
 #endif

@@ -67,6 +67,13 @@ int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const
     return rc;
 }
 
+void peer_send_nack(peer_t *p, const uint8_t *to, const msg_mb_t *mb, int stage, const char *why)
+{
+    msg_t n = {.type = MSG_NACK, .mb = *mb, .stage = (int16_t)stage};
+    snprintf(n.text, sizeof n.text, "%s", why);
+    peer_send(p, to, &n, 0, NULL, NULL);
+}
+
 void peer_push_self(peer_t *p)
 {
     p->self.step = p->step;
@@ -152,11 +159,8 @@ static int on_data(peer_t *p, const net_ev_t *ev)
 {
     if (!p->st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
     if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
-        if (ev->msg.type == MSG_FWD) {
-            msg_t n = {.type = MSG_NACK, .mb = ev->msg.mb, .stage = ev->msg.stage};
-            snprintf(n.text, sizeof n.text, "re-syncing");
-            peer_send(p, ev->msg.sender, &n, 0, NULL, NULL);
-        }
+        if (ev->msg.type == MSG_FWD)
+            peer_send_nack(p, ev->msg.sender, &ev->msg.mb, ev->msg.stage, "re-syncing");
         return 0;
     }
     fault_point(p, &ev->msg);

@@ -144,6 +144,8 @@ int peer_is_self(const peer_t *p, const uint8_t *id);
 int peer_swarm_started(const peer_t *p);
 const char *peer_idhex(const uint8_t *id, char buf[9]);
 uint64_t peer_param_hash(peer_t *p);
+/* Refuses microbatch mb (for `stage`) back to `to`, which re-routes it. */
+void peer_send_nack(peer_t *p, const uint8_t *to, const msg_mb_t *mb, int stage, const char *why);
 void peer_push_self(peer_t *p);
 
 /* join.c */
@@ -177,6 +179,7 @@ void serve_note_throughput(peer_t *p, double seconds);
 
 /* step.c */
 #define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */
+void step_seen(peer_t *p);
 void step_count(peer_t *p, uint32_t index);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 int step_tick(peer_t *p);

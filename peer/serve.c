@@ -56,13 +56,6 @@ static int encode_act(peer_t *p, int slot, uint8_t **out, size_t *len)
     return rc;
 }
 
-static void send_nack(peer_t *p, const msg_t *m, const char *why)
-{
-    msg_t n = {.type = MSG_NACK, .mb = m->mb, .stage = m->stage};
-    snprintf(n.text, sizeof n.text, "%s", why);
-    peer_send(p, m->sender, &n, 0, NULL, NULL);
-}
-
 /* The backward pass of a held microbatch; its parameter gradient is counted (added to
  * this step's sum) only when the pool still misses the microbatch (step.c). */
 static int backward(peer_t *p, mbrec_t *r)
@@ -162,12 +155,12 @@ static int on_fwd(peer_t *p, inmsg_t *in)
      * (step_counts), and its gradient is computed with this stage's newer weights: at
      * most one step stale, counted as `stale` in the member's stats. */
     if (m->stage != p->stage || m->nroute != p->stage) {
-        send_nack(p, m, "wrong stage");
+        peer_send_nack(p, m->sender, &m->mb, m->stage, "wrong stage");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
         p->rejected++;
-        send_nack(p, m, "targets of the wrong size");
+        peer_send_nack(p, m->sender, &m->mb, m->stage, "targets of the wrong size");
         return 0;
     }
     mbrec_t *old = custody_find(p, &m->mb);
@@ -180,7 +173,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
         p->rejected++;
-        send_nack(p, m, p->err);
+        peer_send_nack(p, m->sender, &m->mb, m->stage, p->err);
         r->used = 0;
         return 0;
     }
@@ -201,7 +194,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     int rc = stage_forward(p->st, slot, NULL, NULL, last ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) { /* bad targets from the wire: refuse, keep going */
         p->rejected++;
-        send_nack(p, m, p->err);
+        peer_send_nack(p, m->sender, &m->mb, m->stage, p->err);
         custody_drop(r);
         return 0;
     }
@@ -276,7 +269,7 @@ int serve_enqueue(peer_t *p, const net_ev_t *ev)
     /* forwards beyond MAX_PENDING are refused (the sender re-routes); gradients are
      * always kept: they finish work already done */
     if (p->npending >= MAX_PENDING && ev->msg.type == MSG_FWD) {
-        send_nack(p, &ev->msg, "busy");
+        peer_send_nack(p, ev->msg.sender, &ev->msg.mb, ev->msg.stage, "busy");
         return 0;
     }
     if (p->npending == p->pending_cap) {
@@ -397,9 +390,7 @@ int serve_source(peer_t *p)
         }
         if (custody_in_flight(p, 0) >= p->po.in_flight) return 0;
         if (p->t_train0 == 0) p->t_train0 = p->now;
-        const msg_member_t *live;
-        int nl = view_stage(&p->view, 0, 1, &live);
-        pool_union(p->pool, live, nl, p->ubuf);
+        step_seen(p);
         for (int i = 0; i < p->M; i++) {
             /* microbatch i of this step belongs to one owner; when an owner dies only its
              * microbatches pass on (rendezvous hashing), so no two start the same one */

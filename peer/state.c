@@ -101,10 +101,9 @@ int peer_start_download(peer_t *p, const char *why)
         mbrec_t *r = &p->mbs[i];
         if (!r->used) continue;
         if (!peer_is_self(p, r->prev)) {
-            msg_t n = {.type = MSG_NACK, .mb = r->mb, .stage = (int16_t)p->stage};
-            n.mb.attempt = r->in_attempt;
-            snprintf(n.text, sizeof n.text, "re-syncing");
-            peer_send(p, r->prev, &n, 0, NULL, NULL);
+            msg_mb_t mb = r->mb;
+            mb.attempt = r->in_attempt;
+            peer_send_nack(p, r->prev, &mb, p->stage, "re-syncing");
         }
         custody_drop(r);
     }

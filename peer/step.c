@@ -20,7 +20,7 @@ static int pool_members(peer_t *p, const msg_member_t **out)
 }
 
 /* The pool's union of counted microbatches as seen now, into p->ubuf. */
-static void pool_seen(peer_t *p)
+void step_seen(peer_t *p)
 {
     const msg_member_t *live;
     int n = pool_members(p, &live);
@@ -36,7 +36,7 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
 {
     (void)flags;
     if (mb->kind != 0 || mb->step != p->step || !contributing(p)) return 0;
-    pool_seen(p);
+    step_seen(p);
     return !pool_bit(p->ubuf, (int)mb->index);
 }
 
@@ -351,6 +351,15 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
              held, p->npending, view_max_step(&p->view, 0));
 }
 
+/* Sends the request q to every serving member of the pool (whoever holds a message
+ * relays it). */
+static void ask_mates(peer_t *p, msg_t *q)
+{
+    const msg_member_t *mates;
+    int nm = pool_members(p, &mates);
+    for (int j = 0; j < nm; j++) peer_send(p, mates[j].id, q, 0, NULL, NULL);
+}
+
 /* Adds id to the list (ids, *n of cap) unless it is there. */
 static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *id)
 {
@@ -398,11 +407,9 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         missing++;
         if (!ask || self) continue;
         if (!mem) { /* named by a mate, unknown here: a mate may relay its message */
-            const msg_member_t *mates;
-            int nm = pool_members(p, &mates);
             memcpy(q.origin, ids[i], MSG_ID_LEN);
             q.flags = 0;
-            for (int j = 0; j < nm; j++) peer_send(p, mates[j].id, &q, 0, NULL, NULL);
+            ask_mates(p, &q);
             continue;
         }
         memcpy(q.origin, ids[i], MSG_ID_LEN);
@@ -429,13 +436,11 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         uint8_t(*rep)[MSG_ID_LEN] = malloc((size_t)(nr ? nr : 1) * MSG_ID_LEN);
         if (rep) {
             pool_reporters(p->pool, rep, nr);
-            const msg_member_t *mem;
-            int nm = pool_members(p, &mem);
             for (int i = 0; i < nr; i++) {
                 if (view_find(&p->view, rep[i])) continue;
                 memcpy(q.origin, rep[i], MSG_ID_LEN);
                 q.flags = (uint8_t)pool_first_missing(p->pool, rep[i], p->step);
-                for (int j = 0; j < nm; j++) peer_send(p, mem[j].id, &q, 0, NULL, NULL);
+                ask_mates(p, &q);
             }
             free(rep);
         }
@@ -490,7 +495,7 @@ int step_tick(peer_t *p)
     /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
      * live member before they call a microbatch lost (ask_redo) */
     if (contributing(p) && p->now - p->progress_at > 0.5) send_progress(p);
-    pool_seen(p);
+    step_seen(p);
     /* a follower goes by the messages alone: it may be catching up on steps the pool
      * finished before it arrived, whose progress it never heard */
     int complete = !contributing(p) || pool_all(p->pool, p->ubuf);

@@ -30,7 +30,7 @@ int join_setup_stage(peer_t *p)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
                           p->S);
     p->stage = po->stage >= 0 ? po->stage : view_weakest_stage(&p->view, p->S, p->id);
-    if (!(p->k = kern_new(po->device, po->threads, p->err)) ||
+    if ((!p->k && !(p->k = kern_new(po->device, po->threads, p->err))) ||
         !(p->st = stage_new(c, p->stage, p->k, p->nslots, p->run.seed, p->err)))
         return STATUS_EINVAL;
     if (p->run.optimizer == TRAIN_DEMO && !(p->dopt = demo_opt_new(p->st, &p->run.demo, p->err)))

@@ -5,7 +5,8 @@
  *   run.c     peer_run, the ZeroMQ driver;
  *   custody.c microbatch records: slots, custody of what was sent on, re-routes;
  *   serve.c   forward and backward serving, stage-0 data sourcing, validation;
- *   step.c    this peer's side of its pool's step: progress, exchange, apply, redo.
+ *   step.c    this peer's side of its pool's step: progress, exchange, apply, redo;
+ *   move.c    changing stage (rebalancing, recovery of a lost stage).
  * The pool's bookkeeping itself is swarm/pool.c, the state transfer swarm/xfer.c.
  * Not for: anyone outside peer/ (peer.h is the interface). */
 #ifndef SWARMTRAIN_PEER_IMPL_H
@@ -152,6 +153,10 @@ void peer_push_self(peer_t *p);
 int join_setup_stage(peer_t *p);
 int join_on_welcome(peer_t *p, const net_ev_t *ev);
 int join_hello_tick(peer_t *p);
+
+/* move.c: leaves this stage and joins `stage` (its state from the pool, else as
+ * state.c decides for a stage nobody holds) */
+int peer_move(peer_t *p, int stage, const char *why);
 
 /* state.c */
 int peer_start_download(peer_t *p, const char *why);

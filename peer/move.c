@@ -1,0 +1,62 @@
+/* move.c — a serving peer changes stage: it hands back what it holds (its senders
+ * re-route), drops everything that belonged to the old stage (the stage, optimizer,
+ * corpus, pool bookkeeping, records) and builds the new one as a joiner would, then
+ * takes the new stage's state the usual way (state.c: download from the pool, else a
+ * checkpoint or the seed). Rebalancing and the recovery of a lost stage both move peers.
+ * Not for: deciding who moves (the callers). */
+#include "peer/peer_impl.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Frees what join_setup_stage built for the old stage; the kernels stay. */
+static void drop_stage(peer_t *p)
+{
+    for (int i = 0; i < p->nmbs; i++) custody_drop(&p->mbs[i]);
+    free(p->mbs);
+    p->mbs = NULL;
+    p->nmbs = 0;
+    while (p->npending) serve_dequeue(p, p->npending - 1);
+    pool_destroy(&p->pool);
+    free(p->ubuf);
+    free(p->redo_for);
+    free(p->sent_bits);
+    free(p->val_got);
+    free(p->host_tok);
+    free(p->grad_save);
+    p->ubuf = p->redo_for = p->sent_bits = p->val_got = NULL;
+    p->host_tok = NULL;
+    p->grad_save = NULL;
+    xfer_destroy(&p->xfer);
+    xfer_snap_free(&p->snap);
+    p->snap.step = -1;
+    demo_opt_destroy(&p->dopt);
+    stage_destroy(&p->st);
+    data_destroy(&p->data);
+    wiring_destroy(&p->wiring);
+    p->val_phase = p->val_next = p->val_done = 0;
+    p->redo_step = -1;
+    p->go = 0;
+    p->loss_sum = 0;
+    p->loss_n = 0;
+}
+
+int peer_move(peer_t *p, int stage, const char *why)
+{
+    if (stage < 0 || stage >= p->S || stage == p->stage)
+        return status_set(p->err, STATUS_EINVAL, "peer: cannot move from stage %d to %d",
+                          p->stage, stage);
+    int from = p->stage;
+    /* what it holds goes back to the senders (they re-route at once) */
+    peer_start_download(p, why);
+    drop_stage(p);
+    p->po.stage = stage;
+    int rc = join_setup_stage(p);
+    if (rc) return rc;
+    fprintf(p->log, "moved: stage %d -> %d (%s)\n", from, stage, why);
+    fflush(p->log);
+    peer_store_event(p->ps, "moved", "stage %d -> %d at step %" PRId64 ": %s", from, stage,
+                     p->step, why);
+    return peer_start_download(p, NULL);
+}

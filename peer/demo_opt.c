@@ -39,6 +39,7 @@ struct demo_opt {
     uint32_t table_crc; /* fingerprint of the tensor shapes */
     size_t msg_size;    /* whole stage message */
     float *q;           /* aggregated update direction, all tensors */
+    float qnorm;        /* its L2 norm at the last apply (the same on every replica) */
     int update;         /* DEMO_UPDATE_* */
     float *dstep;       /* rms update on a device: (P) the step, made on the host */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
@@ -456,6 +457,9 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     }
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
+    double qq = 0;
+    for (size_t j = 0; j < P; j++) qq += (double)o->q[j] * o->q[j];
+    o->qnorm = (float)sqrt(qq);
     float *p = stage_params(o->st);
     float lr = optim_lr(oc, step);
     if (o->update == DEMO_UPDATE_RMS) {
@@ -507,6 +511,11 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
         pos += demo_body_bits_ex(t->rows, t->cols, o->chunk, k, vfmt, imode);
     }
     return rc;
+}
+
+float demo_opt_update_norm(const demo_opt_t *o)
+{
+    return o->qnorm;
 }
 
 void demo_opt_get_momentum(demo_opt_t *o, float *out)

@@ -87,6 +87,10 @@ uint64_t demo_opt_tensor_seed(int64_t step, int i);
 
 /* The residual momentum of all tensors, concatenated in table order (stage_num_params
  * floats), for checkpoints: get copies out, set copies in. */
+/* The L2 norm of the aggregated update direction (the pool's averaged DCT coefficients,
+ * before sign or RMS) of the last demo_opt_apply: bit-identical on every replica, unlike
+ * a replica's own gradient norm. */
+float demo_opt_update_norm(const demo_opt_t *o);
 void demo_opt_get_momentum(demo_opt_t *o, float *out);
 void demo_opt_set_momentum(demo_opt_t *o, const float *in);
 

@@ -214,6 +214,7 @@ static int on_state_rep(peer_t *p, const net_ev_t *ev)
         xfer_on_reply(p->xfer, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
         p->donor_started |= ev->msg.flags & 1;
     }
+    recover_on_state_rep(p, ev);
     return 0;
 }
 
@@ -221,6 +222,7 @@ static int on_error(peer_t *p, const net_ev_t *ev)
 {
     char h[9];
     if (p->xfer) xfer_on_refusal(p->xfer, ev->msg.sender);
+    recover_on_refusal(p, ev->msg.sender);
     log_debug("peer: error from %s: %s", peer_idhex(ev->msg.sender, h), ev->msg.text);
     return 0;
 }
@@ -334,6 +336,8 @@ int peer_step(peer_t *p, double now, double *wake_at)
         }
         if (rc) break;
         if ((rc = follow_tick(p))) break;
+        if ((rc = recover_tick(p))) break;
+        if (p->phase != PHASE_SERVING) break; /* moved to rebuild a lost stage */
         custody_tick(p);
         if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
@@ -400,6 +404,10 @@ void peer_destroy(peer_t **pp)
     view_free(&p->view);
     xfer_destroy(&p->xfer);
     xfer_snap_free(&p->snap);
+    recover_abort(p);
+    xfer_destroy(&p->aux);
+    free(p->copy);
+    free(p->empty_since);
     peer_store_close(&p->ps); /* waits for the checkpoint being written */
     demo_opt_destroy(&p->dopt);
     stage_destroy(&p->st);

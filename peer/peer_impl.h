@@ -136,6 +136,25 @@ struct peer {
     double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;
+    /* a lost stage (recover.c) */
+    float last_gnorm;   /* this replica's last gradient norm (DeMo: before clipping) */
+    float stage_gnorm;  /* the stage's, the same on every replica (in the state; step.c) */
+    float lr_scale;     /* this stage's learning rate over the run's (x1.1 once rebuilt) */
+    float base_lr;      /* the run's */
+    double *empty_since; /* per stage: when it was first seen with no peer (0: has one) */
+    xfer_t *aux;        /* a fetch of another stage's state: neighbours, copies */
+    int aux_stage;
+    double aux_t0;
+    uint8_t *copy;      /* stage 1 / S-2: the state of stage 0 / S-1, kept ahead of time */
+    int copy_stage;
+    int64_t copy_step;
+    uint64_t copy_bytes;
+    int rec_mover;      /* moved to rebuild a lost stage: no wait for donors */
+    int rec_active;
+    double rec_t0;
+    uint8_t *rec_nb[2]; /* the neighbours' states */
+    int64_t rec_step[2];
+    int recovered_stages;
 };
 
 /* peer.c */
@@ -157,6 +176,16 @@ int join_hello_tick(peer_t *p);
 /* move.c: leaves this stage and joins `stage` (its state from the pool, else as
  * state.c decides for a stage nobody holds) */
 int peer_move(peer_t *p, int stage, const char *why);
+
+/* recover.c: a stage with no live peer */
+#define RECOVER_TAIL 8 /* state blob tail: last clipped gradient norm, lr scale (f32 each) */
+size_t recover_state_bytes(const model_config_t *c, int stage);
+int recover_tick(peer_t *p);
+int recover_possible(const peer_t *p);
+int recover_download_tick(peer_t *p);
+void recover_abort(peer_t *p);
+void recover_on_state_rep(peer_t *p, const net_ev_t *ev);
+void recover_on_refusal(peer_t *p, const uint8_t *from);
 
 /* state.c */
 int peer_start_download(peer_t *p, const char *why);

@@ -8,12 +8,15 @@
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* params | adam m | adam v | adam step (8) | last clipped gradient norm (f32) | the
+ * stage's learning-rate scale (f32) */
 static size_t state_bytes(const peer_t *p)
 {
-    return 3 * stage_num_params(p->st) * sizeof(float) + 8;
+    return recover_state_bytes(&p->run.cfg, p->stage);
 }
 
 
@@ -27,6 +30,8 @@ static int take_snapshot(peer_t *p)
     p->k->download(p->k, p->snap.buf + P, stage_opt_m(p->st), P);
     p->k->download(p->k, p->snap.buf + 2 * P, stage_opt_v(p->st), P);
     memcpy(p->snap.buf + 3 * P, stage_opt_step(p->st), 8);
+    memcpy(p->snap.buf + 3 * P + 8, &p->stage_gnorm, 4);
+    memcpy(p->snap.buf + 3 * P + 12, &p->lr_scale, 4);
     xfer_snap_seal(&p->snap, p->step);
     return 0;
 }
@@ -38,6 +43,11 @@ static void load_state(peer_t *p, const uint8_t *buf)
     p->k->upload(p->k, stage_opt_m(p->st), buf + P, P);
     p->k->upload(p->k, stage_opt_v(p->st), buf + 2 * P, P);
     memcpy(stage_opt_step(p->st), buf + 3 * P, 8);
+    memcpy(&p->stage_gnorm, buf + 3 * P + 8, 4);
+    float scale;
+    memcpy(&scale, buf + 3 * P + 12, 4);
+    if (isfinite(scale) && scale > 0 && scale < 16) p->lr_scale = scale;
+    p->run.opt.lr = p->base_lr * p->lr_scale;
 }
 
 void state_on_request(peer_t *p, const msg_t *m)
@@ -177,13 +187,27 @@ int state_download_tick(peer_t *p)
     for (int i = 0; i < n && !k; i++)
         if (!peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
     int first = p->download_why == NULL;
+    if (k) recover_abort(p); /* someone holds the stage after all */
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
         /* Nobody holds the stage, as far as this peer knows. In a running swarm its
          * view may still be filling in (gossip): it gives the others two failure
-         * timeouts to show up before it takes the stage from a checkpoint or the seed. */
-        if (peer_swarm_started(p) && p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s) return 0;
-        state_from_nobody(p);
+         * timeouts to show up before it takes the stage from a checkpoint, its
+         * neighbours (recover.c) or the seed. A peer that moved here to rebuild the
+         * stage has seen it empty already. */
+        int started = peer_swarm_started(p);
+        if (started && !p->rec_mover && !p->rec_active &&
+            p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)
+            return 0;
+        if (started && !p->rec_active && p->ps && peer_store_has_stage(p->ps)) {
+            state_from_nobody(p); /* its own checkpoint */
+        } else if (started && recover_possible(p)) {
+            int rc = recover_download_tick(p);
+            if (rc <= 0) return rc;
+        } else {
+            state_from_nobody(p);
+        }
+        p->rec_mover = 0;
         xfer_destroy(&p->xfer);
         begin_serving(p);
         announce(p);

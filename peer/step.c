@@ -120,7 +120,8 @@ static int make_exchange(peer_t *p, int part)
         len = demo_opt_msg_size(p->dopt);
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         float scale = 1.0f / (float)(count ? count : 1);
-        if (!rc) rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, NULL, p->err);
+        if (!rc)
+            rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, &p->last_gnorm, p->err);
     } else if (p->dopt) {
         rc = fold_into_momentum(p, count);
     } else {
@@ -265,6 +266,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     if (p->dopt) {
         if (following) demo_opt_decay(p->dopt, &p->run.opt, p->step);
         rc = demo_opt_apply(p->dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
+        gnorm = p->last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
     } else {
         size_t P = stage_num_params(p->st);
         float *sum = calloc(P, sizeof(float));
@@ -287,6 +289,12 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         return rc;
     }
     double now = p->now;
+    /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
+     * same on every replica, so that any member's snapshot has the same bytes: AdamW's
+     * clipped norm of the pool's summed gradient; DeMo's norm of the pool's update */
+    p->stage_gnorm = p->dopt ? demo_opt_update_norm(p->dopt) : gnorm;
+    if (!p->dopt && p->run.opt.clip > 0 && p->stage_gnorm > p->run.opt.clip)
+        p->stage_gnorm = p->run.opt.clip;
     log_step(p, gnorm, now);
     double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
     if (p->step_t0 > 0) /* the pool's pace, from the second step seen on */

@@ -45,7 +45,8 @@ enum {
     O_CKBUDGET,
     O_CHURN,
     O_CHURN_KILLS,
-    O_FAULT_SEED
+    O_FAULT_SEED,
+    O_KILL_STAGE
 };
 
 typedef struct {
@@ -59,6 +60,7 @@ typedef struct {
     double churn_restart_s;    /* ... and a new peer after this long; < 0: none */
     int churn_kills;           /* at most this many kills (0: no limit) */
     uint64_t fault_seed;
+    int kill_stage, kill_stage_step; /* --kill-stage: every peer of a stage, from outside */
     const char *peer_timeout;
 } local_opts_t;
 
@@ -109,6 +111,13 @@ static int local_option(void *ctx, int c, const char *arg)
         }
         return 0;
     }
+    case O_KILL_STAGE:
+        if (sscanf(arg, "%d:%d", &lo->kill_stage, &lo->kill_stage_step) != 2 ||
+            lo->kill_stage < 0 || lo->kill_stage_step < 1) {
+            fprintf(stderr, "swarmtrain local: --kill-stage STAGE:STEP, e.g. --kill-stage 1:40\n");
+            return -1;
+        }
+        return 0;
     case O_CHURN_KILLS:
         return run_opts_int("--churn-kills", arg, 1, &lo->churn_kills);
     case O_FAULT_SEED: {
@@ -167,7 +176,7 @@ static int local_only(const char *a, int *takes_arg)
     static const char *with_arg[] = {"--peers",        "--dir",        "--in-flight",
                                      "--kill",         "--join-at",    "--join-stage",
                                      "--peer-timeout", "--churn",      "--churn-kills",
-                                     "--fault-seed"};
+                                     "--fault-seed",   "--kill-stage"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -402,8 +411,9 @@ static int local_main(int argc, char **argv)
                                           {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
                                           {"churn", required_argument, 0, O_CHURN},
                                           {"churn-kills", required_argument, 0, O_CHURN_KILLS},
-                                          {"fault-seed", required_argument, 0, O_FAULT_SEED}};
-    local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1};
+                                          {"fault-seed", required_argument, 0, O_FAULT_SEED},
+                                          {"kill-stage", required_argument, 0, O_KILL_STAGE}};
+    local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1, .kill_stage = -1};
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -431,7 +441,12 @@ static int local_main(int argc, char **argv)
             "                       of its stage S seconds later; the summary gives kills,\n"
             "                       restarts, re-routed and lost microbatches, and MTTR\n"
             "  --churn-kills N      at most N kills\n"
-            "  --fault-seed N       the seed of --kill random and --churn (default: the clock)\n"
+            "  --kill-stage S:STEP  every peer of stage S SIGKILLed from outside, at a random\n"
+            "                       moment (--fault-seed) within a second of step STEP: the\n"
+            "                       swarm rebuilds the stage (CheckFree, or CheckFree+ for the\n"
+            "                       first and last stage) and the summary names how\n"
+            "  --fault-seed N       the seed of --kill random, --kill-stage and --churn (default:\n"
+            "                       the clock)\n"
             "  --kill PEER:STEP     peer PEER is SIGKILLed (it kills itself) when a microbatch of\n"
             "                       step >= STEP reaches it, so it dies holding work (fault "
             "drill)\n"
@@ -449,6 +464,10 @@ static int local_main(int argc, char **argv)
     int S = run.cfg.stages;
     if (lo.peers < S) {
         fprintf(stderr, "swarmtrain local: %d peers cannot hold %d stages\n", lo.peers, S);
+        return 2;
+    }
+    if (lo.kill_stage >= S) {
+        fprintf(stderr, "swarmtrain local: --kill-stage %d: the run has %d stages\n", lo.kill_stage, S);
         return 2;
     }
     if (S > MAX_STAGES) {
@@ -489,7 +508,7 @@ static int local_main(int argc, char **argv)
         ch[i].stage = i % S;
     }
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
-    if (lo.kill_random || lo.churn_rate > 0)
+    if (lo.kill_random || lo.churn_rate > 0 || lo.kill_stage >= 0)
         printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo.fault_seed);
     fflush(stdout);
     double t0 = clock_now(), kill_wall = -1;
@@ -517,6 +536,8 @@ static int local_main(int argc, char **argv)
     int rk_peer = lo.kill_random ? (int)rng_below(&frng, (uint64_t)n) : -1;
     long long rk_step = lo.kill_random ? run.steps / 10 + (long long)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1)) : -1;
     double rk_delay = rng_uniform(&frng), rk_at = -1;
+    double ks_delay = rng_uniform(&frng), ks_at = -1; /* --kill-stage */
+    int ks_done = 0;
     /* churn bookkeeping: restarts due, and recovery times (MTTR) */
     int kills = 0, restarts = 0;
     double restart_due[MAX_PEERS];
@@ -627,6 +648,28 @@ static int local_main(int argc, char **argv)
                        v.step0, kill_wall);
                 fflush(stdout);
             }
+            /* --kill-stage: every peer of the stage, at a random moment after STEP */
+            if (lo.kill_stage >= 0 && !ks_done && ks_at < 0 && v.step0 >= lo.kill_stage_step)
+                ks_at = now + ks_delay;
+            if (lo.kill_stage >= 0 && !ks_done && ks_at > 0 && now >= ks_at) {
+                printf("local: fault: SIGKILL every peer of stage %d from outside at step %lld:",
+                       lo.kill_stage, v.step0);
+                for (int i = 0; i < n; i++) {
+                    if (ch[i].exited || ch[i].killed || ch[i].stage != lo.kill_stage) continue;
+                    kill(ch[i].pid, SIGKILL);
+                    ch[i].killed = 1;
+                    ch[i].killed_at = now;
+                    kills++;
+                    printf(" peer %d", i);
+                }
+                kill_wall = wall();
+                pending_mttr[npm].stage = lo.kill_stage;
+                pending_mttr[npm].step = v.step_per[lo.kill_stage];
+                pending_mttr[npm++].at = now;
+                printf(", t=%.3f\n", kill_wall);
+                fflush(stdout);
+                ks_done = 1;
+            }
             /* churn: each live peer dies at RATE per minute, never the last of its stage */
             if (lo.churn_rate > 0 && v.step0 >= 1 && v.step0 < run.steps &&
                 (!lo.churn_kills || kills < lo.churn_kills) && npm < MAX_PEERS) {
@@ -722,6 +765,14 @@ static int local_main(int argc, char **argv)
         }
         if (npm) printf(", %d kill(s) the pool never stepped after", npm);
         printf("\n");
+    }
+    /* how each lost stage came back (recover.c's log line) */
+    for (int i = 0; i < n; i++) {
+        FILE *f = fopen(ch[i].log, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "recovered: stage", 16)) printf("local: peer %d %s", i, line);
+        if (f) fclose(f);
     }
     int unplanned = 0;
     for (int i = 0; i < n; i++) {

@@ -1,0 +1,359 @@
+/* recover.c — a stage with no live peer (DESIGN.md sections 3 and 7; CheckFree and
+ * CheckFree+, Blagoev et al.).
+ *
+ * Detection: every serving peer watches its view; a stage with no member at all (none
+ * serving, none joining) for RECOVER_SETTLE_S after the swarm started is lost. Its
+ * microbatches wait meanwhile: the stage before it keeps custody of what it sent and
+ * retries once the stage has a peer again (custody.c), so the pipeline pauses and
+ * nothing is dropped.
+ *
+ * Who serves it: one peer moves there (peer_move). Every peer computes the same choice
+ * from its view: among serving members whose pool has at least two serving members (a
+ * stage is never emptied to fill another), those of the lost stage's neighbouring pools
+ * first (for the first and last stage only the neighbour, which holds the copy below),
+ * the highest rendezvous hash of (lost stage, member) wins. A peer that joins a stage
+ * nobody holds in a started swarm rebuilds it the same way.
+ *
+ * The state: the mover fetches its neighbours' states (swarm/xfer.c, from their pools)
+ * and rebuilds:
+ *   middle stage i:  W = (a * W[i+1] + b * W[i-1]) / (a + b) for every block tensor,
+ *                    block j from block j of each neighbour (every stage has the same
+ *                    number of blocks), a and b the norms of those neighbours' last
+ *                    clipped gradients + 1e-4;
+ *   stage 0 / S-1:   CheckFree+: the blocks of the only neighbour, copied; the token
+ *                    embedding (stage 0) or final norm and LM head (stage S-1) from the
+ *                    copy that neighbour's peers fetch ahead of time, every COPY_EVERY
+ *                    of their steps.
+ * Fresh optimizer state, and the stage's learning rate x1.1 (carried in the state, so a
+ * later joiner of the stage takes it too). The step is the swarm's highest.
+ * When the peer has its own checkpoint of the stage, state.c restores it instead.
+ * Not for: moving (move.c), the transfer itself (swarm/xfer.c). */
+#include "common/log.h"
+#include "common/rng.h"
+#include "peer/peer_impl.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECOVER_SETTLE_S 1.0 /* a stage must look empty this long (gossip settles) */
+#define COPY_EVERY 25        /* steps between the neighbours' copies of stage 0 / S-1 */
+#define RECOVER_LR_SCALE 1.1f
+
+/* ---- the layout of any stage's state, from the run's config ---------------------------- */
+
+/* Floats of one block (every block has the same tensors). */
+static size_t block_floats(const model_config_t *c)
+{
+    size_t C = (size_t)c->dim, F = (size_t)c->ffn;
+    return 2 * C + 4 * C * C + 3 * F * C;
+}
+
+static int nblocks(const model_config_t *c)
+{
+    return c->n_layers / c->stages;
+}
+
+/* Parameters of stage s: [embedding] blocks [final norm, head] (stage.c's table order). */
+static size_t stage_floats(const model_config_t *c, int s)
+{
+    size_t V = (size_t)c->vocab, C = (size_t)c->dim;
+    size_t n = (size_t)nblocks(c) * block_floats(c);
+    if (s == 0) n += V * C;
+    if (s == c->stages - 1) n += C + V * C;
+    return n;
+}
+
+static size_t blocks_at(const model_config_t *c, int s)
+{
+    return s == 0 ? (size_t)c->vocab * c->dim : 0;
+}
+
+size_t recover_state_bytes(const model_config_t *c, int s)
+{
+    return 3 * stage_floats(c, s) * sizeof(float) + 8 + RECOVER_TAIL; /* + adam step */
+}
+
+/* The tail of a state blob, after params | m | v | adam step: the last clipped gradient
+ * norm and the stage's learning-rate scale. */
+static void tail_get(const uint8_t *blob, size_t P, float *gnorm, float *lr_scale)
+{
+    memcpy(gnorm, blob + 3 * P * sizeof(float) + 8, 4);
+    memcpy(lr_scale, blob + 3 * P * sizeof(float) + 12, 4);
+}
+
+/* ---- detection and the choice of the mover --------------------------------------------- */
+
+static int pool_serving(peer_t *p, int s)
+{
+    const msg_member_t *m;
+    int n = view_stage(&p->view, s, 1, &m), k = 0;
+    for (int i = 0; i < n; i++) k += m[i].state == MEMBER_SERVING;
+    return k;
+}
+
+/* Whether this peer is the one that moves to the lost stage `s`. */
+static int i_move(peer_t *p, int s)
+{
+    int S = p->S;
+    int spare[64 + 1] = {0}; /* pools that can give a peer; S is small here */
+    if (S > 64) return 0;
+    for (int j = 0; j < S; j++) spare[j] = j != s && pool_serving(p, j) >= 2;
+    /* neighbours first; for the first and last stage only the neighbour */
+    int prefer[2] = {s - 1, s + 1}, any_neighbour = 0;
+    for (int k = 0; k < 2; k++)
+        if (prefer[k] >= 0 && prefer[k] < S && spare[prefer[k]]) any_neighbour = 1;
+    if (!any_neighbour && (s == 0 || s == S - 1)) return 0; /* waits for a joiner */
+    uint64_t key = rng_mix(p->swarm, (uint64_t)s + 0x5157);
+    uint64_t best = 0, mine = 0;
+    int found = 0;
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *m = &p->view.m[i];
+        if (m->state != MEMBER_SERVING || m->stage < 0 || m->stage >= S || !spare[m->stage])
+            continue;
+        if (any_neighbour && m->stage != s - 1 && m->stage != s + 1) continue;
+        uint64_t id;
+        memcpy(&id, m->id, 8);
+        uint64_t h = rng_mix(key, id);
+        if (!found || h > best) best = h, found = 1;
+        if (peer_is_self(p, m->id)) mine = h;
+    }
+    return found && mine == best && spare[p->stage] &&
+           (!any_neighbour || p->stage == s - 1 || p->stage == s + 1);
+}
+
+/* ---- the neighbours' copies of stage 0 and S-1 (CheckFree+) ----------------------------- */
+
+static int copy_target(const peer_t *p)
+{
+    if (p->S < 2) return -1;
+    if (p->stage == 1) return 0;
+    if (p->stage == p->S - 2) return p->S - 1;
+    if (p->S == 2 && p->stage == 0) return 1;
+    return -1;
+}
+
+/* Starts (or goes on with) the fetch of `stage`'s state into p->aux. 1 when done (the
+ * bytes are in p->aux), 0 while under way, negative on error. */
+static int aux_fetch(peer_t *p, int stage)
+{
+    const model_config_t *c = &p->run.cfg;
+    if (p->aux && p->aux_stage != stage) xfer_destroy(&p->aux);
+    if (!p->aux) {
+        if (!(p->aux = xfer_new(stage, recover_state_bytes(c, stage))))
+            return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        p->aux_stage = stage;
+        p->aux_t0 = p->now;
+    }
+    if (xfer_done(p->aux) == 1) return 1;
+    const msg_member_t *mem;
+    int n = view_stage(&p->view, stage, 1, &mem), k = 0;
+    msg_member_t *donors = p->view.scratch;
+    for (int i = 0; i < n; i++)
+        if (mem[i].state == MEMBER_SERVING && !peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
+    if (!k) return 0;
+    xfer_req_t req[8];
+    int nr = xfer_next_requests(p->aux, p->now, donors, k, 10.0, req, 8);
+    for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
+    return 0;
+}
+
+void recover_on_state_rep(peer_t *p, const net_ev_t *ev)
+{
+    if (p->aux && ev->nframes == 1 && ev->msg.stage == p->aux_stage)
+        xfer_on_reply(p->aux, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
+}
+
+void recover_on_refusal(peer_t *p, const uint8_t *from)
+{
+    if (p->aux) xfer_on_refusal(p->aux, from);
+}
+
+static int copy_tick(peer_t *p)
+{
+    int t = copy_target(p);
+    if (t < 0 || p->phase != PHASE_SERVING) return 0;
+    if (p->copy && p->copy_stage == t && p->step - p->copy_step < COPY_EVERY && !p->aux) return 0;
+    int rc = aux_fetch(p, t);
+    if (rc <= 0) {
+        if (rc == 0 && p->aux && p->now - p->aux_t0 > 60) xfer_destroy(&p->aux); /* retry */
+        return rc;
+    }
+    size_t len = recover_state_bytes(&p->run.cfg, t);
+    uint8_t *buf = realloc(p->copy, len);
+    if (!buf) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    memcpy(buf, xfer_data(p->aux), len);
+    p->copy = buf;
+    p->copy_stage = t;
+    p->copy_step = xfer_step(p->aux);
+    p->copy_bytes += len;
+    log_debug("peer: copy of stage %d at step %" PRId64 " (%zu bytes)", t, p->copy_step, len);
+    xfer_destroy(&p->aux);
+    return 0;
+}
+
+int recover_tick(peer_t *p)
+{
+    if (p->phase != PHASE_SERVING || !peer_swarm_started(p)) return copy_tick(p);
+    if (!p->empty_since && !(p->empty_since = calloc((size_t)p->S, sizeof(double))))
+        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    for (int s = 0; s < p->S; s++) {
+        const msg_member_t *m;
+        if (s == p->stage || view_stage(&p->view, s, 0, &m) > 0) {
+            p->empty_since[s] = 0;
+            continue;
+        }
+        if (!p->empty_since[s]) {
+            p->empty_since[s] = p->now;
+            fprintf(p->log, "lost-stage: t=%.3f stage %d has no live peer; its microbatches wait "
+                    "in custody\n", p->now, s);
+            fflush(p->log);
+            peer_store_event(p->ps, "stage_lost", "stage %d has no live peer", s);
+        }
+        if (p->now - p->empty_since[s] < RECOVER_SETTLE_S || !i_move(p, s)) continue;
+        char why[96];
+        snprintf(why, sizeof why, "stage %d had no live peer: rebuilding it", s);
+        p->rec_mover = 1;
+        return peer_move(p, s, why);
+    }
+    return copy_tick(p);
+}
+
+/* ---- rebuilding ------------------------------------------------------------------------ */
+
+int recover_possible(const peer_t *p)
+{
+    return p->S >= 2 && nblocks(&p->run.cfg) >= 1;
+}
+
+static void free_nb(peer_t *p)
+{
+    for (int i = 0; i < 2; i++) {
+        free(p->rec_nb[i]);
+        p->rec_nb[i] = NULL;
+    }
+}
+
+void recover_abort(peer_t *p)
+{
+    if (!p->rec_active) return;
+    p->rec_active = 0;
+    free_nb(p);
+    xfer_destroy(&p->aux);
+}
+
+/* Builds the stage from the fetched neighbours into host params; 0 or a status. */
+static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
+{
+    const model_config_t *c = &p->run.cfg;
+    int s = p->stage, S = p->S;
+    size_t bf = (size_t)nblocks(c) * block_floats(c);
+    size_t V = (size_t)c->vocab, C = (size_t)c->dim;
+    float *o = out + blocks_at(c, s);
+    if (s > 0 && s < S - 1) {
+        size_t Pa = stage_floats(c, s - 1), Pb = stage_floats(c, s + 1);
+        const float *wa = (const float *)(const void *)p->rec_nb[0] + blocks_at(c, s - 1);
+        const float *wb = (const float *)(const void *)p->rec_nb[1] + blocks_at(c, s + 1);
+        float ga, gb, sa, sb;
+        tail_get(p->rec_nb[0], Pa, &ga, &sa);
+        tail_get(p->rec_nb[1], Pb, &gb, &sb);
+        /* (a W[i+1] + b W[i-1]) / (a + b): a, b the norms of those neighbours' gradients */
+        double a = (double)gb + 1e-4, b = (double)ga + 1e-4;
+        for (size_t i = 0; i < bf; i++) o[i] = (float)((a * wb[i] + b * wa[i]) / (a + b));
+        snprintf(how, howlen,
+                 "CheckFree: weighted average of stages %d (gradient norm %.4g) and %d (%.4g)",
+                 s - 1, ga, s + 1, gb);
+        return 0;
+    }
+    int nb = s == 0 ? 1 : S - 2;
+    const float *w = (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nb);
+    memcpy(o, w, bf * sizeof(float));
+    const float *cp = p->copy && p->copy_stage == s ? (const float *)(const void *)p->copy : NULL;
+    if (s == 0) {
+        if (cp) memcpy(out, cp, V * C * sizeof(float)); /* else: the initial embedding */
+    } else {
+        size_t tail = C + V * C, at = bf + blocks_at(c, s);
+        if (cp) memcpy(out + at, cp + stage_floats(c, s) - tail, tail * sizeof(float));
+    }
+    snprintf(how, howlen, "CheckFree+: blocks copied from stage %d, %s from %s", nb,
+             s == 0 ? "embedding" : "final norm and head",
+             cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");
+    if (cp)
+        snprintf(how + strlen(how), howlen - strlen(how), " at step %" PRId64, p->copy_step);
+    return 0;
+}
+
+/* Called by the download when no member holds the stage; 1 when the stage is rebuilt
+ * and serving may begin, 0 while fetching, negative on error. */
+int recover_download_tick(peer_t *p)
+{
+    const model_config_t *c = &p->run.cfg;
+    int s = p->stage, S = p->S;
+    int want[2] = {s > 0 ? s - 1 : s + 1, s > 0 && s < S - 1 ? s + 1 : -1};
+    if (!p->rec_active) {
+        p->rec_active = 1;
+        p->rec_t0 = p->now;
+        free_nb(p);
+        fprintf(p->log, "lost-stage: rebuilding stage %d from stage%s %d%s%.0d\n", s,
+                want[1] >= 0 ? "s" : "", want[0], want[1] >= 0 ? " and " : "",
+                want[1] >= 0 ? want[1] : 0);
+        fflush(p->log);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (want[i] < 0 || p->rec_nb[i]) continue;
+        int rc = aux_fetch(p, want[i]);
+        if (rc < 0) return rc;
+        if (rc == 0) return 0;
+        size_t len = recover_state_bytes(c, want[i]);
+        if (!(p->rec_nb[i] = malloc(len)))
+            return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        memcpy(p->rec_nb[i], xfer_data(p->aux), len);
+        p->rec_step[i] = xfer_step(p->aux);
+        xfer_destroy(&p->aux);
+    }
+    size_t P = stage_num_params(p->st);
+    if (P != stage_floats(c, s))
+        return status_set(p->err, STATUS_EINVAL, "recover: stage %d layout differs", s);
+    float *host = malloc(P * sizeof(float));
+    if (!host) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    p->k->download(p->k, host, stage_params(p->st), P * sizeof(float));
+    char how[256];
+    int rc = rebuild(p, host, how, sizeof how);
+    if (!rc) {
+        p->k->upload(p->k, stage_params(p->st), host, P * sizeof(float));
+        /* fresh optimizer state */
+        float *z = calloc(P, sizeof(float));
+        if (!z) rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        else {
+            p->k->upload(p->k, stage_opt_m(p->st), z, P * sizeof(float));
+            p->k->upload(p->k, stage_opt_v(p->st), z, P * sizeof(float));
+            free(z);
+        }
+        *stage_opt_step(p->st) = 0;
+        if (p->dopt) {
+            float *zm = calloc(P, sizeof(float));
+            if (zm) demo_opt_set_momentum(p->dopt, zm);
+            free(zm);
+        }
+    }
+    free(host);
+    if (rc) return rc;
+    int64_t step = view_max_step(&p->view, -1);
+    for (int i = 0; i < 2; i++)
+        if (want[i] >= 0 && p->rec_step[i] > step) step = p->rec_step[i];
+    p->step = step < 0 ? 0 : step;
+    p->lr_scale = RECOVER_LR_SCALE;
+    p->run.opt.lr = p->base_lr * p->lr_scale;
+    fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh optimizer "
+            "state, learning rate x%.2f\n",
+            s, p->step, p->now - p->rec_t0, how, (double)p->lr_scale);
+    fflush(p->log);
+    peer_store_event(p->ps, "recovered_stage", "stage %d at step %" PRId64 ": %s", s, p->step,
+                     how);
+    p->recovered_stages++;
+    p->rec_active = 0;
+    p->rec_mover = 0;
+    free_nb(p);
+    return 1;
+}

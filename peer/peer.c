@@ -406,7 +406,8 @@ void peer_destroy(peer_t **pp)
     xfer_snap_free(&p->snap);
     recover_abort(p);
     xfer_destroy(&p->aux);
-    free(p->copy);
+    free(p->copy[0]);
+    free(p->copy[1]);
     free(p->empty_since);
     peer_store_close(&p->ps); /* waits for the checkpoint being written */
     demo_opt_destroy(&p->dopt);

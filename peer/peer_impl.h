@@ -145,9 +145,9 @@ struct peer {
     xfer_t *aux;        /* a fetch of another stage's state: neighbours, copies */
     int aux_stage;
     double aux_t0;
-    uint8_t *copy;      /* stage 1 / S-2: the state of stage 0 / S-1, kept ahead of time */
-    int copy_stage;
-    int64_t copy_step;
+    uint8_t *copy[2];   /* stage 1 / S-2: the state of stage 0 / S-1, kept ahead of time */
+    int copy_of[2];     /* the stage each copy is of */
+    int64_t copy_step[2];
     uint64_t copy_bytes;
     int rec_mover;      /* moved to rebuild a lost stage: no wait for donors */
     int rec_active;

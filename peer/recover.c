@@ -125,13 +125,13 @@ static int i_move(peer_t *p, int s)
 
 /* ---- the neighbours' copies of stage 0 and S-1 (CheckFree+) ----------------------------- */
 
-static int copy_target(const peer_t *p)
+/* Which copy this peer keeps: [0] of stage 0 (kept by stage 1), [1] of stage S-1 (kept
+ * by stage S-2); the stage of copy c, or -1 when this peer keeps none. */
+static int copy_target(const peer_t *p, int c)
 {
     if (p->S < 2) return -1;
-    if (p->stage == 1) return 0;
-    if (p->stage == p->S - 2) return p->S - 1;
-    if (p->S == 2 && p->stage == 0) return 1;
-    return -1;
+    if (c == 0) return p->stage == 1 ? 0 : -1;
+    return p->stage == p->S - 2 ? p->S - 1 : -1;
 }
 
 /* Starts (or goes on with) the fetch of `stage`'s state into p->aux. 1 when done (the
@@ -153,8 +153,13 @@ static int aux_fetch(peer_t *p, int stage)
     for (int i = 0; i < n; i++)
         if (mem[i].state == MEMBER_SERVING && !peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
     if (!k) return 0;
+    /* one donor (another after a refusal or silence: xfer moves on): members of a pool
+     * may be a step apart, and chunks of two snapshots never make a whole */
+    uint64_t me;
+    memcpy(&me, p->id, 8);
+    int pick = view_rendezvous(donors, k, me ^ (uint64_t)xfer_restarts(p->aux));
     xfer_req_t req[8];
-    int nr = xfer_next_requests(p->aux, p->now, donors, k, 10.0, req, 8);
+    int nr = xfer_next_requests(p->aux, p->now, donors + pick, 1, 5.0, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
     return 0;
 }
@@ -172,24 +177,31 @@ void recover_on_refusal(peer_t *p, const uint8_t *from)
 
 static int copy_tick(peer_t *p)
 {
-    int t = copy_target(p);
-    if (t < 0 || p->phase != PHASE_SERVING) return 0;
-    if (p->copy && p->copy_stage == t && p->step - p->copy_step < COPY_EVERY && !p->aux) return 0;
-    int rc = aux_fetch(p, t);
-    if (rc <= 0) {
-        if (rc == 0 && p->aux && p->now - p->aux_t0 > 60) xfer_destroy(&p->aux); /* retry */
-        return rc;
+    if (p->phase != PHASE_SERVING) return 0;
+    for (int c = 0; c < 2; c++) {
+        int t = copy_target(p, c);
+        if (t < 0) continue;
+        int due = !p->copy[c] || p->step - p->copy_step[c] >= COPY_EVERY;
+        if (!due && !(p->aux && p->aux_stage == t)) continue;
+        if (p->aux && p->aux_stage != t) return 0; /* one fetch at a time */
+        int rc = aux_fetch(p, t);
+        if (rc <= 0) {
+            if (rc == 0 && p->aux && p->now - p->aux_t0 > 60) xfer_destroy(&p->aux); /* retry */
+            return rc;
+        }
+        size_t len = recover_state_bytes(&p->run.cfg, t);
+        uint8_t *buf = realloc(p->copy[c], len);
+        if (!buf) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        memcpy(buf, xfer_data(p->aux), len);
+        p->copy[c] = buf;
+        p->copy_of[c] = t;
+        p->copy_step[c] = xfer_step(p->aux);
+        p->copy_bytes += len;
+        fprintf(p->log, "copy: stage %d's state at step %" PRId64 " (%zu bytes), kept for CheckFree+\n",
+                t, p->copy_step[c], len);
+        xfer_destroy(&p->aux);
+        return 0;
     }
-    size_t len = recover_state_bytes(&p->run.cfg, t);
-    uint8_t *buf = realloc(p->copy, len);
-    if (!buf) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    memcpy(buf, xfer_data(p->aux), len);
-    p->copy = buf;
-    p->copy_stage = t;
-    p->copy_step = xfer_step(p->aux);
-    p->copy_bytes += len;
-    log_debug("peer: copy of stage %d at step %" PRId64 " (%zu bytes)", t, p->copy_step, len);
-    xfer_destroy(&p->aux);
     return 0;
 }
 
@@ -269,7 +281,8 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     int nb = s == 0 ? 1 : S - 2;
     const float *w = (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nb);
     memcpy(o, w, bf * sizeof(float));
-    const float *cp = p->copy && p->copy_stage == s ? (const float *)(const void *)p->copy : NULL;
+    int ci = s == 0 ? 0 : 1; /* the copy kept of this stage (by this peer, before it moved) */
+    const float *cp = p->copy[ci] && p->copy_of[ci] == s ? (const float *)(const void *)p->copy[ci] : NULL;
     if (s == 0) {
         if (cp) memcpy(out, cp, V * C * sizeof(float)); /* else: the initial embedding */
     } else {
@@ -280,7 +293,7 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
              s == 0 ? "embedding" : "final norm and head",
              cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");
     if (cp)
-        snprintf(how + strlen(how), howlen - strlen(how), " at step %" PRId64, p->copy_step);
+        snprintf(how + strlen(how), howlen - strlen(how), " at step %" PRId64, p->copy_step[ci]);
     return 0;
 }
 

@@ -34,7 +34,10 @@ int join_setup_stage(peer_t *p)
     if (po->stage >= p->S)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
                           p->S);
-    p->stage = po->stage >= 0 ? po->stage : view_weakest_stage(&p->view, p->S, p->id);
+    int rs = resume_stage(p);
+    p->stage = rs >= 0 && rs < p->S ? rs
+               : po->stage >= 0 ? po->stage
+                                : view_weakest_stage(&p->view, p->S, p->id);
     if ((!p->k && !(p->k = kern_new(po->device, po->threads, p->err))) ||
         !(p->st = stage_new(c, p->stage, p->k, p->nslots, p->run.seed, p->err)))
         return STATUS_EINVAL;

@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     train_options_t run;      /* the run, when starting a new swarm (--new) */
     int is_new;               /* start a new swarm instead of joining */
+    int resume;               /* restart from the store with the others (resume.c) */
     const char *join;         /* bootstrap endpoint of any live peer */
     const char *listen;       /* endpoint to bind (default tcp://127.0.0.1:0) */
     const char *advertise;    /* endpoint others should use (default: the bound one) */

@@ -155,6 +155,7 @@ struct peer {
     uint8_t *rec_nb[2]; /* the neighbours' states */
     int64_t rec_step[2];
     int recovered_stages;
+    double resume_t0; /* resume.c: when this peer began to wait for the agreement */
 };
 
 /* peer.c */
@@ -186,6 +187,10 @@ int recover_download_tick(peer_t *p);
 void recover_abort(peer_t *p);
 void recover_on_state_rep(peer_t *p, const net_ev_t *ev);
 void recover_on_refusal(peer_t *p, const uint8_t *from);
+
+/* resume.c: a whole swarm restarts from its stores */
+int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -1 */
+int resume_tick(peer_t *p);  /* 1 restored, 2 start afresh, 0 wait; <0 error */
 
 /* state.c */
 int peer_start_download(peer_t *p, const char *why);

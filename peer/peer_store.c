@@ -100,11 +100,43 @@ int peer_store_has_stage(peer_store_t *ps)
     return ok;
 }
 
+int peer_store_ckpt_steps(peer_store_t *ps, int stage, int64_t *steps, int max)
+{
+    for (int i = 0; i < max; i++) steps[i] = 0;
+    if (!ps) return 0;
+    store_ckpt_info_t info[64];
+    int n = 0, k = 0;
+    char err[STATUS_ERR_LEN];
+    if (store_ckpt_list(ps->s, 0, info, 64, &n, err)) return 0;
+    for (int i = 0; i < n && k < max; i++) /* newest first */
+        if (info[i].stage == stage && info[i].step > 0) {
+            int dup = 0;
+            for (int j = 0; j < k; j++) dup |= steps[j] == info[i].step;
+            if (!dup) steps[k++] = info[i].step;
+        }
+    return k;
+}
+
+int peer_store_newest_stage(peer_store_t *ps)
+{
+    store_ckpt_info_t info[1];
+    int n = 0;
+    char err[STATUS_ERR_LEN];
+    if (!ps || store_ckpt_list(ps->s, 0, info, 1, &n, err) || n < 1) return -1;
+    return info[0].stage;
+}
+
 int peer_store_restore(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t *step, char *err)
+{
+    return peer_store_restore_step(ps, st, dopt, -1, step, err);
+}
+
+int peer_store_restore_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t at,
+                            int64_t *step, char *err)
 {
     if (!ps || ps->stage < 0) return status_set(err, STATUS_ENOTFOUND, "no store");
     store_ckpt_t *ck = NULL;
-    int rc = store_ckpt_load_latest(ps->s, ps->stage, &ck, err);
+    int rc = store_ckpt_load_step(ps->s, ps->stage, at, &ck, err);
     if (rc) return rc;
     if (strcmp(store_ckpt_config_hash(ck), ps->run_hash)) {
         rc = status_set(err, STATUS_ENOTFOUND,

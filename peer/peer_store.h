@@ -45,6 +45,14 @@ int peer_store_has_stage(peer_store_t *ps);
  * dopt's residual momentum); *step gets the step it was taken at. STATUS_ENOTFOUND when
  * there is none (or only other runs'); another status when the checkpoint is unusable. */
 int peer_store_restore(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t *step, char *err);
+/* The same for the checkpoint taken at step `at` (< 0: the newest). */
+int peer_store_restore_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t at,
+                            int64_t *step, char *err);
+/* The steps (> 0) of the newest checkpoints of `stage` in the store, newest first, into
+ * steps[0, max) (0 where there are fewer); returns how many. */
+int peer_store_ckpt_steps(peer_store_t *ps, int stage, int64_t *steps, int max);
+/* The stage of the store's newest checkpoint, or -1. */
+int peer_store_newest_stage(peer_store_t *ps);
 
 /* Waits for the writer, closes the store and sets *ps to NULL. NULL-safe. */
 void peer_store_close(peer_store_t **ps);

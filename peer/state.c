@@ -195,6 +195,17 @@ int state_download_tick(peer_t *p)
          * timeouts to show up before it takes the stage from a checkpoint, its
          * neighbours (recover.c) or the seed. A peer that moved here to rebuild the
          * stage has seen it empty already. */
+        if (p->po.resume) { /* a whole swarm restarting: agree on a step first */
+            int r = resume_tick(p);
+            if (r < 0) return r;
+            if (r == 0) return 0;
+            if (r == 1) {
+                xfer_destroy(&p->xfer);
+                begin_serving(p);
+                announce(p);
+                return 0;
+            }
+        }
         int started = peer_swarm_started(p);
         if (started && !p->rec_mover && !p->rec_active &&
             p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)

@@ -181,6 +181,11 @@ void store_writer_stats(store_t *s, store_writer_stats_t *out);
  * STATUS_ENOTFOUND when the stage has no good checkpoint, another status on I/O failure. */
 int store_ckpt_load_latest(store_t *s, int stage, store_ckpt_t **out, char *err) STORE_WUR;
 
+/* The same for the good checkpoint of `stage` taken at `step` (step < 0: the newest).
+ * STATUS_ENOTFOUND when there is none. */
+int store_ckpt_load_step(store_t *s, int stage, int64_t step, store_ckpt_t **out,
+                         char *err) STORE_WUR;
+
 /* Lists up to max checkpoints of every stage, newest first, into out[0..*count). With
  * verify != 0 each one's hashes are checked (reads every byte), else verified is -1. */
 int store_ckpt_list(store_t *s, int verify, store_ckpt_info_t *out, int max, int *count,

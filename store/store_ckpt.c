@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -697,6 +698,11 @@ static int store_ckpt_ids(store_t *s, int stage, int max, store_ckpt_info_t **ou
 
 int store_ckpt_load_latest(store_t *s, int stage, store_ckpt_t **out, char *err)
 {
+    return store_ckpt_load_step(s, stage, -1, out, err);
+}
+
+int store_ckpt_load_step(store_t *s, int stage, int64_t step, store_ckpt_t **out, char *err)
+{
     store_ckpt_info_t *ids = NULL;
     char(*bad)[STATUS_ERR_LEN] = NULL;
     int n = 0, nbad = 0, st;
@@ -713,7 +719,11 @@ int store_ckpt_load_latest(store_t *s, int stage, store_ckpt_t **out, char *err)
         goto done;
     }
     st = status_set(err, STATUS_ENOTFOUND, "%s: no checkpoint of stage %d", s->path, stage);
+    if (step >= 0)
+        st = status_set(err, STATUS_ENOTFOUND, "%s: no checkpoint of stage %d at step %" PRId64,
+                        s->path, stage, step);
     for (int i = 0; i < n; i++) {
+        if (step >= 0 && ids[i].step != step) continue;
         st = store_ckpt_read(s->db, s->path, ids[i].id, 1, out, bad[nbad]);
         if (st == STATUS_OK) break;
         if (st != STATUS_ECORRUPT) {

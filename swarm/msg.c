@@ -306,7 +306,7 @@ malformed:
 
 /* ---- member tables ---------------------------------------------------------------- */
 
-enum { MEMBER_FIXED = MSG_ID_LEN + 2 + 2 + 1 + 8 + 8 + 8 + 4 + 4 + 8 * 5 + 4 };
+enum { MEMBER_FIXED = MSG_ID_LEN + 2 + 2 + 1 + 8 + 8 + 8 + 4 + 4 + 8 * 5 + 4 + 8 * MSG_CKPT_MAX };
 
 size_t msg_members_size(const msg_member_t *v, int n)
 {
@@ -339,6 +339,7 @@ int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, s
         w_u(&w, e->retries, 8);
         w_u(&w, e->rejected, 8);
         w_u(&w, e->uptime_s, 4);
+        for (int c = 0; c < MSG_CKPT_MAX; c++) w_u(&w, (uint64_t)e->ckpt[c], 8);
     }
     if (w.overflow) return status_set(err, STATUS_EINVAL, "member table does not fit");
     *len = w.n;
@@ -370,6 +371,10 @@ int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max,
         e->retries = r_u(&r, 8);
         e->rejected = r_u(&r, 8);
         e->uptime_s = (uint32_t)r_u(&r, 4);
+        for (int c = 0; c < MSG_CKPT_MAX; c++) {
+            e->ckpt[c] = (int64_t)r_u(&r, 8);
+            if (e->ckpt[c] < 0) goto malformed;
+        }
         if (r.bad || e->stage < 0 || e->stage >= MSG_ROUTE_MAX || e->state > MEMBER_DEAD ||
             !isfinite(e->throughput) || e->throughput < 0 || e->step < 0)
             goto malformed;

@@ -56,6 +56,8 @@ typedef enum {
 } member_state_t;
 
 /* One member as a table entry (GOSSIP, WELCOME). */
+#define MSG_CKPT_MAX 3 /* checkpoint steps a member table entry carries */
+
 typedef struct {
     uint8_t id[MSG_ID_LEN];
     char addr[MSG_ADDR_MAX + 1];
@@ -71,6 +73,10 @@ typedef struct {
     uint64_t retries;  /* microbatches it re-sent to another peer */
     uint64_t rejected; /* malformed messages it refused */
     uint32_t uptime_s;
+    /* a peer resuming from its store (peer --resume): the steps of its stage's newest
+     * checkpoints, newest first, 0 for none (a step-0 checkpoint holds nothing learned);
+     * all 0 otherwise */
+    int64_t ckpt[MSG_CKPT_MAX];
 } msg_member_t;
 
 /* FWD flags: a re-run of a microbatch some pool lost; only pools that miss it count it. */

@@ -22,7 +22,7 @@
 /* Sizes the spec gives (docs/protocol.md, sections 5 and 6). */
 #define COMMON_LEN   56
 #define MB_LEN       15
-#define MEMBER_FIXED 113
+#define MEMBER_FIXED 137
 
 /* ---- an independent encoder, written from the spec's tables ----------------------- */
 
@@ -178,6 +178,7 @@ static void spec_member(bb_t *b, const msg_member_t *e, long addr_len)
     put_u(b, e->retries, 8);
     put_u(b, e->rejected, 8);
     put_u(b, e->uptime_s, 4);
+    for (int c = 0; c < MSG_CKPT_MAX; c++) put_u(b, (uint64_t)e->ckpt[c], 8);
 }
 
 static void spec_members(bb_t *b, const msg_member_t *v, int n)
@@ -335,6 +336,7 @@ static msg_member_t sample_member(int i)
     e.retries = (uint64_t)i;
     e.rejected = 2u * (uint64_t)i;
     e.uptime_s = 3600u + (uint32_t)i;
+    for (int c = 0; c < MSG_CKPT_MAX; c++) e.ckpt[c] = i % 2 ? 900 + i - 50 * c : 0;
     return e;
 }
 
@@ -1048,6 +1050,18 @@ static void test_members_refused(void **state)
         spec_members(b, two, 2);
         if (members_exact(b->b, b->n, 2, NULL, &k) != cases[i].want)
             fail_msg("member case %zu: expected %d", i, cases[i].want);
+    }
+    /* a checkpoint step below 0 (0 means none) */
+    for (int c = 0; c < MSG_CKPT_MAX; c++) {
+        msg_member_t x = e;
+        x.ckpt[c] = -1;
+        msg_member_t two[2] = {sample_member(1), x};
+        spec_members(b, two, 2);
+        assert_int_equal(members_exact(b->b, b->n, 2, NULL, &k), STATUS_EMALFORMED);
+        x.ckpt[c] = INT64_MAX;
+        two[1] = x;
+        spec_members(b, two, 2);
+        assert_int_equal(members_exact(b->b, b->n, 2, NULL, &k), 0);
     }
     /* addresses: longest accepted, one longer refused, embedded NUL refused */
     msg_member_t x = e;

@@ -46,7 +46,8 @@ enum {
     O_CHURN,
     O_CHURN_KILLS,
     O_FAULT_SEED,
-    O_KILL_STAGE
+    O_KILL_STAGE,
+    O_RESUME
 };
 
 typedef struct {
@@ -61,6 +62,7 @@ typedef struct {
     int churn_kills;           /* at most this many kills (0: no limit) */
     uint64_t fault_seed;
     int kill_stage, kill_stage_step; /* --kill-stage: every peer of a stage, from outside */
+    int resume;                      /* --resume DIR: the swarm in DIR restarts from its stores */
     const char *peer_timeout;
 } local_opts_t;
 
@@ -117,6 +119,10 @@ static int local_option(void *ctx, int c, const char *arg)
             fprintf(stderr, "swarmtrain local: --kill-stage STAGE:STEP, e.g. --kill-stage 1:40\n");
             return -1;
         }
+        return 0;
+    case O_RESUME:
+        lo->resume = 1;
+        lo->dir = arg;
         return 0;
     case O_CHURN_KILLS:
         return run_opts_int("--churn-kills", arg, 1, &lo->churn_kills);
@@ -176,7 +182,7 @@ static int local_only(const char *a, int *takes_arg)
     static const char *with_arg[] = {"--peers",        "--dir",        "--in-flight",
                                      "--kill",         "--join-at",    "--join-stage",
                                      "--peer-timeout", "--churn",      "--churn-kills",
-                                     "--fault-seed",   "--kill-stage"};
+                                     "--fault-seed",   "--kill-stage",   "--resume"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -201,6 +207,7 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
     snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", ch->port);
     args[n++] = "--listen", args[n++] = listen;
     char wait[16];
+    if (lo->resume) args[n++] = "--resume";
     if (join_port < 0) {
         args[n++] = "--new";
         snprintf(wait, sizeof wait, "%d", lo->peers);
@@ -235,7 +242,7 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        int fd = open(ch->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fd = open(ch->log, O_WRONLY | O_CREAT | (lo->resume ? O_APPEND : O_TRUNC), 0644);
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
@@ -374,7 +381,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int local_main(int argc, char **argv);
+static int local_main(int argc, char **argv, int user0);
 
 int cmd_local(int argc, char **argv)
 {
@@ -386,17 +393,43 @@ int cmd_local(int argc, char **argv)
         "--stages", "2",    "--replicas",  "2",  "--optimizer",        "demo", "--codec", "int8",
         "--steps",  "1000", "--log-every", "50", "--checkpoint-every", "50"};
     enum { ND = sizeof defaults / sizeof defaults[0] };
-    char **args = malloc((size_t)(argc + ND + 1) * sizeof *args);
+    /* --resume DIR: the words the run was started with (DIR/local.args), then these */
+    const char *rdir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--resume") && i + 1 < argc) rdir = argv[i + 1];
+        else if (!strncmp(argv[i], "--resume=", 9)) rdir = argv[i] + 9;
+    }
+    char *saved[128], line[4096];
+    int ns = 0;
+    if (rdir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/local.args", rdir);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            fprintf(stderr, "swarmtrain local: --resume %s: cannot read %s: %s\n", rdir, path,
+                    strerror(errno));
+            return 2;
+        }
+        while (ns < 128 && fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = 0;
+            if (!(saved[ns++] = strdup(line))) break;
+        }
+        fclose(f);
+    }
+    char **args = malloc((size_t)(argc + ND + ns + 1) * sizeof *args);
     if (!args) return 1;
     args[0] = argv[0];
     for (int i = 0; i < ND; i++) args[1 + i] = (char *)defaults[i];
-    for (int i = 1; i <= argc; i++) args[ND + i] = argv[i]; /* with the NULL */
-    int rc = local_main(argc + ND, args);
+    for (int i = 0; i < ns; i++) args[1 + ND + i] = saved[i];
+    for (int i = 1; i <= argc; i++) args[ND + ns + i] = argv[i]; /* with the NULL */
+    int rc = local_main(argc + ND + ns, args, 1 + ND);
     free(args);
+    for (int i = 0; i < ns; i++) free(saved[i]);
     return rc;
 }
 
-static int local_main(int argc, char **argv)
+/* user0: where the user's own words begin in argv (after the defaults) */
+static int local_main(int argc, char **argv, int user0)
 {
     static const struct option extra[] = {{"peers", required_argument, 0, O_PEERS},
                                           {"dir", required_argument, 0, O_DIR},
@@ -412,7 +445,8 @@ static int local_main(int argc, char **argv)
                                           {"churn", required_argument, 0, O_CHURN},
                                           {"churn-kills", required_argument, 0, O_CHURN_KILLS},
                                           {"fault-seed", required_argument, 0, O_FAULT_SEED},
-                                          {"kill-stage", required_argument, 0, O_KILL_STAGE}};
+                                          {"kill-stage", required_argument, 0, O_KILL_STAGE},
+                                          {"resume", required_argument, 0, O_RESUME}};
     local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1, .kill_stage = -1};
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
@@ -454,6 +488,11 @@ static int local_main(int argc, char **argv)
             "  --revive             the --join-at peer is the --kill peer again, with its store\n"
             "  --checkpoint-every N every peer checkpoints its stage into its store every N\n"
             "                       steps (see swarmtrain peer --help)\n"
+            "  --resume DIR         restart the swarm of an earlier `local --dir DIR` (stopped,\n"
+            "                       say, with Ctrl-C) from its peers' stores, with the words\n"
+            "                       it was started with (DIR/local.args; words given here win):\n"
+            "                       the peers agree on the newest step every stage has a\n"
+            "                       checkpoint of (see peer --resume)\n"
             "  --quiet              no progress lines, only the summary\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);
     if (rc) return rc == 1 ? 0 : 2;
@@ -484,6 +523,24 @@ static int local_main(int argc, char **argv)
     } else if (mkdir(lo.dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "swarmtrain local: cannot make %s: %s\n", lo.dir, strerror(errno));
         return 1;
+    }
+    if (lo.resume) {
+        /* the logs of the run before go on in the same files */
+        printf("local: resuming the swarm in %s from its peers' stores\n", lo.dir);
+    } else {
+        /* the run's own words, for --resume: the user's, without --dir */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/local.args", lo.dir);
+        FILE *f = fopen(path, "w");
+        for (int i = user0; f && i < argc; i++) {
+            if (!strcmp(argv[i], "--dir")) {
+                i++;
+                continue;
+            }
+            if (!strncmp(argv[i], "--dir=", 6)) continue;
+            fprintf(f, "%s\n", argv[i]);
+        }
+        if (f) fclose(f);
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads =
@@ -527,6 +584,10 @@ static int local_main(int argc, char **argv)
         if (spawn(&ch[i], i, i, argc, argv, &lo, threads, ch[0].port)) goto fail;
         for (int tries = 0; tries < 100 && !interrupted; tries++) {
             view_t v;
+            if (lo.resume) { /* nobody serves before they all agree on a step */
+                clock_sleep(0.2);
+                break;
+            }
             if (fetch_view(ch, i + 1, &v) == 0 && v.serving >= i + 1) break;
             clock_sleep(0.1);
         }
@@ -592,7 +653,8 @@ static int local_main(int argc, char **argv)
                     else
                         clock_sleep(0.02);
                 }
-            printf("local: interrupted; logs in %s\n", lo.dir);
+            printf("local: interrupted; logs in %s; go on with: swarmtrain local --resume %s\n",
+                   lo.dir, lo.dir);
             free(ch);
             return 130;
         }

@@ -25,7 +25,8 @@ enum {
     O_STAY,
     O_WAIT,
     O_CKEVERY,
-    O_CKBUDGET
+    O_CKBUDGET,
+    O_RESUME
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -35,6 +36,9 @@ static int peer_option(void *ctx, int c, const char *arg)
     switch (c) {
     case O_NEW:
         po->is_new = 1;
+        return 0;
+    case O_RESUME:
+        po->resume = 1;
         return 0;
     case O_JOIN:
         po->join = arg;
@@ -99,7 +103,8 @@ int cmd_peer(int argc, char **argv)
                                           {"stay", no_argument, 0, O_STAY},
                                           {"wait-peers", required_argument, 0, O_WAIT},
                                           {"checkpoint-every", required_argument, 0, O_CKEVERY},
-                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET}};
+                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
+                                          {"resume", no_argument, 0, O_RESUME}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -125,12 +130,22 @@ int cmd_peer(int argc, char **argv)
             "                       nobody else holds is restored from it (default 0: no)\n"
             "  --checkpoint-budget P percent of one CPU the checkpoint writer may use\n"
             "                       (default 3)\n"
+            "  --resume             a whole swarm restarts from its peers' stores: this peer\n"
+            "                       takes the stage of its newest checkpoint, and every\n"
+            "                       resuming peer waits (up to 30 s, or for --wait-peers\n"
+            "                       peers) until they agree on the newest step every stage\n"
+            "                       has a checkpoint of; a stage with none is rebuilt from its\n"
+            "                       neighbours (needs --db)\n"
             "  --stay               keep serving after the run's last step\n"
             "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {
         fprintf(stderr, "swarmtrain peer: give exactly one of --new and --join ENDPOINT\n");
+        return 2;
+    }
+    if (po.resume && !po.db) {
+        fprintf(stderr, "swarmtrain peer: --resume needs --db PATH (the store to resume from)\n");
         return 2;
     }
     po.data_path = po.run.data_path;

@@ -1,0 +1,105 @@
+/* resume.c — a whole swarm restarts from its peers' stores (`peer --resume`).
+ *
+ * A resuming peer takes the stage of its store's newest checkpoint and, while nobody
+ * serves its stage, publishes the steps of its newest checkpoints of that stage in its
+ * member entry (msg_member_t.ckpt). It waits until the swarm's wait_peers members are
+ * in its view (or RESUME_WAIT_S), then computes the agreed step, the same on every peer
+ * that sees the same table: the newest step s > 0 such that every stage that has any
+ * checkpoint among the present members has one at s. A stage with none is rebuilt
+ * from its neighbours once the others serve (recover.c). Then:
+ *   - it holds the checkpoint of s: restores it and serves from step s;
+ *   - a mate holds it: waits for that mate to serve, and downloads from it (state.c);
+ *   - nobody agrees on any step: starts as a new swarm would (initial parameters).
+ * Not for: choosing who rebuilds a stage (recover.c), the store itself (peer_store.c). */
+#include "common/log.h"
+#include "peer/peer_impl.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define RESUME_WAIT_S 30.0
+#define RESUME_SETTLE_S 2.0 /* the least wait: the others' entries arrive by gossip */
+
+int resume_stage(peer_t *p)
+{
+    int s = p->po.resume ? peer_store_newest_stage(p->ps) : -1;
+    if (s >= 0 && p->po.stage >= 0 && s != p->po.stage)
+        fprintf(p->log, "resume: --stage %d, but the store's newest checkpoint is of stage %d: "
+                "taking stage %d\n", p->po.stage, s, s);
+    return s;
+}
+
+/* Whether member m holds a checkpoint of step s. */
+static int holds(const msg_member_t *m, int64_t s)
+{
+    for (int c = 0; c < MSG_CKPT_MAX; c++)
+        if (m->ckpt[c] == s) return 1;
+    return 0;
+}
+
+/* The agreed step (see above), 0 when there is none. */
+static int64_t agreed_step(const peer_t *p)
+{
+    int64_t best = 0;
+    for (int i = 0; i < p->view.n; i++)
+        for (int c = 0; c < MSG_CKPT_MAX; c++) {
+            int64_t s = p->view.m[i].ckpt[c];
+            if (s <= best) continue;
+            int ok = 1;
+            for (int st = 0; st < p->S && ok; st++) {
+                int any = 0, at = 0;
+                for (int j = 0; j < p->view.n; j++) {
+                    const msg_member_t *m = &p->view.m[j];
+                    if (m->stage != st) continue;
+                    any |= m->ckpt[0] > 0;
+                    at |= holds(m, s);
+                }
+                ok = !any || at;
+            }
+            if (ok) best = s;
+        }
+    return best;
+}
+
+int resume_tick(peer_t *p)
+{
+    if (!p->resume_t0) {
+        p->resume_t0 = p->now;
+        int n = peer_store_ckpt_steps(p->ps, p->stage, p->self.ckpt, MSG_CKPT_MAX);
+        fprintf(p->log, "resume: stage %d, %d checkpoint(s) in %s", p->stage, n, p->po.db);
+        for (int i = 0; i < n; i++) fprintf(p->log, "%s%" PRId64, i ? ", " : " at step ", p->self.ckpt[i]);
+        fprintf(p->log, "; waiting for the others to agree on a step\n");
+        fflush(p->log);
+        peer_push_self(p);
+    }
+    int present = 0;
+    for (int i = 0; i < p->view.n; i++) present += p->view.m[i].state != MEMBER_DEAD;
+    double waited = p->now - p->resume_t0;
+    if (waited < RESUME_SETTLE_S) return 0;
+    if (present < p->wait_peers && waited < RESUME_WAIT_S) return 0;
+    int64_t s = agreed_step(p);
+    /* decided: from here on as any joiner. Its entry keeps the checkpoint steps, so that
+     * a peer deciding a moment later sees the same table. */
+    p->po.resume = 0;
+    if (s <= 0) {
+        fprintf(p->log, "resume: no step every stage has a checkpoint of (%d peers seen): "
+                "starting from the initial parameters\n", present);
+        return 2;
+    }
+    int64_t got = -1;
+    char err[STATUS_ERR_LEN] = "";
+    int rc = peer_store_restore_step(p->ps, p->st, p->dopt, s, &got, err);
+    if (rc == 0) {
+        p->step = got;
+        p->downloaded = 0;
+        fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
+                " (the newest step every stage has a checkpoint of; %d peers seen)\n",
+                p->stage, got, present);
+        peer_store_event(p->ps, "resumed", "stage %d from the checkpoint of step %" PRId64,
+                         p->stage, got);
+        return 1;
+    }
+    fprintf(p->log, "resume: agreed on step %" PRId64 ", which this peer has no checkpoint of "
+            "(%s): its stage's state comes from a mate or the neighbours\n", s, err);
+    return 0;
+}

@@ -82,6 +82,13 @@ struct drv {
     uint8_t *final_set;
     double val_loss;
     int crashes;
+    /* faults "stage": every peer of one stage crashes at once, at a step and moment drawn
+     * from the seed; the swarm must rebuild the stage (recover.c) and finish */
+    int lose;            /* 1: planned, 2: done */
+    int lose_stage;
+    int64_t lose_step;
+    double lose_delay, lose_at;
+    int rebuilt;         /* the lost stage served again */
 };
 
 simrun_options_t simrun_defaults(void)
@@ -397,6 +404,21 @@ static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
     if (sim_partitioned(d->sim)) d->parted_at = now;
+    if (d->lose == 1 && d->max_step >= d->lose_step) {
+        if (d->lose_at < 0) d->lose_at = now + d->lose_delay;
+        if (now >= d->lose_at) {
+            d->lose = 2;
+            sim_note(d->sim, "lose  every peer of stage %d (step %lld)", d->lose_stage,
+                     (long long)d->max_step);
+            for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
+                if (d->n[i].p && sim_node_alive(d->sim, i) && d->n[i].stage == d->lose_stage)
+                    sim_crash(d->sim, i);
+        }
+    }
+    if (d->lose == 2 && !d->rebuilt && serving_in(d, d->lose_stage, -1) > 0) {
+        d->rebuilt = 1;
+        sim_note(d->sim, "stage %d serves again", d->lose_stage);
+    }
     if (d->pending) {
         d->pending = 0;
         for (int i = 0; i < d->M; i++)
@@ -541,7 +563,18 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     c.faults_from = 1.0;
     /* faults while the run trains; then calm so that it can finish */
     c.faults_until = o->budget_s > 0 ? o->budget_s / 3 : 200;
-    if ((rc = sim_config_faults(&c, o->faults, err))) goto done;
+    /* "stage": mild, and one whole stage lost (d_check) */
+    int lose = !strcmp(o->faults, "stage");
+    if ((rc = sim_config_faults(&c, lose ? "mild" : o->faults, err))) goto done;
+    if (lose) {
+        rng_t lr;
+        rng_seed(&lr, rng_mix(o->seed, 0x1057));
+        d->lose = 1;
+        d->lose_stage = (int)rng_below(&lr, (uint64_t)d->S);
+        d->lose_step = 1 + (int64_t)rng_below(&lr, (uint64_t)(o->steps > 4 ? o->steps - 3 : 1));
+        d->lose_delay = rng_uniform(&lr);
+        d->lose_at = -1;
+    }
     for (const char *k = o->knobs; k && *k;) {
         char key[64], val[64];
         size_t n = strcspn(k, ",");
@@ -580,7 +613,13 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     char e2[STATUS_ERR_LEN] = "";
     int r = sim_run(d->sim, o->budget_s > 0 ? o->budget_s : 600, e2);
     if (r == 1 && !d->failed) {
-        if (d->stage_gone)
+        if (d->lose)
+            failf(d, "liveness: stage %d was lost at step %lld and the swarm %s within %.0f "
+                     "virtual seconds (step %lld applied, %d peers finished)",
+                  d->lose_stage, (long long)d->lose_step,
+                  d->rebuilt ? "rebuilt it but did not finish" : "did not rebuild it",
+                  o->budget_s > 0 ? o->budget_s : 600, (long long)d->max_step, d->finished);
+        else if (d->stage_gone)
             sim_note(d->sim, "budget reached after a whole stage was lost: not a failure");
         else
             failf(d, "liveness: the run did not finish within %.0f virtual seconds (step %lld "

@@ -46,7 +46,8 @@ typedef struct {
     int stages;            /* pipeline stages (1 block each) */
     int steps;             /* optimizer steps of the run */
     int microbatches;      /* M per step (replicas x accum; even) */
-    const char *faults;    /* "none", "mild", "heavy" (sim_config_faults) */
+    const char *faults;    /* "none", "mild", "heavy" (sim_config_faults); "stage": mild
+                            * and one whole stage crashes at once (recover.c rebuilds it) */
     const char *knobs;     /* then "key=value,..." (sim_config_set), or NULL */
     int optimizer;         /* -1: drawn from the seed; else train_optimizer_t */
     int plant_bug;         /* peer_options_t.plant_bug: the checker must catch it */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -270,6 +271,118 @@ static void test_outside_kills(void **state)
     (void)state;
     outside_kill("founder", 104, "peer 0 (stage 0, the founding peer)");
     outside_kill("stage2", 102, "(stage 2)");
+}
+
+/* Every peer of one stage SIGKILLed from outside at a step and moment drawn from a seed
+ * (the clock's, printed): a peer of a neighbouring pool of two moves there and rebuilds
+ * it (CheckFree in the middle, CheckFree+ at the ends), and the run ends with a held-out
+ * loss and nothing lost. */
+static void kill_stage(int stage, unsigned seed, const char *how)
+{
+    char name[32], args[1024], logname[64];
+    snprintf(name, sizeof name, "stage%d", stage);
+    snprintf(args, sizeof args,
+             "local --peers 6 --stages 3 --layers 6 --steps 80 --log-every 20 --kill-stage "
+             "%d:random --fault-seed %u --quiet --dir %s/%s --data %s",
+             stage, seed, dir, name, testutil_corpus());
+    snprintf(logname, sizeof logname, "%s.log", name);
+    printf("stage %d lost, --fault-seed %u\n", stage, seed);
+    pid_t l = start(name, args);
+    int rc = finish(l, 600);
+    char *out = slurp(logname);
+    assert_non_null(out);
+    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
+    char want[64];
+    snprintf(want, sizeof want, "SIGKILL every peer of stage %d from outside", stage);
+    if (!strstr(out, want)) fail_msg("no kill:\n%s", out);
+    snprintf(want, sizeof want, "recovered: stage %d at step", stage);
+    const char *r = strstr(out, want);
+    if (!r || !strstr(r, how)) fail_msg("stage %d not rebuilt by %s:\n%s", stage, how, out);
+    printf("%.*s", (int)(strchr(r, '\n') - r + 1), r);
+    assert_non_null(strstr(out, "lost microbatches 0"));
+    assert_non_null(strstr(out, "2 kills"));
+    assert_non_null(strstr(out, "no peer died unplanned"));
+    assert_true(value_after(out, "val_loss ") < 3.5); /* it learned: the initial is ~5.5 */
+    free(out);
+}
+
+static void test_lost_stages(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)time(NULL);
+    kill_stage(1, seed, "by CheckFree: weighted average of stages 0");
+    kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy");
+    kill_stage(2, seed + 2, "by CheckFree+: blocks copied from stage 1, final norm and head from the copy");
+}
+
+/* A whole swarm stopped with Ctrl-C (SIGINT to `local` at a moment drawn from the clock's
+ * seed) and started again with --resume continues from the newest step every stage has a
+ * checkpoint of, and ends within 2% of the held-out loss of the same run uninterrupted. */
+static void test_resume(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    char args[1024];
+    const char *common = "local --peers 4 --stages 2 --steps 160 --log-every 20 "
+                         "--checkpoint-every 20";
+    snprintf(args, sizeof args, "%s --quiet --dir %s/whole --data %s", common, dir,
+             testutil_corpus());
+    pid_t l = start("whole", args);
+    assert_int_equal(finish(l, 600), 0);
+    char *out = slurp("whole.log");
+    double whole = value_after(out, "val_loss ");
+    free(out);
+    snprintf(args, sizeof args, "%s --dir %s/cut --data %s", common, dir, testutil_corpus());
+    l = start("cut", args);
+    /* Ctrl-C once the run's progress line shows the drawn step, and a drawn moment later */
+    int target = 25 + rand() % 100;
+    double extra = (double)rand() / RAND_MAX;
+    printf("Ctrl-C at step %d + %.2f s (seed %u)\n", target, extra, seed);
+    for (double end = clock_now() + 300; clock_now() < end;) {
+        char *o = slurp("cut.log");
+        const char *last = NULL, *q = o;
+        while (q && (q = strstr(q, "] step "))) last = q++;
+        int now = last ? atoi(last + 7) : 0;
+        free(o);
+        if (now >= target) break;
+        clock_sleep(0.1);
+    }
+    clock_sleep(extra);
+    kill(l, SIGINT);
+    int rc = finish(l, 60);
+    out = slurp("cut.log");
+    if (rc != 130) fail_msg("the interrupted run exited %d:\n%s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "local --resume %s/cut --quiet", dir);
+    l = start("resumed", args);
+    rc = finish(l, 300);
+    out = slurp("resumed.log");
+    if (rc != 0) {
+        for (int i = 0; i < 4; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "cut/peer%d.log", i);
+            char *pl = slurp(name);
+            size_t n = pl ? strlen(pl) : 0;
+            printf("---- %s (end)\n%s\n", name, pl ? pl + (n > 3000 ? n - 3000 : 0) : "");
+            free(pl);
+        }
+        fail_msg("the resumed run failed (%d):\n%s", rc, out);
+    }
+    double resumed = value_after(out, "val_loss ");
+    free(out);
+    char *log = slurp("cut/peer0.log");
+    const char *r = log ? strstr(log, "resumed: stage 0 from this peer's checkpoint of step ") : NULL;
+    if (!r) fail_msg("peer 0 did not resume from its checkpoint:\n%s", log ? log : "");
+    long long step = -1;
+    assert_int_equal(sscanf(r, "resumed: stage 0 from this peer's checkpoint of step %lld", &step), 1);
+    printf("resumed at step %lld: val_loss %.4f; uninterrupted: %.4f (%+.2f%%)\n", step, resumed,
+           whole, 100 * (resumed / whole - 1));
+    /* the state each peer left with at Ctrl-C, or the newest periodic checkpoint when the
+     * stages stopped a step apart: never older than the last multiple of 20 */
+    assert_true(step >= target / 20 * 20 && step <= target + 20);
+    assert_true(fabs(resumed / whole - 1) < 0.02);
+    free(log);
 }
 
 /* A preempted peer comes back with its disk: the only peer of stage 1 is killed, and the
@@ -521,6 +634,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revive_from_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outside_kills, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_stages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

@@ -113,13 +113,19 @@ static int local_option(void *ctx, int c, const char *arg)
         }
         return 0;
     }
-    case O_KILL_STAGE:
+    case O_KILL_STAGE: {
+        char tail[16] = "";
+        if (sscanf(arg, "%d:%15s", &lo->kill_stage, tail) == 2 && !strcmp(tail, "random")) {
+            lo->kill_stage_step = -1; /* drawn from --fault-seed once the run is known */
+            return lo->kill_stage < 0 ? -1 : 0;
+        }
         if (sscanf(arg, "%d:%d", &lo->kill_stage, &lo->kill_stage_step) != 2 ||
             lo->kill_stage < 0 || lo->kill_stage_step < 1) {
-            fprintf(stderr, "swarmtrain local: --kill-stage STAGE:STEP, e.g. --kill-stage 1:40\n");
+            fprintf(stderr, "swarmtrain local: --kill-stage STAGE:STEP|random, e.g. --kill-stage 1:40\n");
             return -1;
         }
         return 0;
+    }
     case O_RESUME:
         lo->resume = 1;
         lo->dir = arg;
@@ -476,7 +482,8 @@ static int local_main(int argc, char **argv, int user0)
             "                       restarts, re-routed and lost microbatches, and MTTR\n"
             "  --churn-kills N      at most N kills\n"
             "  --kill-stage S:STEP  every peer of stage S SIGKILLed from outside, at a random\n"
-            "                       moment (--fault-seed) within a second of step STEP: the\n"
+            "                       moment (--fault-seed) within a second of step STEP (STEP\n"
+            "                       random: a step between 10% and 70% of the run); the\n"
             "                       swarm rebuilds the stage (CheckFree, or CheckFree+ for the\n"
             "                       first and last stage) and the summary names how\n"
             "  --fault-seed N       the seed of --kill random, --kill-stage and --churn (default:\n"
@@ -598,6 +605,8 @@ static int local_main(int argc, char **argv, int user0)
     long long rk_step = lo.kill_random ? run.steps / 10 + (long long)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1)) : -1;
     double rk_delay = rng_uniform(&frng), rk_at = -1;
     double ks_delay = rng_uniform(&frng), ks_at = -1; /* --kill-stage */
+    if (lo.kill_stage >= 0 && lo.kill_stage_step < 0) /* random: between 10% and 70% */
+        lo.kill_stage_step = run.steps / 10 + 1 + (int)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1));
     int ks_done = 0;
     /* churn bookkeeping: restarts due, and recovery times (MTTR) */
     int kills = 0, restarts = 0;

@@ -33,7 +33,9 @@ static void usage(FILE *f)
             "  --pool N             members per pool: peers = N x stages (--members-per-pool)\n"
             "  --steps K            optimizer steps of the run (default 6)\n"
             "  --microbatches M     microbatches per step (default 4)\n"
-            "  --faults LEVEL       none | mild | heavy (default mild)\n"
+            "  --faults LEVEL       none | mild | heavy | stage (default mild; stage: mild, and\n"
+            "                       every peer of one stage crashes at once at a drawn step\n"
+            "                       and moment: the swarm must rebuild it and finish)\n"
             "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
@@ -119,8 +121,9 @@ int cmd_sim(int argc, char **argv)
             o.microbatches = (int)x;
             break;
         case O_FAULTS:
-            if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy")) {
-                fprintf(stderr, "swarmtrain sim: --faults: none, mild or heavy\n");
+            if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy") &&
+                strcmp(optarg, "stage")) {
+                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy or stage\n");
                 return 2;
             }
             o.faults = optarg;

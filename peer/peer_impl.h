@@ -18,6 +18,7 @@
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/stage.h"
+#include "swarm/path.h"
 #include "swarm/pool.h"
 #include "swarm/view.h"
 #include "swarm/wiring.h"
@@ -32,6 +33,7 @@ typedef struct {
     int used;
     msg_mb_t mb;          /* step, index, kind */
     uint8_t flags;        /* MSG_FLAG_REDO */
+    uint64_t skip;        /* the stages its path leaves out (swarm/path.h) */
     uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
     uint16_t out_attempt; /* our attempt number for what we sent downstream */
     int slot;

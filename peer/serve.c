@@ -80,9 +80,10 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     msg_t b = {.type = MSG_BWD,
                .flags = r->flags,
                .mb = r->mb,
-               .stage = (int16_t)(p->stage - 1),
+               .stage = (int16_t)path_prev(r->skip, p->stage),
                .loss = loss,
-               .nroute = (uint8_t)r->nroute};
+               .nroute = (uint8_t)r->nroute,
+               .skip = r->skip};
     b.mb.attempt = r->in_attempt;
     memcpy(b.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
     uint8_t *g = NULL;
@@ -108,6 +109,9 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     }
     r->mb = (msg_mb_t){.step = step, .index = index, .kind = (uint8_t)kind};
     r->flags = flags;
+    /* its SkipPipe path: the run's schedule for training, the validation mask else */
+    r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->M, p->S, p->run.skip)
+                        : p->run.val_skip;
     r->slot = slot;
     memcpy(r->prev, p->id, MSG_ID_LEN);
     memcpy(r->route[0], p->id, MSG_ID_LEN);
@@ -154,8 +158,16 @@ static int on_fwd(peer_t *p, inmsg_t *in)
      * pools may not have counted it yet and need its gradient. Nothing here counts it
      * (step_counts), and its gradient is computed with this stage's newer weights: at
      * most one step stale, counted as `stale` in the member's stats. */
-    if (m->stage != p->stage || m->nroute != p->stage) {
+    if (m->stage != p->stage || !path_on(m->skip, p->stage) ||
+        m->nroute != path_hops_before(m->skip, p->stage)) {
         peer_send_nack(p, m->sender, &m->mb, m->stage, "wrong stage");
+        return 0;
+    }
+    /* a training microbatch goes by the run's schedule, which this stage's pool counts by */
+    if (m->mb.kind == 0 &&
+        m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->M, p->S, p->run.skip)) {
+        p->rejected++;
+        peer_send_nack(p, m->sender, &m->mb, m->stage, "not the run's path");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
@@ -179,6 +191,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     r->mb = m->mb;
     r->flags = m->flags;
+    r->skip = m->skip;
     r->in_attempt = m->mb.attempt;
     r->slot = slot;
     memcpy(r->prev, m->sender, MSG_ID_LEN);
@@ -209,7 +222,8 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     p->last_loss = loss;
     if (m->mb.kind == 1) {
-        msg_t b = {.type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1};
+        msg_t b = {.type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1,
+                   .skip = m->skip};
         memcpy(b.route, r->route, MSG_ID_LEN);
         const void *pl[1] = {""};
         size_t len[1] = {0};

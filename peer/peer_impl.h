@@ -119,6 +119,7 @@ struct peer {
     /* validation (the leader of stage 0) */
     int val_phase, val_next, val_done;
     double val_sum, val_loss;
+    double val_sum_skip; /* the second round, without the run's val_skip stages */
     uint8_t *val_got;
     /* stats */
     msg_member_t self;

@@ -97,6 +97,22 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     return 0;
 }
 
+/* Validation batches: val_batches through the whole model, and with the run's val_skip
+ * as many again without those stages (SkipPipe at inference). */
+static int val_total(const peer_t *p)
+{
+    return p->run.val_batches * (p->run.val_skip ? 2 : 1);
+}
+
+static void val_add(peer_t *p, uint32_t index, float loss)
+{
+    if ((int)index >= p->run.val_batches)
+        p->val_sum_skip += loss;
+    else
+        p->val_sum += loss;
+    p->val_done++;
+}
+
 /* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
  * validation batch `index`. 1 when there is no free slot now. */
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags)
@@ -109,9 +125,11 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     }
     r->mb = (msg_mb_t){.step = step, .index = index, .kind = (uint8_t)kind};
     r->flags = flags;
-    /* its SkipPipe path: the run's schedule for training, the validation mask else */
+    /* its SkipPipe path: the run's schedule for training; for validation none, or (the
+     * second round of batches, with the run's val_skip) the stages it leaves out */
     r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->M, p->S, p->run.skip)
-                        : p->run.val_skip;
+              : (int)index >= p->run.val_batches ? p->run.val_skip
+                                                 : 0;
     r->slot = slot;
     memcpy(r->prev, p->id, MSG_ID_LEN);
     memcpy(r->route[0], p->id, MSG_ID_LEN);
@@ -123,8 +141,8 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
         data_train_batch(p->data, p->run.seed, index / A, step * A + index % A, p->run.cfg.batch,
                          p->host_tok, r->targets);
     } else {
-        data_val_batch(p->data, (int)index, p->run.val_batches, p->run.cfg.batch, p->host_tok,
-                       r->targets);
+        data_val_batch(p->data, (int)index % p->run.val_batches, p->run.val_batches,
+                       p->run.cfg.batch, p->host_tok, r->targets);
     }
     double t0 = compute_clock(p);
     float loss;
@@ -137,7 +155,7 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
             if ((rc = backward(p, r)) < 0) return rc;
             if (rc == 1) p->loss_sum += loss, p->loss_n++;
         } else {
-            p->val_sum += loss, p->val_done++;
+            val_add(p, index, loss);
         }
         custody_drop(r);
         serve_note_throughput(p, pass_seconds(p, t0));
@@ -245,10 +263,9 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     mbrec_t *r = custody_find(p, &m->mb);
     if (m->mb.kind == 1) { /* a validation loss, at the source */
         if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) &&
-            (int)m->mb.index < p->run.val_batches && !pool_bit(p->val_got, (int)m->mb.index)) {
+            (int)m->mb.index < val_total(p) && !pool_bit(p->val_got, (int)m->mb.index)) {
             pool_set_bit(p->val_got, (int)m->mb.index);
-            p->val_sum += m->loss;
-            p->val_done++;
+            val_add(p, m->mb.index, m->loss);
             custody_drop(r);
         }
         return 0;
@@ -343,22 +360,29 @@ static int validate(peer_t *p)
 {
     if (!p->val_phase) {
         p->val_phase = 1;
-        p->val_got = calloc(((size_t)p->run.val_batches + 7) / 8, 1);
+        p->val_got = calloc(((size_t)val_total(p) + 7) / 8, 1);
         if (!p->val_got) return STATUS_ENOMEM;
     }
-    if (p->val_done == p->run.val_batches) {
+    if (p->val_done == val_total(p)) {
         p->val_loss = p->val_sum / p->run.val_batches;
         double span = p->t_train1 - p->t_train0;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
                 /* the whole swarm's tokens: every stage-0 peer sources its share */
                 span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val_loss);
+        if (p->run.val_skip) {
+            char list[256];
+            double vs = p->val_sum_skip / p->run.val_batches;
+            fprintf(p->log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
+                    vs, path_format(p->run.val_skip, list, sizeof list), p->val_loss,
+                    100.0 * (vs - p->val_loss) / p->val_loss);
+        }
         fflush(p->log);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
         p->finished = 1;
         return 0;
     }
-    if (p->val_next < p->run.val_batches && custody_in_flight(p, 1) < p->po.in_flight) {
+    if (p->val_next < val_total(p) && custody_in_flight(p, 1) < p->po.in_flight) {
         int rc = start_mb(p, p->step, (uint32_t)p->val_next, 1, 0);
         if (rc == 0) p->val_next++;
         return rc < 0 ? rc : rc == 0;

@@ -53,7 +53,8 @@ typedef struct {
     int stop_after;           /* stop (as if killed) after this many steps of this process; 0: no */
     /* SkipPipe (swarm/path.h): the share of middle-stage visits each step's microbatches
      * skip (part of the run; 0: every microbatch runs every stage), and the stages an
-     * extra validation at the end runs without (a mask; 0: none; not part of the run). */
+     * extra validation at the end runs without (a mask; 0: none; in the run text only
+     * when set, so that every peer of a swarm validates the same way). */
     double skip;
     uint64_t val_skip;
 } train_options_t;

@@ -176,7 +176,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
      * pools may not have counted it yet and need its gradient. Nothing here counts it
      * (step_counts), and its gradient is computed with this stage's newer weights: at
      * most one step stale, counted as `stale` in the member's stats. */
-    if (m->stage != p->stage || !path_on(m->skip, p->stage) ||
+    if (m->stage != p->stage || !path_valid(m->skip, p->S) || !path_on(m->skip, p->stage) ||
         m->nroute != path_hops_before(m->skip, p->stage)) {
         peer_send_nack(p, m->sender, &m->mb, m->stage, "wrong stage");
         return 0;

@@ -512,7 +512,9 @@ static int setup(run_t *run, char *err)
     }
 
     /* What must match for a resumed run to continue the same run. */
-    size_t tl = train_options_to_text(o, run->run_text, sizeof run->run_text);
+    train_options_t same = *o;
+    same.val_skip = 0; /* what validation leaves out does not change the run's state */
+    size_t tl = train_options_to_text(&same, run->run_text, sizeof run->run_text);
     tl += (size_t)snprintf(run->run_text + tl, sizeof run->run_text - tl, "data=%s\n", path);
     if (o->init && tl < sizeof run->run_text)
         snprintf(run->run_text + tl, sizeof run->run_text - tl, "init=%s\n", o->init);

@@ -18,6 +18,7 @@
 #   --configs tiny,small   --ratios 0,0.25,0.5   --stages 4
 #   --steps-tiny N (30)    --steps-small N (4)   --accum M (4 microbatches a step)
 #   --in-flight K (2)      --repeat N (1: runs per ratio; the fastest step time counts)
+#   --val-batches-small N (4; tiny validates on the default 20)
 #   --dir DIR (logs; default a new /tmp dir)
 #   -- RUN OPTIONS         for every swarm (e.g. --codec f32; not --batch or --seq: the
 #                          step time assumes the preset's tokens per microbatch)
@@ -33,7 +34,7 @@ if [ -z "$BIN" ]; then
 fi
 [ -n "$BIN" ] && [ -x "$BIN" ] || { echo "bench_skip.sh: set SWARMTRAIN_BIN to the swarmtrain binary" >&2; exit 2; }
 configs=tiny,small ratios=0,0.25,0.5 stages=4 steps_tiny=30 steps_small=4 accum=4 inflight=2 dir=""
-repeat=1
+repeat=1 val_small=4
 while [ $# -gt 0 ]; do
     case $1 in
     --configs) configs=$2; shift 2 ;;
@@ -44,6 +45,7 @@ while [ $# -gt 0 ]; do
     --accum) accum=$2; shift 2 ;;
     --in-flight) inflight=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
+    --val-batches-small) val_small=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --) shift; break ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -63,6 +65,8 @@ one() {
     shift 4
     local extra=()
     [ "$cfg" = tiny ] && extra=(--layers 8)
+    # small: few steps, so few validation batches, lest validation be most of the CPU
+    [ "$cfg" = small ] && extra=(--val-batches "$val_small")
     rm -rf "${dir:?}/$name"
     /usr/bin/time -f "%U %S" -o "$dir/$name.cpu" nice "$BIN" local --config "$cfg" "${extra[@]}" --peers "$stages" --stages "$stages" \
         --steps "$steps" --replicas 1 --accum "$accum" --optimizer adamw --warmup 2 \

@@ -94,6 +94,12 @@ int path_parse_stages(const char *list, int S, uint64_t *mask, char *err)
             p = end;
         }
         for (long s = a; s <= b; s++) {
+            if (S <= 2) {
+                status_set(err, STATUS_EINVAL,
+                           "skip stages '%s': %d stage(s) have no middle stage to leave out", list,
+                           S);
+                return -1;
+            }
             if (s <= 0 || s >= S - 1 || s >= PATH_STAGES_MAX) {
                 status_set(err, STATUS_EINVAL,
                            "skip stages '%s': stage %ld cannot be skipped (only 1..%d of %d "

@@ -187,8 +187,7 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
         float *g = wire ? NULL : m->grad;
         rc = stage_backward(m->stages[i], 0, g, g, err);
         int j = path_prev(m->skip, i);
-        if (!rc && j >= 0)
-            rc = wire ? hand_over(m, j, i, 1, err) : cross(m, j, 1, m->grad, err);
+        if (!rc && j >= 0) rc = wire ? hand_over(m, j, i, 1, err) : cross(m, j, 1, m->grad, err);
     }
     return rc;
 }

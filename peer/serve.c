@@ -240,8 +240,8 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     p->last_loss = loss;
     if (m->mb.kind == 1) {
-        msg_t b = {.type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1,
-                   .skip = m->skip};
+        msg_t b = {
+            .type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1, .skip = m->skip};
         memcpy(b.route, r->route, MSG_ID_LEN);
         const void *pl[1] = {""};
         size_t len[1] = {0};

@@ -156,8 +156,8 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         int e = path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, d->run.skip),
                         a->stage);
         if (a->expected && e != ((a->expected[i >> 3] >> (i & 7)) & 1))
-            failf(d, "path: node %d stage %d step %lld expects microbatch %d %s the schedule",
-                  idx, a->stage, (long long)a->step, i, e ? "against" : "beyond");
+            failf(d, "path: node %d stage %d step %lld expects microbatch %d %s the schedule", idx,
+                  a->stage, (long long)a->step, i, e ? "against" : "beyond");
         bits += c && e;
         stray += c && !e;
         want += e;
@@ -179,9 +179,10 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
      * missing microbatches must be reported lost, as when a whole stage is gone. */
     int excused = d->stage_gone || sim_now(d->sim) - d->parted_at < REPAIR_S;
     if (bits != want && !excused)
-        failf(d, "counted: node %d stage %d step %lld applied an update counting %d of %d "
-                 "microbatches with every stage alive", idx, a->stage, (long long)a->step, bits,
-              want);
+        failf(d,
+              "counted: node %d stage %d step %lld applied an update counting %d of %d "
+              "microbatches with every stage alive",
+              idx, a->stage, (long long)a->step, bits, want);
     if (bits != want && excused && a->M <= 512 && !d->pending) {
         d->pending = 1;
         d->pend_step = a->step;

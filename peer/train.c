@@ -206,8 +206,9 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
     o->opt.total_steps = o->steps;
     if (config_validate(&o->cfg, err)) return STATUS_EMALFORMED;
     if (o->val_skip && !path_valid(o->val_skip, o->cfg.stages))
-        return status_set(err, STATUS_EMALFORMED, "run text: val_skip_mask names stage 0, the last "
-                                                  "stage or a stage past it");
+        return status_set(err, STATUS_EMALFORMED,
+                          "run text: val_skip_mask names stage 0, the last "
+                          "stage or a stage past it");
     return 0;
 }
 
@@ -483,8 +484,7 @@ static int setup(run_t *run, char *err)
         return status_set(err, STATUS_EINVAL, "--skip must be in [0, 1]");
     if (o->val_skip && !path_valid(o->val_skip, run->S))
         return status_set(err, STATUS_EINVAL,
-                          "--skip-stages: only middle stages (1..%d) can be left out",
-                          run->S - 2);
+                          "--skip-stages: only middle stages (1..%d) can be left out", run->S - 2);
     if (!run->rep || !run->tok || !run->tgt || !run->visits)
         return status_set(err, STATUS_ENOMEM, "train: out of memory");
     for (int r = 0; r < run->R; r++) {

@@ -63,7 +63,7 @@ typedef struct {
     int steps_done;
     float last_loss; /* mean loss of the last step */
     float val_loss;
-    float val_loss_skip; /* with val_skip set: validation without those stages */
+    float val_loss_skip;         /* with val_skip set: validation without those stages */
     double tokens_per_s;         /* over all steps after the first */
     int64_t start_step;          /* 0, or the step a resumed run continued from */
     double demo_bytes_per_param; /* bytes one replica sends per parameter per step */

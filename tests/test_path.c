@@ -83,7 +83,8 @@ static void test_varies(void **state)
             differ += path_skip(1, step, i, 8, 6, 0.5) != path_skip(1, 0, i, 8, 6, 0.5);
     assert_true(differ > 20);
     differ = 0;
-    for (uint32_t i = 0; i < 8; i++) differ += path_skip(1, 3, i, 8, 6, 0.5) != path_skip(2, 3, i, 8, 6, 0.5);
+    for (uint32_t i = 0; i < 8; i++)
+        differ += path_skip(1, 3, i, 8, 6, 0.5) != path_skip(2, 3, i, 8, 6, 0.5);
     assert_true(differ > 0);
     /* out-of-range input is no skip, never a crash */
     assert_true(path_skip(1, 0, 8, 8, 6, 0.5) == 0);
@@ -165,9 +166,12 @@ static void test_parse(void **state)
 int main(void)
 {
     const struct CMUnitTest all[] = {
-        cmocka_unit_test(test_balanced),  cmocka_unit_test(test_no_bursts),
-        cmocka_unit_test(test_varies),    cmocka_unit_test(test_walk),
-        cmocka_unit_test(test_pool_expects_path), cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_balanced),
+        cmocka_unit_test(test_no_bursts),
+        cmocka_unit_test(test_varies),
+        cmocka_unit_test(test_walk),
+        cmocka_unit_test(test_pool_expects_path),
+        cmocka_unit_test(test_parse),
     };
     return cmocka_run_group_tests(all, NULL, NULL);
 }

@@ -56,12 +56,19 @@ int custody_in_flight(const peer_t *p, int kind)
     return n;
 }
 
-/* Sends (or re-sends) a held microbatch to a peer of the next stage chosen by the
- * wiring, avoiding `avoid`. 0 when sent, -1 when no peer is there now. */
+/* The stage a held microbatch goes to next: the next stage on its path. */
+static int next_stage(const peer_t *p, const mbrec_t *r)
+{
+    return path_next(r->skip, p->stage, p->S);
+}
+
+/* Sends (or re-sends) a held microbatch to a peer of the next stage on its path chosen
+ * by the wiring, avoiding `avoid`. 0 when sent, -1 when no peer is there now. */
 int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
 {
     const msg_member_t *all;
-    int n = view_stage(&p->view, p->stage + 1, 1, &all), k = 0;
+    int to = next_stage(p, r);
+    int n = view_stage(&p->view, to, 1, &all), k = 0;
     msg_member_t *cand = p->view.scratch; /* filtered in place */
     /* members still following their pool would throw the gradient away: prefer the
      * ones that contribute to this step's exchange */
@@ -78,8 +85,9 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     msg_t m = {.type = MSG_FWD,
                .flags = r->flags,
                .mb = r->mb,
-               .stage = (int16_t)(p->stage + 1),
-               .nroute = (uint8_t)r->nroute};
+               .stage = (int16_t)to,
+               .nroute = (uint8_t)r->nroute,
+               .skip = r->skip};
     m.mb.attempt = r->out_attempt;
     memcpy(m.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
     const void *pl[2] = {r->act, r->targets};
@@ -115,7 +123,7 @@ void custody_on_view(peer_t *p)
         mbrec_t *r = &p->mbs[i];
         if (!r->used || !r->sent) continue;
         const msg_member_t *nx = view_find(&p->view, r->next);
-        if (!nx || nx->stage != p->stage + 1)
+        if (!nx || nx->stage != next_stage(p, r))
             custody_reroute(p, r, "its next peer is gone");
         else if (nx->state != MEMBER_SERVING)
             custody_reroute(p, r, "its next peer is re-syncing");

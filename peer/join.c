@@ -63,6 +63,7 @@ int join_setup_stage(peer_t *p)
     p->redo_for = calloc(nb, 1);
     p->sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
+    if (p->pool) pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
     if (!p->mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||

@@ -4,6 +4,7 @@
 #include "peer/model.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "swarm/path.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ struct model {
     uint64_t wire_bytes, wire_elems;
     model_tap_fn tap;
     void *tap_ctx;
+    uint64_t skip; /* stages the next passes leave out (swarm/path.h mask) */
 };
 
 model_t *model_new(const model_config_t *cfg, kern_t *k, uint64_t seed, char *err)
@@ -126,11 +128,12 @@ static int cross(model_t *m, int b, int is_grad, float *x, char *err)
     return rc;
 }
 
-/* Hands boundary b's tensor over as an encoded message: going forward (is_grad 0) from
- * stage b's output to stage b+1's input, coming back from stage b+1's dx to stage b's dy. */
-static int hand_over(model_t *m, int b, int is_grad, char *err)
+/* Hands a boundary tensor over as an encoded message between stage a and the next stage
+ * on the path, b: going forward (is_grad 0) from a's output to b's input, coming back
+ * from b's dx to a's dy. */
+static int hand_over(model_t *m, int a, int b, int is_grad, char *err)
 {
-    stage_t *from = m->stages[is_grad ? b + 1 : b], *to = m->stages[is_grad ? b : b + 1];
+    stage_t *from = m->stages[is_grad ? b : a], *to = m->stages[is_grad ? a : b];
     size_t need = stage_wire_size(from, m->codec, m->codec_params.block), w = 0;
     if (!need) return status_set(err, STATUS_EINVAL, "model: bad codec block");
     if (need > m->wire_cap) {
@@ -156,16 +159,18 @@ static int use_wire(const model_t *m)
     return m->codec >= 0 && !m->tap;
 }
 
-/* Forward through every stage; activations ping-pong between two host buffers. */
+/* Forward through every stage on the path; activations ping-pong between two host
+ * buffers. */
 static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                    char *err)
 {
     float *in = m->act, *out = m->act2;
     int wire = use_wire(m);
-    for (int i = 0; i < m->S; i++) {
+    for (int i = 0; i < m->S; i = path_next(m->skip, i, m->S)) {
         int rc = stage_forward(m->stages[i], 0, tokens, wire ? NULL : in, targets,
                                wire ? NULL : out, loss, err);
-        if (!rc && i < m->S - 1) rc = wire ? hand_over(m, i, 0, err) : cross(m, i, 0, out, err);
+        int j = path_next(m->skip, i, m->S);
+        if (!rc && j < m->S) rc = wire ? hand_over(m, i, j, 0, err) : cross(m, i, 0, out, err);
         if (rc) return rc;
         float *t = in;
         in = out;
@@ -178,11 +183,11 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
                       char *err)
 {
     int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
-    for (int i = m->S - 1; !rc && i >= 0; i--) {
+    for (int i = m->S - 1; !rc && i >= 0; i = path_prev(m->skip, i)) {
         float *g = wire ? NULL : m->grad;
         rc = stage_backward(m->stages[i], 0, g, g, err);
-        if (!rc && i > 0)
-            rc = wire ? hand_over(m, i - 1, 1, err) : cross(m, i - 1, 1, m->grad, err);
+        int j = path_prev(m->skip, i);
+        if (!rc && j >= 0) rc = wire ? hand_over(m, j, i, 1, err) : cross(m, j, 1, m->grad, err);
     }
     return rc;
 }
@@ -198,6 +203,20 @@ int model_logits(model_t *m, const int32_t *tokens, float *out, char *err)
     float loss;
     int rc = forward(m, tokens, NULL, &loss, err);
     return rc ? rc : stage_logits(m->stages[m->S - 1], 0, out, err);
+}
+
+int model_set_skip(model_t *m, uint64_t skip, char *err)
+{
+    if (!path_valid(skip, m->S))
+        return status_set(err, STATUS_EINVAL,
+                          "model: cannot skip stage 0, the last stage or a stage >= %d", m->S);
+    m->skip = skip;
+    return 0;
+}
+
+uint64_t model_skip(const model_t *m)
+{
+    return m->skip;
 }
 
 void model_zero_grads(model_t *m)

@@ -32,6 +32,14 @@ int model_logits(model_t *m, const int32_t *tokens, float *out, char *err);
 
 void model_zero_grads(model_t *m);
 
+/* SkipPipe: the passes from now on run only the stages on the path of mask skip
+ * (swarm/path.h: bit s set = stage s left out; the first and last stage always run), the
+ * activation going from each stage on the path to the next one on it, the gradient back
+ * the same way. 0 (the default) runs every stage. STATUS_EINVAL for a mask that skips
+ * stage 0, the last stage or a stage that does not exist. */
+int model_set_skip(model_t *m, uint64_t skip, char *err);
+uint64_t model_skip(const model_t *m);
+
 /* Puts a compress/ codec on every stage boundary, as the wire would: activations going
  * forward and gradients coming back are encoded by one stage and decoded by the next
  * (stage_wire_*; with a tap, through host buffers). codec < 0 turns it off (the default:
@@ -43,7 +51,8 @@ int model_set_codec(model_t *m, int codec, uint32_t block, char *err);
 void model_wire_stats(const model_t *m, uint64_t *bytes, uint64_t *elems);
 
 /* Calls fn for every boundary tensor before it is encoded: boundary b lies between
- * stages b and b+1; is_grad 0 going forward, 1 coming back. NULL turns it off. */
+ * stage b and the next stage on the path (b+1 without skipping); is_grad 0 going
+ * forward, 1 coming back. NULL turns it off. */
 typedef void (*model_tap_fn)(void *ctx, int boundary, int is_grad, const float *x, size_t n);
 void model_set_tap(model_t *m, model_tap_fn fn, void *ctx);
 

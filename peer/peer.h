@@ -35,6 +35,8 @@ typedef struct {
     int64_t step;           /* the step whose update was applied */
     int M;                  /* microbatches per step */
     const uint8_t *counted; /* M bits: microbatches the applied update counted */
+    const uint8_t *expected; /* M bits: those the pool expected (SkipPipe paths: the ones
+                              * whose path visits the stage; else all M) */
     int counted_twice;      /* microbatches counted by more than one message */
     int following;          /* applied the pool's update without contributing */
     uint64_t hash_after;    /* parameter hash after the update */

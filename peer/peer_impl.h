@@ -18,6 +18,7 @@
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/stage.h"
+#include "swarm/path.h"
 #include "swarm/pool.h"
 #include "swarm/view.h"
 #include "swarm/wiring.h"
@@ -32,6 +33,7 @@ typedef struct {
     int used;
     msg_mb_t mb;          /* step, index, kind */
     uint8_t flags;        /* MSG_FLAG_REDO */
+    uint64_t skip;        /* the stages its path leaves out (swarm/path.h) */
     uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
     uint16_t out_attempt; /* our attempt number for what we sent downstream */
     int slot;
@@ -117,6 +119,7 @@ struct peer {
     /* validation (the leader of stage 0) */
     int val_phase, val_next, val_done;
     double val_sum, val_loss;
+    double val_sum_skip; /* the second round, without the run's val_skip stages */
     uint8_t *val_got;
     /* stats */
     msg_member_t self;

@@ -80,9 +80,10 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     msg_t b = {.type = MSG_BWD,
                .flags = r->flags,
                .mb = r->mb,
-               .stage = (int16_t)(p->stage - 1),
+               .stage = (int16_t)path_prev(r->skip, p->stage),
                .loss = loss,
-               .nroute = (uint8_t)r->nroute};
+               .nroute = (uint8_t)r->nroute,
+               .skip = r->skip};
     b.mb.attempt = r->in_attempt;
     memcpy(b.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
     uint8_t *g = NULL;
@@ -94,6 +95,22 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     peer_send(p, r->prev, &b, 1, pl, &glen);
     free(g);
     return 0;
+}
+
+/* Validation batches: val_batches through the whole model, and with the run's val_skip
+ * as many again without those stages (SkipPipe at inference). */
+static int val_total(const peer_t *p)
+{
+    return p->run.val_batches * (p->run.val_skip ? 2 : 1);
+}
+
+static void val_add(peer_t *p, uint32_t index, float loss)
+{
+    if ((int)index >= p->run.val_batches)
+        p->val_sum_skip += loss;
+    else
+        p->val_sum += loss;
+    p->val_done++;
 }
 
 /* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
@@ -108,6 +125,11 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     }
     r->mb = (msg_mb_t){.step = step, .index = index, .kind = (uint8_t)kind};
     r->flags = flags;
+    /* its SkipPipe path: the run's schedule for training; for validation none, or (the
+     * second round of batches, with the run's val_skip) the stages it leaves out */
+    r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->M, p->S, p->run.skip)
+              : (int)index >= p->run.val_batches ? p->run.val_skip
+                                                 : 0;
     r->slot = slot;
     memcpy(r->prev, p->id, MSG_ID_LEN);
     memcpy(r->route[0], p->id, MSG_ID_LEN);
@@ -119,8 +141,8 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
         data_train_batch(p->data, p->run.seed, index / A, step * A + index % A, p->run.cfg.batch,
                          p->host_tok, r->targets);
     } else {
-        data_val_batch(p->data, (int)index, p->run.val_batches, p->run.cfg.batch, p->host_tok,
-                       r->targets);
+        data_val_batch(p->data, (int)index % p->run.val_batches, p->run.val_batches,
+                       p->run.cfg.batch, p->host_tok, r->targets);
     }
     double t0 = compute_clock(p);
     float loss;
@@ -133,7 +155,7 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
             if ((rc = backward(p, r)) < 0) return rc;
             if (rc == 1) p->loss_sum += loss, p->loss_n++;
         } else {
-            p->val_sum += loss, p->val_done++;
+            val_add(p, index, loss);
         }
         custody_drop(r);
         serve_note_throughput(p, pass_seconds(p, t0));
@@ -154,8 +176,16 @@ static int on_fwd(peer_t *p, inmsg_t *in)
      * pools may not have counted it yet and need its gradient. Nothing here counts it
      * (step_counts), and its gradient is computed with this stage's newer weights: at
      * most one step stale, counted as `stale` in the member's stats. */
-    if (m->stage != p->stage || m->nroute != p->stage) {
+    if (m->stage != p->stage || !path_valid(m->skip, p->S) || !path_on(m->skip, p->stage) ||
+        m->nroute != path_hops_before(m->skip, p->stage)) {
         peer_send_nack(p, m->sender, &m->mb, m->stage, "wrong stage");
+        return 0;
+    }
+    /* a training microbatch goes by the run's schedule, which this stage's pool counts by */
+    if (m->mb.kind == 0 &&
+        m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->M, p->S, p->run.skip)) {
+        p->rejected++;
+        peer_send_nack(p, m->sender, &m->mb, m->stage, "not the run's path");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
@@ -179,6 +209,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     r->mb = m->mb;
     r->flags = m->flags;
+    r->skip = m->skip;
     r->in_attempt = m->mb.attempt;
     r->slot = slot;
     memcpy(r->prev, m->sender, MSG_ID_LEN);
@@ -209,7 +240,8 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     p->last_loss = loss;
     if (m->mb.kind == 1) {
-        msg_t b = {.type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1};
+        msg_t b = {
+            .type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1, .skip = m->skip};
         memcpy(b.route, r->route, MSG_ID_LEN);
         const void *pl[1] = {""};
         size_t len[1] = {0};
@@ -231,10 +263,9 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     mbrec_t *r = custody_find(p, &m->mb);
     if (m->mb.kind == 1) { /* a validation loss, at the source */
         if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) &&
-            (int)m->mb.index < p->run.val_batches && !pool_bit(p->val_got, (int)m->mb.index)) {
+            (int)m->mb.index < val_total(p) && !pool_bit(p->val_got, (int)m->mb.index)) {
             pool_set_bit(p->val_got, (int)m->mb.index);
-            p->val_sum += m->loss;
-            p->val_done++;
+            val_add(p, m->mb.index, m->loss);
             custody_drop(r);
         }
         return 0;
@@ -329,22 +360,29 @@ static int validate(peer_t *p)
 {
     if (!p->val_phase) {
         p->val_phase = 1;
-        p->val_got = calloc(((size_t)p->run.val_batches + 7) / 8, 1);
+        p->val_got = calloc(((size_t)val_total(p) + 7) / 8, 1);
         if (!p->val_got) return STATUS_ENOMEM;
     }
-    if (p->val_done == p->run.val_batches) {
+    if (p->val_done == val_total(p)) {
         p->val_loss = p->val_sum / p->run.val_batches;
         double span = p->t_train1 - p->t_train0;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
                 /* the whole swarm's tokens: every stage-0 peer sources its share */
                 span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val_loss);
+        if (p->run.val_skip) {
+            char list[256];
+            double vs = p->val_sum_skip / p->run.val_batches;
+            fprintf(p->log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
+                    vs, path_format(p->run.val_skip, list, sizeof list), p->val_loss,
+                    100.0 * (vs - p->val_loss) / p->val_loss);
+        }
         fflush(p->log);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
         p->finished = 1;
         return 0;
     }
-    if (p->val_next < p->run.val_batches && custody_in_flight(p, 1) < p->po.in_flight) {
+    if (p->val_next < val_total(p) && custody_in_flight(p, 1) < p->po.in_flight) {
         int rc = start_mb(p, p->step, (uint32_t)p->val_next, 1, 0);
         if (rc == 0) p->val_next++;
         return rc < 0 ? rc : rc == 0;

@@ -313,13 +313,14 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                             .step = applied,
                             .M = p->M,
                             .counted = counted,
+                            .expected = pool_expected(p->pool),
                             .counted_twice = twice,
                             .following = following,
                             .hash_after = p->my_hash};
         p->po.hooks.applied(p->po.hooks.ctx, p, &a);
     }
     for (int b = 0; b < p->M; b++)
-        if (!pool_bit(counted, b)) {
+        if (!pool_bit(counted, b) && pool_bit(pool_expected(p->pool), b)) {
             p->lost++;
             fprintf(p->log, "lost: step %" PRId64 " microbatch %d: not in stage %d's update\n",
                     applied, b, p->stage);
@@ -485,7 +486,8 @@ static int ask_redo(peer_t *p)
     size_t nb = pool_bitmap_bytes(p->pool);
     uint8_t *want = malloc(nb), to[MSG_ID_LEN];
     if (!want) return STATUS_ENOMEM;
-    for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)~p->ubuf[i];
+    const uint8_t *expect = pool_expected(p->pool); /* SkipPipe: only what visits here */
+    for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)(expect[i] & ~p->ubuf[i]);
     msg_t r = {.type = MSG_REDO, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
     const void *pl[1] = {want};
     memcpy(to, s0[pick].id, MSG_ID_LEN);

@@ -15,6 +15,7 @@
 #include "peer/model.h"
 #include "peer/stage_ckpt.h"
 #include "store/store.h"
+#include "swarm/path.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -74,6 +75,11 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (o->data_sha256[0] && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "data_sha256=%s\ndata_url=%s\n", o->data_sha256,
                       o->data_url); /* the checksum first: it survives a truncated long URL */
+    if (w < 0) return 0;
+    /* only when set: runs without skipping keep the text (and hashes) they had */
+    if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
+    if (o->val_skip && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "val_skip_mask=%" PRIu64 "\n", o->val_skip);
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
@@ -191,12 +197,19 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("demo_beta", 0, 1, o->demo.beta = (float)x)
         NUM("codec_block", 0, 1 << 20, o->codec_block = (uint32_t)x)
         NUM("val_batches", 1, 1 << 20, o->val_batches = (int)x)
+        NUM("skip", 0, 1, o->skip = x)
+        NUM("val_skip_mask", 0, 1.8e19, o->val_skip = (uint64_t)x)
         else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);
 #undef NUM
         if (rc) return STATUS_EMALFORMED;
     }
     o->opt.total_steps = o->steps;
-    return config_validate(&o->cfg, err) ? STATUS_EMALFORMED : 0;
+    if (config_validate(&o->cfg, err)) return STATUS_EMALFORMED;
+    if (o->val_skip && !path_valid(o->val_skip, o->cfg.stages))
+        return status_set(err, STATUS_EMALFORMED,
+                          "run text: val_skip_mask names stage 0, the last "
+                          "stage or a stage past it");
+    return 0;
 }
 
 typedef struct {
@@ -214,26 +227,34 @@ typedef struct {
     char run_hash[17];
     int32_t *tok, *tgt;
     uint64_t val_wire; /* boundary bytes validation passes encoded (not training traffic) */
+    int *visits;       /* [r * S + s]: microbatches of this step whose path visited stage s */
 } run_t;
 
-static int validate(run_t *run, float *val, char *err)
+/* The validation loss of replica 0 run with the stages of mask `skip` left out. */
+static int validate_skip(run_t *run, uint64_t skip, float *val, char *err)
 {
     const model_config_t *c = &run->o->cfg;
     int n = run->o->val_batches;
     double sum = 0;
     uint64_t b0, b1, e;
+    int rc = model_set_skip(run->rep[0], skip, err);
+    if (rc) return rc;
     model_wire_stats(run->rep[0], &b0, &e);
     for (int i = 0; i < n; i++) {
         float loss;
         data_val_batch(run->d, i, n, c->batch, run->tok, run->tgt);
-        int rc = model_eval_micro(run->rep[0], run->tok, run->tgt, &loss, err);
-        if (rc) return rc;
+        if ((rc = model_eval_micro(run->rep[0], run->tok, run->tgt, &loss, err))) return rc;
         sum += loss;
     }
     model_wire_stats(run->rep[0], &b1, &e);
     run->val_wire += b1 - b0;
     *val = (float)(sum / n);
     return 0;
+}
+
+static int validate(run_t *run, float *val, char *err)
+{
+    return validate_skip(run, 0, val, err);
 }
 
 /* A validation loss into the store as a "val_loss" event ("step N val_loss X", N the
@@ -246,39 +267,56 @@ static void record_val(run_t *run, int64_t step, float v)
     if (store_event_add(run->db, "val_loss", detail, err)) log_warn("events: %s", err);
 }
 
-/* Forward and backward of every replica's microbatches for `step`; mean loss out. */
+/* Forward and backward of every replica's microbatches for `step`; mean loss out.
+ * Microbatch r * accum + a (the index a swarm gives it) runs the stages of its SkipPipe
+ * path only (swarm/path.h); run->visits counts, per replica and stage, the microbatches
+ * that passed through. */
 static int compute_grads(run_t *run, int64_t step, double *loss_out, char *err)
 {
     const train_options_t *o = run->o;
+    int M = run->R * o->accum, S = run->S;
     double sum = 0;
     for (int r = 0; r < run->R; r++) {
         model_zero_grads(run->rep[r]);
+        for (int s = 0; s < S; s++) run->visits[r * S + s] = 0;
         for (int a = 0; a < o->accum; a++) {
             float loss;
+            uint32_t index = (uint32_t)(r * o->accum + a);
+            uint64_t skip = path_skip(o->seed, step, index, M, S, o->skip);
+            for (int s = 0; s < S; s++) run->visits[r * S + s] += path_on(skip, s);
             data_train_batch(run->d, o->seed, (uint64_t)r, step * o->accum + a, o->cfg.batch,
                              run->tok, run->tgt);
-            int rc = model_train_micro(run->rep[r], run->tok, run->tgt, &loss, err);
+            int rc = model_set_skip(run->rep[r], skip, err);
+            if (!rc) rc = model_train_micro(run->rep[r], run->tok, run->tgt, &loss, err);
             if (rc) return rc;
             sum += loss;
         }
+        if (model_set_skip(run->rep[r], 0, err)) return STATUS_EINVAL;
     }
     *loss_out = sum / ((double)run->R * o->accum);
     return 0;
 }
 
 /* AdamW on the exact mean of all replicas' gradients (what a dense all-reduce gives):
- * replica 0 sums, steps, and hands its parameters to the others. */
+ * replica 0 sums, steps, and hands its parameters to the others. Each stage averages over
+ * the microbatches that visited it (all R * accum without skipping), as its swarm pool
+ * does over the microbatches it counted. */
 static void step_adamw(run_t *run, int64_t step, float *gnorm)
 {
     kern_t *k = run->k;
+    double sq = 0;
     for (int s = 0; s < run->S; s++) {
         stage_t *s0 = model_stage(run->rep[0], s);
+        int n = 0;
+        for (int r = 0; r < run->R; r++) n += run->visits[r * run->S + s];
         for (int r = 1; r < run->R; r++)
             k->axpy(k, stage_grads(s0), 1.0f, stage_grads(model_stage(run->rep[r], s)),
                     stage_num_params(s0));
+        float gn;
+        optim_adamw_step(s0, &run->o->opt, step, 1.0f / (float)(n ? n : 1), &gn);
+        sq += (double)gn * gn;
     }
-    model_adamw_step(run->rep[0], &run->o->opt, step, 1.0f / ((float)run->o->accum * run->R),
-                     gnorm);
+    *gnorm = (float)sqrt(sq);
     for (int s = 0; s < run->S; s++) {
         stage_t *s0 = model_stage(run->rep[0], s);
         for (int r = 1; r < run->R; r++)
@@ -297,8 +335,9 @@ static int step_demo(run_t *run, int64_t step, float *gnorm, char *err)
     for (int r = 0; r < R; r++)
         for (int s = 0; s < S; s++) {
             float n;
+            int v = run->visits[r * S + s]; /* what a pool member divides by: its count */
             int rc = demo_opt_prepare(run->dopt[r * S + s], &run->o->opt, step,
-                                      1.0f / run->o->accum, run->msg[r * S + s], &n, err);
+                                      1.0f / (float)(v ? v : 1), run->msg[r * S + s], &n, err);
             if (rc) return rc;
             if (r == 0) sq += (double)n * n;
         }
@@ -440,7 +479,13 @@ static int setup(run_t *run, char *err)
     size_t BT = (size_t)c->batch * c->seq;
     run->tok = malloc(BT * sizeof *run->tok);
     run->tgt = malloc(BT * sizeof *run->tgt);
-    if (!run->rep || !run->tok || !run->tgt)
+    run->visits = calloc((size_t)run->R * (size_t)run->S, sizeof *run->visits);
+    if (!(o->skip >= 0 && o->skip <= 1))
+        return status_set(err, STATUS_EINVAL, "--skip must be in [0, 1]");
+    if (o->val_skip && !path_valid(o->val_skip, run->S))
+        return status_set(err, STATUS_EINVAL,
+                          "--skip-stages: only middle stages (1..%d) can be left out", run->S - 2);
+    if (!run->rep || !run->tok || !run->tgt || !run->visits)
         return status_set(err, STATUS_ENOMEM, "train: out of memory");
     for (int r = 0; r < run->R; r++) {
         if (!(run->rep[r] = model_new(c, run->k, o->seed, err))) return STATUS_EINVAL;
@@ -467,7 +512,9 @@ static int setup(run_t *run, char *err)
     }
 
     /* What must match for a resumed run to continue the same run. */
-    size_t tl = train_options_to_text(o, run->run_text, sizeof run->run_text);
+    train_options_t same = *o;
+    same.val_skip = 0; /* what validation leaves out does not change the run's state */
+    size_t tl = train_options_to_text(&same, run->run_text, sizeof run->run_text);
     tl += (size_t)snprintf(run->run_text + tl, sizeof run->run_text - tl, "data=%s\n", path);
     if (o->init && tl < sizeof run->run_text)
         snprintf(run->run_text + tl, sizeof run->run_text - tl, "init=%s\n", o->init);
@@ -495,6 +542,7 @@ static void teardown(run_t *run)
     free(run->rep);
     free(run->tok);
     free(run->tgt);
+    free(run->visits);
     kern_destroy(&run->k);
     data_destroy(&run->d);
 }
@@ -511,10 +559,13 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
     size_t P = model_num_params(run.rep[0]);
     fprintf(log,
             "train: %zu parameters, %d stage(s), %d replica(s), %s, device %s (%d threads), "
-            "data %s (%zu train / %zu held-out bytes)\n",
+            "data %s (%zu train / %zu held-out bytes)%s\n",
             P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", run.k->name,
             run.k->threads, o->data_path ? o->data_path : data_default_path(),
-            data_train_bytes(run.d), data_val_bytes(run.d));
+            data_train_bytes(run.d), data_val_bytes(run.d), o->skip > 0 ? ", skipping" : "");
+    if (o->skip > 0)
+        fprintf(log, "skip: a share %.3g of middle-stage visits left out (SkipPipe paths)\n",
+                o->skip);
     if (run.dopt) {
         size_t bytes = 0;
         for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);
@@ -605,6 +656,14 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
     r.wire_bytes_per_elem = we ? (double)wb / (double)we : 0;
     if (we) fprintf(log, "wire: %.3f bytes per boundary element\n", r.wire_bytes_per_elem);
     fprintf(log, "tokens/s %.0f\nval_loss %.4f\n", r.tokens_per_s, r.val_loss);
+    if (o->val_skip) {
+        char list[256];
+        if ((rc = validate_skip(&run, o->val_skip, &r.val_loss_skip, err))) goto done;
+        if ((rc = model_set_skip(run.rep[0], 0, err))) goto done;
+        fprintf(log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
+                r.val_loss_skip, path_format(o->val_skip, list, sizeof list), r.val_loss,
+                100.0 * (r.val_loss_skip - r.val_loss) / r.val_loss);
+    }
 finish:
     if (run.db) {
         store_writer_stats_t ws;

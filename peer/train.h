@@ -51,12 +51,19 @@ typedef struct {
     int keep;                 /* checkpoints kept */
     int resume;               /* continue from the newest good checkpoint in db */
     int stop_after;           /* stop (as if killed) after this many steps of this process; 0: no */
+    /* SkipPipe (swarm/path.h): the share of middle-stage visits each step's microbatches
+     * skip (part of the run; 0: every microbatch runs every stage), and the stages an
+     * extra validation at the end runs without (a mask; 0: none; in the run text only
+     * when set, so that every peer of a swarm validates the same way). */
+    double skip;
+    uint64_t val_skip;
 } train_options_t;
 
 typedef struct {
     int steps_done;
     float last_loss; /* mean loss of the last step */
     float val_loss;
+    float val_loss_skip;         /* with val_skip set: validation without those stages */
     double tokens_per_s;         /* over all steps after the first */
     int64_t start_step;          /* 0, or the step a resumed run continued from */
     double demo_bytes_per_param; /* bytes one replica sends per parameter per step */

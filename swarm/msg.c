@@ -189,6 +189,7 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
         w_u(&w, m->nroute, 1);
         for (int i = 0; i < m->nroute; i++) w_bytes(&w, m->route[i], MSG_ID_LEN);
         w_f32(&w, m->loss);
+        w_u(&w, m->skip, 8);
         if (m->type == MSG_NACK) w_str(&w, m->text, MSG_TEXT_MAX);
         break;
     case MSG_PROGRESS:
@@ -262,6 +263,8 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         if (m->nroute > MSG_ROUTE_MAX || m->stage < 0 || m->stage >= MSG_ROUTE_MAX) goto malformed;
         for (int i = 0; i < m->nroute; i++) r_bytes(&r, m->route[i], MSG_ID_LEN);
         m->loss = r_f32(&r);
+        m->skip = r_u(&r, 8);
+        if (m->skip & 1) goto malformed; /* stage 0 starts every path */
         if (m->type == MSG_NACK) r_str(&r, m->text, MSG_TEXT_MAX);
         break;
     case MSG_PROGRESS:

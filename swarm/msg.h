@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION     3
+#define MSG_VERSION     4
 #define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
 #define MSG_ADDR_MAX    255  /* longest endpoint string */
 #define MSG_TEXT_MAX    1024 /* longest error / reason text */
@@ -104,6 +104,8 @@ typedef struct {
     uint8_t nroute; /* FWD, BWD: peers on the path so far */
     uint8_t route[MSG_ROUTE_MAX][MSG_ID_LEN];
     float loss; /* BWD: the microbatch's loss */
+    uint64_t skip; /* FWD, BWD, NACK: the stages the microbatch's path leaves out (bit s:
+                    * stage s, swarm/path.h); bit 0 set is malformed */
     /* PROGRESS, STEP_DONE, EXCH, STATE_* */
     int64_t step;
     uint32_t count; /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches */

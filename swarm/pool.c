@@ -1,6 +1,7 @@
 /* pool.c — a stage pool's step protocol (pool.h). */
 #include "swarm/pool.h"
 #include "common/status.h"
+#include "swarm/path.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,23 @@ struct pool {
     int nprog, prog_cap;
     pool_msg_t *msgs;
     int nmsgs, msgs_cap;
+    /* SkipPipe: the microbatches of the current step whose path visits this stage */
+    uint8_t *expect;
+    uint64_t path_seed;
+    int path_S, path_stage;
+    double path_ratio;
 };
+
+static void set_expect(pool_t *p)
+{
+    if (p->path_ratio > 0) {
+        path_expected(p->path_seed, p->step, p->M, p->path_S, p->path_ratio, p->path_stage,
+                      p->expect);
+        return;
+    }
+    memset(p->expect, 0, p->nb);
+    for (int i = 0; i < p->M; i++) pool_set_bit(p->expect, i);
+}
 
 pool_t *pool_new(int M)
 {
@@ -29,7 +46,11 @@ pool_t *pool_new(int M)
     if (!p) return NULL;
     p->M = M;
     p->nb = ((size_t)M + 7) / 8;
-    if (!(p->mine = calloc(p->nb, 1))) pool_destroy(&p);
+    if (!(p->mine = calloc(p->nb, 1)) || !(p->expect = calloc(p->nb, 1))) {
+        pool_destroy(&p);
+        return NULL;
+    }
+    set_expect(p);
     return p;
 }
 
@@ -49,6 +70,7 @@ void pool_destroy(pool_t **pp)
     free(p->prog);
     free(p->msgs);
     free(p->mine);
+    free(p->expect);
     free(p);
     *pp = NULL;
 }
@@ -78,6 +100,21 @@ void pool_begin(pool_t *p, int64_t step, int keep)
             p->msgs[k++] = p->msgs[i];
     }
     p->nmsgs = k;
+    set_expect(p);
+}
+
+void pool_set_path(pool_t *p, uint64_t seed, int S, double ratio, int stage)
+{
+    p->path_seed = seed;
+    p->path_S = S;
+    p->path_ratio = ratio;
+    p->path_stage = stage;
+    set_expect(p);
+}
+
+const uint8_t *pool_expected(const pool_t *p)
+{
+    return p->expect;
 }
 
 int64_t pool_step(const pool_t *p)
@@ -168,7 +205,7 @@ void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out)
 int pool_all(const pool_t *p, const uint8_t *bits)
 {
     for (int i = 0; i < p->M; i++)
-        if (!pool_bit(bits, i)) return 0;
+        if (pool_bit(p->expect, i) && !pool_bit(bits, i)) return 0;
     return 1;
 }
 

@@ -7,7 +7,7 @@
  * Exactly once: a microbatch's gradient enters a pool's update through the exchange
  * message of the one member that counted it. A step is complete when the union of what
  * the live members counted, plus what the held messages of departed members counted,
- * covers all M.
+ * covers all M (with SkipPipe paths: all the microbatches whose path visits the stage).
  *
  * Not for: deciding when to send (peer/), what a message body means (compress/demo.h).
  */
@@ -75,8 +75,16 @@ double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
  * live[0, n) and the counted bits of every held message. Into out (bitmap bytes). */
 void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out);
 
-/* Whether every one of the M bits is set. */
+/* Whether every microbatch the pool expects at its current step (all M, or with SkipPipe
+ * paths those whose path visits the stage: pool_set_path) has its bit set. */
 int pool_all(const pool_t *p, const uint8_t *bits);
+
+/* SkipPipe (swarm/path.h): from now on the pool of `stage` expects, at each step, only
+ * the microbatches whose path (run seed, S stages, skip ratio) visits it. ratio 0: all M
+ * (the default). */
+void pool_set_path(pool_t *p, uint64_t seed, int S, double ratio, int stage);
+/* The bitmap of the microbatches expected at the current step. */
+const uint8_t *pool_expected(const pool_t *p);
 
 /* Stores an exchange message (m: origin, step, count, hash, since; flags: its part) with
  * the ids its sender expected to exchange with (claims, claims_len octets: 32 each). 0

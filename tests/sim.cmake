@@ -34,3 +34,8 @@ add_test(NAME sim_replay COMMAND sh -c
    echo \"$a\"; test -n \"$a\" && test \"$a\" = \"$b\"" $<TARGET_FILE:swarmtrain>)
 set_tests_properties(sim_replay PROPERTIES LABELS sim TIMEOUT 300
   ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
+
+# SkipPipe paths (issue 13): middle stages skipped per the run's schedule; every pool must
+# count exactly the microbatches whose path visits it (peer/simrun.c checks it).
+st_add_sim(skip_4x2   --faults mild  --peers 8  --stages 4 --skip 0.5  --first-seed 1 --seeds 150)
+st_add_sim(skip_3x2   --faults none  --peers 6  --stages 3 --skip 0.25 --first-seed 1 --seeds 100)

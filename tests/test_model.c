@@ -8,6 +8,7 @@
 
 #include "common/rng.h"
 #include "common/status.h"
+#include "compress/codec.h"
 #include "peer/data.h"
 #include "peer/model.h"
 #include "peer/train.h"
@@ -192,6 +193,69 @@ static void test_stages_equivalent(void **state)
     kern_destroy(&k);
 }
 
+/* SkipPipe: with stages 1 and 2 left out (model_set_skip), the model is stage 0 chained
+ * straight into stage 3 - the same loss and gradients as chaining them by hand - and the
+ * skipped stages get no gradient; through the codec wire path too. Bad masks are refused. */
+static void test_skip_stages(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    kern_t *k = kern_new("cpu", 2, err);
+    model_config_t c;
+    config_preset(&c, "tiny", NULL);
+    c.stages = 4;
+    model_t *m = model_new(&c, k, 7, err), *h = model_new(&c, k, 7, err);
+    assert_non_null(m);
+    assert_non_null(h);
+    assert_int_equal(model_set_skip(m, 1, err), STATUS_EINVAL);
+    assert_int_equal(model_set_skip(m, 1u << 3, err), STATUS_EINVAL);
+    assert_int_equal(model_set_skip(m, 1u << 4, err), STATUS_EINVAL);
+    size_t BT = (size_t)c.batch * c.seq, X = BT * c.dim;
+    int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);
+    float *y = malloc(X * sizeof *y), *g = malloc(X * sizeof *g);
+    assert_non_null(tok && tgt && y && g);
+    for (int wire = 0; wire < 2; wire++) {
+        if (wire) assert_int_equal(model_set_codec(m, codec_by_name("f32"), 0, err), 0);
+        assert_int_equal(model_set_skip(m, 0x6, err), 0);
+        assert_true(model_skip(m) == 0x6);
+        random_batch(&c, 300 + wire, tok, tgt);
+        model_zero_grads(m);
+        model_zero_grads(h);
+        float lm, lh;
+        assert_int_equal(model_train_micro(m, tok, tgt, &lm, err), 0);
+        /* by hand: stage 0 -> stage 3 -> back */
+        stage_t *h0 = model_stage(h, 0), *h3 = model_stage(h, 3);
+        assert_int_equal(stage_forward(h0, 0, tok, NULL, NULL, y, NULL, err), 0);
+        assert_int_equal(stage_forward(h3, 0, NULL, y, tgt, NULL, &lh, err), 0);
+        assert_int_equal(stage_backward(h3, 0, NULL, g, err), 0);
+        assert_int_equal(stage_backward(h0, 0, g, NULL, err), 0);
+        assert_true(fabsf(lm - lh) <= 1e-6f * fabsf(lh));
+        for (int s = 0; s < 4; s++) {
+            stage_t *a = model_stage(m, s), *b = model_stage(h, s);
+            size_t P = stage_num_params(a);
+            double rel = testutil_max_rel(stage_grads(a), stage_grads(b), P, 1e-6);
+            if (rel > 1e-5) fail_msg("wire %d stage %d: gradients differ by %g", wire, s, rel);
+            if (s == 1 || s == 2) {
+                double sq = 0;
+                for (size_t i = 0; i < P; i++) sq += (double)stage_grads(a)[i] * stage_grads(a)[i];
+                assert_true(sq == 0);
+            }
+        }
+        /* and the whole model again gives another loss */
+        float lw;
+        assert_int_equal(model_set_skip(m, 0, err), 0);
+        assert_int_equal(model_eval_micro(m, tok, tgt, &lw, err), 0);
+        assert_true(fabsf(lw - lm) > 1e-6f);
+    }
+    free(tok);
+    free(tgt);
+    free(y);
+    free(g);
+    model_destroy(&m);
+    model_destroy(&h);
+    kern_destroy(&k);
+}
+
 /* Measured on this corpus with these settings (tiny, batch 16, lr 3e-3, warmup 20,
  * clip 1, 300 steps, 20 held-out batches; Release build, 2 threads): val_loss 1.856,
  * 1.867 and 1.840 for seeds 1337, 1 and 2. Uniform guessing scores ln 256 = 5.55 and a
@@ -256,7 +320,8 @@ static void test_invalid_configs(void **state)
     /* And the command line says so and exits non-zero. */
     char cmd[4096];
     const char *bad[] = {"--dim 64 --heads 3", "--layers 0", "--stages 3", "--config nope",
-                         "--steps x"};
+                         "--steps x", "--skip 1.5", "--skip x", "--stages 4 --skip-stages 3",
+                         "--stages 4 --skip-stages 0,1", "--stages 2 --skip-stages 1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s train %s --steps 1 >/dev/null 2>&1", testutil_bin(), bad[i]);
         int rc = system(cmd);
@@ -386,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_init_by_layer),     cmocka_unit_test(test_slots_independent),
         cmocka_unit_test(test_gradcheck_ref),     cmocka_unit_test(test_gradcheck_cpu),
         cmocka_unit_test(test_stages_equivalent), cmocka_unit_test(test_converges),
+        cmocka_unit_test(test_skip_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

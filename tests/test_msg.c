@@ -128,6 +128,7 @@ static void spec_encode(bb_t *b, const msg_t *m, const wire_opts_t *o)
             put(b, id, MSG_ID_LEN);
         }
         put_f32(b, m->loss);
+        put_u(b, m->skip, 8);
         if (m->type == MSG_NACK) put_str(b, s, slen);
         break;
     case MSG_PROGRESS:
@@ -208,6 +209,7 @@ static msg_t sample(int type)
     m.nroute = 3;
     for (int i = 0; i < MSG_ROUTE_MAX; i++) route_id(m.route[i], i);
     m.loss = 2.71828f;
+    m.skip = 0x8040201008040206ULL;
     m.step = 0x0a0b0c0d0e0f1011LL;
     m.count = 0x01020304u;
     m.hash = 0xf0e1d2c3b4a59687ULL;
@@ -250,6 +252,7 @@ static msg_t expected(const msg_t *s)
         e.nroute = s->nroute;
         memcpy(e.route, s->route, (size_t)s->nroute * MSG_ID_LEN);
         e.loss = s->loss;
+        e.skip = s->skip;
         if (s->type == MSG_NACK) strcpy(e.text, s->text);
         break;
     case MSG_PROGRESS:
@@ -296,9 +299,9 @@ static size_t spec_len(const msg_t *m)
         return COMMON_LEN + 2 + strlen(m->addr);
     case MSG_FWD:
     case MSG_BWD:
-        return COMMON_LEN + MB_LEN + 2 + 1 + r + 4;
+        return COMMON_LEN + MB_LEN + 2 + 1 + r + 4 + 8;
     case MSG_NACK:
-        return COMMON_LEN + MB_LEN + 2 + 1 + r + 4 + 2 + strlen(m->text);
+        return COMMON_LEN + MB_LEN + 2 + 1 + r + 4 + 8 + 2 + strlen(m->text);
     case MSG_PROGRESS:
     case MSG_STEP_DONE:
     case MSG_REDO:
@@ -413,6 +416,7 @@ static void assert_msg_equal(const msg_t *got, const msg_t *want)
     assert_int_equal(got->nroute, want->nroute);
     assert_memory_equal(got->route, want->route, sizeof got->route);
     assert_memory_equal(&got->loss, &want->loss, sizeof got->loss);
+    assert_true(got->skip == want->skip);
     assert_true(got->step == want->step);
     assert_int_equal(got->count, want->count);
     assert_true(got->hash == want->hash);
@@ -490,7 +494,7 @@ static void test_golden_step_done(void **state)
     m.step = 42;
     static const uint8_t want[] = {
         0x53, 0x57, 0x54,                               /* "SWT" */
-        0x03,                                           /* version */
+        0x04,                                           /* version */
         0x09,                                           /* type STEP_DONE */
         0x01,                                           /* flags: run finished */
         0x00, 0x00,                                     /* reserved */
@@ -573,7 +577,7 @@ static void test_largest_header_fits(void **state)
     m.text[MSG_TEXT_MAX] = 0;
     uint8_t buf[MSG_HEADER_MAX];
     size_t len = encode_ok(&m, buf, sizeof buf);
-    assert_int_equal(len, COMMON_LEN + MB_LEN + 3 + 64 * 32 + 4 + 2 + MSG_TEXT_MAX);
+    assert_int_equal(len, COMMON_LEN + MB_LEN + 3 + 64 * 32 + 4 + 8 + 2 + MSG_TEXT_MAX);
     assert_true(len <= MSG_HEADER_MAX);
 }
 
@@ -816,9 +820,9 @@ static void test_version(void **state)
         spec_encode(b, &m, NULL);
         assert_int_equal(decode_bb(b, &got), 0);
     }
-    /* the version is judged before anything after it: "SWT" 4 alone, or with junk */
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x04", 4, &got), STATUS_EVERSION);
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x04\xff\xff\xff", 7, &got),
+    /* the version is judged before anything after it: "SWT" 5 alone, or with junk */
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x05", 4, &got), STATUS_EVERSION);
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x05\xff\xff\xff", 7, &got),
                      STATUS_EVERSION);
     assert_int_equal(decode_exact((const uint8_t *)"SWT", 3, &got), STATUS_EMALFORMED);
     free(b);
@@ -912,6 +916,17 @@ static void test_route_and_microbatch_ranges(void **state)
         assert_int_equal(spec_rc(&m, NULL), STATUS_EMALFORMED);
         m.mb.kind = 0xff;
         assert_int_equal(spec_rc(&m, NULL), STATUS_EMALFORMED);
+
+        /* the skip mask: any middle or last stage may be named; stage 0 never */
+        m = sample(types[i]);
+        m.skip = 0;
+        assert_int_equal(spec_rc(&m, NULL), 0);
+        m.skip = ~1ULL;
+        assert_int_equal(spec_rc(&m, NULL), 0);
+        m.skip = 1;
+        assert_int_equal(spec_rc(&m, NULL), STATUS_EMALFORMED);
+        m.skip = 0x7;
+        assert_int_equal(spec_rc(&m, NULL), STATUS_EMALFORMED);
     }
 }
 
@@ -1000,7 +1015,7 @@ static void test_strings(void **state)
         assert_int_equal(decode_bb(b, &got), 0);
         /* the string's u16 length sits right after the fixed fields before it */
         size_t at = cases[i].type == MSG_HELLO || cases[i].type == MSG_WELCOME ? COMMON_LEN
-                    : cases[i].type == MSG_NACK ? COMMON_LEN + MB_LEN + 3 + 3 * 32 + 4
+                    : cases[i].type == MSG_NACK ? COMMON_LEN + MB_LEN + 3 + 3 * 32 + 4 + 8
                                                 : COMMON_LEN + 2;
         assert_int_equal(b->b[at] | b->b[at + 1] << 8, cases[i].max);
         b->b[at] = 0xff, b->b[at + 1] = 0xff;

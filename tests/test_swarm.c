@@ -115,19 +115,19 @@ static double value_after(const char *text, const char *key)
 }
 
 /* One peer per stage, AdamW, raw f32 on the wire, one microbatch in flight: the same
- * loss sequence as the single-process run. */
-static void equivalent(int S)
+ * loss sequence as the single-process run, with the same extra settings (`more`). */
+static void equivalent_with(int S, const char *more)
 {
     enum { STEPS = 12 };
     char args[1024];
-    snprintf(args, sizeof args, "train --stages %d --steps %d --batch 8 --threads 1 --data %s", S,
-             STEPS, testutil_corpus());
+    snprintf(args, sizeof args, "train --stages %d --steps %d --batch 8 --threads 1 %s --data %s",
+             S, STEPS, more, testutil_corpus());
     pid_t t = start("train", args);
     snprintf(args, sizeof args,
              "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --replicas 1 "
-             "--optimizer adamw --codec f32 --log-every 1 --quiet "
+             "--optimizer adamw --codec f32 --log-every 1 --quiet %s "
              "--dir %s/local --data %s",
-             S, S, STEPS, dir, testutil_corpus());
+             S, S, STEPS, more, dir, testutil_corpus());
     pid_t l = start("local", args);
     assert_int_equal(finish(t, 300), 0);
     assert_int_equal(finish(l, 300), 0);
@@ -139,8 +139,48 @@ static void equivalent(int S)
         double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
         if (rel > 1e-5) fail_msg("S=%d step %d: train %.6f swarm %.6f", S, i, la[i], lb[i]);
     }
-    printf("S=%d: %d steps, swarm loss = train loss (last %.6f); val_loss train %.4f swarm %.4f\n",
-           S, STEPS, la[STEPS - 1], value_after(a, "val_loss "), value_after(b, "val_loss "));
+    printf("S=%d %s: %d steps, swarm loss = train loss (last %.6f); val_loss train %.4f swarm "
+           "%.4f\n",
+           S, more, STEPS, la[STEPS - 1], value_after(a, "val_loss "), value_after(b, "val_loss "));
+    free(a);
+    free(b);
+}
+
+static void equivalent(int S)
+{
+    equivalent_with(S, "");
+}
+
+/* SkipPipe: with --skip the paths (and so the losses) differ from a run without it, yet
+ * train and the swarm run the same paths and average each stage's gradient over the
+ * same microbatches. 4 microbatches a step, 4 stages: each middle stage skipped by 1. */
+static void test_equivalent_skip(void **state)
+{
+    (void)state;
+    equivalent_with(4, "--accum 4 --skip 0.25 --skip-stages 1");
+    /* validation without stage 1 gives the same loss in both, and another than whole */
+    char *va = slurp("train.log"), *vb = slurp("local/peer0.log");
+    double sa = value_after(va, "val_loss_skip "), sb = value_after(vb, "val_loss_skip ");
+    double wa = value_after(va, "val_loss ");
+    printf("val_loss_skip (stage 1 left out): train %.4f swarm %.4f (whole model %.4f)\n", sa, sb,
+           wa);
+    assert_true(isfinite(sa) && isfinite(sb) && isfinite(wa));
+    assert_true(fabs(sa - sb) <= 1e-4 * fabs(sa));
+    assert_true(fabs(sa - wa) > 1e-5);
+    free(va);
+    free(vb);
+    /* and the paths were taken: the same run without skipping has other losses */
+    char args[1024];
+    snprintf(args, sizeof args,
+             "train --stages 4 --steps 1 --batch 8 --threads 1 --accum 4 --data %s",
+             testutil_corpus());
+    pid_t t = start("train", args);
+    assert_int_equal(finish(t, 300), 0);
+    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
+    double la[1], lb[1];
+    assert_int_equal(losses(a, la, 1), 1);
+    assert_int_equal(losses(b, lb, 1), 1);
+    if (fabs(la[0] - lb[0]) < 1e-6) fail_msg("--skip 0.25 changed nothing: loss %.6f", la[0]);
     free(a);
     free(b);
 }
@@ -629,6 +669,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest all[] = {
         cmocka_unit_test_setup_teardown(test_equivalent_2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equivalent_4, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_equivalent_skip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),

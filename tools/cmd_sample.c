@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "peer/assemble.h"
 #include "peer/hf_model.h"
+#include "swarm/path.h"
 #include "tools/cmd.h"
 
 #include <errno.h>
@@ -25,7 +26,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: swarmtrain sample (--model DIR | --db PATH [--db PATH ...]) [--prompt TEXT]\n"
             "                         [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-            "                         [--ids] [--logits FILE] [--device D] [--threads N]\n\n"
+            "                         [--ids] [--logits FILE] [--device D] [--threads N]\n"
+            "                         [--stages S] [--skip-stages LIST]\n\n"
             "Generates N bytes after the prompt and prints prompt and continuation.\n\n"
             "  --model DIR      an export (DIR/config.json, DIR/model.safetensors)\n"
             "  --db PATH        stores to assemble the model from, as `export` does\n"
@@ -39,7 +41,11 @@ static void usage(FILE *f)
             "  --logits FILE    write the logits of the prompt's positions (prompt length x\n"
             "                   vocab float32, little-endian) to FILE, for comparisons\n"
             "  --device D       cpu (default), ref, cuda, auto\n"
-            "  --threads N      cpu threads (default 1)\n");
+            "  --threads N      cpu threads (default 1)\n"
+            "  --stages S       with --model: cut the blocks into S stages (default 1); with\n"
+            "                   --db the run's stages are used\n"
+            "  --skip-stages L  run the model without these middle stages (SkipPipe), e.g.\n"
+            "                   1,2 or 1-2\n");
 }
 
 /* The next token from one row of logits. */
@@ -95,10 +101,13 @@ int cmd_sample(int argc, char **argv)
                                          {"logits", required_argument, 0, 'l'},
                                          {"device", required_argument, 0, 'D'},
                                          {"threads", required_argument, 0, 'T'},
+                                         {"stages", required_argument, 0, 'S'},
+                                         {"skip-stages", required_argument, 0, 'K'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *dbs[MAX_DBS], *dir = NULL, *prompt = "The ", *logits_path = NULL, *device = "cpu";
-    int ndb = 0, ntok = 64, top_k = 0, ids = 0, threads = 1, c;
+    const char *skip_list = NULL;
+    int ndb = 0, ntok = 64, top_k = 0, ids = 0, threads = 1, stages = 0, c;
     double temp = 0.8;
     unsigned long long seed = 1;
     optind = 1;
@@ -148,6 +157,13 @@ int cmd_sample(int argc, char **argv)
             threads = (int)strtol(optarg, &end, 10);
             if (*end || threads < 1) goto bad;
             break;
+        case 'S':
+            stages = (int)strtol(optarg, &end, 10);
+            if (*end || stages < 1 || stages > PATH_STAGES_MAX) goto bad;
+            break;
+        case 'K':
+            skip_list = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -179,13 +195,22 @@ int cmd_sample(int argc, char **argv)
     if (dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, HF_MODEL_WEIGHTS);
-        if (hf_model_read_config(dir, &cfg, err) || !(m = model_new(&cfg, k, 0, err)) ||
-            hf_model_load(m, path, err))
-            goto fail;
+        if (hf_model_read_config(dir, &cfg, err)) goto fail;
+        if (stages) cfg.stages = stages;
+        if (!(m = model_new(&cfg, k, 0, err)) || hf_model_load(m, path, err)) goto fail;
     } else {
         assemble_info_t info;
         if (!(m = assemble_from_stores(dbs, ndb, k, 1, &info, err))) goto fail;
         cfg = info.cfg;
+    }
+    if (skip_list) {
+        uint64_t mask;
+        char list[256];
+        if (path_parse_stages(skip_list, cfg.stages, &mask, err) || model_set_skip(m, mask, err))
+            goto fail;
+        fprintf(stderr, "sample: running %d of %d stages (left out: %s)\n",
+                cfg.stages - __builtin_popcountll(mask), cfg.stages,
+                path_format(mask, list, sizeof list));
     }
     int T = cfg.seq, V = cfg.vocab;
     size_t plen = strlen(prompt), total = plen + (size_t)ntok;

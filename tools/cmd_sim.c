@@ -38,6 +38,8 @@ static void usage(FILE *f)
             "                       and moment: the swarm must rebuild it and finish)\n"
             "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
+            "  --skip RATIO         SkipPipe: microbatches skip this share of middle-stage\n"
+            "                       visits (default 0)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
             "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
             "                       must catch it\n"
@@ -61,7 +63,7 @@ static int num(const char *opt, const char *v, long long min, long long max, lon
 int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
-           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP };
+           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -79,6 +81,7 @@ int cmd_sim(int argc, char **argv)
                                          {"quiet", no_argument, 0, O_QUIET},
                                          {"set", required_argument, 0, O_SET},
                                          {"help", no_argument, 0, O_HELP},
+                                         {"skip", required_argument, 0, O_SKIP},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
@@ -154,6 +157,15 @@ int cmd_sim(int argc, char **argv)
         case O_SET:
             o.knobs = optarg;
             break;
+        case O_SKIP: {
+            char *end;
+            o.skip = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.skip >= 0 && o.skip <= 1)) {
+                fprintf(stderr, "swarmtrain sim: --skip: a ratio in [0, 1]\n");
+                return 2;
+            }
+            break;
+        }
         case O_HELP:
             usage(stdout);
             return 0;
@@ -202,8 +214,10 @@ int cmd_sim(int argc, char **argv)
         if (r.failed) {
             failed++;
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
-                   " --peers %d --stages %d --steps %d --microbatches %d --faults %s%s%s%s%s)\n",
-                   o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.faults,
+                   " --peers %d --stages %d --steps %d --microbatches %d --skip %g --faults "
+                   "%s%s%s%s%s)\n",
+                   o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
+                   o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",

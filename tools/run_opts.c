@@ -4,6 +4,7 @@
 #include "tools/run_opts.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "swarm/path.h"
 #include "swarm/http.h"
 
 #include <errno.h>
@@ -101,6 +102,11 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       rms (p -= lr Q/rms(Q), rms per tensor)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
+               "  --skip RATIO         SkipPipe: each step's microbatches leave out this share\n"
+               "                       of their middle-stage visits, balanced per stage\n"
+               "                       (0..1, default 0; part of the run)\n"
+               "  --skip-stages LIST   validate at the end also without these middle stages\n"
+               "                       (e.g. 1,2 or 1-2)\n"
                "compute:\n"
                "  --device NAME        cpu (default), ref, cuda or auto\n"
                "  --threads N          threads (default: all cores)\n");
@@ -135,7 +141,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DIDX,
         O_DUPD,
         O_CODEC,
-        O_DCACHE
+        O_DCACHE,
+        O_SKIP,
+        O_SKIPST
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                          {"data", required_argument, 0, 'd'},
@@ -169,7 +177,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-index", required_argument, 0, O_DIDX},
                                          {"demo-update", required_argument, 0, O_DUPD},
                                          {"codec", required_argument, 0, O_CODEC},
-                                         {"data-cache", required_argument, 0, O_DCACHE}};
+                                         {"data-cache", required_argument, 0, O_DCACHE},
+                                         {"skip", required_argument, 0, O_SKIP},
+                                         {"skip-stages", required_argument, 0, O_SKIPST}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
     int nx = x && x->opts ? x->n : 0;
@@ -193,7 +203,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
     }
     int c, seed = 0, demo_set[4] = {0}; /* chunk, k, index, update given */
     int schedule_set = 0;
-    const char *data_cache = NULL;
+    const char *data_cache = NULL, *skip_stages = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
         int bad = 0;
@@ -332,6 +342,16 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             out->codec_block = (uint32_t)block;
             break;
         }
+        case O_SKIP: {
+            char *end;
+            out->skip = strtod(optarg, &end);
+            if (end == optarg || *end || !(out->skip >= 0 && out->skip <= 1))
+                bad = complain("--skip", optarg, "a share of middle-stage visits in [0, 1]");
+            break;
+        }
+        case O_SKIPST:
+            skip_stages = optarg;
+            break;
         default:
             if (c >= RUN_OPTS_EXTRA && x && x->handle) {
                 bad = x->handle(x->ctx, c, optarg);
@@ -358,6 +378,10 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
     out->opt.total_steps = out->steps;
     if (config_validate(&out->cfg, err)) {
         fprintf(stderr, "swarmtrain %s: invalid config: %s\n", cmd, err);
+        return 2;
+    }
+    if (skip_stages && path_parse_stages(skip_stages, out->cfg.stages, &out->val_skip, err)) {
+        fprintf(stderr, "swarmtrain %s: --%s\n", cmd, err);
         return 2;
     }
     if (http_is_url(out->data_path) && run_opts_fetch_data(cmd, out, data_cache)) return 2;

@@ -177,7 +177,7 @@ static void test_equivalent_skip(void **state)
     pid_t t = start("train", args);
     assert_int_equal(finish(t, 300), 0);
     char *a = slurp("train.log"), *b = slurp("local/peer0.log");
-    double la[1], lb[1];
+    double la[1] = {0}, lb[1] = {0};
     assert_int_equal(losses(a, la, 1), 1);
     assert_int_equal(losses(b, lb, 1), 1);
     if (fabs(la[0] - lb[0]) < 1e-6) fail_msg("--skip 0.25 changed nothing: loss %.6f", la[0]);

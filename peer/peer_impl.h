@@ -157,6 +157,8 @@ struct peer {
     double rec_t0;
     uint8_t *rec_nb[2]; /* the neighbours' states */
     int64_t rec_step[2];
+    int rec_gone[2];       /* a neighbour with no live peer: rebuilt without it */
+    double rec_nb_seen[2]; /* when a neighbour last had a live peer */
     int recovered_stages;
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
 };

@@ -93,34 +93,74 @@ static int pool_serving(peer_t *p, int s)
     return k;
 }
 
-/* Whether this peer is the one that moves to the lost stage `s`. */
-static int i_move(peer_t *p, int s)
+/* The highest rendezvous hash of (key, member) among the serving members that `ok`
+ * accepts; 1 when that member is this peer. */
+static int picked(peer_t *p, uint64_t key, int (*ok)(const peer_t *, const msg_member_t *, int),
+                  int arg)
 {
-    int S = p->S;
-    int spare[64 + 1] = {0}; /* pools that can give a peer; S is small here */
-    if (S > 64) return 0;
-    for (int j = 0; j < S; j++) spare[j] = j != s && pool_serving(p, j) >= 2;
-    /* neighbours first; for the first and last stage only the neighbour */
-    int prefer[2] = {s - 1, s + 1}, any_neighbour = 0;
-    for (int k = 0; k < 2; k++)
-        if (prefer[k] >= 0 && prefer[k] < S && spare[prefer[k]]) any_neighbour = 1;
-    if (!any_neighbour && (s == 0 || s == S - 1)) return 0; /* waits for a joiner */
-    uint64_t key = rng_mix(p->swarm, (uint64_t)s + 0x5157);
     uint64_t best = 0, mine = 0;
     int found = 0;
     for (int i = 0; i < p->view.n; i++) {
         const msg_member_t *m = &p->view.m[i];
-        if (m->state != MEMBER_SERVING || m->stage < 0 || m->stage >= S || !spare[m->stage])
-            continue;
-        if (any_neighbour && m->stage != s - 1 && m->stage != s + 1) continue;
+        if (m->state != MEMBER_SERVING || !ok(p, m, arg)) continue;
         uint64_t id;
         memcpy(&id, m->id, 8);
         uint64_t h = rng_mix(key, id);
         if (!found || h > best) best = h, found = 1;
         if (peer_is_self(p, m->id)) mine = h;
     }
-    return found && mine == best && spare[p->stage] &&
-           (!any_neighbour || p->stage == s - 1 || p->stage == s + 1);
+    return found && mine == best;
+}
+
+static int in_spare_pool(const peer_t *p, const msg_member_t *m, int not_stage)
+{
+    return m->stage >= 0 && m->stage < p->S && m->stage != not_stage &&
+           pool_serving((peer_t *)p, m->stage) >= 2;
+}
+
+/* arg: the lost stage; a member of a spare pool beside it */
+static int spare_neighbour(const peer_t *p, const msg_member_t *m, int s)
+{
+    return (m->stage == s - 1 || m->stage == s + 1) && in_spare_pool(p, m, s);
+}
+
+/* ... that contributes (a newcomer still following has no copy of the lost stage yet) */
+static int spare_neighbour_contributor(const peer_t *p, const msg_member_t *m, int s)
+{
+    return spare_neighbour(p, m, s) && m->serving_from <= m->step;
+}
+
+/* The stage this peer moves to because stage `s` has no live peer, or -1 (not this peer,
+ * or nobody can). Every peer computes the same from the same table. A middle stage takes a
+ * peer of a neighbouring pool of two or more, else of any such pool. The first and last
+ * stage need their neighbour (it holds the copy of the embedding or head), a contributing
+ * one when there is: when the neighbour's pool has no peer to spare, a peer of another
+ * spare pool moves into the neighbour's pool first, and one of the neighbours then moves
+ * on (a cascade of two moves). */
+static int mover_target(peer_t *p, int s)
+{
+    int S = p->S;
+    uint64_t key = rng_mix(p->swarm, (uint64_t)s + 0x5157);
+    int end = s == 0 || s == S - 1;
+    int nb = s == 0 ? 1 : S - 2; /* the neighbour of an end stage */
+    int any_nb = 0;
+    for (int i = 0; i < p->view.n; i++)
+        any_nb |= p->view.m[i].state == MEMBER_SERVING && spare_neighbour(p, &p->view.m[i], s);
+    if (!end) {
+        if (any_nb) return picked(p, key, spare_neighbour, s) ? s : -1;
+        return picked(p, key, in_spare_pool, s) ? s : -1;
+    }
+    if (any_nb) {
+        int contrib = 0;
+        for (int i = 0; i < p->view.n; i++)
+            contrib |= p->view.m[i].state == MEMBER_SERVING &&
+                       spare_neighbour_contributor(p, &p->view.m[i], s);
+        return picked(p, key, contrib ? spare_neighbour_contributor : spare_neighbour, s) ? s : -1;
+    }
+    /* the cascade's first move, unless a peer is on its way into the neighbour's pool */
+    const msg_member_t *m;
+    if (view_stage(&p->view, nb, 0, &m) >= 2) return -1;
+    return picked(p, key ^ 0xca5cade, in_spare_pool, nb) ? nb : -1;
 }
 
 /* ---- the neighbours' copies of stage 0 and S-1 (CheckFree+) ----------------------------- */
@@ -223,11 +263,18 @@ int recover_tick(peer_t *p)
             fflush(p->log);
             peer_store_event(p->ps, "stage_lost", "stage %d has no live peer", s);
         }
-        if (p->now - p->empty_since[s] < RECOVER_SETTLE_S || !i_move(p, s)) continue;
+        if (p->now - p->empty_since[s] < RECOVER_SETTLE_S) continue;
+        int to = mover_target(p, s);
+        if (to < 0 || to == p->stage) continue;
         char why[96];
-        snprintf(why, sizeof why, "stage %d had no live peer: rebuilding it", s);
-        p->rec_mover = 1;
-        return peer_move(p, s, why);
+        if (to == s) {
+            snprintf(why, sizeof why, "stage %d had no live peer: rebuilding it", s);
+            p->rec_mover = 1;
+        } else {
+            snprintf(why, sizeof why, "stage %d had no live peer and stage %d none to spare", s,
+                     to);
+        }
+        return peer_move(p, to, why);
     }
     return copy_tick(p);
 }
@@ -264,32 +311,47 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     size_t V = (size_t)c->vocab, C = (size_t)c->dim;
     float *o = out + blocks_at(c, s);
     if (s > 0 && s < S - 1) {
-        size_t Pa = stage_floats(c, s - 1), Pb = stage_floats(c, s + 1);
-        const float *wa = (const float *)(const void *)p->rec_nb[0] + blocks_at(c, s - 1);
-        const float *wb = (const float *)(const void *)p->rec_nb[1] + blocks_at(c, s + 1);
-        float ga, gb, sa, sb;
-        tail_get(p->rec_nb[0], Pa, &ga, &sa);
-        tail_get(p->rec_nb[1], Pb, &gb, &sb);
-        /* (a W[i+1] + b W[i-1]) / (a + b): a, b the norms of those neighbours' gradients */
-        double a = (double)gb + 1e-4, b = (double)ga + 1e-4;
-        for (size_t i = 0; i < bf; i++) o[i] = (float)((a * wb[i] + b * wa[i]) / (a + b));
-        snprintf(how, howlen,
-                 "CheckFree: weighted average of stages %d (gradient norm %.4g) and %d (%.4g)",
-                 s - 1, ga, s + 1, gb);
+        const uint8_t *na = p->rec_nb[0], *nb = p->rec_nb[1];
+        if (na && nb) {
+            const float *wa = (const float *)(const void *)na + blocks_at(c, s - 1);
+            const float *wb = (const float *)(const void *)nb + blocks_at(c, s + 1);
+            float ga, gb, sa, sb;
+            tail_get(na, stage_floats(c, s - 1), &ga, &sa);
+            tail_get(nb, stage_floats(c, s + 1), &gb, &sb);
+            /* (a W[i+1] + b W[i-1]) / (a + b): a, b the norms of those neighbours' gradients */
+            double a = (double)gb + 1e-4, b = (double)ga + 1e-4;
+            for (size_t i = 0; i < bf; i++) o[i] = (float)((a * wb[i] + b * wa[i]) / (a + b));
+            snprintf(how, howlen,
+                     "CheckFree: weighted average of stages %d (gradient norm %.4g) and %d (%.4g)",
+                     s - 1, ga, s + 1, gb);
+        } else if (na || nb) {
+            int from = na ? s - 1 : s + 1;
+            memcpy(o, (const float *)(const void *)(na ? na : nb) + blocks_at(c, from),
+                   bf * sizeof(float));
+            snprintf(how, howlen, "CheckFree with one neighbour: blocks copied from stage %d "
+                     "(stage %d had no live peer either)", from, na ? s + 1 : s - 1);
+        } else {
+            snprintf(how, howlen, "its initial parameters (neither neighbour had a live peer)");
+        }
         return 0;
     }
-    int nb = s == 0 ? 1 : S - 2;
-    const float *w = (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nb);
-    memcpy(o, w, bf * sizeof(float));
+    int nbs = s == 0 ? 1 : S - 2;
     int ci = s == 0 ? 0 : 1; /* the copy kept of this stage (by this peer, before it moved) */
     const float *cp = p->copy[ci] && p->copy_of[ci] == s ? (const float *)(const void *)p->copy[ci] : NULL;
+    if (p->rec_nb[0])
+        memcpy(o, (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nbs), bf * sizeof(float));
+    else if (cp) /* the neighbour is gone too: the copy is all there is */
+        memcpy(o, cp + blocks_at(c, s), bf * sizeof(float));
     if (s == 0) {
         if (cp) memcpy(out, cp, V * C * sizeof(float)); /* else: the initial embedding */
     } else {
         size_t tail = C + V * C, at = bf + blocks_at(c, s);
         if (cp) memcpy(out + at, cp + stage_floats(c, s) - tail, tail * sizeof(float));
     }
-    snprintf(how, howlen, "CheckFree+: blocks copied from stage %d, %s from %s", nb,
+    snprintf(how, howlen, "CheckFree+: blocks %s, %s from %s",
+             p->rec_nb[0] ? (s == 0 ? "copied from stage 1" : "copied from the stage before")
+             : cp         ? "from the copy (the neighbour had no live peer)"
+                          : "initial (neither the neighbour nor a copy)",
              s == 0 ? "embedding" : "final norm and head",
              cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");
     if (cp)
@@ -297,8 +359,6 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     return 0;
 }
 
-/* Called by the download when no member holds the stage; 1 when the stage is rebuilt
- * and serving may begin, 0 while fetching, negative on error. */
 int recover_download_tick(peer_t *p)
 {
     const model_config_t *c = &p->run.cfg;
@@ -308,13 +368,27 @@ int recover_download_tick(peer_t *p)
         p->rec_active = 1;
         p->rec_t0 = p->now;
         free_nb(p);
+        p->rec_gone[0] = p->rec_gone[1] = 0;
+        p->rec_nb_seen[0] = p->rec_nb_seen[1] = 0;
         fprintf(p->log, "lost-stage: rebuilding stage %d from stage%s %d%s%.0d\n", s,
                 want[1] >= 0 ? "s" : "", want[0], want[1] >= 0 ? " and " : "",
                 want[1] >= 0 ? want[1] : 0);
         fflush(p->log);
     }
     for (int i = 0; i < 2; i++) {
-        if (want[i] < 0 || p->rec_nb[i]) continue;
+        if (want[i] < 0 || p->rec_nb[i] || p->rec_gone[i]) continue;
+        /* a neighbour with no live peer either: after two failure timeouts without one,
+         * the rebuild goes on without it (rebuild() says how) */
+        const msg_member_t *m;
+        int live = 0, n = view_stage(&p->view, want[i], 1, &m);
+        for (int j = 0; j < n; j++) live += m[j].state == MEMBER_SERVING && !peer_is_self(p, m[j].id);
+        if (live) p->rec_nb_seen[i] = p->now;
+        else if (p->now - (p->rec_nb_seen[i] > 0 ? p->rec_nb_seen[i] : p->rec_t0) >
+                 2 * p->po.peer_timeout_s) {
+            p->rec_gone[i] = 1;
+            xfer_destroy(&p->aux);
+            continue;
+        }
         int rc = aux_fetch(p, want[i]);
         if (rc < 0) return rc;
         if (rc == 0) return 0;
@@ -354,7 +428,7 @@ int recover_download_tick(peer_t *p)
     if (rc) return rc;
     int64_t step = view_max_step(&p->view, -1);
     for (int i = 0; i < 2; i++)
-        if (want[i] >= 0 && p->rec_step[i] > step) step = p->rec_step[i];
+        if (want[i] >= 0 && p->rec_nb[i] && p->rec_step[i] > step) step = p->rec_step[i];
     p->step = step < 0 ? 0 : step;
     p->lr_scale = RECOVER_LR_SCALE;
     p->run.opt.lr = p->base_lr * p->lr_scale;

@@ -139,6 +139,17 @@ void custody_on_nack(peer_t *p, const msg_t *m)
     custody_reroute(p, r, why);
 }
 
+/* How long a forward waits for its gradient: the custody time for each stage still to
+ * come, so that the hop nearest a loss re-sends first. With one time for every hop, a
+ * forward lost between stages 1 and 2 was re-sent by stage 1 and, at the same moment, by
+ * stage 0 (whose gradient had not come back either): two members counted it, the pool
+ * left one's exchange message out and lost its other microbatches. */
+static double custody_time(const peer_t *p)
+{
+    int later = p->S - 1 - p->stage;
+    return p->po.custody_s * (later > 1 ? later : 1);
+}
+
 void custody_tick(peer_t *p)
 {
     for (int i = 0; i < p->nmbs; i++) {
@@ -146,7 +157,7 @@ void custody_tick(peer_t *p)
         if (!r->used || !r->act) continue;
         if (!r->sent)
             custody_forward(p, r, NULL);
-        else if (p->now - r->sent_at > p->po.custody_s)
+        else if (p->now - r->sent_at > custody_time(p))
             custody_reroute(p, r, "no gradient back in time");
     }
 }

@@ -54,7 +54,7 @@ struct net {
     int signing;
     uint8_t sk[64];
     const auth_t *auth;
-    void *zap;
+    void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
     uint64_t ctl_seq, refused, forged_seen;
     struct {
         char key[65], addr[64];
@@ -331,6 +331,33 @@ static char *status_json(struct net *n, size_t *len)
     fprintf(f, "]}");
     fclose(f);
     return buf;
+}
+
+/* A CURVE handshake that failed before ZAP could judge it: with a swarm key, a client
+ * without the key cannot even address the server (CurveZMQ reveals a client's long-term
+ * key only after the server proved itself), so this is the only trace of it: counted,
+ * without a key or an address. (With an allowlist these are not counted: joiners and the
+ * status tool try every listed key, and all but one fail here by design.) */
+static void on_monitor(struct net *n)
+{
+    zmq_msg_t parts[2];
+    int np = recv_parts(n->mon, parts, 2);
+    if (np < 0) return;
+    if (np >= 1 && zmq_msg_size(&parts[0]) >= 6 && auth_mode(n->auth) == AUTH_SWARM_KEY) {
+        uint16_t ev;
+        memcpy(&ev, zmq_msg_data(&parts[0]), 2);
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            n->refused++;
+            int slot = n->nrefusals++ % NET_REFUSALS;
+            snprintf(n->refusals[slot].key, sizeof n->refusals[slot].key, "unknown");
+            snprintf(n->refusals[slot].addr, sizeof n->refusals[slot].addr, "unknown");
+            if (n->refused <= 20 || n->refused % 100 == 0)
+                log_warn("net: refused a connection: its CURVE handshake failed (no swarm key; "
+                         "%llu refused)",
+                         (unsigned long long)n->refused);
+        }
+    }
+    close_parts(parts, np, 2);
 }
 
 /* ---- ZAP (RFC 27): the handshake's admission, answered from the network thread --------- */
@@ -616,13 +643,15 @@ static void *net_thread(void *arg)
     struct net *n = arg;
     double next = clock_now();
     while (!n->quit) {
-        zmq_pollitem_t items[3] = {{n->router, 0, ZMQ_POLLIN, 0},
+        zmq_pollitem_t items[4] = {{n->router, 0, ZMQ_POLLIN, 0},
                                    {n->pair_n, 0, ZMQ_POLLIN, 0},
-                                   {n->zap, 0, ZMQ_POLLIN, 0}};
+                                   {n->zap, 0, ZMQ_POLLIN, 0},
+                                   {n->mon, 0, ZMQ_POLLIN, 0}};
         long wait = (long)((next - clock_now()) * 1000);
         if (wait < 0) wait = 0;
-        if (zmq_poll(items, n->zap ? 3 : 2, wait) < 0 && zmq_errno() != EINTR) break;
+        if (zmq_poll(items, n->zap ? 4 : 2, wait) < 0 && zmq_errno() != EINTR) break;
         if (n->zap && (items[2].revents & ZMQ_POLLIN)) on_zap(n);
+        if (n->zap && (items[3].revents & ZMQ_POLLIN)) on_monitor(n);
         if (items[0].revents & ZMQ_POLLIN) on_router(n);
         if (items[1].revents & ZMQ_POLLIN) on_compute(n);
         if (clock_now() >= next) {
@@ -647,6 +676,10 @@ static void *net_thread(void *arg)
         members_entry_t *e = members_at(n->mem, i);
         if (e->user) zmq_close(e->user);
         e->user = NULL;
+    }
+    if (n->mon) {
+        zmq_socket_monitor(n->router, NULL, 0);
+        zmq_close(n->mon);
     }
     zmq_close(n->router);
     zmq_close(n->pair_n);
@@ -687,6 +720,19 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     if (n->auth && auth_server(n->auth, n->router)) {
         status_set(err, STATUS_ENET, "net: CURVE server: %s", zmq_strerror(zmq_errno()));
         goto fail;
+    }
+    if (n->auth) {
+        char mon[64];
+        snprintf(mon, sizeof mon, "inproc://net-mon-%p", (void *)n);
+        n->mon = zmq_socket(n->ctx, ZMQ_PAIR);
+        zmq_setsockopt(n->mon, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_socket_monitor(n->router, mon,
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) ||
+            zmq_connect(n->mon, mon)) {
+            status_set(err, STATUS_ENET, "net: monitor: %s", zmq_strerror(zmq_errno()));
+            goto fail;
+        }
     }
     zmq_setsockopt(n->router, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(n->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -735,8 +781,9 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
 nomem:
     status_set(err, STATUS_ENOMEM, "net: out of memory");
 fail:
+    if (n->mon) zmq_close(n->mon);
     if (n->zap) zmq_close(n->zap);
-    n->zap = NULL;
+    n->zap = n->mon = NULL;
     if (n->router) zmq_close(n->router);
     if (n->pair_n) zmq_close(n->pair_n);
     if (n->pair_c) zmq_close(n->pair_c);

@@ -33,6 +33,8 @@
 
 /* The last refusals kept for status. */
 #define NET_REFUSALS 8
+/* With an allowlist, a HELLO goes to the bootstrap once per listed key, this many at a time. */
+#define NET_HELLO_TRIES 128
 
 struct net {
     void *ctx;
@@ -56,6 +58,7 @@ struct net {
     const auth_t *auth;
     void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
     uint64_t ctl_seq, refused, forged_seen;
+    int hello_round;
     struct {
         char key[65], addr[64];
     } refusals[NET_REFUSALS];
@@ -585,7 +588,10 @@ static void on_compute(struct net *n)
         static const uint8_t none[1][MSG_ID_LEN];
         int nc = n->auth ? auth_candidates(n->auth, &cand) : 1;
         if (!n->auth) cand = none;
-        for (int c = 0; c < nc; c++) {
+        /* at most NET_HELLO_TRIES sockets per HELLO; a long list is walked over retries */
+        int first = nc > NET_HELLO_TRIES ? (n->hello_round++ * NET_HELLO_TRIES) % nc : 0;
+        for (int t = 0; t < nc && t < NET_HELLO_TRIES; t++) {
+            int c = (first + t) % nc;
             if (n->auth && auth_mode(n->auth) == AUTH_ALLOW && !memcmp(cand[c], n->id, MSG_ID_LEN))
                 continue;
             void *d = new_dealer(n, ep, cand[c]);

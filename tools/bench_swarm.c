@@ -1,7 +1,8 @@
 /* bench_swarm.c — `swarmtrain bench swarm`: tokens/s of a local swarm of S stages x 1
- * peer against `swarmtrain train --stages S` on the same cores, arms interleaved
- * (train, swarm, train, swarm) so machine drift hits both; then the wire bytes per token
- * of the swarm with f32 against int8 activations.
+ * peer against `swarmtrain train --stages S` on the same cores, and of the same swarm
+ * with CURVE on every connection (local --secure), arms interleaved (train, swarm, secure
+ * swarm, train, ...) so machine drift hits all; then the wire bytes per token of the swarm
+ * with f32 against int8 activations.
  * Not for: correctness (tests/test_swarm.c). */
 #include "tools/cmd.h"
 
@@ -92,26 +93,34 @@ int bench_swarm(int argc, char **argv)
            config, stages, accum, steps, cores, rounds);
     printf("  train: swarmtrain %s\n  swarm: swarmtrain %s --codec f32\n", train, swarm);
     fflush(stdout);
-    double t_sum = 0, s_sum = 0, wire_f32 = NAN, wire_i8 = NAN;
+    printf("  secure swarm: swarmtrain %s --codec f32 --secure (CURVE, swarm key)\n", swarm);
+    fflush(stdout);
+    double t_sum = 0, s_sum = 0, c_sum = 0, wire_f32 = NAN, wire_i8 = NAN;
     for (int r = 0; r < rounds; r++) {
         double t = run_and_read(train, "tokens/s ", NULL, NULL);
         char args[600];
         snprintf(args, sizeof args, "%s --codec f32", swarm);
         double s = run_and_read(args, "tokens/s ", &wire_f32, "wire ");
-        printf("  round %d: train %.0f tokens/s, swarm %.0f tokens/s, ratio %.2f\n", r + 1, t, s,
-               s / t);
+        snprintf(args, sizeof args, "%s --codec f32 --secure", swarm);
+        double cv = run_and_read(args, "tokens/s ", NULL, NULL);
+        printf("  round %d: train %.0f tokens/s, swarm %.0f tokens/s (ratio %.2f), CURVE swarm "
+               "%.0f tokens/s (CURVE / plain %.2f)\n",
+               r + 1, t, s, s / t, cv, cv / s);
         fflush(stdout);
-        if (!isfinite(t) || !isfinite(s)) {
+        if (!isfinite(t) || !isfinite(s) || !isfinite(cv)) {
             fprintf(stderr, "swarmtrain bench swarm: a run failed\n");
             return 1;
         }
-        t_sum += t, s_sum += s;
+        t_sum += t, s_sum += s, c_sum += cv;
     }
     char args[600];
     snprintf(args, sizeof args, "%s --codec int8", swarm);
     double s8 = run_and_read(args, "tokens/s ", &wire_i8, "wire ");
     printf("  swarm / train tokens/s  %.2f  (mean of %d rounds; target >= 0.8)\n", s_sum / t_sum,
            rounds);
+    printf("  CURVE / plain tokens/s  %.2f  (swarm %.0f, CURVE swarm %.0f tokens/s, mean of %d "
+           "rounds)\n",
+           c_sum / s_sum, s_sum / rounds, c_sum / rounds, rounds);
     printf("  wire bytes per token    f32 %.0f, int8 %.0f  (%.2fx fewer; int8 run %.0f tokens/s)\n",
            wire_f32, wire_i8, wire_f32 / wire_i8, s8);
     return 0;

@@ -489,8 +489,8 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     return 0;
 }
 
-int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len,
-                        double *norm, char *err)
+int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, double *norm,
+                        char *err)
 {
     int k;
     demo_vfmt_t vfmt;
@@ -537,7 +537,10 @@ int demo_opt_poison(const demo_opt_t *o, uint8_t *msg, size_t len, int kind, cha
     int sb = o->vfmt == DEMO_VAL_SIGN && o->imode == DEMO_IDX_TOPK ? 16 : 0;
     if (kind != 3 && vb == 1 && !sb)
         return status_set(err, STATUS_EINVAL, "demo poison: shared sign values carry no magnitude");
-    union { float f; uint32_t u; } nan = {.f = NAN}, huge = {.f = 1e29f};
+    union {
+        float f;
+        uint32_t u;
+    } nan = {.f = NAN}, huge = {.f = 1e29f};
     uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     int done = 0;
     for (int i = 0; i < o->n; i++) {

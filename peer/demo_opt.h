@@ -83,8 +83,8 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
 
 /* demo_opt_check that also gives the message's L2 norm over every decoded value (what the
  * bound on a pool's updates compares, docs/protocol.md 12.5); norm may be NULL. */
-int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len,
-                        double *norm, char *err);
+int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, double *norm,
+                        char *err);
 
 /* Tests only (peer --poison): rewrites a valid stage message of this optimizer's format
  * into a well-framed (checksum recomputed) but poisoned one: kind 1 every value NaN (the

@@ -76,9 +76,9 @@ typedef struct {
     int plant_bug;        /* simulator self-test: 1 = a pool steps without one microbatch */
     int poison;           /* tests only: send well-framed but poisoned DeMo messages
                            * (PEER_POISON_*); the peer applies its own honest one */
-    const char *key_file;  /* identity from `swarmtrain keygen` (default: the store's) */
-    const char *swarm_key; /* CURVE with a shared swarm key (swarm/auth.h) */
-    const char *allow;     /* CURVE, admitting only these public keys (swarm/auth.h) */
+    const char *key_file; /* identity from `swarmtrain keygen` (default: the store's) */
+    const char *swarm_key;       /* CURVE with a shared swarm key (swarm/auth.h) */
+    const char *allow;           /* CURVE, admitting only these public keys (swarm/auth.h) */
     volatile sig_atomic_t *stop; /* peer_run: leave cleanly once this becomes non-zero */
     double (*clock)(void);       /* times compute for the throughput estimate; NULL: 1 ms a pass */
 } peer_options_t;

@@ -61,11 +61,12 @@ enum {
     PHASE_DONE, /* the run is over for this peer */
 };
 
-#define GUARD_BAD_MAX 64  /* members tracked for refused updates */
-#define GUARD_NORMS 32    /* recent update norms kept for the bound */
-#define GUARD_EXPEL_AFTER 2 /* steps with a refused message of its own that expel a member */
-#define GUARD_NORM_FACTOR 1000.0 /* a DeMo message may be this much above the recent median:
-                                 * far above an honest member's growth in warm-up */
+#define GUARD_BAD_MAX     64 /* members tracked for refused updates */
+#define GUARD_NORMS       32 /* recent update norms kept for the bound */
+#define GUARD_EXPEL_AFTER 2  /* steps with a refused message of its own that expel a member */
+/* a DeMo message may be this much above the recent median: far above an honest member's
+ * growth in warm-up */
+#define GUARD_NORM_FACTOR 1000.0
 
 struct peer {
     peer_options_t po;
@@ -145,8 +146,8 @@ struct peer {
     /* bounded updates (guard.c): members whose exchange messages were refused */
     struct {
         uint8_t id[MSG_ID_LEN];
-        int refused;  /* steps at which a message of its own (sent by it, not relayed)
-                       * was refused */
+        int refused; /* steps at which a message of its own (sent by it, not relayed)
+                      * was refused */
         int64_t last_step;
         int expelled; /* left out of this peer's view and pool for good */
     } bad[GUARD_BAD_MAX];

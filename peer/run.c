@@ -72,8 +72,9 @@ int peer_run(const peer_options_t *po, char *err)
     }
     p->ps = ps;
     fprintf(p->log, "peer: listening on %s%s\n", endpoint,
-            !auth ? "" : auth_mode(auth) == AUTH_SWARM_KEY ? " (CURVE, swarm key)"
-                                                           : " (CURVE, allowlist)");
+            !auth                               ? ""
+            : auth_mode(auth) == AUTH_SWARM_KEY ? " (CURVE, swarm key)"
+                                                : " (CURVE, allowlist)");
     int rc = 0;
     while (!(po->stop && *po->stop) && !peer_done(p)) {
         net_ev_t ev;

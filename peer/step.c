@@ -242,8 +242,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     for (int i = 0; p->dopt && i < n; i++) {
         char why[STATUS_ERR_LEN];
         if (msgs[i]->part == 0 &&
-            (msgs[i]->len == 0 || demo_opt_check_norm(p->dopt, p->step, msgs[i]->data,
-                                                      msgs[i]->len, &norm[i], why)))
+            (msgs[i]->len == 0 ||
+             demo_opt_check_norm(p->dopt, p->step, msgs[i]->data, msgs[i]->len, &norm[i], why)))
             out[i] = 1;
         else if (msgs[i]->part == 0 && peer_is_self(p, msgs[i]->origin))
             guard_norm_note(p, norm[i]); /* its own update is a reference from the first step */

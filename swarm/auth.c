@@ -32,10 +32,14 @@ static int unhex(const char *s, size_t n, uint8_t *out)
         for (int j = 0; j < 2; j++) {
             char c = s[2 * i + j];
             v <<= 4;
-            if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-            else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-            else return -1;
+            if (c >= '0' && c <= '9')
+                v |= (unsigned)(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v |= (unsigned)(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                v |= (unsigned)(c - 'A' + 10);
+            else
+                return -1;
         }
         out[i] = (uint8_t)v;
     }
@@ -252,9 +256,11 @@ int auth_keygen(const char *path, uint8_t pk_out[AUTH_ID_LEN], char *err)
     uint8_t pk[AUTH_ID_LEN], sk[AUTH_SK_LEN];
     char text[512], hex[65], pubpath[4096];
     crypto_sign_keypair(pk, sk);
-    int n = snprintf(text, sizeof text, "# swarmtrain Ed25519 key pair: keep secret\npublic %s\nsecret ",
+    int n = snprintf(text, sizeof text,
+                     "# swarmtrain Ed25519 key pair: keep secret\npublic %s\nsecret ",
                      auth_hex(pk, hex));
-    for (int i = 0; i < AUTH_SK_LEN; i++) n += snprintf(text + n, sizeof text - (size_t)n, "%02x", sk[i]);
+    for (int i = 0; i < AUTH_SK_LEN; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "%02x", sk[i]);
     snprintf(text + n, sizeof text - (size_t)n, "\n");
     sodium_memzero(sk, sizeof sk);
     int rc = write_private(path, text, err);

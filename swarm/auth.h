@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AUTH_ID_LEN 32  /* an Ed25519 public key = a peer id */
-#define AUTH_SK_LEN 64  /* an Ed25519 secret key */
+#define AUTH_ID_LEN    32 /* an Ed25519 public key = a peer id */
+#define AUTH_SK_LEN    64 /* an Ed25519 secret key */
 #define AUTH_MAX_ALLOW 4096
 
 typedef enum { AUTH_SWARM_KEY = 1, AUTH_ALLOW = 2 } auth_mode_t;

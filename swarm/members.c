@@ -43,7 +43,7 @@ nomem:
 void members_destroy(members_t **tp)
 {
     if (!tp || !*tp) return;
-    sodium_memzero((*tp)->sk, sizeof (*tp)->sk);
+    sodium_memzero((*tp)->sk, sizeof(*tp)->sk);
     free((*tp)->e);
     free(*tp);
     *tp = NULL;
@@ -111,8 +111,10 @@ static members_entry_t *add(members_t *t, const msg_member_t *m, double now)
 void members_set_signing(members_t *t, const uint8_t *sk)
 {
     t->signing = sk != NULL;
-    if (sk) memcpy(t->sk, sk, sizeof t->sk);
-    else sodium_memzero(t->sk, sizeof t->sk);
+    if (sk)
+        memcpy(t->sk, sk, sizeof t->sk);
+    else
+        sodium_memzero(t->sk, sizeof t->sk);
 }
 
 uint64_t members_forged(const members_t *t)

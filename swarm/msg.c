@@ -357,7 +357,6 @@ int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, s
     return 0;
 }
 
-
 int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n, char *err)
 {
     rbuf_t r = {.p = buf, .len = len};
@@ -411,8 +410,8 @@ void msg_sign(uint8_t *hdr, size_t len, const uint8_t sk[64])
 int msg_verify(const uint8_t *hdr, size_t len)
 {
     if (len < 56 + MSG_SIG_LEN) return 0;
-    return crypto_sign_verify_detached(hdr + len - MSG_SIG_LEN, hdr, len - MSG_SIG_LEN,
-                                       hdr + 16) == 0;
+    return crypto_sign_verify_detached(hdr + len - MSG_SIG_LEN, hdr, len - MSG_SIG_LEN, hdr + 16) ==
+           0;
 }
 
 /* "SWTM", version, the entry without its signature; returns the length. */

@@ -236,9 +236,9 @@ static void gossip(struct net *n, double now)
             if (members_at(n->mem, i)->alive)
                 send_to(n, members_at(n->mem, i), hdr, hlen, 1, pl, &tlen);
         int pi = members_probe(n->mem, now, NET_FORGET_S, n->seq * 0x9e3779b97f4a7c15ULL);
-        void *d = pi > 0 ? new_dealer(n, members_at(n->mem, pi)->m.addr,
-                                      members_at(n->mem, pi)->m.id)
-                         : NULL;
+        void *d = pi > 0
+                      ? new_dealer(n, members_at(n->mem, pi)->m.addr, members_at(n->mem, pi)->m.id)
+                      : NULL;
         if (d) {
             const void *data[2] = {hdr, table};
             size_t len[2] = {hlen, tlen};
@@ -324,7 +324,9 @@ static char *status_json(struct net *n, size_t *len)
             fprintf(f, "null}");
     }
     fprintf(f, "],\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
-            !n->auth ? "none" : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key" : "allowlist",
+            !n->auth                               ? "none"
+            : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key"
+                                                   : "allowlist",
             (unsigned long long)n->refused, (unsigned long long)members_forged(n->mem));
     for (int i = 0; i < n->nrefusals && i < NET_REFUSALS; i++) {
         fprintf(f, "%s{\"key\":\"%s\",\"addr\":", i ? "," : "", n->refusals[i].key);
@@ -349,7 +351,8 @@ static void on_monitor(struct net *n)
     if (np >= 1 && zmq_msg_size(&parts[0]) >= 6 && auth_mode(n->auth) == AUTH_SWARM_KEY) {
         uint16_t ev;
         memcpy(&ev, zmq_msg_data(&parts[0]), 2);
-        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
             n->refused++;
             int slot = n->nrefusals++ % NET_REFUSALS;
             snprintf(n->refusals[slot].key, sizeof n->refusals[slot].key, "unknown");
@@ -769,7 +772,8 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     {
         struct timeval tv;
         gettimeofday(&tv, NULL);
-        members_at(n->mem, 0)->m.heartbeat = (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
+        members_at(n->mem, 0)->m.heartbeat =
+            (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
     }
     if (n->signing) members_set_signing(n->mem, n->sk);
     snprintf(n->endpoint_inproc, sizeof n->endpoint_inproc, "inproc://net-%p", (void *)n);

@@ -43,14 +43,15 @@ static int read_answer(void *s, char **json, char *err)
     return rc;
 }
 
-int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeout_ms,
-                             char **json, char *err)
+int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeout_ms, char **json,
+                             char *err)
 {
     int rc = 0, zero = 0, ns = 0;
     *json = NULL;
     const uint8_t(*cand)[AUTH_ID_LEN] = NULL;
     int nc = auth ? auth_candidates(auth, &cand) : 1;
-    if (nc > STATUS_CLIENT_TRIES) nc = STATUS_CLIENT_TRIES; /* sockets, not handshakes, are the cost */
+    if (nc > STATUS_CLIENT_TRIES)
+        nc = STATUS_CLIENT_TRIES; /* sockets, not handshakes, are the cost */
     void *ctx = zmq_ctx_new();
     void **s = calloc((size_t)nc, sizeof *s);
     zmq_pollitem_t *items = calloc((size_t)nc, sizeof *items);

@@ -34,11 +34,21 @@ int cmd_keygen(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'o': out = optarg; break;
-        case 's': swarm = 1; break;
-        case 'd': db = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'o':
+            out = optarg;
+            break;
+        case 's':
+            swarm = 1;
+            break;
+        case 'd':
+            db = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc || !out == !db || (swarm && !out)) {

@@ -63,10 +63,10 @@ typedef struct {
     int churn_kills;           /* at most this many kills (0: no limit) */
     uint64_t fault_seed;
     const char *peer_timeout;
-    int secure;             /* --secure: CURVE with a swarm key made in the run directory */
-    char swarm_key[600];    /* ... its path */
-    int poison_peer;        /* tests only: this peer sends poisoned DeMo messages */
-    char poison_kind[16];   /* ... of this kind (peer --poison) */
+    int secure;           /* --secure: CURVE with a swarm key made in the run directory */
+    char swarm_key[600];  /* ... its path */
+    int poison_peer;      /* tests only: this peer sends poisoned DeMo messages */
+    char poison_kind[16]; /* ... of this kind (peer --poison) */
 } local_opts_t;
 
 /* The swarm key, for local's own status requests (--secure). */
@@ -183,10 +183,9 @@ static int free_port(void)
  * with it. */
 static int local_only(const char *a, int *takes_arg)
 {
-    static const char *with_arg[] = {"--peers",        "--dir",        "--in-flight",
-                                     "--kill",         "--join-at",    "--join-stage",
-                                     "--peer-timeout", "--churn",      "--churn-kills",
-                                     "--fault-seed",   "--poison"};
+    static const char *with_arg[] = {"--peers",       "--dir",        "--in-flight",    "--kill",
+                                     "--join-at",     "--join-stage", "--peer-timeout", "--churn",
+                                     "--churn-kills", "--fault-seed", "--poison"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -427,7 +426,8 @@ static int local_main(int argc, char **argv)
                                           {"fault-seed", required_argument, 0, O_FAULT_SEED},
                                           {"secure", no_argument, 0, O_SECURE},
                                           {"poison", required_argument, 0, O_POISON}};
-    local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1, .poison_peer = -1};
+    local_opts_t lo = {
+        .peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1, .poison_peer = -1};
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -496,7 +496,8 @@ static int local_main(int argc, char **argv)
     if (lo.secure) {
         snprintf(lo.swarm_key, sizeof lo.swarm_key, "%s/swarm.key", lo.dir);
         char kerr[STATUS_ERR_LEN];
-        if (auth_swarm_keygen(lo.swarm_key, kerr) || !(local_auth = auth_new(lo.swarm_key, NULL, kerr))) {
+        if (auth_swarm_keygen(lo.swarm_key, kerr) ||
+            !(local_auth = auth_new(lo.swarm_key, NULL, kerr))) {
             fprintf(stderr, "swarmtrain local: %s\n", kerr);
             return 1;
         }
@@ -595,8 +596,8 @@ static int local_main(int argc, char **argv)
         /* the poisoned peer (tests): expelled, it may wait for its pool forever; once every
          * honest peer is done, it is told to stop */
         static int poison_stopped;
-        if (lo.poison_kind[0] && lo.poison_peer < n && running == 1 &&
-            !ch[lo.poison_peer].exited && !poison_stopped) {
+        if (lo.poison_kind[0] && lo.poison_peer < n && running == 1 && !ch[lo.poison_peer].exited &&
+            !poison_stopped) {
             printf("local: the honest peers are done; stopping the poisoned peer %d\n",
                    lo.poison_peer);
             kill(ch[lo.poison_peer].pid, SIGTERM);

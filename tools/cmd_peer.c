@@ -85,9 +85,12 @@ static int peer_option(void *ctx, int c, const char *arg)
         po->allow = arg;
         return 0;
     case O_POISON: /* tests only */
-        if (!strcmp(arg, "nan")) po->poison = PEER_POISON_NAN;
-        else if (!strcmp(arg, "huge")) po->poison = PEER_POISON_HUGE;
-        else if (!strcmp(arg, "index")) po->poison = PEER_POISON_INDEX;
+        if (!strcmp(arg, "nan"))
+            po->poison = PEER_POISON_NAN;
+        else if (!strcmp(arg, "huge"))
+            po->poison = PEER_POISON_HUGE;
+        else if (!strcmp(arg, "index"))
+            po->poison = PEER_POISON_INDEX;
         else {
             fprintf(stderr, "swarmtrain peer: --poison: nan, huge or index\n");
             return 2;

@@ -675,7 +675,8 @@ int cmd_status(int argc, char **argv)
         int rc = !(auth = auth_new(swarm_key, allow, err));
         if (!rc && allow && !key)
             rc = status_set(err, STATUS_EINVAL, "--allow needs --key FILE (a pair on the list)");
-        if (!rc && key) rc = auth_key_read(key, pk, sk, err) || auth_set_identity(auth, pk, sk, err);
+        if (!rc && key)
+            rc = auth_key_read(key, pk, sk, err) || auth_set_identity(auth, pk, sk, err);
         memset(sk, 0, sizeof sk);
         if (rc) {
             fprintf(stderr, "swarmtrain status: %s\n", err);

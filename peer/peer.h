@@ -30,7 +30,13 @@
 typedef struct peer peer_t;
 
 /* Poisoned DeMo messages a test peer sends (peer_options_t.poison). */
-enum { PEER_POISON_NONE, PEER_POISON_NAN, PEER_POISON_HUGE, PEER_POISON_INDEX };
+enum {
+    PEER_POISON_NONE,
+    PEER_POISON_NAN,
+    PEER_POISON_HUGE,
+    PEER_POISON_INDEX,
+    PEER_POISON_MIX /* NaN at even steps, out-of-order indices at odd ones */
+};
 
 /* What a peer tells its driver (the simulator checks its invariants with these). */
 typedef struct {

@@ -157,7 +157,11 @@ static int make_exchange(peer_t *p, int part)
         int n = pool_members(p, &mem);
         /* tests only: mates get a well-framed poisoned copy; this peer applies its own */
         if (p->po.poison && p->dopt && part == 0 && msg)
-            demo_opt_poison(p->dopt, msg, len, p->po.poison, NULL);
+            demo_opt_poison(p->dopt, msg, len,
+                            p->po.poison != PEER_POISON_MIX ? p->po.poison
+                            : p->step % 2                   ? PEER_POISON_INDEX
+                                                            : PEER_POISON_NAN,
+                            NULL);
         const void *pl[3] = {body, fresh, cl};
         size_t lens[3] = {len, nb, claims_len};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);

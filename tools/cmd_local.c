@@ -135,7 +135,7 @@ static int local_option(void *ctx, int c, const char *arg)
         return 0;
     case O_POISON:
         if (sscanf(arg, "%d:%15s", &lo->poison_peer, lo->poison_kind) != 2 || lo->poison_peer < 0) {
-            fprintf(stderr, "swarmtrain local: --poison PEER:nan|huge|index\n");
+            fprintf(stderr, "swarmtrain local: --poison PEER:nan|huge|index|mix\n");
             return -1;
         }
         return 0;

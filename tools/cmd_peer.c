@@ -91,8 +91,10 @@ static int peer_option(void *ctx, int c, const char *arg)
             po->poison = PEER_POISON_HUGE;
         else if (!strcmp(arg, "index"))
             po->poison = PEER_POISON_INDEX;
+        else if (!strcmp(arg, "mix"))
+            po->poison = PEER_POISON_MIX;
         else {
-            fprintf(stderr, "swarmtrain peer: --poison: nan, huge or index\n");
+            fprintf(stderr, "swarmtrain peer: --poison: nan, huge, index or mix\n");
             return 2;
         }
         return 0;

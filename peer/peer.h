@@ -35,7 +35,7 @@ enum {
     PEER_POISON_NAN,
     PEER_POISON_HUGE,
     PEER_POISON_INDEX,
-    PEER_POISON_MIX /* NaN at even steps, out-of-order indices at odd ones */
+    PEER_POISON_MIX /* NaN at even steps, values of 1e29 at odd ones */
 };
 
 /* What a peer tells its driver (the simulator checks its invariants with these). */

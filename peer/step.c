@@ -159,7 +159,7 @@ static int make_exchange(peer_t *p, int part)
         if (p->po.poison && p->dopt && part == 0 && msg)
             demo_opt_poison(p->dopt, msg, len,
                             p->po.poison != PEER_POISON_MIX ? p->po.poison
-                            : p->step % 2                   ? PEER_POISON_INDEX
+                            : p->step % 2                   ? PEER_POISON_HUGE
                                                             : PEER_POISON_NAN,
                             NULL);
         const void *pl[3] = {body, fresh, cl};

@@ -138,7 +138,10 @@ int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max,
  * signature, by the sender's key, of every octet before it; `seq` is the sender's control
  * counter, which a receiver accepts only when greater than the last it accepted from that
  * sender (members.h). msg_signed says whether a type is one. msg_sign fills the last 64
- * octets of an encoded header; msg_verify checks them against the header's sender. */
+ * octets of an encoded header; msg_verify checks them against the header's sender. A new
+ * control type (a rebalancing or recovery decision) joins by being added to msg_signed and
+ * given a `sig` field at the end of its header: net.c signs it whichever thread sends it,
+ * and checks signature and counter on receipt. */
 int msg_signed(int type);
 void msg_sign(uint8_t *hdr, size_t len, const uint8_t sk[64]);
 int msg_verify(const uint8_t *hdr, size_t len);

@@ -64,7 +64,7 @@ struct net {
     } refusals[NET_REFUSALS];
     int nrefusals;
     /* compute thread state */
-    uint64_t c_swarm, c_seq;
+    uint64_t c_swarm, c_seq, c_ctl_seq;
     zmq_msg_t frames[6];
     int nframes_held;
     msg_member_t *view;
@@ -841,8 +841,16 @@ int net_send(net_t *n, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
     m->seq = (1ULL << 63) | ++n->c_seq;
     m->swarm = n->c_swarm;
     memcpy(m->sender, n->id, MSG_ID_LEN);
+    if (msg_signed(m->type)) { /* a signed control message from the peer: its own counter */
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        uint64_t us = (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+        n->c_ctl_seq = us > n->c_ctl_seq ? us : n->c_ctl_seq + 1;
+        m->seq = n->c_ctl_seq;
+    }
     int rc = msg_encode(m, hdr, sizeof hdr, &hlen, err);
     if (rc) return rc;
+    if (msg_signed(m->type) && n->signing) msg_sign(hdr, hlen, n->sk); /* sk: read-only */
     const void *data[6] = {"S", dest, hdr};
     size_t len[6] = {1, MSG_ID_LEN, hlen};
     for (int i = 0; i < nframes; i++) data[3 + i] = frames[i], len[3 + i] = lens[i];

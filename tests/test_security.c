@@ -493,7 +493,7 @@ static void seed_stores(const char *name)
 /* Shared indices (every replica sends the same coefficients): with top-k indices each
  * replica's choice follows its own momentum, and any change of who counted what in the
  * first steps (here: the poisoned member's share of steps 0 and 1) moves the final loss by
- * up to 2% either way; with shared indices by 0.1-0.2%. */
+ * up to 2% either way; with shared indices by 0.1-0.5%. */
 #define RUN                                                                                        \
     "--stages 1 --optimizer demo --demo-index shared --steps 80 --batch 8 --replicas 4 "          \
     "--log-every 20"

@@ -493,11 +493,13 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     return 0;
 }
 
-int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err)
+int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, double *norm,
+                        char *err)
 {
     int k;
     demo_vfmt_t vfmt;
     demo_imode_t imode;
+    double ss = 0;
     int rc = check_frame(o, msg, len, step, &k, &vfmt, &imode, err);
     uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     for (int i = 0; !rc && i < o->n; i++) {
@@ -508,14 +510,79 @@ int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, 
         rc = demo_body_add_ex(o->d[i], msg, len, pos, k, vfmt, imode, demo_opt_tensor_seed(step, i),
                               o->sum, o->cnt, e2);
         if (rc) status_set(err, rc, "tensor %d (%s): %s", i, t->name, e2);
+        for (size_t j = 0; !rc && norm && j < t->numel; j++) ss += o->sum[j] * o->sum[j];
         pos += demo_body_bits_ex(t->rows, t->cols, o->chunk, k, vfmt, imode);
     }
+    if (norm) *norm = sqrt(ss);
     return rc;
 }
 
 float demo_opt_update_norm(const demo_opt_t *o)
 {
     return o->qnorm;
+}
+
+int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err)
+{
+    return demo_opt_check_norm(o, step, msg, len, NULL, err);
+}
+
+static void poison_bits(uint8_t *b, uint64_t pos, int w, uint64_t v)
+{
+    for (int i = 0; i < w; i++, pos++) {
+        uint8_t m = (uint8_t)(1u << (pos & 7));
+        if ((v >> i) & 1)
+            b[pos >> 3] |= m;
+        else
+            b[pos >> 3] &= (uint8_t)~m;
+    }
+}
+
+int demo_opt_poison(const demo_opt_t *o, uint8_t *msg, size_t len, int kind, char *err)
+{
+    if (len != o->msg_size || kind < 1 || kind > 3)
+        return status_set(err, STATUS_EINVAL, "demo poison: bad arguments");
+    int vb = o->vfmt == DEMO_VAL_F32 ? 32 : o->vfmt == DEMO_VAL_BF16 ? 16 : 1;
+    int sb = o->vfmt == DEMO_VAL_SIGN && o->imode == DEMO_IDX_TOPK ? 16 : 0;
+    if (kind != 3 && vb == 1 && !sb)
+        return status_set(err, STATUS_EINVAL, "demo poison: shared sign values carry no magnitude");
+    union {
+        float f;
+        uint32_t u;
+    } nan = {.f = NAN}, huge = {.f = 1e29f};
+    uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
+    int done = 0;
+    for (int i = 0; i < o->n; i++) {
+        const stage_tensor_t *t = &o->tab[i];
+        int64_t cr = dct_chunk_size(t->rows, o->chunk), cc = dct_chunk_size(t->cols, o->chunk);
+        uint64_t tiles = (uint64_t)(t->rows / cr) * (uint64_t)(t->cols / cc);
+        int kt = demo_entries_per_tile_ex(t->rows, t->cols, o->chunk, o->kk, o->vfmt, o->imode);
+        uint64_t ne = tiles * (uint64_t)kt;
+        uint64_t bits = demo_body_bits_ex(t->rows, t->cols, o->chunk, o->kk, o->vfmt, o->imode);
+        int ib = (int)((bits - (uint64_t)sb) / ne) - vb;
+        uint32_t f = kind == 1 ? nan.u : huge.u;
+        if (kind == 3) {
+            if (!done && ib > 0 && kt > 1) { /* tile 0: its first two indices equal */
+                poison_bits(msg, pos + (uint64_t)sb, ib, 1);
+                poison_bits(msg, pos + (uint64_t)sb + (uint64_t)ib, ib, 1);
+                done = 1;
+            }
+        } else if (sb) { /* sign values: the scale carries the magnitude */
+            poison_bits(msg, pos, 16, f >> 16);
+            done = 1;
+        } else {
+            uint64_t v0 = pos + ne * (uint64_t)ib;
+            for (uint64_t e = 0; e < ne; e++)
+                poison_bits(msg, v0 + e * (uint64_t)vb, vb, vb == 32 ? f : f >> 16);
+            done = 1;
+        }
+        pos += bits;
+    }
+    if (!done) return status_set(err, STATUS_EINVAL, "demo poison: no body carries indices");
+    uint32_t crc = codec_crc32c(0, msg, 28);
+    crc = codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, o->msg_size - DEMO_OPT_HEADER_LEN);
+    put_u32(msg + 28, crc);
+    return 0;
 }
 
 void demo_opt_get_momentum(demo_opt_t *o, float *out)

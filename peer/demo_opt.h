@@ -81,6 +81,19 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
  * checks what it receives so that one bad sender cannot stop its pool's step. */
 int demo_opt_check(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, char *err);
 
+/* demo_opt_check that also gives the message's L2 norm over every decoded value (what the
+ * bound on a pool's updates compares, docs/protocol.md 12.5); norm may be NULL. */
+int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, double *norm,
+                        char *err);
+
+/* Tests only (peer --poison): rewrites a valid stage message of this optimizer's format
+ * into a well-framed (checksum recomputed) but poisoned one: kind 1 every value NaN (the
+ * sign scale with sign values), 2 every value 1e29 (finite, within the format's bound),
+ * 3 the first tile's indices out of order. 0, or STATUS_EINVAL when the format cannot
+ * carry that poison (shared sign values have no magnitude; shared or dense bodies no
+ * indices). */
+int demo_opt_poison(const demo_opt_t *o, uint8_t *msg, size_t len, int kind, char *err);
+
 /* The seed of tensor i (table order) at a step: the shared-index draw and the sign bit of
  * an exactly-zero value (docs/codec-format.md 4.2.1). Every replica derives the same. */
 uint64_t demo_opt_tensor_seed(int64_t step, int i);

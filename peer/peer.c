@@ -149,7 +149,15 @@ static int on_view(peer_t *p, const net_ev_t *ev)
                              "left) at step %" PRId64,
                              peer_idhex(p->view.m[i].id, h), p->view.m[i].stage, p->step);
     }
-    if (view_set(&p->view, ev->members, ev->nmembers)) return STATUS_ENOMEM;
+    if (p->nbad) { /* expelled members stay out of the view (guard.c) */
+        msg_member_t *v = malloc((size_t)(ev->nmembers ? ev->nmembers : 1) * sizeof *v);
+        if (!v) return STATUS_ENOMEM;
+        int k = guard_view(p, ev->members, ev->nmembers, v), rc = view_set(&p->view, v, k);
+        free(v);
+        if (rc) return STATUS_ENOMEM;
+    } else if (view_set(&p->view, ev->members, ev->nmembers)) {
+        return STATUS_ENOMEM;
+    }
     p->net_rejected = ev->rejected;
     if (p->st) custody_on_view(p);
     return 0;
@@ -257,6 +265,9 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
         return 0;
     case NET_EV_MSG: {
         int t = ev->msg.type;
+        if (p->nbad && (guard_expelled(p, ev->msg.sender) ||
+                        (t == MSG_EXCH && guard_expelled(p, ev->msg.origin))))
+            return 0; /* expelled: nothing of its is taken */
         handler_t h = t >= 0 && t <= MSG_TYPE_MAX ? handlers[t] : NULL;
         return h ? h(p, ev) : 0;
     }

@@ -29,6 +29,15 @@
 
 typedef struct peer peer_t;
 
+/* Poisoned DeMo messages a test peer sends (peer_options_t.poison). */
+enum {
+    PEER_POISON_NONE,
+    PEER_POISON_NAN,
+    PEER_POISON_HUGE,
+    PEER_POISON_INDEX,
+    PEER_POISON_MIX /* NaN at even steps, values of 1e29 at odd ones */
+};
+
 /* What a peer tells its driver (the simulator checks its invariants with these). */
 typedef struct {
     int stage;
@@ -74,6 +83,11 @@ typedef struct {
     int64_t die_at_step;  /* fault drills: SIGKILL itself when a microbatch of this step or
                            * later reaches it; < 0: never */
     int plant_bug;        /* simulator self-test: 1 = a pool steps without one microbatch */
+    int poison;           /* tests only: send well-framed but poisoned DeMo messages
+                           * (PEER_POISON_*); the peer applies its own honest one */
+    const char *key_file; /* identity from `swarmtrain keygen` (default: the store's) */
+    const char *swarm_key;       /* CURVE with a shared swarm key (swarm/auth.h) */
+    const char *allow;           /* CURVE, admitting only these public keys (swarm/auth.h) */
     volatile sig_atomic_t *stop; /* peer_run: leave cleanly once this becomes non-zero */
     double (*clock)(void);       /* times compute for the throughput estimate; NULL: 1 ms a pass */
 } peer_options_t;

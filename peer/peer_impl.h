@@ -63,6 +63,13 @@ enum {
     PHASE_DONE, /* the run is over for this peer */
 };
 
+#define GUARD_BAD_MAX     64 /* members tracked for refused updates */
+#define GUARD_NORMS       32 /* recent update norms kept for the bound */
+#define GUARD_EXPEL_AFTER 2  /* steps with a refused message of its own that expel a member */
+/* a DeMo message may be this much above the recent median: far above an honest member's
+ * growth in warm-up */
+#define GUARD_NORM_FACTOR 1000.0
+
 struct peer {
     peer_options_t po;
     train_options_t run;
@@ -161,6 +168,17 @@ struct peer {
     double rec_nb_seen[2]; /* when a neighbour last had a live peer */
     int recovered_stages;
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
+    /* bounded updates (guard.c): members whose exchange messages were refused */
+    struct {
+        uint8_t id[MSG_ID_LEN];
+        int refused; /* steps at which a message of its own (sent by it, not relayed)
+                      * was refused */
+        int64_t last_step;
+        int expelled; /* left out of this peer's view and pool for good */
+    } bad[GUARD_BAD_MAX];
+    int nbad;
+    double norms[GUARD_NORMS]; /* L2 norms of the last DeMo messages taken, a ring */
+    int nnorms;
 };
 
 /* peer.c */
@@ -220,6 +238,19 @@ int serve_source(peer_t *p);
 int serve_enqueue(peer_t *p, const net_ev_t *ev);
 void serve_dequeue(peer_t *p, int i);
 void serve_note_throughput(peer_t *p, double seconds);
+
+/* guard.c: bounded updates (docs/protocol.md 12.4, 12.5) */
+/* A message of origin's for `step` was refused; direct: sent by origin itself (a relay's
+ * copy does not count against it). Refusals at GUARD_EXPEL_AFTER distinct steps expel it.
+ * Returns 1 when this refusal expels it. */
+int guard_refused(peer_t *p, const uint8_t *origin, int64_t step, int direct, const char *why);
+int guard_expelled(const peer_t *p, const uint8_t *id);
+/* The view without expelled members, into out (n entries); returns how many. */
+int guard_view(const peer_t *p, const msg_member_t *in, int n, msg_member_t *out);
+/* Whether a DeMo message's norm is within the bound (GUARD_NORM_FACTOR x the median of
+ * the recent norms, own included; no bound before any is known). */
+int guard_norm_ok(const peer_t *p, double norm);
+void guard_norm_note(peer_t *p, double norm);
 
 /* step.c */
 #define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */

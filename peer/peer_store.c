@@ -36,6 +36,12 @@ peer_store_t *peer_store_open(const char *path, unsigned char pk[crypto_sign_PUB
     return ps;
 }
 
+int peer_store_secret(peer_store_t *ps, unsigned char pk[crypto_sign_PUBLICKEYBYTES],
+                      unsigned char *sk, char *err)
+{
+    return store_identity(ps->s, pk, sk, err);
+}
+
 void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, int every,
                      double budget)
 {

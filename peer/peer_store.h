@@ -21,6 +21,11 @@ typedef struct peer_store peer_store_t;
 peer_store_t *peer_store_open(const char *path, unsigned char pk[crypto_sign_PUBLICKEYBYTES],
                               char *err);
 
+/* The store's identity with its secret key (sk: crypto_sign_SECRETKEYBYTES, sodium_malloc'd
+ * by the caller, who wipes it). 0 or a status. */
+int peer_store_secret(peer_store_t *ps, unsigned char pk[crypto_sign_PUBLICKEYBYTES],
+                      unsigned char *sk, char *err);
+
 /* Says which stage and run the checkpoints are of, how often to take one (every N steps,
  * 0: never) and the writer's CPU budget (store_set_writer_budget; 0: the default). */
 void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, int every,

@@ -4,6 +4,7 @@
  * Not for: the simulator, which drives peers on a virtual clock (peer/simrun.c). */
 #include "common/clock.h"
 #include "peer/peer_impl.h"
+#include "swarm/auth.h"
 #include "swarm/net.h"
 
 #include <math.h>
@@ -15,27 +16,48 @@ int peer_run(const peer_options_t *po, char *err)
 {
     uint8_t id[MSG_ID_LEN];
     peer_store_t *ps = NULL;
+    auth_t *auth = NULL;
     if (sodium_init() < 0) return status_set(err, STATUS_EIO, "libsodium failed to initialize");
-    /* identity: the store's Ed25519 key when there is a store, else a fresh one */
-    if (po->db) {
-        if (!(ps = peer_store_open(po->db, id, err))) return STATUS_EIO;
+    uint8_t *sk = sodium_malloc(crypto_sign_SECRETKEYBYTES);
+    if (!sk) return status_set(err, STATUS_ENOMEM, "out of memory");
+    /* identity: a key file, else the store's Ed25519 key when there is a store, else a
+     * fresh one */
+    if (po->db && !(ps = peer_store_open(po->db, id, err))) goto fail_io;
+    if (po->key_file) {
+        if (auth_key_read(po->key_file, id, sk, err)) goto fail_io;
+    } else if (ps) {
+        if (peer_store_secret(ps, id, sk, err)) goto fail_io;
     } else {
-        unsigned char sk[crypto_sign_SECRETKEYBYTES];
         crypto_sign_keypair(id, sk);
-        sodium_memzero(sk, sizeof sk);
+    }
+    if (po->swarm_key || po->allow) {
+        if (!(auth = auth_new(po->swarm_key, po->allow, err)) ||
+            auth_set_identity(auth, id, sk, err))
+            goto fail_inval;
+        if (!auth_self_listed(auth)) {
+            char hex[65];
+            status_set(err, STATUS_EINVAL, "this peer's key %s is not on %s", auth_hex(id, hex),
+                       po->allow);
+            goto fail_inval;
+        }
     }
     char endpoint[256];
     net_config_t nc = {.bind = po->listen,
                        .advertise = po->advertise,
                        .heartbeat_s = 0.25,
-                       .timeout_s = po->peer_timeout_s};
+                       .timeout_s = po->peer_timeout_s,
+                       .sk = sk,
+                       .auth = auth};
     memcpy(nc.id, id, MSG_ID_LEN);
     nc.self.stage = 0;
     nc.self.state = MEMBER_JOINING;
     nc.self.loss = NAN;
     net_t *net = net_start(&nc, endpoint, err);
+    sodium_free(sk);
+    sk = NULL;
     if (!net) {
         peer_store_close(&ps);
+        auth_destroy(&auth);
         return STATUS_ENET;
     }
     transport_t tp = net_transport(net);
@@ -45,10 +67,14 @@ int peer_run(const peer_options_t *po, char *err)
     if (!p) {
         net_stop(&net);
         peer_store_close(&ps);
+        auth_destroy(&auth);
         return STATUS_EINVAL;
     }
     p->ps = ps;
-    fprintf(p->log, "peer: listening on %s\n", endpoint);
+    fprintf(p->log, "peer: listening on %s%s\n", endpoint,
+            !auth                               ? ""
+            : auth_mode(auth) == AUTH_SWARM_KEY ? " (CURVE, swarm key)"
+                                                : " (CURVE, allowlist)");
     int rc = 0;
     while (!(po->stop && *po->stop) && !peer_done(p)) {
         net_ev_t ev;
@@ -71,5 +97,15 @@ int peer_run(const peer_options_t *po, char *err)
     if (rc) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));
     peer_destroy(&p);
     net_stop(&net);
+    auth_destroy(&auth);
     return rc;
+fail_inval:
+    peer_store_close(&ps);
+    auth_destroy(&auth);
+    sodium_free(sk);
+    return STATUS_EINVAL;
+fail_io:
+    peer_store_close(&ps);
+    sodium_free(sk);
+    return STATUS_EIO;
 }

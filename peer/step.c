@@ -10,6 +10,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,6 +156,13 @@ static int make_exchange(peer_t *p, int part)
         rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
         const msg_member_t *mem;
         int n = pool_members(p, &mem);
+        /* tests only: mates get a well-framed poisoned copy; this peer applies its own */
+        if (p->po.poison && p->dopt && part == 0 && msg)
+            demo_opt_poison(p->dopt, msg, len,
+                            p->po.poison != PEER_POISON_MIX ? p->po.poison
+                            : p->step % 2                   ? PEER_POISON_HUGE
+                                                            : PEER_POISON_NAN,
+                            NULL);
         const void *pl[3] = {body, fresh, cl};
         size_t lens[3] = {len, nb, claims_len};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
@@ -227,16 +235,46 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         free(counted), free(bodies), free(lens), free(voters);
         return STATUS_ENOMEM;
     }
+    /* DeMo: a part 0 held without a body was refused on receipt (step_on_exch); one whose
+     * norm is far above the pool's recent updates is refused here. Neither votes nor enters
+     * the update; its microbatches are lost at this stage for this step. */
+    int *out = calloc((size_t)(n ? n : 1), sizeof *out);
+    double *norm = calloc((size_t)(n ? n : 1), sizeof *norm);
+    if (!out || !norm) {
+        free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
+        return STATUS_ENOMEM;
+    }
+    for (int i = 0; p->dopt && i < n; i++) {
+        char why[STATUS_ERR_LEN];
+        if (msgs[i]->part == 0 &&
+            (msgs[i]->len == 0 ||
+             demo_opt_check_norm(p->dopt, p->step, msgs[i]->data, msgs[i]->len, &norm[i], why)))
+            out[i] = 1;
+        else if (msgs[i]->part == 0 && peer_is_self(p, msgs[i]->origin))
+            guard_norm_note(p, norm[i]); /* its own update is a reference from the first step */
+    }
+    for (int i = 0; p->dopt && i < n; i++) {
+        if (msgs[i]->part != 0 || out[i] || peer_is_self(p, msgs[i]->origin)) continue;
+        if (!guard_norm_ok(p, norm[i])) {
+            char h[9];
+            out[i] = 1;
+            p->rejected++;
+            log_warn("peer: step %" PRId64 ": left out %s's message: norm %.3g is above %.0f x "
+                     "the pool's recent updates",
+                     p->step, peer_idhex(msgs[i]->origin, h), norm[i], GUARD_NORM_FACTOR);
+        }
+    }
     for (int i = 0; i < n; i++)
-        if (msgs[i]->part == 0) voters[nv++] = msgs[i];
+        if (msgs[i]->part == 0 && !out[i]) voters[nv++] = msgs[i];
     if (pool_vote_lost(voters, nv, p->my_hash, p->self.serving_from, p->id)) {
-        free(counted), free(bodies), free(lens), free(voters);
+        free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
         log_warn("peer: my parameters differ from the pool's at step %" PRId64, p->step);
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
     free(voters);
     int twice = 0; /* stays 0: an overlapping message is left out (the simulator checks) */
     for (int i = 0; i < n; i++) {
+        if (out[i]) continue;
         if (!p->dopt && !dense_ok(p, msgs[i])) {
             p->rejected++;
             continue;
@@ -260,10 +298,21 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         if (p->dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
+        if (p->dopt && !peer_is_self(p, msgs[i]->origin))
+            guard_norm_note(p, norm[i]); /* the pool's recent updates */
     }
+    free(out);
+    free(norm);
     int rc = 0;
     float gnorm = 0;
-    if (p->dopt) {
+    if (p->dopt && m == 0) {
+        /* every message of the step was refused (a follower: its only mates are bad): no
+         * update here; the hash vote of the next step repairs this replica if the pool
+         * applied one */
+        char h[9];
+        log_warn("peer: step %" PRId64 ": no update taken (every message refused), e.g. %s's",
+                 p->step, n ? peer_idhex(msgs[0]->origin, h) : "none");
+    } else if (p->dopt) {
         if (following) demo_opt_decay(p->dopt, &p->run.opt, p->step);
         rc = demo_opt_apply(p->dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
         gnorm = p->last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
@@ -564,13 +613,22 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
         p->rejected++;
         return 0;
     }
+    double norm = 0;
     if (p->dopt && m->flags == 0 &&
-        demo_opt_check(p->dopt, m->step, ev->frame[0], ev->frame_len[0], why)) {
-        p->rejected++; /* the pool steps without it; hashes catch a peer that diverges */
+        (demo_opt_check_norm(p->dopt, m->step, ev->frame[0], ev->frame_len[0], &norm, why) ||
+         (!guard_norm_ok(p, norm) &&
+          snprintf(why, sizeof why, "norm %.3g is above %.0f x the pool's recent updates", norm,
+                   GUARD_NORM_FACTOR)))) {
+        /* Refused: held without its body, so that its counted microbatches count as left
+         * out at once (12.5) instead of being waited for; the pool steps without it. */
+        p->rejected++;
         char h[9];
         log_warn("peer: refused the step %" PRId64 " exchange message of %s: %s", m->step,
                  peer_idhex(m->origin, h), why);
-        return 0;
+        int rc = pool_store(p->pool, m, (const uint8_t *)"", 0, ev->frame[1], ev->frame_len[1],
+                            ev->frame[2], ev->frame_len[2]);
+        guard_refused(p, m->origin, m->step, !memcmp(m->origin, m->sender, MSG_ID_LEN), why);
+        return rc == STATUS_EMALFORMED ? 0 : rc;
     }
     int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1],
                         ev->frame[2], ev->frame_len[2]);

@@ -5,6 +5,7 @@
 #include "common/status.h"
 
 #include <math.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,9 @@ struct members {
     members_entry_t *e; /* [0] is this peer */
     int n, cap;
     members_hooks_t hooks;
+    int signing;
+    uint8_t sk[64];
+    uint64_t forged;
 };
 
 members_t *members_new(const msg_member_t *self, double now, const members_hooks_t *hooks,
@@ -39,6 +43,7 @@ nomem:
 void members_destroy(members_t **tp)
 {
     if (!tp || !*tp) return;
+    sodium_memzero((*tp)->sk, sizeof(*tp)->sk);
     free((*tp)->e);
     free(*tp);
     *tp = NULL;
@@ -103,12 +108,49 @@ static members_entry_t *add(members_t *t, const msg_member_t *m, double now)
     return e;
 }
 
+void members_set_signing(members_t *t, const uint8_t *sk)
+{
+    t->signing = sk != NULL;
+    if (sk)
+        memcpy(t->sk, sk, sizeof t->sk);
+    else
+        sodium_memzero(t->sk, sizeof t->sk);
+}
+
+uint64_t members_forged(const members_t *t)
+{
+    return t->forged;
+}
+
+int members_control(members_t *t, const uint8_t id[MSG_ID_LEN], uint64_t seq)
+{
+    int j = members_find(t, id);
+    if (j < 0) return 1;
+    if (seq <= t->e[j].ctl_seq) return 0;
+    t->e[j].ctl_seq = seq;
+    return 1;
+}
+
+/* Whether an entry that would change the table carries its owner's signature. */
+static int signed_by_owner(members_t *t, const msg_member_t *m)
+{
+    if (!t->signing) return 1;
+    int ok = m->state == MEMBER_DEAD
+                 ? msg_member_verify(m, MEMBER_JOINING) || msg_member_verify(m, MEMBER_SERVING)
+                 : msg_member_verify(m, m->state);
+    if (!ok) t->forged++;
+    return ok;
+}
+
 int members_merge(members_t *t, const msg_member_t *v, int k, double now)
 {
     int changed = 0;
     for (int i = 0; i < k; i++) {
         int j = members_find(t, v[i].id);
         if (j == 0) continue;
+        if (j > 0 && (v[i].state == MEMBER_DEAD || v[i].heartbeat <= t->e[j].m.heartbeat))
+            continue; /* ignored below anyway: spare the signature check */
+        if (!(j < 0 && v[i].state == MEMBER_LEAVING) && !signed_by_owner(t, &v[i])) continue;
         if (j < 0) {
             if (v[i].state == MEMBER_LEAVING) continue;
             members_entry_t *e = add(t, &v[i], now);
@@ -157,9 +199,11 @@ int members_hello(members_t *t, const msg_t *m, double now)
     if (j < 0) {
         members_entry_t *e = add(t, &nm, now);
         if (!e) return -1;
+        e->ctl_seq = m->seq;
         up(t, e);
         return t->n - 1;
     }
+    if (m->seq > t->e[j].ctl_seq) t->e[j].ctl_seq = m->seq;
     members_entry_t *e = &t->e[j];
     if (!e->alive) {
         /* Heartbeat 0: a peer restarted with the same id counts from 1 again, and its
@@ -233,7 +277,11 @@ int members_encode(const members_t *t, uint8_t **buf, size_t *len, char *err)
     *len = 0;
     msg_member_t *v = malloc((size_t)t->n * sizeof *v);
     if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
-    return encode_table(v, members_view(t, v), buf, len, err);
+    int k = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->e[i].alive && !(t->signing && i > 0 && !t->e[i].m.heartbeat)) v[k++] = t->e[i].m;
+    if (t->signing) msg_member_sign(&v[0], t->sk);
+    return encode_table(v, k, buf, len, err);
 }
 
 static int candidate(const members_entry_t *e, double now, double dead_s)
@@ -250,6 +298,7 @@ int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t
     if (!v) return status_set(err, STATUS_ENOMEM, "members: out of memory");
     int k = 0;
     for (int i = 0; i < t->n; i++) {
+        if (t->signing && i > 0 && !t->e[i].m.heartbeat) continue; /* unsigned (HELLO) */
         if (t->e[i].alive) {
             v[k++] = t->e[i].m;
         } else if (candidate(&t->e[i], now, dead_s)) {
@@ -257,6 +306,7 @@ int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t
             v[k++].state = MEMBER_DEAD;
         }
     }
+    if (t->signing) msg_member_sign(&v[0], t->sk);
     return encode_table(v, k, buf, len, err);
 }
 

@@ -41,6 +41,7 @@ typedef struct {
     int alive;          /* 0: dead to this table (timed out or left) */
     int left;           /* dead because it left on purpose (LEAVE, a LEAVING entry) */
     void *user;         /* the owner's per-member data (net.c: the DEALER) */
+    uint64_t ctl_seq;   /* the last control counter accepted from it (members_control) */
 } members_entry_t;
 
 typedef struct {
@@ -110,6 +111,19 @@ int members_encode_gossip(const members_t *t, double now, double dead_s, uint8_t
 /* A probe candidate (died of silence within dead_s, not left), chosen by r among them
  * (r: any random number from the caller's source); -1 when there is none. */
 int members_probe(const members_t *t, double now, double dead_s, uint64_t r);
+
+/* Signed membership (docs/protocol.md 10.2): with a secret key set, this table signs its
+ * own entry whenever it encodes a table, leaves out entries nobody signed (those a HELLO
+ * made), and merges a received entry only when its signature verifies against the id it
+ * describes (an entry in state DEAD: as signed in state joining or serving); the others are
+ * counted (members_forged) and ignored. Without (the simulator, whose ids are not keys),
+ * nothing is signed or checked. sk: 64 octets, copied; NULL turns it off. */
+void members_set_signing(members_t *t, const uint8_t *sk);
+uint64_t members_forged(const members_t *t);
+
+/* A signed control message (HELLO, LEAVE) from id with counter seq: 1 when seq is greater
+ * than the last accepted from id (recorded), or id is unknown; 0 for a replay. */
+int members_control(members_t *t, const uint8_t id[MSG_ID_LEN], uint64_t seq);
 
 /* How many live members besides self. */
 int members_live_others(const members_t *t);

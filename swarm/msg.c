@@ -4,6 +4,7 @@
 #include "common/status.h"
 
 #include <math.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -221,6 +222,7 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
     default:
         break; /* GOSSIP, STATUS_REQ, STATUS_REP: header only */
     }
+    if (msg_signed(m->type)) w_bytes(&w, m->sig, MSG_SIG_LEN);
     if (w.overflow)
         return status_set(err, STATUS_EINVAL, "msg_encode: %s does not fit (%zu bytes)",
                           msg_type_name(m->type), cap);
@@ -300,6 +302,7 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
     default:
         break;
     }
+    if (msg_signed(m->type)) r_bytes(&r, m->sig, MSG_SIG_LEN);
     if (r.bad || r.n != len) goto malformed;
     return 0;
 malformed:
@@ -309,7 +312,7 @@ malformed:
 
 /* ---- member tables ---------------------------------------------------------------- */
 
-enum { MEMBER_FIXED = MSG_ID_LEN + 2 + 2 + 1 + 8 + 8 + 8 + 4 + 4 + 8 * 5 + 4 + 8 * MSG_CKPT_MAX };
+enum { MEMBER_FIXED = MSG_ID_LEN + 2 + 2 + 1 + 8 + 8 + 8 + 4 + 4 + 8 * 5 + 4 + 8 * MSG_CKPT_MAX + MSG_SIG_LEN };
 
 size_t msg_members_size(const msg_member_t *v, int n)
 {
@@ -318,19 +321,14 @@ size_t msg_members_size(const msg_member_t *v, int n)
     return s;
 }
 
-int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, size_t *len,
-                       char *err)
+static void w_entry(wbuf_t *w0, const msg_member_t *e, int state)
 {
-    if (n < 0 || n > MSG_MEMBERS_MAX)
-        return status_set(err, STATUS_EINVAL, "member table of %d entries", n);
-    wbuf_t w = {.p = buf, .cap = cap};
-    w_u(&w, (uint32_t)n, 4);
-    for (int i = 0; i < n; i++) {
-        const msg_member_t *e = &v[i];
+    wbuf_t w = *w0;
+    {
         w_bytes(&w, e->id, MSG_ID_LEN);
         w_str(&w, e->addr, MSG_ADDR_MAX);
         w_u(&w, (uint16_t)e->stage, 2);
-        w_u(&w, e->state, 1);
+        w_u(&w, (uint64_t)state, 1);
         w_u(&w, e->heartbeat, 8);
         w_u(&w, (uint64_t)e->step, 8);
         w_u(&w, (uint64_t)e->serving_from, 8);
@@ -343,6 +341,20 @@ int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, s
         w_u(&w, e->rejected, 8);
         w_u(&w, e->uptime_s, 4);
         for (int c = 0; c < MSG_CKPT_MAX; c++) w_u(&w, (uint64_t)e->ckpt[c], 8);
+    }
+    *w0 = w;
+}
+
+int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, size_t *len,
+                       char *err)
+{
+    if (n < 0 || n > MSG_MEMBERS_MAX)
+        return status_set(err, STATUS_EINVAL, "member table of %d entries", n);
+    wbuf_t w = {.p = buf, .cap = cap};
+    w_u(&w, (uint32_t)n, 4);
+    for (int i = 0; i < n; i++) {
+        w_entry(&w, &v[i], v[i].state);
+        w_bytes(&w, v[i].sig, MSG_SIG_LEN);
     }
     if (w.overflow) return status_set(err, STATUS_EINVAL, "member table does not fit");
     *len = w.n;
@@ -378,6 +390,7 @@ int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max,
             e->ckpt[c] = (int64_t)r_u(&r, 8);
             if (e->ckpt[c] < 0) goto malformed;
         }
+        r_bytes(&r, e->sig, MSG_SIG_LEN);
         if (r.bad || e->stage < 0 || e->stage >= MSG_ROUTE_MAX || e->state > MEMBER_DEAD ||
             !isfinite(e->throughput) || e->throughput < 0 || e->step < 0)
             goto malformed;
@@ -387,4 +400,48 @@ int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max,
     return 0;
 malformed:
     return status_set(err, STATUS_EMALFORMED, "malformed member table (%zu bytes)", len);
+}
+
+/* ---- signatures ------------------------------------------------------------------- */
+
+int msg_signed(int type)
+{
+    return type == MSG_HELLO || type == MSG_LEAVE;
+}
+
+void msg_sign(uint8_t *hdr, size_t len, const uint8_t sk[64])
+{
+    if (len < 56 + MSG_SIG_LEN) return;
+    crypto_sign_detached(hdr + len - MSG_SIG_LEN, NULL, hdr, len - MSG_SIG_LEN, sk);
+}
+
+int msg_verify(const uint8_t *hdr, size_t len)
+{
+    if (len < 56 + MSG_SIG_LEN) return 0;
+    return crypto_sign_verify_detached(hdr + len - MSG_SIG_LEN, hdr, len - MSG_SIG_LEN, hdr + 16) ==
+           0;
+}
+
+/* "SWTM", version, the entry without its signature; returns the length. */
+static size_t member_sign_input(const msg_member_t *e, int state, uint8_t *buf, size_t cap)
+{
+    wbuf_t w = {.p = buf, .cap = cap};
+    w_bytes(&w, "SWTM", 4);
+    w_u(&w, MSG_VERSION, 1);
+    w_entry(&w, e, state);
+    return w.overflow ? 0 : w.n;
+}
+
+void msg_member_sign(msg_member_t *e, const uint8_t sk[64])
+{
+    uint8_t buf[4 + 1 + MEMBER_FIXED + MSG_ADDR_MAX];
+    size_t n = member_sign_input(e, e->state, buf, sizeof buf);
+    crypto_sign_detached(e->sig, NULL, buf, n, sk);
+}
+
+int msg_member_verify(const msg_member_t *e, int state)
+{
+    uint8_t buf[4 + 1 + MEMBER_FIXED + MSG_ADDR_MAX];
+    size_t n = member_sign_input(e, state, buf, sizeof buf);
+    return n && crypto_sign_verify_detached(e->sig, buf, n, e->id) == 0;
 }

@@ -17,13 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION     4
+#define MSG_VERSION     5
 #define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
 #define MSG_ADDR_MAX    255  /* longest endpoint string */
 #define MSG_TEXT_MAX    1024 /* longest error / reason text */
 #define MSG_ROUTE_MAX   64   /* most stages a route may name */
 #define MSG_HEADER_MAX  4096 /* no header is longer */
 #define MSG_MEMBERS_MAX 1024 /* most member entries in one table */
+#define MSG_SIG_LEN     64   /* an Ed25519 signature */
 
 typedef enum {
     MSG_HELLO = 1,       /* joiner -> any peer: here I am, tell me the swarm */
@@ -77,6 +78,7 @@ typedef struct {
      * checkpoints, newest first, 0 for none (a step-0 checkpoint holds nothing learned);
      * all 0 otherwise */
     int64_t ckpt[MSG_CKPT_MAX];
+    uint8_t sig[MSG_SIG_LEN]; /* the owner's Ed25519 signature of the entry (msg_member_sign) */
 } msg_member_t;
 
 /* FWD flags: a re-run of a microbatch some pool lost; only pools that miss it count it. */
@@ -119,6 +121,8 @@ typedef struct {
     /* ERROR, LEAVE, NACK */
     int16_t code;
     char text[MSG_TEXT_MAX + 1];
+    /* HELLO, LEAVE: the sender's signature of the header's other octets (msg_sign) */
+    uint8_t sig[MSG_SIG_LEN];
 } msg_t;
 
 /* Number of payload frames a type carries. */
@@ -137,6 +141,25 @@ int msg_members_encode(const msg_member_t *v, int n, uint8_t *buf, size_t cap, s
                        char *err);
 /* Decodes at most max entries into v; *n receives the count. */
 int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max, int *n, char *err);
+
+/* Signed control messages (HELLO, LEAVE): their header ends with a 64-octet Ed25519
+ * signature, by the sender's key, of every octet before it; `seq` is the sender's control
+ * counter, which a receiver accepts only when greater than the last it accepted from that
+ * sender (members.h). msg_signed says whether a type is one. msg_sign fills the last 64
+ * octets of an encoded header; msg_verify checks them against the header's sender. A new
+ * control type (a rebalancing or recovery decision) joins by being added to msg_signed and
+ * given a `sig` field at the end of its header: net.c signs it whichever thread sends it,
+ * and checks signature and counter on receipt. */
+int msg_signed(int type);
+void msg_sign(uint8_t *hdr, size_t len, const uint8_t sk[64]);
+int msg_verify(const uint8_t *hdr, size_t len);
+
+/* A member entry's signature covers "SWTM", the version octet and the entry encoded as
+ * in a table without its signature. msg_member_sign fills e->sig with the owner's key;
+ * msg_member_verify checks e->sig against e->id, reading e->state as `state` (a relayed
+ * probe candidate says DEAD where its owner signed another state). 1 valid, 0 not. */
+void msg_member_sign(msg_member_t *e, const uint8_t sk[64]);
+int msg_member_verify(const msg_member_t *e, int state);
 
 /* Name of a type for logs ("FWD"), "?" if unknown. */
 const char *msg_type_name(int type);

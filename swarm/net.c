@@ -16,6 +16,7 @@
  * entry carries its DEALER (entry->user), opened when it comes up, closed when it
  * goes down. */
 #include "swarm/net.h"
+#include "swarm/auth.h"
 #include "swarm/members.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -23,10 +24,17 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sodium.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
+
+/* The last refusals kept for status. */
+#define NET_REFUSALS 8
+/* With an allowlist, a HELLO goes to the bootstrap once per listed key, this many at a time. */
+#define NET_HELLO_TRIES 128
 
 struct net {
     void *ctx;
@@ -44,8 +52,19 @@ struct net {
     uint8_t id[MSG_ID_LEN];
     double t0;
     int quit;
+    /* security: signing key, CURVE and the ZAP handler (auth.h) */
+    int signing;
+    uint8_t sk[64];
+    const auth_t *auth;
+    void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
+    uint64_t ctl_seq, refused, forged_seen;
+    int hello_round;
+    struct {
+        char key[65], addr[64];
+    } refusals[NET_REFUSALS];
+    int nrefusals;
     /* compute thread state */
-    uint64_t c_swarm, c_seq;
+    uint64_t c_swarm, c_seq, c_ctl_seq;
     zmq_msg_t frames[6];
     int nframes_held;
     msg_member_t *view;
@@ -97,13 +116,19 @@ static msg_member_t *me(struct net *n)
     return &members_at(n->mem, 0)->m;
 }
 
-static void *new_dealer(struct net *n, const char *addr)
+/* A DEALER to addr, whose peer id is server (the CURVE server key with an allowlist). */
+static void *new_dealer(struct net *n, const char *addr, const uint8_t server[MSG_ID_LEN])
 {
     void *d = zmq_socket(n->ctx, ZMQ_DEALER);
     int zero = 0, hwm = 10000;
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(d, ZMQ_ROUTING_ID, n->id, MSG_ID_LEN);
+    if (n->auth && auth_client(n->auth, d, server)) {
+        log_warn("net: cannot set up CURVE for %s", addr);
+        zmq_close(d);
+        return NULL;
+    }
     if (zmq_connect(d, addr) < 0) {
         log_warn("net: cannot connect to %s: %s", addr, zmq_strerror(zmq_errno()));
         zmq_close(d);
@@ -117,7 +142,7 @@ static void member_up(void *ctx, members_entry_t *e)
 {
     struct net *n = ctx;
     if (e->user) zmq_close(e->user);
-    e->user = new_dealer(n, e->m.addr);
+    e->user = new_dealer(n, e->m.addr, e->m.id);
 }
 
 static void member_down(void *ctx, members_entry_t *e, const char *why)
@@ -137,10 +162,20 @@ static size_t fill_header(struct net *n, msg_t *m, uint8_t *buf, size_t cap)
     m->swarm = n->swarm;
     memcpy(m->sender, n->id, MSG_ID_LEN);
     m->seq = ++n->seq;
+    if (msg_signed(m->type)) {
+        /* The control counter outlives the process: microseconds of the wall clock,
+         * strictly increasing, so a restarted peer's HELLO is not taken for a replay. */
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        uint64_t us = (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+        n->ctl_seq = us > n->ctl_seq ? us : n->ctl_seq + 1;
+        m->seq = n->ctl_seq;
+    }
     if (msg_encode(m, buf, cap, &len, err)) {
         log_error("net: %s", err);
         return 0;
     }
+    if (msg_signed(m->type) && n->signing) msg_sign(buf, len, n->sk);
     return len;
 }
 
@@ -201,7 +236,9 @@ static void gossip(struct net *n, double now)
             if (members_at(n->mem, i)->alive)
                 send_to(n, members_at(n->mem, i), hdr, hlen, 1, pl, &tlen);
         int pi = members_probe(n->mem, now, NET_FORGET_S, n->seq * 0x9e3779b97f4a7c15ULL);
-        void *d = pi > 0 ? new_dealer(n, members_at(n->mem, pi)->m.addr) : NULL;
+        void *d = pi > 0
+                      ? new_dealer(n, members_at(n->mem, pi)->m.addr, members_at(n->mem, pi)->m.id)
+                      : NULL;
         if (d) {
             const void *data[2] = {hdr, table};
             size_t len[2] = {hlen, tlen};
@@ -286,9 +323,96 @@ static char *status_json(struct net *n, size_t *len)
         else
             fprintf(f, "null}");
     }
+    fprintf(f, "],\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
+            !n->auth                               ? "none"
+            : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key"
+                                                   : "allowlist",
+            (unsigned long long)n->refused, (unsigned long long)members_forged(n->mem));
+    for (int i = 0; i < n->nrefusals && i < NET_REFUSALS; i++) {
+        fprintf(f, "%s{\"key\":\"%s\",\"addr\":", i ? "," : "", n->refusals[i].key);
+        json_str(f, n->refusals[i].addr);
+        fprintf(f, "}");
+    }
     fprintf(f, "]}");
     fclose(f);
     return buf;
+}
+
+/* A CURVE handshake that failed before ZAP could judge it: with a swarm key, a client
+ * without the key cannot even address the server (CurveZMQ reveals a client's long-term
+ * key only after the server proved itself), so this is the only trace of it: counted,
+ * without a key or an address. (With an allowlist these are not counted: joiners and the
+ * status tool try every listed key, and all but one fail here by design.) */
+static void on_monitor(struct net *n)
+{
+    zmq_msg_t parts[2];
+    int np = recv_parts(n->mon, parts, 2);
+    if (np < 0) return;
+    if (np >= 1 && zmq_msg_size(&parts[0]) >= 6 && auth_mode(n->auth) == AUTH_SWARM_KEY) {
+        uint16_t ev;
+        memcpy(&ev, zmq_msg_data(&parts[0]), 2);
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            n->refused++;
+            int slot = n->nrefusals++ % NET_REFUSALS;
+            snprintf(n->refusals[slot].key, sizeof n->refusals[slot].key, "unknown");
+            snprintf(n->refusals[slot].addr, sizeof n->refusals[slot].addr, "unknown");
+            if (n->refused <= 20 || n->refused % 100 == 0)
+                log_warn("net: refused a connection: its CURVE handshake failed (no swarm key; "
+                         "%llu refused)",
+                         (unsigned long long)n->refused);
+        }
+    }
+    close_parts(parts, np, 2);
+}
+
+/* ---- ZAP (RFC 27): the handshake's admission, answered from the network thread --------- */
+
+static void on_zap(struct net *n)
+{
+    zmq_msg_t parts[8];
+    int np = recv_parts(n->zap, parts, 8);
+    if (np < 0) return;
+    const char *code = "400", *text = "not a member";
+    char uid[65] = "";
+    if (np >= 7 && np <= 8 && zmq_msg_size(&parts[5]) == 5 &&
+        !memcmp(zmq_msg_data(&parts[5]), "CURVE", 5) && zmq_msg_size(&parts[6]) == 32) {
+        uint8_t id[MSG_ID_LEN];
+        if (auth_admit(n->auth, zmq_msg_data(&parts[6]), id)) {
+            code = "200", text = "OK";
+            if (auth_mode(n->auth) == AUTH_ALLOW)
+                auth_hex(id, uid);
+            else
+                snprintf(uid, sizeof uid, "swarm");
+        } else {
+            char key[65], addr[64];
+            size_t al = zmq_msg_size(&parts[3]);
+            if (al >= sizeof addr) al = sizeof addr - 1;
+            memcpy(addr, zmq_msg_data(&parts[3]), al);
+            addr[al] = 0;
+            auth_hex(zmq_msg_data(&parts[6]), key);
+            n->refused++;
+            int slot = n->nrefusals++ % NET_REFUSALS;
+            snprintf(n->refusals[slot].key, sizeof n->refusals[slot].key, "%s", key);
+            snprintf(n->refusals[slot].addr, sizeof n->refusals[slot].addr, "%s", addr);
+            if (n->refused <= 20 || n->refused % 100 == 0)
+                log_warn("net: refused a connection from %s: CURVE key %s is not %s (%llu refused)",
+                         addr, key,
+                         auth_mode(n->auth) == AUTH_ALLOW ? "on the allowlist" : "the swarm's",
+                         (unsigned long long)n->refused);
+        }
+    }
+    if (np >= 2 && np <= 8) {
+        const void *data[6] = {"1.0", zmq_msg_data(&parts[1]), code, text, uid, ""};
+        size_t len[6] = {3, zmq_msg_size(&parts[1]), 3, strlen(text), strlen(uid), 0};
+        send_frames(n->zap, 6, data, len, 0);
+    } else {
+        /* a REP socket must answer something; a malformed request gets a refusal */
+        const void *data[6] = {"1.0", "", "400", "malformed", "", ""};
+        size_t len[6] = {3, 0, 3, 9, 0, 0};
+        send_frames(n->zap, 6, data, len, 0);
+    }
+    close_parts(parts, np, 8);
 }
 
 /* ---- the thread ---------------------------------------------------------------------- */
@@ -337,6 +461,29 @@ static void on_router(struct net *n)
                  msg_type_name(m.type));
         goto reject_err;
     }
+    /* With an allowlist the connection's CURVE key names the sender (the ZAP user id). */
+    if (n->auth && auth_mode(n->auth) == AUTH_ALLOW) {
+        const char *uid = zmq_msg_gets(&parts[1], "User-Id");
+        char hex[65];
+        if (!uid || strcmp(uid, auth_hex(m.sender, hex))) {
+            snprintf(err, sizeof err, "%s whose sender is not the key of its connection",
+                     msg_type_name(m.type));
+            goto reject_err;
+        }
+    }
+    /* Signed control: HELLO and LEAVE carry the sender's signature and a counter that only
+     * goes up; a forged or replayed one is refused. */
+    if (msg_signed(m.type) && n->signing) {
+        if (!msg_verify(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]))) {
+            snprintf(err, sizeof err, "%s with a bad signature", msg_type_name(m.type));
+            goto reject_warn;
+        }
+        if (!members_control(n->mem, m.sender, m.seq)) {
+            snprintf(err, sizeof err, "%s replayed (counter %llu)", msg_type_name(m.type),
+                     (unsigned long long)m.seq);
+            goto reject_warn;
+        }
+    }
     if (m.type == MSG_HELLO) {
         if (!n->run_text || !n->swarm) goto done; /* not ready to welcome anyone */
         members_entry_t *e = members_at(n->mem, members_hello(n->mem, &m, clock_now()));
@@ -364,6 +511,17 @@ static void on_router(struct net *n)
         }
         members_merge(n->mem, v, k, clock_now());
         free(v);
+        uint64_t forged = members_forged(n->mem);
+        if (forged > n->forged_seen) { /* entries not signed by the member they describe */
+            char hex[9];
+            n->rejected += forged - n->forged_seen;
+            me(n)->rejected += forged - n->forged_seen;
+            log_warn("net: ignored %llu member entr%s in a %s from %s: not signed by the member",
+                     (unsigned long long)(forged - n->forged_seen),
+                     forged - n->forged_seen == 1 ? "y" : "ies", msg_type_name(m.type),
+                     msg_id_short(m.sender, hex));
+            n->forged_seen = forged;
+        }
         if (m.type == MSG_GOSSIP) goto done;
     }
     if (m.type == MSG_LEAVE) {
@@ -382,6 +540,9 @@ static void on_router(struct net *n)
     goto done;
 reject:
     snprintf(err, sizeof err, "a message of %d frames", np);
+    goto reject_err;
+reject_warn:
+    log_warn("net: rejected: %s", err);
 reject_err:
     n->rejected++;
     me(n)->rejected++;
@@ -420,16 +581,29 @@ static void on_compute(struct net *n)
         ep[l] = 0;
         int16_t stage;
         memcpy(&stage, zmq_msg_data(&parts[2]), sizeof stage);
-        void *d = new_dealer(n, ep);
-        if (!d) break;
         uint8_t hdr[MSG_HEADER_MAX];
         msg_t m = {.type = MSG_HELLO, .stage = stage};
         snprintf(m.addr, sizeof m.addr, "%s", me(n)->addr);
         size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
-        int linger = 2000;
-        zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_send(d, hdr, hlen, 0);
-        zmq_close(d); /* lingers until the HELLO is out */
+        /* With an allowlist the bootstrap's key is one of the listed: one HELLO per
+         * candidate, of which only the right one completes a CURVE handshake. */
+        const uint8_t(*cand)[MSG_ID_LEN] = NULL;
+        static const uint8_t none[1][MSG_ID_LEN];
+        int nc = n->auth ? auth_candidates(n->auth, &cand) : 1;
+        if (!n->auth) cand = none;
+        /* at most NET_HELLO_TRIES sockets per HELLO; a long list is walked over retries */
+        int first = nc > NET_HELLO_TRIES ? (n->hello_round++ * NET_HELLO_TRIES) % nc : 0;
+        for (int t = 0; t < nc && t < NET_HELLO_TRIES; t++) {
+            int c = (first + t) % nc;
+            if (n->auth && auth_mode(n->auth) == AUTH_ALLOW && !memcmp(cand[c], n->id, MSG_ID_LEN))
+                continue;
+            void *d = new_dealer(n, ep, cand[c]);
+            if (!d) continue;
+            int linger = 2000;
+            zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+            zmq_send(d, hdr, hlen, 0);
+            zmq_close(d); /* lingers until the HELLO is out */
+        }
         break;
     }
     case 'M':
@@ -478,10 +652,15 @@ static void *net_thread(void *arg)
     struct net *n = arg;
     double next = clock_now();
     while (!n->quit) {
-        zmq_pollitem_t items[2] = {{n->router, 0, ZMQ_POLLIN, 0}, {n->pair_n, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[4] = {{n->router, 0, ZMQ_POLLIN, 0},
+                                   {n->pair_n, 0, ZMQ_POLLIN, 0},
+                                   {n->zap, 0, ZMQ_POLLIN, 0},
+                                   {n->mon, 0, ZMQ_POLLIN, 0}};
         long wait = (long)((next - clock_now()) * 1000);
         if (wait < 0) wait = 0;
-        if (zmq_poll(items, 2, wait) < 0 && zmq_errno() != EINTR) break;
+        if (zmq_poll(items, n->zap ? 4 : 2, wait) < 0 && zmq_errno() != EINTR) break;
+        if (n->zap && (items[2].revents & ZMQ_POLLIN)) on_zap(n);
+        if (n->zap && (items[3].revents & ZMQ_POLLIN)) on_monitor(n);
         if (items[0].revents & ZMQ_POLLIN) on_router(n);
         if (items[1].revents & ZMQ_POLLIN) on_compute(n);
         if (clock_now() >= next) {
@@ -507,8 +686,13 @@ static void *net_thread(void *arg)
         if (e->user) zmq_close(e->user);
         e->user = NULL;
     }
+    if (n->mon) {
+        zmq_socket_monitor(n->router, NULL, 0);
+        zmq_close(n->mon);
+    }
     zmq_close(n->router);
     zmq_close(n->pair_n);
+    if (n->zap) zmq_close(n->zap);
     return NULL;
 }
 
@@ -526,8 +710,39 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     n->run_text = cfg->run_text ? strdup(cfg->run_text) : NULL;
     memcpy(n->id, cfg->id, MSG_ID_LEN);
     n->t0 = clock_now();
-    n->router = zmq_socket(n->ctx, ZMQ_ROUTER);
     int zero = 0, one = 1;
+    if (cfg->sk) {
+        memcpy(n->sk, cfg->sk, sizeof n->sk);
+        n->signing = 1;
+    }
+    n->auth = cfg->auth;
+    if (n->auth) {
+        /* The ZAP handler must be bound before any CURVE server socket of the context. */
+        n->zap = zmq_socket(n->ctx, ZMQ_REP);
+        zmq_setsockopt(n->zap, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_bind(n->zap, "inproc://zeromq.zap.01") < 0) {
+            status_set(err, STATUS_ENET, "net: ZAP handler: %s", zmq_strerror(zmq_errno()));
+            goto fail;
+        }
+    }
+    n->router = zmq_socket(n->ctx, ZMQ_ROUTER);
+    if (n->auth && auth_server(n->auth, n->router)) {
+        status_set(err, STATUS_ENET, "net: CURVE server: %s", zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    if (n->auth) {
+        char mon[64];
+        snprintf(mon, sizeof mon, "inproc://net-mon-%p", (void *)n);
+        n->mon = zmq_socket(n->ctx, ZMQ_PAIR);
+        zmq_setsockopt(n->mon, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_socket_monitor(n->router, mon,
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) ||
+            zmq_connect(n->mon, mon)) {
+            status_set(err, STATUS_ENET, "net: monitor: %s", zmq_strerror(zmq_errno()));
+            goto fail;
+        }
+    }
     zmq_setsockopt(n->router, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(n->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     /* A peer that reconnects (its HELLO socket, then its member socket; or a restart)
@@ -549,8 +764,18 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     memcpy(self.id, cfg->id, MSG_ID_LEN);
     snprintf(self.addr, sizeof self.addr, "%s", cfg->advertise ? cfg->advertise : bound);
     members_hooks_t hooks = {.ctx = n, .up = member_up, .down = member_down};
-    n->mem = members_new(&self, clock_now(), &hooks, err); /* heartbeat 1 */
+    n->mem = members_new(&self, clock_now(), &hooks, err);
     if (!n->mem) goto fail;
+    /* The heartbeat starts at the wall clock's milliseconds: a restarted peer's entries win
+     * over those of its previous life, and a recorded (signed) entry of that life cannot
+     * be replayed over the new one. */
+    {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        members_at(n->mem, 0)->m.heartbeat =
+            (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
+    }
+    if (n->signing) members_set_signing(n->mem, n->sk);
     snprintf(n->endpoint_inproc, sizeof n->endpoint_inproc, "inproc://net-%p", (void *)n);
     n->pair_n = zmq_socket(n->ctx, ZMQ_PAIR);
     n->pair_c = zmq_socket(n->ctx, ZMQ_PAIR);
@@ -566,6 +791,9 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
 nomem:
     status_set(err, STATUS_ENOMEM, "net: out of memory");
 fail:
+    if (n->mon) zmq_close(n->mon);
+    if (n->zap) zmq_close(n->zap);
+    n->zap = n->mon = NULL;
     if (n->router) zmq_close(n->router);
     if (n->pair_n) zmq_close(n->pair_n);
     if (n->pair_c) zmq_close(n->pair_c);
@@ -597,6 +825,7 @@ void net_stop(net_t **np)
     members_destroy(&n->mem);
     free(n->run_text);
     free(n->view);
+    sodium_memzero(n->sk, sizeof n->sk);
     free(n);
     *np = NULL;
 }
@@ -612,8 +841,16 @@ int net_send(net_t *n, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
     m->seq = (1ULL << 63) | ++n->c_seq;
     m->swarm = n->c_swarm;
     memcpy(m->sender, n->id, MSG_ID_LEN);
+    if (msg_signed(m->type)) { /* a signed control message from the peer: its own counter */
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        uint64_t us = (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+        n->c_ctl_seq = us > n->c_ctl_seq ? us : n->c_ctl_seq + 1;
+        m->seq = n->c_ctl_seq;
+    }
     int rc = msg_encode(m, hdr, sizeof hdr, &hlen, err);
     if (rc) return rc;
+    if (msg_signed(m->type) && n->signing) msg_sign(hdr, hlen, n->sk); /* sk: read-only */
     const void *data[6] = {"S", dest, hdr};
     size_t len[6] = {1, MSG_ID_LEN, hlen};
     for (int i = 0; i < nframes; i++) data[3 + i] = frames[i], len[3 + i] = lens[i];

@@ -37,6 +37,12 @@ typedef struct {
     double timeout_s;     /* silence that makes a member dead (3) */
     const char *run_text; /* sent in WELCOME; NULL until known */
     msg_member_t self;    /* initial self entry (stage, state) */
+    const uint8_t *sk;    /* the Ed25519 secret key of id (64 octets): signs this peer's
+                           * table entry, HELLO and LEAVE (copied); NULL: nothing signed
+                           * or checked (tests of the unsigned protocol only) */
+    const struct auth *auth; /* CURVE on every socket and a ZAP handler admitting only
+                              * the swarm key's holders or the allowlist (auth.h); NULL:
+                              * ZeroMQ's NULL mechanism. Borrowed: outlives the net. */
 } net_config_t;
 
 

@@ -1,39 +1,30 @@
-/* status_client.c — one STATUS_REQ / STATUS_REP round trip over a DEALER socket. */
+/* status_client.c — one STATUS_REQ / STATUS_REP round trip over a DEALER socket, or, with
+ * CURVE (auth.h), over one DEALER per candidate server key: with an allowlist the tool does
+ * not know which listed key the endpoint has, and only the right one completes a handshake. */
 #include "swarm/status_client.h"
+#include "common/clock.h"
 #include "common/status.h"
+#include "swarm/auth.h"
 #include "swarm/msg.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
-int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char *err)
+/* With an allowlist the tool tries the first this many listed keys as the peer's. */
+#define STATUS_CLIENT_TRIES 256
+
+/* Reads one answer from s; 0, or a status. */
+static int read_answer(void *s, char **json, char *err)
 {
-    int rc = 0, zero = 0;
-    *json = NULL;
-    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
-    if (zmq_connect(s, endpoint) < 0) {
-        rc = status_set(err, STATUS_EINVAL, "cannot connect to %s: %s", endpoint,
-                        zmq_strerror(zmq_errno()));
-        goto done;
-    }
-    msg_t m = {.type = MSG_STATUS_REQ};
-    uint8_t hdr[MSG_HEADER_MAX];
-    size_t len;
-    if ((rc = msg_encode(&m, hdr, sizeof hdr, &len, err))) goto done;
-    zmq_send(s, hdr, len, 0);
     zmq_msg_t part;
-    int n = 0;
     msg_t reply;
+    int rc = 0, n = 0;
     for (int more = 1; more; n++) {
         zmq_msg_init(&part);
         if (zmq_msg_recv(&part, s, 0) < 0) {
             zmq_msg_close(&part);
-            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms", endpoint,
-                            timeout_ms);
-            goto done;
+            return status_set(err, STATUS_EMALFORMED, "status answer cut short");
         }
         more = zmq_msg_more(&part);
         if (n == 0 && (msg_decode(zmq_msg_data(&part), zmq_msg_size(&part), &reply, err) ||
@@ -49,8 +40,71 @@ int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char 
         zmq_msg_close(&part);
     }
     if (!rc && !*json) rc = status_set(err, STATUS_EMALFORMED, "status answer without a body");
+    return rc;
+}
+
+int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeout_ms, char **json,
+                             char *err)
+{
+    int rc = 0, zero = 0, ns = 0;
+    *json = NULL;
+    const uint8_t(*cand)[AUTH_ID_LEN] = NULL;
+    int nc = auth ? auth_candidates(auth, &cand) : 1;
+    if (nc > STATUS_CLIENT_TRIES)
+        nc = STATUS_CLIENT_TRIES; /* sockets, not handshakes, are the cost */
+    void *ctx = zmq_ctx_new();
+    void **s = calloc((size_t)nc, sizeof *s);
+    zmq_pollitem_t *items = calloc((size_t)nc, sizeof *items);
+    msg_t m = {.type = MSG_STATUS_REQ};
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t len;
+    if (!s || !items) {
+        rc = status_set(err, STATUS_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = msg_encode(&m, hdr, sizeof hdr, &len, err))) goto done;
+    for (int i = 0; i < nc; i++) {
+        void *d = zmq_socket(ctx, ZMQ_DEALER);
+        zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+        if (auth && auth_client(auth, d, cand[i])) {
+            zmq_close(d);
+            continue;
+        }
+        if (zmq_connect(d, endpoint) < 0) {
+            rc = status_set(err, STATUS_EINVAL, "cannot connect to %s: %s", endpoint,
+                            zmq_strerror(zmq_errno()));
+            zmq_close(d);
+            goto done;
+        }
+        zmq_send(d, hdr, len, ZMQ_DONTWAIT);
+        s[ns] = d;
+        items[ns] = (zmq_pollitem_t){d, 0, ZMQ_POLLIN, 0};
+        ns++;
+    }
+    double end = clock_now() + timeout_ms / 1000.0;
+    for (;;) {
+        long wait = (long)((end - clock_now()) * 1000);
+        if (wait <= 0 || zmq_poll(items, ns, wait) <= 0) {
+            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms%s",
+                            endpoint, timeout_ms,
+                            auth ? " (a CURVE handshake the peer refuses looks the same)" : "");
+            goto done;
+        }
+        for (int i = 0; i < ns; i++)
+            if (items[i].revents & ZMQ_POLLIN) {
+                rc = read_answer(s[i], json, err);
+                goto done;
+            }
+    }
 done:
-    zmq_close(s);
+    for (int i = 0; s && i < ns; i++) zmq_close(s[i]);
+    free(s);
+    free(items);
     zmq_ctx_term(ctx);
     return rc;
+}
+
+int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char *err)
+{
+    return status_client_fetch_auth(endpoint, NULL, timeout_ms, json, err);
 }

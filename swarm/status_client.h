@@ -10,4 +10,11 @@
  * is a 0-terminated string the caller frees. STATUS_ETIMEOUT when nobody answers. */
 int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char *err);
 
+/* The same over CURVE (auth.h; NULL: as status_client_fetch). With an allowlist, auth must
+ * carry an identity on the peer's allowlist (auth_set_identity); the tool tries the
+ * listed keys (the first 256) as the peer's at once. */
+struct auth;
+int status_client_fetch_auth(const char *endpoint, const struct auth *auth, int timeout_ms,
+                             char **json, char *err);
+
 #endif

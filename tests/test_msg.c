@@ -22,7 +22,7 @@
 /* Sizes the spec gives (docs/protocol.md, sections 5 and 6). */
 #define COMMON_LEN   56
 #define MB_LEN       15
-#define MEMBER_FIXED 137
+#define MEMBER_FIXED 201 /* 113 + 3 checkpoint steps + the owner's 64-octet signature */
 
 /* ---- an independent encoder, written from the spec's tables ----------------------- */
 
@@ -160,6 +160,7 @@ static void spec_encode(bb_t *b, const msg_t *m, const wire_opts_t *o)
     default:
         break;
     }
+    if (m->type == MSG_HELLO || m->type == MSG_LEAVE) put(b, m->sig, MSG_SIG_LEN); /* signed */
 }
 
 static void spec_member(bb_t *b, const msg_member_t *e, long addr_len)
@@ -180,6 +181,7 @@ static void spec_member(bb_t *b, const msg_member_t *e, long addr_len)
     put_u(b, e->rejected, 8);
     put_u(b, e->uptime_s, 4);
     for (int c = 0; c < MSG_CKPT_MAX; c++) put_u(b, (uint64_t)e->ckpt[c], 8);
+    put(b, e->sig, MSG_SIG_LEN);
 }
 
 static void spec_members(bb_t *b, const msg_member_t *v, int n)
@@ -222,6 +224,7 @@ static msg_t sample(int type)
     m.code = -7;
     snprintf(m.text, sizeof m.text, "reason for %s", msg_type_name(type));
     if (type == MSG_STATE_REQ) m.step = -1; /* "the state you hold now" */
+    for (int j = 0; j < MSG_SIG_LEN; j++) m.sig[j] = (uint8_t)(0xc0 ^ j);
     return m;
 }
 
@@ -285,6 +288,7 @@ static msg_t expected(const msg_t *s)
     default:
         break;
     }
+    if (s->type == MSG_HELLO || s->type == MSG_LEAVE) memcpy(e.sig, s->sig, MSG_SIG_LEN);
     return e;
 }
 
@@ -294,7 +298,7 @@ static size_t spec_len(const msg_t *m)
     size_t r = (size_t)m->nroute * MSG_ID_LEN;
     switch (m->type) {
     case MSG_HELLO:
-        return COMMON_LEN + 2 + strlen(m->addr) + 2;
+        return COMMON_LEN + 2 + strlen(m->addr) + 2 + MSG_SIG_LEN;
     case MSG_WELCOME:
         return COMMON_LEN + 2 + strlen(m->addr);
     case MSG_FWD:
@@ -313,6 +317,7 @@ static size_t spec_len(const msg_t *m)
     case MSG_STATE_REP:
         return COMMON_LEN + 62;
     case MSG_LEAVE:
+        return COMMON_LEN + 2 + 2 + strlen(m->text) + MSG_SIG_LEN;
     case MSG_ERROR:
         return COMMON_LEN + 2 + 2 + strlen(m->text);
     default:
@@ -340,6 +345,7 @@ static msg_member_t sample_member(int i)
     e.rejected = 2u * (uint64_t)i;
     e.uptime_s = 3600u + (uint32_t)i;
     for (int c = 0; c < MSG_CKPT_MAX; c++) e.ckpt[c] = i % 2 ? 900 + i - 50 * c : 0;
+    for (int j = 0; j < MSG_SIG_LEN; j++) e.sig[j] = (uint8_t)(i * 7 + j);
     return e;
 }
 
@@ -448,6 +454,7 @@ static void assert_member_equal(const msg_member_t *a, const msg_member_t *b)
     assert_true(a->retries == b->retries);
     assert_true(a->rejected == b->rejected);
     assert_int_equal(a->uptime_s, b->uptime_s);
+    assert_memory_equal(a->sig, b->sig, MSG_SIG_LEN);
 }
 
 /* ---- layout and round trips -------------------------------------------------------- */
@@ -494,7 +501,7 @@ static void test_golden_step_done(void **state)
     m.step = 42;
     static const uint8_t want[] = {
         0x53, 0x57, 0x54,                               /* "SWT" */
-        0x04,                                           /* version */
+        0x05,                                           /* version */
         0x09,                                           /* type STEP_DONE */
         0x01,                                           /* flags: run finished */
         0x00, 0x00,                                     /* reserved */
@@ -820,9 +827,9 @@ static void test_version(void **state)
         spec_encode(b, &m, NULL);
         assert_int_equal(decode_bb(b, &got), 0);
     }
-    /* the version is judged before anything after it: "SWT" 5 alone, or with junk */
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x05", 4, &got), STATUS_EVERSION);
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x05\xff\xff\xff", 7, &got),
+    /* the version is judged before anything after it: "SWT" 6 alone, or with junk */
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x06", 4, &got), STATUS_EVERSION);
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x06\xff\xff\xff", 7, &got),
                      STATUS_EVERSION);
     assert_int_equal(decode_exact((const uint8_t *)"SWT", 3, &got), STATUS_EMALFORMED);
     free(b);

@@ -12,6 +12,7 @@ int cmd_status(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 /* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm|demo` */
 int bench_model(int argc, char **argv);

@@ -8,6 +8,7 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "swarm/auth.h"
 #include "swarm/status_client.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
@@ -47,7 +48,9 @@ enum {
     O_CHURN_KILLS,
     O_FAULT_SEED,
     O_KILL_STAGE,
-    O_RESUME
+    O_RESUME,
+    O_SECURE,
+    O_POISON
 };
 
 typedef struct {
@@ -64,7 +67,14 @@ typedef struct {
     int kill_stage, kill_stage_step; /* --kill-stage: every peer of a stage, from outside */
     int resume;                      /* --resume DIR: the swarm in DIR restarts from its stores */
     const char *peer_timeout;
+    int secure;           /* --secure: CURVE with a swarm key made in the run directory */
+    char swarm_key[600];  /* ... its path */
+    int poison_peer;      /* tests only: this peer sends poisoned DeMo messages */
+    char poison_kind[16]; /* ... of this kind (peer --poison) */
 } local_opts_t;
+
+/* The swarm key, for local's own status requests (--secure). */
+static auth_t *local_auth;
 
 typedef struct {
     pid_t pid;
@@ -141,6 +151,15 @@ static int local_option(void *ctx, int c, const char *arg)
         }
         return 0;
     }
+    case O_SECURE:
+        lo->secure = 1;
+        return 0;
+    case O_POISON:
+        if (sscanf(arg, "%d:%15s", &lo->poison_peer, lo->poison_kind) != 2 || lo->poison_peer < 0) {
+            fprintf(stderr, "swarmtrain local: --poison PEER:nan|huge|index|mix\n");
+            return -1;
+        }
+        return 0;
     case O_JOIN:
         return run_opts_int("--join-at", arg, 0, &lo->join_step);
     case O_JOINSTAGE:
@@ -185,12 +204,12 @@ static int free_port(void)
  * with it. */
 static int local_only(const char *a, int *takes_arg)
 {
-    static const char *with_arg[] = {"--peers",        "--dir",        "--in-flight",
-                                     "--kill",         "--join-at",    "--join-stage",
-                                     "--peer-timeout", "--churn",      "--churn-kills",
-                                     "--fault-seed",   "--kill-stage",   "--resume"};
+    static const char *with_arg[] = {"--peers",       "--dir",        "--in-flight",    "--kill",
+                                     "--join-at",     "--join-stage", "--peer-timeout", "--churn",
+                                     "--churn-kills", "--fault-seed", "--poison",       "--kill-stage",
+                                     "--resume"};
     *takes_arg = 0;
-    if (!strcmp(a, "--quiet") || !strcmp(a, "--revive")) return 1;
+    if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
         size_t n = strlen(with_arg[i]);
         if (!strncmp(a, with_arg[i], n) && (a[n] == 0 || a[n] == '=')) {
@@ -231,6 +250,9 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
     snprintf(db, sizeof db, "%s/peer%d.db", lo->dir, db_idx);
     args[n++] = "--db", args[n++] = db;
     if (lo->peer_timeout) args[n++] = "--peer-timeout", args[n++] = (char *)lo->peer_timeout;
+    if (lo->secure) args[n++] = "--swarm-key", args[n++] = (char *)lo->swarm_key;
+    if (lo->poison_kind[0] && idx == lo->poison_peer)
+        args[n++] = "--poison", args[n++] = (char *)lo->poison_kind;
     for (int i = 1; i < argc && n < 250; i++) {
         int takes;
         if (local_only(argv[i], &takes)) {
@@ -307,7 +329,7 @@ static int fetch_view(child_t *ch, int n, view_t *v)
         if (ch[i].exited || ch[i].killed) continue;
         char ep[64], err[STATUS_ERR_LEN], *json = NULL;
         snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ch[i].port);
-        if (status_client_fetch(ep, 1000, &json, err)) continue;
+        if (status_client_fetch_auth(ep, local_auth, 1000, &json, err)) continue;
         memset(v, 0, sizeof *v);
         v->loss = NAN;
         int ok =
@@ -452,8 +474,15 @@ static int local_main(int argc, char **argv, int user0)
                                           {"churn-kills", required_argument, 0, O_CHURN_KILLS},
                                           {"fault-seed", required_argument, 0, O_FAULT_SEED},
                                           {"kill-stage", required_argument, 0, O_KILL_STAGE},
-                                          {"resume", required_argument, 0, O_RESUME}};
-    local_opts_t lo = {.peers = 4, .in_flight = 2, .kill_peer = -1, .join_step = -1, .kill_stage = -1};
+                                          {"resume", required_argument, 0, O_RESUME},
+                                          {"secure", no_argument, 0, O_SECURE},
+                                          {"poison", required_argument, 0, O_POISON}};
+    local_opts_t lo = {.peers = 4,
+                       .in_flight = 2,
+                       .kill_peer = -1,
+                       .join_step = -1,
+                       .poison_peer = -1,
+                       .kill_stage = -1};
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -500,7 +529,10 @@ static int local_main(int argc, char **argv, int user0)
             "                       it was started with (DIR/local.args; words given here win):\n"
             "                       the peers agree on the newest step every stage has a\n"
             "                       checkpoint of (see peer --resume)\n"
-            "  --quiet              no progress lines, only the summary\n"};
+            "  --quiet              no progress lines, only the summary\n"
+            "  --secure             CURVE on every connection with a swarm key made in the run\n"
+            "                       directory (DIR/swarm.key; peer --swarm-key): nobody without\n"
+            "                       it can connect (docs/protocol.md section 15)\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (lo.peers > MAX_PEERS / 2) {
@@ -549,6 +581,16 @@ static int local_main(int argc, char **argv, int user0)
         }
         if (f) fclose(f);
     }
+    if (lo.secure) {
+        snprintf(lo.swarm_key, sizeof lo.swarm_key, "%s/swarm.key", lo.dir);
+        char kerr[STATUS_ERR_LEN];
+        /* a resumed swarm keeps its key */
+        if (((!lo.resume || access(lo.swarm_key, R_OK)) && auth_swarm_keygen(lo.swarm_key, kerr)) ||
+            !(local_auth = auth_new(lo.swarm_key, NULL, kerr))) {
+            fprintf(stderr, "swarmtrain local: %s\n", kerr);
+            return 1;
+        }
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads =
         run.threads > 0 ? run.threads : (int)(cores / lo.peers > 1 ? cores / lo.peers : 1);
@@ -572,6 +614,7 @@ static int local_main(int argc, char **argv, int user0)
         ch[i].stage = i % S;
     }
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
+    if (lo.secure) printf("local: CURVE on every connection, swarm key %s\n", lo.swarm_key);
     if (lo.kill_random || lo.churn_rate > 0 || lo.kill_stage >= 0)
         printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo.fault_seed);
     fflush(stdout);
@@ -581,7 +624,7 @@ static int local_main(int argc, char **argv, int user0)
     char ep0[64], err[STATUS_ERR_LEN], *json = NULL;
     snprintf(ep0, sizeof ep0, "tcp://127.0.0.1:%d", ch[0].port);
     for (int tries = 0; tries < 50 && !interrupted; tries++) {
-        if (!status_client_fetch(ep0, 200, &json, err)) break;
+        if (!status_client_fetch_auth(ep0, local_auth, 200, &json, err)) break;
         clock_sleep(0.1);
     }
     free(json);
@@ -647,6 +690,16 @@ static int local_main(int argc, char **argv, int user0)
             }
         }
         if (!running) break;
+        /* the poisoned peer (tests): expelled, it may wait for its pool forever; once every
+         * honest peer is done, it is told to stop */
+        static int poison_stopped;
+        if (lo.poison_kind[0] && lo.poison_peer < n && running == 1 && !ch[lo.poison_peer].exited &&
+            !poison_stopped) {
+            printf("local: the honest peers are done; stopping the poisoned peer %d\n",
+                   lo.poison_peer);
+            kill(ch[lo.poison_peer].pid, SIGTERM);
+            poison_stopped = 1;
+        }
         if (interrupted) {
             fprintf(stderr, "local: stopping %d peers\n", running);
             for (int i = 0; i < n; i++)
@@ -857,7 +910,8 @@ static int local_main(int argc, char **argv, int user0)
     if (!unplanned) printf("local: no peer died unplanned\n");
     fflush(stdout);
     free(ch);
-    return isnan(val) || lost ? 1 : 0;
+    /* a poisoned member's refused messages lose its microbatches by design */
+    return isnan(val) || (lost && !lo.poison_kind[0]) ? 1 : 0;
 fail:
     fprintf(stderr, "swarmtrain local: cannot start peers: %s\n", strerror(errno));
     for (int i = 0; i < n; i++)

@@ -26,7 +26,11 @@ enum {
     O_WAIT,
     O_CKEVERY,
     O_CKBUDGET,
-    O_RESUME
+    O_RESUME,
+    O_KEY,
+    O_SWARMKEY,
+    O_ALLOW,
+    O_POISON
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -75,6 +79,29 @@ static int peer_option(void *ctx, int c, const char *arg)
         return run_opts_int("--checkpoint-every", arg, 0, &po->checkpoint_every);
     case O_CKBUDGET:
         return run_opts_budget(arg, &po->checkpoint_budget);
+    case O_KEY:
+        po->key_file = arg;
+        return 0;
+    case O_SWARMKEY:
+        po->swarm_key = arg;
+        return 0;
+    case O_ALLOW:
+        po->allow = arg;
+        return 0;
+    case O_POISON: /* tests only */
+        if (!strcmp(arg, "nan"))
+            po->poison = PEER_POISON_NAN;
+        else if (!strcmp(arg, "huge"))
+            po->poison = PEER_POISON_HUGE;
+        else if (!strcmp(arg, "index"))
+            po->poison = PEER_POISON_INDEX;
+        else if (!strcmp(arg, "mix"))
+            po->poison = PEER_POISON_MIX;
+        else {
+            fprintf(stderr, "swarmtrain peer: --poison: nan, huge, index or mix\n");
+            return 2;
+        }
+        return 0;
     default:
         return -1;
     }
@@ -104,7 +131,11 @@ int cmd_peer(int argc, char **argv)
                                           {"wait-peers", required_argument, 0, O_WAIT},
                                           {"checkpoint-every", required_argument, 0, O_CKEVERY},
                                           {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
-                                          {"resume", no_argument, 0, O_RESUME}};
+                                          {"resume", no_argument, 0, O_RESUME},
+                                          {"key", required_argument, 0, O_KEY},
+                                          {"swarm-key", required_argument, 0, O_SWARMKEY},
+                                          {"allow", required_argument, 0, O_ALLOW},
+                                          {"poison", required_argument, 0, O_POISON}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -137,7 +168,13 @@ int cmd_peer(int argc, char **argv)
             "                       has a checkpoint of; a stage with none is rebuilt from its\n"
             "                       neighbours (needs --db)\n"
             "  --stay               keep serving after the run's last step\n"
-            "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
+            "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"
+            "security (docs/protocol.md section 15):\n"
+            "  --key FILE           identity from `swarmtrain keygen` (default: the --db store's,\n"
+            "                       else a fresh one)\n"
+            "  --swarm-key FILE     CURVE on every connection; only holders of FILE may connect\n"
+            "  --allow FILE         CURVE on every connection; only the public keys listed in\n"
+            "                       FILE (one a line, hex) may connect\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "store/store.h"
+#include "swarm/auth.h"
 #include "swarm/status_client.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
@@ -45,6 +46,25 @@ static void peer_row(void *ctx, const json_obj_t *o)
            json_get(o, "rejected"));
 }
 
+static void refusal_row(void *ctx, const json_obj_t *o)
+{
+    (void)ctx;
+    printf("  refused key %s from %s\n", json_get(o, "key"), json_get(o, "addr"));
+}
+
+/* The top-level security fields (net.c): mechanism, refused handshakes, forged entries. */
+static void show_security(const char *json)
+{
+    const char *sec = strstr(json, "\"security\":\""), *ref = strstr(json, "\"refused\":"),
+               *forged = strstr(json, "\"forged\":");
+    if (!sec || !ref) return;
+    sec += 12;
+    printf("security: %.*s, %lld connection(s) refused at the handshake, %lld forged member "
+           "entr(ies) ignored\n",
+           (int)strcspn(sec, "\""), sec, atoll(ref + 10), forged ? atoll(forged + 9) : 0LL);
+    json_each(json, "refusals", refusal_row, NULL);
+}
+
 static int show(const char *json)
 {
     printf("pools:\n  %-6s %-6s %-12s %-8s %-8s\n", "stage", "peers", "samples/s", "step", "loss");
@@ -52,6 +72,7 @@ static int show(const char *json)
     printf("peers:\n  %-16s %-24s %-5s %-8s %-7s %-7s %-9s %9s %9s %-7s %-8s\n", "id", "address",
            "stage", "state", "uptime", "step", "served", "MB in", "MB out", "retries", "rejected");
     if (json_each(json, "peers", peer_row, NULL) < 0) return -1;
+    show_security(json);
     return 0;
 }
 
@@ -550,9 +571,13 @@ int cmd_status(int argc, char **argv)
                                          {"plot", required_argument, 0, 'p'},
                                          {"metrics-file", required_argument, 0, 'm'},
                                          {"prometheus", required_argument, 0, 'P'},
+                                         {"swarm-key", required_argument, 0, 'S'},
+                                         {"allow", required_argument, 0, 'A'},
+                                         {"key", required_argument, 0, 'K'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *ep = NULL, *dbs[MAX_DBS], *plot = NULL, *mfile = NULL, *prom = NULL;
+    const char *swarm_key = NULL, *allow = NULL, *key = NULL;
     int as_json = 0, c, timeout_ms = 3000, verify = 0, ndb = 0;
     double watch = 0;
     optind = 1;
@@ -589,10 +614,20 @@ int cmd_status(int argc, char **argv)
         case 'P':
             prom = optarg;
             break;
+        case 'S':
+            swarm_key = optarg;
+            break;
+        case 'A':
+            allow = optarg;
+            break;
+        case 'K':
+            key = optarg;
+            break;
         case 'h':
             printf(
                 "usage: swarmtrain status --connect ENDPOINT [--json] [--watch[=SECONDS]] "
                 "[--timeout MS]\n"
+                "                         [--swarm-key FILE | --allow FILE --key FILE]\n"
                 "       swarmtrain status --db PATH [--db PATH ...] [--json] [--verify]\n"
                 "       swarmtrain status --db PATH [--db PATH ...] [--plot FILE.svg]\n"
                 "                         [--metrics-file PATH] [--watch[=SECONDS]]\n"
@@ -601,6 +636,8 @@ int cmd_status(int argc, char **argv)
                 "step, loss) and peers (id, address, stage, state, uptime, microbatches served,\n"
                 "bytes in and out, retries, rejected messages). --json prints the document as\n"
                 "the peer sent it; --watch refreshes in place every SECONDS (default 1).\n"
+                "A secure swarm (peer --swarm-key / --allow) answers only over CURVE: give the\n"
+                "swarm key, or the allowlist and a key pair on it (swarmtrain keygen).\n"
                 "--db reads peers' stores instead (also while the peers run): their\n"
                 "checkpoints (--verify checks every hash), last events and metrics.\n"
                 "--plot FILE.svg draws the stores' metrics over steps, one panel each for\n"
@@ -631,10 +668,27 @@ int cmd_status(int argc, char **argv)
                         "[--metrics-file PATH]\n");
         return 2;
     }
+    auth_t *auth = NULL;
+    if (swarm_key || allow) {
+        char err[STATUS_ERR_LEN];
+        uint8_t pk[AUTH_ID_LEN], sk[AUTH_SK_LEN];
+        int rc = !(auth = auth_new(swarm_key, allow, err));
+        if (!rc && allow && !key)
+            rc = status_set(err, STATUS_EINVAL, "--allow needs --key FILE (a pair on the list)");
+        if (!rc && key)
+            rc = auth_key_read(key, pk, sk, err) || auth_set_identity(auth, pk, sk, err);
+        memset(sk, 0, sizeof sk);
+        if (rc) {
+            fprintf(stderr, "swarmtrain status: %s\n", err);
+            auth_destroy(&auth);
+            return 2;
+        }
+    }
     for (;;) {
         char err[STATUS_ERR_LEN], *json = NULL;
-        if (status_client_fetch(ep, timeout_ms, &json, err)) {
+        if (status_client_fetch_auth(ep, auth, timeout_ms, &json, err)) {
             fprintf(stderr, "swarmtrain status: %s\n", err);
+            auth_destroy(&auth);
             return 1;
         }
         if (watch > 0) printf("\033[H\033[2J");
@@ -643,11 +697,15 @@ int cmd_status(int argc, char **argv)
         else if (show(json)) {
             fprintf(stderr, "swarmtrain status: the peer's answer is not a status document\n");
             free(json);
+            auth_destroy(&auth);
             return 1;
         }
         free(json);
         fflush(stdout);
-        if (watch <= 0) return 0;
+        if (watch <= 0) {
+            auth_destroy(&auth);
+            return 0;
+        }
         clock_sleep(watch);
     }
 }

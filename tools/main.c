@@ -18,6 +18,7 @@ static const subcommand_t subcommands[] = {
     {"local", cmd_local, "launch and watch a whole swarm on this machine"},
     {"peer", cmd_peer, "run one peer: start a swarm (--new) or join one (--join)"},
     {"status", cmd_status, "watch a live swarm: pools, peers, throughput, loss"},
+    {"keygen", cmd_keygen, "write a key pair (identity, allowlists) or a swarm key"},
     {"train", cmd_train, "train the model in one process (the baseline)"},
     {"export", cmd_export, "write a model as model.safetensors + config.json (HF LLaMA)"},
     {"sample", cmd_sample, "generate text from an exported model or from stores"},

@@ -319,6 +319,27 @@ static int follow_tick(peer_t *p)
     return peer_start_download(p, "fell behind the pool while following");
 }
 
+/* The run is over for a peer past the last step once stage 0 is gone from its view for
+ * two failure timeouts: the leader said so (STEP_DONE flag 1) to everyone it knew, but
+ * that message may not have arrived, and it left. A stage-0 peer waits for the leader's
+ * word, or becomes the leader and validates itself. */
+static void end_tick(peer_t *p)
+{
+    if (p->finished || p->stage == 0 || p->step < p->run.steps) {
+        p->end_since = 0;
+        return;
+    }
+    const msg_member_t *m;
+    if (view_stage(&p->view, 0, 0, &m) > 0) {
+        p->end_since = 0;
+        return;
+    }
+    if (!p->end_since) p->end_since = p->now;
+    if (p->now - p->end_since < 2 * p->po.peer_timeout_s) return;
+    fprintf(p->log, "peer: past the last step and stage 0 has left: the run is over\n");
+    p->finished = 1;
+}
+
 int peer_step(peer_t *p, double now, double *wake_at)
 {
     p->now = now;
@@ -350,6 +371,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if ((rc = recover_tick(p))) break;
         if (p->phase != PHASE_SERVING) break; /* moved to rebuild a lost stage */
         custody_tick(p);
+        end_tick(p);
         if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
     default:

@@ -168,6 +168,7 @@ struct peer {
     double rec_nb_seen[2]; /* when a neighbour last had a live peer */
     int recovered_stages;
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
+    double end_since; /* past the last step with no stage-0 member in view, since */
     /* bounded updates (guard.c): members whose exchange messages were refused */
     struct {
         uint8_t id[MSG_ID_LEN];

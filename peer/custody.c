@@ -139,15 +139,16 @@ void custody_on_nack(peer_t *p, const msg_t *m)
     custody_reroute(p, r, why);
 }
 
-/* How long a forward waits for its gradient: the custody time for each stage still to
- * come, so that the hop nearest a loss re-sends first. With one time for every hop, a
- * forward lost between stages 1 and 2 was re-sent by stage 1 and, at the same moment, by
- * stage 0 (whose gradient had not come back either): two members counted it, the pool
- * left one's exchange message out and lost its other microbatches. */
+/* How long a forward waits for its gradient: the custody time on stage 0, less on each
+ * later stage in proportion to the stages still to come, so that the hop nearest a loss
+ * re-sends first. With one time for every hop, a forward lost between stages 1 and 2 was
+ * re-sent by stage 1 and, at the same moment, by stage 0 (whose gradient had not come
+ * back either): two members counted it, the pool left one's exchange message out and
+ * lost its other microbatches (sim mild 3x2 seed 1140). */
 static double custody_time(const peer_t *p)
 {
     int later = p->S - 1 - p->stage;
-    return p->po.custody_s * (later > 1 ? later : 1);
+    return p->S > 1 ? p->po.custody_s * later / (p->S - 1) : p->po.custody_s;
 }
 
 void custody_tick(peer_t *p)

@@ -57,10 +57,19 @@ typedef struct {
     void (*lost)(void *ctx, const peer_t *p, int64_t step, uint32_t index, const char *why);
 } peer_hooks_t;
 
+/* How a stage with no live peer comes back (--stage-recovery). */
+enum {
+    PEER_RECOVER_AUTO,       /* a joiner's own checkpoint of the stage, else CheckFree(+) */
+    PEER_RECOVER_CHECKFREE,  /* CheckFree(+) only: checkpoints are not used */
+    PEER_RECOVER_CHECKPOINT, /* no mover, no CheckFree: whoever comes back restores its own
+                              * checkpoint (else initial parameters) */
+};
+
 typedef struct {
     train_options_t run;      /* the run, when starting a new swarm (--new) */
     int is_new;               /* start a new swarm instead of joining */
     int resume;               /* restart from the store with the others (resume.c) */
+    int stage_recovery;       /* a stage nobody holds (recover.c): PEER_RECOVER_* */
     const char *join;         /* bootstrap endpoint of any live peer */
     const char *listen;       /* endpoint to bind (default tcp://127.0.0.1:0) */
     const char *advertise;    /* endpoint others should use (default: the bound one) */

@@ -247,6 +247,7 @@ static int copy_tick(peer_t *p)
 
 int recover_tick(peer_t *p)
 {
+    if (p->po.stage_recovery == PEER_RECOVER_CHECKPOINT) return 0; /* no copies, no movers */
     if (p->phase != PHASE_SERVING || !peer_swarm_started(p)) return copy_tick(p);
     if (!p->empty_since && !(p->empty_since = calloc((size_t)p->S, sizeof(double))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");

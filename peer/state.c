@@ -210,9 +210,11 @@ int state_download_tick(peer_t *p)
         if (started && !p->rec_mover && !p->rec_active &&
             p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)
             return 0;
-        if (started && !p->rec_active && p->ps && peer_store_has_stage(p->ps)) {
+        int mode = p->po.stage_recovery;
+        if (started && !p->rec_active && p->ps && mode != PEER_RECOVER_CHECKFREE &&
+            peer_store_has_stage(p->ps)) {
             state_from_nobody(p); /* its own checkpoint */
-        } else if (started && recover_possible(p)) {
+        } else if (started && mode != PEER_RECOVER_CHECKPOINT && recover_possible(p)) {
             int rc = recover_download_tick(p);
             if (rc <= 0) return rc;
         } else {

@@ -50,7 +50,9 @@ enum {
     O_KILL_STAGE,
     O_RESUME,
     O_SECURE,
-    O_POISON
+    O_POISON,
+    O_RECOVERY,
+    O_STAGE_FAILURES
 };
 
 typedef struct {
@@ -71,6 +73,8 @@ typedef struct {
     char swarm_key[600];  /* ... its path */
     int poison_peer;      /* tests only: this peer sends poisoned DeMo messages */
     char poison_kind[16]; /* ... of this kind (peer --poison) */
+    int stage_failures;        /* --stage-failures K: K whole stages lost at drawn steps */
+    double stage_restart_s;    /* ... their peers back (with their stores) after this; <0 never */
 } local_opts_t;
 
 /* The swarm key, for local's own status requests (--secure). */
@@ -82,6 +86,18 @@ typedef struct {
     double killed_at;
     char log[600];
 } child_t;
+
+/* The stage a peer serves now: the last "moved: stage A -> B" of its log, else `stage`. */
+static int log_stage(const char *log, int stage)
+{
+    FILE *f = fopen(log, "r");
+    char line[512];
+    int a, b;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "moved: stage %d -> %d", &a, &b) == 2) stage = b;
+    if (f) fclose(f);
+    return stage;
+}
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig)
@@ -154,6 +170,23 @@ static int local_option(void *ctx, int c, const char *arg)
     case O_SECURE:
         lo->secure = 1;
         return 0;
+    case O_RECOVERY: /* the peers' option: checked here, passed on as it is */
+        if (strcmp(arg, "auto") && strcmp(arg, "checkfree") && strcmp(arg, "checkpoint")) {
+            fprintf(stderr, "swarmtrain local: --stage-recovery auto|checkfree|checkpoint\n");
+            return -1;
+        }
+        return 0;
+    case O_STAGE_FAILURES: {
+        char *end;
+        lo->stage_failures = (int)strtol(arg, &end, 10);
+        lo->stage_restart_s = -1;
+        if (*end == ':') lo->stage_restart_s = strtod(end + 1, &end);
+        if (*end || lo->stage_failures < 0 || lo->stage_failures > 64) {
+            fprintf(stderr, "swarmtrain local: --stage-failures K[:RESTART_S], e.g. 3:5\n");
+            return -1;
+        }
+        return 0;
+    }
     case O_POISON:
         if (sscanf(arg, "%d:%15s", &lo->poison_peer, lo->poison_kind) != 2 || lo->poison_peer < 0) {
             fprintf(stderr, "swarmtrain local: --poison PEER:nan|huge|index|mix\n");
@@ -207,7 +240,7 @@ static int local_only(const char *a, int *takes_arg)
     static const char *with_arg[] = {"--peers",       "--dir",        "--in-flight",    "--kill",
                                      "--join-at",     "--join-stage", "--peer-timeout", "--churn",
                                      "--churn-kills", "--fault-seed", "--poison",       "--kill-stage",
-                                     "--resume"};
+                                     "--resume",      "--stage-failures"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -476,7 +509,9 @@ static int local_main(int argc, char **argv, int user0)
                                           {"kill-stage", required_argument, 0, O_KILL_STAGE},
                                           {"resume", required_argument, 0, O_RESUME},
                                           {"secure", no_argument, 0, O_SECURE},
-                                          {"poison", required_argument, 0, O_POISON}};
+                                          {"poison", required_argument, 0, O_POISON},
+                                          {"stage-recovery", required_argument, 0, O_RECOVERY},
+                                          {"stage-failures", required_argument, 0, O_STAGE_FAILURES}};
     local_opts_t lo = {.peers = 4,
                        .in_flight = 2,
                        .kill_peer = -1,
@@ -515,6 +550,11 @@ static int local_main(int argc, char **argv, int user0)
             "                       random: a step between 10% and 70% of the run); the\n"
             "                       swarm rebuilds the stage (CheckFree, or CheckFree+ for the\n"
             "                       first and last stage) and the summary names how\n"
+            "  --stage-failures K[:S] K whole stages lost (every peer SIGKILLed from outside) at\n"
+            "                       steps drawn from --fault-seed between 10% and 80% of the\n"
+            "                       run, each a drawn stage; its peers start again with their\n"
+            "                       stores S seconds later (default: never)\n"
+            "  --stage-recovery M   the peers' --stage-recovery (auto, checkfree, checkpoint)\n"
             "  --fault-seed N       the seed of --kill random, --kill-stage and --churn (default:\n"
             "                       the clock)\n"
             "  --kill PEER:STEP     peer PEER is SIGKILLed (it kills itself) when a microbatch of\n"
@@ -615,7 +655,7 @@ static int local_main(int argc, char **argv, int user0)
     }
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
     if (lo.secure) printf("local: CURVE on every connection, swarm key %s\n", lo.swarm_key);
-    if (lo.kill_random || lo.churn_rate > 0 || lo.kill_stage >= 0)
+    if (lo.kill_random || lo.churn_rate > 0 || lo.kill_stage >= 0 || lo.stage_failures)
         printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo.fault_seed);
     fflush(stdout);
     double t0 = clock_now(), kill_wall = -1;
@@ -651,6 +691,21 @@ static int local_main(int argc, char **argv, int user0)
     if (lo.kill_stage >= 0 && lo.kill_stage_step < 0) /* random: between 10% and 70% */
         lo.kill_stage_step = run.steps / 10 + 1 + (int)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1));
     int ks_done = 0;
+    /* --stage-failures: the steps and stages, drawn now; restarts due */
+    int sf_step[64], sf_stage[64], sf_next = 0;
+    for (int k = 0; k < lo.stage_failures; k++) {
+        sf_step[k] = run.steps / 10 + 1 + (int)rng_below(&frng, (uint64_t)(run.steps * 7 / 10 + 1));
+        sf_stage[k] = (int)rng_below(&frng, (uint64_t)S);
+    }
+    for (int a = 1; a < lo.stage_failures; a++) /* in step order */
+        for (int b = a; b > 0 && sf_step[b] < sf_step[b - 1]; b--) {
+            int t = sf_step[b];
+            sf_step[b] = sf_step[b - 1], sf_step[b - 1] = t;
+            t = sf_stage[b];
+            sf_stage[b] = sf_stage[b - 1], sf_stage[b - 1] = t;
+        }
+    double back_at[MAX_PEERS];
+    int back_idx[MAX_PEERS], nback = 0;
     /* churn bookkeeping: restarts due, and recovery times (MTTR) */
     int kills = 0, restarts = 0;
     double restart_due[MAX_PEERS];
@@ -779,7 +834,9 @@ static int local_main(int argc, char **argv, int user0)
                 printf("local: fault: SIGKILL every peer of stage %d from outside at step %lld:",
                        lo.kill_stage, v.step0);
                 for (int i = 0; i < n; i++) {
-                    if (ch[i].exited || ch[i].killed || ch[i].stage != lo.kill_stage) continue;
+                    if (ch[i].exited || ch[i].killed) continue;
+                    ch[i].stage = log_stage(ch[i].log, ch[i].stage);
+                    if (ch[i].stage != lo.kill_stage) continue;
                     kill(ch[i].pid, SIGKILL);
                     ch[i].killed = 1;
                     ch[i].killed_at = now;
@@ -793,6 +850,32 @@ static int local_main(int argc, char **argv, int user0)
                 printf(", t=%.3f\n", kill_wall);
                 fflush(stdout);
                 ks_done = 1;
+            }
+            /* --stage-failures: every peer now serving the drawn stage (its stage as its log
+             * says: peers move), then back with its store after the restart time */
+            while (sf_next < lo.stage_failures && v.step0 >= sf_step[sf_next] && v.step0 < run.steps) {
+                int s = sf_stage[sf_next++];
+                printf("local: fault: stage %d lost at step %lld: SIGKILL", s, v.step0);
+                for (int i = 0; i < n; i++) {
+                    if (ch[i].exited || ch[i].killed) continue;
+                    ch[i].stage = log_stage(ch[i].log, ch[i].stage);
+                    if (ch[i].stage != s) continue;
+                    kill(ch[i].pid, SIGKILL);
+                    ch[i].killed = 1;
+                    ch[i].killed_at = now;
+                    kills++;
+                    printf(" peer %d", i);
+                    if (lo.stage_restart_s >= 0 && nback < MAX_PEERS)
+                        back_at[nback] = now + lo.stage_restart_s, back_idx[nback++] = i;
+                }
+                kill_wall = wall();
+                if (npm < MAX_PEERS) {
+                    pending_mttr[npm].stage = s;
+                    pending_mttr[npm].step = v.step_per[s];
+                    pending_mttr[npm++].at = now;
+                }
+                printf("\n");
+                fflush(stdout);
             }
             /* churn: each live peer dies at RATE per minute, never the last of its stage */
             if (lo.churn_rate > 0 && v.step0 >= 1 && v.step0 < run.steps &&
@@ -842,6 +925,22 @@ static int local_main(int argc, char **argv, int user0)
                 n++;
                 joined = 1;
             }
+        }
+        /* --stage-failures: the killed peers again, each with its store */
+        for (int k = 0; k < nback; k++) {
+            if (now < back_at[k] || n >= MAX_PEERS) continue;
+            int via = live_port(ch, n), i = back_idx[k];
+            if (!via) continue;
+            ch[n].port = free_port();
+            ch[n].stage = ch[i].stage;
+            if (spawn(&ch[n], n, i, argc, argv, &lo, threads, via)) goto fail;
+            printf("local: peer %d (peer %d again, with its store) joins stage %d\n", n, i,
+                   ch[n].stage);
+            fflush(stdout);
+            n++;
+            restarts++;
+            back_at[k] = back_at[--nback];
+            back_idx[k--] = back_idx[nback];
         }
         /* restarts: a new process (new identity, new store) for the same stage */
         for (int k = 0; k < nrestart; k++) {

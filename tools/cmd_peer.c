@@ -27,6 +27,7 @@ enum {
     O_CKEVERY,
     O_CKBUDGET,
     O_RESUME,
+    O_RECOVERY,
     O_KEY,
     O_SWARMKEY,
     O_ALLOW,
@@ -43,6 +44,15 @@ static int peer_option(void *ctx, int c, const char *arg)
         return 0;
     case O_RESUME:
         po->resume = 1;
+        return 0;
+    case O_RECOVERY:
+        if (!strcmp(arg, "auto")) po->stage_recovery = PEER_RECOVER_AUTO;
+        else if (!strcmp(arg, "checkfree")) po->stage_recovery = PEER_RECOVER_CHECKFREE;
+        else if (!strcmp(arg, "checkpoint")) po->stage_recovery = PEER_RECOVER_CHECKPOINT;
+        else {
+            fprintf(stderr, "swarmtrain peer: --stage-recovery auto|checkfree|checkpoint\n");
+            return -1;
+        }
         return 0;
     case O_JOIN:
         po->join = arg;
@@ -132,6 +142,7 @@ int cmd_peer(int argc, char **argv)
                                           {"checkpoint-every", required_argument, 0, O_CKEVERY},
                                           {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
                                           {"resume", no_argument, 0, O_RESUME},
+                                          {"stage-recovery", required_argument, 0, O_RECOVERY},
                                           {"key", required_argument, 0, O_KEY},
                                           {"swarm-key", required_argument, 0, O_SWARMKEY},
                                           {"allow", required_argument, 0, O_ALLOW},
@@ -167,6 +178,12 @@ int cmd_peer(int argc, char **argv)
             "                       peers) until they agree on the newest step every stage\n"
             "                       has a checkpoint of; a stage with none is rebuilt from its\n"
             "                       neighbours (needs --db)\n"
+            "  --stage-recovery M   a stage with no live peer: auto (default: a peer of a\n"
+            "                       neighbouring pool moves there and rebuilds it by CheckFree,\n"
+            "                       or CheckFree+ at the ends; a joiner with its own checkpoint\n"
+            "                       of the stage restores that), checkfree (never checkpoints),\n"
+            "                       checkpoint (nobody moves; whoever comes back restores its\n"
+            "                       checkpoint, else initial parameters)\n"
             "  --stay               keep serving after the run's last step\n"
             "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"
             "security (docs/protocol.md section 15):\n"

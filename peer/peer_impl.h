@@ -68,7 +68,7 @@ enum {
 #define GUARD_EXPEL_AFTER 2  /* steps with a refused message of its own that expel a member */
 /* a DeMo message may be this much above the recent median: far above an honest member's
  * growth in warm-up */
-#define GUARD_NORM_FACTOR 1000.0
+#define GUARD_NORM_FACTOR 1e6 /* 1000 refused honest members: DeMo message norms of one pool spread over more than 3 orders of magnitude (bench_checkfree, stage 2 at step 138) */
 
 struct peer {
     peer_options_t po;

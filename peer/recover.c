@@ -349,10 +349,13 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
         size_t tail = C + V * C, at = bf + blocks_at(c, s);
         if (cp) memcpy(out + at, cp + stage_floats(c, s) - tail, tail * sizeof(float));
     }
-    snprintf(how, howlen, "CheckFree+: blocks %s, %s from %s",
-             p->rec_nb[0] ? (s == 0 ? "copied from stage 1" : "copied from the stage before")
-             : cp         ? "from the copy (the neighbour had no live peer)"
-                          : "initial (neither the neighbour nor a copy)",
+    char blocks[64];
+    if (p->rec_nb[0]) snprintf(blocks, sizeof blocks, "copied from stage %d", nbs);
+    else
+        snprintf(blocks, sizeof blocks, "%s",
+                 cp ? "from the copy (the neighbour had no live peer)"
+                    : "initial (neither the neighbour nor a copy)");
+    snprintf(how, howlen, "CheckFree+: blocks %s, %s from %s", blocks,
              s == 0 ? "embedding" : "final norm and head",
              cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");
     if (cp)

@@ -63,7 +63,7 @@ run() {
     local rc=$?
     # the first progress line at or under the target loss: "[   12s] step 57/300  loss 2.29 ..."
     local t_target
-    t_target=$(awk -v tg="$target" '/^\[ *[0-9]+s\] step/ { for (i = 1; i <= NF; i++) if ($i == "loss" && $(i+1) + 0 <= tg) { gsub(/[\[\]s ]/, "", $1); print $1; exit } }' "$dir/$name.out")
+    t_target=$(awk -v tg="$target" '/^\[ *[0-9]+s\] step/ { t = $0; sub(/^\[ */, "", t); sub(/s\].*/, "", t); for (i = 1; i <= NF; i++) if ($i == "loss" && $(i+1) + 0 <= tg) { print t; exit } }' "$dir/$name.out")
     local total val mttr
     total=$(sed -nE 's/^local: done in ([0-9.]+) s.*/\1/p' "$dir/$name.out")
     val=$(sed -nE 's/^local: done in .* val_loss ([0-9.na]+),.*/\1/p' "$dir/$name.out")

@@ -251,6 +251,7 @@ int recover_tick(peer_t *p)
     if (p->phase != PHASE_SERVING || !peer_swarm_started(p)) return copy_tick(p);
     if (!p->empty_since && !(p->empty_since = calloc((size_t)p->S, sizeof(double))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    int handled = 0;
     for (int s = 0; s < p->S; s++) {
         const msg_member_t *m;
         if (s == p->stage || view_stage(&p->view, s, 0, &m) > 0) {
@@ -264,6 +265,10 @@ int recover_tick(peer_t *p)
             fflush(p->log);
             peer_store_event(p->ps, "stage_lost", "stage %d has no live peer", s);
         }
+        /* one lost stage at a time, the lowest first: two movers deciding for two stages
+         * at once could both come from one pool and empty it */
+        if (handled) continue;
+        handled = 1;
         if (p->now - p->empty_since[s] < RECOVER_SETTLE_S) continue;
         int to = mover_target(p, s);
         if (to < 0 || to == p->stage) continue;
@@ -430,7 +435,11 @@ int recover_download_tick(peer_t *p)
     }
     free(host);
     if (rc) return rc;
-    int64_t step = view_max_step(&p->view, -1);
+    /* the swarm's step: the highest any member gossips, a neighbour's, or this peer's own
+     * before it moved (every serving member may have moved or be joining just now) */
+    int64_t step = p->step;
+    for (int i = 0; i < p->view.n; i++)
+        if (p->view.m[i].step > step) step = p->view.m[i].step;
     for (int i = 0; i < 2; i++)
         if (want[i] >= 0 && p->rec_nb[i] && p->rec_step[i] > step) step = p->rec_step[i];
     p->step = step < 0 ? 0 : step;

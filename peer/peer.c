@@ -319,13 +319,16 @@ static int follow_tick(peer_t *p)
     return peer_start_download(p, "fell behind the pool while following");
 }
 
-/* The run is over for a peer past the last step once stage 0 is gone from its view for
- * two failure timeouts: the leader said so (STEP_DONE flag 1) to everyone it knew, but
- * that message may not have arrived, and it left. A stage-0 peer waits for the leader's
- * word, or becomes the leader and validates itself. */
+/* The run is over for a peer past the last step once stage 0, which it saw at the last
+ * step too, is gone from its view for two failure timeouts: the leader said so
+ * (STEP_DONE flag 1) to everyone it knew, but that message may not have arrived, and it
+ * left. A stage 0 lost before its last step is not the run's end. A stage-0 peer waits
+ * for the leader's word, or becomes the leader and validates itself. */
 static void end_tick(peer_t *p)
 {
-    if (p->finished || p->stage == 0 || p->step < p->run.steps) {
+    for (int i = 0; i < p->view.n && !p->seen_end; i++)
+        p->seen_end = p->view.m[i].stage == 0 && p->view.m[i].step >= p->run.steps;
+    if (p->finished || p->stage == 0 || p->step < p->run.steps || !p->seen_end) {
         p->end_since = 0;
         return;
     }

@@ -249,6 +249,8 @@ int recover_tick(peer_t *p)
 {
     if (p->po.stage_recovery == PEER_RECOVER_CHECKPOINT) return 0; /* no copies, no movers */
     if (p->phase != PHASE_SERVING || !peer_swarm_started(p)) return copy_tick(p);
+    /* at the run's end finished peers leave: their stage is done, not lost */
+    if (p->step >= p->run.steps || view_max_step(&p->view, -1) >= p->run.steps) return 0;
     if (!p->empty_since && !(p->empty_since = calloc((size_t)p->S, sizeof(double))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     int handled = 0;

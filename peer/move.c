@@ -7,6 +7,7 @@
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,15 @@ static void drop_stage(peer_t *p)
     p->go = 0;
     p->loss_sum = 0;
     p->loss_n = 0;
+    /* its speed is measured again on the new stage's work (the old stage's may differ a
+     * lot: the embedding, the LM head); until then the swarm sees it as unmeasured */
+    p->tp_ema = 0;
+    p->tp_n = 0;
+    p->self.throughput = 0;
+    p->self.loss = NAN;
+    p->alone_since = 0;
+    p->rebal_to = -1;
+    p->rebal_streak = 0;
 }
 
 int peer_move(peer_t *p, int stage, const char *why)

@@ -27,6 +27,9 @@ peer_options_t peer_defaults(void)
     po.device = "cpu";
     po.log_every = 1;
     po.die_at_step = -1;
+    po.rebalance_margin = 0.2;
+    po.rebalance_cooldown_s = 10.0;
+    po.slowdown = 1.0;
     return po;
 }
 
@@ -116,6 +119,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->self.loss = NAN;
     p->val_loss = NAN;
     p->redo_step = -1;
+    p->rebal_to = -1;
     p->snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
@@ -335,6 +339,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if (rc) break;
         if ((rc = follow_tick(p))) break;
         custody_tick(p);
+        if ((rc = rebal_tick(p))) break; /* may move this peer to another stage */
         if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
     default:

@@ -73,6 +73,12 @@ typedef struct {
     int plant_bug;        /* simulator self-test: 1 = a pool steps without one microbatch */
     volatile sig_atomic_t *stop; /* peer_run: leave cleanly once this becomes non-zero */
     double (*clock)(void);       /* times compute for the throughput estimate; NULL: 1 ms a pass */
+    /* rebalancing (docs/design-notes.md, "Rebalancing"; peer/rebal.c) */
+    int no_rebalance;            /* never move to another stage on its own */
+    double rebalance_margin;     /* a move must raise the slowest stage by this (default 0.2) */
+    double rebalance_cooldown_s; /* the placement must have held this long (default 10) */
+    double slowdown;             /* tests, demos: compute counts (and, under peer_run, takes)
+                                  * this many times as long; <= 1: as measured */
 } peer_options_t;
 
 typedef struct {

@@ -41,6 +41,7 @@ typedef struct {
     int sent; /* custody: forwarded downstream, waiting for the gradient */
     uint8_t next[MSG_ID_LEN];
     double sent_at;
+    double fwd_s; /* compute seconds of its forward pass here (the throughput estimate) */
     uint8_t *act; /* encoded activation as sent, kept for a re-send */
     size_t act_len;
     int32_t *targets;
@@ -136,6 +137,15 @@ struct peer {
     double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;
+    /* rebalancing (rebal.c) */
+    double rebal_at;           /* last decision */
+    double rebal_stable_since; /* the placement has not changed since */
+    uint64_t rebal_placement;
+    int rebal_streak;          /* decisions in a row that named this peer */
+    int rebal_to;              /* a move decided, waiting for a clean moment; -1: none */
+    double rebal_decided_at;
+    char rebal_why[200];
+    int moves;                 /* moves this peer made */
 };
 
 /* peer.c */
@@ -157,6 +167,9 @@ int join_hello_tick(peer_t *p);
 /* move.c: leaves this stage and joins `stage` (its state from the pool, else as
  * state.c decides for a stage nobody holds) */
 int peer_move(peer_t *p, int stage, const char *why);
+
+/* rebal.c: the rebalancing timer (swarm/rebalance.c decides); may call peer_move */
+int rebal_tick(peer_t *p);
 
 /* state.c */
 int peer_start_download(peer_t *p, const char *why);

@@ -396,6 +396,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         int self = peer_is_self(p, ids[i]);
         if (self && !contributing(p)) continue;
         const msg_member_t *mem = view_find(&p->view, ids[i]);
+        if (mem && mem->stage != p->stage) mem = NULL; /* it moved (rebalancing): as gone */
         int need = !pool_find(p->pool, ids[i], p->step, 0) ? 0
                    : mem && !self && !pool_member_covered(p->pool, ids[i])
                        ? pool_first_missing(p->pool, ids[i], p->step)

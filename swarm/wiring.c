@@ -70,13 +70,22 @@ int wiring_pick(wiring_t *w, const msg_member_t *cand, int n, const uint8_t *exc
         }
     }
     if (best >= 0) {
-        /* a peer that has not measured itself yet counts as the stage's average */
+        /* The charge is relative to the stage's mean throughput (an average peer pays 1 x
+         * cost per microbatch, one twice as fast half), so that a peer with no measurement
+         * yet (charged as the mean) and the measured ones are in the same unit: an absolute
+         * charge of cost / 1 sample/s for the unmeasured starved the first-picked peer for
+         * a thousand picks once the others measured ~1000 samples/s (a 1:3 split and
+         * worse between equal peers). A peer's load is first raised to the current
+         * minimum: time it spent out of the candidates (following, re-syncing) is no
+         * credit that would flood it on return. */
         double sum = 0;
         int known = 0;
         for (int i = 0; i < n; i++)
             if (cand[i].throughput > 0) sum += cand[i].throughput, known++;
-        double tp = cand[best].throughput > 0 ? cand[best].throughput : known ? sum / known : 1.0;
-        lookup(w, cand[best].id)->load += cost / tp;
+        double rel = cand[best].throughput > 0 && known ? cand[best].throughput / (sum / known) : 1.0;
+        entry_t *e = lookup(w, cand[best].id);
+        if (e->load < min_known) e->load = min_known;
+        e->load += cost / rel;
     }
     return best;
 }

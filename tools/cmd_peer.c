@@ -25,7 +25,11 @@ enum {
     O_STAY,
     O_WAIT,
     O_CKEVERY,
-    O_CKBUDGET
+    O_CKBUDGET,
+    O_NOREBAL,
+    O_REBAL_MARGIN,
+    O_REBAL_COOL,
+    O_SLOWDOWN
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -71,6 +75,24 @@ static int peer_option(void *ctx, int c, const char *arg)
         return run_opts_int("--checkpoint-every", arg, 0, &po->checkpoint_every);
     case O_CKBUDGET:
         return run_opts_budget(arg, &po->checkpoint_budget);
+    case O_NOREBAL:
+        po->no_rebalance = 1;
+        return 0;
+    case O_REBAL_MARGIN:
+        if (run_opts_float("--rebalance-margin", arg, &f) || !(f > 0)) return -1;
+        po->rebalance_margin = f;
+        return 0;
+    case O_REBAL_COOL:
+        if (run_opts_float("--rebalance-cooldown", arg, &f) || !(f >= 0)) return -1;
+        po->rebalance_cooldown_s = f;
+        return 0;
+    case O_SLOWDOWN:
+        if (run_opts_float("--slowdown", arg, &f) || !(f >= 1) || f > 1000) {
+            fprintf(stderr, "swarmtrain peer: --slowdown X wants 1 <= X <= 1000\n");
+            return -1;
+        }
+        po->slowdown = f;
+        return 0;
     default:
         return -1;
     }
@@ -99,7 +121,11 @@ int cmd_peer(int argc, char **argv)
                                           {"stay", no_argument, 0, O_STAY},
                                           {"wait-peers", required_argument, 0, O_WAIT},
                                           {"checkpoint-every", required_argument, 0, O_CKEVERY},
-                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET}};
+                                          {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
+                                          {"no-rebalance", no_argument, 0, O_NOREBAL},
+                                          {"rebalance-margin", required_argument, 0, O_REBAL_MARGIN},
+                                          {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL},
+                                          {"slowdown", required_argument, 0, O_SLOWDOWN}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -126,7 +152,13 @@ int cmd_peer(int argc, char **argv)
             "  --checkpoint-budget P percent of one CPU the checkpoint writer may use\n"
             "                       (default 3)\n"
             "  --stay               keep serving after the run's last step\n"
-            "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"};
+            "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"
+            "  --no-rebalance       never move to another stage (default: move when that\n"
+            "                       raises the slowest stage's throughput by the margin)\n"
+            "  --rebalance-margin F the gain a move must bring (default 0.2: 20%)\n"
+            "  --rebalance-cooldown S the placement must have held S seconds (default 10)\n"
+            "  --slowdown X         compute X times slower (tests, demos: after each unit of\n"
+            "                       work the peer waits X-1 times its compute time)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

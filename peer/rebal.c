@@ -1,0 +1,64 @@
+/* rebal.c — the peer's rebalancing timer: once a second it runs the swarm-wide decision
+ * (swarm/rebalance.c) on its view of the member table, and when that names this peer
+ * on three ticks in a row, with the placement unchanged for the cooldown, it moves
+ * (move.c) at a clean moment: right after it has sent its pool its exchange message of
+ * the current step. Every peer computes the same
+ * decision, so one moves and the others wait; the mover is seen joining, then following
+ * its new pool, then unmeasured, and nobody else decides meanwhile; after that the
+ * cooldown runs again from the change of placement.
+ * Not for: the decision itself (swarm/rebalance.c) or the move (move.c). */
+#include "peer/peer_impl.h"
+#include "swarm/rebalance.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define REBAL_EVERY_S 1.0 /* decisions a second */
+#define REBAL_STREAK  3   /* the same answer this many times before a move */
+
+int rebal_tick(peer_t *p)
+{
+    if (p->po.no_rebalance || p->S < 2 || p->finished || p->phase != PHASE_SERVING) return 0;
+    /* A decided move waits for a clean moment: right after this member has sent its
+     * exchange message of the pool's current step (its share of the step is then in
+     * every mate's hands, and mates that count it as an exchange member do not wait for
+     * a message that would never come). A change of placement meanwhile calls it off. */
+    if (p->rebal_to >= 0) {
+        if (rebalance_placement(p->view.m, p->view.n) != p->rebal_placement) {
+            p->rebal_to = -1;
+            p->rebal_streak = 0;
+            return 0;
+        }
+        if (!p->exch_sent) return 0;
+        int to = p->rebal_to;
+        p->rebal_to = -1;
+        p->rebal_streak = 0;
+        p->moves++;
+        return peer_move(p, to, p->rebal_why);
+    }
+    if (p->now - p->rebal_at < REBAL_EVERY_S) return 0;
+    p->rebal_at = p->now;
+    uint64_t pl = rebalance_placement(p->view.m, p->view.n);
+    if (pl != p->rebal_placement || !p->rebal_stable_since) {
+        p->rebal_placement = pl;
+        p->rebal_stable_since = p->now;
+        p->rebal_streak = 0;
+    }
+    /* a move in the run's last steps would only cost */
+    if (p->now - p->rebal_stable_since < p->po.rebalance_cooldown_s ||
+        p->step + 2 >= p->run.steps)
+        return 0;
+    rebalance_config_t c = rebalance_defaults();
+    if (p->po.rebalance_margin > 0) c.margin = p->po.rebalance_margin;
+    rebalance_decision_t d;
+    if (rebalance_decide(p->view.m, p->view.n, p->S, &c, &d) != REBALANCE_MOVE ||
+        !peer_is_self(p, d.who) || d.from != p->stage) {
+        p->rebal_streak = 0;
+        return 0;
+    }
+    if (++p->rebal_streak < REBAL_STREAK) return 0;
+    p->rebal_to = d.to;
+    p->rebal_decided_at = p->now;
+    snprintf(p->rebal_why, sizeof p->rebal_why, "%s", d.why);
+    return 0;
+}

@@ -109,6 +109,12 @@ int peer_done(const peer_t *p);
 void peer_info(const peer_t *p, peer_info_t *out);
 const char *peer_error(const peer_t *p);
 
+/* Asks a serving peer to move to `stage` (rebalancing does this on its own; the simulator
+ * and tests ask): it moves at its next clean moment (right after sending its pool its
+ * exchange message of a step), unless the placement changes first. 0, or STATUS_EINVAL
+ * when it does not serve a stage or `stage` is not another of the run's. */
+int peer_request_move(peer_t *p, int stage, const char *why);
+
 /* Writes the peer's closing line (stage, step, hash, served, re-sent, lost, rejected) to
  * its log and records that it left in its store. */
 void peer_finish(peer_t *p, const char *why);

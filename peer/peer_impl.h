@@ -134,6 +134,7 @@ struct peer {
     double follow_since;
     double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
     int followed;       /* steps followed since the last download */
+    int pace_n;         /* pool steps a follower timed at the pool's head (step.c) */
     double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;

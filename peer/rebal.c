@@ -16,9 +16,21 @@
 #define REBAL_EVERY_S 1.0 /* decisions a second */
 #define REBAL_STREAK  3   /* the same answer this many times before a move */
 
+int peer_request_move(peer_t *p, int stage, const char *why)
+{
+    if (p->phase != PHASE_SERVING || stage < 0 || stage >= p->S || stage == p->stage)
+        return status_set(p->err, STATUS_EINVAL, "peer: no move from stage %d to %d", p->stage,
+                          stage);
+    p->rebal_to = stage;
+    p->rebal_placement = rebalance_placement(p->view.m, p->view.n);
+    p->rebal_decided_at = p->now;
+    snprintf(p->rebal_why, sizeof p->rebal_why, "%s", why ? why : "asked to");
+    return 0;
+}
+
 int rebal_tick(peer_t *p)
 {
-    if (p->po.no_rebalance || p->S < 2 || p->finished || p->phase != PHASE_SERVING) return 0;
+    if (p->S < 2 || p->finished || p->phase != PHASE_SERVING) return 0;
     /* A decided move waits for a clean moment: right after this member has sent its
      * exchange message of the pool's current step (its share of the step is then in
      * every mate's hands, and mates that count it as an exchange member do not wait for
@@ -36,7 +48,7 @@ int rebal_tick(peer_t *p)
         p->moves++;
         return peer_move(p, to, p->rebal_why);
     }
-    if (p->now - p->rebal_at < REBAL_EVERY_S) return 0;
+    if (p->po.no_rebalance || p->now - p->rebal_at < REBAL_EVERY_S) return 0;
     p->rebal_at = p->now;
     uint64_t pl = rebalance_placement(p->view.m, p->view.n);
     if (pl != p->rebal_placement || !p->rebal_stable_since) {

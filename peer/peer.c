@@ -196,6 +196,7 @@ static int on_exch(peer_t *p, const net_ev_t *ev)
 
 static int on_exch_req(peer_t *p, const net_ev_t *ev)
 {
+    if (p->moved_pool && ev->msg.stage != p->stage) move_on_exch_req(p, &ev->msg); /* moved */
     if (p->st) step_on_exch_req(p, &ev->msg);
     return 0;
 }
@@ -379,9 +380,10 @@ void peer_finish(peer_t *p, const char *why)
     fprintf(p->log,
             "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
-            " stale %" PRIu64 "\n",
+            " stale %" PRIu64 " throughput %.1f moves %d\n",
             p->stage, p->step, peer_param_hash(p), p->served, p->retries, p->lost,
-            p->net_rejected + p->rejected, p->act_bytes, p->stale);
+            p->net_rejected + p->rejected, p->act_bytes, p->stale, (double)p->self.throughput,
+            p->moves);
     fflush(p->log);
     peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);
@@ -396,6 +398,7 @@ void peer_destroy(peer_t **pp)
     while (p->npending) serve_dequeue(p, p->npending - 1);
     free(p->pending);
     pool_destroy(&p->pool);
+    pool_destroy(&p->moved_pool);
     free(p->ubuf);
     free(p->redo_for);
     free(p->sent_bits);

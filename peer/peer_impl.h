@@ -147,6 +147,8 @@ struct peer {
     double rebal_decided_at;
     char rebal_why[200];
     int moves;                 /* moves this peer made */
+    pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */
+    int moved_stage;
 };
 
 /* peer.c */
@@ -168,6 +170,9 @@ int join_hello_tick(peer_t *p);
 /* move.c: leaves this stage and joins `stage` (its state from the pool, else as
  * state.c decides for a stage nobody holds) */
 int peer_move(peer_t *p, int stage, const char *why);
+
+/* move.c: an EXCH_REQ for the stage it left: answered from the pool it kept */
+void move_on_exch_req(peer_t *p, const msg_t *m);
 
 /* rebal.c: the rebalancing timer (swarm/rebalance.c decides); may call peer_move */
 int rebal_tick(peer_t *p);

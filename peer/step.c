@@ -408,7 +408,10 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         int self = peer_is_self(p, ids[i]);
         if (self && !contributing(p)) continue;
         const msg_member_t *mem = view_find(&p->view, ids[i]);
-        if (mem && mem->stage != p->stage) mem = NULL; /* it moved (rebalancing): as gone */
+        /* a member that moved to another stage (rebalancing) is gone from this pool; it
+         * still answers for the messages it left here (move.c) */
+        int moved = mem && mem->stage != p->stage;
+        if (moved) mem = NULL;
         int need = !pool_find(p->pool, ids[i], p->step, 0) ? 0
                    : mem && !self && !pool_member_covered(p->pool, ids[i])
                        ? pool_first_missing(p->pool, ids[i], p->step)
@@ -423,6 +426,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
             memcpy(q.origin, ids[i], MSG_ID_LEN);
             q.flags = 0;
             ask_mates(p, &q);
+            if (moved) peer_send(p, ids[i], &q, 0, NULL, NULL);
             continue;
         }
         memcpy(q.origin, ids[i], MSG_ID_LEN);

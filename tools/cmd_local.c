@@ -680,7 +680,9 @@ static int local_main(int argc, char **argv)
                 for (int i = 0; i < n; i++)
                     if (ch[i].port == v.port[k] && !ch[i].exited && !ch[i].killed)
                         ch[i].stage = v.port_stage[k];
-            if (v.step0 < run.steps - 1) { /* the placement while it trains, not as it leaves */
+            int all_held = v.pools >= S;
+            for (int s = 0; s < S && all_held; s++) all_held = v.peers_per[s] > 0;
+            if (all_held && v.step0 < run.steps - 1) { /* while it trains, not as it leaves */
                 last_view = v;
                 have_last_view = 1;
             }

@@ -223,13 +223,19 @@ int cmd_sim(int argc, char **argv)
         events += r.events;
         if (r.failed) {
             failed++;
+            char moves[96] = "";
+            if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
+                snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
+                         o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
-                   " --peers %d --stages %d --steps %d --microbatches %d --faults %s%s%s%s%s)\n",
+                   " --peers %d --stages %d --steps %d --microbatches %d --faults %s%s%s%s%s%s%s"
+                   "%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",
-                   o.plant_bug ? " --plant-bug" : "");
+                   o.plant_bug ? " --plant-bug" : "", o.placement ? " --placement " : "",
+                   o.placement ? o.placement : "", moves);
             fflush(stdout);
         }
         if (seeds == 1) /* what a replay compares */

@@ -145,6 +145,7 @@ struct peer {
     int rebal_streak;          /* decisions in a row that named this peer */
     int rebal_to;              /* a move decided, waiting for a clean moment; -1: none */
     double rebal_decided_at;
+    double rebal_logged_at;    /* last "stages" event in the store */
     char rebal_why[200];
     int moves;                 /* moves this peer made */
     pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */

@@ -15,6 +15,7 @@
 
 #define REBAL_EVERY_S 1.0 /* decisions a second */
 #define REBAL_STREAK  3   /* the same answer this many times before a move */
+#define REBAL_LOG_S   30.0 /* a "stages" event (each stage's peers and throughput) this often */
 
 int peer_request_move(peer_t *p, int stage, const char *why)
 {
@@ -47,6 +48,19 @@ int rebal_tick(peer_t *p)
         p->rebal_streak = 0;
         p->moves++;
         return peer_move(p, to, p->rebal_why);
+    }
+    /* each stage's throughput over time, in the store (status --db shows the events) */
+    if (p->ps && p->now - p->rebal_logged_at >= REBAL_LOG_S) {
+        p->rebal_logged_at = p->now;
+        double tp[REBALANCE_MAX_STAGES];
+        int cnt[REBALANCE_MAX_STAGES];
+        char line[512];
+        size_t n = 0;
+        rebalance_totals(p->view.m, p->view.n, p->S < REBALANCE_MAX_STAGES ? p->S : 1, tp, cnt);
+        for (int s = 0; s < p->S && s < REBALANCE_MAX_STAGES && n + 64 < sizeof line; s++)
+            n += (size_t)snprintf(line + n, sizeof line - n, "%sstage %d: %d peers %.1f samples/s",
+                                  s ? "; " : "", s, cnt[s], tp[s]);
+        peer_store_event(p->ps, "stages", "%s", line);
     }
     if (p->po.no_rebalance || p->now - p->rebal_at < REBAL_EVERY_S) return 0;
     p->rebal_at = p->now;

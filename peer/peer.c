@@ -120,6 +120,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->val_loss = NAN;
     p->redo_step = -1;
     p->rebal_to = -1;
+    p->rebal_last_from = p->rebal_last_to = -1;
     p->snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);

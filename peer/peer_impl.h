@@ -146,6 +146,9 @@ struct peer {
     int rebal_to;              /* a move decided, waiting for a clean moment; -1: none */
     double rebal_decided_at;
     double rebal_logged_at;    /* last "stages" event in the store */
+    int rebal_cnt[64], rebal_n; /* members per stage (and in all) at the last tick */
+    int rebal_last_from, rebal_last_to; /* the last move seen in the table (-1: none) */
+    double rebal_last_at;
     char rebal_why[200];
     int moves;                 /* moves this peer made */
     pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */

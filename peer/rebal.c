@@ -5,7 +5,9 @@
  * the current step. Every peer computes the same
  * decision, so one moves and the others wait; the mover is seen joining, then following
  * its new pool, then unmeasured, and nobody else decides meanwhile; after that the
- * cooldown runs again from the change of placement.
+ * cooldown runs again from the change of placement. For 10 minutes after a move seen in
+ * the table, moving it back (to -> from) must gain three times the margin: estimates
+ * are noisy, and peers that reload stages again and again (Petals) help nobody.
  * Not for: the decision itself (swarm/rebalance.c) or the move (move.c). */
 #include "peer/peer_impl.h"
 #include "swarm/rebalance.h"
@@ -16,6 +18,7 @@
 #define REBAL_EVERY_S 1.0 /* decisions a second */
 #define REBAL_STREAK  3   /* the same answer this many times before a move */
 #define REBAL_LOG_S   30.0 /* a "stages" event (each stage's peers and throughput) this often */
+#define REBAL_REVERSE_S 600.0 /* moving the last move back needs 3x the margin this long */
 
 int peer_request_move(peer_t *p, int stage, const char *why)
 {
@@ -64,6 +67,24 @@ int rebal_tick(peer_t *p)
     }
     if (p->po.no_rebalance || p->now - p->rebal_at < REBAL_EVERY_S) return 0;
     p->rebal_at = p->now;
+    /* the last move seen: the same members, one fewer on a stage and one more on another
+     * (joining or serving there); moving it back needs the reverse margin for a while */
+    int cnt[64] = {0}, n = 0, lost = -1, gained = -1, other = 0;
+    for (int i = 0; i < p->view.n; i++)
+        if (p->view.m[i].stage >= 0 && p->view.m[i].stage < 64 && p->view.m[i].stage < p->S)
+            cnt[p->view.m[i].stage]++, n++;
+    for (int s = 0; s < p->S && s < 64; s++) {
+        int d = cnt[s] - p->rebal_cnt[s];
+        if (d == -1 && lost < 0) lost = s;
+        else if (d == 1 && gained < 0) gained = s;
+        else if (d) other = 1;
+    }
+    if (n == p->rebal_n && lost >= 0 && gained >= 0 && !other) {
+        p->rebal_last_from = lost, p->rebal_last_to = gained;
+        p->rebal_last_at = p->now;
+    }
+    memcpy(p->rebal_cnt, cnt, sizeof cnt);
+    p->rebal_n = n;
     uint64_t pl = rebalance_placement(p->view.m, p->view.n);
     if (pl != p->rebal_placement || !p->rebal_stable_since) {
         p->rebal_placement = pl;
@@ -76,6 +97,9 @@ int rebal_tick(peer_t *p)
         return 0;
     rebalance_config_t c = rebalance_defaults();
     if (p->po.rebalance_margin > 0) c.margin = p->po.rebalance_margin;
+    if (c.reverse_margin < 3 * c.margin) c.reverse_margin = 3 * c.margin;
+    if (p->rebal_last_from >= 0 && p->now - p->rebal_last_at < REBAL_REVERSE_S)
+        c.last_from = p->rebal_last_from, c.last_to = p->rebal_last_to;
     rebalance_decision_t d;
     if (rebalance_decide(p->view.m, p->view.n, p->S, &c, &d) != REBALANCE_MOVE ||
         !peer_is_self(p, d.who) || d.from != p->stage) {

@@ -15,8 +15,10 @@
  * - nothing moves while a stage has no serving member (that is recovery, not balance);
  * - a member may leave its stage only if at least one other serving member stays;
  * - a move is taken only if it raises the minimum stage throughput to at least
- *   (1 + margin) times what it is (hysteresis: default 20%), estimating the mover's
- *   throughput in its new stage as in its old one;
+ *   (1 + margin) times what it is (hysteresis: default 20%; moving back the last move
+ *   seen needs reverse_margin, 60%). The mover's throughput in its new stage is its speed
+ *   relative to its stage's mean times the new stage's mean per member (stages differ in
+ *   cost: the embedding, the LM head; a peer's relative speed is taken to carry over);
  * - among the moves that do, the best new minimum wins; moves within `tie` (5%) of the
  *   best count as equal and the lowest member id among them wins, so that tables that
  *   differ by a little gossip lag still name the same mover.
@@ -33,6 +35,11 @@
 typedef struct {
     double margin; /* a move must raise the minimum stage throughput by this fraction (0.2) */
     double tie;    /* moves whose new minimum is within this fraction of the best are equal (0.05) */
+    /* the last move the caller saw (from -> to; -1: none): moving back, to -> from, must
+     * gain reverse_margin (0.6) instead of margin, so that noise in the estimates does
+     * not send peers back and forth */
+    int last_from, last_to;
+    double reverse_margin;
 } rebalance_config_t;
 
 typedef enum {

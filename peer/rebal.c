@@ -7,7 +7,8 @@
  * its new pool, then unmeasured, and nobody else decides meanwhile; after that the
  * cooldown runs again from the change of placement. For 10 minutes after a move seen in
  * the table, moving it back (to -> from) must gain three times the margin: estimates
- * are noisy, and peers that reload stages again and again (Petals) help nobody.
+ * are noisy, and peers that reload stages again and again (Petals) help nobody. A
+ * member that arrives or dies makes a new situation: that memory is dropped.
  * Not for: the decision itself (swarm/rebalance.c) or the move (move.c). */
 #include "peer/peer_impl.h"
 #include "swarm/rebalance.h"
@@ -83,6 +84,8 @@ int rebal_tick(peer_t *p)
     if (n == p->rebal_n && lost >= 0 && gained >= 0 && !other) {
         p->rebal_last_from = lost, p->rebal_last_to = gained;
         p->rebal_last_at = p->now;
+    } else if (n != p->rebal_n) { /* a member came or went: a new situation, no reverse */
+        p->rebal_last_from = p->rebal_last_to = -1;
     }
     memcpy(p->rebal_cnt, cnt, sizeof cnt);
     p->rebal_n = n;

@@ -46,8 +46,7 @@ int rebal_tick(peer_t *p)
             p->rebal_streak = 0;
             return 0;
         }
-        /* (a follower counts nothing and sends no message: it goes at once) */
-        if (p->self.serving_from <= p->step && !p->exch_sent) return 0;
+        if (!p->exch_sent) return 0; /* (a follower asked to move waits until it contributes) */
         int to = p->rebal_to;
         p->rebal_to = -1;
         p->rebal_streak = 0;

@@ -7,6 +7,7 @@
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,12 @@ static void drop_stage(peer_t *p)
     p->mbs = NULL;
     p->nmbs = 0;
     while (p->npending) serve_dequeue(p, p->npending - 1);
-    pool_destroy(&p->pool);
+    /* its exchange messages stay answerable: a mate that missed one (a connection reset)
+     * asks the member that moved, which no longer holds the stage */
+    pool_destroy(&p->moved_pool);
+    p->moved_pool = p->pool;
+    p->moved_stage = p->stage;
+    p->pool = NULL;
     free(p->ubuf);
     free(p->redo_for);
     free(p->sent_bits);
@@ -40,6 +46,33 @@ static void drop_stage(peer_t *p)
     p->go = 0;
     p->loss_sum = 0;
     p->loss_n = 0;
+    /* its speed is measured again on the new stage's work (the old stage's may differ a
+     * lot: the embedding, the LM head); until then the swarm sees it as unmeasured */
+    p->tp_ema = 0;
+    p->tp_n = 0;
+    p->self.throughput = 0;
+    p->self.loss = NAN;
+    p->alone_since = 0;
+    p->rebal_to = -1;
+    p->rebal_streak = 0;
+}
+
+void move_on_exch_req(peer_t *p, const msg_t *m)
+{
+    if (!p->moved_pool || m->stage != p->moved_stage) return;
+    const pool_msg_t *e = pool_find(p->moved_pool, m->origin, m->step, m->flags);
+    if (!e) return;
+    msg_t r = {.type = MSG_EXCH,
+               .flags = (uint8_t)e->part,
+               .stage = (int16_t)p->moved_stage,
+               .step = e->step,
+               .count = e->count,
+               .hash = e->hash,
+               .since = e->since};
+    memcpy(r.origin, e->origin, MSG_ID_LEN);
+    const void *pl[3] = {e->data, e->counted, e->claims};
+    size_t lens[3] = {e->len, pool_bitmap_bytes(p->moved_pool), (size_t)e->nclaims * MSG_ID_LEN};
+    peer_send(p, m->sender, &r, 3, pl, lens);
 }
 
 int peer_move(peer_t *p, int stage, const char *why)

@@ -27,6 +27,9 @@ peer_options_t peer_defaults(void)
     po.device = "cpu";
     po.log_every = 1;
     po.die_at_step = -1;
+    po.rebalance_margin = 0.2;
+    po.rebalance_cooldown_s = 10.0;
+    po.slowdown = 1.0;
     return po;
 }
 
@@ -116,6 +119,8 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->self.loss = NAN;
     p->val_loss = NAN;
     p->redo_step = -1;
+    p->rebal_to = -1;
+    p->rebal_last_from = p->rebal_last_to = -1;
     p->snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
@@ -200,6 +205,7 @@ static int on_exch(peer_t *p, const net_ev_t *ev)
 
 static int on_exch_req(peer_t *p, const net_ev_t *ev)
 {
+    if (p->moved_pool && ev->msg.stage != p->stage) move_on_exch_req(p, &ev->msg); /* moved */
     if (p->st) step_on_exch_req(p, &ev->msg);
     return 0;
 }
@@ -374,6 +380,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if ((rc = recover_tick(p))) break;
         if (p->phase != PHASE_SERVING) break; /* moved to rebuild a lost stage */
         custody_tick(p);
+        if ((rc = rebal_tick(p))) break; /* may move this peer to another stage */
         end_tick(p);
         if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
@@ -414,9 +421,10 @@ void peer_finish(peer_t *p, const char *why)
     fprintf(p->log,
             "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
-            " stale %" PRIu64 "\n",
+            " stale %" PRIu64 " throughput %.1f moves %d\n",
             p->stage, p->step, peer_param_hash(p), p->served, p->retries, p->lost,
-            p->net_rejected + p->rejected, p->act_bytes, p->stale);
+            p->net_rejected + p->rejected, p->act_bytes, p->stale, (double)p->self.throughput,
+            p->moves);
     fflush(p->log);
     peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);
@@ -431,6 +439,7 @@ void peer_destroy(peer_t **pp)
     while (p->npending) serve_dequeue(p, p->npending - 1);
     free(p->pending);
     pool_destroy(&p->pool);
+    pool_destroy(&p->moved_pool);
     free(p->ubuf);
     free(p->redo_for);
     free(p->sent_bits);

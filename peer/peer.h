@@ -99,6 +99,12 @@ typedef struct {
     const char *allow;           /* CURVE, admitting only these public keys (swarm/auth.h) */
     volatile sig_atomic_t *stop; /* peer_run: leave cleanly once this becomes non-zero */
     double (*clock)(void);       /* times compute for the throughput estimate; NULL: 1 ms a pass */
+    /* rebalancing (docs/design-notes.md, "Rebalancing"; peer/rebal.c) */
+    int no_rebalance;            /* never move to another stage on its own */
+    double rebalance_margin;     /* a move must raise the slowest stage by this (default 0.2) */
+    double rebalance_cooldown_s; /* the placement must have held this long (default 10) */
+    double slowdown;             /* tests, demos: compute counts (and, under peer_run, takes)
+                                  * this many times as long; <= 1: as measured */
 } peer_options_t;
 
 typedef struct {
@@ -128,6 +134,12 @@ int peer_step(peer_t *p, double now, double *wake_at);
 int peer_done(const peer_t *p);
 void peer_info(const peer_t *p, peer_info_t *out);
 const char *peer_error(const peer_t *p);
+
+/* Asks a serving peer to move to `stage` (rebalancing does this on its own; the simulator
+ * and tests ask): it moves at its next clean moment (right after sending its pool its
+ * exchange message of a step), unless the placement changes first. 0, or STATUS_EINVAL
+ * when it does not serve a stage or `stage` is not another of the run's. */
+int peer_request_move(peer_t *p, int stage, const char *why);
 
 /* Writes the peer's closing line (stage, step, hash, served, re-sent, lost, rejected) to
  * its log and records that it left in its store. */

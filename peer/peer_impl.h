@@ -43,6 +43,7 @@ typedef struct {
     int sent; /* custody: forwarded downstream, waiting for the gradient */
     uint8_t next[MSG_ID_LEN];
     double sent_at;
+    double fwd_s; /* compute seconds of its forward pass here (the throughput estimate) */
     uint8_t *act; /* encoded activation as sent, kept for a re-send */
     size_t act_len;
     int32_t *targets;
@@ -143,6 +144,7 @@ struct peer {
     double follow_since;
     double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
     int followed;       /* steps followed since the last download */
+    int pace_n;         /* pool steps a follower timed at the pool's head (step.c) */
     double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;
@@ -181,6 +183,21 @@ struct peer {
     int nbad;
     double norms[GUARD_NORMS]; /* L2 norms of the last DeMo messages taken, a ring */
     int nnorms;
+    /* rebalancing (rebal.c) */
+    double rebal_at;           /* last decision */
+    double rebal_stable_since; /* the placement has not changed since */
+    uint64_t rebal_placement;
+    int rebal_streak;          /* decisions in a row that named this peer */
+    int rebal_to;              /* a move decided, waiting for a clean moment; -1: none */
+    double rebal_decided_at;
+    double rebal_logged_at;    /* last "stages" event in the store */
+    int rebal_cnt[64], rebal_n; /* members per stage (and in all) at the last tick */
+    int rebal_last_from, rebal_last_to; /* the last move seen in the table (-1: none) */
+    double rebal_last_at;
+    char rebal_why[200];
+    int moves;                 /* moves this peer made */
+    pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */
+    int moved_stage;
 };
 
 /* peer.c */
@@ -216,6 +233,11 @@ void recover_on_refusal(peer_t *p, const uint8_t *from);
 /* resume.c: a whole swarm restarts from its stores */
 int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -1 */
 int resume_tick(peer_t *p);  /* 1 restored, 2 start afresh, 0 wait; <0 error */
+/* move.c: an EXCH_REQ for the stage it left: answered from the pool it kept */
+void move_on_exch_req(peer_t *p, const msg_t *m);
+
+/* rebal.c: the rebalancing timer (swarm/rebalance.c decides); may call peer_move */
+int rebal_tick(peer_t *p);
 
 /* state.c */
 int peer_start_download(peer_t *p, const char *why);

@@ -76,6 +76,7 @@ int peer_run(const peer_options_t *po, char *err)
             : auth_mode(auth) == AUTH_SWARM_KEY ? " (CURVE, swarm key)"
                                                 : " (CURVE, allowlist)");
     int rc = 0;
+    double busy_until = 0;
     while (!(po->stop && *po->stop) && !peer_done(p)) {
         net_ev_t ev;
         double wake;
@@ -86,7 +87,19 @@ int peer_run(const peer_options_t *po, char *err)
             if (r) break;
             if ((rc = peer_on_event(p, &ev, clock_now()))) break;
         }
-        if (rc || (rc = peer_step(p, clock_now(), &wake))) break;
+        /* --slowdown X: after a unit of work the peer stays busy X-1 times as long as
+         * it took (events still come in: heartbeats flow from the network thread, and
+         * what arrives is handled; only compute waits), a slower device on this one */
+        if (rc) break;
+        if (busy_until > clock_now()) {
+            double w = busy_until - clock_now();
+            int r = net_recv(net, w > 0.005 ? 5 : (int)(w * 1000) + 1, &ev);
+            if (r == 0 && (rc = peer_on_event(p, &ev, clock_now()))) break;
+            continue;
+        }
+        double t0 = clock_now();
+        if ((rc = peer_step(p, t0, &wake))) break;
+        if (po->slowdown > 1 && wake <= t0) busy_until = clock_now() + (po->slowdown - 1) * (clock_now() - t0);
         double idle = wake - clock_now();
         if (idle > 0) { /* idle: wait for the network */
             int r = net_recv(net, idle > 0.005 ? 5 : (int)(idle * 1000) + 1, &ev);

@@ -15,14 +15,18 @@
 
 #define MAX_PENDING 256
 
+/* The peer's throughput: samples per second of compute over a whole microbatch (its
+ * forward and backward passes here), a bias-corrected EMA (SWARM). The very first
+ * microbatch is left out: it pays for first-touch allocations and cold caches, and one
+ * such outlier would weigh on the estimate for dozens of microbatches. */
 void serve_note_throughput(peer_t *p, double seconds)
 {
+    if (p->tp_n++ == 0) return;
     double tp = p->run.cfg.batch / (seconds > 1e-6 ? seconds : 1e-6);
-    p->tp_n++;
     double a = 0.1;
     p->tp_ema = a * tp + (1 - a) * p->tp_ema;
     /* bias-corrected EMA (SWARM): divide by 1 - (1-a)^n */
-    p->self.throughput = (float)(p->tp_ema / (1 - pow(1 - a, p->tp_n)));
+    p->self.throughput = (float)(p->tp_ema / (1 - pow(1 - a, p->tp_n - 1)));
 }
 
 /* Compute time for the throughput estimate, on the driver's compute clock (po.clock);
@@ -32,10 +36,14 @@ static double compute_clock(const peer_t *p)
     return p->po.clock ? p->po.clock() : 0.0;
 }
 
+/* A pass's compute seconds, times po.slowdown (a peer made slower for tests and demos:
+ * under peer_run the driver also waits that much longer; in the simulator the node's
+ * slow factor plays this part). */
 static double pass_seconds(peer_t *p, double t0)
 {
     double t = compute_clock(p) - t0;
-    return t > 0 ? t : 1e-3;
+    if (!(t > 0)) t = 1e-3;
+    return p->po.slowdown > 1 ? t * p->po.slowdown : t;
 }
 
 /* Encodes what the stage hands over: the output of `slot`'s forward pass, or with
@@ -162,7 +170,7 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
         return 0;
     }
     if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
-    serve_note_throughput(p, pass_seconds(p, t0));
+    r->fwd_s = pass_seconds(p, t0); /* noted with its backward */
     if (kind == 1) r->slot = -1; /* validation needs no backward: the slot is free again */
     custody_forward(p, r, NULL);
     return 0;
@@ -232,7 +240,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     p->served++;
     if (!last) {
         if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
-        serve_note_throughput(p, pass_seconds(p, t0));
+        r->fwd_s = pass_seconds(p, t0); /* noted with its backward */
         if (m->mb.kind == 1) r->slot = -1;
         custody_forward(p, r, NULL);
         if (m->mb.kind == 1) custody_drop(r); /* validation: the last stage answers the source */
@@ -284,7 +292,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     double t0 = compute_clock(p);
     int rc = backward(p, r);
     if (rc < 0) return rc;
-    serve_note_throughput(p, pass_seconds(p, t0));
+    serve_note_throughput(p, r->fwd_s + pass_seconds(p, t0));
     if (p->stage == 0) {
         if (rc == 1) p->loss_sum += m->loss, p->loss_n++;
         p->last_loss = m->loss;

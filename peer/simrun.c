@@ -90,6 +90,10 @@ struct drv {
     int64_t lose_step;
     double lose_delay, lose_at;
     int rebuilt;         /* the lost stage served again */
+    /* rebalancing */
+    int *placed; /* [node] stage of the first peers (--placement), -1: in turn */
+    double next_move_at;
+    int moves_asked;
 };
 
 simrun_options_t simrun_defaults(void)
@@ -283,7 +287,9 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     }
     /* the first peers take the stages in turn, as `local` starts them; joiners and
      * restarts choose (the pool with the least throughput) */
-    po.stage = node < d->o->peers ? node % d->S : -1;
+    po.stage = node < d->o->peers ? (d->placed ? d->placed[node] : node % d->S) : -1;
+    po.slowdown = sim_node_slow(d->sim, node); /* the measured throughput follows it */
+    if (d->o->rebalance_cooldown_s > 0) po.rebalance_cooldown_s = d->o->rebalance_cooldown_s;
     po.custody_s = 10.0;
     po.wait_peers = d->S;
     po.data_path = d->o->data_path;
@@ -420,9 +426,29 @@ static int d_may_fail(void *ctx, int node)
     return serving_in(d, d->n[node].stage, node) > 0;
 }
 
+/* moves_rate: now and then a random serving peer is asked to move to a random other
+ * stage (never the last serving peer of its stage but under heavy faults). */
+static void ask_move(drv_t *d, double now)
+{
+    if (d->o->moves_rate <= 0 || now < d->next_move_at) return;
+    d->next_move_at = now - log(1 - rng_uniform(&d->rng)) / d->o->moves_rate;
+    int nn = sim_nodes(d->sim) < d->cap ? sim_nodes(d->sim) : d->cap;
+    if (nn < 1 || d->S < 2) return;
+    int i = (int)rng_below(&d->rng, (uint64_t)nn);
+    dnode_t *n = &d->n[i];
+    if (!n->p || !n->serving || !sim_node_alive(d->sim, i)) return;
+    if (strcmp(d->o->faults, "heavy") && serving_in(d, n->stage, i) < 1) return;
+    int to = (n->stage + 1 + (int)rng_below(&d->rng, (uint64_t)(d->S - 1))) % d->S;
+    if (peer_request_move(n->p, to, "simulated move") == 0) {
+        d->moves_asked++;
+        sim_note(d->sim, "peer  %d asked to move: stage %d -> %d", i, n->stage, to);
+    }
+}
+
 static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
+    ask_move(d, now);
     if (sim_partitioned(d->sim)) d->parted_at = now;
     if (d->lose == 1 && d->max_step >= d->lose_step) {
         if (d->lose_at < 0) d->lose_at = now + d->lose_delay;
@@ -569,6 +595,23 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     d->swarm_step = -1;
     for (int s = 0; d->stage_step && s < d->S; s++) d->stage_step[s] = -1;
     d->lost = calloc((size_t)(d->lost_cap * d->M), 1);
+    d->next_move_at = 2.0;
+    if (o->placement) { /* "N0,N1,...": the first peers, stage by stage */
+        d->placed = malloc((size_t)(o->peers > 0 ? o->peers : 1) * sizeof *d->placed);
+        int k = 0, s = 0;
+        for (const char *a = o->placement; d->placed && *a && s < d->S; s++) {
+            char *end;
+            long v = strtol(a, &end, 10);
+            if (end == a || v < 1) break;
+            for (long j = 0; j < v && k < o->peers; j++) d->placed[k++] = s;
+            a = *end == ',' ? end + 1 : end;
+        }
+        if (!d->placed || k != o->peers || s != d->S) {
+            rc = status_set(err, STATUS_EINVAL, "simrun: --placement %s does not place %d peers "
+                            "on %d stages", o->placement, o->peers, d->S);
+            goto done;
+        }
+    }
     d->devnull = fopen("/dev/null", "w");
     /* fixed: a peer keeps pointers into its node's options (the join endpoint) */
     d->cap = 2 * o->peers + 32;
@@ -696,6 +739,7 @@ done:
     free(d->final_set);
     free(d->lost);
     free(d->stage_step);
+    free(d->placed);
     free(d);
     return rc;
 }

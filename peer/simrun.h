@@ -7,8 +7,12 @@
  * bytes as tokens) so that thousands of schedules run in minutes; the stage code and the
  * optimizer (AdamW or DeMo, drawn from the seed) run for real on the CPU, one thread.
  * Each peer_step that did work costs 2 ms of virtual time times the node's slow factor.
- * The first `peers` peers take the stages in turn (as `local` starts them); peers that
- * join later or restart after a crash choose their stage themselves (stage -1).
+ * The first `peers` peers take the stages in turn (as `local` starts them), or as
+ * `placement` says; peers that join later or restart after a crash choose their stage
+ * themselves (stage -1). A node's slow factor is its peer's --slowdown (its measured
+ * throughput), so peers rebalance as they would (rebal.c); with moves_rate the driver
+ * also asks random serving peers to move (peer_request_move), never the last serving
+ * peer of a stage under "none" and "mild", so that crashes also hit peers mid-move.
  *
  * Invariants, checked after every event:
  * - counted: every applied update counts each of its M microbatches exactly once
@@ -58,6 +62,10 @@ typedef struct {
     FILE *trace;           /* every event and peer log line, or NULL */
     FILE *report;          /* a failure: the seed, the invariant, the last events (stderr) */
     int trace_lines;       /* events printed with a failure (200) */
+    /* rebalancing (issue 12) */
+    const char *placement; /* "N0,N1,...": the first peers, stage by stage (NULL: in turn) */
+    double moves_rate;     /* moves asked of random serving peers per virtual second */
+    double rebalance_cooldown_s; /* the peers' cooldown (0: the peer default) */
 } simrun_options_t;
 
 typedef struct {

@@ -97,6 +97,7 @@ static void begin_serving(peer_t *p)
     int started = peer_swarm_started(p) || p->donor_started;
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
     p->followed = 0;
+    p->pace_n = 0;
     p->step_t0 = p->now;
     p->follow_since = p->now;
     p->phase = PHASE_SERVING;
@@ -255,6 +256,9 @@ int state_download_tick(peer_t *p)
     if (xfer_restarts(p->xfer) > 50)
         return status_set(p->err, STATUS_ETIMEOUT, "could not download stage %d's state",
                           p->stage);
+    /* Donors whose pool steps fast take fresh snapshots and refuse each other's step: after
+     * 10 fresh starts one donor serves the whole snapshot (it keeps it while asked) */
+    if (xfer_restarts(p->xfer) >= 10 && k > 1) k = 1;
     xfer_req_t req[8];
     int nr = xfer_next_requests(p->xfer, p->now, donors, k, 10.0, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);

@@ -346,13 +346,25 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         p->stage_gnorm = p->run.opt.clip;
     log_step(p, gnorm, now);
     double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
-    if (p->step_t0 > 0) /* the pool's pace, from the second step seen on */
+    /* The pool's pace. A follower's join margin (in steps) comes from it: too slow a
+     * pace gives too few steps for gossip to tell every mate when it starts contributing
+     * (mates then leave its message out, or wait for it). So a follower takes the
+     * fastest step it saw at the pool's head: not its first (it includes the wait for the
+     * pool: a stall, a crash) and not steps it replays from kept messages while the pool
+     * is ahead (not the pool's pace at all). */
+    int follower = p->self.serving_from > p->step;
+    int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
+    if (follower && p->step_t0 > 0 && at_head && p->followed > 0) {
+        p->pool_step_s = p->pool_step_s > 0 && p->pool_step_s < step_s ? p->pool_step_s : step_s;
+        p->pace_n++;
+    } else if (!follower && p->step_t0 > 0) {
         p->pool_step_s = p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * step_s : step_s;
+    }
     p->step_t0 = now;
     int64_t applied = p->step;
     p->step++;
-    if (p->self.serving_from > p->step && ++p->followed >= 4) { /* the pool's pace is known now */
-        int64_t want = p->step + join_margin(p);
+    if (p->self.serving_from > p->step && ++p->followed >= 4 && p->pace_n >= 2) {
+        int64_t want = p->step + join_margin(p); /* the pool's pace is known now */
         if (want < p->self.serving_from) p->self.serving_from = want;
     }
     if (p->step == p->run.steps) p->t_train1 = now;
@@ -454,6 +466,10 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         int self = peer_is_self(p, ids[i]);
         if (self && !contributing(p)) continue;
         const msg_member_t *mem = view_find(&p->view, ids[i]);
+        /* a member that moved to another stage (rebalancing) is gone from this pool; it
+         * still answers for the messages it left here (move.c) */
+        int moved = mem && mem->stage != p->stage;
+        if (moved) mem = NULL;
         int need = !pool_find(p->pool, ids[i], p->step, 0) ? 0
                    : mem && !self && !pool_member_covered(p->pool, ids[i])
                        ? pool_first_missing(p->pool, ids[i], p->step)
@@ -468,6 +484,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
             memcpy(q.origin, ids[i], MSG_ID_LEN);
             q.flags = 0;
             ask_mates(p, &q);
+            if (moved) peer_send(p, ids[i], &q, 0, NULL, NULL);
             continue;
         }
         memcpy(q.origin, ids[i], MSG_ID_LEN);

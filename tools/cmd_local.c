@@ -52,7 +52,13 @@ enum {
     O_SECURE,
     O_POISON,
     O_RECOVERY,
-    O_STAGE_FAILURES
+    O_STAGE_FAILURES,
+    /* rebalancing (issue 12) */
+    O_PLACEMENT,
+    O_SLOWDOWN,
+    O_NOREBAL,
+    O_REBAL_MARGIN,
+    O_REBAL_COOL
 };
 
 typedef struct {
@@ -75,6 +81,9 @@ typedef struct {
     char poison_kind[16]; /* ... of this kind (peer --poison) */
     int stage_failures;        /* --stage-failures K: K whole stages lost at drawn steps */
     double stage_restart_s;    /* ... their peers back (with their stores) after this; <0 never */
+    /* rebalancing (issue 12) */
+    int placement[64], nplacement; /* --placement: peers per stage */
+    char slowdown[MAX_PEERS][16];  /* --slowdown: per peer ("" = as fast as it is) */
 } local_opts_t;
 
 /* The swarm key, for local's own status requests (--secure). */
@@ -200,6 +209,50 @@ static int local_option(void *ctx, int c, const char *arg)
     case O_QUIET:
         lo->quiet = 1;
         return 0;
+    case O_PLACEMENT: { /* N0,N1,...: peers on each stage */
+        lo->nplacement = 0;
+        for (const char *a = arg; *a;) {
+            char *end;
+            long v = strtol(a, &end, 10);
+            if (end == a || v < 1 || v > MAX_PEERS / 2 || lo->nplacement == 64 ||
+                (*end && *end != ',')) {
+                fprintf(stderr, "swarmtrain local: --placement N0,N1,... (one count >= 1 per "
+                                "stage), e.g. --placement 4,1\n");
+                return -1;
+            }
+            lo->placement[lo->nplacement++] = (int)v;
+            a = *end ? end + 1 : end;
+        }
+        return 0;
+    }
+    case O_SLOWDOWN: /* PEER:X,...; "*:X" for every peer */
+        for (const char *a = arg; *a;) {
+            int peer = -1, k = 0;
+            double x;
+            if (!strncmp(a, "*:", 2)) {
+                if (sscanf(a + 2, "%lf%n", &x, &k) != 1) goto bad_slowdown;
+                k += 2;
+            } else if (sscanf(a, "%d:%lf%n", &peer, &x, &k) != 2 || peer < 0 || peer >= MAX_PEERS) {
+                goto bad_slowdown;
+            }
+            if (!(x >= 1 && x <= 1000) || (a[k] && a[k] != ',')) goto bad_slowdown;
+            for (int i = peer < 0 ? 0 : peer; i < (peer < 0 ? MAX_PEERS : peer + 1); i++)
+                snprintf(lo->slowdown[i], sizeof lo->slowdown[i], "%g", x);
+            a += k + (a[k] == ',');
+        }
+        return 0;
+    bad_slowdown:
+        fprintf(stderr, "swarmtrain local: --slowdown PEER:X,... (1 <= X <= 1000; *:X for every "
+                        "peer), e.g. --slowdown 3:4\n");
+        return -1;
+    case O_NOREBAL: /* checked here, given to every peer */
+        return 0;
+    case O_REBAL_MARGIN:
+    case O_REBAL_COOL: {
+        float f;
+        return run_opts_float(c == O_REBAL_MARGIN ? "--rebalance-margin" : "--rebalance-cooldown",
+                              arg, &f);
+    }
     case O_PTIMEOUT:
         lo->peer_timeout = arg;
         return 0;
@@ -240,7 +293,7 @@ static int local_only(const char *a, int *takes_arg)
     static const char *with_arg[] = {"--peers",       "--dir",        "--in-flight",    "--kill",
                                      "--join-at",     "--join-stage", "--peer-timeout", "--churn",
                                      "--churn-kills", "--fault-seed", "--poison",       "--kill-stage",
-                                     "--resume",      "--stage-failures"};
+                                     "--resume",      "--stage-failures", "--placement", "--slowdown"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -260,6 +313,7 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
     char *args[256];
     int n = 0;
     char listen[64], join[64], stage[16], thr[16], inf[16], db[600];
+    char slow[16];
     args[n++] = "swarmtrain";
     args[n++] = "peer";
     snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", ch->port);
@@ -286,6 +340,10 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
     if (lo->secure) args[n++] = "--swarm-key", args[n++] = (char *)lo->swarm_key;
     if (lo->poison_kind[0] && idx == lo->poison_peer)
         args[n++] = "--poison", args[n++] = (char *)lo->poison_kind;
+    if (idx < MAX_PEERS && lo->slowdown[idx][0]) {
+        snprintf(slow, sizeof slow, "%s", lo->slowdown[idx]);
+        args[n++] = "--slowdown", args[n++] = slow;
+    }
     for (int i = 1; i < argc && n < 250; i++) {
         int takes;
         if (local_only(argv[i], &takes)) {
@@ -329,6 +387,7 @@ typedef struct {
     double loss;
     double bytes_out;
     long long retries;
+    int nports, port[MAX_PEERS], port_stage[MAX_PEERS]; /* where each peer is now (moves) */
 } view_t;
 
 static void on_pool(void *ctx, const json_obj_t *o)
@@ -354,6 +413,11 @@ static void on_peer(void *ctx, const json_obj_t *o)
     v->serving += !strcmp(json_get(o, "state"), "serving");
     v->bytes_out += atof(json_get(o, "bytes_out"));
     v->retries += atoll(json_get(o, "retries"));
+    const char *colon = strrchr(json_get(o, "addr"), ':');
+    if (colon && v->nports < MAX_PEERS) {
+        v->port[v->nports] = atoi(colon + 1);
+        v->port_stage[v->nports++] = atoi(json_get(o, "stage"));
+    }
 }
 
 static int fetch_view(child_t *ch, int n, view_t *v)
@@ -511,13 +575,15 @@ static int local_main(int argc, char **argv, int user0)
                                           {"secure", no_argument, 0, O_SECURE},
                                           {"poison", required_argument, 0, O_POISON},
                                           {"stage-recovery", required_argument, 0, O_RECOVERY},
-                                          {"stage-failures", required_argument, 0, O_STAGE_FAILURES}};
-    local_opts_t lo = {.peers = 4,
-                       .in_flight = 2,
-                       .kill_peer = -1,
-                       .join_step = -1,
-                       .poison_peer = -1,
-                       .kill_stage = -1};
+                                          {"stage-failures", required_argument, 0, O_STAGE_FAILURES},
+                                          {"placement", required_argument, 0, O_PLACEMENT},
+                                          {"slowdown", required_argument, 0, O_SLOWDOWN},
+                                          {"no-rebalance", no_argument, 0, O_NOREBAL},
+                                          {"rebalance-margin", required_argument, 0, O_REBAL_MARGIN},
+                                          {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL}};
+    static local_opts_t lo;
+    memset(&lo, 0, sizeof lo);
+    lo.peers = 4, lo.in_flight = 2, lo.kill_peer = -1, lo.join_step = -1;
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -569,10 +635,18 @@ static int local_main(int argc, char **argv, int user0)
             "                       it was started with (DIR/local.args; words given here win):\n"
             "                       the peers agree on the newest step every stage has a\n"
             "                       checkpoint of (see peer --resume)\n"
-            "  --quiet              no progress lines, only the summary\n"
             "  --secure             CURVE on every connection with a swarm key made in the run\n"
             "                       directory (DIR/swarm.key; peer --swarm-key): nobody without\n"
-            "                       it can connect (docs/protocol.md section 15)\n"};
+            "                       it can connect (docs/protocol.md section 15)\n"
+
+            "  --quiet              no progress lines, only the summary\n"
+            "rebalancing:\n"
+            "  --placement N0,N1,.. start N0 peers on stage 0, N1 on stage 1, ... (instead of\n"
+            "                       --peers; one count per stage)\n"
+            "  --slowdown PEER:X,.. peer PEER computes X times slower (*:X: every peer)\n"
+            "  --no-rebalance       peers never move to another stage\n"
+            "  --rebalance-margin F a move must raise the slowest stage by F (default 0.2)\n"
+            "  --rebalance-cooldown S  the placement must have held S seconds (default 10)\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (lo.peers > MAX_PEERS / 2) {
@@ -580,6 +654,19 @@ static int local_main(int argc, char **argv, int user0)
         return 2;
     }
     int S = run.cfg.stages;
+    if (lo.nplacement) {
+        if (lo.nplacement != S) {
+            fprintf(stderr, "swarmtrain local: --placement gives %d counts for %d stages\n",
+                    lo.nplacement, S);
+            return 2;
+        }
+        lo.peers = 0;
+        for (int s = 0; s < S; s++) lo.peers += lo.placement[s];
+        if (lo.peers > MAX_PEERS / 2) {
+            fprintf(stderr, "swarmtrain local: at most %d peers\n", MAX_PEERS / 2);
+            return 2;
+        }
+    }
     if (lo.peers < S) {
         fprintf(stderr, "swarmtrain local: %d peers cannot hold %d stages\n", lo.peers, S);
         return 2;
@@ -653,6 +740,8 @@ static int local_main(int argc, char **argv, int user0)
         ch[i].port = free_port();
         ch[i].stage = i % S;
     }
+    for (int s = 0, i = 0; s < lo.nplacement; s++) /* --placement: stage by stage */
+        for (int k = 0; k < lo.placement[s]; k++) ch[i++].stage = s;
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
     if (lo.secure) printf("local: CURVE on every connection, swarm key %s\n", lo.swarm_key);
     if (lo.kill_random || lo.churn_rate > 0 || lo.kill_stage >= 0 || lo.stage_failures)
@@ -720,6 +809,8 @@ static int local_main(int argc, char **argv, int user0)
     int npm = 0;
 
     int joined = 0;
+    static view_t last_view;
+    int have_last_view = 0;
     long long last_step = -1;
     double last_t = clock_now(), last_bytes = 0, tps = 0, last_churn = clock_now();
     for (;;) {
@@ -779,6 +870,18 @@ static int local_main(int argc, char **argv, int user0)
         int have_view = fetch_view(ch, n, &v) == 0;
         double now = clock_now();
         if (have_view) {
+            /* peers move between stages (rebalancing): churn and restarts go by where
+             * they are now */
+            for (int k = 0; k < v.nports; k++)
+                for (int i = 0; i < n; i++)
+                    if (ch[i].port == v.port[k] && !ch[i].exited && !ch[i].killed)
+                        ch[i].stage = v.port_stage[k];
+            int all_held = v.pools >= S;
+            for (int s = 0; s < S && all_held; s++) all_held = v.peers_per[s] > 0;
+            if (all_held && v.step0 < run.steps - 1) { /* while it trains, not as it leaves */
+                last_view = v;
+                have_last_view = 1;
+            }
             if (last_step >= 0 && v.step0 > last_step)
                 tps = (double)(v.step0 - last_step) * tokens_per_step / (now - last_t);
             double bps = last_step >= 0 ? (v.bytes_out - last_bytes) / (now - last_t) : 0;
@@ -989,13 +1092,24 @@ static int local_main(int argc, char **argv, int user0)
         if (npm) printf(", %d kill(s) the pool never stepped after", npm);
         printf("\n");
     }
-    /* how each lost stage came back (recover.c's log line) */
+    /* rebalancing: every move, and where the peers ended */
+    unsigned long long moves = 0;
     for (int i = 0; i < n; i++) {
         FILE *f = fopen(ch[i].log, "r");
         char line[1024];
-        while (f && fgets(line, sizeof line, f))
+        while (f && fgets(line, sizeof line, f)) {
             if (!strncmp(line, "recovered: stage", 16)) printf("local: peer %d %s", i, line);
+            if (!strncmp(line, "moved: ", 7)) {
+                printf("local: peer %d %s", i, line);
+                moves++;
+            }
+        }
         if (f) fclose(f);
+    }
+    if (have_last_view) {
+        printf("local: %llu move(s); placement at the end (peers per stage):", moves);
+        for (int s = 0; s < S; s++) printf("%s%d", s ? "," : " ", last_view.peers_per[s]);
+        printf("\n");
     }
     int unplanned = 0;
     for (int i = 0; i < n; i++) {

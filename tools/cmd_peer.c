@@ -31,7 +31,11 @@ enum {
     O_KEY,
     O_SWARMKEY,
     O_ALLOW,
-    O_POISON
+    O_POISON,
+    O_NOREBAL,
+    O_REBAL_MARGIN,
+    O_REBAL_COOL,
+    O_SLOWDOWN
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -112,6 +116,24 @@ static int peer_option(void *ctx, int c, const char *arg)
             return 2;
         }
         return 0;
+    case O_NOREBAL:
+        po->no_rebalance = 1;
+        return 0;
+    case O_REBAL_MARGIN:
+        if (run_opts_float("--rebalance-margin", arg, &f) || !(f > 0)) return -1;
+        po->rebalance_margin = f;
+        return 0;
+    case O_REBAL_COOL:
+        if (run_opts_float("--rebalance-cooldown", arg, &f) || !(f >= 0)) return -1;
+        po->rebalance_cooldown_s = f;
+        return 0;
+    case O_SLOWDOWN:
+        if (run_opts_float("--slowdown", arg, &f) || !(f >= 1) || f > 1000) {
+            fprintf(stderr, "swarmtrain peer: --slowdown X wants 1 <= X <= 1000\n");
+            return -1;
+        }
+        po->slowdown = f;
+        return 0;
     default:
         return -1;
     }
@@ -146,7 +168,11 @@ int cmd_peer(int argc, char **argv)
                                           {"key", required_argument, 0, O_KEY},
                                           {"swarm-key", required_argument, 0, O_SWARMKEY},
                                           {"allow", required_argument, 0, O_ALLOW},
-                                          {"poison", required_argument, 0, O_POISON}};
+                                          {"poison", required_argument, 0, O_POISON},
+                                          {"no-rebalance", no_argument, 0, O_NOREBAL},
+                                          {"rebalance-margin", required_argument, 0, O_REBAL_MARGIN},
+                                          {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL},
+                                          {"slowdown", required_argument, 0, O_SLOWDOWN}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -191,7 +217,14 @@ int cmd_peer(int argc, char **argv)
             "                       else a fresh one)\n"
             "  --swarm-key FILE     CURVE on every connection; only holders of FILE may connect\n"
             "  --allow FILE         CURVE on every connection; only the public keys listed in\n"
-            "                       FILE (one a line, hex) may connect\n"};
+            "                       FILE (one a line, hex) may connect\n"
+
+            "  --no-rebalance       never move to another stage (default: move when that\n"
+            "                       raises the slowest stage's throughput by the margin)\n"
+            "  --rebalance-margin F the gain a move must bring (default 0.2: 20%)\n"
+            "  --rebalance-cooldown S the placement must have held S seconds (default 10)\n"
+            "  --slowdown X         compute X times slower (tests, demos: after each unit of\n"
+            "                       work the peer waits X-1 times its compute time)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

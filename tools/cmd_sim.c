@@ -43,6 +43,10 @@ static void usage(FILE *f)
             "  --budget S           virtual seconds a run may take (default 600)\n"
             "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
             "                       must catch it\n"
+            "  --placement N0,N1,.. the first peers stage by stage (default: in turn)\n"
+            "  --moves RATE         ask random serving peers to move to another stage, RATE per\n"
+            "                       virtual second (peers also rebalance on their own)\n"
+            "  --rebalance-cooldown S  the peers' rebalancing cooldown (default 10)\n"
             "  --trace              print every event (with --seed)\n"
             "  --quiet              no failure reports on stderr, only the result lines\n");
 }
@@ -63,7 +67,8 @@ static int num(const char *opt, const char *v, long long min, long long max, lon
 int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
-           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP };
+           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_PLACE, O_MOVES,
+           O_COOL };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -82,6 +87,9 @@ int cmd_sim(int argc, char **argv)
                                          {"set", required_argument, 0, O_SET},
                                          {"help", no_argument, 0, O_HELP},
                                          {"skip", required_argument, 0, O_SKIP},
+                                         {"placement", required_argument, 0, O_PLACE},
+                                         {"moves", required_argument, 0, O_MOVES},
+                                         {"rebalance-cooldown", required_argument, 0, O_COOL},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
@@ -123,6 +131,24 @@ int cmd_sim(int argc, char **argv)
             }
             o.microbatches = (int)x;
             break;
+        case O_PLACE:
+            o.placement = optarg;
+            break;
+        case O_MOVES:
+        case O_COOL: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (!*optarg || *end || !(v >= 0) || v > 1000) {
+                fprintf(stderr, "swarmtrain sim: %s: a number in [0, 1000]\n",
+                        c == O_MOVES ? "--moves" : "--rebalance-cooldown");
+                return 2;
+            }
+            if (c == O_MOVES)
+                o.moves_rate = v;
+            else
+                o.rebalance_cooldown_s = v;
+            break;
+        }
         case O_FAULTS:
             if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy") &&
                 strcmp(optarg, "stage")) {
@@ -213,15 +239,20 @@ int cmd_sim(int argc, char **argv)
         events += r.events;
         if (r.failed) {
             failed++;
+            char moves[96] = "";
+            if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
+                snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
+                         o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g --faults "
-                   "%s%s%s%s%s)\n",
+                   "%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",
-                   o.plant_bug ? " --plant-bug" : "");
+                   o.plant_bug ? " --plant-bug" : "", o.placement ? " --placement " : "",
+                   o.placement ? o.placement : "", moves);
             fflush(stdout);
         }
         if (seeds == 1) /* what a replay compares */

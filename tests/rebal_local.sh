@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# rebal_local.sh — local-swarm tests of issue 12 (ctest rebal_*): real peer processes.
+#   shares-slow   stage 1 holds a normal peer and one 4x slower (--slowdown 2:4): each one's
+#                 share of the stage's microbatches is within 0.10 of its throughput share;
+#   shares-equal  stage 1 holds two equal peers: their shares are within 0.10 of each other;
+#   no-thrash     --placement 3,1 with rebalancing: exactly one move (to 2,2) and no peer
+#                 moves twice, nothing lost.
+# Shares: microbatches served (the "peer: done:" line) over the run, throughput the peer's
+# own gossiped estimate at the end (same line). Without --no-rebalance peers would move.
+set -u
+BIN=${SWARMTRAIN_BIN:?set by ctest}
+what=${1:?shares-slow, shares-equal or no-thrash}
+dir=$(mktemp -d /tmp/st_rebalXXXXXX)
+trap 'rm -rf "$dir"' EXIT
+export OMP_WAIT_POLICY=PASSIVE
+fail() {
+    echo "rebal_local $what: $*" >&2
+    for f in "$dir"/*.log; do [ -f "$f" ] && { echo "== $f"; grep -v '^step' "$f" | tail -n 6; }; done
+    exit 1
+}
+# stage-1 lines of the peers' closing lines: "served throughput"
+stage1() { grep -h '^peer: done: stage 1 ' "$dir"/peer*.log | sed 's/.* served \([0-9]*\) .* throughput \([0-9.]*\) .*/\1 \2/'; }
+case $what in
+shares-slow | shares-equal)
+    slow=()
+    [ "$what" = shares-slow ] && slow=(--slowdown 2:4)
+    "$BIN" local --placement 1,2 --threads 1 --steps 80 --accum 4 --quiet --no-rebalance \
+        --log-every 40 --dir "$dir" "${slow[@]}" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
+    cat "$dir/out.txt"
+    rows=$(stage1)
+    echo "$rows" | sed 's/^/  stage 1 peer: served, throughput: /'
+    [ "$(echo "$rows" | wc -l)" = 2 ] || fail "want two stage-1 peers"
+    echo "$rows" | awk -v what="$what" '
+        { s[NR] = $1; t[NR] = $2 }
+        END {
+            ss = s[1] + s[2]; tt = t[1] + t[2]
+            if (ss <= 0 || tt <= 0) { print "no work or no throughput"; exit 1 }
+            for (i = 1; i <= 2; i++)
+                printf "  peer %d: share of microbatches %.3f, share of throughput %.3f\n", i, s[i] / ss, t[i] / tt
+            if (what == "shares-slow") {
+                for (i = 1; i <= 2; i++) if ((s[i] / ss - t[i] / tt) > 0.10 || (t[i] / tt - s[i] / ss) > 0.10) exit 1
+                lo = t[1] < t[2] ? t[1] / tt : t[2] / tt
+                if (lo > 0.35) { print "the slow peer does not look slow"; exit 1 }
+            } else if ((s[1] - s[2]) / ss > 0.10 || (s[2] - s[1]) / ss > 0.10) exit 1
+        }' || fail "shares out of bounds"
+    ;;
+no-thrash)
+    "$BIN" local --placement 3,1 --threads 1 --steps 250 --accum 4 --quiet --rebalance-cooldown 3 \
+        --log-every 50 --dir "$dir" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
+    cat "$dir/out.txt"
+    moves=$(grep -c '^local: peer [0-9]* moved:' "$dir/out.txt")
+    [ "$moves" -ge 1 ] || fail "no move from 3,1"
+    [ "$moves" -le 2 ] || fail "$moves moves: thrashing"
+    grep -h '^peer: done:' "$dir"/peer*.log | awk '$NF > 1 { exit 1 }' || fail "a peer moved more than once"
+    grep -q 'lost microbatches 0' "$dir/out.txt" || fail "microbatches lost"
+    ;;
+*) fail "unknown test" ;;
+esac
+exit 0

@@ -96,6 +96,7 @@ static void begin_serving(peer_t *p)
      * Before the run has started there is nothing to miss. */
     int started = peer_swarm_started(p) || p->donor_started;
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
+    p->serving_from_at = p->now;
     p->followed = 0;
     p->pace_n = 0;
     p->step_t0 = p->now;

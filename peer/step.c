@@ -204,6 +204,10 @@ static void log_step(peer_t *p, float gnorm, double now)
 
 /* Steps a newcomer follows before it contributes: long enough (3 s of pool steps, and at
  * least 2 steps) that every member has heard through gossip when it starts counting. */
+/* A newcomer's `serving_from` is gossiped this long before it contributes (4 gossip
+ * periods): in steps the margin below, but never less time than this. */
+#define JOIN_GOSSIP_S 1.0
+
 static int64_t join_margin(const peer_t *p)
 {
     double sps = p->pool_step_s > 0 ? p->pool_step_s : 1.0;
@@ -365,7 +369,17 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     p->step++;
     if (p->self.serving_from > p->step && ++p->followed >= 4 && p->pace_n >= 2) {
         int64_t want = p->step + join_margin(p); /* the pool's pace is known now */
-        if (want < p->self.serving_from) p->self.serving_from = want;
+        if (want < p->self.serving_from) {
+            p->self.serving_from = want;
+            p->serving_from_at = now;
+        }
+    } else if (p->self.serving_from == p->step && p->followed &&
+               now - p->serving_from_at < JOIN_GOSSIP_S) {
+        /* About to contribute, but its mates may not have heard from when: the pool ran
+         * faster than the pace the margin was taken from. A mate that applies without
+         * this member's message while it applies with it would hold other parameters. */
+        p->self.serving_from = p->step + join_margin(p);
+        p->serving_from_at = now;
     }
     if (p->step == p->run.steps) p->t_train1 = now;
     p->my_hash = peer_param_hash(p);

@@ -325,27 +325,43 @@ static int follow_tick(peer_t *p)
     return peer_start_download(p, "fell behind the pool while following");
 }
 
-/* The run is over for a peer past the last step once stage 0, which it saw at the last
- * step too, is gone from its view for two failure timeouts: the leader said so
- * (STEP_DONE flag 1) to everyone it knew, but that message may not have arrived, and it
- * left. A stage 0 lost before its last step is not the run's end. A stage-0 peer waits
- * for the leader's word, or becomes the leader and validates itself. */
+/* The run is over for a peer at the last step once a stage it saw at the last step is
+ * gone from its view for two failure timeouts: finished peers leave. The leader says so
+ * (STEP_DONE flag 1) to everyone it knows, but that message may not arrive, and a peer
+ * that joined late may wait on a validation whose stages have left. Seen at the last
+ * step: 64 stages at most tracked (bit per stage). */
 static void end_tick(peer_t *p)
 {
-    for (int i = 0; i < p->view.n && !p->seen_end; i++)
-        p->seen_end = p->view.m[i].stage == 0 && p->view.m[i].step >= p->run.steps;
-    if (p->finished || p->stage == 0 || p->step < p->run.steps || !p->seen_end) {
+    for (int i = 0; i < p->view.n; i++)
+        if (p->view.m[i].step >= p->run.steps && p->view.m[i].stage < 64)
+            p->seen_end |= 1ull << p->view.m[i].stage;
+    if (p->finished) return;
+    int alone = 1; /* no other member at all: nothing left to follow or download from */
+    for (int i = 0; i < p->view.n && alone; i++) alone = peer_is_self(p, p->view.m[i].id);
+    if (p->step < p->run.steps && !(p->seen_end && alone)) {
         p->end_since = 0;
         return;
     }
-    const msg_member_t *m;
-    if (view_stage(&p->view, 0, 0, &m) > 0) {
+    int gone = -1, others = 0;
+    for (int s = 0; s < p->S && s < 64; s++) {
+        const msg_member_t *m;
+        if (s == p->stage) continue;
+        int here = view_stage(&p->view, s, 0, &m) > 0;
+        others += here;
+        if (gone < 0 && (p->seen_end >> s & 1) && !here) gone = s;
+    }
+    /* every other stage gone: they finished before this peer saw their last step, or
+     * left for good; either way nobody is left to train or validate with */
+    if (gone < 0 && !others && p->S > 1) gone = p->stage == 0 ? 1 : 0;
+    if (gone < 0 && p->seen_end && alone) gone = p->stage == 0 ? 1 : 0;
+    if (gone < 0) {
         p->end_since = 0;
         return;
     }
     if (!p->end_since) p->end_since = p->now;
     if (p->now - p->end_since < 2 * p->po.peer_timeout_s) return;
-    fprintf(p->log, "peer: past the last step and stage 0 has left: the run is over\n");
+    fprintf(p->log, "peer: at the last step, and stage %d has left after it: the run is over\n",
+            gone);
     p->finished = 1;
 }
 
@@ -365,6 +381,8 @@ int peer_step(peer_t *p, double now, double *wake_at)
         break;
     case PHASE_DOWNLOAD:
         rc = state_download_tick(p);
+        end_tick(p); /* a re-sync with every donor gone after the run's end */
+        if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
     case PHASE_SERVING:
         if ((rc = serve_one(p, &did))) break;

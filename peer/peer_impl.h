@@ -171,7 +171,7 @@ struct peer {
     int recovered_stages;
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
     double end_since; /* past the last step with no stage-0 member in view, since */
-    int seen_end;     /* a stage-0 member was seen at the run's last step */
+    uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     double serving_from_at; /* when self.serving_from was last moved (step.c) */
     /* bounded updates (guard.c): members whose exchange messages were refused */
     struct {

@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Frees what join_setup_stage built for the old stage; the kernels stay. */
-static void drop_stage(peer_t *p)
+/* Frees what join_setup_stage built for the old stage; the kernels, the store and the
+ * copies kept for CheckFree+ stay (a mover rebuilding a lost end stage needs its copy). */
+void peer_drop_stage(peer_t *p)
 {
     for (int i = 0; i < p->nmbs; i++) custody_drop(&p->mbs[i]);
     free(p->mbs);
@@ -35,6 +36,7 @@ static void drop_stage(peer_t *p)
     p->host_tok = NULL;
     p->grad_save = NULL;
     xfer_destroy(&p->xfer);
+    xfer_destroy(&p->aux); /* a fetch for the old stage's neighbourhood */
     xfer_snap_free(&p->snap);
     p->snap.step = -1;
     demo_opt_destroy(&p->dopt);
@@ -83,7 +85,7 @@ int peer_move(peer_t *p, int stage, const char *why)
     int from = p->stage;
     /* what it holds goes back to the senders (they re-route at once) */
     peer_start_download(p, why);
-    drop_stage(p);
+    peer_drop_stage(p);
     p->po.stage = stage;
     int rc = join_setup_stage(p);
     if (rc) return rc;

@@ -452,32 +452,16 @@ void peer_destroy(peer_t **pp)
 {
     if (!pp || !*pp) return;
     peer_t *p = *pp;
-    for (int i = 0; i < p->nmbs; i++) custody_drop(&p->mbs[i]);
-    free(p->mbs);
-    while (p->npending) serve_dequeue(p, p->npending - 1);
-    free(p->pending);
-    pool_destroy(&p->pool);
-    pool_destroy(&p->moved_pool);
-    free(p->ubuf);
-    free(p->redo_for);
-    free(p->sent_bits);
-    free(p->val_got);
-    free(p->host_tok);
-    free(p->grad_save);
-    view_free(&p->view);
-    xfer_destroy(&p->xfer);
-    xfer_snap_free(&p->snap);
+    peer_store_close(&p->ps); /* waits for the checkpoint being written */
     recover_abort(p);
-    xfer_destroy(&p->aux);
+    peer_drop_stage(p);
+    pool_destroy(&p->moved_pool); /* the stage's own pool, moved there by the drop */
+    free(p->pending);
+    view_free(&p->view);
     free(p->copy[0]);
     free(p->copy[1]);
     free(p->empty_since);
-    peer_store_close(&p->ps); /* waits for the checkpoint being written */
-    demo_opt_destroy(&p->dopt);
-    stage_destroy(&p->st);
     kern_destroy(&p->k);
-    data_destroy(&p->data);
-    wiring_destroy(&p->wiring);
     free(p);
     *pp = NULL;
 }

@@ -220,6 +220,8 @@ int join_hello_tick(peer_t *p);
 /* move.c: leaves this stage and joins `stage` (its state from the pool, else as
  * state.c decides for a stage nobody holds) */
 int peer_move(peer_t *p, int stage, const char *why);
+/* Frees what belongs to the peer's stage (peer_move, peer_destroy). */
+void peer_drop_stage(peer_t *p);
 
 /* recover.c: a stage with no live peer */
 #define RECOVER_TAIL 8 /* state blob tail: last clipped gradient norm, lr scale (f32 each) */

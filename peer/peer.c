@@ -289,7 +289,19 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
  * 10 s while the pool is ahead, it downloads the state again. */
 static int follow_tick(peer_t *p)
 {
-    if (p->self.serving_from <= p->step) return 0;
+    if (p->self.serving_from <= p->step) {
+        /* A contributor its pool left behind (two members that both restored their own
+         * checkpoints of different steps, say): the others wait for its messages of
+         * steps it never reaches. After 10 s two or more steps behind, it re-syncs. */
+        if (p->step != p->follow_step) {
+            p->follow_step = p->step;
+            p->follow_since = p->now;
+        }
+        int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
+        if (ahead >= 2 && p->now - p->follow_since > 10.0)
+            return peer_start_download(p, "two or more steps behind its pool for 10 s");
+        return 0;
+    }
     /* nobody left to follow (every contributor died): after two failure timeouts the
      * follower with the lowest id contributes, from the step it is at; the others follow
      * it (several at once would not agree on who counts) */

@@ -26,6 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 typedef void (*fuzz_emit_fn)(void *ctx, const char *name, const uint8_t *data, size_t len);
 void fuzz_seeds(fuzz_emit_fn emit, void *ctx);
 
+/* Inputs a target's decoders accepted (the target counts them). The standalone driver
+ * reports it and fails when no input at all was accepted: seeds gone stale. */
+extern unsigned long long fuzz_accepted;
+
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \

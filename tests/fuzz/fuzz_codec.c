@@ -75,6 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(sealed);
     if (dec) goto done;
+    fuzz_accepted++;
     FUZZ_CHECK(ndim == info.ndim && oinfo.elems == info.elems);
     FUZZ_CHECK(payload == buf + CODEC_HEADER_LEN);
     for (uint64_t i = 0; i < info.elems; i++) FUZZ_CHECK(isfinite(x[i]));

@@ -45,6 +45,7 @@ static void v1(const uint8_t *data, size_t size, int fix_crc)
         free(buf);
         return;
     }
+    fuzz_accepted++;
     uint64_t ne = (uint64_t)info.tiles * (uint64_t)info.k;
     FUZZ_CHECK(info.payload_len == size - DEMO_HEADER_LEN);
     FUZZ_CHECK(unpack0 == 0 ? ne <= 1 : unpack0 == STATUS_EINVAL);
@@ -120,6 +121,7 @@ static void body(const uint8_t *data, size_t size)
         for (size_t i = 0; i < n; i++) FUZZ_CHECK(sum[i] == 0 && cnt[i] == 0);
         goto done;
     }
+    fuzz_accepted++;
     uint64_t bits = demo_body_bits_ex(rows, cols, chunk, k, vfmt, imode);
     int per_tile = demo_entries_per_tile_ex(rows, cols, chunk, k, vfmt, imode);
     FUZZ_CHECK(bits > 0 && per_tile > 0 && bitpos + bits <= 8 * (uint64_t)len);

@@ -21,6 +21,7 @@ static void check_header(const uint8_t *data, size_t size)
     static uint8_t out[MSG_HEADER_MAX];
     char err[STATUS_ERR_LEN];
     if (msg_decode(data, size, &m, err)) return;
+    fuzz_accepted++;
     FUZZ_CHECK(m.type >= 1 && m.type <= MSG_TYPE_MAX);
     FUZZ_CHECK(m.nroute <= MSG_ROUTE_MAX);
     FUZZ_CHECK(strlen(m.addr) <= MSG_ADDR_MAX && strlen(m.text) <= MSG_TEXT_MAX);
@@ -35,6 +36,7 @@ static void check_table(const uint8_t *data, size_t size)
     char err[STATUS_ERR_LEN];
     int n = 0;
     if (msg_members_decode(data, size, v, MSG_MEMBERS_MAX, &n, err)) return;
+    fuzz_accepted++;
     FUZZ_CHECK(n >= 0 && n <= MSG_MEMBERS_MAX);
     FUZZ_CHECK(msg_members_size(v, n) == size);
     uint8_t *out = malloc(size);

@@ -38,6 +38,8 @@ typedef struct {
     char *name;
 } input_t;
 
+unsigned long long fuzz_accepted;
+
 static input_t *inputs;
 static int ninputs, cap_inputs;
 static const char *target = "fuzz";
@@ -304,7 +306,15 @@ int main(int argc, char **argv)
         }
     }
     if (seed_dir) {
-        mkdir(seed_dir, 0755);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", seed_dir);
+        for (char *s = dir + 1; *s; s++) /* mkdir -p */
+            if (*s == '/') {
+                *s = 0;
+                mkdir(dir, 0755);
+                *s = '/';
+            }
+        mkdir(dir, 0755);
         fuzz_seeds(write_seed, NULL);
         printf("%s: %d seeds written to %s\n", target, seeds_written, seed_dir);
         return 0;
@@ -336,13 +346,17 @@ int main(int argc, char **argv)
         run_one(buf, n);
     }
     double dt = now_s() - t0;
-    printf("%s: Done %llu runs (%d seeds, the rest mutations) in %.1f s, no crash\n", target,
-           cur_run, nseeds, dt);
+    printf("%s: Done %llu runs (%d seeds, the rest mutations) in %.1f s, %llu accepted, no crash\n",
+           target, cur_run, nseeds, dt, fuzz_accepted);
     free(buf);
     for (int i = 0; i < ninputs; i++) {
         free(inputs[i].p);
         free(inputs[i].name);
     }
     free(inputs);
+    if (!fuzz_accepted) {
+        fprintf(stderr, "%s: no input was accepted by the decoders: are the seeds stale?\n", target);
+        return 1;
+    }
     return 0;
 }

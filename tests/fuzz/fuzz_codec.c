@@ -131,7 +131,8 @@ void fuzz_seeds(fuzz_emit_fn emit, void *ctx)
             for (int flag = 0; flag < 2; flag++) {
                 buf[0] = (uint8_t)flag;
                 char name[64];
-                snprintf(name, sizeof name, "%s-%zu-%s", codec_name(c), s, flag ? "fixcrc" : "as-is");
+                snprintf(name, sizeof name, "%s-%zu-%s", codec_name(c), s,
+                         flag ? "fixcrc" : "as-is");
                 emit(ctx, name, buf, wrote + 1);
             }
         }

@@ -130,8 +130,8 @@ static void body(const uint8_t *data, size_t size)
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) total += cnt[i];
     FUZZ_CHECK(total == ne);
-    FUZZ_CHECK(demo_body_pack_ex(re, len, bitpos, rows, cols, chunk, k, vfmt, imode, seed, idx,
-                                 val, err) == 0);
+    FUZZ_CHECK(demo_body_pack_ex(re, len, bitpos, rows, cols, chunk, k, vfmt, imode, seed, idx, val,
+                                 err) == 0);
     FUZZ_CHECK(demo_body_unpack_ex(re, len, bitpos, rows, cols, chunk, k, vfmt, imode, seed, idx2,
                                    val2, n, &scale2, err) == 0);
     FUZZ_CHECK(scale2 == scale);

@@ -46,10 +46,18 @@ static void setup(void)
     model = model_new(&c, kern, 7, err);
     FUZZ_CHECK(model);
     stage = model_stage(model, c.stages - 1);
-    demo_cfg_t a = {.chunk = 16, .k = 9, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f,
-                    .imode = DEMO_IDX_SHARED, .update = DEMO_UPDATE_RMS};
-    demo_cfg_t b = {.chunk = 64, .k = 32, .vfmt = DEMO_VAL_F32, .beta = 0.999f,
-                    .imode = DEMO_IDX_TOPK, .update = DEMO_UPDATE_SIGN};
+    demo_cfg_t a = {.chunk = 16,
+                    .k = 9,
+                    .vfmt = DEMO_VAL_SIGN,
+                    .beta = 0.999f,
+                    .imode = DEMO_IDX_SHARED,
+                    .update = DEMO_UPDATE_RMS};
+    demo_cfg_t b = {.chunk = 64,
+                    .k = 32,
+                    .vfmt = DEMO_VAL_F32,
+                    .beta = 0.999f,
+                    .imode = DEMO_IDX_TOPK,
+                    .update = DEMO_UPDATE_SIGN};
     rx16 = demo_opt_new(stage, &a, err);
     rx64 = demo_opt_new(stage, &b, err);
     FUZZ_CHECK(rx16 && rx64);
@@ -74,8 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(msg, data + 1, len);
     if ((data[0] & 1) && len >= DEMO_OPT_HEADER_LEN) {
         uint32_t crc = codec_crc32c(0, msg, 28);
-        put_u32(msg + 28,
-                codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, len - DEMO_OPT_HEADER_LEN));
+        put_u32(msg + 28, codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, len - DEMO_OPT_HEADER_LEN));
     }
     int64_t step = 0;
     if (len >= 24)

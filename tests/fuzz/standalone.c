@@ -161,10 +161,22 @@ static size_t below(size_t n)
 
 static size_t mutate(uint8_t *b, size_t n, size_t cap)
 {
-    static const uint64_t interesting[] = {0,      1,          0x7f,       0x80,       0xff,
-                                           0x100,  0x7fff,     0x8000,     0xffff,     0x10000,
-                                           0x7fffffff, 0x80000000, 0xffffffff, 0x100000000ull,
-                                           0x7fffffffffffffffull, 0xffffffffffffffffull};
+    static const uint64_t interesting[] = {0,
+                                           1,
+                                           0x7f,
+                                           0x80,
+                                           0xff,
+                                           0x100,
+                                           0x7fff,
+                                           0x8000,
+                                           0xffff,
+                                           0x10000,
+                                           0x7fffffff,
+                                           0x80000000,
+                                           0xffffffff,
+                                           0x100000000ull,
+                                           0x7fffffffffffffffull,
+                                           0xffffffffffffffffull};
     int k = 1 + (int)below(4);
     for (int i = 0; i < k; i++) {
         switch (below(9)) {
@@ -330,7 +342,8 @@ int main(int argc, char **argv)
 #endif
     double t0 = now_s();
     int nseeds = ninputs;
-    for (int i = 0; i < ninputs && (!runs || cur_run < runs); i++) run_one(inputs[i].p, inputs[i].n);
+    for (int i = 0; i < ninputs && (!runs || cur_run < runs); i++)
+        run_one(inputs[i].p, inputs[i].n);
     run_one(NULL, 0); /* the empty input */
     uint8_t *buf = malloc(MAX_INPUT);
     if (!buf) abort();
@@ -355,7 +368,8 @@ int main(int argc, char **argv)
     }
     free(inputs);
     if (!fuzz_accepted) {
-        fprintf(stderr, "%s: no input was accepted by the decoders: are the seeds stale?\n", target);
+        fprintf(stderr, "%s: no input was accepted by the decoders: are the seeds stale?\n",
+                target);
         return 1;
     }
     return 0;

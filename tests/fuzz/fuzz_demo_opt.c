@@ -36,8 +36,10 @@ static void setup(void)
     char err[STATUS_ERR_LEN];
     model_config_t c;
     FUZZ_CHECK(config_preset(&c, "tiny", err) == 0);
-    c.dim = 32;
-    c.ffn = 64;
+    c.dim = 16; /* small: the cost of an input is the stage's parameter count */
+    c.n_layers = 2;
+    c.n_heads = 2;
+    c.ffn = 32;
     c.batch = 1;
     c.seq = 16;
     c.stages = 2;

@@ -12,8 +12,11 @@ foreach(src ${ST_FUZZ_SOURCES})
   if(SWARMTRAIN_FUZZ)
     add_executable(${name} ${ST_FUZZ_DIR}/${name}.c ${ST_FUZZ_DIR}/libfuzzer.c)
     target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    # new inputs go to the first corpus directory: the build's, never the committed one
+    file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/corpus/${t})
     add_test(NAME ${name} COMMAND ${name} -max_total_time=${ST_FUZZ_SECONDS} -print_final_stats=1
-             -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/ ${ST_FUZZ_DIR}/corpus/${t})
+             -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/ ${CMAKE_BINARY_DIR}/corpus/${t}
+             ${ST_FUZZ_DIR}/corpus/${t})
   else()
     add_executable(${name} ${ST_FUZZ_DIR}/${name}.c ${ST_FUZZ_DIR}/standalone.c)
     add_test(NAME ${name} COMMAND ${name} -seconds=${ST_FUZZ_SECONDS} ${ST_FUZZ_DIR}/corpus/${t})

@@ -4,6 +4,7 @@
 #include "common/status.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,8 @@ static int parse_float(const char *key, const char *v, float *out, char *err)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end)
+    /* a float's range: 1e39 fits a double but reads as an infinite rope_theta */
+    if (errno || end == v || *end || !isfinite((float)x))
         return status_set(err, STATUS_EINVAL, "%s: '%s' is not a number", key, v);
     *out = (float)x;
     return 0;

@@ -249,6 +249,10 @@ static void test_invalid_configs(void **state)
     assert_int_equal(config_validate(&c, err), 0);
     assert_int_equal(config_preset(&c, "huge", err), STATUS_EINVAL);
     assert_int_equal(config_set(&c, "dim", "12x", err), STATUS_EINVAL);
+    /* finite as a double, infinite as the float it is kept in (found by fuzz_text) */
+    assert_int_equal(config_set(&c, "rope_theta", "1e39", err), STATUS_EINVAL);
+    assert_int_equal(config_set(&c, "norm_eps", "nan", err), STATUS_EINVAL);
+    assert_int_equal(config_set(&c, "rope_theta", "5e5", err), 0);
     assert_int_equal(config_set(&c, "colour", "1", err), STATUS_EINVAL);
 
     /* stage_new refuses them too, and a bad stage index. */

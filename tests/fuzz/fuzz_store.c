@@ -3,14 +3,14 @@
  * store_ckpt_load_latest, store_ckpt_list with verification.
  *
  * A template store with three checkpoints (two stages; blobs of 0, 1 and a few thousand
- * bytes) is made once, in a memory file system, with 4 KiB pages (VACUUM) so that it is
- * cheap to restore before each input. The input is a list of edits applied through SQLite
- * to the restored copy: op u8 (update a column of a ckpt / ckpt_blob / ckpt_chunk row,
- * delete a row, insert a chunk row), row u8, column u8, then typed values (NULL, integers,
- * small integers, reals, text, blobs).
- * Invariants: nothing crashes or leaks whatever the rows say; a checkpoint that loads or
- * lists as verified is one of the three written (stage, step, config, blobs and their
- * bytes), because every field but id and created is under a hash.
+ * bytes) and an identity is made once, in a memory file system, with 4 KiB pages (VACUUM) so that
+ * it is cheap to restore before each input. The input is a list of edits applied through SQLite to
+ * the restored copy: op u8 (update a column of a ckpt / ckpt_blob / ckpt_chunk row, delete a row,
+ * insert a chunk row), row u8, column u8, then typed values (NULL, integers, small integers, reals,
+ * text, blobs). Invariants: nothing crashes or leaks whatever the rows say; a checkpoint that loads
+ * or lists as verified is one of the three written (stage, step, config, blobs and their bytes),
+ * because every field but id and created is under a hash; an identity that reads is a matching key
+ * pair.
  *
  * Not for: the raw file format (SQLite's own fuzzing covers its b-trees), the writer. */
 #define _GNU_SOURCE
@@ -28,6 +28,7 @@
 
 static char dir[256], path[300], wal[310], shm[310];
 static uint8_t *tmpl;
+static unsigned char tmpl_pk[crypto_sign_PUBLICKEYBYTES];
 static size_t tmpl_len;
 
 #define NCK 3
@@ -65,6 +66,8 @@ static void make_template(void)
         FUZZ_CHECK(store_ckpt_save(s, ck, err) == 0);
         store_ckpt_destroy(&ck);
     }
+    unsigned char sk[crypto_sign_SECRETKEYBYTES];
+    FUZZ_CHECK(store_identity(s, tmpl_pk, sk, err) == 0);
     store_close(&s);
     sqlite3 *db;
     FUZZ_CHECK(sqlite3_open(path, &db) == SQLITE_OK);
@@ -107,12 +110,14 @@ static void restore(void)
     close(fd);
 }
 
-static const char *tables[3] = {"ckpt", "ckpt_blob", "ckpt_chunk"};
-static const char *columns[3][9] = {{"id", "stage", "step", "created", "config_text", "config_hash",
+/* identity: edits reach it through op >> 2 == 3 */
+static const char *tables[4] = {"ckpt", "ckpt_blob", "ckpt_chunk", "identity"};
+static const char *columns[4][9] = {{"id", "stage", "step", "created", "config_text", "config_hash",
                                      "nblobs", "total_bytes", "manifest_hash"},
                                     {"id", "ckpt_id", "idx", "name", "bytes", "hash"},
-                                    {"id", "blob_id", "seq", "data"}};
-static const int ncolumns[3] = {9, 6, 4};
+                                    {"id", "blob_id", "seq", "data"},
+                                    {"id", "algorithm", "public_key", "secret_key", "created"}};
+static const int ncolumns[4] = {9, 6, 4, 5};
 
 static void bind_value(sqlite3_stmt *q, int at, fuzz_in_t *in)
 {
@@ -160,7 +165,7 @@ static void apply_edits(const uint8_t *data, size_t size)
     char sql[256];
     for (int ops = 0; in.at < in.n && ops < 16; ops++) {
         int op = (int)fuzz_u(&in, 1);
-        int t = (op >> 2) % 3, row = (int)fuzz_u(&in, 1) % 8;
+        int t = (op >> 2) % 4, row = (int)fuzz_u(&in, 1) % 8;
         sqlite3_stmt *q = NULL;
         switch (op & 3) {
         case 0:
@@ -239,6 +244,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             store_ckpt_destroy(&ck);
         }
     }
+    /* the identity: the template's key pair, a new one when the row is gone, or an error */
+    unsigned char pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES],
+        check[crypto_sign_PUBLICKEYBYTES];
+    int id = store_identity(s, pk, sk, err);
+    FUZZ_CHECK(id == 0 || id == STATUS_ECORRUPT || id == STATUS_EIO);
+    if (id == 0) {
+        FUZZ_CHECK(crypto_sign_ed25519_sk_to_pk(check, sk) == 0 && !memcmp(check, pk, sizeof pk));
+    }
     store_ckpt_info_t info[8];
     int n = 0;
     if (store_ckpt_list(s, 1, info, 8, &n, err) == 0) {
@@ -277,4 +290,9 @@ void fuzz_seeds(fuzz_emit_fn emit, void *ctx)
     /* ckpt row 2: config_text := NULL; manifest_hash := text "" */
     static const uint8_t nulls[] = {0x00, 2, 4, 0, 0x01, 2, 8, 4, 0};
     emit(ctx, "nulls", nulls, sizeof nulls);
+    /* identity: public_key := blob "abc"; or the row deleted */
+    static const uint8_t idkey[] = {0x0c, 0, 2, 5, 3, 'a', 'b', 'c'};
+    emit(ctx, "identity-key", idkey, sizeof idkey);
+    static const uint8_t iddel[] = {0x0e, 0};
+    emit(ctx, "identity-delete", iddel, sizeof iddel);
 }

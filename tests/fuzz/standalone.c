@@ -23,12 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__has_include)
-#if __has_include(<sanitizer/common_interface_defs.h>)
-#include <sanitizer/common_interface_defs.h>
-#define HAVE_SANITIZER_CALLBACK 1
-#endif
-#endif
+/* The sanitizers' runtime, when linked (weak: absent in a plain build), calls this back
+ * before it ends the process on a report. */
+void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
 
 #define MAX_INPUT (1u << 20)
 
@@ -337,9 +334,7 @@ int main(int argc, char **argv)
     signal(SIGSEGV, on_signal);
     signal(SIGFPE, on_signal);
     signal(SIGBUS, on_signal);
-#ifdef HAVE_SANITIZER_CALLBACK
-    __sanitizer_set_death_callback(save_current);
-#endif
+    if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(save_current);
     double t0 = now_s();
     int nseeds = ninputs;
     for (int i = 0; i < ninputs && (!runs || cur_run < runs); i++)

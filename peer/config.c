@@ -4,6 +4,7 @@
 #include "common/status.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,8 @@ static int parse_float(const char *key, const char *v, float *out, char *err)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end)
+    /* a float's range: 1e39 fits a double but reads as an infinite rope_theta */
+    if (errno || end == v || *end || !isfinite((float)x))
         return status_set(err, STATUS_EINVAL, "%s: '%s' is not a number", key, v);
     *out = (float)x;
     return 0;
@@ -104,9 +106,9 @@ int config_validate(const model_config_t *c, char *err)
     if (!(c->rope_theta > 1))
         return status_set(err, STATUS_EINVAL, "rope_theta %g: must be > 1", (double)c->rope_theta);
     /* Keep every buffer's element count well inside int range used by kernel sizes. */
-    double biggest = (double)c->batch * c->seq *
-                     (c->vocab > 3 * c->dim ? (c->vocab > 2 * c->ffn ? c->vocab : 2 * c->ffn)
-                                            : (3 * c->dim > 2 * c->ffn ? 3 * c->dim : 2 * c->ffn));
+    /* in double: 3 * dim and 2 * ffn overflow an int for values config_set accepts */
+    double v = c->vocab, d3 = 3.0 * c->dim, f2 = 2.0 * c->ffn;
+    double biggest = (double)c->batch * c->seq * (v > d3 ? (v > f2 ? v : f2) : (d3 > f2 ? d3 : f2));
     if (biggest > 2147483647.0 || (double)c->vocab * c->dim > 2147483647.0)
         return status_set(err, STATUS_EINVAL,
                           "config too large: a buffer would exceed 2^31 elements");

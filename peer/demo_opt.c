@@ -14,6 +14,7 @@
 #include "compress/codec.h"
 #include "kernels/dct.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,8 +473,13 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
             double ss = 0;
             for (size_t j = 0; j < t->numel; j++) ss += (double)x[j] * x[j];
             double rms = sqrt(ss / (double)t->numel);
-            float f = rms > 0 ? (float)(lr / rms) : 0.0f;
-            for (size_t j = 0; j < t->numel; j++) x[j] *= f;
+            double fd = rms > 0 ? lr / rms : 0.0;
+            if (fd <= FLT_MAX) {
+                float f = (float)fd;
+                for (size_t j = 0; j < t->numel; j++) x[j] *= f;
+            } else { /* rms below lr / FLT_MAX (tiny values from a sender): f alone is Inf */
+                for (size_t j = 0; j < t->numel; j++) x[j] = (float)(x[j] * fd);
+            }
         }
         if (k->on_device) {
             k->upload(k, o->dstep, o->q, P * sizeof(float));

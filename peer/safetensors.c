@@ -614,7 +614,7 @@ static int parse_header(safetensors_t *st, parser_t *ps)
             if (!strcmp(st->t[i].name, st->t[j].name))
                 return malformed(ps, "duplicate tensor name");
     /* the buffer is covered exactly: sorted by offset, each begins where the last ended */
-    qsort(st->t, (size_t)st->n, sizeof *st->t, cmp_offset);
+    if (st->n > 1) qsort(st->t, (size_t)st->n, sizeof *st->t, cmp_offset); /* t is NULL at 0 */
     size_t at = 0;
     for (int i = 0; i < st->n; i++) {
         if (st->t[i].offset != at)

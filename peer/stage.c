@@ -639,6 +639,35 @@ int stage_wire_encode_dx(stage_t *st, int codec, uint32_t block, uint8_t *out, s
     return wire_encode(st, st->dres, codec, block, out, cap, written, err);
 }
 
+/* The largest |value| a boundary tensor from the wire may hold. The codecs carry up to
+ * about FLT_MAX, and a gradient dL/dy of 3e38 (finite, well formed) overflowed the
+ * receiving stage's parameter gradients to Inf, which stopped its pool's step (found by
+ * fuzz_stage). 2^20 is far above what a training run's activations and gradients reach. */
+#define WIRE_MAX_ABS 1048576.0f
+
+static int wire_values_ok(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= !(x[i] >= -WIRE_MAX_ABS && x[i] <= WIRE_MAX_ABS);
+    return !bad;
+}
+
+/* int8 / int4 payloads: every block's scale times the largest code (127, 8) within bounds */
+static int wire_scales_ok(const uint8_t *pay, size_t n, const codec_info_t *info)
+{
+    float top = info->codec == CODEC_INT8 ? 127.0f : 8.0f;
+    size_t nb = (n + info->block - 1) / info->block;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *q = pay + 4 * b;
+        uint32_t u =
+            (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+        float s;
+        memcpy(&s, &u, 4);
+        if (!(s * top <= WIRE_MAX_ABS)) return 0;
+    }
+    return 1;
+}
+
 int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
 {
     kern_t *k = st->k;
@@ -660,14 +689,22 @@ int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
     if (info.ndim != 3 || info.shape[0] != want[0] || info.shape[1] != want[1] ||
         info.shape[2] != want[2])
         return status_set(err, STATUS_EMALFORMED, "activation of the wrong shape");
-    if (!k->on_device) return 0;
+    if (!k->on_device) {
+        if (!wire_values_ok(st->bin, n))
+            return status_set(err, STATUS_EMALFORMED, "boundary values above %g", WIRE_MAX_ABS);
+        return 0;
+    }
     if (is_quantized(info.codec)) {
+        if (!wire_scales_ok(pay, n, &info))
+            return status_set(err, STATUS_EMALFORMED, "boundary values above %g", WIRE_MAX_ABS);
         if ((rc = need_dpay(st, info.payload_len, err))) return rc;
         k->upload(k, st->dpay, pay, info.payload_len);
         k->dequantize(k, st->bin, st->dpay, n, info.codec == CODEC_INT8 ? 8 : 4, info.block);
     } else {
         if ((rc = need_hbnd(st, err))) return rc;
         if ((rc = codec_decode(buf, len, st->hbnd, n, NULL, NULL, err))) return rc;
+        if (!wire_values_ok(st->hbnd, n))
+            return status_set(err, STATUS_EMALFORMED, "boundary values above %g", WIRE_MAX_ABS);
         k->upload(k, st->bin, st->hbnd, n * sizeof(float));
     }
     return 0;

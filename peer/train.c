@@ -150,7 +150,8 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_values '%s'", v);
         } else if (!strcmp(line, "data_url")) {
-            if (strlen(v) >= sizeof o->data_url || strncmp(v, "http", 4))
+            /* "" is what train_options_to_text writes for a checksum without a URL */
+            if (strlen(v) >= sizeof o->data_url || (*v && strncmp(v, "http", 4)))
                 rc = status_set(err, STATUS_EMALFORMED, "run text: data_url is not a URL");
             else
                 snprintf(o->data_url, sizeof o->data_url, "%s", v);
@@ -204,6 +205,12 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         if (rc) return STATUS_EMALFORMED;
     }
     o->opt.total_steps = o->steps;
+    /* a block the codec cannot use (odd for int4) would fail every microbatch later */
+    int64_t two = 2;
+    codec_params_t cp = {.block = o->codec_block};
+    if (o->codec >= 0 && !codec_encoded_size((codec_id_t)o->codec, &cp, &two, 1))
+        return status_set(err, STATUS_EMALFORMED, "run text: codec %s cannot use block %u",
+                          codec_name(o->codec), o->codec_block);
     if (config_validate(&o->cfg, err)) return STATUS_EMALFORMED;
     if (o->val_skip && !path_valid(o->val_skip, o->cfg.stages))
         return status_set(err, STATUS_EMALFORMED,

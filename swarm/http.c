@@ -880,32 +880,14 @@ void http_bootstrap_free(char ***endpoints, int n)
     *endpoints = NULL;
 }
 
-int http_bootstrap_list(const char *url, char ***endpoints, int *n, char *err)
+/* Parses a bootstrap list (text, NUL-terminated, changed in place) fetched from url into
+ * a new array of new endpoint strings; the rules of http_bootstrap_list. */
+static int bootstrap_parse(char *text, const char *url, char ***endpoints, int *n, char *err)
 {
-    pthread_once(&curl_once, curl_init);
-    if (!endpoints || !n) return status_set(err, STATUS_EINVAL, "http_bootstrap_list: no output");
-    *endpoints = NULL;
-    *n = 0;
-    if (!curl_ok) return status_set(err, STATUS_EIO, "cannot initialize libcurl");
-    if (!http_is_url(url))
-        return status_set(err, STATUS_EINVAL, "'%s' is not an http:// or https:// URL", url);
-    char cerr[CURL_ERROR_SIZE] = "";
-    xfer_t x = {.fd = -1, .part = url, .total = -1, .range_at = -1, .mem_max = LIST_MAX};
-    http_opts_t o = {.connect_timeout_s = 10, .stall_timeout_s = 10};
-    CURL *c = easy_new(url, &o, &x, cerr);
-    if (!c) return status_set(err, STATUS_ENOMEM, "curl: cannot make a handle");
-    CURLcode cc = curl_easy_perform(c);
-    long code = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
     int rc = 0;
     char **eps = NULL;
     int k = 0, cap = 0, lineno = 0;
-    if (cc != CURLE_OK) {
-        rc = explain(cc, code, &x, url, cerr, &o, err);
-        goto done;
-    }
-    for (char *p = x.mem; p && *p;) {
+    for (char *p = text; p && *p;) {
         char *nl = strchr(p, '\n');
         if (nl) *nl = 0;
         lineno++;
@@ -942,7 +924,6 @@ int http_bootstrap_list(const char *url, char ***endpoints, int *n, char *err)
     }
     if (!k) rc = status_set(err, STATUS_ENOTFOUND, "bootstrap list %s names no endpoint", url);
 done:
-    free(x.mem);
     if (rc) {
         http_bootstrap_free(&eps, k);
         return rc;
@@ -950,6 +931,35 @@ done:
     *endpoints = eps;
     *n = k;
     return 0;
+}
+
+int http_bootstrap_list(const char *url, char ***endpoints, int *n, char *err)
+{
+    pthread_once(&curl_once, curl_init);
+    if (!endpoints || !n) return status_set(err, STATUS_EINVAL, "http_bootstrap_list: no output");
+    *endpoints = NULL;
+    *n = 0;
+    if (!curl_ok) return status_set(err, STATUS_EIO, "cannot initialize libcurl");
+    if (!http_is_url(url))
+        return status_set(err, STATUS_EINVAL, "'%s' is not an http:// or https:// URL", url);
+    char cerr[CURL_ERROR_SIZE] = "";
+    xfer_t x = {.fd = -1, .part = url, .total = -1, .range_at = -1, .mem_max = LIST_MAX};
+    http_opts_t o = {.connect_timeout_s = 10, .stall_timeout_s = 10};
+    CURL *c = easy_new(url, &o, &x, cerr);
+    if (!c) return status_set(err, STATUS_ENOMEM, "curl: cannot make a handle");
+    CURLcode cc = curl_easy_perform(c);
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    int rc;
+    if (cc != CURLE_OK)
+        rc = explain(cc, code, &x, url, cerr, &o, err);
+    else if (x.mem)
+        rc = bootstrap_parse(x.mem, url, endpoints, n, err);
+    else
+        rc = status_set(err, STATUS_ENOTFOUND, "bootstrap list %s names no endpoint", url);
+    free(x.mem);
+    return rc;
 }
 
 int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err)

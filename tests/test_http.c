@@ -440,6 +440,19 @@ static void test_run_text_carries_checksum(void **state)
     assert_string_equal(back.data_url, o.data_url);
     assert_string_equal(back.data_sha256, corpus_sha);
     assert_int_equal(train_options_from_text(&back, "data_sha256=xyz\n", err), STATUS_EMALFORMED);
+    assert_int_equal(train_options_from_text(&back, "data_url=ftp://x\n", err), STATUS_EMALFORMED);
+    /* a checksum without a URL is written as "data_url=" and must read back (fuzz_text) */
+    train_options_t nourl = train_defaults(), back2 = train_defaults();
+    memcpy(nourl.data_sha256, corpus_sha, sizeof nourl.data_sha256);
+    train_options_to_text(&nourl, text, sizeof text);
+    assert_int_equal(train_options_from_text(&back2, text, err), 0);
+    assert_string_equal(back2.data_url, "");
+    assert_string_equal(back2.data_sha256, corpus_sha);
+    /* a codec block the codec cannot use is refused here, not at every microbatch later */
+    assert_int_equal(train_options_from_text(&back2, "codec=int4\ncodec_block=3\n", err),
+                     STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "block 3"));
+    assert_int_equal(train_options_from_text(&back2, "codec=int4\ncodec_block=4\n", err), 0);
 }
 
 /* What a peer calls once it knows the run: its own file must match, else the URL is

@@ -303,9 +303,20 @@ static void test_invalid_configs(void **state)
     c.dim = 66, c.n_heads = 6; /* head size 11 is odd: rope needs pairs */
     assert_int_equal(config_validate(&c, err), STATUS_EINVAL);
     config_preset(&c, "tiny", NULL);
+    c.dim = 949999988, c.n_heads = 2; /* 3 * dim overflows an int (found by fuzz_text) */
+    assert_int_equal(config_validate(&c, err), STATUS_EINVAL);
+    assert_non_null(strstr(err, "too large"));
+    config_preset(&c, "tiny", NULL);
+    c.ffn = 2147483647; /* and 2 * ffn */
+    assert_int_equal(config_validate(&c, err), STATUS_EINVAL);
+    config_preset(&c, "tiny", NULL);
     assert_int_equal(config_validate(&c, err), 0);
     assert_int_equal(config_preset(&c, "huge", err), STATUS_EINVAL);
     assert_int_equal(config_set(&c, "dim", "12x", err), STATUS_EINVAL);
+    /* finite as a double, infinite as the float it is kept in (found by fuzz_text) */
+    assert_int_equal(config_set(&c, "rope_theta", "1e39", err), STATUS_EINVAL);
+    assert_int_equal(config_set(&c, "norm_eps", "nan", err), STATUS_EINVAL);
+    assert_int_equal(config_set(&c, "rope_theta", "5e5", err), 0);
     assert_int_equal(config_set(&c, "colour", "1", err), STATUS_EINVAL);
 
     /* stage_new refuses them too, and a bad stage index. */

@@ -492,6 +492,50 @@ static void test_demo_v2_bytes(void **state)
     kern_destroy(&k);
 }
 
+/* The rms update divides lr by rms(Q): a sender whose values are tiny subnormals (one per
+ * tile among many zero coefficients) made lr / rms overflow a float, and every parameter of
+ * the receiving replica became Inf or NaN (found by fuzz_demo_opt). */
+static void test_demo_rms_tiny_values(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    model_config_t c;
+    config_preset(&c, "tiny", NULL);
+    c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.ffn = 32, c.batch = 1, c.seq = 16, c.stages = 2;
+    kern_t *k = kern_new("cpu", 1, err);
+    assert_non_null(k);
+    model_t *m = model_new(&c, k, 3, err);
+    assert_non_null(m);
+    stage_t *st = model_stage(m, 1);
+    demo_cfg_t dc = {16, 1, DEMO_VAL_F32, 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_RMS};
+    demo_opt_t *tx = demo_opt_new(st, &dc, err), *rx = demo_opt_new(st, &dc, err);
+    assert_non_null(tx);
+    assert_non_null(rx);
+    size_t P = stage_num_params(st), n = demo_opt_msg_size(tx);
+    float *g = stage_grads(st), *p = stage_params(st), *before = malloc(P * sizeof *before);
+    for (size_t i = 0; i < P; i++) g[i] = i % 97 ? 0.0f : 1e-40f; /* lr * g: ~3e-43 */
+    optim_config_t oc = optim_defaults();
+    oc.warmup = 0, oc.wd = 0;
+    uint8_t *msg = malloc(n);
+    assert_int_equal(demo_opt_prepare(tx, &oc, 0, 1.0f, msg, NULL, err), 0);
+    memcpy(before, p, P * sizeof *p);
+    const uint8_t *msgs[1] = {msg};
+    size_t lens[1] = {n};
+    assert_int_equal(demo_opt_apply(rx, &oc, 0, msgs, lens, 1, err), 0);
+    float lr = optim_lr(&oc, 0), most = 0;
+    for (size_t i = 0; i < P; i++) {
+        assert_true(isfinite(p[i]));
+        most = fmaxf(most, fabsf(p[i] - before[i]));
+    }
+    assert_true(most > 0 && most <= lr * 64); /* a step of lr-sized moves, as for any Q */
+    free(before);
+    free(msg);
+    demo_opt_destroy(&tx);
+    demo_opt_destroy(&rx);
+    model_destroy(&m);
+    kern_destroy(&k);
+}
+
 /* ---- resume after SIGKILL ----------------------------------------------------------- */
 
 /* Runs the binary with args, collecting the "step N loss X" lines into losses[N]; when
@@ -605,7 +649,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_demo_bad_messages),     cmocka_unit_test(test_demo_v2_corruptions),
         cmocka_unit_test(test_demo_v2_mixed_senders), cmocka_unit_test(test_demo_v2_bytes),
         cmocka_unit_test(test_resume_adamw),          cmocka_unit_test(test_resume_demo),
-        cmocka_unit_test(test_resume_refusals),
+        cmocka_unit_test(test_resume_refusals),       cmocka_unit_test(test_demo_rms_tiny_values),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name, for timing */
     return cmocka_run_group_tests(tests, NULL, NULL);

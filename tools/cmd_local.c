@@ -583,7 +583,8 @@ static int local_main(int argc, char **argv, int user0)
                                           {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL}};
     static local_opts_t lo;
     memset(&lo, 0, sizeof lo);
-    lo.peers = 4, lo.in_flight = 2, lo.kill_peer = -1, lo.join_step = -1;
+    lo.peers = 4, lo.in_flight = 2, lo.kill_peer = -1, lo.join_step = -1, lo.poison_peer = -1;
+    lo.kill_stage = -1;
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
         .opts = extra,

@@ -4,9 +4,14 @@
 st_packages="build-essential cmake libzmq3-dev libsodium-dev libcurl4-openssl-dev
 libsqlite3-dev libcmocka-dev libopenblas-dev pkg-config bible-kjv"
 
+# What tools/fuzz needs besides: clang and its libFuzzer runtime (-fsanitize=fuzzer comes
+# with libclang-rt-14-dev; libfuzzer-14-dev is the stand-alone library). Not for tools/test:
+# CI runs the fuzz targets through their gcc driver (tests/fuzz/standalone.c).
+st_fuzz_packages="clang-14 libclang-rt-14-dev libfuzzer-14-dev"
+
 st_install_missing() {
     local missing="" p
-    for p in $st_packages; do
+    for p in ${1:-$st_packages}; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
             missing="$missing $p"
     done
@@ -32,4 +37,8 @@ st_extract_corpus() {
 st_setup() {
     st_install_missing || { echo "setup: apt-get failed" >&2; return 1; }
     st_extract_corpus || { echo "setup: could not extract the corpus" >&2; return 1; }
+}
+
+st_setup_fuzz() {
+    st_install_missing "$st_packages $st_fuzz_packages" || { echo "setup: apt-get failed" >&2; return 1; }
 }

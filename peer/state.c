@@ -36,6 +36,18 @@ static int take_snapshot(peer_t *p)
     return 0;
 }
 
+/* Whether a state blob's parameters and moments are all finite numbers. */
+static int state_finite(const peer_t *p, const uint8_t *buf)
+{
+    size_t n = 3 * stage_num_params(p->st);
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, buf + i * sizeof f, sizeof f);
+        if (!isfinite(f)) return 0;
+    }
+    return 1;
+}
+
 static void load_state(peer_t *p, const uint8_t *buf)
 {
     size_t P = stage_num_params(p->st) * sizeof(float);
@@ -229,6 +241,17 @@ int state_download_tick(peer_t *p)
         return 0;
     }
     int rc = xfer_done(p->xfer);
+    if (rc == 1 && !state_finite(p, xfer_data(p->xfer))) {
+        /* the hash proves only that the bytes are the donors'; a faulty donor's NaN
+         * parameters never reach this replica: refused, fetched again */
+        p->rejected++;
+        log_warn("peer: stage %d's state from the pool holds non-finite values: refused",
+                 p->stage);
+        xfer_destroy(&p->xfer);
+        if (!(p->xfer = xfer_new(p->stage, state_bytes(p))))
+            return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        return 0;
+    }
     if (rc == 1) {
         load_state(p, xfer_data(p->xfer));
         p->step = xfer_step(p->xfer);

@@ -452,7 +452,12 @@ static int d_check(void *ctx, double now, char *err)
     if (sim_partitioned(d->sim)) d->parted_at = now;
     if (d->lose == 1 && d->max_step >= d->lose_step) {
         if (d->lose_at < 0) d->lose_at = now + d->lose_delay;
-        if (now >= d->lose_at) {
+        if (now >= d->lose_at && d->max_step >= d->run.steps - 2) {
+            /* training is (nearly) over: pools a step ahead of the furthest applied step
+             * may be validating or leaving, when nothing is rebuilt (recover.c) */
+            d->lose = 0;
+            sim_note(d->sim, "lose  cancelled: the run reached its last step first");
+        } else if (now >= d->lose_at) {
             d->lose = 2;
             sim_note(d->sim, "lose  every peer of stage %d (step %lld)", d->lose_stage,
                      (long long)d->max_step);

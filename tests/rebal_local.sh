@@ -45,7 +45,7 @@ shares-slow | shares-equal)
         }' || fail "shares out of bounds"
     ;;
 no-thrash)
-    "$BIN" local --placement 3,1 --threads 1 --steps 250 --accum 4 --quiet --rebalance-cooldown 3 \
+    "$BIN" local --placement 3,1 --threads 1 --steps 160 --accum 4 --quiet --rebalance-cooldown 3 \
         --log-every 50 --dir "$dir" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
     cat "$dir/out.txt"
     moves=$(grep -c '^local: peer [0-9]* moved:' "$dir/out.txt")

@@ -47,8 +47,13 @@ st_add_sim(skip_3x2   --faults none  --peers 6  --stages 3 --skip 0.25 --first-s
 # exchange message can leave a mate that missed it short of a microbatch (e.g. --faults
 # mild --moves 0.1 --seed 147 with --set partition_rate=0,reset_p=0: 1 in 200).
 st_add_sim(moves_none  --faults none --peers 5 --stages 2 --placement 4,1 --steps 40
-           --rebalance-cooldown 1 --moves 0.2 --first-seed 1 --seeds 100)
+           --rebalance-cooldown 1 --moves 0.2 --first-seed 1 --seeds 60)
 st_add_sim(moves_mild  --faults mild --set partition_rate=0,reset_p=0 --peers 5 --stages 2
-           --placement 4,1 --steps 40 --rebalance-cooldown 1 --moves 0.1 --first-seed 1 --seeds 100)
+           --placement 4,1 --steps 40 --rebalance-cooldown 1 --moves 0.1 --first-seed 1 --seeds 60)
 st_add_sim(rebalance_mild --faults mild --peers 5 --stages 2 --placement 4,1 --steps 40
-           --rebalance-cooldown 1 --first-seed 1 --seeds 100)
+           --rebalance-cooldown 1 --first-seed 1 --seeds 60)
+
+# Lost stages (issue 11): mild faults, and every peer of one drawn stage crashes at once at
+# a drawn step and moment; the swarm must rebuild it (peer/recover.c) and finish.
+st_add_sim(stage_3x2  --faults stage --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 150)
+st_add_sim(stage_2x2  --faults stage --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 150)

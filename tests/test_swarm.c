@@ -322,7 +322,7 @@ static void kill_stage(int stage, unsigned seed, const char *how)
     char name[32], args[1024], logname[64];
     snprintf(name, sizeof name, "stage%d", stage);
     snprintf(args, sizeof args,
-             "local --peers 6 --stages 3 --layers 6 --steps 80 --log-every 20 --kill-stage "
+             "local --peers 6 --stages 3 --layers 6 --steps 60 --log-every 20 --kill-stage "
              "%d:random --fault-seed %u --quiet --dir %s/%s --data %s",
              stage, seed, dir, name, testutil_corpus());
     snprintf(logname, sizeof logname, "%s.log", name);
@@ -346,13 +346,18 @@ static void kill_stage(int stage, unsigned seed, const char *how)
     free(out);
 }
 
+/* The middle stage, and one end stage drawn from the seed (both ends, and many more
+ * moments, in the simulator: sim --faults stage). */
 static void test_lost_stages(void **state)
 {
     (void)state;
     unsigned seed = (unsigned)time(NULL);
     kill_stage(1, seed, "by CheckFree: weighted average of stages 0");
-    kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy");
-    kill_stage(2, seed + 2, "by CheckFree+: blocks copied from stage 1, final norm and head from the copy");
+    if (seed % 2)
+        kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy");
+    else
+        kill_stage(2, seed + 1,
+                   "by CheckFree+: blocks copied from stage 1, final norm and head from the copy");
 }
 
 /* A whole swarm stopped with Ctrl-C (SIGINT to `local` at a moment drawn from the clock's
@@ -364,8 +369,10 @@ static void test_resume(void **state)
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
     char args[1024];
-    const char *common = "local --peers 4 --stages 2 --steps 160 --log-every 20 "
-                         "--checkpoint-every 20";
+    /* shared DeMo indices: with top-k ones, who counted what in the first steps moves
+     * the final loss by up to 2% either way from run to run (security_poison saw it) */
+    const char *common = "local --peers 4 --stages 2 --steps 120 --log-every 20 "
+                         "--checkpoint-every 10 --demo-index shared";
     snprintf(args, sizeof args, "%s --quiet --dir %s/whole --data %s", common, dir,
              testutil_corpus());
     pid_t l = start("whole", args);
@@ -376,7 +383,7 @@ static void test_resume(void **state)
     snprintf(args, sizeof args, "%s --dir %s/cut --data %s", common, dir, testutil_corpus());
     l = start("cut", args);
     /* Ctrl-C once the run's progress line shows the drawn step, and a drawn moment later */
-    int target = 25 + rand() % 100;
+    int target = 20 + rand() % 70;
     double extra = (double)rand() / RAND_MAX;
     printf("Ctrl-C at step %d + %.2f s (seed %u)\n", target, extra, seed);
     for (double end = clock_now() + 300; clock_now() < end;) {
@@ -418,11 +425,11 @@ static void test_resume(void **state)
     assert_int_equal(sscanf(r, "resumed: stage 0 from this peer's checkpoint of step %lld", &step), 1);
     printf("resumed at step %lld: val_loss %.4f; uninterrupted: %.4f (%+.2f%%)\n", step, resumed,
            whole, 100 * (resumed / whole - 1));
-    /* the state each peer left with at Ctrl-C, or the newest periodic checkpoint when the
-     * stages stopped a step apart: never older than the last multiple of 20 */
-    assert_true(step >= target / 20 * 20 && step <= target + 20);
-    assert_true(fabs(resumed / whole - 1) < 0.02);
     free(log);
+    /* the state each peer left with at Ctrl-C, or the newest periodic checkpoint when the
+     * stages stopped a step apart: never older than the last multiple of 10 */
+    assert_true(step >= target / 10 * 10 && step <= target + 20);
+    assert_true(fabs(resumed / whole - 1) < 0.02);
 }
 
 /* A preempted peer comes back with its disk: the only peer of stage 1 is killed, and the

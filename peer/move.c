@@ -62,19 +62,7 @@ void peer_drop_stage(peer_t *p)
 void move_on_exch_req(peer_t *p, const msg_t *m)
 {
     if (!p->moved_pool || m->stage != p->moved_stage) return;
-    const pool_msg_t *e = pool_find(p->moved_pool, m->origin, m->step, m->flags);
-    if (!e) return;
-    msg_t r = {.type = MSG_EXCH,
-               .flags = (uint8_t)e->part,
-               .stage = (int16_t)p->moved_stage,
-               .step = e->step,
-               .count = e->count,
-               .hash = e->hash,
-               .since = e->since};
-    memcpy(r.origin, e->origin, MSG_ID_LEN);
-    const void *pl[3] = {e->data, e->counted, e->claims};
-    size_t lens[3] = {e->len, pool_bitmap_bytes(p->moved_pool), (size_t)e->nclaims * MSG_ID_LEN};
-    peer_send(p, m->sender, &r, 3, pl, lens);
+    step_answer_exch_req(p, p->moved_pool, p->moved_stage, m);
 }
 
 int peer_move(peer_t *p, int stage, const char *why)

@@ -288,6 +288,8 @@ int step_tick(peer_t *p);
 void step_reset(peer_t *p);
 int step_on_exch(peer_t *p, const net_ev_t *ev);
 void step_on_exch_req(peer_t *p, const msg_t *m);
+/* Answers an EXCH_REQ from `pool`, the pool of `stage` (this peer's, or the one it left). */
+void step_answer_exch_req(peer_t *p, pool_t *pool, int stage, const msg_t *m);
 void step_on_progress(peer_t *p, const net_ev_t *ev);
 void step_on_redo(peer_t *p, const net_ev_t *ev);
 

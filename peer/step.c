@@ -670,22 +670,27 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     return rc;
 }
 
-void step_on_exch_req(peer_t *p, const msg_t *m)
+void step_answer_exch_req(peer_t *p, pool_t *pool, int stage, const msg_t *m)
 {
-    if (!p->st || m->stage != p->stage) return;
-    const pool_msg_t *e = pool_find(p->pool, m->origin, m->step, m->flags);
+    const pool_msg_t *e = pool_find(pool, m->origin, m->step, m->flags);
     if (!e) return; /* the asker tries again, and others */
     msg_t r = {.type = MSG_EXCH,
                .flags = (uint8_t)e->part,
-               .stage = (int16_t)p->stage,
+               .stage = (int16_t)stage,
                .step = e->step,
                .count = e->count,
                .hash = e->hash,
                .since = e->since};
     memcpy(r.origin, e->origin, MSG_ID_LEN);
     const void *pl[3] = {e->data, e->counted, e->claims};
-    size_t lens[3] = {e->len, pool_bitmap_bytes(p->pool), (size_t)e->nclaims * MSG_ID_LEN};
+    size_t lens[3] = {e->len, pool_bitmap_bytes(pool), (size_t)e->nclaims * MSG_ID_LEN};
     peer_send(p, m->sender, &r, 3, pl, lens);
+}
+
+void step_on_exch_req(peer_t *p, const msg_t *m)
+{
+    if (!p->st || m->stage != p->stage) return;
+    step_answer_exch_req(p, p->pool, p->stage, m);
 }
 
 void step_on_redo(peer_t *p, const net_ev_t *ev)

@@ -158,9 +158,7 @@ struct peer {
     int aux_stage;
     double aux_t0;
     uint8_t *copy[2];   /* stage 1 / S-2: the state of stage 0 / S-1, kept ahead of time */
-    int copy_of[2];     /* the stage each copy is of */
     int64_t copy_step[2];
-    uint64_t copy_bytes;
     int rec_mover;      /* moved to rebuild a lost stage: no wait for donors */
     int rec_active;
     double rec_t0;
@@ -168,7 +166,6 @@ struct peer {
     int64_t rec_step[2];
     int rec_gone[2];       /* a neighbour with no live peer: rebuilt without it */
     double rec_nb_seen[2]; /* when a neighbour last had a live peer */
-    int recovered_stages;
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */

@@ -95,17 +95,6 @@ void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t st
     ps->last_ckpt = step;
 }
 
-int peer_store_has_stage(peer_store_t *ps)
-{
-    if (!ps || ps->stage < 0) return 0;
-    store_ckpt_t *ck = NULL;
-    char err[STATUS_ERR_LEN];
-    if (store_ckpt_load_latest(ps->s, ps->stage, &ck, err)) return 0;
-    int ok = !strcmp(store_ckpt_config_hash(ck), ps->run_hash);
-    store_ckpt_destroy(&ck);
-    return ok;
-}
-
 int peer_store_ckpt_steps(peer_store_t *ps, int stage, int64_t *steps, int max)
 {
     for (int i = 0; i < max; i++) steps[i] = 0;

@@ -44,8 +44,6 @@ void peer_store_event(peer_store_t *ps, const char *kind, const char *fmt, ...)
  * it (store_ckpt_ready), or when force is set. */
 void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int force);
 
-/* Whether the store holds a checkpoint of the bound stage of this run (newest one). */
-int peer_store_has_stage(peer_store_t *ps);
 /* Loads the newest good checkpoint of the bound stage made by the same run into st (and
  * dopt's residual momentum); *step gets the step it was taken at. STATUS_ENOTFOUND when
  * there is none (or only other runs'); another status when the checkpoint is unusable. */

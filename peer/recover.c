@@ -234,9 +234,7 @@ static int copy_tick(peer_t *p)
         if (!buf) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         memcpy(buf, xfer_data(p->aux), len);
         p->copy[c] = buf;
-        p->copy_of[c] = t;
         p->copy_step[c] = xfer_step(p->aux);
-        p->copy_bytes += len;
         fprintf(p->log, "copy: stage %d's state at step %" PRId64 " (%zu bytes), kept for CheckFree+\n",
                 t, p->copy_step[c], len);
         xfer_destroy(&p->aux);
@@ -344,8 +342,8 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
         return 0;
     }
     int nbs = s == 0 ? 1 : S - 2;
-    int ci = s == 0 ? 0 : 1; /* the copy kept of this stage (by this peer, before it moved) */
-    const float *cp = p->copy[ci] && p->copy_of[ci] == s ? (const float *)(const void *)p->copy[ci] : NULL;
+    int ci = s == 0 ? 0 : 1; /* copy[0] is of stage 0, copy[1] of stage S-1 */
+    const float *cp = (const float *)(const void *)p->copy[ci];
     if (p->rec_nb[0])
         memcpy(o, (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nbs), bf * sizeof(float));
     else if (cp) /* the neighbour is gone too: the copy is all there is */
@@ -453,7 +451,6 @@ int recover_download_tick(peer_t *p)
     fflush(p->log);
     peer_store_event(p->ps, "recovered_stage", "stage %d at step %" PRId64 ": %s", s, p->step,
                      how);
-    p->recovered_stages++;
     p->rec_active = 0;
     p->rec_mover = 0;
     free_nb(p);

@@ -143,34 +143,43 @@ int peer_start_download(peer_t *p, const char *why)
     return 0;
 }
 
-/* No live member holds the stage: this peer's own checkpoint of the run, else the seed. */
-static void state_from_nobody(peer_t *p)
+/* No live member holds the stage: this peer's own checkpoint of the run, if it has one
+ * (1), at the swarm's highest step. Only into a running swarm: when every pool starts
+ * afresh nobody owns the step count, so a whole-swarm resume would mix checkpoints of
+ * different steps (resume.c agrees on one instead). */
+static int restore_own(peer_t *p)
 {
     int64_t step = view_max_step(&p->view, -1), ck_step = -1;
-    if (step < 0) step = 0;
     char e2[STATUS_ERR_LEN] = "";
-    /* Only into a running swarm: when every pool starts afresh nobody owns the step
-     * count, so a whole-swarm resume would mix checkpoints of different steps. */
     int rr = p->ps && step > 0 ? peer_store_restore(p->ps, p->st, p->dopt, &ck_step, e2)
                                : STATUS_ENOTFOUND;
-    if (rr == 0) {
-        fprintf(p->log,
-                "restored: stage %d from this peer's checkpoint of step %" PRId64
-                " in %s; the swarm is at step %" PRId64 "\n",
-                p->stage, ck_step, p->po.db, step);
-        peer_store_event(p->ps, "restored",
-                         "stage %d from the checkpoint of step %" PRId64
-                         "; the swarm is at step %" PRId64,
-                         p->stage, ck_step, step);
-    } else {
+    if (rr) {
         if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
-        if (step > 0)
-            log_warn("stage %d has no live replica and no checkpoint: it starts from its "
-                     "initial parameters at step %" PRId64,
-                     p->stage, step);
-        peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
-                         p->stage, step);
+        return 0;
     }
+    fprintf(p->log,
+            "restored: stage %d from this peer's checkpoint of step %" PRId64
+            " in %s; the swarm is at step %" PRId64 "\n",
+            p->stage, ck_step, p->po.db, step);
+    peer_store_event(p->ps, "restored",
+                     "stage %d from the checkpoint of step %" PRId64 "; the swarm is at step %" PRId64,
+                     p->stage, ck_step, step);
+    p->step = step;
+    p->downloaded = 0;
+    return 1;
+}
+
+/* ... else the run's initial parameters, at the swarm's highest step. */
+static void initial_state(peer_t *p)
+{
+    int64_t step = view_max_step(&p->view, -1);
+    if (step < 0) step = 0;
+    if (step > 0)
+        log_warn("stage %d has no live replica and no checkpoint: it starts from its "
+                 "initial parameters at step %" PRId64,
+                 p->stage, step);
+    peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
+                     p->stage, step);
     p->step = step;
     p->downloaded = 0;
 }
@@ -224,15 +233,17 @@ int state_download_tick(peer_t *p)
         if (started && !p->rec_mover && !p->rec_active &&
             p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)
             return 0;
+        /* its own checkpoint (one read: restore_own loads it or says there is none),
+         * else the neighbours, else the initial parameters */
         int mode = p->po.stage_recovery;
-        if (started && !p->rec_active && p->ps && mode != PEER_RECOVER_CHECKFREE &&
-            peer_store_has_stage(p->ps)) {
-            state_from_nobody(p); /* its own checkpoint */
+        int own = started && !p->rec_active && mode != PEER_RECOVER_CHECKFREE;
+        if (own && restore_own(p)) {
+            /* restored */
         } else if (started && mode != PEER_RECOVER_CHECKPOINT && recover_possible(p)) {
             int rc = recover_download_tick(p);
             if (rc <= 0) return rc;
-        } else {
-            state_from_nobody(p);
+        } else if (own || !restore_own(p)) {
+            initial_state(p);
         }
         p->rec_mover = 0;
         xfer_destroy(&p->xfer);

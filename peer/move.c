@@ -30,6 +30,9 @@ void peer_drop_stage(peer_t *p)
     free(p->redo_for);
     free(p->sent_bits);
     free(p->val_got);
+    free(p->vr_got);
+    p->vr_got = NULL;
+    p->vr_step = -1;
     free(p->host_tok);
     free(p->grad_save);
     p->ubuf = p->redo_for = p->sent_bits = p->val_got = NULL;

@@ -118,6 +118,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->stage = -1;
     p->self.loss = NAN;
     p->val_loss = NAN;
+    p->vr_step = -1;
     p->redo_step = -1;
     p->rebal_to = -1;
     p->rebal_last_from = p->rebal_last_to = -1;

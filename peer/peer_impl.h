@@ -129,6 +129,11 @@ struct peer {
     double val_sum, val_loss;
     double val_sum_skip; /* the second round, without the run's val_skip stages */
     uint8_t *val_got;
+    /* ... and during the run, every run.val_every steps: one round at a time */
+    int64_t vr_step, vr_last; /* the round's step (-1: none), the last round started */
+    int vr_next, vr_done;
+    double vr_sum, vr_t0;
+    uint8_t *vr_got;
     /* stats */
     msg_member_t self;
     double tp_ema;

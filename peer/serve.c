@@ -121,6 +121,64 @@ static void val_add(peer_t *p, uint32_t index, float loss)
     p->val_done++;
 }
 
+static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags);
+
+/* Validation during the run (run.val_every > 0), by the leader of stage 0: each time its
+ * step reaches a multiple of val_every it sends the run's val_batches held-out
+ * microbatches through the pipeline (forward only, marked with that step: a later stage
+ * runs one only once its own pool has reached the step), when no training microbatch
+ * is waiting to start. Their mean loss goes to the log, "val: step N val_loss X at T"
+ * (T: the clock the peer runs on, CLOCK_MONOTONIC under ZeroMQ), and to the store's
+ * metrics. A round whose losses have not all come back after VAL_ROUND_S is given up
+ * (its microbatches dropped), and the next multiple starts a new one. 1 when it started
+ * a microbatch. */
+#define VAL_ROUND_S 60.0
+static int val_round_tick(peer_t *p)
+{
+    int n = p->run.val_batches;
+    if (p->run.val_every <= 0) return 0;
+    if (p->vr_step < 0 && p->step > 0 && p->step % p->run.val_every == 0 &&
+        p->step > p->vr_last && p->step < p->run.steps) {
+        if (!p->vr_got && !(p->vr_got = malloc(((size_t)n + 7) / 8))) return STATUS_ENOMEM;
+        memset(p->vr_got, 0, ((size_t)n + 7) / 8);
+        p->vr_step = p->vr_last = p->step;
+        p->vr_next = p->vr_done = 0;
+        p->vr_sum = 0;
+        p->vr_t0 = p->now;
+    }
+    if (p->vr_step < 0) return 0;
+    if (p->now - p->vr_t0 > VAL_ROUND_S) {
+        fprintf(p->log, "val: step %" PRId64 ": round given up (%d of %d losses back in %.0f s)\n",
+                p->vr_step, p->vr_done, n, VAL_ROUND_S);
+        for (int i = 0; i < p->nmbs; i++)
+            if (p->mbs[i].used && p->mbs[i].mb.kind == 1 && p->mbs[i].mb.step == p->vr_step)
+                custody_drop(&p->mbs[i]);
+        p->vr_step = -1;
+        return 0;
+    }
+    if (p->vr_next >= n || custody_in_flight(p, 1) >= p->po.in_flight) return 0;
+    int rc = start_mb(p, p->vr_step, (uint32_t)p->vr_next, 1, 0);
+    if (rc == 0) p->vr_next++;
+    return rc < 0 ? rc : rc == 0;
+}
+
+static void val_round_add(peer_t *p, const msg_mb_t *mb, float loss)
+{
+    mbrec_t *r = custody_find(p, mb);
+    if (p->vr_step < 0 || mb->step != p->vr_step || (int)mb->index >= p->run.val_batches ||
+        !isfinite(loss) || pool_bit(p->vr_got, (int)mb->index))
+        return;
+    pool_set_bit(p->vr_got, (int)mb->index);
+    p->vr_sum += loss;
+    if (r) custody_drop(r);
+    if (++p->vr_done < p->run.val_batches) return;
+    double v = p->vr_sum / p->run.val_batches;
+    fprintf(p->log, "val: step %" PRId64 " val_loss %.4f at %.3f\n", p->vr_step, v, p->now);
+    fflush(p->log);
+    peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->vr_step, v);
+    p->vr_step = -1;
+}
+
 /* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
  * validation batch `index`. 1 when there is no free slot now. */
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags)
@@ -270,6 +328,10 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     msg_t *m = &in->m;
     mbrec_t *r = custody_find(p, &m->mb);
     if (m->mb.kind == 1) { /* a validation loss, at the source */
+        if (r && p->stage == 0 && !p->val_phase) {
+            val_round_add(p, &m->mb, m->loss);
+            return 0;
+        }
         if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) &&
             (int)m->mb.index < val_total(p) && !pool_bit(p->val_got, (int)m->mb.index)) {
             pool_set_bit(p->val_got, (int)m->mb.index);
@@ -434,7 +496,7 @@ int serve_source(peer_t *p)
             if (p->now < p->go_at) return 0;
             p->go = 1;
         }
-        if (custody_in_flight(p, 0) >= p->po.in_flight) return 0;
+        if (custody_in_flight(p, 0) >= p->po.in_flight) return me == 0 ? val_round_tick(p) : 0;
         if (p->t_train0 == 0) p->t_train0 = p->now;
         step_seen(p);
         for (int i = 0; i < p->M; i++) {
@@ -448,7 +510,7 @@ int serve_source(peer_t *p)
             int rc = start_mb(p, p->step, (uint32_t)i, 0, 0);
             return rc == 1 ? 0 : rc < 0 ? rc : 1;
         }
-        return 0;
+        return me == 0 ? val_round_tick(p) : 0;
     }
     if (me != 0 || p->finished) return 0;
     return validate(p);

@@ -78,6 +78,9 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (w < 0) return 0;
     /* only when set: runs without skipping keep the text (and hashes) they had */
     if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
+    /* only when set: a swarm validates during the run (the leader of stage 0) */
+    if (o->val_every > 0 && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "val_every=%d\n", o->val_every);
     if (o->val_skip && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_skip_mask=%" PRIu64 "\n", o->val_skip);
     if (w < 0) return 0;
@@ -199,6 +202,7 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("codec_block", 0, 1 << 20, o->codec_block = (uint32_t)x)
         NUM("val_batches", 1, 1 << 20, o->val_batches = (int)x)
         NUM("skip", 0, 1, o->skip = x)
+        NUM("val_every", 0, 1 << 30, o->val_every = (int)x)
         NUM("val_skip_mask", 0, 1.8e19, o->val_skip = (uint64_t)x)
         else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);
 #undef NUM

@@ -1093,12 +1093,22 @@ static int local_main(int argc, char **argv, int user0)
         if (npm) printf(", %d kill(s) the pool never stepped after", npm);
         printf("\n");
     }
-    /* rebalancing: every move, and where the peers ended */
+    /* rebalancing: every move, and where the peers ended; validation during the run
+     * (--val-every), in time order: the peers' clock is the one local runs on */
     unsigned long long moves = 0;
+    struct valpt { double t, loss; long long step; } vals[512];
+    int nvals = 0;
     for (int i = 0; i < n; i++) {
         FILE *f = fopen(ch[i].log, "r");
         char line[1024];
         while (f && fgets(line, sizeof line, f)) {
+            long long vstep;
+            double vloss, vt;
+            if (sscanf(line, "val: step %lld val_loss %lf at %lf", &vstep, &vloss, &vt) == 3 &&
+                nvals < (int)(sizeof vals / sizeof vals[0])) {
+                vals[nvals].t = vt - t0, vals[nvals].loss = vloss, vals[nvals].step = vstep;
+                nvals++;
+            }
             if (!strncmp(line, "recovered: stage", 16)) printf("local: peer %d %s", i, line);
             if (!strncmp(line, "moved: ", 7)) {
                 printf("local: peer %d %s", i, line);
@@ -1107,6 +1117,14 @@ static int local_main(int argc, char **argv, int user0)
         }
         if (f) fclose(f);
     }
+    for (int i = 1; i < nvals; i++) /* insertion sort by time */
+        for (int j = i; j > 0 && vals[j].t < vals[j - 1].t; j--) {
+            struct valpt tmp = vals[j];
+            vals[j] = vals[j - 1], vals[j - 1] = tmp;
+        }
+    for (int i = 0; i < nvals; i++)
+        printf("local: val step %lld val_loss %.4f at %.1f s\n", vals[i].step, vals[i].loss,
+               vals[i].t);
     if (have_last_view) {
         printf("local: %llu move(s); placement at the end (peers per stage):", moves);
         for (int s = 0; s < S; s++) printf("%s%d", s ? "," : " ", last_view.peers_per[s]);

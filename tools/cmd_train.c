@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-enum { O_DB = RUN_OPTS_EXTRA, O_CKEVERY, O_KEEP, O_RESUME, O_STOP, O_VALE, O_CKBUDGET, O_INIT };
+enum { O_DB = RUN_OPTS_EXTRA, O_CKEVERY, O_KEEP, O_RESUME, O_STOP, O_CKBUDGET, O_INIT };
 
 static int train_option(void *ctx, int c, const char *arg)
 {
@@ -29,8 +29,6 @@ static int train_option(void *ctx, int c, const char *arg)
     case O_INIT:
         o->init = arg;
         return 0;
-    case O_VALE:
-        return run_opts_int("--val-every", arg, 0, &o->val_every);
     default:
         return -1;
     }
@@ -44,7 +42,6 @@ int cmd_train(int argc, char **argv)
                                           {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
                                           {"resume", no_argument, 0, O_RESUME},
                                           {"stop-after", required_argument, 0, O_STOP},
-                                          {"val-every", required_argument, 0, O_VALE},
                                           {"init", required_argument, 0, O_INIT}};
     train_options_t o = train_defaults();
     /* the handler writes into the options being parsed, which start as a copy of o */
@@ -63,7 +60,6 @@ int cmd_train(int argc, char **argv)
                  "  --keep K             checkpoints kept (default 3)\n"
                  "  --resume             continue from the newest good checkpoint in --db\n"
                  "  --stop-after N       stop after N steps of this process (tests resume)\n"
-                 "  --val-every N        also report val_loss every N steps\n"
                  "  --init FILE          start from this model.safetensors (an export, or any\n"
                  "                       file in its layout and of this model's shape)\n"};
     int rc = run_opts_parse("train", argc, argv, &o, &x);

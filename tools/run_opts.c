@@ -83,6 +83,8 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --clip X             per-stage gradient norm clip, 0 = off (default 1)\n"
                "  --seed N             parameters and sampling (default 1337)\n"
                "  --val-batches N      held-out microbatches for val_loss (default 20)\n"
+               "  --val-every N        also validate every N steps (a swarm: the leader of\n"
+               "                       stage 0; its log says \"val: step N val_loss X at T\")\n"
                "  --log-every N        print every N steps (default 1)\n"
                "data parallel (in one process):\n"
                "  --replicas R         R replicas, each its own data stream (default 1)\n"
@@ -129,6 +131,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_WD,
         O_CLIP,
         O_VALB,
+        O_VALE,
         O_LOGE,
         O_ACCUM,
         O_DEVICE,
@@ -165,6 +168,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"wd", required_argument, 0, O_WD},
                                          {"clip", required_argument, 0, O_CLIP},
                                          {"val-batches", required_argument, 0, O_VALB},
+                                         {"val-every", required_argument, 0, O_VALE},
                                          {"log-every", required_argument, 0, O_LOGE},
                                          {"accum", required_argument, 0, O_ACCUM},
                                          {"device", required_argument, 0, O_DEVICE},
@@ -265,6 +269,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             break;
         case O_VALB:
             bad = run_opts_int("--val-batches", optarg, 1, &out->val_batches);
+            break;
+        case O_VALE:
+            bad = run_opts_int("--val-every", optarg, 0, &out->val_every);
             break;
         case O_LOGE:
             bad = run_opts_int("--log-every", optarg, 1, &out->log_every);

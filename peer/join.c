@@ -17,6 +17,21 @@
 
 /* Takes a stage and builds it: kernels, the stage, the optimizer, data (stage 0), the
  * pool's bookkeeping. The run is known by now. */
+int join_open_corpus(peer_t *p, data_t **out)
+{
+    /* the run's corpus: this peer's --data checked against the run's checksum, or the
+     * run's URL fetched (once, into the cache; the only wait of the peer's life, at
+     * set-up; the network thread keeps it alive meanwhile) */
+    char corpus[4096];
+    int rc = http_data_for_run(p->po.data_path, p->run.data_url, p->run.data_sha256, p->log,
+                               corpus, sizeof corpus, p->err);
+    if (rc) return rc;
+    if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
+    if (!(*out = data_open(corpus[0] ? corpus : data_default_path(), p->run.cfg.seq, 0.05, p->err)))
+        return STATUS_EINVAL;
+    return 0;
+}
+
 int join_setup_stage(peer_t *p)
 {
     const model_config_t *c = &p->run.cfg;
@@ -45,16 +60,8 @@ int join_setup_stage(peer_t *p)
         return STATUS_EINVAL;
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
-        /* the run's corpus: this peer's --data checked against the run's checksum, or the
-         * run's URL fetched (once, into the cache; the only wait of the peer's life, at
-         * set-up; the network thread keeps it alive meanwhile) */
-        char corpus[4096];
-        int rc = http_data_for_run(po->data_path, p->run.data_url, p->run.data_sha256, p->log,
-                                   corpus, sizeof corpus, p->err);
+        int rc = join_open_corpus(p, &p->data);
         if (rc) return rc;
-        if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
-        if (!(p->data = data_open(corpus[0] ? corpus : data_default_path(), c->seq, 0.05, p->err)))
-            return STATUS_EINVAL;
     }
     size_t nb = ((size_t)p->M + 7) / 8;
     p->nmbs = p->nslots + 2 * po->in_flight + 8;

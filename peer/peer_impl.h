@@ -132,7 +132,7 @@ struct peer {
     /* ... and during the run, every run.val_every steps: one round at a time */
     int64_t vr_step, vr_last; /* the round's step (-1: none), the last round started */
     int vr_next, vr_done;
-    double vr_sum, vr_t0;
+    double vr_sum;
     uint8_t *vr_got;
     /* stats */
     msg_member_t self;
@@ -171,6 +171,13 @@ struct peer {
     int64_t rec_step[2];
     int rec_gone[2];       /* a neighbour with no live peer: rebuilt without it */
     double rec_nb_seen[2]; /* when a neighbour last had a live peer */
+    /* the candidates (--stage-recovery auto): CheckFree's parameters and, when this peer
+     * has a checkpoint of the stage, the checkpoint's (loaded into the stage meanwhile);
+     * judged by their held-out loss with the other stages' parameters (rec_all) */
+    float *rec_cf, *rec_ck;
+    int64_t rec_ck_step;
+    uint8_t **rec_all; /* [S]: the states of the stages that are neither this nor a neighbour */
+    char rec_how[384];
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
@@ -216,6 +223,8 @@ void peer_push_self(peer_t *p);
 
 /* join.c */
 int join_setup_stage(peer_t *p);
+/* Opens the run's corpus (this peer's --data or the run's URL, checked) into *out. */
+int join_open_corpus(peer_t *p, data_t **out);
 int join_on_welcome(peer_t *p, const net_ev_t *ev);
 int join_hello_tick(peer_t *p);
 

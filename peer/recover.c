@@ -298,6 +298,12 @@ static void free_nb(peer_t *p)
         free(p->rec_nb[i]);
         p->rec_nb[i] = NULL;
     }
+    for (int s = 0; p->rec_all && s < p->S; s++) free(p->rec_all[s]);
+    free(p->rec_all);
+    free(p->rec_cf);
+    free(p->rec_ck);
+    p->rec_all = NULL;
+    p->rec_cf = p->rec_ck = NULL;
 }
 
 void recover_abort(peer_t *p)
@@ -368,6 +374,147 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     return 0;
 }
 
+/* ---- judging the candidates (--stage-recovery auto) ------------------------------------ */
+
+#define JUDGE_BATCHES 4   /* held-out microbatches each candidate is judged on */
+#define JUDGE_MAX_S 60.0  /* the other stages' states must arrive within this */
+
+/* This peer's own newest checkpoint of the stage as the second candidate: loaded into
+ * the stage (parameters, moments, DeMo momentum), its parameters kept in rec_ck. */
+static int own_candidate(peer_t *p, size_t P)
+{
+    char e2[STATUS_ERR_LEN] = "";
+    int64_t ck = -1;
+    int rr = p->ps ? peer_store_restore(p->ps, p->st, p->dopt, &ck, e2) : STATUS_ENOTFOUND;
+    if (rr) {
+        if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
+        return 0;
+    }
+    if (!(p->rec_ck = malloc(P * sizeof(float))))
+        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    p->k->download(p->k, p->rec_ck, stage_params(p->st), P * sizeof(float));
+    p->rec_ck_step = ck;
+    return 0;
+}
+
+/* Stage t's parameters as fetched: a neighbour's, or one fetched for judging. */
+static const float *params_of(const peer_t *p, const int want[2], int t)
+{
+    for (int i = 0; i < 2; i++)
+        if (want[i] == t && p->rec_nb[i]) return (const float *)(const void *)p->rec_nb[i];
+    return p->rec_all && p->rec_all[t] ? (const float *)(const void *)p->rec_all[t] : NULL;
+}
+
+/* The mean loss of the whole model on JUDGE_BATCHES held-out microbatches, with each
+ * candidate as this stage: windows between those the run's final validation uses
+ * (batches 1, 3, 5, .. of a split twice as fine). losses[0] CheckFree's, [1] the
+ * checkpoint's. */
+static int judge_losses(peer_t *p, const int want[2], double losses[2])
+{
+    const model_config_t *c = &p->run.cfg;
+    int S = p->S, s = p->stage, rc = 0;
+    size_t BT = (size_t)c->batch * c->seq, BTC = BT * (size_t)c->dim;
+    data_t *own = NULL, *d = p->data;
+    if (!d && (rc = join_open_corpus(p, &own))) return rc;
+    if (!d) d = own;
+    stage_t **st = calloc((size_t)S, sizeof *st);
+    int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);
+    float *x = malloc(BTC * sizeof *x), *y = malloc(BTC * sizeof *y);
+    if (!st || !tok || !tgt || !x || !y) rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    for (int t = 0; !rc && t < S; t++) {
+        if (!(st[t] = stage_new(c, t, p->k, 1, p->run.seed, p->err))) rc = STATUS_EINVAL;
+        else if (t != s)
+            p->k->upload(p->k, stage_params(st[t]), params_of(p, want, t),
+                         stage_num_params(st[t]) * sizeof(float));
+    }
+    int nb = p->run.val_batches < JUDGE_BATCHES ? p->run.val_batches : JUDGE_BATCHES;
+    for (int k = 0; !rc && k < 2; k++) {
+        p->k->upload(p->k, stage_params(st[s]), k ? p->rec_ck : p->rec_cf,
+                     stage_num_params(st[s]) * sizeof(float));
+        double sum = 0;
+        for (int i = 0; !rc && i < nb; i++) {
+            data_val_batch(d, 2 * i + 1, 2 * p->run.val_batches, c->batch, tok, tgt);
+            float loss = NAN;
+            rc = stage_forward(st[0], 0, tok, NULL, NULL, x, NULL, p->err);
+            for (int t = 1; !rc && t < S - 1; t++) {
+                rc = stage_forward(st[t], 0, NULL, x, NULL, y, NULL, p->err);
+                float *z = x;
+                x = y, y = z;
+            }
+            if (!rc) rc = stage_forward(st[S - 1], 0, NULL, x, tgt, NULL, &loss, p->err);
+            sum += loss;
+        }
+        losses[k] = sum / nb;
+    }
+    for (int t = 0; st && t < S; t++) stage_destroy(&st[t]);
+    free(st);
+    free(tok);
+    free(tgt);
+    free(x);
+    free(y);
+    data_destroy(&own);
+    return rc;
+}
+
+/* Judges CheckFree against this peer's checkpoint on held-out batches: fetches the
+ * states of the stages the rebuild did not (every stage must have a live peer), then
+ * takes the lower loss. When it cannot judge, the checkpoint (a state the run really
+ * had). 1 when decided (*use_ck), 0 while fetching, negative on error. */
+static int judge(peer_t *p, const int want[2], int *use_ck)
+{
+    int S = p->S;
+    const char *why = NULL;
+    char whybuf[96];
+    if (!p->rec_all && !(p->rec_all = calloc((size_t)S, sizeof *p->rec_all)))
+        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    for (int t = 0; t < S && !why; t++) {
+        if (t == p->stage || params_of(p, want, t)) continue;
+        const msg_member_t *m;
+        int live = 0, n = view_stage(&p->view, t, 1, &m);
+        for (int j = 0; j < n; j++) live += m[j].state == MEMBER_SERVING && !peer_is_self(p, m[j].id);
+        if (!live || p->now - p->rec_t0 > JUDGE_MAX_S) {
+            snprintf(whybuf, sizeof whybuf, live ? "stage %d's state did not come in time"
+                                                 : "stage %d has no live peer", t);
+            why = whybuf;
+            break;
+        }
+        int rc = aux_fetch(p, t);
+        if (rc <= 0) return rc;
+        size_t len = recover_state_bytes(&p->run.cfg, t);
+        if (!(p->rec_all[t] = malloc(len)))
+            return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        memcpy(p->rec_all[t], xfer_data(p->aux), len);
+        xfer_destroy(&p->aux);
+    }
+    double l[2] = {NAN, NAN};
+    if (!why && judge_losses(p, want, l)) {
+        log_warn("peer: judging the candidates failed: %s", p->err);
+        why = "the evaluation failed";
+    }
+    if (!why && !(isfinite(l[0]) || isfinite(l[1]))) why = "neither loss is finite";
+    char cf[200];
+    snprintf(cf, sizeof cf, "%.199s", p->rec_how);
+    if (why) {
+        *use_ck = 1;
+        snprintf(p->rec_how, sizeof p->rec_how,
+                 "its own checkpoint of step %" PRId64 " (not judged against CheckFree: %s)",
+                 p->rec_ck_step, why);
+    } else {
+        *use_ck = !(l[0] <= l[1]); /* a NaN loses */
+        char num[128];
+        snprintf(num, sizeof num, "held-out loss %.4f against %.4f for ", *use_ck ? l[1] : l[0],
+                 *use_ck ? l[0] : l[1]);
+        if (*use_ck)
+            snprintf(p->rec_how, sizeof p->rec_how,
+                     "its own checkpoint of step %" PRId64 " (%sCheckFree)", p->rec_ck_step, num);
+        else
+            snprintf(p->rec_how, sizeof p->rec_how, "%s (%sits checkpoint of step %" PRId64 ")",
+                     cf, num, p->rec_ck_step);
+    }
+    fprintf(p->log, "lost-stage: candidates for stage %d judged: %s\n", p->stage, p->rec_how);
+    return 1;
+}
+
 int recover_download_tick(peer_t *p)
 {
     const model_config_t *c = &p->run.cfg;
@@ -411,30 +558,30 @@ int recover_download_tick(peer_t *p)
     size_t P = stage_num_params(p->st);
     if (P != stage_floats(c, s))
         return status_set(p->err, STATUS_EINVAL, "recover: stage %d layout differs", s);
-    float *host = malloc(P * sizeof(float));
-    if (!host) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    p->k->download(p->k, host, stage_params(p->st), P * sizeof(float));
-    char how[256];
-    int rc = rebuild(p, host, how, sizeof how);
-    if (!rc) {
-        p->k->upload(p->k, stage_params(p->st), host, P * sizeof(float));
+    if (!p->rec_cf) { /* the candidates, once the neighbours are here */
+        if (!(p->rec_cf = malloc(P * sizeof(float))))
+            return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        p->k->download(p->k, p->rec_cf, stage_params(p->st), P * sizeof(float));
+        int rc = rebuild(p, p->rec_cf, p->rec_how, sizeof p->rec_how);
+        if (rc) return rc;
+        if (p->po.stage_recovery == PEER_RECOVER_AUTO && (rc = own_candidate(p, P)) < 0) return rc;
+    }
+    int use_ck = 0;
+    if (p->rec_ck) {
+        int rc = judge(p, want, &use_ck);
+        if (rc <= 0) return rc;
+    }
+    if (!use_ck) {
+        p->k->upload(p->k, stage_params(p->st), p->rec_cf, P * sizeof(float));
         /* fresh optimizer state */
         float *z = calloc(P, sizeof(float));
-        if (!z) rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        else {
-            p->k->upload(p->k, stage_opt_m(p->st), z, P * sizeof(float));
-            p->k->upload(p->k, stage_opt_v(p->st), z, P * sizeof(float));
-            free(z);
-        }
+        if (!z) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        p->k->upload(p->k, stage_opt_m(p->st), z, P * sizeof(float));
+        p->k->upload(p->k, stage_opt_v(p->st), z, P * sizeof(float));
         *stage_opt_step(p->st) = 0;
-        if (p->dopt) {
-            float *zm = calloc(P, sizeof(float));
-            if (zm) demo_opt_set_momentum(p->dopt, zm);
-            free(zm);
-        }
+        if (p->dopt) demo_opt_set_momentum(p->dopt, z);
+        free(z);
     }
-    free(host);
-    if (rc) return rc;
     /* the swarm's step: the highest any member gossips, a neighbour's, or this peer's own
      * before it moved (every serving member may have moved or be joining just now) */
     int64_t step = p->step;
@@ -443,14 +590,19 @@ int recover_download_tick(peer_t *p)
     for (int i = 0; i < 2; i++)
         if (want[i] >= 0 && p->rec_nb[i] && p->rec_step[i] > step) step = p->rec_step[i];
     p->step = step < 0 ? 0 : step;
-    p->lr_scale = RECOVER_LR_SCALE;
-    p->run.opt.lr = p->base_lr * p->lr_scale;
-    fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh optimizer "
-            "state, learning rate x%.2f\n",
-            s, p->step, p->now - p->rec_t0, how, (double)p->lr_scale);
+    if (use_ck) {
+        fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
+                p->now - p->rec_t0, p->rec_how);
+    } else {
+        p->lr_scale = RECOVER_LR_SCALE;
+        p->run.opt.lr = p->base_lr * p->lr_scale;
+        fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
+                "optimizer state, learning rate x%.2f\n",
+                s, p->step, p->now - p->rec_t0, p->rec_how, (double)p->lr_scale);
+    }
     fflush(p->log);
     peer_store_event(p->ps, "recovered_stage", "stage %d at step %" PRId64 ": %s", s, p->step,
-                     how);
+                     p->rec_how);
     p->rec_active = 0;
     p->rec_mover = 0;
     free_nb(p);

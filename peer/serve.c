@@ -124,39 +124,39 @@ static void val_add(peer_t *p, uint32_t index, float loss)
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags);
 
 /* Validation during the run (run.val_every > 0), by the leader of stage 0: each time its
- * step reaches a multiple of val_every it sends the run's val_batches held-out
+ * step passes a multiple of val_every it sends the run's val_batches held-out
  * microbatches through the pipeline (forward only, marked with that step: a later stage
  * runs one only once its own pool has reached the step), when no training microbatch
  * is waiting to start. Their mean loss goes to the log, "val: step N val_loss X at T"
  * (T: the clock the peer runs on, CLOCK_MONOTONIC under ZeroMQ), and to the store's
- * metrics. A round whose losses have not all come back after VAL_ROUND_S is given up
- * (its microbatches dropped), and the next multiple starts a new one. 1 when it started
- * a microbatch. */
-#define VAL_ROUND_S 60.0
+ * events. A round whose losses have not all come back when the next one is due (a peer
+ * died with some of them: stage 0 re-sends only after its custody time), or when the
+ * run's own validation begins, is given up: its microbatches are dropped. */
+static void val_round_drop(peer_t *p, const char *why)
+{
+    if (p->vr_step < 0) return;
+    fprintf(p->log, "val: step %" PRId64 ": round given up, %d of %d losses back (%s)\n",
+            p->vr_step, p->vr_done, p->run.val_batches, why);
+    for (int i = 0; i < p->nmbs; i++)
+        if (p->mbs[i].used && p->mbs[i].mb.kind == 1 && p->mbs[i].mb.step == p->vr_step)
+            custody_drop(&p->mbs[i]);
+    p->vr_step = -1;
+}
+
+/* 1 when it started a microbatch. */
 static int val_round_tick(peer_t *p)
 {
-    int n = p->run.val_batches;
-    if (p->run.val_every <= 0) return 0;
-    if (p->vr_step < 0 && p->step > 0 && p->step % p->run.val_every == 0 &&
-        p->step > p->vr_last && p->step < p->run.steps) {
+    int n = p->run.val_batches, every = p->run.val_every;
+    if (every <= 0) return 0;
+    if (p->step > 0 && p->step < p->run.steps && p->step / every > p->vr_last / every) {
+        val_round_drop(p, "the next round is due");
         if (!p->vr_got && !(p->vr_got = malloc(((size_t)n + 7) / 8))) return STATUS_ENOMEM;
         memset(p->vr_got, 0, ((size_t)n + 7) / 8);
         p->vr_step = p->vr_last = p->step;
         p->vr_next = p->vr_done = 0;
         p->vr_sum = 0;
-        p->vr_t0 = p->now;
     }
-    if (p->vr_step < 0) return 0;
-    if (p->now - p->vr_t0 > VAL_ROUND_S) {
-        fprintf(p->log, "val: step %" PRId64 ": round given up (%d of %d losses back in %.0f s)\n",
-                p->vr_step, p->vr_done, n, VAL_ROUND_S);
-        for (int i = 0; i < p->nmbs; i++)
-            if (p->mbs[i].used && p->mbs[i].mb.kind == 1 && p->mbs[i].mb.step == p->vr_step)
-                custody_drop(&p->mbs[i]);
-        p->vr_step = -1;
-        return 0;
-    }
-    if (p->vr_next >= n || custody_in_flight(p, 1) >= p->po.in_flight) return 0;
+    if (p->vr_step < 0 || p->vr_next >= n || custody_in_flight(p, 1) >= p->po.in_flight) return 0;
     int rc = start_mb(p, p->vr_step, (uint32_t)p->vr_next, 1, 0);
     if (rc == 0) p->vr_next++;
     return rc < 0 ? rc : rc == 0;
@@ -429,6 +429,7 @@ int serve_one(peer_t *p, int *did)
 static int validate(peer_t *p)
 {
     if (!p->val_phase) {
+        val_round_drop(p, "the run's validation begins");
         p->val_phase = 1;
         p->val_got = calloc(((size_t)val_total(p) + 7) / 8, 1);
         if (!p->val_got) return STATUS_ENOMEM;

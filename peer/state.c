@@ -233,16 +233,14 @@ int state_download_tick(peer_t *p)
         if (started && !p->rec_mover && !p->rec_active &&
             p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)
             return 0;
-        /* its own checkpoint (one read: restore_own loads it or says there is none),
-         * else the neighbours, else the initial parameters */
+        /* in a running swarm the neighbours (recover.c: CheckFree, and in auto mode this
+         * peer's own checkpoint judged against it), else its own checkpoint (one read:
+         * restore_own loads it or says there is none), else the initial parameters */
         int mode = p->po.stage_recovery;
-        int own = started && !p->rec_active && mode != PEER_RECOVER_CHECKFREE;
-        if (own && restore_own(p)) {
-            /* restored */
-        } else if (started && mode != PEER_RECOVER_CHECKPOINT && recover_possible(p)) {
+        if (started && mode != PEER_RECOVER_CHECKPOINT && recover_possible(p)) {
             int rc = recover_download_tick(p);
             if (rc <= 0) return rc;
-        } else if (own || !restore_own(p)) {
+        } else if (!restore_own(p)) {
             initial_state(p);
         }
         p->rec_mover = 0;

@@ -5,7 +5,8 @@ target_link_libraries(test_swarm PRIVATE st_peer PkgConfig::CMOCKA)
 foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:integration
           status_json:integration
           garbage_rejected:fault demo_swarm_with_fault:fault
-          revive_from_checkpoint:fault outside_kills:fault lost_stages:fault resume:fault)
+          revive_from_checkpoint:fault outside_kills:fault lost_stages:fault judged:fault
+          resume:fault)
   string(REPLACE ":" ";" parts ${t})
   list(GET parts 0 name)
   list(GET parts 1 label)

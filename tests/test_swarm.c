@@ -360,6 +360,50 @@ static void test_lost_stages(void **state)
                    "by CheckFree+: blocks copied from stage 1, final norm and head from the copy");
 }
 
+/* One peer per stage: a stage lost at a seeded random step has nobody to move over, so
+ * its peer comes back 3 s later with its store, and with two candidates, its own
+ * checkpoint and CheckFree from the neighbours, it judges them on held-out batches and
+ * takes the lower loss. Validation during the run (--val-every) is listed by local. */
+static void test_judged(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)time(NULL);
+    char args[1024];
+    snprintf(args, sizeof args,
+             "local --peers 3 --stages 3 --layers 6 --steps 80 --log-every 20 --checkpoint-every 4 --checkpoint-budget 100 "
+             "--val-every 20 --stage-failures 1:3 --fault-seed %u --quiet --dir %s/judged --data %s",
+             seed, dir, testutil_corpus());
+    printf("--fault-seed %u\n", seed);
+    pid_t l = start("judged", args);
+    int rc = finish(l, 600);
+    char *out = slurp("judged.log");
+    assert_non_null(out);
+    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
+    assert_non_null(strstr(out, "lost microbatches 0"));
+    assert_non_null(strstr(out, "no peer died unplanned"));
+    /* the judgement, in the rebuilt stage's peer log: "held-out loss A against B for ..." */
+    const char *r = strstr(out, "recovered: stage ");
+    if (!r) fail_msg("no recovery:\n%s", out);
+    printf("%.*s", (int)(strchr(r, '\n') - r + 1), r);
+    const char *h = strstr(r, "held-out loss ");
+    if (!h || h > strchr(r, '\n')) fail_msg("the candidates were not judged:\n%s", out);
+    double chosen = NAN, other = NAN;
+    assert_int_equal(sscanf(h, "held-out loss %lf against %lf", &chosen, &other), 2);
+    assert_true(isfinite(chosen) && isfinite(other));
+    assert_true(chosen <= other); /* the lower loss wins */
+    assert_true(strstr(r, "its own checkpoint of step") != NULL || strstr(r, "CheckFree") != NULL);
+    /* validation during the run: steps 20, 40 and 60 */
+    int nval = 0;
+    for (const char *q = out; (q = strstr(q, "local: val step ")); q++) {
+        double v = value_after(q, "val_loss ");
+        assert_true(isfinite(v) && v > 0 && v < 10);
+        nval++;
+    }
+    if (nval < 2) fail_msg("%d validations during the run:\n%s", nval, out);
+    assert_true(value_after(out, "done in ") > 0);
+    free(out);
+}
+
 /* A whole swarm stopped with Ctrl-C (SIGINT to `local` at a moment drawn from the clock's
  * seed) and started again with --resume continues from the newest step every stage has a
  * checkpoint of, and ends within 2% of the held-out loss of the same run uninterrupted. */
@@ -683,6 +727,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_revive_from_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outside_kills, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_stages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_judged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);

@@ -216,13 +216,13 @@ static void same_hashes(const char *text, int stage, int want)
     assert_int_equal(n, want);
 }
 
-/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 60 and
- * a fifth peer joins stage 1 at step 90. The kill comes late enough that the victim has
+/* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 40 and
+ * a fifth peer joins stage 1 at step 60. The kill comes late enough that the victim has
  * long been contributing (microbatches are routed to it), so one is in flight to re-route. */
 static void test_demo_swarm_with_fault(void **state)
 {
     (void)state;
-    enum { STEPS = 150 };
+    enum { STEPS = 100 };
     char args[1024];
     snprintf(args, sizeof args,
              "train --stages 2 --batch 8 --replicas 2 --optimizer demo --steps %d --threads 2 "
@@ -235,7 +235,7 @@ static void test_demo_swarm_with_fault(void **state)
              "local --peers 4 --stages 2 --batch 8 --replicas 2 --optimizer demo --codec int8 "
              "--steps %d "
              "--log-every 50 "
-             "--kill 3:60 --join-at 90 --join-stage 1 --quiet --dir %s/local --data %s",
+             "--kill 3:40 --join-at 60 --join-stage 1 --quiet --dir %s/local --data %s",
              STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);
     int rc = finish(l, 900);
@@ -285,7 +285,7 @@ static void outside_kill(const char *name, int seed, const char *victim)
 {
     char args[1024];
     snprintf(args, sizeof args,
-             "local --peers 6 --stages 3 --layers 6 --steps 80 --log-every 20 --kill random "
+             "local --peers 6 --stages 3 --layers 6 --steps 60 --log-every 20 --kill random "
              "--fault-seed %d --quiet --dir %s/%s --data %s",
              seed, dir, name, testutil_corpus());
     char logname[64];
@@ -322,7 +322,7 @@ static void kill_stage(int stage, unsigned seed, const char *how)
     char name[32], args[1024], logname[64];
     snprintf(name, sizeof name, "stage%d", stage);
     snprintf(args, sizeof args,
-             "local --peers 6 --stages 3 --layers 6 --steps 60 --log-every 20 --kill-stage "
+             "local --peers 6 --stages 3 --layers 6 --steps 50 --log-every 10 --kill-stage "
              "%d:random --fault-seed %u --quiet --dir %s/%s --data %s",
              stage, seed, dir, name, testutil_corpus());
     snprintf(logname, sizeof logname, "%s.log", name);
@@ -370,8 +370,8 @@ static void test_judged(void **state)
     unsigned seed = (unsigned)time(NULL);
     char args[1024];
     snprintf(args, sizeof args,
-             "local --peers 3 --stages 3 --layers 6 --steps 80 --log-every 20 --checkpoint-every 4 --checkpoint-budget 100 "
-             "--val-every 20 --stage-failures 1:3 --fault-seed %u --quiet --dir %s/judged --data %s",
+             "local --peers 3 --stages 3 --layers 6 --steps 60 --log-every 20 --checkpoint-every 4 --checkpoint-budget 100 "
+             "--val-every 15 --stage-failures 1:3 --fault-seed %u --quiet --dir %s/judged --data %s",
              seed, dir, testutil_corpus());
     printf("--fault-seed %u\n", seed);
     pid_t l = start("judged", args);
@@ -392,7 +392,7 @@ static void test_judged(void **state)
     assert_true(isfinite(chosen) && isfinite(other));
     assert_true(chosen <= other); /* the lower loss wins */
     assert_true(strstr(r, "its own checkpoint of step") != NULL || strstr(r, "CheckFree") != NULL);
-    /* validation during the run: steps 20, 40 and 60 */
+    /* validation during the run: steps 15, 30 and 45 (a round a kill cut short is given up) */
     int nval = 0;
     for (const char *q = out; (q = strstr(q, "local: val step ")); q++) {
         double v = value_after(q, "val_loss ");

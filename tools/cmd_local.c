@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -358,9 +359,14 @@ static int spawn(child_t *ch, int idx, int db_idx, int argc, char **argv, const 
     }
     args[n] = NULL;
     snprintf(ch->log, sizeof ch->log, "%s/peer%d.log", lo->dir, idx);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        /* local killed outright (SIGKILL: no chance to stop its peers) takes them along:
+         * they leave as on Ctrl-C rather than train on as orphans */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(0);
         int fd = open(ch->log, O_WRONLY | O_CREAT | (lo->resume ? O_APPEND : O_TRUNC), 0644);
         if (fd >= 0) {
             dup2(fd, 1);

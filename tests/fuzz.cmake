@@ -2,7 +2,7 @@
 # each links tests/fuzz/standalone.c and ctest runs it (label fuzz) over its seed corpus
 # plus random mutations for FUZZ_SECONDS; with -DSWARMTRAIN_FUZZ=ON (clang) each links
 # libFuzzer instead, for tools/fuzz's coverage-guided runs (there ctest runs them briefly too).
-set(ST_FUZZ_SECONDS 6 CACHE STRING "Seconds ctest gives each fuzz target")
+set(ST_FUZZ_SECONDS 3 CACHE STRING "Seconds ctest gives each fuzz target")
 set(ST_FUZZ_DIR ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 file(GLOB ST_FUZZ_SOURCES CONFIGURE_DEPENDS ${ST_FUZZ_DIR}/fuzz_*.c)
 add_custom_target(fuzz_all)

@@ -171,6 +171,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
 static int on_data(peer_t *p, const net_ev_t *ev)
 {
     if (!p->st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
+    if (ev->msg.type == MSG_BWD) custody_on_gradient(p, &ev->msg); /* a round trip */
     if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
         if (ev->msg.type == MSG_FWD)
             peer_send_nack(p, ev->msg.sender, &ev->msg.mb, ev->msg.stage, "re-syncing");

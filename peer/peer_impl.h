@@ -135,6 +135,9 @@ struct peer {
     int tp_n;
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
     uint64_t stale; /* backward passes of a step the pool had already applied */
+    /* round trips of its forwards (FWD sent to its gradient back), TCP-style (custody.c) */
+    double fb_srtt, fb_rttvar;
+    int fb_n;
     double last_self_push;
     double t_train0, t_train1; /* first microbatch; last step */
     int finished;
@@ -255,6 +258,11 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
 void custody_on_view(peer_t *p);
 void custody_on_nack(peer_t *p, const msg_t *m);
 void custody_tick(peer_t *p);
+/* A BWD arrived (at p->now): the round trip of the forward it answers, when this peer
+ * holds its custody, is a sample for the custody timeout. */
+void custody_on_gradient(peer_t *p, const msg_t *m);
+/* How long a forward waits for its gradient (custody_s, adapted to measured round trips). */
+double custody_time(const peer_t *p);
 
 /* serve.c */
 int serve_one(peer_t *p, int *did);

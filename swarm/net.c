@@ -310,6 +310,10 @@ static char *status_json(struct net *n, size_t *len)
             fprintf(f, "%.5f", (double)m->loss);
         else
             fprintf(f, "null");
+        members_entry_t *me_i = members_at(n->mem, i);
+        if (i > 0 && me_i->nrtt)
+            fprintf(f, ",\"rtt_ms\":%.1f,\"rto_ms\":%.1f", 1e3 * me_i->srtt,
+                    1e3 * members_rto(n->mem, i));
         fprintf(f,
                 ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"
                 "\"rejected\":%llu}",
@@ -533,7 +537,9 @@ static void on_router(struct net *n)
             free(v);
             goto reject_err;
         }
-        members_merge(n->mem, v, k, clock_now());
+        double now = clock_now();
+        if (m.type == MSG_GOSSIP) members_echo(n->mem, m.sender, v, k, now); /* round trips */
+        members_merge(n->mem, v, k, now);
         free(v);
         uint64_t forged = members_forged(n->mem);
         if (forged > n->forged_seen) { /* entries not signed by the member they describe */

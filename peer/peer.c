@@ -30,6 +30,7 @@ peer_options_t peer_defaults(void)
     po.rebalance_margin = 0.2;
     po.rebalance_cooldown_s = 10.0;
     po.slowdown = 1.0;
+    po.early_exchange = 1;
     return po;
 }
 

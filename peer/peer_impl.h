@@ -109,7 +109,10 @@ struct peer {
     int64_t redo_step;
     double loss_sum; /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
-    int exch_sent;     /* parts of this member's message sent this step */
+    int exch_sent;     /* parts of this member's message sent this step (once complete) */
+    int exch_early;    /* stage 0: its part 0 went out before the step was complete (step.c) */
+    int nearly_to;     /* ... to these mates (-1: more than fit) */
+    uint8_t early_to[64][MSG_ID_LEN];
     uint8_t *sent_bits; /* microbatches those parts counted */
     double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
     uint64_t my_hash; /* parameter hash at the start of this step */

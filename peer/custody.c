@@ -7,8 +7,12 @@
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The adapted custody time is at most this many times the fixed one (custody_time). */
+#define CUSTODY_RTO_CAP 3.0
 
 mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb)
 {
@@ -145,10 +149,38 @@ void custody_on_nack(peer_t *p, const msg_t *m)
  * re-sent by stage 1 and, at the same moment, by stage 0 (whose gradient had not come
  * back either): two members counted it, the pool left one's exchange message out and
  * lost its other microbatches (sim mild 3x2 seed 1140). */
-static double custody_time(const peer_t *p)
+double custody_time(const peer_t *p)
 {
     int later = p->S - 1 - p->stage;
-    return p->S > 1 ? p->po.custody_s * later / (p->S - 1) : p->po.custody_s;
+    double base = p->S > 1 ? p->po.custody_s * later / (p->S - 1) : p->po.custody_s;
+    /* Adapted to the round trips its forwards took (network both ways, the later stages'
+     * compute and queues), as TCP's retransmission timeout: srtt + 4 rttvar. The fixed
+     * time is the floor, never undercut; and at most CUSTODY_RTO_CAP times it, so that one
+     * very late gradient does not stall re-routing for long. */
+    if (p->fb_n > 0) {
+        double rto = p->fb_srtt + 4 * p->fb_rttvar;
+        if (rto > CUSTODY_RTO_CAP * base) rto = CUSTODY_RTO_CAP * base;
+        if (rto > base) base = rto;
+    }
+    return base;
+}
+
+void custody_on_gradient(peer_t *p, const msg_t *m)
+{
+    if (m->mb.kind != 0) return;
+    mbrec_t *r = custody_find(p, &m->mb);
+    if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || m->mb.attempt != r->out_attempt)
+        return;
+    double rtt = p->now - r->sent_at;
+    if (rtt < 0) return;
+    if (!p->fb_n) {
+        p->fb_srtt = rtt;
+        p->fb_rttvar = rtt / 2;
+    } else {
+        p->fb_rttvar = 0.75 * p->fb_rttvar + 0.25 * fabs(p->fb_srtt - rtt);
+        p->fb_srtt = 0.875 * p->fb_srtt + 0.125 * rtt;
+    }
+    p->fb_n++;
 }
 
 void custody_tick(peer_t *p)

@@ -30,6 +30,7 @@ peer_options_t peer_defaults(void)
     po.rebalance_margin = 0.2;
     po.rebalance_cooldown_s = 10.0;
     po.slowdown = 1.0;
+    po.early_exchange = 1;
     return po;
 }
 
@@ -172,6 +173,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
 static int on_data(peer_t *p, const net_ev_t *ev)
 {
     if (!p->st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
+    if (ev->msg.type == MSG_BWD) custody_on_gradient(p, &ev->msg); /* a round trip */
     if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
         if (ev->msg.type == MSG_FWD)
             peer_send_nack(p, ev->msg.sender, &ev->msg.mb, ev->msg.stage, "re-syncing");

@@ -105,6 +105,8 @@ typedef struct {
     double rebalance_cooldown_s; /* the placement must have held this long (default 10) */
     double slowdown;             /* tests, demos: compute counts (and, under peer_run, takes)
                                   * this many times as long; <= 1: as measured */
+    int early_exchange;          /* stage 0: send its exchange message once its own share of
+                                  * the step is counted (docs/protocol.md 12.4; default 1) */
 } peer_options_t;
 
 typedef struct {

@@ -109,7 +109,10 @@ struct peer {
     int64_t redo_step;
     double loss_sum; /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
-    int exch_sent;     /* parts of this member's message sent this step */
+    int exch_sent;     /* parts of this member's message sent this step (once complete) */
+    int exch_early;    /* stage 0: its part 0 went out before the step was complete (step.c) */
+    int nearly_to;     /* ... to these mates (-1: more than fit) */
+    uint8_t early_to[64][MSG_ID_LEN];
     uint8_t *sent_bits; /* microbatches those parts counted */
     double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
     uint64_t my_hash; /* parameter hash at the start of this step */
@@ -140,6 +143,9 @@ struct peer {
     int tp_n;
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
     uint64_t stale; /* backward passes of a step the pool had already applied */
+    /* round trips of its forwards (FWD sent to its gradient back), TCP-style (custody.c) */
+    double fb_srtt, fb_rttvar;
+    int fb_n;
     double last_self_push;
     double t_train0, t_train1; /* first microbatch; last step */
     int finished;
@@ -269,6 +275,11 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
 void custody_on_view(peer_t *p);
 void custody_on_nack(peer_t *p, const msg_t *m);
 void custody_tick(peer_t *p);
+/* A BWD arrived (at p->now): the round trip of the forward it answers, when this peer
+ * holds its custody, is a sample for the custody timeout. */
+void custody_on_gradient(peer_t *p, const msg_t *m);
+/* How long a forward waits for its gradient (custody_s, adapted to measured round trips). */
+double custody_time(const peer_t *p);
 
 /* serve.c */
 int serve_one(peer_t *p, int *did);

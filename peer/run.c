@@ -7,6 +7,7 @@
 #include "swarm/auth.h"
 #include "swarm/net.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -109,6 +110,22 @@ int peer_run(const peer_options_t *po, char *err)
     if (!rc) peer_finish(p, po->stop && *po->stop ? "asked to stop" : "run done");
     if (rc) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));
     peer_destroy(&p);
+    wire_count_t w;
+    net_halt(net, &w); /* after the LEAVE: every byte this peer moved */
+    FILE *log = po->log ? po->log : stdout;
+    uint64_t tin = 0, tout = 0;
+    fprintf(log, "wire: sent");
+    for (int k = 0; k < WIRE_KINDS; k++) {
+        fprintf(log, " %s %" PRIu64, transport_wire_name(k), w.out[k]);
+        tout += w.out[k];
+    }
+    fprintf(log, " total %" PRIu64 "; received", tout);
+    for (int k = 0; k < WIRE_KINDS; k++) {
+        fprintf(log, " %s %" PRIu64, transport_wire_name(k), w.in[k]);
+        tin += w.in[k];
+    }
+    fprintf(log, " total %" PRIu64 "\n", tin);
+    fflush(log);
     net_stop(&net);
     auth_destroy(&auth);
     return rc;

@@ -109,6 +109,7 @@ simrun_options_t simrun_defaults(void)
     o.optimizer = -1;
     o.budget_s = 600;
     o.live_s = 60;
+    o.early_exchange = 1; /* as a peer's default */
     o.trace_lines = 200;
     return o;
 }
@@ -290,6 +291,7 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     po.stage = node < d->o->peers ? (d->placed ? d->placed[node] : node % d->S) : -1;
     po.slowdown = sim_node_slow(d->sim, node); /* the measured throughput follows it */
     if (d->o->rebalance_cooldown_s > 0) po.rebalance_cooldown_s = d->o->rebalance_cooldown_s;
+    po.early_exchange = d->o->early_exchange;
     po.custody_s = 10.0;
     po.wait_peers = d->S;
     po.data_path = d->o->data_path;

@@ -66,6 +66,7 @@ typedef struct {
     const char *placement; /* "N0,N1,...": the first peers, stage by stage (NULL: in turn) */
     double moves_rate;     /* moves asked of random serving peers per virtual second */
     double rebalance_cooldown_s; /* the peers' cooldown (0: the peer default) */
+    int early_exchange;          /* every peer's early exchange (default 1; --no-early-exchange) */
 } simrun_options_t;
 
 typedef struct {

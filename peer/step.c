@@ -5,6 +5,7 @@
  * stage 0 to re-run microbatches the pool lost with a member (REDO).
  * Not for: the bitmaps and the message store themselves (swarm/pool.c). */
 #include "common/log.h"
+#include "common/rng.h"
 #include "peer/optim.h"
 #include "peer/peer_impl.h"
 
@@ -75,6 +76,8 @@ void step_reset(peer_t *p)
     pool_begin(p->pool, p->step, STEP_KEEP);
     p->loss_sum = 0, p->loss_n = 0;
     p->exch_sent = 0;
+    p->exch_early = 0;
+    p->nearly_to = 0;
     memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
     p->exch_wait_since = 0;
     p->redo_suspect_at = 0;
@@ -579,9 +582,48 @@ static int ask_redo(peer_t *p)
     return 0;
 }
 
+/* The early part 0 (exch_early) to the pool's members it did not go to. */
+static void resend_early(peer_t *p)
+{
+    const msg_member_t *mem;
+    int nm = pool_members(p, &mem);
+    for (int i = 0; i < nm; i++) {
+        int had = 0;
+        for (int j = 0; j < p->nearly_to && !had; j++) had = !memcmp(p->early_to[j], mem[i].id, MSG_ID_LEN);
+        if (had || peer_is_self(p, mem[i].id)) continue;
+        msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step, .flags = 0};
+        memcpy(q.origin, p->id, MSG_ID_LEN);
+        memcpy(q.sender, mem[i].id, MSG_ID_LEN); /* answered as if it had asked */
+        step_answer_exch_req(p, p->pool, p->stage, &q);
+    }
+}
+
+/* Stage 0: whether this member has counted every microbatch of this step that is its own
+ * to source (serve_source: rendezvous hashing over the step's owners), none of them a
+ * re-run it was asked for. Then its own gradient for the step is whole: nothing more
+ * reaches it unless a mate dies, and what it counts then goes into a supplement (12.4). */
+static int own_share_done(peer_t *p)
+{
+    if (!p->po.early_exchange || p->stage != 0 || !contributing(p)) return 0;
+    for (int i = 0; p->redo_step == p->step && i < p->M; i++)
+        if (pool_bit(p->redo_for, i)) return 0;
+    const msg_member_t *own;
+    int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
+    if (me < 0) return 0;
+    const uint8_t *mine = pool_mine(p->pool);
+    int share = 0;
+    for (int i = 0; i < p->M; i++)
+        if (view_rendezvous(own, n, rng_mix((uint64_t)p->step, (uint64_t)i)) == me) {
+            if (!pool_bit(mine, i)) return 0;
+            share++;
+        }
+    return share > 0; /* with nothing of its own it waits for the step as before */
+}
+
 int step_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING || p->step >= p->run.steps) return 0;
+    int rc;
     /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
      * live member before they call a microbatch lost (ask_redo) */
     if (contributing(p) && p->now - p->progress_at > 0.5) send_progress(p);
@@ -594,12 +636,40 @@ int step_tick(peer_t *p)
         for (int i = 0; i < p->M; i++) missing += !pool_bit(p->ubuf, i);
         complete = missing == 1; /* the planted bug: a pool that steps one microbatch short */
     }
+    /* Stage 0 sends its message as soon as its own share is counted, without waiting to
+     * hear (PROGRESS) that its mates counted theirs: the pool's exchange then takes one
+     * one-way delay after the last gradient comes back instead of two (docs/protocol.md
+     * 12.4, "Early exchange"). The step still completes only when all M are counted and
+     * every message covering them is held. */
+    if (!complete && !p->exch_sent && !p->exch_early && own_share_done(p)) {
+        if ((rc = make_exchange(p, 0))) return rc;
+        p->exch_early = 1; /* exch_sent (and the waits of 12.4) only once N is complete */
+        const msg_member_t *mem;
+        int nm = pool_members(p, &mem);
+        p->nearly_to = nm <= 64 ? nm : -1;
+        for (int i = 0; i < nm && i < 64; i++) memcpy(p->early_to[i], mem[i].id, MSG_ID_LEN);
+    }
+    if (!complete && p->exch_early && contributing(p) &&
+        view_max_step(&p->view, p->stage) > p->step) {
+        /* Its early part 0 reached a mate that has applied N since: that mate's PROGRESS
+         * of N is no longer re-sent, and if it was lost this member would wait for ever.
+         * It asks for the messages it lacks instead; their counted bits complete N. */
+        const msg_member_t *own;
+        int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+        (void)me;
+        (void)missing_messages(p, own, n);
+    }
     if (!complete) {
         report_stall(p, 0, 0);
         return ask_redo(p);
     }
     p->redo_suspect_at = 0;
-    int rc;
+    if (contributing(p) && p->exch_early && !p->exch_sent) {
+        /* N is complete: the early part 0 counts as sent now; mates that came into view
+         * since it went out get it too, as they would have at completion */
+        p->exch_sent = 1;
+        resend_early(p);
+    }
     if (contributing(p) &&
         (!p->exch_sent || memcmp(pool_mine(p->pool), p->sent_bits, pool_bitmap_bytes(p->pool)))) {
         if ((rc = make_exchange(p, p->exch_sent))) return rc;

@@ -16,7 +16,13 @@ struct members {
     int signing;
     uint8_t sk[64];
     uint64_t forged;
+    /* when members_tick raised self's heartbeat, the last MEMBERS_ECHO_RING times */
+    uint64_t ring_hb[64];
+    double ring_t[64];
+    int ring_n;
 };
+
+#define MEMBERS_ECHO_RING 64
 
 members_t *members_new(const msg_member_t *self, double now, const members_hooks_t *hooks,
                        char *err)
@@ -225,12 +231,54 @@ int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why)
     return 1;
 }
 
+void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
+                  double now)
+{
+    int j = members_find(t, sender);
+    if (j <= 0) return;
+    members_entry_t *e = &t->e[j];
+    for (int i = 0; i < k; i++) {
+        if (memcmp(v[i].id, t->e[0].m.id, MSG_ID_LEN)) continue;
+        uint64_t hb = v[i].heartbeat;
+        if (hb <= e->echo_hb) return; /* an echo already taken, or older */
+        int n = t->ring_n < MEMBERS_ECHO_RING ? t->ring_n : MEMBERS_ECHO_RING;
+        for (int r = 0; r < n; r++) {
+            int at = (t->ring_n - 1 - r) % MEMBERS_ECHO_RING;
+            if (t->ring_hb[at] != hb) continue;
+            double rtt = now - t->ring_t[at];
+            if (rtt < 0) return;
+            e->echo_hb = hb;
+            if (!e->nrtt) {
+                e->srtt = rtt;
+                e->rttvar = rtt / 2;
+            } else {
+                e->rttvar = 0.75 * e->rttvar + 0.25 * fabs(e->srtt - rtt);
+                e->srtt = 0.875 * e->srtt + 0.125 * rtt;
+            }
+            e->nrtt++;
+            return;
+        }
+        return;
+    }
+}
+
+double members_rto(const members_t *t, int i)
+{
+    if (i < 0 || i >= t->n || !t->e[i].nrtt) return 0;
+    return t->e[i].srtt + 4 * t->e[i].rttvar;
+}
+
 int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
 {
     int k = 0;
     t->e[0].m.heartbeat++;
+    t->ring_hb[t->ring_n % MEMBERS_ECHO_RING] = t->e[0].m.heartbeat;
+    t->ring_t[t->ring_n % MEMBERS_ECHO_RING] = now;
+    t->ring_n++;
     for (int i = 1; i < t->n; i++) {
-        if (!t->e[i].alive || now - t->e[i].last_change <= timeout_s) continue;
+        double limit = 2 * members_rto(t, i);
+        if (limit < timeout_s) limit = timeout_s;
+        if (!t->e[i].alive || now - t->e[i].last_change <= limit) continue;
         down(t, &t->e[i], "silent past the timeout", 0);
         t->e[i].last_change = now; /* from now on: when it died */
         if (dead && k < max) dead[k] = i;

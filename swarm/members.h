@@ -42,6 +42,10 @@ typedef struct {
     int left;           /* dead because it left on purpose (LEAVE, a LEAVING entry) */
     void *user;         /* the owner's per-member data (net.c: the DEALER) */
     uint64_t ctl_seq;   /* the last control counter accepted from it (members_control) */
+    /* echo times of this peer's heartbeats through it (members_echo), TCP-style */
+    double srtt, rttvar;
+    int nrtt;          /* samples taken; 0: none, the fixed timeout applies */
+    uint64_t echo_hb;  /* the last own heartbeat it echoed */
 } members_entry_t;
 
 typedef struct {
@@ -90,10 +94,24 @@ int members_hello(members_t *t, const msg_t *m, double now);
  * alive (the live set changed), else 0. */
 int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why);
 
-/* A gossip tick: self's heartbeat + 1, then every live member silent for more than
- * timeout_s is declared dead. Returns how many just died; their indexes go into dead
- * (up to max of them; dead may be NULL). */
+/* A gossip tick: self's heartbeat + 1, then every live member silent for more than its
+ * timeout is declared dead: timeout_s, or twice the member's echo timeout
+ * (members_rto) when that is longer (a member behind a slow or congested link is not
+ * declared dead for being late; timeout_s is the floor). Returns how many just died;
+ * their indexes go into dead (up to max of them; dead may be NULL). */
 int members_tick(members_t *t, double now, double timeout_s, int *dead, int max);
+
+/* A GOSSIP table v[0, k) received directly from member `sender` at `now`: when it
+ * carries this peer's own entry with a heartbeat newer than the last that sender echoed,
+ * the time since this peer's tick raised its heartbeat to that value is a round-trip
+ * sample for the sender (the round trip plus up to one gossip period of the sender's),
+ * folded in as TCP does (RFC 6298: srtt, rttvar). Heartbeats raised more than 64 ticks
+ * ago are not remembered and give no sample. */
+void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
+                  double now);
+
+/* Entry i's echo timeout, srtt + 4 rttvar in seconds; 0 when it has no sample. */
+double members_rto(const members_t *t, int i);
 
 /* Live entries (self first) into out, which holds members_count(t) entries; returns
  * how many. This is the table of NET_EV_VIEW and of GOSSIP and WELCOME payloads. */

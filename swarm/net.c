@@ -9,7 +9,7 @@
  *   "Q"                               leave and stop
  * network -> compute:
  *   "m" header payload...             a data message
- *   "v" rejected(u64) msg_member_t... the live member table
+ *   "v" rejected(u64) wire_count_t msg_member_t...   the live member table and counters
  *   "u" dest(32) header               a send that could not be made
  *
  * Membership rules live in members.c (shared with the simulator); here a member's
@@ -46,6 +46,7 @@ struct net {
     void *router;
     members_t *mem; /* [0] is this peer; entry->user: its DEALER */
     uint64_t swarm, seq, rejected;
+    wire_count_t wire; /* every byte this thread sent or received, by kind (transport.h) */
     int nstages;
     char *run_text;
     double heartbeat_s, timeout_s;
@@ -70,9 +71,22 @@ struct net {
     msg_member_t *view;
     int view_cap;
     uint64_t view_rejected;
+    wire_count_t view_wire;
+    int halted; /* net_halt: the thread is gone */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
+
+/* Counts a message of `total` octets whose header frame is hdr (hlen octets): the type
+ * octet names the kind; anything too short to have one is control. */
+static void count_wire(struct net *n, int out, const uint8_t *hdr, size_t hlen, size_t total)
+{
+    int kind = transport_wire_kind(hlen > 4 ? hdr[4] : 0);
+    if (out)
+        n->wire.out[kind] += total;
+    else
+        n->wire.in[kind] += total;
+}
 
 static int send_frames(void *sock, int n, const void *const *data, const size_t *len, int flags)
 {
@@ -191,6 +205,7 @@ static int send_to(struct net *n, members_entry_t *e, const uint8_t *hdr, size_t
         data[i + 1] = pl[i], len[i + 1] = plen[i], total += plen[i];
     if (send_frames(e->user, 1 + np, data, len, ZMQ_DONTWAIT) < 0) return -1;
     me(n)->bytes_out += total;
+    count_wire(n, 1, hdr, hlen, total);
     return 0;
 }
 
@@ -210,6 +225,7 @@ static void push_view(struct net *n)
 {
     zmq_send(n->pair_n, "v", 1, ZMQ_SNDMORE);
     zmq_send(n->pair_n, &n->rejected, sizeof n->rejected, ZMQ_SNDMORE);
+    zmq_send(n->pair_n, &n->wire, sizeof n->wire, ZMQ_SNDMORE);
     msg_member_t *v = malloc((size_t)members_count(n->mem) * sizeof *v);
     int k = v ? members_view(n->mem, v) : 0;
     zmq_send(n->pair_n, v, (size_t)k * sizeof *v, 0);
@@ -244,7 +260,7 @@ static void gossip(struct net *n, double now)
             size_t len[2] = {hlen, tlen};
             int linger = 200;
             zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-            send_frames(d, 2, data, len, ZMQ_DONTWAIT);
+            if (!send_frames(d, 2, data, len, ZMQ_DONTWAIT)) count_wire(n, 1, hdr, hlen, hlen + tlen);
             zmq_close(d);
         }
     }
@@ -294,6 +310,10 @@ static char *status_json(struct net *n, size_t *len)
             fprintf(f, "%.5f", (double)m->loss);
         else
             fprintf(f, "null");
+        members_entry_t *me_i = members_at(n->mem, i);
+        if (i > 0 && me_i->nrtt)
+            fprintf(f, ",\"rtt_ms\":%.1f,\"rto_ms\":%.1f", 1e3 * me_i->srtt,
+                    1e3 * members_rto(n->mem, i));
         fprintf(f,
                 ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"
                 "\"rejected\":%llu}",
@@ -323,6 +343,11 @@ static char *status_json(struct net *n, size_t *len)
         else
             fprintf(f, "null}");
     }
+    fprintf(f, "],\"wire\":[");
+    for (int k = 0; k < WIRE_KINDS; k++)
+        fprintf(f, "%s{\"kind\":\"%s\",\"in\":%llu,\"out\":%llu}", k ? "," : "",
+                transport_wire_name(k), (unsigned long long)n->wire.in[k],
+                (unsigned long long)n->wire.out[k]);
     fprintf(f, "],\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
             !n->auth                               ? "none"
             : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key"
@@ -427,6 +452,8 @@ static void on_router(struct net *n)
     size_t total = 0;
     for (int i = 1; i < np && i < 6; i++) total += zmq_msg_size(&parts[i]);
     me(n)->bytes_in += total;
+    if (np >= 2)
+        count_wire(n, 0, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), total);
     if (np < 2 || np > 6) goto reject;
     if (msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &m, err)) goto reject_err;
     if (np - 2 != msg_payloads(m.type)) {
@@ -444,7 +471,8 @@ static void on_router(struct net *n)
         hlen = fill_header(n, &r, hdr, sizeof hdr);
         const void *data[3] = {zmq_msg_data(&parts[0]), hdr, json ? json : ""};
         size_t len[3] = {zmq_msg_size(&parts[0]), hlen, json ? jlen : 0};
-        send_frames(n->router, 3, data, len, ZMQ_DONTWAIT);
+        if (!send_frames(n->router, 3, data, len, ZMQ_DONTWAIT))
+            count_wire(n, 1, hdr, hlen, len[1] + len[2]);
         free(json);
         goto done;
     }
@@ -509,7 +537,9 @@ static void on_router(struct net *n)
             free(v);
             goto reject_err;
         }
-        members_merge(n->mem, v, k, clock_now());
+        double now = clock_now();
+        if (m.type == MSG_GOSSIP) members_echo(n->mem, m.sender, v, k, now); /* round trips */
+        members_merge(n->mem, v, k, now);
         free(v);
         uint64_t forged = members_forged(n->mem);
         if (forged > n->forged_seen) { /* entries not signed by the member they describe */
@@ -601,7 +631,7 @@ static void on_compute(struct net *n)
             if (!d) continue;
             int linger = 2000;
             zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-            zmq_send(d, hdr, hlen, 0);
+            if (zmq_send(d, hdr, hlen, 0) >= 0) count_wire(n, 1, hdr, hlen, hlen);
             zmq_close(d); /* lingers until the HELLO is out */
         }
         break;
@@ -811,14 +841,22 @@ static void release_frames(struct net *n)
     n->nframes_held = 0;
 }
 
+void net_halt(net_t *n, wire_count_t *wire)
+{
+    if (!n) return;
+    if (n->started && !n->halted) {
+        zmq_send(n->pair_c, "Q", 1, 0);
+        pthread_join(n->thread, NULL);
+    }
+    n->halted = 1;
+    if (wire) *wire = n->wire; /* the thread is gone: its counters are ours to read */
+}
+
 void net_stop(net_t **np)
 {
     if (!np || !*np) return;
     struct net *n = *np;
-    if (n->started) {
-        zmq_send(n->pair_c, "Q", 1, 0);
-        pthread_join(n->thread, NULL);
-    }
+    net_halt(n, NULL);
     release_frames(n);
     zmq_close(n->pair_c);
     zmq_ctx_term(n->ctx);
@@ -912,8 +950,8 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
             ev->frame[i - 2] = zmq_msg_data(&n->frames[i]);
             ev->frame_len[i - 2] = zmq_msg_size(&n->frames[i]);
         }
-    } else if (kind[0] == 'v' && np == 3) {
-        size_t bytes = zmq_msg_size(&n->frames[2]);
+    } else if (kind[0] == 'v' && np == 4 && zmq_msg_size(&n->frames[2]) == sizeof n->view_wire) {
+        size_t bytes = zmq_msg_size(&n->frames[3]);
         int k = (int)(bytes / sizeof(msg_member_t));
         if (k > n->view_cap) {
             msg_member_t *p = realloc(n->view, (size_t)k * sizeof *p);
@@ -921,10 +959,12 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
             n->view = p;
             n->view_cap = k;
         }
-        memcpy(n->view, zmq_msg_data(&n->frames[2]), (size_t)k * sizeof *n->view);
+        memcpy(n->view, zmq_msg_data(&n->frames[3]), (size_t)k * sizeof *n->view);
         memcpy(&n->view_rejected, zmq_msg_data(&n->frames[1]), sizeof n->view_rejected);
+        memcpy(&n->view_wire, zmq_msg_data(&n->frames[2]), sizeof n->view_wire);
         ev->type = NET_EV_VIEW;
         ev->rejected = n->view_rejected;
+        ev->wire = n->view_wire;
         ev->members = n->view;
         ev->nmembers = k;
     } else if (kind[0] == 'u' && np == 3) {

@@ -50,7 +50,12 @@ typedef struct {
  * (256 bytes) when not NULL. NULL + err on failure (address in use, bad endpoint). */
 net_t *net_start(const net_config_t *cfg, char *endpoint, char *err);
 
-/* Says LEAVE to every member, stops the thread, closes everything; NULL-safe. */
+/* Says LEAVE to every member and stops the thread (sockets stay open until net_stop);
+ * fills *wire (when not NULL) with every byte the peer sent and received, by kind,
+ * LEAVE included. NULL-safe; a second call only reads the counters. */
+void net_halt(net_t *n, wire_count_t *wire);
+
+/* Halts (net_halt) if not yet, and closes everything; NULL-safe. */
 void net_stop(net_t **n);
 
 /* Sends a message to member `dest` (header encoded from m; sender, swarm and seq are

@@ -877,6 +877,7 @@ static void on_deliver(sim_t *s, smsg_t *m)
             smsg_free(m);
             return;
         }
+        if (h->type == MSG_GOSSIP) members_echo(n->mem, h->sender, s->scratch, k, s->now);
         int ch = members_merge(n->mem, s->scratch, k, s->now);
         if (ch < 0) {
             smsg_free(m);

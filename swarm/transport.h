@@ -25,6 +25,45 @@ typedef enum {
     NET_EV_UNDELIV, /* a send failed: dest, msg (the header that was not delivered) */
 } net_ev_type_t;
 
+/* What the bytes on the wire are for: every message a transport sends or receives is
+ * counted under the kind of its type, header frame and payload frames together
+ * (transport_wire_kind). */
+typedef enum {
+    WIRE_ACT = 0, /* FWD: activations forward */
+    WIRE_GRAD,    /* BWD: gradients back */
+    WIRE_EXCH,    /* EXCH, EXCH_REQ: the pool's exchange (DeMo or dense sums) */
+    WIRE_STATE,   /* STATE_REQ, STATE_REP: stage state transfer */
+    WIRE_CTL,     /* everything else: gossip, HELLO/WELCOME, LEAVE, PROGRESS, NACK, ... */
+    WIRE_KINDS
+} wire_kind_t;
+
+/* Bytes by kind, in (received) and out (sent). */
+typedef struct {
+    uint64_t in[WIRE_KINDS], out[WIRE_KINDS];
+} wire_count_t;
+
+/* The kind of a message type (an unknown type counts as control). */
+static inline int transport_wire_kind(int type)
+{
+    switch (type) {
+    case MSG_FWD: return WIRE_ACT;
+    case MSG_BWD: return WIRE_GRAD;
+    case MSG_EXCH:
+    case MSG_EXCH_REQ: return WIRE_EXCH;
+    case MSG_STATE_REQ:
+    case MSG_STATE_REP: return WIRE_STATE;
+    default: return WIRE_CTL;
+    }
+}
+
+/* Names of the kinds, for logs and status ("activations", ...). */
+static inline const char *transport_wire_name(int kind)
+{
+    static const char *const names[WIRE_KINDS] = {"activations", "gradients", "exchange",
+                                                  "state", "control"};
+    return kind >= 0 && kind < WIRE_KINDS ? names[kind] : "?";
+}
+
 typedef struct {
     int type;
     msg_t msg;
@@ -36,6 +75,7 @@ typedef struct {
     const msg_member_t *members;
     int nmembers;
     uint64_t rejected; /* NET_EV_VIEW: malformed messages the transport refused so far */
+    wire_count_t wire; /* NET_EV_VIEW: bytes this peer's transport moved so far, by kind */
     uint8_t dest[MSG_ID_LEN];
 } net_ev_t;
 

@@ -158,6 +158,49 @@ static void test_tick_timeout(void **state)
     members_destroy(&t);
 }
 
+/* Round trips from echoes of this peer's heartbeat in a member's gossip (members_echo):
+ * a member behind a slow link (echoes of 2 s) is not declared dead after the fixed 3 s
+ * of silence but after twice its echo timeout; one with fast echoes keeps 3 s (the floor);
+ * a stale echo (the same heartbeat again) is no sample. */
+static void test_echo_timeout(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    msg_member_t v[2] = {member(1, 0, 5, MEMBER_SERVING), member(2, 1, 5, MEMBER_SERVING)};
+    assert_int_equal(members_merge(t, v, 2, 10.0), 1);
+    assert_true(members_rto(t, 1) == 0);
+    double now = 10.0;
+    for (int i = 0; i < 8; i++) { /* self's heartbeat at 10.25, 10.5, ...; echoes */
+        now += 0.25;
+        members_tick(t, now, 3.0, NULL, 0);
+        uint64_t hb = members_at(t, 0)->m.heartbeat;
+        msg_member_t self = member(0, 0, hb, MEMBER_SERVING);
+        v[0].heartbeat++, v[1].heartbeat++;
+        msg_member_t g1[2] = {v[0], self}, g2[2] = {v[1], self};
+        members_echo(t, v[0].id, g1, 2, now + 0.05); /* member 1: 50 ms */
+        members_echo(t, v[1].id, g2, 2, now + 2.0);  /* member 2: 2 s */
+        members_merge(t, v, 2, now + 0.05);
+    }
+    double r1 = members_rto(t, 1), r2 = members_rto(t, 2);
+    assert_true(r1 > 0.04 && r1 < 0.1);
+    assert_true(r2 > 1.9 && r2 < 3.0); /* srtt 2 s + 4 rttvar (decaying from 1 s) */
+    /* a stale echo: heartbeat not newer than the last echoed one, however late */
+    msg_member_t self_old = member(0, 0, members_at(t, 0)->m.heartbeat, MEMBER_SERVING);
+    msg_member_t g[2] = {v[0], self_old};
+    members_echo(t, v[0].id, g, 2, now + 30.0);
+    assert_true(members_rto(t, 1) == r1);
+    /* both go silent: member 1 dies at the 3 s floor, member 2 only after 2 x its rto */
+    double last = now + 0.05;
+    int dead[4];
+    assert_int_equal(members_tick(t, last + 3.01, 3.0, dead, 4), 1);
+    assert_int_equal(dead[0], 1);
+    assert_int_equal(members_tick(t, last + 2 * r2 - 0.01, 3.0, dead, 4), 0);
+    assert_int_equal(members_tick(t, last + 2 * r2 + 0.01, 3.0, dead, 4), 1);
+    assert_int_equal(dead[0], 2);
+    members_destroy(&t);
+}
+
 static void test_hello_leave(void **state)
 {
     (void)state;
@@ -314,7 +357,7 @@ int main(void)
         cmocka_unit_test(test_new_self),     cmocka_unit_test(test_merge_rules),
         cmocka_unit_test(test_tick_timeout), cmocka_unit_test(test_hello_leave),
         cmocka_unit_test(test_set_self),     cmocka_unit_test(test_large_view_encode),
-        cmocka_unit_test(test_probe_candidates),
+        cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

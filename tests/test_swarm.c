@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "compress/codec.h"
 #include "swarm/msg.h"
 #include "swarm/status_client.h"
 #include "testutil.h"
@@ -568,6 +569,12 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
+static long long json_num(const char *json, const char *key)
+{
+    const char *p = strstr(json, key);
+    return p ? atoll(p + strlen(key)) : -1;
+}
+
 /* status --json of a live swarm: exactly the peers that run, and their pools. */
 static void test_status_json(void **state)
 {
@@ -600,6 +607,12 @@ static void test_status_json(void **state)
     assert_non_null(strstr(json, "{\"stage\":0,\"peers\":1,"));
     assert_non_null(strstr(json, "{\"stage\":1,\"peers\":2,"));
     assert_int_equal(count(json, "\"state\":\"serving\""), 3);
+    /* the answering peer's own traffic, by kind: gossip at least, both ways */
+    assert_non_null(strstr(json, "\"wire\":[{\"kind\":\"activations\",\"in\":"));
+    const char *ctl = strstr(json, "{\"kind\":\"control\",\"in\":");
+    assert_non_null(ctl);
+    assert_true(atoll(ctl + strlen("{\"kind\":\"control\",\"in\":")) > 0);
+    assert_true(json_num(ctl, "\"out\":") > 0);
     free(json);
     /* the table form too */
     snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep,
@@ -608,6 +621,8 @@ static void test_status_json(void **state)
     json = slurp("status.txt");
     assert_non_null(strstr(json, "pools:"));
     assert_non_null(strstr(json, "peers:"));
+    assert_non_null(strstr(json, "wire (the peer asked"));
+    assert_non_null(strstr(json, "  exchange "));
     free(json);
     /* one leaves (SIGTERM): it exits 0 and disappears from the list */
     kill(p2, SIGTERM);
@@ -626,12 +641,6 @@ static void test_status_json(void **state)
     kill(p0, SIGTERM);
     assert_int_equal(finish(p1, 30), 0);
     assert_int_equal(finish(p0, 30), 0);
-}
-
-static long long json_num(const char *json, const char *key)
-{
-    const char *p = strstr(json, key);
-    return p ? atoll(p + strlen(key)) : -1;
 }
 
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
@@ -715,6 +724,62 @@ static void test_garbage_rejected(void **state)
     assert_int_equal(finish(p0, 30), 0);
 }
 
+/* The wire counted by kind (net.c, run.c, local's summary): a 2 x 2 DeMo swarm with int8
+ * activations. Each microbatch crosses one stage boundary once each way, so activation
+ * bytes per token are one int8 tensor + its targets + a FWD header per microbatch, and
+ * gradients one int8 tensor + a BWD header (re-sends, if any, add a little); the DeMo
+ * exchange and the gossip are there (the issue: "wire 0.0 bytes per token" for a DeMo
+ * pool, whose exchange was not counted). */
+static void test_wire_by_kind(void **state)
+{
+    (void)state;
+    enum { STEPS = 30, B = 8, T = 64, C = 64, M = 2, VAL = 2 }; /* tiny: seq 64, dim 64 */
+    char args[1024];
+    snprintf(args, sizeof args,
+             "local --peers 4 --stages 2 --config tiny --batch %d --replicas 2 --optimizer demo "
+             "--codec int8 --steps %d --val-batches %d --log-every 10 --quiet --dir %s/local --data %s",
+             B, STEPS, VAL, dir, testutil_corpus());
+    pid_t l = start("local", args);
+    int rc = finish(l, 300);
+    char *out = slurp("local.log");
+    assert_non_null(out);
+    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
+    const char *line = strstr(out, "local: wire bytes per token");
+    if (!line) fail_msg("no wire line:\n%s", out);
+    printf("%.*s\n", (int)strcspn(line, "\n"), line);
+    double act = value_after(line, "activations "), grad = value_after(line, "gradients "),
+           exch = value_after(line, "exchange "), ctl = value_after(line, "control "),
+           total = value_after(line, "total ");
+    int64_t shape[3] = {B, T, C};
+    codec_params_t cp = {0};
+    double enc = (double)codec_encoded_size(CODEC_INT8, &cp, shape, 3);
+    /* per training token; the validation batches at the end go forward too (a BWD of a
+     * validation batch carries no gradient, only a loss in its header) */
+    double tokens = (double)STEPS * M * B * T;
+    double want_act = (STEPS * M + VAL) * (enc + 4.0 * B * T + 86 + 32) / tokens,
+           want_grad = STEPS * M * (enc + 86 + 32) / tokens;
+    printf("expected about: activations %.1f, gradients %.1f bytes per token\n", want_act,
+           want_grad);
+    assert_true(act >= 0.99 * want_act && act <= 1.2 * want_act);
+    assert_true(grad >= 0.99 * want_grad && grad <= 1.2 * want_grad);
+    assert_true(exch > 0);
+    assert_true(ctl > 0);
+    double sum = act + grad + exch + value_after(line, "state ") + ctl;
+    assert_true(total >= sum - 0.5 && total <= sum + 0.5);
+    assert_true(value_after(out, "wire ") == total); /* the done line says the same total */
+    /* every peer logged its own counts, sent and received */
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "local/peer%d.log", i);
+        char *s = slurp(name);
+        const char *w = s ? strstr(s, "wire: sent activations ") : NULL;
+        if (!w) fail_msg("peer %d logged no wire line:\n%s", i, s ? s : "");
+        assert_true(value_after(w, "; received activations ") >= 0);
+        free(s);
+    }
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest all[] = {
@@ -729,6 +794,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_lost_stages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_judged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wire_by_kind, setup, teardown),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(all, NULL, NULL);

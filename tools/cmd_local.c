@@ -10,6 +10,7 @@
 #include "compress/codec.h"
 #include "swarm/auth.h"
 #include "swarm/status_client.h"
+#include "swarm/transport.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
 #include "tools/run_opts.h"
@@ -458,8 +459,24 @@ static double fault_time(const char *path)
 }
 
 /* Scans a peer log for the summary numbers. */
+/* A peer's "wire: sent activations A gradients G ... total T; received ..." line (run.c):
+ * adds what it sent, by kind, to sent[]. */
+static void scan_wire(const char *line, unsigned long long sent[WIRE_KINDS])
+{
+    if (strncmp(line, "wire: sent ", 11)) return;
+    const char *end = strstr(line, "; received");
+    for (int k = 0; k < WIRE_KINDS; k++) {
+        char key[32];
+        snprintf(key, sizeof key, " %s ", transport_wire_name(k));
+        const char *p = strstr(line, key);
+        unsigned long long v;
+        if (p && (!end || p < end) && sscanf(p + strlen(key), "%llu", &v) == 1) sent[k] += v;
+    }
+}
+
 static void scan_log(const char *path, double *val, double *tps, unsigned long long *act_bytes,
-                     unsigned long long *lost, double *first_reroute_after, double kill_t)
+                     unsigned long long *lost, double *first_reroute_after, double kill_t,
+                     unsigned long long sent[WIRE_KINDS])
 {
     FILE *f = fopen(path, "r");
     if (!f) return;
@@ -468,6 +485,7 @@ static void scan_log(const char *path, double *val, double *tps, unsigned long l
         double x, t;
         unsigned long long a, l;
         if (sscanf(line, "val_loss %lf", &x) == 1) *val = x;
+        scan_wire(line, sent);
         if (sscanf(line, "tokens/s %lf", &x) == 1) *tps = x;
         char *p = strstr(line, "activation-bytes ");
         if (p && sscanf(p, "activation-bytes %llu", &a) == 1) *act_bytes += a;
@@ -1072,12 +1090,21 @@ static int local_main(int argc, char **argv, int user0)
 
     double val = NAN, ltps = 0, reroute_after = -1;
     unsigned long long act = 0, lost = 0;
+    unsigned long long sent[WIRE_KINDS] = {0}, sent_all = 0;
     for (int i = 0; i < n; i++)
-        scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall);
+        scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall, sent);
+    for (int k = 0; k < WIRE_KINDS; k++) sent_all += sent[k];
     double tokens = (double)run.steps * tokens_per_step;
+    /* every byte is sent by one peer and received by another: the peers' sent bytes (their
+     * "wire:" lines; a peer killed with SIGKILL has none) are the swarm's traffic */
     printf("local: done in %.1f s: val_loss %.4f, tokens/s %.0f, wire %.1f bytes per token, lost "
            "microbatches %llu\n",
-           clock_now() - t0, val, ltps, tokens > 0 ? (double)act / tokens : 0, lost);
+           clock_now() - t0, val, ltps, tokens > 0 ? (double)sent_all / tokens : 0, lost);
+    printf("local: wire bytes per token (sent, all peers, headers included):");
+    for (int k = 0; k < WIRE_KINDS; k++)
+        printf(" %s %.1f,", transport_wire_name(k), tokens > 0 ? (double)sent[k] / tokens : 0);
+    printf(" total %.1f; codec payloads (activations and gradients) %.1f\n", tokens > 0 ? (double)sent_all / tokens : 0,
+           tokens > 0 ? (double)act / tokens : 0);
     if (kill_wall > 0) {
         if (reroute_after >= 0)
             printf("local: fault: first microbatch re-routed %.3f s after the kill\n",

@@ -35,7 +35,8 @@ enum {
     O_NOREBAL,
     O_REBAL_MARGIN,
     O_REBAL_COOL,
-    O_SLOWDOWN
+    O_SLOWDOWN,
+    O_EARLY
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -134,6 +135,9 @@ static int peer_option(void *ctx, int c, const char *arg)
         }
         po->slowdown = f;
         return 0;
+    case O_EARLY:
+        po->early_exchange = 0;
+        return 0;
     default:
         return -1;
     }
@@ -172,7 +176,8 @@ int cmd_peer(int argc, char **argv)
                                           {"no-rebalance", no_argument, 0, O_NOREBAL},
                                           {"rebalance-margin", required_argument, 0, O_REBAL_MARGIN},
                                           {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL},
-                                          {"slowdown", required_argument, 0, O_SLOWDOWN}};
+                                          {"slowdown", required_argument, 0, O_SLOWDOWN},
+                                          {"no-early-exchange", no_argument, 0, O_EARLY}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -224,7 +229,11 @@ int cmd_peer(int argc, char **argv)
             "  --rebalance-margin F the gain a move must bring (default 0.2: 20%)\n"
             "  --rebalance-cooldown S the placement must have held S seconds (default 10)\n"
             "  --slowdown X         compute X times slower (tests, demos: after each unit of\n"
-            "                       work the peer waits X-1 times its compute time)\n"};
+            "                       work the peer waits X-1 times its compute time)\n"
+            "  --no-early-exchange  stage 0: send the exchange message only once the pool has\n"
+            "                       counted the whole step (default: as soon as this peer's own\n"
+            "                       share is counted, one delay less per step on slow links;\n"
+            "                       docs/protocol.md 12.4)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

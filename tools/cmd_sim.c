@@ -47,6 +47,8 @@ static void usage(FILE *f)
             "  --moves RATE         ask random serving peers to move to another stage, RATE per\n"
             "                       virtual second (peers also rebalance on their own)\n"
             "  --rebalance-cooldown S  the peers' rebalancing cooldown (default 10)\n"
+            "  --no-early-exchange  stage 0 sends its exchange messages only once the step is\n"
+            "                       complete (the peers' --no-early-exchange)\n"
             "  --trace              print every event (with --seed)\n"
             "  --quiet              no failure reports on stderr, only the result lines\n");
 }
@@ -68,7 +70,7 @@ int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_PLACE, O_MOVES,
-           O_COOL };
+           O_COOL, O_EARLY };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -90,6 +92,7 @@ int cmd_sim(int argc, char **argv)
                                          {"placement", required_argument, 0, O_PLACE},
                                          {"moves", required_argument, 0, O_MOVES},
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
+                                         {"no-early-exchange", no_argument, 0, O_EARLY},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
@@ -133,6 +136,9 @@ int cmd_sim(int argc, char **argv)
             break;
         case O_PLACE:
             o.placement = optarg;
+            break;
+        case O_EARLY:
+            o.early_exchange = 0;
             break;
         case O_MOVES:
         case O_COOL: {
@@ -245,14 +251,15 @@ int cmd_sim(int argc, char **argv)
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g --faults "
-                   "%s%s%s%s%s%s%s%s)\n",
+                   "%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",
                    o.plant_bug ? " --plant-bug" : "", o.placement ? " --placement " : "",
-                   o.placement ? o.placement : "", moves);
+                   o.placement ? o.placement : "", moves,
+                   o.early_exchange ? "" : " --no-early-exchange");
             fflush(stdout);
         }
         if (seeds == 1) /* what a replay compares */

@@ -46,6 +46,14 @@ static void peer_row(void *ctx, const json_obj_t *o)
            json_get(o, "rejected"));
 }
 
+/* The answering peer's own traffic by kind (net.c "wire"); ctx sums in and out. */
+static void wire_row(void *ctx, const json_obj_t *o)
+{
+    double *sum = ctx, in = atof(json_get(o, "in")), out = atof(json_get(o, "out"));
+    printf("  %-12s %12.3f %12.3f\n", json_get(o, "kind"), in / 1e6, out / 1e6);
+    sum[0] += in, sum[1] += out;
+}
+
 static void refusal_row(void *ctx, const json_obj_t *o)
 {
     (void)ctx;
@@ -72,6 +80,13 @@ static int show(const char *json)
     printf("peers:\n  %-16s %-24s %-5s %-8s %-7s %-7s %-9s %9s %9s %-7s %-8s\n", "id", "address",
            "stage", "state", "uptime", "step", "served", "MB in", "MB out", "retries", "rejected");
     if (json_each(json, "peers", peer_row, NULL) < 0) return -1;
+    if (strstr(json, "\"wire\":[")) {
+        double sum[2] = {0, 0};
+        printf("wire (the peer asked, since it started; headers included):\n  %-12s %12s %12s\n",
+               "kind", "MB in", "MB out");
+        if (json_each(json, "wire", wire_row, sum) < 0) return -1;
+        printf("  %-12s %12.3f %12.3f\n", "total", sum[0] / 1e6, sum[1] / 1e6);
+    }
     show_security(json);
     return 0;
 }

@@ -247,7 +247,7 @@ static int local_option(void *ctx, int c, const char *arg)
         fprintf(stderr, "swarmtrain local: --slowdown PEER:X,... (1 <= X <= 1000; *:X for every "
                         "peer), e.g. --slowdown 3:4\n");
         return -1;
-    case O_NOREBAL: /* checked here, given to every peer */
+    case O_NOREBAL: /* --no-rebalance, --no-early-exchange: given to every peer */
         return 0;
     case O_REBAL_MARGIN:
     case O_REBAL_COOL: {
@@ -603,6 +603,7 @@ static int local_main(int argc, char **argv, int user0)
                                           {"placement", required_argument, 0, O_PLACEMENT},
                                           {"slowdown", required_argument, 0, O_SLOWDOWN},
                                           {"no-rebalance", no_argument, 0, O_NOREBAL},
+                                          {"no-early-exchange", no_argument, 0, O_NOREBAL},
                                           {"rebalance-margin", required_argument, 0, O_REBAL_MARGIN},
                                           {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL}};
     static local_opts_t lo;
@@ -670,6 +671,8 @@ static int local_main(int argc, char **argv, int user0)
             "                       --peers; one count per stage)\n"
             "  --slowdown PEER:X,.. peer PEER computes X times slower (*:X: every peer)\n"
             "  --no-rebalance       peers never move to another stage\n"
+            "  --no-early-exchange  stage 0 sends its exchange message after the PROGRESS round\n"
+            "                       (peer --no-early-exchange)\n"
             "  --rebalance-margin F a move must raise the slowest stage by F (default 0.2)\n"
             "  --rebalance-cooldown S  the placement must have held S seconds (default 10)\n"};
     int rc = run_opts_parse("local", argc, argv, &run, &x);

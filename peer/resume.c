@@ -81,6 +81,7 @@ int resume_tick(peer_t *p)
     /* decided: from here on as any joiner. Its entry keeps the checkpoint steps, so that
      * a peer deciding a moment later sees the same table. */
     p->po.resume = 0;
+    p->resume_agreed = s;
     if (s <= 0) {
         fprintf(p->log, "resume: no step every stage has a checkpoint of (%d peers seen): "
                 "starting from the initial parameters\n", present);

@@ -169,6 +169,8 @@ struct peer {
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
     int64_t resume_agreed; /* resume.c: the step it agreed on (0: none), once po.resume
                             * is cleared; the simulator checks it (simrun.c) */
+    uint64_t resume_table;    /* resume.c: the table it would decide on (a hash) ... */
+    double resume_changed_at; /* ... and when that last changed */
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     double serving_from_at; /* when self.serving_from was last moved (step.c) */

@@ -237,6 +237,15 @@ void recover_on_refusal(peer_t *p, const uint8_t *from);
 /* resume.c: a whole swarm restarts from its stores */
 int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -1 */
 int resume_tick(peer_t *p);  /* 1 restored, 2 start afresh, 0 wait; <0 error */
+/* A resuming peer that downloaded its stage's state from a mate has resumed at that step
+ * (po.resume cleared, resume_agreed set). */
+void resume_downloaded(peer_t *p);
+/* Whether training has begun as this peer knows it (a newcomer then follows first;
+ * STATE_REP flag 1). In a swarm resumed at step s nothing of s is done until this peer
+ * has served a microbatch or its pool passed s: a member that takes its state from a mate
+ * then joins the exchange of s, as members joining before step 0 do. Else
+ * peer_swarm_started. */
+int resume_begun(const peer_t *p);
 /* move.c: an EXCH_REQ for the stage it left: answered from the pool it kept */
 void move_on_exch_req(peer_t *p, const msg_t *m);
 

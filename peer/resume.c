@@ -138,3 +138,18 @@ int resume_tick(peer_t *p)
     peer_push_self(p);
     return 0;
 }
+
+void resume_downloaded(peer_t *p)
+{
+    if (!p->po.resume) return;
+    /* it took its state from a mate instead of deciding: it resumed at that step; its
+     * store's stage no longer decides anything (a later move goes where it is sent) */
+    p->po.resume = 0;
+    p->resume_agreed = p->step;
+}
+
+int resume_begun(const peer_t *p)
+{
+    if (p->resume_agreed <= 0) return peer_swarm_started(p);
+    return p->go || p->served > 0 || p->step > p->resume_agreed;
+}

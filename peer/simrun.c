@@ -37,6 +37,7 @@ enum {
     RS_STORE_TORN,    /* every store of one stage lost its newest checkpoint (the last
                        * write never reached the disk): the agreed step is older */
     RS_STORE_STAGE,   /* every store of one stage lost: CheckFree rebuilds it */
+    RS_STORE_ALL,     /* every store lost: the swarm starts afresh (step 0) */
 };
 #define RS_MAX_DISKS 256
 
@@ -229,7 +230,8 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     /* Near a partition both sides go on; what one side counted may meet what the other
      * counted again, and a message that counts a microbatch twice is left out: then the
      * missing microbatches must be reported lost, as when a whole stage is gone. */
-    int excused = d->stage_gone || sim_now(d->sim) - d->parted_at < REPAIR_S;
+    int excused = d->stage_gone || sim_now(d->sim) - d->parted_at < REPAIR_S ||
+                  d->rs == RS_CRASHING; /* the last peers alive, their swarm crashing */
     if (bits != want && !excused)
         failf(d,
               "counted: node %d stage %d step %lld applied an update counting %d of %d "
@@ -322,7 +324,7 @@ static void on_lost(void *ctx, const peer_t *p, int64_t step, uint32_t index, co
     sim_note(d->sim, "peer  %d LOST step %lld microbatch %u: %s", n ? n->index : -1,
              (long long)step, index, why);
     if (step >= 0 && step < d->lost_cap && index < (uint32_t)d->M) d->lost[step * d->M + index] = 1;
-    if (!d->stage_gone && sim_now(d->sim) - d->parted_at >= REPAIR_S)
+    if (!d->stage_gone && sim_now(d->sim) - d->parted_at >= REPAIR_S && d->rs != RS_CRASHING)
         failf(d, "lost: node %d lost step %lld microbatch %u (%s) while every stage kept a "
                  "live peer and the network was whole", n ? n->index : -1, (long long)step,
               index, why);
@@ -480,6 +482,13 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     if (d->ck_every) {
         int k = disk_for(d, node, restart_of, err);
         if (k < 0) return k;
+        if (d->preset_disk[node] >= 0) {
+            /* restarted with the swarm, as `local --resume` restarts its peers: with the
+             * stage it was first given (its store's newest checkpoint overrides it), and
+             * the founder waits for as many as come back */
+            po.stage = k < d->o->peers ? (d->placed ? d->placed[k] : k % d->S) : -1;
+            po.wait_peers = d->nrs;
+        }
         po.db = d->disk[k];
         po.checkpoint_every = d->ck_every;
         /* whoever starts while the swarm is down or restarting restarts with it */
@@ -511,16 +520,22 @@ static void release_disk(drv_t *d, int node)
 }
 
 /* A peer started with po.resume has decided (resume.c cleared it): it must have agreed
- * on the step the stores say. (A peer that found a mate serving downloads instead and
- * never decides.) */
+ * on the step the stores say. A peer that found a mate serving downloaded instead and
+ * resumed at the mate's step: never below the agreed one. */
 static void check_decided(drv_t *d, dnode_t *n)
 {
     if (!d->ck_every || !d->resuming[n->index] || !n->p || n->p->po.resume) return;
     d->resuming[n->index] = 0;
-    d->rs_decided++;
-    sim_note(d->sim, "peer  %d agreed on step %lld (the stores: %lld)", n->index,
-             (long long)n->p->resume_agreed, (long long)d->rs_agreed);
-    if (d->rs >= RS_RESUMING && n->p->resume_agreed != d->rs_agreed)
+    int dl = n->p->downloaded;
+    d->rs_decided += !dl;
+    sim_note(d->sim, "peer  %d %s step %lld (the stores: %lld)", n->index,
+             dl ? "resumed from a mate's state at" : "agreed on", (long long)n->p->resume_agreed,
+             (long long)d->rs_agreed);
+    if (d->rs >= RS_RESUMING && dl && n->p->resume_agreed < d->rs_agreed)
+        failf(d, "resume: node %d resumed from a mate's state at step %lld, below the "
+                 "agreed step %lld", n->index, (long long)n->p->resume_agreed,
+              (long long)d->rs_agreed);
+    if (d->rs >= RS_RESUMING && !dl && n->p->resume_agreed != d->rs_agreed)
         failf(d, "resume: node %d agreed on step %lld; the newest step every stage has a "
                  "checkpoint of in the restarted stores is %lld",
               n->index, (long long)n->p->resume_agreed, (long long)d->rs_agreed);
@@ -694,10 +709,11 @@ static void restart_all(drv_t *d, double now)
             }
         break;
     case RS_STORE_STAGE:
+    case RS_STORE_ALL:
         for (int i = 0; i < d->nrs; i++)
-            if (stage[i] == x) {
+            if (stage[i] == x || d->rs_kind == RS_STORE_ALL) {
                 disk_remove(d->disk[d->rs_list[i]]);
-                sim_note(d->sim, "disk  %d lost (stage %d)", d->rs_list[i], x);
+                sim_note(d->sim, "disk  %d lost (stage %d)", d->rs_list[i], stage[i]);
             }
         break;
     default:
@@ -883,7 +899,9 @@ static int d_check(void *ctx, double now, char *err)
 
 /* Done when every peer finished and left. A peer that never held its stage's state
  * before the first one finished arrived as the swarm was leaving: it finds nobody, starts
- * its stage over and waits forever. After STRAND_S it no longer holds the schedule up;
+ * its stage over and waits forever; so does one cut off by a partition within REPAIR_S of
+ * the first finish, on a side without some stage (the other side finishes the run and
+ * leaves meanwhile). After STRAND_S it no longer holds the schedule up;
  * it is counted (simrun_result_t.stranded) and noted in the trace, not failed.
  * TODO(lead): should such a peer learn that the run is over (members at the last step
  * in its WELCOME table) and exit? Then count it as a failure here. */
@@ -896,7 +914,11 @@ static int d_done(void *ctx)
     for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++) {
         const dnode_t *n = &d->n[i];
         if (!n->p || !sim_node_alive(d->sim, i)) continue;
-        int late = d->first_done_at >= 0 && (n->serving_at < 0 || n->serving_at >= d->first_done_at);
+        /* ... and so does one left on the side of a partition near the run's end that
+         * lacked a stage: the others finished meanwhile, their LEAVE never reached it */
+        int late = d->first_done_at >= 0 &&
+                   (n->serving_at < 0 || n->serving_at >= d->first_done_at ||
+                    d->first_done_at - d->parted_at < REPAIR_S);
         if (!late || now - d->first_done_at < STRAND_S) return 0;
         stranded++;
     }
@@ -995,13 +1017,16 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
         rng_seed(&d->rs_rng, rng_mix(o->seed, 0x5245535441ull));
         d->ck_every = 1 + (int)rng_below(&d->rs_rng, 3);
         d->rs = RS_PLANNED;
-        /* a step takes a few tenths of a virtual second: the crash comes well before the
-         * run's last steps */
+        /* a step takes some hundredths of a virtual second: the crash comes well before
+         * the run's last steps */
         d->rs_step = 2 + (int64_t)rng_below(&d->rs_rng, (uint64_t)(o->steps > 7 ? o->steps - 6 : 1));
-        d->rs_delay = 0.5 * rng_uniform(&d->rs_rng);
+        d->rs_delay = 0.1 * rng_uniform(&d->rs_rng);
         d->rs_at = -1;
         d->rs_pause = 1 + 14 * rng_uniform(&d->rs_rng);
-        d->rs_kind = (int)rng_below(&d->rs_rng, 4);
+        static const int kinds[10] = {RS_STORE_KEPT,  RS_STORE_KEPT,  RS_STORE_WIPED, RS_STORE_WIPED,
+                                      RS_STORE_TORN,  RS_STORE_TORN,  RS_STORE_STAGE, RS_STORE_STAGE,
+                                      RS_STORE_STAGE, RS_STORE_ALL};
+        d->rs_kind = kinds[rng_below(&d->rs_rng, 10)];
         if (d->rs_kind == RS_STORE_STAGE && d->S < 2) d->rs_kind = RS_STORE_TORN;
         d->rs_kind_stage = (int)rng_below(&d->rs_rng, (uint64_t)d->S);
         d->rs_agreed = -1;
@@ -1020,7 +1045,7 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
             goto done;
         }
         for (int i = 0; i < RS_MAX_DISKS; i++) d->disk_owner[i] = -1;
-        for (int i = 0; i < d->cap; i++) d->node_disk[i] = d->preset_disk[i] = -1;
+        for (int i = 0; i < d->cap; i++) d->node_disk[i] = d->preset_disk[i] = -1, d->crash_at[i] = -1;
         for (int st = 0; st < d->S; st++) d->rs_first[st] = -1;
     }
     if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull ||

@@ -40,10 +40,12 @@
  * disk), a checkpoint every 1-3 steps (drawn). At a drawn step every peer crashes (some up
  * to 0.5 s later, sometimes one 1-6 s later); faults are held from then on. After a drawn
  * pause every disk comes back a little apart with a peer started with po.resume (the
- * first founds the swarm anew), after one drawn store fault: none, one disk lost, the
- * newest checkpoint of one stage torn off all its disks, or every disk of one stage lost
- * (CheckFree rebuilds it). The peers wait for all of them (swarm.wait_peers = peers, as
- * `local` starts them). Then, besides the invariants above:
+ * first founds the swarm anew), after one drawn store fault: none (2 in 10), one disk
+ * lost (2), the newest checkpoint of one stage torn off all its disks (2), every disk of
+ * one stage lost (3: CheckFree rebuilds it), every disk lost (1: it starts afresh). As
+ * `local --resume` restarts its peers, each comes back with the stage it was first given
+ * (its store's newest checkpoint overrides it) and the new founder's swarm.wait_peers is
+ * the number of disks coming back. Then, besides the invariants above:
  * - agreed: every peer that decides (resume.c) agrees on the step the driver computes
  *   from the files: the newest step s > 0 such that every stage some restarted store
  *   holds a checkpoint of has one holding s (0: none);

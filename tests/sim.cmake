@@ -57,3 +57,11 @@ st_add_sim(rebalance_mild --faults mild --peers 5 --stages 2 --placement 4,1 --s
 # a drawn step and moment; the swarm must rebuild it (peer/recover.c) and finish.
 st_add_sim(stage_3x2  --faults stage --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 150)
 st_add_sim(stage_2x2  --faults stage --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 150)
+
+# Whole-swarm restart (issue 11): the peers keep real stores (a checkpoint every 1-3
+# steps), all crash at a drawn step, and come back with --resume after a drawn pause, with
+# a drawn store fault (a disk lost, a stage's newest checkpoint torn, a stage's disks
+# lost); they must agree on the newest step every stage has a checkpoint of (the driver
+# reads the files), go on from exactly it, and finish (peer/simrun.h).
+st_add_sim(restart_3x2 --faults restart --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 100)
+st_add_sim(restart_2x2 --faults restart --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 100)

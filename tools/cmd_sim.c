@@ -239,7 +239,7 @@ int cmd_sim(int argc, char **argv)
     FILE *devnull = quiet ? fopen("/dev/null", "w") : NULL;
     o.report = devnull ? devnull : stderr;
     long long failed = 0, run = 0, crashes = 0, lost_stage = 0, stranded = 0;
-    long long restarted = 0, kinds[4] = {0}, afresh = 0, same = 0, diff = 0;
+    long long restarted = 0, kinds[5] = {0}, afresh = 0, same = 0, diff = 0;
     double t0 = clock_now(), vsec = 0;
     uint64_t events = 0;
     for (long long i = 0; i < seeds; i++) {
@@ -258,7 +258,7 @@ int cmd_sim(int argc, char **argv)
         vsec += r.virtual_s;
         if (r.restarted) {
             restarted++;
-            kinds[r.resume_kind & 3]++;
+            if (r.resume_kind >= 0 && r.resume_kind < 5) kinds[r.resume_kind]++;
             afresh += r.resume_step == 0;
             same += r.replay_same;
             diff += r.replay_diff;
@@ -295,13 +295,15 @@ int cmd_sim(int argc, char **argv)
     }
     double wall = clock_now() - t0;
     printf("sim: %.1f s, %.1f schedules/s, %.0f virtual s, %" PRIu64 " events, %lld crashes, "
-           "%lld schedules lost a whole stage, %lld late joiners stranded after the run\n",
+           "%lld schedules lost a whole stage, %lld peers stranded after the run (late "
+           "joiners, cut off near its end)\n",
            wall, wall > 0 ? (double)run / wall : 0.0, vsec, events, crashes, lost_stage, stranded);
     if (restarted)
         printf("sim: %lld whole-swarm restarts (stores kept %lld, one lost %lld, a stage's newest "
-               "checkpoint torn %lld, a stage's stores lost %lld), %lld resumed afresh; steps "
-               "applied again: %lld with the same hash as before the crash, %lld with another\n",
-               restarted, kinds[0], kinds[1], kinds[2], kinds[3], afresh, same, diff);
+               "checkpoint torn %lld, a stage's stores lost %lld, all lost %lld), %lld resumed "
+               "afresh; steps applied again: %lld with the same hash as before the crash, %lld "
+               "with another\n",
+               restarted, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], afresh, same, diff);
     printf("sim: %lld schedules, %lld failed\n", run, failed);
     if (devnull) fclose(devnull);
     remove(corpus);

@@ -93,6 +93,9 @@ typedef struct {
                             * the end of the schedule (needed by faults "restart") */
     int restart_wild;      /* faults go on while the swarm restarts (default: held from the
                             * first crash until every stage serves again) */
+    int plant_tear;        /* checker self-test: after computing the agreed step the driver
+                            * tears the newest checkpoint of one stage off all its disks,
+                            * so the peers agree on an older step: it must be caught */
 } simrun_options_t;
 
 typedef struct {

@@ -41,6 +41,9 @@ static void usage(FILE *f)
             "                       1-3 steps), and at a drawn step every peer crashes, then\n"
             "                       all come back with --resume, some stores torn or lost:\n"
             "                       they must agree on the step the stores say and finish)\n"
+            "  --plant-resume-bug   with --faults restart: a stage's newest checkpoint is torn\n"
+            "                       off its disks after the checker read them: it must catch\n"
+            "                       the peers agreeing on an older step\n"
             "  --restart-faults     with --faults restart: faults go on while the swarm\n"
             "                       restarts (default: none from the first crash until every\n"
             "                       stage serves again)\n"
@@ -76,7 +79,7 @@ int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_PLACE, O_MOVES,
-           O_COOL, O_RWILD };
+           O_COOL, O_RWILD, O_RBUG };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -99,6 +102,7 @@ int cmd_sim(int argc, char **argv)
                                          {"moves", required_argument, 0, O_MOVES},
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
                                          {"restart-faults", no_argument, 0, O_RWILD},
+                                         {"plant-resume-bug", no_argument, 0, O_RBUG},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
@@ -182,6 +186,9 @@ int cmd_sim(int argc, char **argv)
             break;
         case O_RWILD:
             o.restart_wild = 1;
+            break;
+        case O_RBUG:
+            o.plant_tear = 1;
             break;
         case O_BUG:
             o.plant_bug = 1;
@@ -272,7 +279,7 @@ int cmd_sim(int argc, char **argv)
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g --faults "
-                   "%s%s%s%s%s%s%s%s%s)\n",
+                   "%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
@@ -280,7 +287,8 @@ int cmd_sim(int argc, char **argv)
                                                                     : " --optimizer adamw",
                    o.plant_bug ? " --plant-bug" : "", o.placement ? " --placement " : "",
                    o.placement ? o.placement : "", moves,
-                   o.restart_wild ? " --restart-faults" : "");
+                   o.restart_wild ? " --restart-faults" : "",
+                   o.plant_tear ? " --plant-resume-bug" : "");
             fflush(stdout);
         }
         if (seeds == 1 && r.restarted)

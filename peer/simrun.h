@@ -54,8 +54,8 @@
  * - the counted, hash and nothing-lost invariants hold across the restart (the steps
  *   from the agreed one are a new history), and the run finishes (liveness).
  * Faults are held from the first crash until every stage serves again (restart_wild:
- * not held, which the agreement does not survive: a peer crashing while the others
- * decide takes its checkpoints out of their table).
+ * not held; "mild" still crashes no peer of a stage nobody serves, so while the swarm
+ * decides only partitions, resets, joins and restarts of earlier crashes go on).
  *
  * Not for: the network model (swarm/sim.c) or the command line (tools/cmd_sim.c).
  */

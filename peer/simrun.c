@@ -810,6 +810,10 @@ static void restart_tick(drv_t *d, double now)
         return;
     }
     case RS_DOWN:
+        if (!d->nrs) { /* nobody was left to crash: nothing comes back */
+            failf(d, "resume: no peer was alive when the swarm was to crash");
+            return;
+        }
         /* a partition that began before the crash heals first */
         if (now >= d->rs_down_at + d->rs_pause && !sim_partitioned(d->sim)) restart_all(d, now);
         return;

@@ -483,10 +483,12 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
         int k = disk_for(d, node, restart_of, err);
         if (k < 0) return k;
         if (d->preset_disk[node] >= 0) {
-            /* restarted with the swarm, as `local --resume` restarts its peers: with the
-             * stage it was first given (its store's newest checkpoint overrides it), and
-             * the founder waits for as many as come back */
-            po.stage = k < d->o->peers ? (d->placed ? d->placed[k] : k % d->S) : -1;
+            /* restarted with the swarm, as `local --resume` restarts its peers: in half the
+             * schedules with the stage it was first given, in the others with none (`peer
+             * --resume` alone; its store's newest checkpoint overrides either), and the
+             * founder waits for as many as come back */
+            int given = (rng_mix(d->o->seed, 0x5354) >> 7) & 1;
+            po.stage = given && k < d->o->peers ? (d->placed ? d->placed[k] : k % d->S) : -1;
             po.wait_peers = d->nrs;
         }
         po.db = d->disk[k];

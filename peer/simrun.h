@@ -44,8 +44,9 @@
  * lost (2), the newest checkpoint of one stage torn off all its disks (2), every disk of
  * one stage lost (3: CheckFree rebuilds it), every disk lost (1: it starts afresh). As
  * `local --resume` restarts its peers, each comes back with the stage it was first given
- * (its store's newest checkpoint overrides it) and the new founder's swarm.wait_peers is
- * the number of disks coming back. Then, besides the invariants above:
+ * (in half the schedules; in the others with none, as `peer --resume` alone; its store's
+ * newest checkpoint overrides either) and the new founder's swarm.wait_peers is the
+ * number of disks coming back. Then, besides the invariants above:
  * - agreed: every peer that decides (resume.c) agrees on the step the driver computes
  *   from the files: the newest step s > 0 such that every stage some restarted store
  *   holds a checkpoint of has one holding s (0: none);

@@ -185,6 +185,10 @@ struct peer {
     uint8_t **rec_all; /* [S]: the states of the stages that are neither this nor a neighbour */
     char rec_how[384];
     double resume_t0; /* resume.c: when this peer began to wait for the agreement */
+    int64_t resume_agreed; /* resume.c: the step it agreed on (0: none), once po.resume
+                            * is cleared; the simulator checks it (simrun.c) */
+    uint64_t resume_table;    /* resume.c: the table it would decide on (a hash) ... */
+    double resume_changed_at; /* ... and when that last changed */
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     double serving_from_at; /* when self.serving_from was last moved (step.c) */
@@ -253,6 +257,15 @@ void recover_on_refusal(peer_t *p, const uint8_t *from);
 /* resume.c: a whole swarm restarts from its stores */
 int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -1 */
 int resume_tick(peer_t *p);  /* 1 restored, 2 start afresh, 0 wait; <0 error */
+/* A resuming peer that downloaded its stage's state from a mate has resumed at that step
+ * (po.resume cleared, resume_agreed set). */
+void resume_downloaded(peer_t *p);
+/* Whether training has begun as this peer knows it (a newcomer then follows first;
+ * STATE_REP flag 1). In a swarm resumed at step s nothing of s is done until this peer
+ * has served a microbatch or its pool passed s: a member that takes its state from a mate
+ * then joins the exchange of s, as members joining before step 0 do. Else
+ * peer_swarm_started. */
+int resume_begun(const peer_t *p);
 /* move.c: an EXCH_REQ for the stage it left: answered from the pool it kept */
 void move_on_exch_req(peer_t *p, const msg_t *m);
 

@@ -14,6 +14,7 @@
 struct peer_store {
     store_t *s;
     int stage, every;
+    int sync; /* checkpoints written on the caller's thread (peer_store_set_sync) */
     char run_text[2048];
     char run_hash[17];
     int64_t last_ckpt; /* step of the last checkpoint handed over; -1 none */
@@ -81,7 +82,7 @@ void peer_store_event(peer_store_t *ps, const char *kind, const char *fmt, ...)
 void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int force)
 {
     if (!ps || !ps->every || ps->stage < 0 || step == ps->last_ckpt) return;
-    if (!force && (step % ps->every || !store_ckpt_ready(ps->s))) return;
+    if (!force && (step % ps->every || (!ps->sync && !store_ckpt_ready(ps->s)))) return;
     store_ckpt_t *ck = store_ckpt_new(ps->stage, step, ps->run_text, ps->run_hash);
     int rc = ck ? store_ckpt_add_blob(ck, "peer.step", &step, sizeof step) : STATUS_ENOMEM;
     if (!rc) rc = stage_ckpt_add(ck, "stage.", st);
@@ -91,8 +92,23 @@ void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t st
         store_ckpt_destroy(&ck);
         return;
     }
-    store_ckpt_save_async(ps->s, &ck);
+    if (ps->sync) {
+        char err[STATUS_ERR_LEN];
+        rc = store_ckpt_save(ps->s, ck, err);
+        store_ckpt_destroy(&ck);
+        if (rc) {
+            log_warn("peer store: no checkpoint at step %" PRId64 ": %s", step, err);
+            return;
+        }
+    } else {
+        store_ckpt_save_async(ps->s, &ck);
+    }
     ps->last_ckpt = step;
+}
+
+void peer_store_set_sync(peer_store_t *ps, int sync)
+{
+    if (ps) ps->sync = sync != 0;
 }
 
 int peer_store_ckpt_steps(peer_store_t *ps, int stage, int64_t *steps, int max)

@@ -31,6 +31,12 @@ int peer_store_secret(peer_store_t *ps, unsigned char pk[crypto_sign_PUBLICKEYBY
 void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, int every,
                      double budget);
 
+/* sync != 0: every due checkpoint is written at once on the caller's thread
+ * (store_ckpt_save), whether or not the writer would take one now. A checkpoint then
+ * depends only on the steps, not on the writer's timing: the simulator (peer/simrun.c)
+ * uses it so that a schedule replays exactly. Default 0 (the background writer). */
+void peer_store_set_sync(peer_store_t *ps, int sync);
+
 /* One metrics row for the step that just ended. NaN loss when this stage saw none. */
 void peer_store_metric(peer_store_t *ps, int64_t step, double loss, double tokens_per_s,
                        uint64_t bytes_sent, uint64_t bytes_recv);

@@ -12,6 +12,7 @@
  *   - nobody agrees on any step: starts as a new swarm would (initial parameters).
  * Not for: choosing who rebuilds a stage (recover.c), the store itself (peer_store.c). */
 #include "common/log.h"
+#include "common/rng.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -61,6 +62,25 @@ static int64_t agreed_step(const peer_t *p)
     return best;
 }
 
+/* What the agreement depends on: the present members, their stages and checkpoint steps.
+ * A member shows up in the view (HELLO) before it has taken its stage and published its
+ * steps; the settle wait runs from the table's last change, so that it is not decided
+ * without them. */
+static uint64_t table_hash(const peer_t *p)
+{
+    uint64_t h = 0x7265;
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *m = &p->view.m[i];
+        if (m->state == MEMBER_DEAD) continue;
+        uint64_t id;
+        memcpy(&id, m->id, sizeof id);
+        uint64_t e = rng_mix(id, (uint64_t)(uint16_t)m->stage);
+        for (int c = 0; c < MSG_CKPT_MAX; c++) e = rng_mix(e, (uint64_t)m->ckpt[c]);
+        h += e; /* order-free: the view's order is not the table's */
+    }
+    return h;
+}
+
 int resume_tick(peer_t *p)
 {
     if (!p->resume_t0) {
@@ -74,13 +94,20 @@ int resume_tick(peer_t *p)
     }
     int present = 0;
     for (int i = 0; i < p->view.n; i++) present += p->view.m[i].state != MEMBER_DEAD;
+    uint64_t table = table_hash(p);
+    if (table != p->resume_table || !p->resume_changed_at) {
+        p->resume_table = table;
+        p->resume_changed_at = p->now;
+    }
     double waited = p->now - p->resume_t0;
-    if (waited < RESUME_SETTLE_S) return 0;
-    if (present < p->wait_peers && waited < RESUME_WAIT_S) return 0;
+    if (waited < RESUME_WAIT_S &&
+        (p->now - p->resume_changed_at < RESUME_SETTLE_S || present < p->wait_peers))
+        return 0;
     int64_t s = agreed_step(p);
     /* decided: from here on as any joiner. Its entry keeps the checkpoint steps, so that
      * a peer deciding a moment later sees the same table. */
     p->po.resume = 0;
+    p->resume_agreed = s;
     if (s <= 0) {
         fprintf(p->log, "resume: no step every stage has a checkpoint of (%d peers seen): "
                 "starting from the initial parameters\n", present);
@@ -101,5 +128,28 @@ int resume_tick(peer_t *p)
     }
     fprintf(p->log, "resume: agreed on step %" PRId64 ", which this peer has no checkpoint of "
             "(%s): its stage's state comes from a mate or the neighbours\n", s, err);
+    /* The swarm resumes at s: so does this stage. A mate holding s serves it within a
+     * moment (it decides on the same table); the wait for one (2 x timeout, state.c)
+     * starts now; after it the stage is one nobody holds in a started swarm (its own
+     * checkpoint, else CheckFree). Not the initial parameters at step 0, which is what a
+     * swarm that has not started would take: its mates would download that. */
+    p->step = s;
+    p->xfer_t0 = p->now;
+    peer_push_self(p);
     return 0;
+}
+
+void resume_downloaded(peer_t *p)
+{
+    if (!p->po.resume) return;
+    /* it took its state from a mate instead of deciding: it resumed at that step; its
+     * store's stage no longer decides anything (a later move goes where it is sent) */
+    p->po.resume = 0;
+    p->resume_agreed = p->step;
+}
+
+int resume_begun(const peer_t *p)
+{
+    if (p->resume_agreed <= 0) return peer_swarm_started(p);
+    return p->go || p->served > 0 || p->step > p->resume_agreed;
 }

@@ -482,7 +482,11 @@ int serve_source(peer_t *p)
     int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
     if (me < 0) return 0;
     if (p->step < p->run.steps) {
-        if (p->step == 0 && !p->go) {
+        /* a swarm that resumed from its stores (resume.c) starts again at the agreed step:
+         * the same wait as a new swarm's, else two stage-0 members that began serving a
+         * moment apart each source the whole step before they see each other */
+        int resumed = p->resume_agreed > 0 && p->step == p->resume_agreed;
+        if ((p->step == 0 || resumed) && !p->go) {
             /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
              * founding peer set; every stage-0 peer applies it), unless it has started. */
             int serving = 0, joining = 0;
@@ -491,8 +495,11 @@ int serve_source(peer_t *p)
                 joining += p->view.m[i].state == MEMBER_JOINING;
             }
             /* nobody half-way in: a member still downloading would not know whether it
-             * missed step 0 (it learns it from its donor, STATE_REP flag 1) */
-            if ((serving < p->wait_peers || joining) && !peer_swarm_started(p)) return 0;
+             * missed step 0 (it learns it from its donor, STATE_REP flag 1); a resumed
+             * one: nobody still deciding, downloading or rebuilding */
+            if (resumed ? joining > 0
+                        : (serving < p->wait_peers || joining) && !peer_swarm_started(p))
+                return 0;
             if (p->go_at == 0) p->go_at = p->now + 4 * 0.25; /* let gossip settle */
             if (p->now < p->go_at) return 0;
             p->go = 1;

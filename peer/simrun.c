@@ -5,8 +5,13 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "peer/peer.h"
+#include "peer/peer_impl.h" /* the store a sim peer keeps (p->ps), what it agreed on */
+#include "peer/peer_store.h"
 #include "swarm/path.h"
 #include "swarm/sim.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,6 +27,19 @@
 #define STRAND_S 60.0 /* how long the end waits for peers that arrived as the run ended */
 
 typedef struct drv drv_t;
+
+/* faults "restart": where the whole-swarm restart stands */
+enum { RS_NONE, RS_PLANNED, RS_CRASHING, RS_DOWN, RS_RESUMING, RS_RESUMED };
+/* ... and what happened to the stores meanwhile (simrun_result_t.resume_kind) */
+enum {
+    RS_STORE_KEPT,    /* every store as its peer left it */
+    RS_STORE_WIPED,   /* one store lost (a new disk): its peer comes back empty */
+    RS_STORE_TORN,    /* every store of one stage lost its newest checkpoint (the last
+                       * write never reached the disk): the agreed step is older */
+    RS_STORE_STAGE,   /* every store of one stage lost: CheckFree rebuilds it */
+    RS_STORE_ALL,     /* every store lost: the swarm starts afresh (step 0) */
+};
+#define RS_MAX_DISKS 256
 
 typedef struct {
     drv_t *d;
@@ -94,6 +112,30 @@ struct drv {
     int *placed; /* [node] stage of the first peers (--placement), -1: in turn */
     double next_move_at;
     int moves_asked;
+    /* faults "restart": every peer keeps a store (a "disk", which outlives its peer: a
+     * peer restarted by a fault takes its predecessor's), checkpoints every ck_every
+     * steps; at a drawn step every peer crashes (some a little later), and after a
+     * drawn pause every disk comes back with a peer that resumes (resume.c) */
+    int ck_every;          /* 0: no stores (other fault levels) */
+    int rs;                /* RS_* */
+    rng_t rs_rng;
+    int64_t rs_step;
+    double rs_delay, rs_at, rs_pause, rs_down_at, rs_up_at;
+    int rs_kind, rs_kind_stage;
+    double *crash_at;      /* [node] when the planned crash takes it (-1: not planned) */
+    int ndisks;
+    char (*disk)[600];     /* [disk] its file */
+    int *disk_owner;       /* [disk] the node using it, -1 */
+    int *node_disk;        /* [node] its disk, -1 */
+    int *preset_disk;      /* [node] the disk the driver started it with, -1 */
+    int *resuming;         /* [node] started with po.resume, not yet decided */
+    int rs_list[RS_MAX_DISKS], nrs; /* the disks of the peers that crashed together */
+    int rs_node[RS_MAX_DISKS];      /* ... and those peers' nodes */
+    int64_t rs_agreed;     /* what the stores say the swarm must resume from */
+    int64_t *rs_first;     /* [stage] the first step a pool applied after the restart */
+    uint64_t *pre_hash;    /* [stage * hash_cap + step] before the crash */
+    uint8_t *pre_set;
+    int rs_decided, replay_same, replay_diff;
 };
 
 simrun_options_t simrun_defaults(void)
@@ -189,7 +231,8 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     /* Near a partition both sides go on; what one side counted may meet what the other
      * counted again, and a message that counts a microbatch twice is left out: then the
      * missing microbatches must be reported lost, as when a whole stage is gone. */
-    int excused = d->stage_gone || sim_now(d->sim) - d->parted_at < REPAIR_S;
+    int excused = d->stage_gone || sim_now(d->sim) - d->parted_at < REPAIR_S ||
+                  d->rs == RS_CRASHING; /* the last peers alive, their swarm crashing */
     if (bits != want && !excused)
         failf(d,
               "counted: node %d stage %d step %lld applied an update counting %d of %d "
@@ -206,6 +249,29 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
                 path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, d->run.skip),
                         a->stage))
                 d->pend_missing[i >> 3] |= 1u << (i & 7);
+    }
+    /* after a whole-swarm restart: never below the step the stores agree on, and each
+     * pool goes on exactly from it */
+    if (d->rs >= RS_RESUMING && a->stage >= 0 && a->stage < d->S) {
+        if (a->step < d->rs_agreed)
+            failf(d, "resume: node %d stage %d applied step %lld, below the step %lld the "
+                     "swarm resumed from", idx, a->stage, (long long)a->step,
+                  (long long)d->rs_agreed);
+        if (d->rs_first[a->stage] < 0) {
+            d->rs_first[a->stage] = a->step;
+            if (a->step != d->rs_agreed)
+                failf(d, "resume: stage %d's pool went on with step %lld after the restart; "
+                         "the newest step every stage has a checkpoint of is %lld",
+                      a->stage, (long long)a->step, (long long)d->rs_agreed);
+        }
+        if (a->step >= 0 && a->step < d->hash_cap) {
+            size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
+            if (d->pre_set[k]) {
+                d->pre_set[k] = 0;
+                if (d->pre_hash[k] == a->hash_after) d->replay_same++;
+                else d->replay_diff++;
+            }
+        }
     }
     if (a->stage >= 0 && a->stage < d->S && a->step >= 0 && a->step < d->hash_cap) {
         size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
@@ -259,10 +325,123 @@ static void on_lost(void *ctx, const peer_t *p, int64_t step, uint32_t index, co
     sim_note(d->sim, "peer  %d LOST step %lld microbatch %u: %s", n ? n->index : -1,
              (long long)step, index, why);
     if (step >= 0 && step < d->lost_cap && index < (uint32_t)d->M) d->lost[step * d->M + index] = 1;
-    if (!d->stage_gone && sim_now(d->sim) - d->parted_at >= REPAIR_S)
+    if (!d->stage_gone && sim_now(d->sim) - d->parted_at >= REPAIR_S && d->rs != RS_CRASHING)
         failf(d, "lost: node %d lost step %lld microbatch %u (%s) while every stage kept a "
                  "live peer and the network was whole", n ? n->index : -1, (long long)step,
               index, why);
+}
+
+/* ---- disks (faults "restart") -------------------------------------------------------------- */
+
+static void disk_remove(const char *path)
+{
+    char f[640];
+    remove(path);
+    snprintf(f, sizeof f, "%s-wal", path);
+    remove(f);
+    snprintf(f, sizeof f, "%s-shm", path);
+    remove(f);
+}
+
+/* The disk a starting node uses: the one the driver chose (a whole-swarm restart), else
+ * its predecessor's when a fault restarts a crashed peer outside the restart (a preempted
+ * peer comes back with its store), else a new one. */
+static int disk_for(drv_t *d, int node, int restart_of, char *err)
+{
+    int k = d->preset_disk[node];
+    if (k < 0 && restart_of >= 0 && restart_of < d->cap && d->rs != RS_DOWN &&
+        d->rs != RS_RESUMING) {
+        int o = d->node_disk[restart_of];
+        if (o >= 0 && d->disk_owner[o] < 0) k = o;
+    }
+    if (k < 0) {
+        if (d->ndisks >= RS_MAX_DISKS)
+            return status_set(err, STATUS_EFULL, "simrun: %d disks already", RS_MAX_DISKS);
+        k = d->ndisks++;
+        snprintf(d->disk[k], sizeof d->disk[k], "%s/seed%llu-disk%d.db", d->o->store_dir,
+                 (unsigned long long)d->o->seed, k);
+        disk_remove(d->disk[k]); /* a leftover of an interrupted run */
+    }
+    d->node_disk[node] = k;
+    d->disk_owner[k] = node;
+    return k;
+}
+
+/* The stage of a disk's newest checkpoint and the steps of its newest MSG_CKPT_MAX of
+ * that stage (what a resuming peer gossips, resume.c); -1 when it holds none. */
+static int disk_ckpts(drv_t *d, int k, int64_t steps[MSG_CKPT_MAX])
+{
+    unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+    char err[STATUS_ERR_LEN];
+    for (int i = 0; i < MSG_CKPT_MAX; i++) steps[i] = 0;
+    peer_store_t *ps = peer_store_open(d->disk[k], pk, err);
+    if (!ps) {
+        failf(d, "resume: disk %d: %s", k, err);
+        return -1;
+    }
+    int st = peer_store_newest_stage(ps);
+    if (st >= 0) peer_store_ckpt_steps(ps, st, steps, MSG_CKPT_MAX);
+    peer_store_close(&ps);
+    return st;
+}
+
+/* The newest checkpoint of `stage` on disk k never reached it (a write torn by the
+ * crash, rolled back by SQLite): the checkpoint's rows go, as the rollback would leave
+ * them. Written with SQLite itself: the store has no call that deletes a checkpoint. */
+static void disk_tear(drv_t *d, int k, int stage)
+{
+    sqlite3 *db = NULL;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "BEGIN;"
+             "CREATE TEMP TABLE gone AS SELECT id FROM ckpt WHERE stage = %d ORDER BY id DESC LIMIT 1;"
+             "DELETE FROM ckpt_chunk WHERE blob_id IN (SELECT id FROM ckpt_blob WHERE ckpt_id IN gone);"
+             "DELETE FROM ckpt_blob WHERE ckpt_id IN gone;"
+             "DELETE FROM ckpt WHERE id IN gone;"
+             "COMMIT;",
+             stage);
+    char *msg = NULL;
+    if (sqlite3_open_v2(d->disk[k], &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
+        sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
+        failf(d, "resume: tearing disk %d: %s", k, msg ? msg : db ? sqlite3_errmsg(db) : "?");
+    sqlite3_free(msg);
+    sqlite3_close(db);
+}
+
+/* What the stores of the restarted peers say the swarm must resume from: the newest
+ * step s > 0 such that every stage some store holds a checkpoint of has a store holding
+ * one of s (docs/protocol.md 9.6), 0 when there is none. Computed here from the files,
+ * independently of the peers' gossip. */
+static int64_t disks_agree(drv_t *d)
+{
+    int64_t steps[RS_MAX_DISKS][MSG_CKPT_MAX];
+    int stage[RS_MAX_DISKS];
+    for (int i = 0; i < d->nrs; i++) stage[i] = disk_ckpts(d, d->rs_list[i], steps[i]);
+    int64_t best = 0;
+    for (int i = 0; i < d->nrs; i++)
+        for (int c = 0; c < MSG_CKPT_MAX; c++) {
+            int64_t s = steps[i][c];
+            if (s <= best) continue;
+            int ok = 1;
+            for (int st = 0; st < d->S && ok; st++) {
+                int any = 0, at = 0;
+                for (int j = 0; j < d->nrs; j++) {
+                    if (stage[j] != st) continue;
+                    any |= steps[j][0] > 0;
+                    for (int e = 0; e < MSG_CKPT_MAX; e++) at |= steps[j][e] == s;
+                }
+                ok = !any || at;
+            }
+            if (ok) best = s;
+        }
+    char line[400];
+    int w = 0;
+    for (int i = 0; i < d->nrs && w < (int)sizeof line - 40; i++)
+        w += snprintf(line + w, sizeof line - (size_t)w, " d%d:s%d@%lld,%lld,%lld", d->rs_list[i],
+                      stage[i], (long long)steps[i][0], (long long)steps[i][1],
+                      (long long)steps[i][2]);
+    sim_note(d->sim, "stores%s: resume from step %lld", line, (long long)best);
+    return best;
 }
 
 /* ---- sim callbacks ------------------------------------------------------------------------ */
@@ -293,19 +472,77 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     if (d->o->rebalance_cooldown_s > 0) po.rebalance_cooldown_s = d->o->rebalance_cooldown_s;
     po.early_exchange = d->o->early_exchange;
     po.custody_s = 10.0;
-    po.wait_peers = d->S;
+    /* a restarting swarm waits for all its peers, as `local` starts it (--wait-peers) */
+    po.wait_peers = d->ck_every ? d->o->peers : d->S;
     po.data_path = d->o->data_path;
     po.device = "cpu";
     po.threads = 1;
     po.log = d->o->trace ? d->o->trace : d->devnull;
     po.hooks = (peer_hooks_t){.ctx = d, .applied = on_applied, .lost = on_lost};
     po.plant_bug = d->o->plant_bug;
+    peer_store_t *ps = NULL;
+    if (d->ck_every) {
+        int k = disk_for(d, node, restart_of, err);
+        if (k < 0) return k;
+        if (d->preset_disk[node] >= 0) {
+            /* restarted with the swarm, as `local --resume` restarts its peers: in half the
+             * schedules with the stage it was first given, in the others with none (`peer
+             * --resume` alone; its store's newest checkpoint overrides either), and the
+             * founder waits for as many as come back */
+            int given = (rng_mix(d->o->seed, 0x5354) >> 7) & 1;
+            po.stage = given && k < d->o->peers ? (d->placed ? d->placed[k] : k % d->S) : -1;
+            po.wait_peers = d->nrs;
+        }
+        po.db = d->disk[k];
+        po.checkpoint_every = d->ck_every;
+        /* whoever starts while the swarm is down or restarting restarts with it */
+        po.resume = d->rs == RS_DOWN || d->rs == RS_RESUMING;
+        unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+        if (!(ps = peer_store_open(po.db, pk, err))) return STATUS_EIO;
+        peer_store_set_sync(ps, 1); /* checkpoints by step, not by the writer's timing */
+        d->resuming[node] = po.resume;
+        sim_note(d->sim, "peer  %d keeps disk %d%s", node, k, po.resume ? ", resumes" : "");
+    }
     n->po = po;
     n->p = peer_new(&n->po, tp, id, err);
-    if (!n->p) return STATUS_EINVAL;
+    if (!n->p) {
+        peer_store_close(&ps);
+        return STATUS_EINVAL;
+    }
+    n->p->ps = ps; /* as peer_run hands it its store */
     n->started_at = now;
     n->serving_at = -1;
     return 0;
+}
+
+/* The node's peer is gone (crashed, finished, gave up): its disk is free again. */
+static void release_disk(drv_t *d, int node)
+{
+    if (!d->ck_every || node >= d->cap || d->node_disk[node] < 0) return;
+    if (d->disk_owner[d->node_disk[node]] == node) d->disk_owner[d->node_disk[node]] = -1;
+    d->resuming[node] = 0;
+}
+
+/* A peer started with po.resume has decided (resume.c cleared it): it must have agreed
+ * on the step the stores say. A peer that found a mate serving downloaded instead and
+ * resumed at the mate's step: never below the agreed one. */
+static void check_decided(drv_t *d, dnode_t *n)
+{
+    if (!d->ck_every || !d->resuming[n->index] || !n->p || n->p->po.resume) return;
+    d->resuming[n->index] = 0;
+    int dl = n->p->downloaded;
+    d->rs_decided += !dl;
+    sim_note(d->sim, "peer  %d %s step %lld (the stores: %lld)", n->index,
+             dl ? "resumed from a mate's state at" : "agreed on", (long long)n->p->resume_agreed,
+             (long long)d->rs_agreed);
+    if (d->rs >= RS_RESUMING && dl && n->p->resume_agreed < d->rs_agreed)
+        failf(d, "resume: node %d resumed from a mate's state at step %lld, below the "
+                 "agreed step %lld", n->index, (long long)n->p->resume_agreed,
+              (long long)d->rs_agreed);
+    if (d->rs >= RS_RESUMING && !dl && n->p->resume_agreed != d->rs_agreed)
+        failf(d, "resume: node %d agreed on step %lld; the newest step every stage has a "
+                 "checkpoint of in the restarted stores is %lld",
+              n->index, (long long)n->p->resume_agreed, (long long)d->rs_agreed);
 }
 
 /* A fatal status: a failure of the schedule, unless the peer was a joiner whose
@@ -316,6 +553,7 @@ static int peer_failed(drv_t *d, dnode_t *n, int rc, char *err)
         sim_note(d->sim, "peer  %d gives up joining (its bootstrap %d is gone): %s", n->index,
                  n->bootstrap, peer_error(n->p));
         peer_destroy(&n->p);
+        release_disk(d, n->index);
         n->done = 1;
         return 1;
     }
@@ -361,6 +599,7 @@ static int finish(drv_t *d, dnode_t *n)
     }
     peer_finish(n->p, "run done");
     peer_destroy(&n->p);
+    release_disk(d, n->index);
     n->done = 1;
     n->serving = 0;
     d->finished++;
@@ -374,6 +613,7 @@ static int d_event(void *ctx, int node, const net_ev_t *ev, double now, char *er
     if (!n->p) return 0;
     int rc = peer_on_event(n->p, ev, now);
     if (rc) return peer_failed(d, n, rc, err);
+    check_decided(d, n);
     /* no refresh here: peer_info hashes the parameters (a fifth of a 70-peer run's time),
      * and the step that follows every batch of events refreshes */
     if (peer_done(n->p)) return finish(d, n);
@@ -389,6 +629,7 @@ static int d_step(void *ctx, int node, double now, double *wake_at, double *work
     if (!n->p) return 0;
     int rc = peer_step(n->p, now, wake_at);
     if (rc) return peer_failed(d, n, rc, err);
+    check_decided(d, n);
     if (*wake_at <= now) *work_s = WORK_S;
     refresh(d, n);
     if (peer_done(n->p)) return finish(d, n);
@@ -402,6 +643,7 @@ static void d_crash(void *ctx, int node, double now)
     if (node >= d->cap) return;
     dnode_t *n = &d->n[node];
     peer_destroy(&n->p); /* SIGKILL: nothing more from it */
+    release_disk(d, node);
     n->serving = 0;
     d->crashes++;
 }
@@ -422,6 +664,7 @@ static int d_may_fail(void *ctx, int node)
 {
     drv_t *d = ctx;
     if (!strcmp(d->o->faults, "heavy")) return 1;
+    if (d->rs >= RS_CRASHING && d->rs <= RS_RESUMING && !d->o->restart_wild) return 0;
     if (node >= d->cap || !d->n[node].p) return 1;
     if (d->n[node].stage < 0) return 1;
     if (!d->n[node].serving) return serving_in(d, d->n[node].stage, -1) > 0;
@@ -447,11 +690,158 @@ static void ask_move(drv_t *d, double now)
     }
 }
 
+/* The stores' faults, then every disk of the crashed peers back with a resuming peer,
+ * a little apart (the first founds the swarm anew, the others join it). */
+static void restart_all(drv_t *d, double now)
+{
+    int64_t steps[MSG_CKPT_MAX];
+    int stage[RS_MAX_DISKS];
+    for (int i = 0; i < d->nrs; i++) stage[i] = disk_ckpts(d, d->rs_list[i], steps);
+    int x = d->rs_kind_stage;
+    switch (d->rs_kind) {
+    case RS_STORE_WIPED: {
+        int i = (int)rng_below(&d->rs_rng, (uint64_t)d->nrs);
+        disk_remove(d->disk[d->rs_list[i]]);
+        sim_note(d->sim, "disk  %d lost", d->rs_list[i]);
+        break;
+    }
+    case RS_STORE_TORN:
+        for (int i = 0; i < d->nrs; i++)
+            if (stage[i] == x) {
+                disk_tear(d, d->rs_list[i], x);
+                sim_note(d->sim, "disk  %d lost its newest checkpoint of stage %d", d->rs_list[i], x);
+            }
+        break;
+    case RS_STORE_STAGE:
+    case RS_STORE_ALL:
+        for (int i = 0; i < d->nrs; i++)
+            if (stage[i] == x || d->rs_kind == RS_STORE_ALL) {
+                disk_remove(d->disk[d->rs_list[i]]);
+                sim_note(d->sim, "disk  %d lost (stage %d)", d->rs_list[i], stage[i]);
+            }
+        break;
+    default:
+        break;
+    }
+    int64_t s = d->rs_agreed = disks_agree(d);
+    if (d->o->plant_tear) /* the checker's self-test: the files change behind its back */
+        for (int i = 0; i < d->nrs; i++)
+            if (disk_ckpts(d, d->rs_list[i], steps) == (x + 1) % d->S)
+                disk_tear(d, d->rs_list[i], (x + 1) % d->S);
+    /* from here on a new history: steps from s are applied again */
+    for (int st = 0; st < d->S; st++) {
+        d->rs_first[st] = -1;
+        d->stage_step[st] = s - 1;
+        for (int64_t k = s > 0 ? s : 0; k < d->hash_cap; k++) {
+            size_t i = (size_t)st * (size_t)d->hash_cap + (size_t)k;
+            d->pre_set[i] = d->hash_set[i] == 1;
+            d->pre_hash[i] = d->hash[i];
+            d->hash_set[i] = 0;
+            d->nholders[i] = 0;
+        }
+    }
+    for (int64_t k = s > 0 ? s : 0; k < d->lost_cap; k++) memset(d->lost + k * d->M, 0, (size_t)d->M);
+    d->pending = 0;
+    d->swarm_step = s - 1;
+    d->last_progress = now;
+    double off[RS_MAX_DISKS];
+    int first = 0;
+    for (int i = 0; i < d->nrs; i++) {
+        off[i] = 3.0 * rng_uniform(&d->rs_rng);
+        if (off[i] < off[first]) first = i;
+    }
+    d->rs = RS_RESUMING;
+    d->rs_up_at = now;
+    char err[STATUS_ERR_LEN];
+    for (int i = 0; i < d->nrs; i++) {
+        int k = d->rs_list[i];
+        int node = sim_add_restart(d->sim, now + off[i], d->rs_node[i], i == first, err);
+        if (node < 0 || node >= d->cap) {
+            failf(d, "resume: cannot restart disk %d: %s", k, node < 0 ? err : "too many nodes");
+            return;
+        }
+        d->preset_disk[node] = k;
+        sim_note(d->sim, "peer  %d will restart from disk %d at t=%.3f%s", node, k, now + off[i],
+                 i == first ? " (founds the swarm again)" : "");
+    }
+}
+
+/* faults "restart": plans, crashes and restarts the whole swarm (RS_*). */
+static void restart_tick(drv_t *d, double now)
+{
+    int nn = sim_nodes(d->sim) < d->cap ? sim_nodes(d->sim) : d->cap;
+    switch (d->rs) {
+    case RS_PLANNED: {
+        if (d->max_step < d->rs_step) return;
+        if (d->rs_at < 0) d->rs_at = now + d->rs_delay;
+        if (now < d->rs_at) return;
+        if (d->finished || d->max_step >= d->run.steps - 1) {
+            d->rs = RS_NONE; /* the run is (nearly) over: pools may be validating or leaving */
+            sim_note(d->sim, "restart cancelled: the run reached its last step first");
+            return;
+        }
+        if (!d->o->restart_wild) sim_hold_faults(d->sim, INFINITY);
+        /* most crash at once; some a little later; sometimes one much later (its pool and
+         * the rest of the swarm see it alone for a while) */
+        int late = rng_uniform(&d->rs_rng) < 0.3 ? (int)rng_below(&d->rs_rng, (uint64_t)nn) : -1;
+        for (int i = 0; i < nn; i++) {
+            double a = rng_uniform(&d->rs_rng) < 0.3 ? 0.5 * rng_uniform(&d->rs_rng) : 0;
+            double b = 1 + 5 * rng_uniform(&d->rs_rng);
+            d->crash_at[i] = d->n[i].p && sim_node_alive(d->sim, i) ? now + a + (i == late ? b : 0) : -1;
+        }
+        d->rs = RS_CRASHING;
+        sim_note(d->sim, "restart: every peer crashes (step %lld)", (long long)d->max_step);
+    }
+    /* fall through */
+    case RS_CRASHING: {
+        int left = 0;
+        for (int i = 0; i < nn; i++) {
+            if (!d->n[i].p || !sim_node_alive(d->sim, i)) continue;
+            if (d->crash_at[i] < 0) d->crash_at[i] = now; /* started meanwhile */
+            if (now < d->crash_at[i]) {
+                left++;
+                continue;
+            }
+            int k = d->node_disk[i];
+            if (k >= 0 && d->nrs < RS_MAX_DISKS) d->rs_node[d->nrs] = i, d->rs_list[d->nrs++] = k;
+            sim_kill(d->sim, i);
+        }
+        if (left) return;
+        d->rs = RS_DOWN;
+        d->rs_down_at = now;
+        sim_note(d->sim, "restart: the swarm is down; %d disk(s) come back in %.3f s", d->nrs,
+                 d->rs_pause);
+        return;
+    }
+    case RS_DOWN:
+        if (!d->nrs) { /* nobody was left to crash: nothing comes back */
+            failf(d, "resume: no peer was alive when the swarm was to crash");
+            return;
+        }
+        /* a partition that began before the crash heals first */
+        if (now >= d->rs_down_at + d->rs_pause && !sim_partitioned(d->sim)) restart_all(d, now);
+        return;
+    case RS_RESUMING:
+        for (int st = 0; st < d->S; st++)
+            if (!serving_in(d, st, -1)) return;
+        d->rs = RS_RESUMED;
+        if (!d->o->restart_wild) sim_hold_faults(d->sim, now);
+        sim_note(d->sim, "restart: every stage serves again, %.3f s after the restart",
+                 now - d->rs_up_at);
+        return;
+    default:
+        return;
+    }
+}
+
 static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
     ask_move(d, now);
     if (sim_partitioned(d->sim)) d->parted_at = now;
+    if (d->rs) restart_tick(d, now);
+    /* while the whole swarm is down and restarting, no stage is "lost" */
+    int window = d->rs >= RS_CRASHING && d->rs <= RS_RESUMING;
     if (d->lose == 1 && d->max_step >= d->lose_step) {
         if (d->lose_at < 0) d->lose_at = now + d->lose_delay;
         if (now >= d->lose_at && d->max_step >= d->run.steps - 2) {
@@ -486,7 +876,7 @@ static int d_check(void *ctx, double now, char *err)
     int covered = 1;
     for (int s = 0; s < d->S && covered; s++) covered = serving_in(d, s, -1) > 0;
     /* a stage gone in the run's last step (its validation) counts too */
-    if (!covered && d->seen_all && !d->stage_gone && !d->finished) {
+    if (!covered && d->seen_all && !d->stage_gone && !d->finished && !window) {
         d->stage_gone = 1;
         sim_note(d->sim, "a whole stage is gone: its state is lost");
     }
@@ -495,7 +885,7 @@ static int d_check(void *ctx, double now, char *err)
         if (!d->seen_all) d->seen_all = 1, d->covered_since = now;
         if (d->covered_since < 0) d->covered_since = now;
     } else {
-        if (d->seen_all && !d->stage_gone) {
+        if (d->seen_all && !d->stage_gone && !window) {
             d->stage_gone = 1;
             sim_note(d->sim, "a whole stage is gone: its state is lost");
         }
@@ -521,7 +911,9 @@ static int d_check(void *ctx, double now, char *err)
 
 /* Done when every peer finished and left. A peer that never held its stage's state
  * before the first one finished arrived as the swarm was leaving: it finds nobody, starts
- * its stage over and waits forever. After STRAND_S it no longer holds the schedule up;
+ * its stage over and waits forever; so does one cut off by a partition within REPAIR_S of
+ * the first finish, on a side without some stage (the other side finishes the run and
+ * leaves meanwhile). After STRAND_S it no longer holds the schedule up;
  * it is counted (simrun_result_t.stranded) and noted in the trace, not failed.
  * TODO(lead): should such a peer learn that the run is over (members at the last step
  * in its WELCOME table) and exit? Then count it as a failure here. */
@@ -534,7 +926,11 @@ static int d_done(void *ctx)
     for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++) {
         const dnode_t *n = &d->n[i];
         if (!n->p || !sim_node_alive(d->sim, i)) continue;
-        int late = d->first_done_at >= 0 && (n->serving_at < 0 || n->serving_at >= d->first_done_at);
+        /* ... and so does one left on the side of a partition near the run's end that
+         * lacked a stage: the others finished meanwhile, their LEAVE never reached it */
+        int late = d->first_done_at >= 0 &&
+                   (n->serving_at < 0 || n->serving_at >= d->first_done_at ||
+                    d->first_done_at - d->parted_at < REPAIR_S);
         if (!late || now - d->first_done_at < STRAND_S) return 0;
         stranded++;
     }
@@ -621,8 +1017,49 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     }
     d->devnull = fopen("/dev/null", "w");
     /* fixed: a peer keeps pointers into its node's options (the join endpoint) */
-    d->cap = 2 * o->peers + 32;
+    int restart = !strcmp(o->faults, "restart");
+    d->cap = (restart ? 3 : 2) * o->peers + 32;
     d->n = calloc((size_t)d->cap, sizeof *d->n);
+    if (restart) {
+        if (!o->store_dir) {
+            rc = status_set(err, STATUS_EINVAL, "simrun: faults restart needs a store_dir");
+            goto done;
+        }
+        /* drawn from a stream of its own: the plan does not move the other draws */
+        rng_seed(&d->rs_rng, rng_mix(o->seed, 0x5245535441ull));
+        d->ck_every = 1 + (int)rng_below(&d->rs_rng, 3);
+        d->rs = RS_PLANNED;
+        /* a step takes some hundredths of a virtual second: the crash comes well before
+         * the run's last steps */
+        d->rs_step = 2 + (int64_t)rng_below(&d->rs_rng, (uint64_t)(o->steps > 7 ? o->steps - 6 : 1));
+        d->rs_delay = 0.1 * rng_uniform(&d->rs_rng);
+        d->rs_at = -1;
+        d->rs_pause = 1 + 14 * rng_uniform(&d->rs_rng);
+        static const int kinds[10] = {RS_STORE_KEPT,  RS_STORE_KEPT,  RS_STORE_WIPED, RS_STORE_WIPED,
+                                      RS_STORE_TORN,  RS_STORE_TORN,  RS_STORE_STAGE, RS_STORE_STAGE,
+                                      RS_STORE_STAGE, RS_STORE_ALL};
+        d->rs_kind = kinds[rng_below(&d->rs_rng, 10)];
+        if (d->rs_kind == RS_STORE_STAGE && d->S < 2) d->rs_kind = RS_STORE_TORN;
+        d->rs_kind_stage = (int)rng_below(&d->rs_rng, (uint64_t)d->S);
+        d->rs_agreed = -1;
+        d->crash_at = malloc((size_t)d->cap * sizeof *d->crash_at);
+        d->disk = calloc(RS_MAX_DISKS, sizeof *d->disk);
+        d->disk_owner = malloc(RS_MAX_DISKS * sizeof *d->disk_owner);
+        d->node_disk = malloc((size_t)d->cap * sizeof *d->node_disk);
+        d->preset_disk = malloc((size_t)d->cap * sizeof *d->preset_disk);
+        d->resuming = calloc((size_t)d->cap, sizeof *d->resuming);
+        d->rs_first = malloc((size_t)d->S * sizeof *d->rs_first);
+        d->pre_hash = calloc((size_t)(d->S * d->hash_cap), sizeof *d->pre_hash);
+        d->pre_set = calloc((size_t)(d->S * d->hash_cap), 1);
+        if (!d->crash_at || !d->disk || !d->disk_owner || !d->node_disk || !d->preset_disk ||
+            !d->resuming || !d->rs_first || !d->pre_hash || !d->pre_set) {
+            rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
+            goto done;
+        }
+        for (int i = 0; i < RS_MAX_DISKS; i++) d->disk_owner[i] = -1;
+        for (int i = 0; i < d->cap; i++) d->node_disk[i] = d->preset_disk[i] = -1, d->crash_at[i] = -1;
+        for (int st = 0; st < d->S; st++) d->rs_first[st] = -1;
+    }
     if (!d->n || !d->stage_step || !d->hash || !d->hash_set || !d->lost || !d->devnull ||
         !d->final_hash || !d->final_set || !d->holders || !d->nholders) {
         rc = status_set(err, STATUS_ENOMEM, "simrun: out of memory");
@@ -634,9 +1071,10 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     c.faults_from = 1.0;
     /* faults while the run trains; then calm so that it can finish */
     c.faults_until = o->budget_s > 0 ? o->budget_s / 3 : 200;
-    /* "stage": mild, and one whole stage lost (d_check) */
+    /* "stage": mild, and one whole stage lost (d_check); "restart": mild, and the whole
+     * swarm crashes and restarts from its stores (restart_tick) */
     int lose = !strcmp(o->faults, "stage");
-    if ((rc = sim_config_faults(&c, lose ? "mild" : o->faults, err))) goto done;
+    if ((rc = sim_config_faults(&c, lose || restart ? "mild" : o->faults, err))) goto done;
     if (lose) {
         rng_t lr;
         rng_seed(&lr, rng_mix(o->seed, 0x1057));
@@ -713,6 +1151,11 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     res->stage_lost = d->stage_gone;
     res->stranded = d->stranded;
     res->val_loss = d->val_loss;
+    res->restarted = d->rs >= RS_RESUMING;
+    res->resume_step = d->rs_agreed;
+    res->resume_kind = d->rs_kind;
+    res->replay_same = d->replay_same;
+    res->replay_diff = d->replay_diff;
     if (d->failed) {
         fprintf(report, "seed %llu: FAILED: %s\n  last events:\n", (unsigned long long)o->seed,
                 d->why);
@@ -748,6 +1191,16 @@ done:
     free(d->lost);
     free(d->stage_step);
     free(d->placed);
+    for (int k = 0; d->disk && k < d->ndisks; k++) disk_remove(d->disk[k]);
+    free(d->disk);
+    free(d->disk_owner);
+    free(d->node_disk);
+    free(d->preset_disk);
+    free(d->resuming);
+    free(d->crash_at);
+    free(d->rs_first);
+    free(d->pre_hash);
+    free(d->pre_set);
     free(d);
     return rc;
 }

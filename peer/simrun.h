@@ -35,6 +35,29 @@
  *   arrived as the run ended and never held its stage is counted as stranded instead);
  * - no peer fails with a fatal status, except a joiner whose bootstrap node died.
  *
+ * Faults "restart" (issue 11): every peer keeps a real store (peer_store.h, synchronous,
+ * one file per "disk" under store_dir; a peer a fault restarts takes its predecessor's
+ * disk), a checkpoint every 1-3 steps (drawn). At a drawn step every peer crashes (some up
+ * to 0.5 s later, sometimes one 1-6 s later); faults are held from then on. After a drawn
+ * pause every disk comes back a little apart with a peer started with po.resume (the
+ * first founds the swarm anew), after one drawn store fault: none (2 in 10), one disk
+ * lost (2), the newest checkpoint of one stage torn off all its disks (2), every disk of
+ * one stage lost (3: CheckFree rebuilds it), every disk lost (1: it starts afresh). As
+ * `local --resume` restarts its peers, each comes back with the stage it was first given
+ * (in half the schedules; in the others with none, as `peer --resume` alone; its store's
+ * newest checkpoint overrides either) and the new founder's swarm.wait_peers is the
+ * number of disks coming back. Then, besides the invariants above:
+ * - agreed: every peer that decides (resume.c) agrees on the step the driver computes
+ *   from the files: the newest step s > 0 such that every stage some restarted store
+ *   holds a checkpoint of has one holding s (0: none);
+ * - from it: no update of a step below it is applied after the restart, and each pool's
+ *   first update after it is of exactly that step;
+ * - the counted, hash and nothing-lost invariants hold across the restart (the steps
+ *   from the agreed one are a new history), and the run finishes (liveness).
+ * Faults are held from the first crash until every stage serves again (restart_wild:
+ * not held; "mild" still crashes no peer of a stage nobody serves, so while the swarm
+ * decides only partitions, resets, joins and restarts of earlier crashes go on).
+ *
  * Not for: the network model (swarm/sim.c) or the command line (tools/cmd_sim.c).
  */
 #ifndef SWARMTRAIN_SIMRUN_H
@@ -67,6 +90,14 @@ typedef struct {
     double moves_rate;     /* moves asked of random serving peers per virtual second */
     double rebalance_cooldown_s; /* the peers' cooldown (0: the peer default) */
     int early_exchange;          /* every peer's early exchange (default 1; --no-early-exchange) */
+    /* whole-swarm restart (faults "restart", issue 11) */
+    const char *store_dir; /* the peers' stores live here, one file per disk, removed at
+                            * the end of the schedule (needed by faults "restart") */
+    int restart_wild;      /* faults go on while the swarm restarts (default: held from the
+                            * first crash until every stage serves again) */
+    int plant_tear;        /* checker self-test: after computing the agreed step the driver
+                            * tears the newest checkpoint of one stage off all its disks,
+                            * so the peers agree on an older step: it must be caught */
 } simrun_options_t;
 
 typedef struct {
@@ -80,6 +111,12 @@ typedef struct {
     int stage_lost;         /* a whole stage was gone at some point */
     int stranded;           /* peers that arrived as the run ended and were still waiting */
     double val_loss;        /* the held-out loss measured at the end (NaN if none) */
+    /* faults "restart" */
+    int restarted;          /* the whole swarm crashed and restarted */
+    int64_t resume_step;    /* the step its stores said it must resume from (0: afresh) */
+    int resume_kind;        /* the store fault drawn (simrun.c RS_STORE_*) */
+    int replay_same, replay_diff; /* steps applied again after the restart whose hash
+                            * equals / differs from the one applied before the crash */
 } simrun_result_t;
 
 simrun_options_t simrun_defaults(void);

@@ -93,7 +93,7 @@ void state_on_request(peer_t *p, const msg_t *m)
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
-    if (p->go || peer_swarm_started(p)) rep.flags |= 1; /* training has begun: follow first */
+    if (p->go || resume_begun(p)) rep.flags |= 1; /* training has begun: follow first */
     const void *pl[1] = {data};
     peer_send(p, m->sender, &rep, 1, pl, &len);
 }
@@ -106,7 +106,7 @@ static void begin_serving(peer_t *p)
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
      * Before the run has started there is nothing to miss. */
-    int started = peer_swarm_started(p) || p->donor_started;
+    int started = resume_begun(p) || p->donor_started;
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
     p->serving_from_at = p->now;
     p->followed = 0;
@@ -264,6 +264,7 @@ int state_download_tick(peer_t *p)
     if (rc == 1) {
         load_state(p, xfer_data(p->xfer));
         p->step = xfer_step(p->xfer);
+        resume_downloaded(p);
         p->downloaded = 1;
         p->pool_step_s = 0;
         fprintf(p->log,

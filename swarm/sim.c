@@ -49,6 +49,7 @@ typedef struct item {
 typedef struct node {
     struct sim *s;
     int index, state, restart_of, side;
+    int found; /* founds a swarm anew (sim_add_restart): joins nobody */
     uint8_t id[MSG_ID_LEN];
     char addr[32];
     members_t *mem;
@@ -78,6 +79,7 @@ struct sim {
     int nnodes;
     link_t *links; /* max_nodes x max_nodes, [src * max + dst] */
     int founded, partitioned;
+    double hold_until; /* no fault starts before (sim_hold_faults) */
     char ring[TRACE_RING][TRACE_LINE];
     uint64_t nlines;
     int failed;
@@ -359,7 +361,8 @@ static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes
     }
     link_t *l = link_of(s, src->index, dst);
     /* resets, duplicates and reordering are faults: only within [faults_from, faults_until] */
-    int faulty = s->now >= s->cfg.faults_from && s->now <= s->cfg.faults_until;
+    int faulty = s->now >= s->cfg.faults_from && s->now <= s->cfg.faults_until &&
+                 s->now >= s->hold_until;
     double t = s->now + uni(s, s->cfg.delay_min_s, s->cfg.delay_max_s);
     if (s->cfg.tail_p > 0 && rng_uniform(&s->rng) < s->cfg.tail_p)
         t += uni(s, 0, s->cfg.tail_max_s);
@@ -622,6 +625,18 @@ int sim_add_node(sim_t *s, double at, char *err)
     return new_node(s, at, -1, err);
 }
 
+int sim_add_restart(sim_t *s, double at, int restart_of, int found, char *err)
+{
+    int k = new_node(s, at, restart_of, err);
+    if (k >= 0) s->nodes[k]->found = found != 0;
+    return k;
+}
+
+void sim_hold_faults(sim_t *s, double until)
+{
+    s->hold_until = until;
+}
+
 static int fail(sim_t *s, int rc, const char *err)
 {
     if (!s->failed) {
@@ -651,7 +666,7 @@ static void on_start(sim_t *s, node_t *n)
     char err[STATUS_ERR_LEN] = "", join[32];
     const char *jp = NULL;
     if (n->state != NODE_PENDING) return;
-    if (s->founded) {
+    if (s->founded && !n->found) {
         int k = pick_welcomer(s, n->index);
         if (k < 0) { /* nobody to join through yet: wait */
             push(s, s->now + 0.1, EV_START, n->index, 0, 0, NULL);
@@ -692,7 +707,7 @@ static void on_start(sim_t *s, node_t *n)
 }
 
 /* Takes a node down: crashed (its recent messages may be lost) or stopped with LEAVE. */
-static void node_down(sim_t *s, node_t *n, int crashed, int tell_app)
+static void node_down(sim_t *s, node_t *n, int crashed, int tell_app, int may_restart)
 {
     if (n->state != NODE_UP) return;
     s->last_fault = s->now;
@@ -718,19 +733,24 @@ static void node_down(sim_t *s, node_t *n, int crashed, int tell_app)
     n->state = crashed ? NODE_CRASHED : NODE_STOPPED;
     inbox_clear(n);
     members_destroy(&n->mem);
-    if (crashed && s->cfg.restart_p > 0 && rng_uniform(&s->rng) < s->cfg.restart_p)
+    if (crashed && may_restart && s->cfg.restart_p > 0 && rng_uniform(&s->rng) < s->cfg.restart_p)
         push(s, s->now + uni(s, s->cfg.restart_min_s, s->cfg.restart_max_s), EV_RESTART, n->index,
              0, 0, NULL);
 }
 
 void sim_crash(sim_t *s, int node)
 {
-    if (node >= 0 && node < s->nnodes) node_down(s, s->nodes[node], 1, 1);
+    if (node >= 0 && node < s->nnodes) node_down(s, s->nodes[node], 1, 1, 1);
+}
+
+void sim_kill(sim_t *s, int node)
+{
+    if (node >= 0 && node < s->nnodes) node_down(s, s->nodes[node], 1, 1, 0);
 }
 
 void sim_stop(sim_t *s, int node)
 {
-    if (node >= 0 && node < s->nnodes) node_down(s, s->nodes[node], 0, 1);
+    if (node >= 0 && node < s->nnodes) node_down(s, s->nodes[node], 0, 1, 1);
 }
 
 static void cut_links(sim_t *s)
@@ -947,7 +967,7 @@ static int on_app(sim_t *s, node_t *n, char *err)
     }
     n->in_app = 0;
     if (rc == 1) { /* the program is done and gone: LEAVE */
-        node_down(s, n, 0, 0);
+        node_down(s, n, 0, 0, 1);
         return 0;
     }
     if (rc || n->state != NODE_UP) return rc;
@@ -974,16 +994,20 @@ static void on_fault(sim_t *s)
     const sim_config_t *c = &s->cfg;
     double total = c->crash_rate + c->join_rate + c->leave_rate + c->partition_rate;
     if (s->now > c->faults_until || total <= 0) return;
+    if (s->now < s->hold_until) { /* held: this one does not happen */
+        push(s, s->now - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT, -1, 0, 0, NULL);
+        return;
+    }
     double r = rng_uniform(&s->rng) * total;
     char err[STATUS_ERR_LEN];
     if ((r -= c->crash_rate) < 0) {
         int v = pick_victim(s);
-        if (v >= 0) node_down(s, s->nodes[v], 1, 1);
+        if (v >= 0) node_down(s, s->nodes[v], 1, 1, 1);
     } else if ((r -= c->join_rate) < 0) {
         if (new_node(s, s->now, -1, err) >= 0) sim_note(s, "join  node %d", s->nnodes - 1);
     } else if ((r -= c->leave_rate) < 0) {
         int v = pick_victim(s);
-        if (v >= 0) node_down(s, s->nodes[v], 0, 1);
+        if (v >= 0) node_down(s, s->nodes[v], 0, 1, 1);
     } else if (!s->partitioned) {
         uint8_t side[4096];
         int up = 0, ones = 0;

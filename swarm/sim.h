@@ -142,6 +142,18 @@ void sim_destroy(sim_t **s);
  * one). Returns its index, or a negative status (max_nodes reached). */
 int sim_add_node(sim_t *s, double at, char *err);
 
+/* Schedules a node that replaces the crashed node restart_of (a new node, new id, as a
+ * fault's restart) at `at`. found != 0: it founds a swarm anew instead of joining (a
+ * whole swarm restarting from its stores: nobody is left to join through; the nodes
+ * added after it join through it). Returns its index, or a negative status. */
+int sim_add_restart(sim_t *s, double at, int restart_of, int found, char *err);
+
+/* No fault starts (crash, join, stop, partition, connection reset, duplicate, reordering)
+ * before virtual time `until` (INFINITY: until called again; now: from now on again);
+ * faults already under way (a partition, a restart due) run their course. Delays and
+ * their tails stay. For a driver's own calm window. */
+void sim_hold_faults(sim_t *s, double until);
+
 /* Runs events until app->done (0), virtual time `until` (1), or a failure (a negative
  * status; err says what, the trace tells the rest). */
 int sim_run(sim_t *s, double until, char *err);
@@ -149,6 +161,8 @@ int sim_run(sim_t *s, double until, char *err);
 /* Crashes a node now (as a fault would), or stops it cleanly with LEAVE. For tests and
  * drivers; not from inside a callback of that same node. */
 void sim_crash(sim_t *s, int node);
+/* sim_crash without the fault model's restart (restart_p): the driver restarts it. */
+void sim_kill(sim_t *s, int node);
 void sim_stop(sim_t *s, int node);
 /* Cuts the network in two (side[i] in {0,1} per node; nodes added later: side 0) for
  * `duration` virtual seconds. */

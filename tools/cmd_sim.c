@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -35,7 +36,17 @@ static void usage(FILE *f)
             "  --microbatches M     microbatches per step (default 4)\n"
             "  --faults LEVEL       none | mild | heavy | stage (default mild; stage: mild, and\n"
             "                       every peer of one stage crashes at once at a drawn step\n"
-            "                       and moment: the swarm must rebuild it and finish)\n"
+            "                       and moment: the swarm must rebuild it and finish;\n"
+            "                       restart: mild, the peers keep stores (a checkpoint every\n"
+            "                       1-3 steps), and at a drawn step every peer crashes, then\n"
+            "                       all come back with --resume, some stores torn or lost:\n"
+            "                       they must agree on the step the stores say and finish)\n"
+            "  --plant-resume-bug   with --faults restart: a stage's newest checkpoint is torn\n"
+            "                       off its disks after the checker read them: it must catch\n"
+            "                       the peers agreeing on an older step\n"
+            "  --restart-faults     with --faults restart: faults go on while the swarm\n"
+            "                       restarts (default: none from the first crash until every\n"
+            "                       stage serves again)\n"
             "  --set K=V,...        then set fault knobs (swarm/sim.h), e.g. dup_p=0,reset_p=0.01\n"
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --skip RATIO         SkipPipe: microbatches skip this share of middle-stage\n"
@@ -70,7 +81,7 @@ int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_PLACE, O_MOVES,
-           O_COOL, O_EARLY };
+           O_COOL, O_EARLY, O_RWILD, O_RBUG };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -93,6 +104,8 @@ int cmd_sim(int argc, char **argv)
                                          {"moves", required_argument, 0, O_MOVES},
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
                                          {"no-early-exchange", no_argument, 0, O_EARLY},
+                                         {"restart-faults", no_argument, 0, O_RWILD},
+                                         {"plant-resume-bug", no_argument, 0, O_RBUG},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
@@ -157,8 +170,8 @@ int cmd_sim(int argc, char **argv)
         }
         case O_FAULTS:
             if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy") &&
-                strcmp(optarg, "stage")) {
-                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy or stage\n");
+                strcmp(optarg, "stage") && strcmp(optarg, "restart")) {
+                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy, stage or restart\n");
                 return 2;
             }
             o.faults = optarg;
@@ -176,6 +189,12 @@ int cmd_sim(int argc, char **argv)
         case O_BUDGET:
             if (num("--budget", optarg, 10, 1000000, &x)) return 2;
             o.budget_s = (double)x;
+            break;
+        case O_RWILD:
+            o.restart_wild = 1;
+            break;
+        case O_RBUG:
+            o.plant_tear = 1;
             break;
         case O_BUG:
             o.plant_bug = 1;
@@ -219,6 +238,13 @@ int cmd_sim(int argc, char **argv)
         return 1;
     }
     o.data_path = corpus;
+    /* faults restart: the peers' stores, removed after each schedule; in memory where
+     * there is a tmpfs (a checkpoint commit syncs the file: on a disk that is most of a
+     * schedule's time, and durability is not what the simulator tests) */
+    char sdir[512];
+    snprintf(sdir, sizeof sdir, "/dev/shm/swarmtrain-sim-%d", (int)getpid());
+    int shm = !strcmp(o.faults, "restart") && !access("/dev/shm", W_OK) && !mkdir(sdir, 0700);
+    o.store_dir = shm ? sdir : dir;
     o.trace = trace ? stdout : NULL;
     /* Peers' log lines (stderr) only when tracing: thousands of schedules would drown
      * the result lines; the trace and the failure report hold what matters. */
@@ -226,6 +252,7 @@ int cmd_sim(int argc, char **argv)
     FILE *devnull = quiet ? fopen("/dev/null", "w") : NULL;
     o.report = devnull ? devnull : stderr;
     long long failed = 0, run = 0, crashes = 0, lost_stage = 0, stranded = 0;
+    long long restarted = 0, kinds[5] = {0}, afresh = 0, same = 0, diff = 0;
     double t0 = clock_now(), vsec = 0;
     uint64_t events = 0;
     for (long long i = 0; i < seeds; i++) {
@@ -242,6 +269,13 @@ int cmd_sim(int argc, char **argv)
         lost_stage += r.stage_lost;
         stranded += r.stranded;
         vsec += r.virtual_s;
+        if (r.restarted) {
+            restarted++;
+            if (r.resume_kind >= 0 && r.resume_kind < 5) kinds[r.resume_kind]++;
+            afresh += r.resume_step == 0;
+            same += r.replay_same;
+            diff += r.replay_diff;
+        }
         events += r.events;
         if (r.failed) {
             failed++;
@@ -251,7 +285,7 @@ int cmd_sim(int argc, char **argv)
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g --faults "
-                   "%s%s%s%s%s%s%s%s%s)\n",
+                   "%s%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
@@ -259,9 +293,15 @@ int cmd_sim(int argc, char **argv)
                                                                     : " --optimizer adamw",
                    o.plant_bug ? " --plant-bug" : "", o.placement ? " --placement " : "",
                    o.placement ? o.placement : "", moves,
-                   o.early_exchange ? "" : " --no-early-exchange");
+                   o.early_exchange ? "" : " --no-early-exchange",
+                   o.restart_wild ? " --restart-faults" : "",
+                   o.plant_tear ? " --plant-resume-bug" : "");
             fflush(stdout);
         }
+        if (seeds == 1 && r.restarted)
+            printf("sim: seed %" PRIu64 ": restarted (store fault %d), resumed from step %" PRId64
+                   ", %d steps applied again with the same hash, %d with another\n",
+                   o.seed, r.resume_kind, r.resume_step, r.replay_same, r.replay_diff);
         if (seeds == 1) /* what a replay compares */
             printf("sim: seed %" PRIu64 ": step %" PRId64 " applied, val_loss %.4f, %.1f virtual "
                    "s, %" PRIu64 " events, %d nodes, %d crashes, trace %016" PRIx64 "\n",
@@ -270,11 +310,19 @@ int cmd_sim(int argc, char **argv)
     }
     double wall = clock_now() - t0;
     printf("sim: %.1f s, %.1f schedules/s, %.0f virtual s, %" PRIu64 " events, %lld crashes, "
-           "%lld schedules lost a whole stage, %lld late joiners stranded after the run\n",
+           "%lld schedules lost a whole stage, %lld peers stranded after the run (late "
+           "joiners, cut off near its end)\n",
            wall, wall > 0 ? (double)run / wall : 0.0, vsec, events, crashes, lost_stage, stranded);
+    if (restarted)
+        printf("sim: %lld whole-swarm restarts (stores kept %lld, one lost %lld, a stage's newest "
+               "checkpoint torn %lld, a stage's stores lost %lld, all lost %lld), %lld resumed "
+               "afresh; steps applied again: %lld with the same hash as before the crash, %lld "
+               "with another\n",
+               restarted, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], afresh, same, diff);
     printf("sim: %lld schedules, %lld failed\n", run, failed);
     if (devnull) fclose(devnull);
     remove(corpus);
     rmdir(dir);
+    if (shm) rmdir(sdir);
     return failed ? 1 : 0;
 }

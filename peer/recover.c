@@ -2,10 +2,10 @@
  * CheckFree+, Blagoev et al.).
  *
  * Detection: every serving peer watches its view; a stage with no member at all (none
- * serving, none joining) for RECOVER_SETTLE_S after the swarm started is lost. Its
- * microbatches wait meanwhile: the stage before it keeps custody of what it sent and
- * retries once the stage has a peer again (custody.c), so the pipeline pauses and
- * nothing is dropped.
+ * serving, none joining) for max(RECOVER_SETTLE_S, the failure timeout) after the swarm
+ * started is lost. Its microbatches wait meanwhile: the stage before it keeps custody of
+ * what it sent and retries once the stage has a peer again (custody.c), so the pipeline
+ * pauses and nothing is dropped.
  *
  * Who serves it: one peer moves there (peer_move). Every peer computes the same choice
  * from its view: among serving members whose pool has at least two serving members (a
@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RECOVER_SETTLE_S 1.0 /* a stage must look empty this long (gossip settles) */
+#define RECOVER_SETTLE_S 1.0 /* a stage must look empty at least this long (gossip settles) */
 #define COPY_EVERY 25        /* steps between the neighbours' copies of stage 0 / S-1 */
 #define RECOVER_LR_SCALE 1.1f
 
@@ -269,7 +269,11 @@ int recover_tick(peer_t *p)
          * at once could both come from one pool and empty it */
         if (handled) continue;
         handled = 1;
-        if (p->now - p->empty_since[s] < RECOVER_SETTLE_S) continue;
+        /* as long again as a peer's failure timeout: a partition makes the stage look
+         * empty too, and a stage rebuilt on one side of it meets its own pool, with
+         * another state, when it heals (sim mild 3x2 seed 9004) */
+        double settle = p->po.peer_timeout_s > RECOVER_SETTLE_S ? p->po.peer_timeout_s : RECOVER_SETTLE_S;
+        if (p->now - p->empty_since[s] < settle) continue;
         int to = mover_target(p, s);
         if (to < 0 || to == p->stage) continue;
         char why[96];

@@ -7,7 +7,6 @@
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,8 +156,8 @@ double custody_time(const peer_t *p)
      * compute and queues), as TCP's retransmission timeout: srtt + 4 rttvar. The fixed
      * time is the floor, never undercut; and at most CUSTODY_RTO_CAP times it, so that one
      * very late gradient does not stall re-routing for long. */
-    if (p->fb_n > 0) {
-        double rto = p->fb_srtt + 4 * p->fb_rttvar;
+    if (p->fb_rtt.n > 0) {
+        double rto = rtt_rto(&p->fb_rtt);
         if (rto > CUSTODY_RTO_CAP * base) rto = CUSTODY_RTO_CAP * base;
         if (rto > base) base = rto;
     }
@@ -171,16 +170,7 @@ void custody_on_gradient(peer_t *p, const msg_t *m)
     mbrec_t *r = custody_find(p, &m->mb);
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || m->mb.attempt != r->out_attempt)
         return;
-    double rtt = p->now - r->sent_at;
-    if (rtt < 0) return;
-    if (!p->fb_n) {
-        p->fb_srtt = rtt;
-        p->fb_rttvar = rtt / 2;
-    } else {
-        p->fb_rttvar = 0.75 * p->fb_rttvar + 0.25 * fabs(p->fb_srtt - rtt);
-        p->fb_srtt = 0.875 * p->fb_srtt + 0.125 * rtt;
-    }
-    p->fb_n++;
+    rtt_note(&p->fb_rtt, p->now - r->sent_at);
 }
 
 void custody_tick(peer_t *p)

@@ -12,6 +12,7 @@
 #ifndef SWARMTRAIN_PEER_IMPL_H
 #define SWARMTRAIN_PEER_IMPL_H
 
+#include "common/rtt.h"
 #include "common/status.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
@@ -144,8 +145,7 @@ struct peer {
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
     uint64_t stale; /* backward passes of a step the pool had already applied */
     /* round trips of its forwards (FWD sent to its gradient back), TCP-style (custody.c) */
-    double fb_srtt, fb_rttvar;
-    int fb_n;
+    rtt_t fb_rtt;
     double last_self_push;
     double t_train0, t_train1; /* first microbatch; last step */
     int finished;

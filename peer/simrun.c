@@ -8,6 +8,7 @@
 #include "peer/peer_impl.h" /* the store a sim peer keeps (p->ps), what it agreed on */
 #include "peer/peer_store.h"
 #include "swarm/path.h"
+#include "store/store.h"
 #include "swarm/sim.h"
 
 #include <sqlite3.h>
@@ -333,15 +334,6 @@ static void on_lost(void *ctx, const peer_t *p, int64_t step, uint32_t index, co
 
 /* ---- disks (faults "restart") -------------------------------------------------------------- */
 
-static void disk_remove(const char *path)
-{
-    char f[640];
-    remove(path);
-    snprintf(f, sizeof f, "%s-wal", path);
-    remove(f);
-    snprintf(f, sizeof f, "%s-shm", path);
-    remove(f);
-}
 
 /* The disk a starting node uses: the one the driver chose (a whole-swarm restart), else
  * its predecessor's when a fault restarts a crashed peer outside the restart (a preempted
@@ -360,7 +352,7 @@ static int disk_for(drv_t *d, int node, int restart_of, char *err)
         k = d->ndisks++;
         snprintf(d->disk[k], sizeof d->disk[k], "%s/seed%llu-disk%d.db", d->o->store_dir,
                  (unsigned long long)d->o->seed, k);
-        disk_remove(d->disk[k]); /* a leftover of an interrupted run */
+        store_remove(d->disk[k]); /* a leftover of an interrupted run */
     }
     d->node_disk[node] = k;
     d->disk_owner[k] = node;
@@ -701,7 +693,7 @@ static void restart_all(drv_t *d, double now)
     switch (d->rs_kind) {
     case RS_STORE_WIPED: {
         int i = (int)rng_below(&d->rs_rng, (uint64_t)d->nrs);
-        disk_remove(d->disk[d->rs_list[i]]);
+        store_remove(d->disk[d->rs_list[i]]);
         sim_note(d->sim, "disk  %d lost", d->rs_list[i]);
         break;
     }
@@ -716,7 +708,7 @@ static void restart_all(drv_t *d, double now)
     case RS_STORE_ALL:
         for (int i = 0; i < d->nrs; i++)
             if (stage[i] == x || d->rs_kind == RS_STORE_ALL) {
-                disk_remove(d->disk[d->rs_list[i]]);
+                store_remove(d->disk[d->rs_list[i]]);
                 sim_note(d->sim, "disk  %d lost (stage %d)", d->rs_list[i], stage[i]);
             }
         break;
@@ -1191,7 +1183,7 @@ done:
     free(d->lost);
     free(d->stage_step);
     free(d->placed);
-    for (int k = 0; d->disk && k < d->ndisks; k++) disk_remove(d->disk[k]);
+    for (int k = 0; d->disk && k < d->ndisks; k++) store_remove(d->disk[k]);
     free(d->disk);
     free(d->disk_owner);
     free(d->node_disk);

@@ -641,3 +641,13 @@ void store_close(store_t **sp)
     free(s);
     *sp = NULL;
 }
+
+void store_remove(const char *path)
+{
+    char f[4200];
+    remove(path);
+    snprintf(f, sizeof f, "%s-wal", path);
+    remove(f);
+    snprintf(f, sizeof f, "%s-shm", path);
+    remove(f);
+}

@@ -91,6 +91,9 @@ store_t *store_open(const char *path, char *err) STORE_WUR;
  * buffered metrics and events, closes the file and sets *s to NULL. NULL-safe. */
 void store_close(store_t **s);
 
+/* Removes a closed store's file and SQLite's -wal and -shm companions of it. */
+void store_remove(const char *path);
+
 /* The path given to store_open; valid while the store is open. */
 const char *store_path(const store_t *s);
 

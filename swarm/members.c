@@ -248,14 +248,7 @@ void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_memb
             double rtt = now - t->ring_t[at];
             if (rtt < 0) return;
             e->echo_hb = hb;
-            if (!e->nrtt) {
-                e->srtt = rtt;
-                e->rttvar = rtt / 2;
-            } else {
-                e->rttvar = 0.75 * e->rttvar + 0.25 * fabs(e->srtt - rtt);
-                e->srtt = 0.875 * e->srtt + 0.125 * rtt;
-            }
-            e->nrtt++;
+            rtt_note(&e->rtt, rtt);
             return;
         }
         return;
@@ -264,8 +257,7 @@ void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_memb
 
 double members_rto(const members_t *t, int i)
 {
-    if (i < 0 || i >= t->n || !t->e[i].nrtt) return 0;
-    return t->e[i].srtt + 4 * t->e[i].rttvar;
+    return i < 0 || i >= t->n ? 0 : rtt_rto(&t->e[i].rtt);
 }
 
 int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)

@@ -30,6 +30,7 @@
 #ifndef SWARMTRAIN_MEMBERS_H
 #define SWARMTRAIN_MEMBERS_H
 
+#include "common/rtt.h"
 #include "swarm/msg.h"
 
 #include <stddef.h>
@@ -43,8 +44,7 @@ typedef struct {
     void *user;         /* the owner's per-member data (net.c: the DEALER) */
     uint64_t ctl_seq;   /* the last control counter accepted from it (members_control) */
     /* echo times of this peer's heartbeats through it (members_echo), TCP-style */
-    double srtt, rttvar;
-    int nrtt;          /* samples taken; 0: none, the fixed timeout applies */
+    rtt_t rtt;         /* no sample: the fixed timeout applies */
     uint64_t echo_hb;  /* the last own heartbeat it echoed */
 } members_entry_t;
 

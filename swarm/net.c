@@ -311,8 +311,8 @@ static char *status_json(struct net *n, size_t *len)
         else
             fprintf(f, "null");
         members_entry_t *me_i = members_at(n->mem, i);
-        if (i > 0 && me_i->nrtt)
-            fprintf(f, ",\"rtt_ms\":%.1f,\"rto_ms\":%.1f", 1e3 * me_i->srtt,
+        if (i > 0 && me_i->rtt.n)
+            fprintf(f, ",\"rtt_ms\":%.1f,\"rto_ms\":%.1f", 1e3 * me_i->rtt.srtt,
                     1e3 * members_rto(n->mem, i));
         fprintf(f,
                 ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"

@@ -20,16 +20,6 @@
 #define BENCH_SMALL_PARAMS 6459648u
 #define BENCH_NBLOBS       3
 
-/* Removes path and its -wal and -shm companions. */
-static void bench_unlink(const char *path)
-{
-    char p[1100];
-    unlink(path);
-    snprintf(p, sizeof p, "%s-wal", path);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", path);
-    unlink(p);
-}
 
 /* The ceiling: the same bytes as one blob per row, one transaction, plain sqlite3_bind_blob,
  * same page size, WAL and synchronous=FULL as the store. Seconds, or -1 on error. */
@@ -38,7 +28,7 @@ static double bench_plain(const char *path, unsigned char *const *blobs, size_t 
     sqlite3 *db = NULL;
     sqlite3_stmt *q = NULL;
     double t = -1;
-    bench_unlink(path);
+    store_remove(path);
     if (sqlite3_open(path, &db) != SQLITE_OK) goto done;
     if (sqlite3_exec(db,
                      "PRAGMA page_size=65536; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
@@ -60,7 +50,7 @@ done:
     if (t < 0) fprintf(stderr, "bench store: plain write failed: %s\n", sqlite3_errmsg(db));
     sqlite3_finalize(q);
     sqlite3_close(db);
-    bench_unlink(path);
+    store_remove(path);
     return t;
 }
 
@@ -167,11 +157,11 @@ static int bench_step_overhead(const char *dir, int steps, int threads, int roun
         for (int j = 0; j < ARMS; j++) {
             int arm = (round + j) % ARMS, sv, sk;
             double c;
-            bench_unlink(db);
+            store_remove(db);
             if (bench_train_child(steps, threads, arm ? db : NULL, budget[arm], &tps[round][arm],
                                   &stolen[round][arm], &sv, &sk, &c)) {
                 fprintf(stderr, "bench store: the training run of arm '%s' failed\n", label[arm]);
-                bench_unlink(db);
+                store_remove(db);
                 return 1;
             }
             saved[arm] += sv, skipped[arm] += sk, cpu[arm] += c;
@@ -186,7 +176,7 @@ static int bench_step_overhead(const char *dir, int steps, int threads, int roun
                100 * (1 - t[2] * (1 - st[0]) / (t[0] * (1 - st[2]))));
         fflush(stdout);
     }
-    bench_unlink(db);
+    store_remove(db);
     for (int arm = 1; arm < ARMS; arm++) {
         double raw[MAX_ROUNDS], cor[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) {
@@ -269,7 +259,7 @@ int bench_store(int argc, char **argv)
 
     double best_plain = 1e30, best_store = 1e30, best_load = 1e30, best_copy = 1e30,
            best_call = 1e30;
-    bench_unlink(path);
+    store_remove(path);
     s = store_open(path, err);
     if (!s) {
         fprintf(stderr, "bench store: %s\n", err);
@@ -334,13 +324,13 @@ int bench_store(int argc, char **argv)
            1e3 * best_call, 1e3 * best_copy);
     printf("best of %d; database in %s\n", reps, dir);
     store_close(&s);
-    bench_unlink(path);
+    store_remove(path);
     rc = bench_step_overhead(dir, steps, threads, rounds);
 fail:
     store_ckpt_destroy(&ck);
     store_ckpt_destroy(&got);
     store_close(&s);
-    bench_unlink(path);
+    store_remove(path);
     for (int i = 0; i < BENCH_NBLOBS; i++) free(blobs[i]);
     return rc;
 }

@@ -10,7 +10,7 @@ function(st_add_sim name)
     ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
 endfunction()
 
-st_add_sim(none_2x2   --faults none  --peers 4  --stages 2 --first-seed 1    --seeds 700)
+st_add_sim(none_2x2   --faults none  --peers 4  --stages 2 --first-seed 1    --seeds 300)
 st_add_sim(none_3x2   --faults none  --peers 6  --stages 3 --first-seed 1    --seeds 300)
 st_add_sim(none_4x2   --faults none  --peers 8  --stages 4 --first-seed 1    --seeds 100)
 st_add_sim(mild_2x2   --faults mild  --peers 4  --stages 2 --first-seed 1    --seeds 300)

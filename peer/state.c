@@ -5,6 +5,7 @@
  * else the seed); then serving begins, contributing or first following the pool.
  * Not for: what the pool does with the state (step.c). */
 #include "common/log.h"
+#include "common/rng.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -184,6 +185,30 @@ static void initial_state(peer_t *p)
     p->downloaded = 0;
 }
 
+/* Several joiners may find the same stage held by nobody at once (the lost peers coming
+ * back, a mover): each would build its own state (a checkpoint, CheckFree from donors a
+ * step apart, the seed) and the pool would start split, its members a step apart for
+ * good. One takes it: of the stage's joining members, the highest rendezvous hash of
+ * (swarm, stage, member); the others wait for it to serve and download from it. Not
+ * forever: after 4 failure timeouts (it may be stuck or gone) a joiner takes it itself. */
+static int another_takes_it(peer_t *p)
+{
+    if (p->now - p->xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
+    const msg_member_t *m;
+    int n = view_stage(&p->view, p->stage, 0, &m);
+    uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
+    memcpy(&mine, p->id, 8);
+    mine = rng_mix(key, mine);
+    for (int i = 0; i < n; i++) {
+        if (m[i].state != MEMBER_JOINING || peer_is_self(p, m[i].id)) continue;
+        uint64_t id;
+        memcpy(&id, m[i].id, 8);
+        uint64_t h = rng_mix(key, id);
+        if (h > best) best = h;
+    }
+    return best > mine;
+}
+
 static void announce(peer_t *p)
 {
     char hex[2 * MSG_ID_LEN + 1];
@@ -233,6 +258,10 @@ int state_download_tick(peer_t *p)
         if (started && !p->rec_mover && !p->rec_active &&
             p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)
             return 0;
+        if (started && another_takes_it(p)) { /* it will be a donor once it serves */
+            recover_abort(p);
+            return 0;
+        }
         /* in a running swarm the neighbours (recover.c: CheckFree, and in auto mode this
          * peer's own checkpoint judged against it), else its own checkpoint (one read:
          * restore_own loads it or says there is none), else the initial parameters */

@@ -100,6 +100,11 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       a seed all replicas share: only values travel)\n"
                "  --demo-update R      sign (default but for sign values: p -= lr sign(Q)) or\n"
                "                       rms (p -= lr Q/rms(Q), rms per tensor)\n"
+               "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
+               "                       DeMo exchanges of the change since the last one (0 =\n"
+               "                       DeMo every step, the default); bytes per step / H\n"
+               "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
+               "  --outer-momentum M   local steps: outer Nesterov momentum (default 0)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "  --skip RATIO         SkipPipe: each step's microbatches leave out this share\n"
@@ -140,6 +145,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DBETA,
         O_DIDX,
         O_DUPD,
+        O_DLOCAL,
+        O_OLR,
+        O_OMOM,
         O_CODEC,
         O_DCACHE,
         O_SKIP,
@@ -176,6 +184,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-beta", required_argument, 0, O_DBETA},
                                          {"demo-index", required_argument, 0, O_DIDX},
                                          {"demo-update", required_argument, 0, O_DUPD},
+                                         {"demo-local", required_argument, 0, O_DLOCAL},
+                                         {"outer-lr", required_argument, 0, O_OLR},
+                                         {"outer-momentum", required_argument, 0, O_OMOM},
                                          {"codec", required_argument, 0, O_CODEC},
                                          {"data-cache", required_argument, 0, O_DCACHE},
                                          {"skip", required_argument, 0, O_SKIP},
@@ -318,6 +329,15 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                 out->demo.imode = DEMO_IDX_SHARED;
             else
                 bad = complain("--demo-index", optarg, "topk or shared");
+            break;
+        case O_DLOCAL:
+            bad = run_opts_int("--demo-local", optarg, 0, &out->demo_local);
+            break;
+        case O_OLR:
+            bad = run_opts_float("--outer-lr", optarg, &out->outer_lr);
+            break;
+        case O_OMOM:
+            bad = run_opts_float("--outer-momentum", optarg, &out->outer_mom);
             break;
         case O_DUPD:
             demo_set[3] = 1;

@@ -47,6 +47,12 @@ train_options_t train_defaults(void)
     return o;
 }
 
+static const char *update_name(int u)
+{
+    static const char *names[] = {"sign", "rms", "rmsprop", "adam"};
+    return u >= 0 && u <= DEMO_UPDATE_ADAM ? names[u] : "?";
+}
+
 static const char *vfmt_name(int v)
 {
     return v == DEMO_VAL_SIGN ? "sign" : v == DEMO_VAL_BF16 ? "bf16" : "f32";
@@ -69,7 +75,7 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
         (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip, (double)o->opt.beta1,
         (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt),
         (double)o->demo.beta, o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
-        o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign",
+        update_name(o->demo.update),
         o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
     if (w < 0) return 0;
     /* only when set, so that runs on local files keep the text (and hashes) they had */
@@ -179,6 +185,10 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                 o->demo.update = DEMO_UPDATE_SIGN;
             else if (!strcmp(v, "rms"))
                 o->demo.update = DEMO_UPDATE_RMS;
+            else if (!strcmp(v, "rmsprop"))
+                o->demo.update = DEMO_UPDATE_RMSPROP;
+            else if (!strcmp(v, "adam"))
+                o->demo.update = DEMO_UPDATE_ADAM;
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_update '%s'", v);
         } else if (!strcmp(line, "codec")) {
@@ -602,6 +612,9 @@ static int setup(run_t *run, char *err)
         if (!(o->outer_lr > 0) || !(o->outer_mom >= 0 && o->outer_mom < 1))
             return status_set(err, STATUS_EINVAL,
                               "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
+        if (o->demo.update >= DEMO_UPDATE_RMSPROP)
+            return status_set(err, STATUS_EINVAL, "--demo-local: the rmsprop and adam updates "
+                                                  "would share the local AdamW moments");
         if (o->resume || o->checkpoint_every)
             return status_set(err, STATUS_EINVAL,
                               "--demo-local: checkpoints do not carry the local state yet (the "
@@ -700,7 +713,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                 "gradient: 4)\n",
                 o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                 o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
-                o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign", bytes, H,
+                update_name(o->demo.update),
+                bytes, H,
                 r.demo_bytes_per_param);
         if (o->demo_local > 0)
             fprintf(log,

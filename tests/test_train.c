@@ -146,7 +146,11 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t 
     printf("demo %s chunk %d k=%d %s %s: loss %.3f -> %.3f over %d steps\n",
            vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k,
            imode == DEMO_IDX_SHARED ? "shared" : "topk",
-           update == DEMO_UPDATE_RMS ? "rms-update" : "sign-update", first, last, steps);
+           update == DEMO_UPDATE_ADAM      ? "adam-update"
+           : update == DEMO_UPDATE_RMSPROP ? "rmsprop-update"
+           : update == DEMO_UPDATE_RMS     ? "rms-update"
+                                           : "sign-update",
+           first, last, steps);
     assert_true(last < first - drop);
 
     /* The comparison can see a divergence: replica 0 misses replica 3's message. */
@@ -175,6 +179,10 @@ static void test_demo_replicas_sign(void **state)
      * 5.61 -> 4.80 in 30 steps on this narrow model; it overtakes top-k later on tiny) */
     replicas_identical(DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
                        DEMO_SIGN_UPDATE, 30, 0.5);
+    /* the per-parameter updates (Adam's moments of the aggregate, kept by each replica):
+     * still bit-identical in any arrival order */
+    replicas_identical(DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED, DEMO_UPDATE_RMSPROP, 30, 0.5);
+    replicas_identical(DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED, DEMO_UPDATE_ADAM, 30, 0.5);
 }
 
 static void test_demo_replicas_f32(void **state)

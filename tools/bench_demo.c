@@ -32,6 +32,8 @@ typedef struct {
     int schedule; /* optim_schedule_t */
     int core;     /* in the default table (else only with --all) */
     int small;    /* also run on `small` with --small */
+    int local;    /* DiLoCo-style local steps per exchange (train_options_t.demo_local); 0: none */
+    float outer_lr, outer_mom;
 } bench_setting_t;
 
 /* AdamW (constant lr: the reference of issue 17; cosine, to compare like with like), then
@@ -41,23 +43,24 @@ typedef struct {
 #define C   OPTIM_SCHEDULE_CONSTANT
 #define COS OPTIM_SCHEDULE_COSINE
 static const bench_setting_t settings[] = {
-    /* name, optimizer, values, chunk, k, indices, update, lr, schedule, core, small */
-    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1},
-    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 0},
+    /* name, optimizer, values, chunk, k, indices, update, lr, schedule, core, small,
+     * local steps, outer lr, outer momentum */
+    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1, 0, 0, 0},
+    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 0, 0, 0, 0},
     {"f32 c64 k32 topk sign-update", TRAIN_DEMO, DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK,
-     DEMO_UPDATE_SIGN, 0, C, 1, 0},
+     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0},
     {"sign c16 k1 topk sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK,
-     DEMO_UPDATE_SIGN, 0, C, 1, 0},
+     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0},
     {"sign c16 k9 shared sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
-     DEMO_UPDATE_SIGN, 0, C, 0, 0},
+     DEMO_UPDATE_SIGN, 0, C, 0, 0, 0, 0, 0},
     {"sign c16 k1 topk rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, 0, C,
-     0, 0},
+     0, 0, 0, 0, 0},
     {"sign preset", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
-     DEMO_SIGN_UPDATE, 0, C, 0, 0},
+     DEMO_SIGN_UPDATE, 0, C, 0, 0, 0, 0, 0},
     {"sign preset cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
-     DEMO_SIGN_UPDATE, 0, COS, 1, 1},
+     DEMO_SIGN_UPDATE, 0, COS, 1, 1, 0, 0, 0},
     {"sign c16 k3 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED,
-     DEMO_UPDATE_RMS, 0, COS, 1, 0},
+     DEMO_UPDATE_RMS, 0, COS, 1, 0, 0, 0, 0},
 };
 #undef C
 #undef COS
@@ -95,6 +98,11 @@ static int bench_one(const bench_setting_t *s, const char *config, int replicas,
         o.demo.k = s->k;
         o.demo.imode = s->imode;
         o.demo.update = s->update;
+        o.demo_local = s->local;
+        if (s->local) {
+            o.outer_lr = s->outer_lr;
+            o.outer_mom = s->outer_mom;
+        }
     }
     fprintf(log, "=== %s: %s, %d replicas, %d steps\n", s->name, config, replicas, steps);
     train_result_t r;

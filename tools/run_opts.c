@@ -99,7 +99,9 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       or shared (k coefficients per tile drawn from\n"
                "                       a seed all replicas share: only values travel)\n"
                "  --demo-update R      sign (default but for sign values: p -= lr sign(Q)) or\n"
-               "                       rms (p -= lr Q/rms(Q), rms per tensor)\n"
+               "                       rms (p -= lr Q/rms(Q), rms per tensor), rmsprop (p -=\n"
+               "                       lr Q/sqrt(V), V: Adam's second moment of Q per\n"
+               "                       parameter) or adam (Adam on Q: its moments M and V)\n"
                "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
                "                       DeMo exchanges of the change since the last one (0 =\n"
                "                       DeMo every step, the default); bytes per step / H\n"
@@ -345,8 +347,12 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                 out->demo.update = DEMO_UPDATE_SIGN;
             else if (!strcmp(optarg, "rms"))
                 out->demo.update = DEMO_UPDATE_RMS;
+            else if (!strcmp(optarg, "rmsprop"))
+                out->demo.update = DEMO_UPDATE_RMSPROP;
+            else if (!strcmp(optarg, "adam"))
+                out->demo.update = DEMO_UPDATE_ADAM;
             else
-                bad = complain("--demo-update", optarg, "sign or rms");
+                bad = complain("--demo-update", optarg, "sign, rms, rmsprop or adam");
             break;
         case O_CODEC: {
             char name[16];

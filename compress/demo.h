@@ -96,7 +96,7 @@ typedef enum {
 #define DEMO_SIGN_CHUNK  16
 #define DEMO_SIGN_K      9
 #define DEMO_SIGN_INDEX  DEMO_IDX_SHARED
-#define DEMO_SIGN_UPDATE DEMO_UPDATE_RMS
+#define DEMO_SIGN_UPDATE DEMO_UPDATE_RMSPROP
 /* Largest |value| (and sign scale) a message may carry: tile sums stay finite. */
 #define DEMO_MAX_ABS 1e30f
 /* Largest rows*cols of a tensor (2^40). */

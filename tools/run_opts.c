@@ -401,6 +401,12 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         if (out->optimizer == TRAIN_DEMO && !schedule_set)
             out->opt.schedule = OPTIM_SCHEDULE_COSINE;
     }
+    if (out->demo_local > 0 && strcmp(cmd, "train")) {
+        /* the pools exchange once per step (docs/design-notes.md, issue 17) */
+        fprintf(stderr, "swarmtrain %s: --demo-local (DeMo local steps) runs in train only; the "
+                        "swarm's pools do not skip exchanges yet\n", cmd);
+        return 2;
+    }
     out->opt.total_steps = out->steps;
     if (config_validate(&out->cfg, err)) {
         fprintf(stderr, "swarmtrain %s: invalid config: %s\n", cmd, err);

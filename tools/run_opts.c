@@ -80,6 +80,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --schedule NAME      constant (default; DeMo sign: cosine) or cosine (to 10%%\n"
                "                       of lr)\n"
                "  --wd X               weight decay on matrices and embedding (default 0.1)\n"
+               "  --beta2 B            AdamW's second-moment decay, also DeMo rmsprop's (0.95)\n"
                "  --clip X             per-stage gradient norm clip, 0 = off (default 1)\n"
                "  --seed N             parameters and sampling (default 1337)\n"
                "  --val-batches N      held-out microbatches for val_loss (default 20)\n"
@@ -134,6 +135,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_WARMUP,
         O_SCHED,
         O_WD,
+        O_BETA2,
         O_CLIP,
         O_VALB,
         O_LOGE,
@@ -173,6 +175,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"warmup", required_argument, 0, O_WARMUP},
                                          {"schedule", required_argument, 0, O_SCHED},
                                          {"wd", required_argument, 0, O_WD},
+                                         {"beta2", required_argument, 0, O_BETA2},
                                          {"clip", required_argument, 0, O_CLIP},
                                          {"val-batches", required_argument, 0, O_VALB},
                                          {"log-every", required_argument, 0, O_LOGE},
@@ -269,6 +272,11 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                 out->opt.schedule = OPTIM_SCHEDULE_COSINE;
             else
                 bad = complain("--schedule", optarg, "constant or cosine");
+            break;
+        case O_BETA2:
+            bad = run_opts_float("--beta2", optarg, &out->opt.beta2);
+            if (!bad && !(out->opt.beta2 >= 0 && out->opt.beta2 < 1))
+                bad = complain("--beta2", optarg, "a decay in [0, 1)");
             break;
         case O_WD:
             bad = run_opts_float("--wd", optarg, &out->opt.wd);

@@ -115,8 +115,8 @@ typedef struct {
 
 /* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */
 enum {
-    DEMO_UPDATE_SIGN = 0, /* p -= lr * sign(Q) */
-    DEMO_UPDATE_RMS = 1,  /* p -= lr * Q / rms(Q), rms over each tensor */
+    DEMO_UPDATE_SIGN = 0,    /* p -= lr * sign(Q) */
+    DEMO_UPDATE_RMS = 1,     /* p -= lr * Q / rms(Q), rms over each tensor */
     DEMO_UPDATE_RMSPROP = 2, /* p -= lr * Q / (sqrt(V) + eps), V = Adam's second moment of Q
                               * (beta2, bias-corrected), per parameter */
     DEMO_UPDATE_ADAM = 3,    /* p -= lr * M / (sqrt(V) + eps), M its first moment (beta1) */

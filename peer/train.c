@@ -75,8 +75,8 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
         (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip, (double)o->opt.beta1,
         (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt),
         (double)o->demo.beta, o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
-        update_name(o->demo.update),
-        o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
+        update_name(o->demo.update), o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block,
+        o->val_batches);
     if (w < 0) return 0;
     /* only when set, so that runs on local files keep the text (and hashes) they had */
     if (o->data_sha256[0] && (size_t)w < n)
@@ -254,9 +254,9 @@ typedef struct {
     uint64_t val_wire; /* boundary bytes validation passes encoded (not training traffic) */
     int *visits;       /* [r * S + s]: microbatches of this step whose path visited stage s */
     /* local steps (o->demo_local > 0), backend memory: */
-    float **psync;         /* [s] the parameters at the last sync (the same for every replica) */
-    float **omom;          /* [r * S + s] outer momentum (o->outer_mom > 0) */
-    optim_config_t outer;  /* the outer step's schedule: lr * outer_lr, no decay, no clip */
+    float **psync;        /* [s] the parameters at the last sync (the same for every replica) */
+    float **omom;         /* [r * S + s] outer momentum (o->outer_mom > 0) */
+    optim_config_t outer; /* the outer step's schedule: lr * outer_lr, no decay, no clip */
 } run_t;
 
 /* The validation loss of replica 0 run with the stages of mask `skip` left out. */
@@ -613,8 +613,9 @@ static int setup(run_t *run, char *err)
             return status_set(err, STATUS_EINVAL,
                               "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
         if (o->demo.update >= DEMO_UPDATE_RMSPROP)
-            return status_set(err, STATUS_EINVAL, "--demo-local: the rmsprop and adam updates "
-                                                  "would share the local AdamW moments");
+            return status_set(err, STATUS_EINVAL,
+                              "--demo-local: the rmsprop and adam updates "
+                              "would share the local AdamW moments");
         if (o->resume || o->checkpoint_every)
             return status_set(err, STATUS_EINVAL,
                               "--demo-local: checkpoints do not carry the local state yet (the "
@@ -712,10 +713,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                 "replica per exchange, every %d step(s) = %.5f bytes/param/step (dense f32 "
                 "gradient: 4)\n",
                 o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
-                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
-                update_name(o->demo.update),
-                bytes, H,
-                r.demo_bytes_per_param);
+                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
+                bytes, H, r.demo_bytes_per_param);
         if (o->demo_local > 0)
             fprintf(log,
                     "local steps: %d AdamW steps per replica between exchanges; outer step rms "

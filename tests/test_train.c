@@ -567,8 +567,12 @@ static void test_demo_local(void **state)
     o.val_batches = 4;
     o.log = fopen("/dev/null", "w");
     o.optimizer = TRAIN_DEMO;
-    o.demo = (demo_cfg_t){.chunk = 16, .k = 64, .vfmt = DEMO_VAL_SIGN, .beta = 0.999f,
-                          .imode = DEMO_IDX_SHARED, .update = DEMO_UPDATE_RMS};
+    o.demo = (demo_cfg_t){.chunk = 16,
+                          .k = 64,
+                          .vfmt = DEMO_VAL_SIGN,
+                          .beta = 0.999f,
+                          .imode = DEMO_IDX_SHARED,
+                          .update = DEMO_UPDATE_RMS};
     o.demo_local = 4; /* 30 steps: syncs after 3, 7, ..., 27 and the last (29) */
     o.outer_lr = 4;
     o.outer_mom = 0.5f;
@@ -728,11 +732,16 @@ static void test_resume_refusals(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_demo_replicas_sign),    cmocka_unit_test(test_demo_replicas_f32),
-        cmocka_unit_test(test_demo_bad_messages),     cmocka_unit_test(test_demo_v2_corruptions),
-        cmocka_unit_test(test_demo_v2_mixed_senders), cmocka_unit_test(test_demo_v2_bytes),
-        cmocka_unit_test(test_resume_adamw),          cmocka_unit_test(test_resume_demo),
-        cmocka_unit_test(test_resume_refusals),       cmocka_unit_test(test_demo_rms_tiny_values),
+        cmocka_unit_test(test_demo_replicas_sign),
+        cmocka_unit_test(test_demo_replicas_f32),
+        cmocka_unit_test(test_demo_bad_messages),
+        cmocka_unit_test(test_demo_v2_corruptions),
+        cmocka_unit_test(test_demo_v2_mixed_senders),
+        cmocka_unit_test(test_demo_v2_bytes),
+        cmocka_unit_test(test_resume_adamw),
+        cmocka_unit_test(test_resume_demo),
+        cmocka_unit_test(test_resume_refusals),
+        cmocka_unit_test(test_demo_rms_tiny_values),
         cmocka_unit_test(test_demo_local),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name, for timing */

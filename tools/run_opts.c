@@ -411,8 +411,10 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
     }
     if (out->demo_local > 0 && strcmp(cmd, "train")) {
         /* the pools exchange once per step (docs/design-notes.md, issue 17) */
-        fprintf(stderr, "swarmtrain %s: --demo-local (DeMo local steps) runs in train only; the "
-                        "swarm's pools do not skip exchanges yet\n", cmd);
+        fprintf(stderr,
+                "swarmtrain %s: --demo-local (DeMo local steps) runs in train only; the "
+                "swarm's pools do not skip exchanges yet\n",
+                cmd);
         return 2;
     }
     out->opt.total_steps = out->steps;

@@ -110,7 +110,7 @@ typedef struct {
     demo_vfmt_t vfmt;   /* value format */
     float beta;         /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
-    int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
+    int update;         /* peer/demo_opt.h: DEMO_UPDATE_* */
 } demo_cfg_t;
 
 /* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */

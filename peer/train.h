@@ -44,7 +44,9 @@ typedef struct {
      * no exchange, then one outer step: its change since the last sync, delta = p_sync - p,
      * goes through DeMo (D = demo.beta D + delta, the transmitted part extracted), and every
      * replica sets p = p_sync - outer_lr * lr(t) * Q / rms(Q) per tensor (Nesterov momentum
-     * outer_mom on that step when > 0), identical on all. The last step always syncs. */
+     * outer_mom on that step when > 0), identical on all. The last step always syncs; a
+     * --val-every validation between syncs sees replica 0's local parameters. Train only:
+     * the swarm's pools exchange every step (peers refuse such a run). */
     int demo_local;
     float outer_lr;  /* the outer step's per-tensor rms, as a multiple of lr(t) */
     float outer_mom; /* outer Nesterov momentum, [0, 1) */

@@ -42,7 +42,7 @@ typedef struct {
     /* DiLoCo-style local steps (DeMo only; docs/design-notes.md, issue 17): 0 = DeMo every
      * step. H >= 1: every replica takes H steps of local AdamW (opt, its own moments) with
      * no exchange, then one outer step: its change since the last sync, delta = p_sync - p,
-     * goes through DeMo (D = demo.beta D + delta, the transmitted part extracted), and every
+     * goes through DeMo (D = demo.beta D + lr_out delta, the sent part extracted), and every
      * replica sets p = p_sync - outer_lr * lr(t) * Q / rms(Q) per tensor (Nesterov momentum
      * outer_mom on that step when > 0), identical on all. The last step always syncs; a
      * --val-every validation between syncs sees replica 0's local parameters. Train only:

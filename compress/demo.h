@@ -96,7 +96,7 @@ typedef enum {
 #define DEMO_SIGN_CHUNK  16
 #define DEMO_SIGN_K      9
 #define DEMO_SIGN_INDEX  DEMO_IDX_SHARED
-#define DEMO_SIGN_UPDATE DEMO_UPDATE_RMS
+#define DEMO_SIGN_UPDATE DEMO_UPDATE_RMSPROP
 /* Largest |value| (and sign scale) a message may carry: tile sums stay finite. */
 #define DEMO_MAX_ABS 1e30f
 /* Largest rows*cols of a tensor (2^40). */
@@ -110,13 +110,16 @@ typedef struct {
     demo_vfmt_t vfmt;   /* value format */
     float beta;         /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
-    int update;         /* peer/demo_opt.h: DEMO_UPDATE_SIGN (0) or DEMO_UPDATE_RMS */
+    int update;         /* peer/demo_opt.h: DEMO_UPDATE_* */
 } demo_cfg_t;
 
 /* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */
 enum {
-    DEMO_UPDATE_SIGN = 0, /* p -= lr * sign(Q) */
-    DEMO_UPDATE_RMS = 1,  /* p -= lr * Q / rms(Q), rms over each tensor */
+    DEMO_UPDATE_SIGN = 0,    /* p -= lr * sign(Q) */
+    DEMO_UPDATE_RMS = 1,     /* p -= lr * Q / rms(Q), rms over each tensor */
+    DEMO_UPDATE_RMSPROP = 2, /* p -= lr * Q / (sqrt(V) + eps), V = Adam's second moment of Q
+                              * (beta2, bias-corrected), per parameter */
+    DEMO_UPDATE_ADAM = 3,    /* p -= lr * M / (sqrt(V) + eps), M its first moment (beta1) */
 };
 
 /* What a valid message says (demo_msg_parse). */

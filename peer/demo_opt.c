@@ -43,6 +43,7 @@ struct demo_opt {
     float qnorm;        /* its L2 norm at the last apply (the same on every replica) */
     int update;         /* DEMO_UPDATE_* */
     float *dstep;       /* rms update on a device: (P) the step, made on the host */
+    float *hv;          /* rmsprop/adam update on a device: (2P) host copies of v and m */
     double *sum;        /* aggregation scratch: the largest tensor's coefficients */
     uint32_t *cnt;
     int *ord; /* scratch for m messages: canonical order, k, format, index mode, bit position */
@@ -188,7 +189,7 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->q = malloc(P * sizeof(float));
     if (!o->d || !o->q) goto nomem;
     o->update = cfg ? cfg->update : DEMO_UPDATE_SIGN;
-    if (o->update != DEMO_UPDATE_SIGN && o->update != DEMO_UPDATE_RMS) {
+    if (o->update < DEMO_UPDATE_SIGN || o->update > DEMO_UPDATE_ADAM) {
         status_set(err, STATUS_EINVAL, "demo: unknown update rule %d", o->update);
         demo_opt_destroy(&o);
         return NULL;
@@ -209,8 +210,11 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     if (!o->sum || !o->cnt) goto nomem;
     o->beta = cfg ? cfg->beta : DEMO_DEFAULT_BETA;
     if (o->k->on_device && device_init(o, maxn)) goto nomem;
-    if (o->k->on_device && o->update == DEMO_UPDATE_RMS &&
+    if (o->k->on_device && o->update != DEMO_UPDATE_SIGN &&
         !(o->dstep = o->k->alloc(o->k, P * sizeof(float))))
+        goto nomem;
+    if (o->k->on_device && o->update >= DEMO_UPDATE_RMSPROP &&
+        !(o->hv = malloc(2 * P * sizeof(float))))
         goto nomem;
     return o;
 nomem:
@@ -232,6 +236,7 @@ void demo_opt_destroy(demo_opt_t **op)
     free(o->hidx);
     free(o->hval);
     free(o->hsign);
+    free(o->hv);
     free(o->mark);
     free(o->d);
     free(o->q);
@@ -463,6 +468,38 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     o->qnorm = (float)sqrt(qq);
     float *p = stage_params(o->st);
     float lr = optim_lr(oc, step);
+    if (o->update >= DEMO_UPDATE_RMSPROP) {
+        /* Adam's moments of the aggregate, per parameter, in the stage's v and m (which
+         * checkpoints carry; t in stage_opt_step): identical on every replica as Q is. The
+         * step is made on the host and subtracted exactly, as for rms. rmsprop: v only. */
+        int adam = o->update == DEMO_UPDATE_ADAM;
+        float *v = k->on_device ? o->hv : stage_opt_v(o->st);
+        float *mo = k->on_device ? o->hv + P : stage_opt_m(o->st);
+        if (k->on_device) k->download(k, v, stage_opt_v(o->st), P * sizeof(float));
+        if (k->on_device && adam) k->download(k, mo, stage_opt_m(o->st), P * sizeof(float));
+        int64_t t = ++*stage_opt_step(o->st);
+        double b1 = oc->beta1, b2 = oc->beta2, bc2 = 1.0 - pow(b2, (double)t),
+               bc1 = 1.0 - pow(b1, (double)t);
+        for (size_t j = 0; j < P; j++) {
+            double q = o->q[j], vj = b2 * v[j] + (1.0 - b2) * q * q;
+            v[j] = (float)vj;
+            if (adam) {
+                double mj = b1 * mo[j] + (1.0 - b1) * q;
+                mo[j] = (float)mj;
+                q = mj / bc1;
+            }
+            o->q[j] = (float)(lr * q / (sqrt(vj / bc2) + oc->eps));
+        }
+        if (k->on_device) {
+            k->upload(k, stage_opt_v(o->st), v, P * sizeof(float));
+            if (adam) k->upload(k, stage_opt_m(o->st), mo, P * sizeof(float));
+            k->upload(k, o->dstep, o->q, P * sizeof(float));
+            k->axpy(k, p, -1.0f, o->dstep, P);
+        } else {
+            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
+        }
+        return 0;
+    }
     if (o->update == DEMO_UPDATE_RMS) {
         /* the step lr * Q / rms(Q) per tensor, rounded to float on the host; p -= step is
          * then one exact subtraction on any backend (axpy with alpha -1 is exact), so CPU

@@ -19,8 +19,11 @@
  * fingerprint, step, length, checksum, padding, then every body. Senders may use another
  * k, value format or index mode than the receiver (the length follows from theirs).
  *
- * The update: p -= lr * sign(Q) (DEMO_UPDATE_SIGN) or p -= lr * Q / rms(Q), rms over each
- * tensor (DEMO_UPDATE_RMS, the sign preset's), both from the same Q on every replica.
+ * The update: p -= lr * sign(Q) (DEMO_UPDATE_SIGN), p -= lr * Q / rms(Q), rms over each
+ * tensor (DEMO_UPDATE_RMS), p -= lr * Q / sqrt(V) per parameter with V Adam's second moment
+ * of Q (DEMO_UPDATE_RMSPROP, the sign preset's; V in the stage's AdamW v, t in its step
+ * counter) or Adam on Q (DEMO_UPDATE_ADAM: M / sqrt(V), M in the stage's m), all from the
+ * same Q on every replica, so the moments too are identical on every replica.
  *
  * On a device backend the residual momentum lives in device memory and the transform runs
  * there (kernels.h compression ops); per step the host sees only the selected entries

@@ -56,6 +56,11 @@ int join_setup_stage(peer_t *p)
     if ((!p->k && !(p->k = kern_new(po->device, po->threads, p->err))) ||
         !(p->st = stage_new(c, p->stage, p->k, p->nslots, p->run.seed, p->err)))
         return STATUS_EINVAL;
+    if (p->run.demo_local > 0) /* docs/design-notes.md, issue 17: one exchange per step */
+        return status_set(p->err, STATUS_EINVAL,
+                          "the run has DeMo local steps (demo_local=%d), which the swarm's pools "
+                          "do not run yet: train only",
+                          p->run.demo_local);
     if (p->run.optimizer == TRAIN_DEMO && !(p->dopt = demo_opt_new(p->st, &p->run.demo, p->err)))
         return STATUS_EINVAL;
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);

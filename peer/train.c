@@ -41,9 +41,16 @@ train_options_t train_defaults(void)
                           .vfmt = DEMO_VAL_F32,
                           .beta = DEMO_DEFAULT_BETA};
     o.codec = -1;
+    o.outer_lr = 4.0f;
     o.keep = 3;
     o.checkpoint_budget = STORE_WRITER_BUDGET_DEFAULT;
     return o;
+}
+
+static const char *update_name(int u)
+{
+    static const char *names[] = {"sign", "rms", "rmsprop", "adam"};
+    return u >= 0 && u <= DEMO_UPDATE_ADAM ? names[u] : "?";
 }
 
 static const char *vfmt_name(int v)
@@ -68,8 +75,8 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
         (double)o->opt.min_lr_frac, (double)o->opt.wd, (double)o->opt.clip, (double)o->opt.beta1,
         (double)o->opt.beta2, (double)o->opt.eps, o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt),
         (double)o->demo.beta, o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk",
-        o->demo.update == DEMO_UPDATE_RMS ? "rms" : "sign",
-        o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block, o->val_batches);
+        update_name(o->demo.update), o->codec < 0 ? "none" : codec_name(o->codec), o->codec_block,
+        o->val_batches);
     if (w < 0) return 0;
     /* only when set, so that runs on local files keep the text (and hashes) they had */
     if (o->data_sha256[0] && (size_t)w < n)
@@ -83,6 +90,10 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
         w += snprintf(buf + w, n - (size_t)w, "val_every=%d\n", o->val_every);
     if (o->val_skip && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_skip_mask=%" PRIu64 "\n", o->val_skip);
+    /* only when set: runs without local steps keep the text (and hashes) they had */
+    if (o->demo_local > 0 && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "demo_local=%d\nouter_lr=%.9g\nouter_mom=%.9g\n",
+                      o->demo_local, (double)o->outer_lr, (double)o->outer_mom);
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
@@ -177,6 +188,10 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                 o->demo.update = DEMO_UPDATE_SIGN;
             else if (!strcmp(v, "rms"))
                 o->demo.update = DEMO_UPDATE_RMS;
+            else if (!strcmp(v, "rmsprop"))
+                o->demo.update = DEMO_UPDATE_RMSPROP;
+            else if (!strcmp(v, "adam"))
+                o->demo.update = DEMO_UPDATE_ADAM;
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_update '%s'", v);
         } else if (!strcmp(line, "codec")) {
@@ -204,6 +219,9 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("skip", 0, 1, o->skip = x)
         NUM("val_every", 0, 1 << 30, o->val_every = (int)x)
         NUM("val_skip_mask", 0, 1.8e19, o->val_skip = (uint64_t)x)
+        NUM("demo_local", 0, 1 << 20, o->demo_local = (int)x)
+        NUM("outer_lr", 0, 1e6, o->outer_lr = (float)x)
+        NUM("outer_mom", 0, 0.999999, o->outer_mom = (float)x)
         else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);
 #undef NUM
         if (rc) return STATUS_EMALFORMED;
@@ -239,6 +257,10 @@ typedef struct {
     int32_t *tok, *tgt;
     uint64_t val_wire; /* boundary bytes validation passes encoded (not training traffic) */
     int *visits;       /* [r * S + s]: microbatches of this step whose path visited stage s */
+    /* local steps (o->demo_local > 0), backend memory: */
+    float **psync;        /* [s] the parameters at the last sync (the same for every replica) */
+    float **omom;         /* [r * S + s] outer momentum (o->outer_mom > 0) */
+    optim_config_t outer; /* the outer step's schedule: lr * outer_lr, no decay, no clip */
 } run_t;
 
 /* The validation loss of replica 0 run with the stages of mask `skip` left out. */
@@ -364,6 +386,73 @@ static int step_demo(run_t *run, int64_t step, float *gnorm, char *err)
                                     R, err);
             if (rc) return rc;
         }
+    return 0;
+}
+
+/* DiLoCo-style local steps (o->demo_local = H): every replica takes an AdamW step on its
+ * own gradient (its own moments, no exchange). At a sync (every H steps and the last),
+ * each replica's change since the last sync, delta = p_sync - p, is its DeMo "gradient":
+ * D = beta D + lr_out delta, the transmitted part goes into its stage message; then every
+ * replica restarts from p_sync and applies the pool's messages with the outer schedule
+ * (demo_opt_apply, rms update: p_sync - lr_out Q / rms(Q)), optionally through Nesterov
+ * momentum, so that all replicas hold identical parameters again. *synced says whether
+ * this step synced. */
+static int step_local(run_t *run, int64_t step, float *gnorm, int *synced, char *err)
+{
+    const train_options_t *o = run->o;
+    kern_t *k = run->k;
+    int R = run->R, S = run->S;
+    double sq = 0;
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) {
+            int v = run->visits[r * S + s];
+            float n;
+            optim_adamw_step(model_stage(run->rep[r], s), &o->opt, step, 1.0f / (float)(v ? v : 1),
+                             &n);
+            if (r == 0) sq += (double)n * n;
+        }
+    *gnorm = (float)sqrt(sq);
+    *synced = (step + 1) % o->demo_local == 0 || step + 1 == o->steps;
+    if (!*synced) return 0;
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) {
+            stage_t *st = model_stage(run->rep[r], s);
+            size_t P = stage_num_params(st);
+            float *g = stage_grads(st);
+            k->copy(k, g, run->psync[s], P * sizeof(float)); /* delta = p_sync - p */
+            k->axpy(k, g, -1.0f, stage_params(st), P);
+            int rc = demo_opt_prepare(run->dopt[r * S + s], &run->outer, step, 1.0f,
+                                      run->msg[r * S + s], NULL, err);
+            if (rc) return rc;
+        }
+    for (int s = 0; s < S; s++)
+        for (int r = 0; r < R; r++) {
+            stage_t *st = model_stage(run->rep[r], s);
+            size_t P = stage_num_params(st);
+            float *p = stage_params(st);
+            for (int j = 0; j < R; j++) {
+                int from = (r + j) % R;
+                run->ptrs[j] = run->msg[from * S + s];
+                run->lens[j] = demo_opt_msg_size(run->dopt[from * S + s]);
+            }
+            k->copy(k, p, run->psync[s], P * sizeof(float));
+            int rc = demo_opt_apply(run->dopt[r * S + s], &run->outer, step, run->ptrs, run->lens,
+                                    R, err);
+            if (rc) return rc;
+            if (run->omom) {
+                /* u = p_sync - p (the step just applied); M = mu M + u; p = p_sync - (mu M + u) */
+                float *m = run->omom[r * S + s], *u = stage_grads(st);
+                float mu = o->outer_mom;
+                k->copy(k, u, run->psync[s], P * sizeof(float));
+                k->axpy(k, u, -1.0f, p, P);
+                k->scale(k, m, mu, P);
+                k->axpy(k, m, 1.0f, u, P);
+                k->axpy(k, p, -mu, m, P);
+            }
+        }
+    for (int s = 0; s < S; s++)
+        k->copy(k, run->psync[s], stage_params(model_stage(run->rep[0], s)),
+                stage_num_params(model_stage(run->rep[0], s)) * sizeof(float));
     return 0;
 }
 
@@ -521,6 +610,43 @@ static int setup(run_t *run, char *err)
     } else if (o->optimizer != TRAIN_ADAMW) {
         return status_set(err, STATUS_EINVAL, "unknown optimizer %d", o->optimizer);
     }
+    if (o->demo_local < 0 || (o->demo_local > 0 && o->optimizer != TRAIN_DEMO))
+        return status_set(err, STATUS_EINVAL, "--demo-local H needs --optimizer demo and H >= 0");
+    if (o->demo_local > 0) {
+        if (!(o->outer_lr > 0) || !(o->outer_mom >= 0 && o->outer_mom < 1))
+            return status_set(err, STATUS_EINVAL,
+                              "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
+        if (o->demo.update >= DEMO_UPDATE_RMSPROP)
+            return status_set(err, STATUS_EINVAL,
+                              "--demo-local: the rmsprop and adam updates "
+                              "would share the local AdamW moments");
+        if (o->resume || o->checkpoint_every)
+            return status_set(err, STATUS_EINVAL,
+                              "--demo-local: checkpoints do not carry the local state yet (the "
+                              "sync point and every replica's AdamW moments)");
+        run->outer = o->opt;
+        run->outer.lr = o->opt.lr * o->outer_lr;
+        run->outer.wd = 0;   /* each local AdamW step decayed already */
+        run->outer.clip = 0; /* delta is not a gradient of one step */
+        run->psync = calloc((size_t)run->S, sizeof *run->psync);
+        if (o->outer_mom > 0)
+            run->omom = calloc((size_t)run->R * (size_t)run->S, sizeof *run->omom);
+        if (!run->psync || (o->outer_mom > 0 && !run->omom))
+            return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        for (int s = 0; s < run->S; s++) {
+            stage_t *st = model_stage(run->rep[0], s);
+            size_t bytes = stage_num_params(st) * sizeof(float);
+            if (!(run->psync[s] = run->k->alloc(run->k, bytes)))
+                return status_set(err, STATUS_ENOMEM, "train: out of memory");
+            run->k->copy(run->k, run->psync[s], stage_params(st), bytes);
+            for (int r = 0; run->omom && r < run->R; r++) {
+                float *m = run->k->alloc(run->k, bytes);
+                if (!(run->omom[r * run->S + s] = m))
+                    return status_set(err, STATUS_ENOMEM, "train: out of memory");
+                run->k->scale(run->k, m, 0.0f, bytes / sizeof(float));
+            }
+        }
+    }
 
     /* What must match for a resumed run to continue the same run. */
     train_options_t same = *o;
@@ -554,6 +680,10 @@ static void teardown(run_t *run)
     free(run->tok);
     free(run->tgt);
     free(run->visits);
+    for (int s = 0; run->psync && s < run->S; s++) run->k->free(run->k, run->psync[s]);
+    for (int i = 0; run->omom && i < run->R * run->S; i++) run->k->free(run->k, run->omom[i]);
+    free(run->psync);
+    free(run->omom);
     kern_destroy(&run->k);
     data_destroy(&run->d);
 }
@@ -580,13 +710,20 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
     if (run.dopt) {
         size_t bytes = 0;
         for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);
-        r.demo_bytes_per_param = (double)bytes / (double)P;
+        int H = o->demo_local > 0 ? o->demo_local : 1;
+        r.demo_bytes_per_param = (double)bytes / (double)P / H;
         fprintf(log,
-                "demo: chunk %d, k %d, values %s, beta %g, indices %s: %zu bytes per replica per "
-                "step = %.5f bytes/param (dense f32 gradient: 4)\n",
+                "demo: chunk %d, k %d, values %s, beta %g, indices %s, update %s: %zu bytes per "
+                "replica per exchange, every %d step(s) = %.5f bytes/param/step (dense f32 "
+                "gradient: 4)\n",
                 o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
-                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", bytes,
-                r.demo_bytes_per_param);
+                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
+                bytes, H, r.demo_bytes_per_param);
+        if (o->demo_local > 0)
+            fprintf(log,
+                    "local steps: %d AdamW steps per replica between exchanges; outer step rms "
+                    "%g x lr, Nesterov momentum %g\n",
+                    o->demo_local, (double)o->outer_lr, (double)o->outer_mom);
     }
     int64_t start = 0;
     if (o->resume && (rc = restore(&run, &start, err))) goto done;
@@ -605,12 +742,16 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                             "loss is not finite at step %" PRId64 " (lr too high?)", step);
             goto done;
         }
-        if (run.dopt)
+        int synced = 1;
+        if (run.psync)
+            rc = step_local(&run, step, &gnorm, &synced, err);
+        else if (run.dopt)
             rc = step_demo(&run, step, &gnorm, err);
         else
             step_adamw(&run, step, &gnorm);
         if (rc) goto done;
-        if (run.R > 1 && ((step + 1) % 10 == 0 || step + 1 == o->steps) &&
+        /* with local steps replicas differ between syncs: checked after every sync */
+        if (run.R > 1 && synced && (run.psync || (step + 1) % 10 == 0 || step + 1 == o->steps) &&
             (rc = check_replicas(&run, step, err)))
             goto done;
         run.k->sync(run.k);

@@ -39,6 +39,17 @@ typedef struct {
     int optimizer;   /* train_optimizer_t */
     int replicas;    /* R data-parallel replicas, each its own data stream */
     demo_cfg_t demo; /* DeMo chunk, k, value format, beta */
+    /* DiLoCo-style local steps (DeMo only; docs/design-notes.md, issue 17): 0 = DeMo every
+     * step. H >= 1: every replica takes H steps of local AdamW (opt, its own moments) with
+     * no exchange, then one outer step: its change since the last sync, delta = p_sync - p,
+     * goes through DeMo (D = demo.beta D + lr_out delta, the sent part extracted), and every
+     * replica sets p = p_sync - outer_lr * lr(t) * Q / rms(Q) per tensor (Nesterov momentum
+     * outer_mom on that step when > 0), identical on all. The last step always syncs; a
+     * --val-every validation between syncs sees replica 0's local parameters. Train only:
+     * the swarm's pools exchange every step (peers refuse such a run). */
+    int demo_local;
+    float outer_lr;  /* the outer step's per-tensor rms, as a multiple of lr(t) */
+    float outer_mom; /* outer Nesterov momentum, [0, 1) */
     /* the wire between stages, simulated in process */
     int codec;            /* compress/codec.h id; < 0: exact f32 hand-over */
     uint32_t codec_block; /* int8/int4 block; 0: default */
@@ -66,7 +77,8 @@ typedef struct {
     float val_loss_skip;         /* with val_skip set: validation without those stages */
     double tokens_per_s;         /* over all steps after the first */
     int64_t start_step;          /* 0, or the step a resumed run continued from */
-    double demo_bytes_per_param; /* bytes one replica sends per parameter per step */
+    double demo_bytes_per_param; /* bytes one replica sends per parameter per step (local
+                                  * steps: one exchange's bytes / H) */
     double wire_bytes_per_elem;  /* encoded stage-boundary bytes per element */
     int checkpoints_failed;      /* background writes that failed (training went on) */
     int checkpoints_saved;       /* background writes that committed */

@@ -146,7 +146,11 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t 
     printf("demo %s chunk %d k=%d %s %s: loss %.3f -> %.3f over %d steps\n",
            vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k,
            imode == DEMO_IDX_SHARED ? "shared" : "topk",
-           update == DEMO_UPDATE_RMS ? "rms-update" : "sign-update", first, last, steps);
+           update == DEMO_UPDATE_ADAM      ? "adam-update"
+           : update == DEMO_UPDATE_RMSPROP ? "rmsprop-update"
+           : update == DEMO_UPDATE_RMS     ? "rms-update"
+                                           : "sign-update",
+           first, last, steps);
     assert_true(last < first - drop);
 
     /* The comparison can see a divergence: replica 0 misses replica 3's message. */
@@ -175,6 +179,10 @@ static void test_demo_replicas_sign(void **state)
      * 5.61 -> 4.80 in 30 steps on this narrow model; it overtakes top-k later on tiny) */
     replicas_identical(DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
                        DEMO_SIGN_UPDATE, 30, 0.5);
+    /* the per-parameter updates (Adam's moments of the aggregate, kept by each replica):
+     * still bit-identical in any arrival order */
+    replicas_identical(DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED, DEMO_UPDATE_RMSPROP, 30, 0.5);
+    replicas_identical(DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED, DEMO_UPDATE_ADAM, 30, 0.5);
 }
 
 static void test_demo_replicas_f32(void **state)
@@ -536,6 +544,85 @@ static void test_demo_rms_tiny_values(void **state)
     kern_destroy(&k);
 }
 
+/* ---- DiLoCo-style local steps (--demo-local) ------------------------------------------ */
+
+/* H local AdamW steps, then one DeMo exchange of the change: train_run checks after every
+ * sync that all replicas hold bit-identical parameters (it fails otherwise); the bytes per
+ * step are one exchange's over H; the run text carries the setting and reads back; the
+ * run learns; a run with local steps but not DeMo, or with checkpoints, is refused. */
+static void test_demo_local(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    train_options_t o = train_defaults();
+    o.cfg.dim = 32;
+    o.cfg.ffn = 64;
+    o.cfg.batch = 4;
+    o.cfg.stages = 2;
+    o.data_path = testutil_corpus();
+    o.threads = 1;
+    o.replicas = 3;
+    o.steps = 30;
+    o.opt.total_steps = o.steps;
+    o.val_batches = 4;
+    o.log = fopen("/dev/null", "w");
+    o.optimizer = TRAIN_DEMO;
+    o.demo = (demo_cfg_t){.chunk = 16,
+                          .k = 64,
+                          .vfmt = DEMO_VAL_SIGN,
+                          .beta = 0.999f,
+                          .imode = DEMO_IDX_SHARED,
+                          .update = DEMO_UPDATE_RMS};
+    o.demo_local = 4; /* 30 steps: syncs after 3, 7, ..., 27 and the last (29) */
+    o.outer_lr = 4;
+    o.outer_mom = 0.5f;
+    train_result_t r0, r1;
+    train_options_t none = o;
+    none.steps = 0;
+    assert_int_equal(train_run(&none, &r0, err), 0);
+    int rc = train_run(&o, &r1, err);
+    if (rc) fail_msg("%s", err);
+    assert_true(r1.val_loss < r0.val_loss - 0.5f);
+    /* bytes: one exchange's stage messages over H */
+    model_config_t c = o.cfg;
+    kern_t *k = kern_new("cpu", 1, err);
+    model_t *m = model_new(&c, k, 1, err);
+    assert_non_null(m);
+    size_t bytes = 0, P = model_num_params(m);
+    for (int s = 0; s < c.stages; s++) {
+        demo_opt_t *d = demo_opt_new(model_stage(m, s), &o.demo, err);
+        assert_non_null(d);
+        bytes += demo_opt_msg_size(d);
+        demo_opt_destroy(&d);
+    }
+    assert_true(fabs(r1.demo_bytes_per_param - (double)bytes / (double)P / 4) < 1e-12);
+    model_destroy(&m);
+    kern_destroy(&k);
+    /* the run text */
+    char text[2048];
+    train_options_to_text(&o, text, sizeof text);
+    assert_non_null(strstr(text, "demo_local=4\n"));
+    train_options_t back = train_defaults();
+    assert_int_equal(train_options_from_text(&back, text, err), 0);
+    assert_int_equal(back.demo_local, 4);
+    assert_true(back.outer_lr == 4.0f && back.outer_mom == 0.5f);
+    train_options_to_text(&none, text, sizeof text);
+    none.demo_local = 0;
+    train_options_to_text(&none, text, sizeof text);
+    assert_null(strstr(text, "demo_local"));
+    /* refusals */
+    train_options_t bad = o;
+    bad.optimizer = TRAIN_ADAMW;
+    assert_int_not_equal(train_run(&bad, &r0, err), 0);
+    bad = o;
+    bad.db = "/tmp/st_demo_local_unused.db";
+    bad.checkpoint_every = 2;
+    assert_int_not_equal(train_run(&bad, &r0, err), 0);
+    assert_non_null(strstr(err, "--demo-local"));
+    unlink(bad.db);
+    fclose(o.log);
+}
+
 /* ---- resume after SIGKILL ----------------------------------------------------------- */
 
 /* Runs the binary with args, collecting the "step N loss X" lines into losses[N]; when
@@ -645,11 +732,17 @@ static void test_resume_refusals(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_demo_replicas_sign),    cmocka_unit_test(test_demo_replicas_f32),
-        cmocka_unit_test(test_demo_bad_messages),     cmocka_unit_test(test_demo_v2_corruptions),
-        cmocka_unit_test(test_demo_v2_mixed_senders), cmocka_unit_test(test_demo_v2_bytes),
-        cmocka_unit_test(test_resume_adamw),          cmocka_unit_test(test_resume_demo),
-        cmocka_unit_test(test_resume_refusals),       cmocka_unit_test(test_demo_rms_tiny_values),
+        cmocka_unit_test(test_demo_replicas_sign),
+        cmocka_unit_test(test_demo_replicas_f32),
+        cmocka_unit_test(test_demo_bad_messages),
+        cmocka_unit_test(test_demo_v2_corruptions),
+        cmocka_unit_test(test_demo_v2_mixed_senders),
+        cmocka_unit_test(test_demo_v2_bytes),
+        cmocka_unit_test(test_resume_adamw),
+        cmocka_unit_test(test_resume_demo),
+        cmocka_unit_test(test_resume_refusals),
+        cmocka_unit_test(test_demo_rms_tiny_values),
+        cmocka_unit_test(test_demo_local),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name, for timing */
     return cmocka_run_group_tests(tests, NULL, NULL);

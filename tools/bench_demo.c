@@ -4,7 +4,8 @@
  * sends per parameter per step (measured: the size of the real stage messages, headers
  * included, over all stages), the validation loss, and its ratio to AdamW's.
  * Default: `tiny`, 4 replicas, 1,000 steps; `--small` adds `small` with 2 replicas at 300
- * steps, AdamW and the sign preset only (slow: minutes per run on one core). Training logs
+ * steps, AdamW, the sign preset and the preset before rmsprop (slow: 10-25 minutes per run
+ * on one core). Training logs
  * go to a file.
  * Not for: tests (it asserts nothing) or choosing settings (that is docs/design-notes.md). */
 #include "tools/cmd.h"
@@ -32,6 +33,8 @@ typedef struct {
     int schedule; /* optim_schedule_t */
     int core;     /* in the default table (else only with --all) */
     int small;    /* also run on `small` with --small */
+    int local;    /* DiLoCo-style local steps per exchange (train_options_t.demo_local); 0: none */
+    float outer_lr, outer_mom;
 } bench_setting_t;
 
 /* AdamW (constant lr: the reference of issue 17; cosine, to compare like with like), then
@@ -41,23 +44,30 @@ typedef struct {
 #define C   OPTIM_SCHEDULE_CONSTANT
 #define COS OPTIM_SCHEDULE_COSINE
 static const bench_setting_t settings[] = {
-    /* name, optimizer, values, chunk, k, indices, update, lr, schedule, core, small */
-    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1},
-    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 0},
+    /* name, optimizer, values, chunk, k, indices, update, lr, schedule, core, small,
+     * local steps, outer lr, outer momentum */
+    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1, 0, 0, 0},
+    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 0, 0, 0, 0},
     {"f32 c64 k32 topk sign-update", TRAIN_DEMO, DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK,
-     DEMO_UPDATE_SIGN, 0, C, 1, 0},
+     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0},
     {"sign c16 k1 topk sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK,
-     DEMO_UPDATE_SIGN, 0, C, 1, 0},
+     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0},
     {"sign c16 k9 shared sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
-     DEMO_UPDATE_SIGN, 0, C, 0, 0},
+     DEMO_UPDATE_SIGN, 0, C, 0, 0, 0, 0, 0},
     {"sign c16 k1 topk rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, 0, C,
-     0, 0},
-    {"sign preset", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
-     DEMO_SIGN_UPDATE, 0, C, 0, 0},
-    {"sign preset cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K, DEMO_SIGN_INDEX,
-     DEMO_SIGN_UPDATE, 0, COS, 1, 1},
+     0, 0, 0, 0, 0},
+    {"sign preset (rmsprop)", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, C, 0, 0, 0, 0, 0},
+    {"sign preset (rmsprop) cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 1, 0, 0, 0},
+    {"sign c16 k9 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
+     DEMO_UPDATE_RMS, 0, COS, 1, 1, 0, 0, 0}, /* the preset before rmsprop */
     {"sign c16 k3 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED,
-     DEMO_UPDATE_RMS, 0, COS, 1, 0},
+     DEMO_UPDATE_RMS, 0, COS, 1, 0, 0, 0, 0},
+    /* DiLoCo-style: 8 local AdamW steps, then one exchange of the change (k 80 of 256 per
+     * tile: 8 x the bytes of one step at k 9, once per 8 steps) */
+    {"local 8, sign c16 k80 shared rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 80, DEMO_IDX_SHARED,
+     DEMO_UPDATE_RMS, 0, COS, 1, 0, 8, 4, 0},
 };
 #undef C
 #undef COS
@@ -95,6 +105,11 @@ static int bench_one(const bench_setting_t *s, const char *config, int replicas,
         o.demo.k = s->k;
         o.demo.imode = s->imode;
         o.demo.update = s->update;
+        o.demo_local = s->local;
+        if (s->local) {
+            o.outer_lr = s->outer_lr;
+            o.outer_mom = s->outer_mom;
+        }
     }
     fprintf(log, "=== %s: %s, %d replicas, %d steps\n", s->name, config, replicas, steps);
     train_result_t r;
@@ -218,7 +233,7 @@ int bench_demo(int argc, char **argv)
                    "  --config NAME      model (default tiny)\n"
                    "  --replicas R       replicas (default 4)\n"
                    "  --steps N          steps (default 1000)\n"
-                   "  --all              also the settings tried on the way (9 rows, not 6)\n"
+                   "  --all              also the settings tried on the way (11 rows, not 8)\n"
                    "  --only TEXT        only the settings whose name contains TEXT (and adamw)\n"
                    "  --small            then also `small`, AdamW and the rows marked for it\n"
                    "  --small-only       only that\n"

@@ -80,6 +80,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --schedule NAME      constant (default; DeMo sign: cosine) or cosine (to 10%%\n"
                "                       of lr)\n"
                "  --wd X               weight decay on matrices and embedding (default 0.1)\n"
+               "  --beta2 B            AdamW's second-moment decay, also DeMo rmsprop's (0.95)\n"
                "  --clip X             per-stage gradient norm clip, 0 = off (default 1)\n"
                "  --seed N             parameters and sampling (default 1337)\n"
                "  --val-batches N      held-out microbatches for val_loss (default 20)\n"
@@ -101,7 +102,14 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       or shared (k coefficients per tile drawn from\n"
                "                       a seed all replicas share: only values travel)\n"
                "  --demo-update R      sign (default but for sign values: p -= lr sign(Q)) or\n"
-               "                       rms (p -= lr Q/rms(Q), rms per tensor)\n"
+               "                       rms (p -= lr Q/rms(Q), rms per tensor), rmsprop (p -=\n"
+               "                       lr Q/sqrt(V), V: Adam's second moment of Q per\n"
+               "                       parameter) or adam (Adam on Q: its moments M and V)\n"
+               "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
+               "                       DeMo exchanges of the change since the last one (0 =\n"
+               "                       DeMo every step, the default); bytes per step / H\n"
+               "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
+               "  --outer-momentum M   local steps: outer Nesterov momentum (default 0)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4) as the wire would\n"
                "  --skip RATIO         SkipPipe: each step's microbatches leave out this share\n"
@@ -129,6 +137,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_WARMUP,
         O_SCHED,
         O_WD,
+        O_BETA2,
         O_CLIP,
         O_VALB,
         O_VALE,
@@ -143,6 +152,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_DBETA,
         O_DIDX,
         O_DUPD,
+        O_DLOCAL,
+        O_OLR,
+        O_OMOM,
         O_CODEC,
         O_DCACHE,
         O_SKIP,
@@ -166,6 +178,7 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"warmup", required_argument, 0, O_WARMUP},
                                          {"schedule", required_argument, 0, O_SCHED},
                                          {"wd", required_argument, 0, O_WD},
+                                         {"beta2", required_argument, 0, O_BETA2},
                                          {"clip", required_argument, 0, O_CLIP},
                                          {"val-batches", required_argument, 0, O_VALB},
                                          {"val-every", required_argument, 0, O_VALE},
@@ -180,6 +193,9 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"demo-beta", required_argument, 0, O_DBETA},
                                          {"demo-index", required_argument, 0, O_DIDX},
                                          {"demo-update", required_argument, 0, O_DUPD},
+                                         {"demo-local", required_argument, 0, O_DLOCAL},
+                                         {"outer-lr", required_argument, 0, O_OLR},
+                                         {"outer-momentum", required_argument, 0, O_OMOM},
                                          {"codec", required_argument, 0, O_CODEC},
                                          {"data-cache", required_argument, 0, O_DCACHE},
                                          {"skip", required_argument, 0, O_SKIP},
@@ -261,6 +277,11 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             else
                 bad = complain("--schedule", optarg, "constant or cosine");
             break;
+        case O_BETA2:
+            bad = run_opts_float("--beta2", optarg, &out->opt.beta2);
+            if (!bad && !(out->opt.beta2 >= 0 && out->opt.beta2 < 1))
+                bad = complain("--beta2", optarg, "a decay in [0, 1)");
+            break;
         case O_WD:
             bad = run_opts_float("--wd", optarg, &out->opt.wd);
             break;
@@ -326,14 +347,27 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             else
                 bad = complain("--demo-index", optarg, "topk or shared");
             break;
+        case O_DLOCAL:
+            bad = run_opts_int("--demo-local", optarg, 0, &out->demo_local);
+            break;
+        case O_OLR:
+            bad = run_opts_float("--outer-lr", optarg, &out->outer_lr);
+            break;
+        case O_OMOM:
+            bad = run_opts_float("--outer-momentum", optarg, &out->outer_mom);
+            break;
         case O_DUPD:
             demo_set[3] = 1;
             if (!strcmp(optarg, "sign"))
                 out->demo.update = DEMO_UPDATE_SIGN;
             else if (!strcmp(optarg, "rms"))
                 out->demo.update = DEMO_UPDATE_RMS;
+            else if (!strcmp(optarg, "rmsprop"))
+                out->demo.update = DEMO_UPDATE_RMSPROP;
+            else if (!strcmp(optarg, "adam"))
+                out->demo.update = DEMO_UPDATE_ADAM;
             else
-                bad = complain("--demo-update", optarg, "sign or rms");
+                bad = complain("--demo-update", optarg, "sign, rms, rmsprop or adam");
             break;
         case O_CODEC: {
             char name[16];
@@ -381,6 +415,14 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) */
         if (out->optimizer == TRAIN_DEMO && !schedule_set)
             out->opt.schedule = OPTIM_SCHEDULE_COSINE;
+    }
+    if (out->demo_local > 0 && strcmp(cmd, "train")) {
+        /* the pools exchange once per step (docs/design-notes.md, issue 17) */
+        fprintf(stderr,
+                "swarmtrain %s: --demo-local (DeMo local steps) runs in train only; the "
+                "swarm's pools do not skip exchanges yet\n",
+                cmd);
+        return 2;
     }
     out->opt.total_steps = out->steps;
     if (config_validate(&out->cfg, err)) {

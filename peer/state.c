@@ -193,7 +193,9 @@ static void initial_state(peer_t *p)
  * forever: after 4 failure timeouts (it may be stuck or gone) a joiner takes it itself. */
 static int another_takes_it(peer_t *p)
 {
-    if (p->now - p->xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
+    /* the mover every peer chose (recover.c) never waits: it holds the copy an end stage
+     * needs, and the lost peers coming back wait for it anyway (2 failure timeouts) */
+    if (p->rec_mover || p->now - p->xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
     uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;

@@ -223,8 +223,10 @@ int cmd_peer(int argc, char **argv)
             "                       raises the slowest stage's throughput by the margin)\n"
             "  --rebalance-margin F the gain a move must bring (default 0.2: 20%)\n"
             "  --rebalance-cooldown S the placement must have held S seconds (default 10)\n"
-            "  --slowdown X         compute X times slower (tests, demos: after each unit of\n"
-            "                       work the peer waits X-1 times its compute time)\n"};
+            "  --slowdown X         an emulated device X times slower than this CPU (tests,\n"
+            "                       demos): a unit of work keeps the peer busy X times the\n"
+            "                       CPU seconds it took, asleep, and compute is timed in CPU\n"
+            "                       seconds times X (without it: wall time)\n"};
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

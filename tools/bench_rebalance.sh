@@ -9,7 +9,7 @@
 # Not for: correctness (tests/test_rebalance.c, tests/rebalance.cmake, the simulator).
 #
 #   tools/bench_rebalance.sh                      # defaults below
-#   tools/bench_rebalance.sh --placement 4,1 --steps 100 --slowdown '*:8' -- --accum 4
+#   tools/bench_rebalance.sh --placement 4,1 --steps 150 --accum 4 --slowdown '*:6' -- --in-flight 3
 #
 # --slowdown makes every peer a device X times slower than this CPU whose compute does not
 # compete for the cores (peer/run.c: a unit of work keeps the peer busy X times the CPU
@@ -19,7 +19,7 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${SWARMTRAIN_BIN:-$HERE/../build-dev/tools/swarmtrain}
-placement=4,1 steps=100 slowdown='*:8' cooldown=3 accum=4 dir=""
+placement=4,1 steps=100 slowdown='*:8' cooldown=3 accum=8 dir=""
 while [ $# -gt 0 ]; do
     case $1 in
     --placement) placement=$2; shift 2 ;;

@@ -206,8 +206,7 @@ static void test_same_answer_under_noise(void **state)
                              member(3, 0, 10), member(4, 1, 10), member(5, 1, 3)};
         rebalance_decision_t d0, d1;
         assert_int_equal(rebalance_decide(m, 6, 2, &c, &d0), REBALANCE_MOVE);
-        for (int i = 0; i < 6; i++)
-            m[i].throughput *= (float)(1 + 0.02 * (rand() / (double)RAND_MAX - 0.5));
+        for (int i = 0; i < 6; i++) m[i].throughput *= (float)(1 + 0.02 * (rand() / (double)RAND_MAX - 0.5));
         for (int i = 5; i > 0; i--) { /* shuffle */
             int j = rand() % (i + 1);
             msg_member_t t = m[i];

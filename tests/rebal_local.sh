@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rebal_local.sh — local-swarm tests of issue 12 (ctest rebal_*): real peer processes.
-#   shares-slow   stage 1 holds a normal peer and one 4x slower (--slowdown 2:4): each one's
+#   shares-slow   stage 1 holds an emulated device of this CPU's speed and one 4x slower
+#                 (--slowdown 2:4; local gives the others X = 1): each one's
 #                 share of the stage's microbatches is within 0.10 of its throughput share;
 #   shares-equal  stage 1 holds two equal peers (emulated devices, --slowdown '*:2': on
 #                 the wall clock, two processes on a loaded machine are not equal): their

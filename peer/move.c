@@ -74,6 +74,10 @@ int peer_move(peer_t *p, int stage, const char *why)
         return status_set(p->err, STATUS_EINVAL, "peer: cannot move from stage %d to %d",
                           p->stage, stage);
     int from = p->stage;
+    /* Pools step together (a stage's microbatches wait for the other stages' steps): a
+     * contributor's pace of its old pool is its new pool's, and spares it timing the new
+     * pool for as long before it contributes (step.c) */
+    p->move_pace = p->self.serving_from <= p->step && p->pool_step_s > 0 ? p->pool_step_s : 0;
     /* what it holds goes back to the senders (they re-route at once) */
     peer_start_download(p, why);
     peer_drop_stage(p);

@@ -103,8 +103,9 @@ typedef struct {
     int no_rebalance;            /* never move to another stage on its own */
     double rebalance_margin;     /* a move must raise the slowest stage by this (default 0.2) */
     double rebalance_cooldown_s; /* the placement must have held this long (default 10) */
-    double slowdown;             /* tests, demos: compute counts (and, under peer_run, takes)
-                                  * this many times as long; <= 1: as measured */
+    double slowdown;             /* tests, demos: >= 1: an emulated device this many times
+                                  * slower; under peer_run compute is timed in CPU seconds
+                                  * and takes that many times as long (0: wall time, as it is) */
     int early_exchange;          /* stage 0: send its exchange message once its own share of
                                   * the step is counted (docs/protocol.md 12.4; default 1) */
 } peer_options_t;

@@ -148,6 +148,9 @@ struct peer {
     rtt_t fb_rtt;
     double last_self_push;
     double t_train0, t_train1; /* first microbatch; last step */
+    double t_half;             /* the step half-way through the run (tokens/s of the last half) */
+    double serve_t0;           /* serving began (state in place): a follower's time to contribute */
+    int contrib_logged;        /* "contributing" was logged since serving began */
     int finished;
     int go; /* stage 0: the first step may start */
     double go_at;
@@ -156,6 +159,9 @@ struct peer {
     double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
     int followed;       /* steps followed since the last download */
     int pace_n;         /* pool steps a follower timed at the pool's head (step.c) */
+    double move_pace;   /* a mover: its old pool's pace, which the new pool shares (step.c) */
+    int pace_known;     /* this follower started with a mover's pace */
+    int64_t margin;     /* the join margin it named its first contributing step with */
     double alone_since; /* a follower with no contributor to follow, since */
     float last_loss;
     int32_t *host_tok;

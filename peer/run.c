@@ -63,7 +63,12 @@ int peer_run(const peer_options_t *po, char *err)
     }
     transport_t tp = net_transport(net);
     peer_options_t run_po = *po;
-    if (!run_po.clock) run_po.clock = clock_now;
+    /* --slowdown X (>= 1) emulates a device X times slower than this CPU whose compute
+     * does not compete for the cores: a unit of work takes X times the CPU seconds it used
+     * here (not its wall time, which other processes on the cores stretch), and the
+     * throughput estimate times passes on the same clock */
+    int emulated = po->slowdown >= 1;
+    if (!run_po.clock) run_po.clock = emulated ? clock_thread_cpu : clock_now;
     peer_t *p = peer_new(&run_po, &tp, id, err);
     if (!p) {
         net_stop(&net);
@@ -88,9 +93,10 @@ int peer_run(const peer_options_t *po, char *err)
             if (r) break;
             if ((rc = peer_on_event(p, &ev, clock_now()))) break;
         }
-        /* --slowdown X: after a unit of work the peer stays busy X-1 times as long as
-         * it took (events still come in: heartbeats flow from the network thread, and
-         * what arrives is handled; only compute waits), a slower device on this one */
+        /* --slowdown X: the work of a step keeps the emulated device busy until X times
+         * the CPU seconds it took here have passed since it began; meanwhile the peer
+         * sleeps in the network wait (events still come in: heartbeats flow from the
+         * network thread, and what arrives is handled; only compute waits) */
         if (rc) break;
         if (busy_until > clock_now()) {
             double w = busy_until - clock_now();
@@ -98,9 +104,9 @@ int peer_run(const peer_options_t *po, char *err)
             if (r == 0 && (rc = peer_on_event(p, &ev, clock_now()))) break;
             continue;
         }
-        double t0 = clock_now();
+        double t0 = clock_now(), cpu0 = emulated ? clock_thread_cpu() : 0;
         if ((rc = peer_step(p, t0, &wake))) break;
-        if (po->slowdown > 1 && wake <= t0) busy_until = clock_now() + (po->slowdown - 1) * (clock_now() - t0);
+        if (emulated) busy_until = t0 + po->slowdown * (clock_thread_cpu() - cpu0);
         double idle = wake - clock_now();
         if (idle > 0) { /* idle: wait for the network */
             int r = net_recv(net, idle > 0.005 ? 5 : (int)(idle * 1000) + 1, &ev);

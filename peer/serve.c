@@ -436,10 +436,14 @@ static int validate(peer_t *p)
     }
     if (p->val_done == val_total(p)) {
         p->val_loss = p->val_sum / p->run.val_batches;
-        double span = p->t_train1 - p->t_train0;
+        double span = p->t_train1 - p->t_train0, half = p->t_train1 - p->t_half;
+        int64_t half_steps = p->run.steps - p->run.steps / 2;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
                 /* the whole swarm's tokens: every stage-0 peer sources its share */
                 span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val_loss);
+        if (p->t_half > 0 && half > 0)
+            fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps,
+                    (double)half_steps * p->M * p->BT / half);
         if (p->run.val_skip) {
             char list[256];
             double vs = p->val_sum_skip / p->run.val_batches;

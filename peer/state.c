@@ -111,9 +111,14 @@ static void begin_serving(peer_t *p)
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
     p->serving_from_at = p->now;
     p->followed = 0;
-    p->pace_n = 0;
+    /* a mover's pace counts as one sample: one timed step of the new pool is enough */
+    p->pace_known = p->move_pace > 0 && p->pool_step_s > 0;
+    p->pace_n = p->pace_known ? 1 : 0;
+    p->move_pace = 0;
     p->step_t0 = p->now;
     p->follow_since = p->now;
+    p->serve_t0 = p->now;
+    p->contrib_logged = 0;
     p->phase = PHASE_SERVING;
     step_reset(p);
     peer_push_self(p);
@@ -297,7 +302,7 @@ int state_download_tick(peer_t *p)
         p->step = xfer_step(p->xfer);
         resume_downloaded(p);
         p->downloaded = 1;
-        p->pool_step_s = 0;
+        p->pool_step_s = p->move_pace; /* 0 but for a mover */
         fprintf(p->log,
                 "state: downloaded stage %d at step %" PRId64
                 " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",

@@ -370,9 +370,11 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     p->step_t0 = now;
     int64_t applied = p->step;
     p->step++;
-    if (p->self.serving_from > p->step && ++p->followed >= 4 && p->pace_n >= 2) {
+    if (p->self.serving_from > p->step && ++p->followed >= (p->pace_known ? 2 : 4) &&
+        p->pace_n >= 2) {
         int64_t want = p->step + join_margin(p); /* the pool's pace is known now */
         if (want < p->self.serving_from) {
+            p->margin = want - p->step;
             p->self.serving_from = want;
             p->serving_from_at = now;
         }
@@ -381,9 +383,20 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         /* About to contribute, but its mates may not have heard from when: the pool ran
          * faster than the pace the margin was taken from. A mate that applies without
          * this member's message while it applies with it would hold other parameters. */
-        p->self.serving_from = p->step + join_margin(p);
+        p->margin = join_margin(p);
+        p->self.serving_from = p->step + p->margin;
         p->serving_from_at = now;
     }
+    if (p->self.serving_from == p->step && p->followed && !p->contrib_logged) {
+        /* what a newcomer's or mover's following cost (bench_rebalance.sh reads it) */
+        p->contrib_logged = 1;
+        fprintf(p->log,
+                "contributing: from step %" PRId64 ", %.1f s after its state was in place (%d "
+                "steps followed, join margin %" PRId64 "%s)\n",
+                p->step, now - p->serve_t0, p->followed, p->margin,
+                p->pace_known ? ", pace known" : "");
+    }
+    if (p->step == p->run.steps / 2) p->t_half = now;
     if (p->step == p->run.steps) p->t_train1 = now;
     p->my_hash = peer_param_hash(p);
     if (p->po.hooks.applied) {

@@ -573,7 +573,9 @@ static int store_ckpt_read(sqlite3 *db, const char *path, int64_t id, int keep_d
         sum += bytes;
         name = strdup(bname);
         if (!name) goto nomem;
-        if (keep_data && bytes > 0 && !(data = malloc((size_t)bytes))) goto nomem;
+        /* the buffer grows with the chunks that are there: `bytes` is only a row's word
+         * until the hash has checked it (a row claiming exabytes made this malloc them) */
+        int64_t cap = 0;
         crypto_generichash_init(&h, NULL, 0, STORE_HASH_BYTES);
         int64_t off = 0, seq = 0;
         sqlite3_reset(qc);
@@ -588,7 +590,18 @@ static int store_ckpt_read(sqlite3 *db, const char *path, int64_t id, int keep_d
                 goto done;
             }
             crypto_generichash_update(&h, p, (size_t)n);
-            if (data) memcpy(data + off, p, (size_t)n);
+            if (keep_data) {
+                if (off + n > cap) {
+                    int64_t want = cap > 0 ? 2 * cap : n; /* doubling: few copies */
+                    if (want > bytes) want = bytes;
+                    if (want < off + n) want = off + n;
+                    unsigned char *grown = realloc(data, (size_t)want);
+                    if (!grown) goto nomem;
+                    data = grown;
+                    cap = want;
+                }
+                memcpy(data + off, p, (size_t)n);
+            }
             off += n;
             seq++;
         }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # rebal_local.sh — local-swarm tests of issue 12 (ctest rebal_*): real peer processes.
-#   shares-slow   stage 1 holds a normal peer and one 4x slower (--slowdown 2:4): each one's
+#   shares-slow   stage 1 holds an emulated device of this CPU's speed and one 4x slower
+#                 (--slowdown 2:4; local gives the others X = 1): each one's
 #                 share of the stage's microbatches is within 0.10 of its throughput share;
-#   shares-equal  stage 1 holds two equal peers: their shares are within 0.10 of each other;
+#   shares-equal  stage 1 holds two equal peers (emulated devices, --slowdown '*:2': on
+#                 the wall clock, two processes on a loaded machine are not equal): their
+#                 shares are within 0.10 of each other;
 #   no-thrash     --placement 3,1 with rebalancing: exactly one move (to 2,2) and no peer
-#                 moves twice, nothing lost.
+#                 moves twice, nothing lost; the mover contributes with its old pool's pace.
 # Shares: microbatches served (the "peer: done:" line) over the run, throughput the peer's
 # own gossiped estimate at the end (same line). Without --no-rebalance peers would move.
 set -u
@@ -22,7 +25,9 @@ fail() {
 stage1() { grep -h '^peer: done: stage 1 ' "$dir"/peer*.log | sed 's/.* served \([0-9]*\) .* throughput \([0-9.]*\) .*/\1 \2/'; }
 case $what in
 shares-slow | shares-equal)
-    slow=()
+    # emulated devices (peer --slowdown): compute timed in CPU seconds, so that peers are
+    # as equal (or as unequal) as said whatever else runs on the machine's cores
+    slow=(--slowdown '*:2')
     [ "$what" = shares-slow ] && slow=(--slowdown 2:4)
     "$BIN" local --placement 1,2 --threads 1 --steps 80 --accum 4 --quiet --no-rebalance \
         --log-every 40 --dir "$dir" "${slow[@]}" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
@@ -53,6 +58,13 @@ no-thrash)
     [ "$moves" -le 2 ] || fail "$moves moves: thrashing"
     grep -h '^peer: done:' "$dir"/peer*.log | awk '$NF > 1 { exit 1 }' || fail "a peer moved more than once"
     grep -q 'lost microbatches 0' "$dir/out.txt" || fail "microbatches lost"
+    # a mover brings its old pool's pace (peer/move.c) and follows 2 steps, not 4, before
+    # it names its first contributing step
+    contrib=$(cat "$dir"/peer*.log | awk '/^moved: / { m = 1; next }
+        m && /^contributing: / { print; m = 0 }')
+    echo "$contrib" | sed 's/^/  mover /'
+    [ -n "$contrib" ] || fail "the mover never contributed"
+    echo "$contrib" | grep -qv 'pace known' && fail "a mover timed its new pool from scratch"
     ;;
 *) fail "unknown test" ;;
 esac

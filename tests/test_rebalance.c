@@ -5,13 +5,16 @@
  * in tables that differ by order or by a little gossip noise; and a run of decisions with
  * the moves applied settles at once and never moves back (no thrashing). And the wiring
  * share those throughputs give (swarm/wiring.c): equal peers split evenly even when one
- * was picked before anyone had measured itself, a 4x slower peer gets a fifth.
+ * was picked before anyone had measured itself, a 4x slower peer gets a fifth. And the
+ * clock an emulated device (--slowdown) is timed on: a thread's CPU seconds, which a sleep
+ * does not advance and work does.
  * Not for: executing moves (the simulator and the local-swarm tests). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/clock.h"
 #include "swarm/rebalance.h"
 #include "swarm/wiring.h"
 
@@ -304,6 +307,25 @@ static void test_wiring_shares(void **state)
     wiring_destroy(&w);
 }
 
+/* peer_run's --slowdown: the device's busy time is X times the CPU seconds of the work
+ * (clock_thread_cpu), and the wait for it is a sleep that leaves the cores to others. */
+static void test_emulated_device_clock(void **state)
+{
+    (void)state;
+    double c0 = clock_thread_cpu(), t0 = clock_now();
+    clock_sleep(0.1);
+    double wall = clock_now() - t0, cpu = clock_thread_cpu() - c0;
+    assert_true(wall >= 0.09);
+    assert_true(cpu < 0.02); /* a sleep is not compute */
+    /* work advances it (on a loaded machine more slowly than the wall clock) */
+    volatile double x = 0;
+    c0 = clock_thread_cpu(), t0 = clock_now();
+    while (clock_thread_cpu() - c0 < 0.02 && clock_now() - t0 < 10) x += 1;
+    cpu = clock_thread_cpu() - c0;
+    assert_true(cpu >= 0.02);
+    assert_true(cpu <= clock_now() - t0 + 0.005);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_same_answer_under_noise),
         cmocka_unit_test(test_no_thrash),
         cmocka_unit_test(test_wiring_shares),
+        cmocka_unit_test(test_emulated_device_clock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -228,6 +228,10 @@ static int local_option(void *ctx, int c, const char *arg)
         return 0;
     }
     case O_SLOWDOWN: /* PEER:X,...; "*:X" for every peer */
+        /* the peers not named become emulated devices of this CPU's speed (--slowdown 1):
+         * every peer's compute is then timed on the same clock, its CPU seconds */
+        for (int i = 0; i < MAX_PEERS; i++)
+            if (!lo->slowdown[i][0]) snprintf(lo->slowdown[i], sizeof lo->slowdown[i], "1");
         for (const char *a = arg; *a;) {
             int peer = -1, k = 0;
             double x;
@@ -669,7 +673,8 @@ static int local_main(int argc, char **argv, int user0)
             "rebalancing:\n"
             "  --placement N0,N1,.. start N0 peers on stage 0, N1 on stage 1, ... (instead of\n"
             "                       --peers; one count per stage)\n"
-            "  --slowdown PEER:X,.. peer PEER computes X times slower (*:X: every peer)\n"
+            "  --slowdown PEER:X,.. peer PEER is an emulated device X times slower than this\n"
+            "                       CPU (*:X: every peer; the others: X = 1); see peer --help\n"
             "  --no-rebalance       peers never move to another stage\n"
             "  --no-early-exchange  stage 0 sends its exchange message after the PROGRESS round\n"
             "                       (peer --no-early-exchange)\n"

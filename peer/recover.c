@@ -92,6 +92,15 @@ static int pool_serving(peer_t *p, int s)
     return k;
 }
 
+/* Serving members of stage s other than this peer: those a fetch can ask. */
+static int live_others(peer_t *p, int s)
+{
+    const msg_member_t *m;
+    int n = view_stage(&p->view, s, 1, &m), k = 0;
+    for (int i = 0; i < n; i++) k += !peer_is_self(p, m[i].id);
+    return k;
+}
+
 /* The highest rendezvous hash of (key, member) among the serving members that `ok`
  * accepts; 1 when that member is this peer. */
 static int picked(peer_t *p, uint64_t key, int (*ok)(const peer_t *, const msg_member_t *, int),
@@ -473,9 +482,7 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     for (int t = 0; t < S && !why; t++) {
         if (t == p->stage || params_of(p, want, t)) continue;
-        const msg_member_t *m;
-        int live = 0, n = view_stage(&p->view, t, 1, &m);
-        for (int j = 0; j < n; j++) live += m[j].state == MEMBER_SERVING && !peer_is_self(p, m[j].id);
+        int live = live_others(p, t);
         if (!live || p->now - p->rec_t0 > JUDGE_MAX_S) {
             snprintf(whybuf, sizeof whybuf, live ? "stage %d's state did not come in time"
                                                  : "stage %d has no live peer", t);
@@ -539,9 +546,7 @@ int recover_download_tick(peer_t *p)
         if (want[i] < 0 || p->rec_nb[i] || p->rec_gone[i]) continue;
         /* a neighbour with no live peer either: after two failure timeouts without one,
          * the rebuild goes on without it (rebuild() says how) */
-        const msg_member_t *m;
-        int live = 0, n = view_stage(&p->view, want[i], 1, &m);
-        for (int j = 0; j < n; j++) live += m[j].state == MEMBER_SERVING && !peer_is_self(p, m[j].id);
+        int live = live_others(p, want[i]);
         if (live) p->rec_nb_seen[i] = p->now;
         else if (p->now - (p->rec_nb_seen[i] > 0 ? p->rec_nb_seen[i] : p->rec_t0) >
                  2 * p->po.peer_timeout_s) {

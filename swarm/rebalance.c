@@ -58,6 +58,17 @@ static double margin_for(const rebalance_config_t *c, int a, int b)
     return a == c->last_to && b == c->last_from ? c->reverse_margin : c->margin;
 }
 
+/* The slowest stage's throughput once member e moves to stage b, or -1 when that move is
+ * not open: e does not count, its stage would keep fewer than one serving peer, b is its
+ * own stage, or the gain is under the margin. */
+static double move_value(const rebalance_config_t *c, const msg_member_t *e, int b, int S,
+                         const double *tp, const int *cnt, double min_before)
+{
+    if (!counts(e, S) || cnt[e->stage] < 2 || b == e->stage) return -1;
+    double v = min_after(tp, S, e->stage, b, e->throughput, in_stage(e, b, tp, cnt), NULL);
+    return v >= min_before * (1 + margin_for(c, e->stage, b)) ? v : -1;
+}
+
 int rebalance_decide(const msg_member_t *m, int n, int S, const rebalance_config_t *c,
                      rebalance_decision_t *d)
 {
@@ -96,15 +107,11 @@ int rebalance_decide(const msg_member_t *m, int n, int S, const rebalance_config
     d->min_before = min_after(tp, S, -1, -1, 0, 0, &d->bottleneck);
     /* the best new minimum over every (member, target) pair */
     double best = -1;
-    for (int i = 0; i < n; i++) {
-        if (!counts(&m[i], S) || cnt[m[i].stage] < 2) continue;
+    for (int i = 0; i < n; i++)
         for (int b = 0; b < S; b++) {
-            if (b == m[i].stage) continue;
-            double v = min_after(tp, S, m[i].stage, b, m[i].throughput,
-                                 in_stage(&m[i], b, tp, cnt), NULL);
-            if (v >= d->min_before * (1 + margin_for(c, m[i].stage, b)) && v > best) best = v;
+            double v = move_value(c, &m[i], b, S, tp, cnt, d->min_before);
+            if (v > best) best = v;
         }
-    }
     if (best < 0 || best <= d->min_before) {
         d->verdict = REBALANCE_BALANCED;
         snprintf(d->why, sizeof d->why,
@@ -115,18 +122,13 @@ int rebalance_decide(const msg_member_t *m, int n, int S, const rebalance_config
     /* the lowest id among the moves within `tie` of the best (then the lowest target) */
     int pick = -1, to = -1;
     double got = 0;
-    for (int i = 0; i < n; i++) {
-        if (!counts(&m[i], S) || cnt[m[i].stage] < 2) continue;
+    for (int i = 0; i < n; i++)
         for (int b = 0; b < S; b++) {
-            if (b == m[i].stage) continue;
-            double v = min_after(tp, S, m[i].stage, b, m[i].throughput,
-                                 in_stage(&m[i], b, tp, cnt), NULL);
-            if (v < best * (1 - c->tie) || v < d->min_before * (1 + margin_for(c, m[i].stage, b)))
-                continue;
+            double v = move_value(c, &m[i], b, S, tp, cnt, d->min_before);
+            if (v < 0 || v < best * (1 - c->tie)) continue;
             int lower = pick < 0 || memcmp(m[i].id, m[pick].id, MSG_ID_LEN) < 0;
             if (lower) pick = i, to = b, got = v;
         }
-    }
     d->verdict = REBALANCE_MOVE;
     memcpy(d->who, m[pick].id, MSG_ID_LEN);
     d->from = m[pick].stage;

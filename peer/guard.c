@@ -75,11 +75,11 @@ int guard_norm_ok(const peer_t *p, double norm)
     double v[GUARD_NORMS];
     memcpy(v, p->norms, (size_t)n * sizeof *v);
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return norm <= GUARD_NORM_FACTOR * v[(n - 1) / 2];
+    return norm <= GUARD_NORM_FACTOR * v[n < GUARD_NORMS_MED ? n - 1 : (n - 1) / 2];
 }
 
-void guard_norm_note(peer_t *p, double norm)
+void guard_norm_note(peer_t *p, double norm, uint32_t counted)
 {
     /* an update of zero (no learning rate yet, nothing counted) says nothing of the scale */
-    if (norm > 0) p->norms[p->nnorms++ % GUARD_NORMS] = norm;
+    if (norm > 0 && counted > 0) p->norms[p->nnorms++ % GUARD_NORMS] = norm;
 }

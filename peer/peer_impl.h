@@ -67,6 +67,8 @@ enum {
 
 #define GUARD_BAD_MAX     64 /* members tracked for refused updates */
 #define GUARD_NORMS       32 /* recent update norms kept for the bound */
+#define GUARD_NORMS_MED   3  /* norms known before the bound is on their median (on their
+                              * largest before: one odd early update is no scale) */
 #define GUARD_EXPEL_AFTER 2  /* steps with a refused message of its own that expel a member */
 /* a DeMo message may be this much above the recent median: far above an honest member's
  * growth in warm-up */
@@ -316,9 +318,12 @@ int guard_expelled(const peer_t *p, const uint8_t *id);
 /* The view without expelled members, into out (n entries); returns how many. */
 int guard_view(const peer_t *p, const msg_member_t *in, int n, msg_member_t *out);
 /* Whether a DeMo message's norm is within the bound (GUARD_NORM_FACTOR x the median of
- * the recent norms, own included; no bound before any is known). */
+ * the recent norms, own included; x the largest while fewer than GUARD_NORMS_MED are
+ * known; no bound before any is). */
 int guard_norm_ok(const peer_t *p, double norm);
-void guard_norm_note(peer_t *p, double norm);
+/* Notes the norm of a message taken that counted `counted` microbatches: one that counted
+ * none carries only decayed momentum (after a restart, next to nothing) and sets no scale. */
+void guard_norm_note(peer_t *p, double norm, uint32_t counted);
 
 /* step.c */
 #define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */

@@ -228,6 +228,14 @@ static int msg_order(const void *a, const void *b)
 /* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
  * The messages are taken in one order on every member (origin, then part): float sums
  * in arrival order would differ in their last bits from member to member. */
+/* Microbatches a message counted. */
+static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
+{
+    uint32_t c = 0;
+    for (int b = 0; b < p->M; b++) c += (uint32_t)pool_bit(e->counted, b);
+    return c;
+}
+
 static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 {
     qsort(msgs, (size_t)n, sizeof *msgs, msg_order);
@@ -258,7 +266,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
              demo_opt_check_norm(p->dopt, p->step, msgs[i]->data, msgs[i]->len, &norm[i], why)))
             out[i] = 1;
         else if (msgs[i]->part == 0 && peer_is_self(p, msgs[i]->origin))
-            guard_norm_note(p, norm[i]); /* its own update is a reference from the first step */
+            guard_norm_note(p, norm[i], counted_by(p, msgs[i])); /* its own update is a reference */
     }
     for (int i = 0; p->dopt && i < n; i++) {
         if (msgs[i]->part != 0 || out[i] || peer_is_self(p, msgs[i]->origin)) continue;
@@ -271,8 +279,13 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                      p->step, peer_idhex(msgs[i]->origin, h), norm[i], GUARD_NORM_FACTOR);
         }
     }
+    /* Its own message sent before a re-sync carries the hash it had then: it enters the
+     * update as on every other member, but does not vote against the state it took since
+     * (with the others' messages refused, it alone outvoted every download: a loop). */
     for (int i = 0; i < n; i++)
-        if (msgs[i]->part == 0 && !out[i]) voters[nv++] = msgs[i];
+        if (msgs[i]->part == 0 && !out[i] &&
+            !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->my_hash))
+            voters[nv++] = msgs[i];
     if (pool_vote_lost(voters, nv, p->my_hash, p->self.serving_from, p->id)) {
         free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
         log_warn("peer: my parameters differ from the pool's at step %" PRId64, p->step);
@@ -306,7 +319,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
         if (p->dopt && !peer_is_self(p, msgs[i]->origin))
-            guard_norm_note(p, norm[i]); /* the pool's recent updates */
+            guard_norm_note(p, norm[i], counted_by(p, msgs[i])); /* the pool's recent updates */
     }
     free(out);
     free(norm);

@@ -197,7 +197,15 @@ static int on_progress(peer_t *p, const net_ev_t *ev)
 
 static int on_step_done(peer_t *p, const net_ev_t *ev)
 {
-    if (ev->msg.flags & 1) p->finished = 1;
+    if (!(ev->msg.flags & 1) || p->finished) return 0;
+    p->finished = 1;
+    /* The word that the run is over goes on to every member this peer knows: one copy
+     * lost on the way, and a member that missed it would take the stages others leave
+     * for lost and rebuild one nobody needs (recover_tick). */
+    msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = ev->msg.step};
+    for (int i = 0; i < p->view.n; i++)
+        if (!peer_is_self(p, p->view.m[i].id) && memcmp(p->view.m[i].id, ev->msg.sender, MSG_ID_LEN))
+            peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
     return 0;
 }
 

@@ -255,8 +255,13 @@ int recover_tick(peer_t *p)
 {
     if (p->po.stage_recovery == PEER_RECOVER_CHECKPOINT) return 0; /* no copies, no movers */
     if (p->phase != PHASE_SERVING || !peer_swarm_started(p)) return copy_tick(p);
-    /* at the run's end finished peers leave: their stage is done, not lost */
-    if (p->step >= p->run.steps || view_max_step(&p->view, -1) >= p->run.steps) return 0;
+    /* At the run's end peers leave once stage 0's leader has validated and said so
+     * (MSG_STEP_DONE): then a stage is done, not lost. Before that, the run's validation
+     * needs every stage: one lost after the last training step is rebuilt as during
+     * training. A stage whose peers left is empty only after this peer heard the end too
+     * (were that word lost, this peer could rebuild a stage nobody needs before end_tick
+     * ends its run). */
+    if (p->finished) return 0;
     if (!p->empty_since && !(p->empty_since = calloc((size_t)p->S, sizeof(double))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     int handled = 0;

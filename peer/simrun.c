@@ -109,6 +109,7 @@ struct drv {
     int64_t lose_step;
     double lose_delay, lose_at;
     int rebuilt;         /* the lost stage served again */
+    int lose_spare;      /* some other pool had a member to spare when the stage was lost */
     /* rebalancing */
     int *placed; /* [node] stage of the first peers (--placement), -1: in turn */
     double next_move_at;
@@ -836,11 +837,12 @@ static int d_check(void *ctx, double now, char *err)
     int window = d->rs >= RS_CRASHING && d->rs <= RS_RESUMING;
     if (d->lose == 1 && d->max_step >= d->lose_step) {
         if (d->lose_at < 0) d->lose_at = now + d->lose_delay;
-        if (now >= d->lose_at && d->max_step >= d->run.steps - 2) {
-            /* training is (nearly) over: pools a step ahead of the furthest applied step
-             * may be validating or leaving, when nothing is rebuilt (recover.c) */
+        if (now >= d->lose_at && d->finished) {
+            /* the run's validation is over and peers leave: nothing is rebuilt (recover.c);
+             * up to then, the last training step and the validation included, a stage
+             * lost is rebuilt and the validation waits for it */
             d->lose = 0;
-            sim_note(d->sim, "lose  cancelled: the run reached its last step first");
+            sim_note(d->sim, "lose  cancelled: the run ended first");
         } else if (now >= d->lose_at) {
             d->lose = 2;
             sim_note(d->sim, "lose  every peer of stage %d (step %lld)", d->lose_stage,
@@ -848,6 +850,8 @@ static int d_check(void *ctx, double now, char *err)
             for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
                 if (d->n[i].p && sim_node_alive(d->sim, i) && d->n[i].stage == d->lose_stage)
                     sim_crash(d->sim, i);
+            for (int t = 0; t < d->S; t++) d->lose_spare |= t != d->lose_stage && serving_in(d, t, -1) > 1;
+            if (!d->lose_spare) sim_note(d->sim, "lose  no other pool has a member to spare");
         }
     }
     if (d->lose == 2 && !d->rebuilt && serving_in(d, d->lose_stage, -1) > 0) {
@@ -1072,7 +1076,8 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
         rng_seed(&lr, rng_mix(o->seed, 0x1057));
         d->lose = 1;
         d->lose_stage = (int)rng_below(&lr, (uint64_t)d->S);
-        d->lose_step = 1 + (int64_t)rng_below(&lr, (uint64_t)(o->steps > 4 ? o->steps - 3 : 1));
+        /* any step, the last and the validation after it included */
+        d->lose_step = 1 + (int64_t)rng_below(&lr, (uint64_t)(o->steps > 1 ? o->steps - 1 : 1));
         d->lose_delay = rng_uniform(&lr);
         d->lose_at = -1;
     }
@@ -1129,8 +1134,11 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     } else if (r < 0 && !d->failed) {
         failf(d, "%s", e2);
     }
-    /* without a whole stage lost for good (heavy), the run must end validated */
-    if (r == 0 && !d->failed && !isfinite(d->val_loss) && !(d->stage_gone && !d->lose))
+    /* without a whole stage lost for good (heavy; or "stage" with no pool to spare a
+     * member for it: its run may end unvalidated, as it may never end), the run must end
+     * validated */
+    if (r == 0 && !d->failed && !isfinite(d->val_loss) &&
+        !(d->stage_gone && (!d->lose || !d->lose_spare)))
         failf(d, "the run finished without a held-out loss");
     res->failed = d->failed;
     snprintf(res->why, sizeof res->why, "%s", d->why);

@@ -6,7 +6,7 @@
 #   shares-equal  stage 1 holds two equal peers (emulated devices, --slowdown '*:2': on
 #                 the wall clock, two processes on a loaded machine are not equal): their
 #                 shares are within 0.10 of each other;
-#   no-thrash     --placement 3,1 with rebalancing: exactly one move (to 2,2) and no peer
+#   no-thrash     --placement 3,1 with rebalancing: exactly one move (to 2,2, near step 10) and no peer
 #                 moves twice, nothing lost; the mover contributes with its old pool's pace.
 # Shares: microbatches served (the "peer: done:" line) over the run, throughput the peer's
 # own gossiped estimate at the end (same line). Without --no-rebalance peers would move.
@@ -50,7 +50,7 @@ shares-slow | shares-equal)
         }' || fail "shares out of bounds"
     ;;
 no-thrash)
-    "$BIN" local --placement 3,1 --threads 1 --steps 160 --accum 4 --quiet --rebalance-cooldown 3 \
+    "$BIN" local --placement 3,1 --threads 1 --steps 100 --accum 4 --quiet --rebalance-cooldown 3 \
         --log-every 50 --dir "$dir" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
     cat "$dir/out.txt"
     moves=$(grep -c '^local: peer [0-9]* moved:' "$dir/out.txt")

@@ -7,5 +7,5 @@ add_test(NAME security_unit COMMAND test_security unit)
 set_tests_properties(security_unit PROPERTIES LABELS unit TIMEOUT 120
   ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;OMP_WAIT_POLICY=PASSIVE")
 add_test(NAME security_poison COMMAND test_security poison)
-set_tests_properties(security_poison PROPERTIES LABELS integration TIMEOUT 600 RUN_SERIAL TRUE
+set_tests_properties(security_poison PROPERTIES LABELS integration TIMEOUT 600 RESOURCE_LOCK swarm
   ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;OMP_WAIT_POLICY=PASSIVE")

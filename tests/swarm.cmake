@@ -11,7 +11,9 @@ foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:inte
   list(GET parts 0 name)
   list(GET parts 1 label)
   add_test(NAME swarm_${name} COMMAND test_swarm test_${name})
-  # real peer processes on real time: alone on the machine (ctest -j runs the rest side by side)
-  set_tests_properties(swarm_${name} PROPERTIES LABELS ${label} TIMEOUT 900 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+  # real peer processes on real time: one swarm at a time (RESOURCE_LOCK), beside at most
+  # one single-threaded test (ctest -j2): a swarm leaves about a core idle (waiting on
+  # timeouts and on each other), and peers must bear a loaded machine anyway
+  set_tests_properties(swarm_${name} PROPERTIES LABELS ${label} TIMEOUT 900 SKIP_RETURN_CODE 77 RESOURCE_LOCK swarm
     ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE")
 endforeach()

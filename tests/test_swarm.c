@@ -411,7 +411,7 @@ static void kill_stage(int stage, unsigned seed, const char *how)
 static void test_lost_stages(void **state)
 {
     (void)state;
-    unsigned seed = (unsigned)time(NULL);
+    unsigned seed = testutil_seed();
     kill_stage(1, seed, "by CheckFree: weighted average of stages 0");
     if (seed % 2)
         kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy");
@@ -427,7 +427,7 @@ static void test_lost_stages(void **state)
 static void test_judged(void **state)
 {
     (void)state;
-    unsigned seed = (unsigned)time(NULL);
+    unsigned seed = testutil_seed();
     char args[1024];
     snprintf(args, sizeof args,
              "local --peers 3 --stages 3 --layers 6 --steps 60 --log-every 20 --checkpoint-every 4 --checkpoint-budget 100 "
@@ -470,12 +470,12 @@ static void test_judged(void **state)
 static void test_resume(void **state)
 {
     (void)state;
-    unsigned seed = (unsigned)time(NULL);
+    unsigned seed = testutil_seed();
     srand(seed);
     char args[1024];
     /* shared DeMo indices: with top-k ones, who counted what in the first steps moves
      * the final loss by up to 2% either way from run to run (security_poison saw it) */
-    const char *common = "local --peers 4 --stages 2 --steps 120 --log-every 20 "
+    const char *common = "local --peers 4 --stages 2 --steps 80 --log-every 20 "
                          "--checkpoint-every 10 --demo-index shared";
     snprintf(args, sizeof args, "%s --quiet --dir %s/whole --data %s", common, dir,
              testutil_corpus());
@@ -487,7 +487,7 @@ static void test_resume(void **state)
     snprintf(args, sizeof args, "%s --dir %s/cut --data %s", common, dir, testutil_corpus());
     l = start("cut", args);
     /* Ctrl-C once the run's progress line shows the drawn step, and a drawn moment later */
-    int target = 20 + rand() % 70;
+    int target = 15 + rand() % 50;
     double extra = (double)rand() / RAND_MAX;
     printf("Ctrl-C at step %d + %.2f s (seed %u)\n", target, extra, seed);
     for (double end = clock_now() + 300; clock_now() < end;) {

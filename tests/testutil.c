@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 const char *testutil_corpus(void)
@@ -18,6 +19,12 @@ const char *testutil_bin(void)
 {
     const char *b = getenv("SWARMTRAIN_BIN");
     return b && *b ? b : "swarmtrain";
+}
+
+unsigned testutil_seed(void)
+{
+    const char *s = getenv("ST_TEST_SEED");
+    return s && *s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL);
 }
 
 void testutil_fill_normal(float *x, size_t n, uint64_t seed, float std)

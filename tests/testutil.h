@@ -9,6 +9,8 @@
 const char *testutil_corpus(void);
 /* Path of the built swarmtrain binary (SWARMTRAIN_BIN, set by ctest). */
 const char *testutil_bin(void);
+/* A test's random seed: ST_TEST_SEED when set (to replay a failure), else the clock's. */
+unsigned testutil_seed(void);
 /* Fills x with N(0, std) numbers drawn from seed. */
 void testutil_fill_normal(float *x, size_t n, uint64_t seed, float std);
 /* max_i |a_i - b_i| / max(max_i |b_i|, tiny): error normalized by the reference's scale. */

@@ -1113,6 +1113,10 @@ static int local_main(int argc, char **argv, int user0)
         printf(" %s %.1f,", transport_wire_name(k), tokens > 0 ? (double)sent[k] / tokens : 0);
     printf(" total %.1f; codec payloads (activations and gradients) %.1f\n", tokens > 0 ? (double)sent_all / tokens : 0,
            tokens > 0 ? (double)act / tokens : 0);
+    if (lo.kill_stage >= 0 && !ks_done)
+        printf("local: fault: the run ended before the drawn kill of stage %d (after step %d, "
+               "%.2f s on)\n",
+               lo.kill_stage, lo.kill_stage_step, ks_delay);
     if (kill_wall > 0) {
         if (reroute_after >= 0)
             printf("local: fault: first microbatch re-routed %.3f s after the kill\n",

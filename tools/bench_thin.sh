@@ -12,14 +12,18 @@
 #
 # Options (lists are comma-separated):
 #   --configs tiny,small   --codecs f32,int8,int4   --demo f32,sign
-#   --rates 1gbit,100mbit,20mbit   --delay-ms 50   --steps N (40)   --in-flight K (2)
+#   --rates 1gbit,100mbit,20mbit   --delay-ms 50   --steps N (40)   --in-flight K (8)
+#   --accum N (8: microbatches per replica per step)
 #   --dir DIR (logs; default a new /tmp dir)   -- RUN OPTIONS for every peer
 # Each swarm runs with DeMo between the 2 replicas of a pool (--replicas 2 --optimizer demo),
-# one thread per peer, as `swarmtrain local` does.
+# one thread per peer, as `swarmtrain local` does. A step costs a thin link about four
+# one-way delays whatever it computes (forward, backward, exchange, progress): the
+# defaults give a step enough microbatches (--accum) and keep them in flight at once
+# (--in-flight) to cover them; both runs of a row use the same (docs/thin-links.md).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 configs=tiny,small codecs=f32,int8,int4 demos=f32,sign rates=1gbit,100mbit,20mbit
-delay=50 steps=40 inflight=2 dir=""
+delay=50 steps=40 inflight=8 accum=8 dir=""
 while [ $# -gt 0 ]; do
     case $1 in
     --configs) configs=$2; shift 2 ;;
@@ -29,6 +33,7 @@ while [ $# -gt 0 ]; do
     --delay-ms) delay=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --in-flight) inflight=$2; shift 2 ;;
+    --accum) accum=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --) shift; break ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -59,7 +64,7 @@ IFS=, read -ra R <<<"$rates"
 for cfg in "${C[@]}"; do
     for codec in "${K[@]}"; do
         for dv in "${D[@]}"; do
-            opts=(--replicas 2 --optimizer demo --codec "$codec" --demo-values "$dv" "$@")
+            opts=(--replicas 2 --optimizer demo --codec "$codec" --demo-values "$dv" --accum "$accum" "$@")
             read -r base mb val <<<"$(one "$cfg-$codec-$dv-loopback" "$cfg" none 0 "${opts[@]}")"
             printf "%-6s %-5s %-5s %-16s %10s %12s %8s %9s\n" "$cfg" "$codec" "$dv" loopback \
                 "$base" "$mb" "1.00" "$val"

@@ -119,6 +119,56 @@ int store_fail(char *err, const char *path, sqlite3 *db, int rc, const char *wha
     return status_set(err, st, "%s: %s: %s [sqlite: %s]", path, what, hint, detail);
 }
 
+static const char *const store_stmt_sql[STORE_Q_N] = {
+    [STORE_Q_CKPT_IDS] = "SELECT id,stage,step,created,total_bytes,nblobs FROM ckpt "
+                         "WHERE ?1 < 0 OR stage = ?1 ORDER BY id DESC LIMIT ?2",
+    [STORE_Q_CKPT_ROW] = "SELECT stage,step,config_text,config_hash,nblobs,total_bytes,"
+                         "manifest_hash FROM ckpt WHERE id = ?",
+    [STORE_Q_CKPT_BLOB] = "SELECT id,idx,name,bytes,hash FROM ckpt_blob WHERE ckpt_id = ? "
+                          "ORDER BY idx",
+    [STORE_Q_CKPT_CHUNK] = "SELECT seq, data FROM ckpt_chunk WHERE blob_id = ? ORDER BY seq",
+    [STORE_Q_IDENTITY] = "SELECT algorithm, public_key, secret_key FROM identity WHERE id = 1",
+    [STORE_Q_METRIC_ADD] = "INSERT INTO metric(time,stage,step,loss,tokens_per_s,bytes_sent,"
+                           "bytes_recv) VALUES(?,?,?,?,?,?,?)",
+    [STORE_Q_EVENT_ADD] = "INSERT INTO event(time,kind,detail) VALUES(?,?,?)",
+    [STORE_Q_BEGIN] = "BEGIN",
+    [STORE_Q_ROLLBACK] = "ROLLBACK",
+};
+
+sqlite3_stmt *store_stmt(store_t *s, int which, int *rc)
+{
+    *rc = SQLITE_OK;
+    if (!s->q[which])
+        *rc = sqlite3_prepare_v3(s->db, store_stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+                                 &s->q[which], NULL);
+    return *rc == SQLITE_OK ? s->q[which] : NULL;
+}
+
+void store_stmt_done(sqlite3_stmt *q)
+{
+    if (!q) return;
+    sqlite3_reset(q); /* repeats the last step's error, which its caller has seen */
+    sqlite3_clear_bindings(q);
+}
+
+int store_stmt_exec(store_t *s, int which, char *err)
+{
+    int rc;
+    sqlite3_stmt *q = store_stmt(s, which, &rc);
+    if (q && (rc = sqlite3_step(q)) == SQLITE_DONE) rc = SQLITE_OK;
+    int st =
+        rc == SQLITE_OK ? STATUS_OK : store_fail(err, s->path, s->db, rc, store_stmt_sql[which]);
+    store_stmt_done(q);
+    return st;
+}
+
+void store_stmt_rollback(store_t *s)
+{
+    if (sqlite3_get_autocommit(s->db)) return;
+    if (store_stmt_exec(s, STORE_Q_ROLLBACK, NULL) != STATUS_OK)
+        log_warn("store: rollback failed: %s", sqlite3_errmsg(s->db));
+}
+
 int store_exec(sqlite3 *db, const char *path, const char *sql, char *err)
 {
     int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
@@ -354,16 +404,13 @@ static int store_pend_flush(store_t *s, int wait, char *err)
     if (!wait) sqlite3_busy_timeout(s->db, STORE_BUSY_MS);
     if (!wait && (rc & 0xff) == SQLITE_BUSY) return STATUS_OK;
     if (rc != SQLITE_OK) goto fail;
-    rc = sqlite3_prepare_v2(s->db,
-                            "INSERT INTO metric(time,stage,step,loss,tokens_per_s,bytes_sent,"
-                            "bytes_recv) VALUES(?,?,?,?,?,?,?)",
-                            -1, &qm, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(s->db, "INSERT INTO event(time,kind,detail) VALUES(?,?,?)", -1, &qe,
-                                NULL);
     for (size_t i = 0; rc == SQLITE_OK && i < s->npend; i++) {
         const store_pend_t *p = &s->pend[i];
-        sqlite3_stmt *q = p->is_event ? qe : qm;
+        sqlite3_stmt **qp = p->is_event ? &qe : &qm;
+        if (!*qp &&
+            !(*qp = store_stmt(s, p->is_event ? STORE_Q_EVENT_ADD : STORE_Q_METRIC_ADD, &rc)))
+            break;
+        sqlite3_stmt *q = *qp;
         sqlite3_reset(q);
         if (p->is_event) {
             sqlite3_bind_double(q, 1, p->time);
@@ -382,8 +429,8 @@ static int store_pend_flush(store_t *s, int wait, char *err)
         if (rc == SQLITE_DONE) rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK) goto fail;
-    sqlite3_finalize(qm);
-    sqlite3_finalize(qe);
+    store_stmt_done(qm);
+    store_stmt_done(qe);
     qm = qe = NULL;
     rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) goto fail;
@@ -392,8 +439,8 @@ static int store_pend_flush(store_t *s, int wait, char *err)
 
 fail:
     st = store_fail(err, s->path, s->db, rc, "writing metrics and events");
-    sqlite3_finalize(qm);
-    sqlite3_finalize(qe);
+    store_stmt_done(qm);
+    store_stmt_done(qe);
     store_rollback(s->db);
     log_warn("store: %zu metrics/events rows lost: %s", s->npend, err ? err : "");
     store_pend_free(s);
@@ -535,9 +582,8 @@ static int store_identity_read(store_t *s, unsigned char *pk, unsigned char *sk,
     sqlite3_stmt *q = NULL;
     unsigned char check[crypto_sign_PUBLICKEYBYTES];
     int st = STATUS_OK;
-    int rc = sqlite3_prepare_v2(
-        s->db, "SELECT algorithm, public_key, secret_key FROM identity WHERE id = 1", -1, &q, NULL);
-    if (rc == SQLITE_OK) rc = sqlite3_step(q);
+    int rc;
+    if ((q = store_stmt(s, STORE_Q_IDENTITY, &rc))) rc = sqlite3_step(q);
     if (rc == SQLITE_DONE) {
         st = STATUS_ENOTFOUND;
         goto done;
@@ -565,7 +611,7 @@ static int store_identity_read(store_t *s, unsigned char *pk, unsigned char *sk,
                         "%s: stored secret key does not match the stored public key", s->path);
     }
 done:
-    sqlite3_finalize(q);
+    store_stmt_done(q);
     return st;
 }
 
@@ -629,6 +675,7 @@ void store_close(store_t **sp)
         if (s->db && store_pend_flush(s, 1, NULL) != STATUS_OK)
             log_warn("store: %s: buffered metrics/events could not be written", s->path);
         pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < STORE_Q_N; i++) sqlite3_finalize(s->q[i]);
         sqlite3_close_v2(s->db);
         sqlite3_close_v2(s->wdb);
         pthread_mutex_destroy(&s->mu);

@@ -509,9 +509,10 @@ void store_writer_stop(store_t *s)
  * every blob hash and the manifest hash. With keep_data == 0 only the check is done and
  * *out gets the metadata without blob bytes. STATUS_ECORRUPT (message in err) when
  * something does not verify; other statuses for I/O errors. */
-static int store_ckpt_read(sqlite3 *db, const char *path, int64_t id, int keep_data,
-                           store_ckpt_t **out, char *err)
+static int store_ckpt_read(store_t *s, int64_t id, int keep_data, store_ckpt_t **out, char *err)
 {
+    sqlite3 *db = s->db;
+    const char *path = s->path;
     sqlite3_stmt *qk = NULL, *qb = NULL, *qc = NULL;
     store_ckpt_t *ck = NULL;
     unsigned char *hashes = NULL, *data = NULL;
@@ -521,11 +522,7 @@ static int store_ckpt_read(sqlite3 *db, const char *path, int64_t id, int keep_d
     int rc, st = STATUS_OK;
     *out = NULL;
 
-    rc = sqlite3_prepare_v2(db,
-                            "SELECT stage,step,config_text,config_hash,nblobs,total_bytes,"
-                            "manifest_hash FROM ckpt WHERE id = ?",
-                            -1, &qk, NULL);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(qk, 1, id);
+    if ((qk = store_stmt(s, STORE_Q_CKPT_ROW, &rc))) rc = sqlite3_bind_int64(qk, 1, id);
     if (rc == SQLITE_OK) rc = sqlite3_step(qk);
     if (rc == SQLITE_DONE) {
         st = status_set(err, STATUS_ENOTFOUND, "%s: no checkpoint %lld", path, (long long)id);
@@ -549,14 +546,8 @@ static int store_ckpt_read(sqlite3 *db, const char *path, int64_t id, int keep_d
     hashes = malloc(nblobs ? (size_t)nblobs * STORE_HASH_BYTES : 1);
     if (!hashes) goto nomem;
 
-    rc = sqlite3_prepare_v2(db,
-                            "SELECT id,idx,name,bytes,hash FROM ckpt_blob WHERE ckpt_id = ? "
-                            "ORDER BY idx",
-                            -1, &qb, NULL);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_int64(qb, 1, id);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(
-            db, "SELECT seq, data FROM ckpt_chunk WHERE blob_id = ? ORDER BY seq", -1, &qc, NULL);
+    if ((qb = store_stmt(s, STORE_Q_CKPT_BLOB, &rc))) rc = sqlite3_bind_int64(qb, 1, id);
+    if (rc == SQLITE_OK) qc = store_stmt(s, STORE_Q_CKPT_CHUNK, &rc);
     if (rc != SQLITE_OK) goto sqlfail;
     while ((rc = sqlite3_step(qb)) == SQLITE_ROW) {
         size_t i = ck->nblobs;
@@ -652,9 +643,9 @@ nomem:
 sqlfail:
     st = store_fail(err, path, db, rc, "reading a checkpoint");
 done:
-    sqlite3_finalize(qk);
-    sqlite3_finalize(qb);
-    sqlite3_finalize(qc);
+    store_stmt_done(qk);
+    store_stmt_done(qb);
+    store_stmt_done(qc);
     free(hashes);
     free(name);
     free(data);
@@ -671,11 +662,7 @@ static int store_ckpt_ids(store_t *s, int stage, int max, store_ckpt_info_t **ou
     int cap = 0, k = 0, rc;
     *out = NULL;
     *n = 0;
-    rc = sqlite3_prepare_v2(s->db,
-                            "SELECT id,stage,step,created,total_bytes,nblobs FROM ckpt "
-                            "WHERE ?1 < 0 OR stage = ?1 ORDER BY id DESC LIMIT ?2",
-                            -1, &q, NULL);
-    if (rc == SQLITE_OK) rc = sqlite3_bind_int(q, 1, stage);
+    if ((q = store_stmt(s, STORE_Q_CKPT_IDS, &rc))) rc = sqlite3_bind_int(q, 1, stage);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int(q, 2, max);
     while (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
         if (k == cap) {
@@ -683,7 +670,7 @@ static int store_ckpt_ids(store_t *s, int stage, int max, store_ckpt_info_t **ou
             store_ckpt_info_t *nv = realloc(v, (size_t)cap * sizeof *nv);
             if (!nv) {
                 free(v);
-                sqlite3_finalize(q);
+                store_stmt_done(q);
                 return status_set(err, STATUS_ENOMEM, "%s: out of memory", s->path);
             }
             v = nv;
@@ -699,11 +686,14 @@ static int store_ckpt_ids(store_t *s, int stage, int max, store_ckpt_info_t **ou
         };
         rc = SQLITE_OK;
     }
-    sqlite3_finalize(q);
     if (rc != SQLITE_DONE) {
+        /* the message before the reset, which may replace it */
+        int st = store_fail(err, s->path, s->db, rc, "listing checkpoints");
+        store_stmt_done(q);
         free(v);
-        return store_fail(err, s->path, s->db, rc, "listing checkpoints");
+        return st;
     }
+    store_stmt_done(q);
     *out = v;
     *n = k;
     return STATUS_OK;
@@ -724,7 +714,7 @@ int store_ckpt_load_step(store_t *s, int stage, int64_t step, store_ckpt_t **out
         return status_set(err, STATUS_EINVAL, "store_ckpt_load_latest: bad argument");
     pthread_mutex_lock(&s->mu);
     /* One read transaction: the writer thread may prune meanwhile; we see one snapshot. */
-    if ((st = store_exec(s->db, s->path, "BEGIN", err)) != STATUS_OK) goto done;
+    if ((st = store_stmt_exec(s, STORE_Q_BEGIN, err)) != STATUS_OK) goto done;
     if ((st = store_ckpt_ids(s, stage, INT32_MAX, &ids, &n, err)) != STATUS_OK) goto done;
     bad = calloc((size_t)n + 1, sizeof *bad);
     if (!bad) {
@@ -737,7 +727,7 @@ int store_ckpt_load_step(store_t *s, int stage, int64_t step, store_ckpt_t **out
                         s->path, stage, step);
     for (int i = 0; i < n; i++) {
         if (step >= 0 && ids[i].step != step) continue;
-        st = store_ckpt_read(s->db, s->path, ids[i].id, 1, out, bad[nbad]);
+        st = store_ckpt_read(s, ids[i].id, 1, out, bad[nbad]);
         if (st == STATUS_OK) break;
         if (st != STATUS_ECORRUPT) {
             if (err) snprintf(err, STATUS_ERR_LEN, "%s", bad[nbad]);
@@ -748,7 +738,7 @@ int store_ckpt_load_step(store_t *s, int stage, int64_t step, store_ckpt_t **out
                         s->path, stage, nbad);
     }
 done:
-    store_rollback(s->db);
+    store_stmt_rollback(s);
     /* Report bad ones after the read transaction: an event needs the write lock. */
     for (int i = 0; i < nbad; i++) {
         log_warn("store: skipping bad checkpoint: %s", bad[i]);
@@ -769,12 +759,12 @@ int store_ckpt_list(store_t *s, int verify, store_ckpt_info_t *out, int max, int
     if (!s || !count || max < 0 || (max > 0 && !out))
         return status_set(err, STATUS_EINVAL, "store_ckpt_list: bad argument");
     pthread_mutex_lock(&s->mu);
-    if ((st = store_exec(s->db, s->path, "BEGIN", err)) != STATUS_OK) goto done;
+    if ((st = store_stmt_exec(s, STORE_Q_BEGIN, err)) != STATUS_OK) goto done;
     if ((st = store_ckpt_ids(s, -1, max, &ids, &n, err)) != STATUS_OK) goto done;
     for (int i = 0; verify && i < n; i++) {
         store_ckpt_t *ck = NULL;
         char e2[STATUS_ERR_LEN];
-        int r = store_ckpt_read(s->db, s->path, ids[i].id, 0, &ck, e2);
+        int r = store_ckpt_read(s, ids[i].id, 0, &ck, e2);
         store_ckpt_destroy(&ck);
         if (r != STATUS_OK && r != STATUS_ECORRUPT) {
             st = status_set(err, r, "%s", e2);
@@ -785,7 +775,7 @@ int store_ckpt_list(store_t *s, int verify, store_ckpt_info_t *out, int max, int
     if (n > 0) memcpy(out, ids, (size_t)n * sizeof *ids);
     *count = n;
 done:
-    store_rollback(s->db);
+    store_stmt_rollback(s);
     pthread_mutex_unlock(&s->mu);
     free(ids);
     return st;

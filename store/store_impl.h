@@ -17,12 +17,30 @@ typedef struct {
     char *detail;
 } store_pend_t;
 
+/* Statements on the callers' connection (db), prepared on first use and kept until
+ * store_close: preparing them on every call was most of a checkpoint read's CPU. Each use
+ * ends with store_stmt_done (reset, bindings cleared), so none holds a read transaction or a
+ * pointer of its caller. */
+enum {
+    STORE_Q_CKPT_IDS,   /* id,stage,step,created,total_bytes,nblobs of ?1 (< 0: all), LIMIT ?2 */
+    STORE_Q_CKPT_ROW,   /* a ckpt row by id */
+    STORE_Q_CKPT_BLOB,  /* a checkpoint's ckpt_blob rows, by idx */
+    STORE_Q_CKPT_CHUNK, /* a blob's ckpt_chunk rows, by seq */
+    STORE_Q_IDENTITY,   /* the identity row */
+    STORE_Q_METRIC_ADD,
+    STORE_Q_EVENT_ADD,
+    STORE_Q_BEGIN, /* a deferred transaction: the reads' snapshot */
+    STORE_Q_ROLLBACK,
+    STORE_Q_N
+};
+
 struct store {
     char *path;
 
     /* The callers' connection and everything done on it. */
     pthread_mutex_t mu;
     sqlite3 *db;
+    sqlite3_stmt *q[STORE_Q_N]; /* see STORE_Q_*; NULL until first used */
     store_pend_t *pend;
     size_t npend, cap_pend;
 
@@ -54,6 +72,21 @@ int store_fail(char *err, const char *path, sqlite3 *db, int rc, const char *wha
 
 /* Runs SQL without results; STATUS_OK or store_fail's status. */
 int store_exec(sqlite3 *db, const char *path, const char *sql, char *err);
+
+/* Statement `which` (STORE_Q_*) of s->db, prepared when first asked for; *rc is SQLite's
+ * result (the statement is NULL unless SQLITE_OK). mu held. */
+sqlite3_stmt *store_stmt(store_t *s, int which, int *rc);
+
+/* Ends a use of a statement from store_stmt: resets it and clears its bindings. NULL is
+ * fine. */
+void store_stmt_done(sqlite3_stmt *q);
+
+/* Runs statement `which` (one without results: STORE_Q_BEGIN); STATUS_OK or store_fail's
+ * status. mu held. */
+int store_stmt_exec(store_t *s, int which, char *err);
+
+/* store_rollback for s->db, with the kept statement. mu held. */
+void store_stmt_rollback(store_t *s);
 
 /* Rolls back if a transaction is open; can't fail (errors are logged). */
 void store_rollback(sqlite3 *db);

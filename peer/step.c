@@ -225,9 +225,6 @@ static int msg_order(const void *a, const void *b)
     return c ? c : (x->part > y->part) - (x->part < y->part);
 }
 
-/* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
- * The messages are taken in one order on every member (origin, then part): float sums
- * in arrival order would differ in their last bits from member to member. */
 /* Microbatches a message counted. */
 static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
 {
@@ -236,6 +233,9 @@ static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
     return c;
 }
 
+/* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
+ * The messages are taken in one order on every member (origin, then part): float sums
+ * in arrival order would differ in their last bits from member to member. */
 static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 {
     qsort(msgs, (size_t)n, sizeof *msgs, msg_order);

@@ -2,7 +2,8 @@
 # apt-get) and extracts the default corpus. Idempotent; quiet and fast when all is there.
 
 st_packages="build-essential cmake libzmq3-dev libsodium-dev libcurl4-openssl-dev
-libsqlite3-dev libcmocka-dev libopenblas-dev pkg-config bible-kjv"
+libsqlite3-dev libcmocka-dev libopenblas-dev pkg-config bible-kjv python3"
+# (python3: the tests' local HTTP servers, test_http and peer_join_url; not the binary)
 
 # What tools/fuzz needs besides: clang and its libFuzzer runtime (-fsanitize=fuzzer comes
 # with libclang-rt-14-dev; libfuzzer-14-dev is the stand-alone library). Not for tools/test:

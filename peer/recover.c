@@ -2,9 +2,10 @@
  * CheckFree+, Blagoev et al.).
  *
  * Detection: every serving peer watches its view; a stage with no member at all (none
- * serving, none joining) for RECOVER_SETTLE_S after the swarm started is lost. Its microbatches wait meanwhile: the stage before it keeps custody of
- * what it sent and retries once the stage has a peer again (custody.c), so the pipeline
- * pauses and nothing is dropped.
+ * serving, none joining) for RECOVER_SETTLE_S after the swarm started, and before this
+ * peer heard that the run is over (its validation included), is lost. Its microbatches
+ * wait meanwhile: the stage before it keeps custody of what it sent and retries once the
+ * stage has a peer again (custody.c), so the pipeline pauses and nothing is dropped.
  *
  * Who serves it: one peer moves there (peer_move). Every peer computes the same choice
  * from its view: among serving members whose pool has at least two serving members (a

@@ -325,17 +325,24 @@ static void raw_exec(const char *path, const char *sql)
     sqlite3_close(raw);
 }
 
-static void test_flipped_byte_falls_back(void **state)
+/* A fresh store holding good checkpoints of stage 0 at steps 1 and 2, blobs of sizes[2]. */
+static store_t *two_ckpts(const size_t sizes[2])
 {
-    (void)state;
-    const size_t sizes[] = {5000, 2 * STORE_CHUNK_BYTES + 10};
-    char err[STATUS_ERR_LEN];
     store_t *s = open_ok(fresh_path());
     for (int step = 1; step <= 2; step++) {
         store_ckpt_t *ck = make_ckpt(0, step, sizes, 2);
         save_ok(s, ck);
         store_ckpt_destroy(&ck);
     }
+    return s;
+}
+
+static void test_flipped_byte_falls_back(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {5000, 2 * STORE_CHUNK_BYTES + 10};
+    char err[STATUS_ERR_LEN];
+    store_t *s = two_ckpts(sizes);
     flip_byte(store_path(s), 1, 1, 777);
     store_ckpt_t *got = NULL;
     assert_int_equal(store_ckpt_load_latest(s, 0, &got, err), STATUS_OK);
@@ -378,12 +385,7 @@ static void test_huge_length_falls_back(void **state)
     (void)state;
     const size_t sizes[] = {5000, 2 * STORE_CHUNK_BYTES + 10};
     char err[STATUS_ERR_LEN];
-    store_t *s = open_ok(fresh_path());
-    for (int step = 1; step <= 2; step++) {
-        store_ckpt_t *ck = make_ckpt(0, step, sizes, 2);
-        save_ok(s, ck);
-        store_ckpt_destroy(&ck);
-    }
+    store_t *s = two_ckpts(sizes);
     raw_exec(store_path(s), "UPDATE ckpt_blob SET bytes = 4611686018427387904 WHERE idx = 0 AND "
                             "ckpt_id = (SELECT max(id) FROM ckpt);"
                             "UPDATE ckpt SET total_bytes = 9000000000000000000 WHERE id = "

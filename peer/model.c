@@ -24,6 +24,7 @@ struct model {
     model_tap_fn tap;
     void *tap_ctx;
     uint64_t skip; /* stages the next passes leave out (swarm/path.h mask) */
+    int swap;      /* PATH_SWAP_*: the next training passes' CheckFree+ swap */
 };
 
 model_t *model_new(const model_config_t *cfg, kern_t *k, uint64_t seed, char *err)
@@ -159,18 +160,27 @@ static int use_wire(const model_t *m)
     return m->codec >= 0 && !m->tap;
 }
 
-/* Forward through every stage on the path; activations ping-pong between two host
- * buffers. */
+/* The hops of the passes' path (skip mask and swap, swarm/path.h). */
+static int hops(const model_t *m, path_hop_t *h)
+{
+    return path_hops(m->skip, m->swap, m->S, h);
+}
+
+/* Forward through every hop of the path; activations ping-pong between two host buffers.
+ * A stage visited twice (a swap) holds both parts in its one slot (stage.h). */
 static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                    char *err)
 {
     float *in = m->act, *out = m->act2;
     int wire = use_wire(m);
-    for (int i = 0; i < m->S; i = path_next(m->skip, i, m->S)) {
-        int rc = stage_forward(m->stages[i], 0, tokens, wire ? NULL : in, targets,
-                               wire ? NULL : out, loss, err);
-        int j = path_next(m->skip, i, m->S);
-        if (!rc && j < m->S) rc = wire ? hand_over(m, i, j, 0, err) : cross(m, i, 0, out, err);
+    path_hop_t h[PATH_HOPS_MAX];
+    int n = hops(m, h);
+    for (int i = 0; i < n; i++) {
+        int s = h[i].stage;
+        int rc = stage_forward_part(m->stages[s], 0, h[i].part, tokens, wire ? NULL : in, targets,
+                                    wire ? NULL : out, loss, err);
+        if (!rc && i + 1 < n)
+            rc = wire ? hand_over(m, s, h[i + 1].stage, 0, err) : cross(m, s, 0, out, err);
         if (rc) return rc;
         float *t = in;
         in = out;
@@ -183,11 +193,13 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
                       char *err)
 {
     int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
-    for (int i = m->S - 1; !rc && i >= 0; i = path_prev(m->skip, i)) {
+    path_hop_t h[PATH_HOPS_MAX];
+    for (int i = hops(m, h) - 1; !rc && i >= 0; i--) {
         float *g = wire ? NULL : m->grad;
-        rc = stage_backward(m->stages[i], 0, g, g, err);
-        int j = path_prev(m->skip, i);
-        if (!rc && j >= 0) rc = wire ? hand_over(m, j, i, 1, err) : cross(m, j, 1, m->grad, err);
+        rc = stage_backward_part(m->stages[h[i].stage], 0, h[i].part, g, g, err);
+        if (!rc && i > 0)
+            rc = wire ? hand_over(m, h[i - 1].stage, h[i].stage, 1, err)
+                      : cross(m, h[i - 1].stage, 1, m->grad, err);
     }
     return rc;
 }
@@ -211,6 +223,14 @@ int model_set_skip(model_t *m, uint64_t skip, char *err)
         return status_set(err, STATUS_EINVAL,
                           "model: cannot skip stage 0, the last stage or a stage >= %d", m->S);
     m->skip = skip;
+    return 0;
+}
+
+int model_set_swap(model_t *m, int swap, char *err)
+{
+    if (swap < PATH_SWAP_NONE || swap > PATH_SWAP_END)
+        return status_set(err, STATUS_EINVAL, "model: unknown swap %d", swap);
+    m->swap = swap;
     return 0;
 }
 

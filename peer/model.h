@@ -40,6 +40,12 @@ void model_zero_grads(model_t *m);
 int model_set_skip(model_t *m, uint64_t skip, char *err);
 uint64_t model_skip(const model_t *m);
 
+/* CheckFree+: the passes from now on swap stage 0's blocks with stage 1's
+ * (PATH_SWAP_FRONT) or stage S-1's with stage S-2's (PATH_SWAP_END), as a swarm's swapped
+ * microbatch visits them (swarm/path.h); PATH_SWAP_NONE (the default) does not. The swap
+ * applies only where the skip mask keeps the neighbour. STATUS_EINVAL for an unknown value. */
+int model_set_swap(model_t *m, int swap, char *err);
+
 /* Puts a compress/ codec on every stage boundary, as the wire would: activations going
  * forward and gradients coming back are encoded by one stage and decoded by the next
  * (stage_wire_*; with a tap, through host buffers). codec < 0 turns it off (the default:

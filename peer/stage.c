@@ -36,11 +36,15 @@ typedef struct {
     float *losses;    /* (BT) last stage */
     int32_t *tokens;  /* (BT) first stage */
     int32_t *targets; /* (BT) last stage */
-    int state;        /* SLOT_EMPTY, SLOT_FORWARD (no loss), SLOT_TRAINABLE */
+    int pending;      /* SLOT_* bits: the parts whose forward pass awaits its backward */
+    float *out;       /* the output of the last forward pass without the head, or NULL */
     void *mem;        /* the one allocation all of the above point into */
 } slot_t;
 
-enum { SLOT_EMPTY, SLOT_FORWARD, SLOT_TRAINABLE };
+/* A slot may hold two parts of one microbatch at once (a CheckFree+ swap visits stage 0
+ * or S-1 twice, stage.h): the embedding's backward needs only the tokens, the blocks'
+ * backward never reads their own output x[L], where the head's input lies. */
+enum { SLOT_EMBED = 1, SLOT_BLOCKS = 2, SLOT_HEAD = 4, SLOT_TARGETS = 8 };
 
 struct stage {
     model_config_t cfg;
@@ -387,8 +391,40 @@ static block_acts_t block_acts(const stage_t *st, const slot_t *s, int b)
     return a;
 }
 
+/* Which of the embedding, the blocks and the head a pass of `part` runs here; -1 for a part
+ * this stage does not have. */
+static int part_bits(const stage_t *st, int part)
+{
+    switch (part) {
+    case STAGE_PART_ALL:
+        return (st->first ? SLOT_EMBED : 0) | SLOT_BLOCKS | (st->last ? SLOT_HEAD : 0);
+    case STAGE_PART_EMBED:
+        return st->first ? SLOT_EMBED : -1;
+    case STAGE_PART_BLOCKS:
+        return SLOT_BLOCKS;
+    case STAGE_PART_HEAD:
+        return st->last ? SLOT_HEAD : -1;
+    default:
+        return -1;
+    }
+}
+
+/* The residual stream after the part's last layer: x[0] after the embedding alone, x[L]
+ * otherwise (where the head alone also takes its input). */
+static float *part_output(const stage_t *st, const slot_t *s, int bits)
+{
+    size_t BTC = (size_t)st->cfg.batch * st->cfg.seq * st->cfg.dim;
+    return s->x + (bits == SLOT_EMBED ? 0 : (size_t)st->nblocks * BTC);
+}
+
 int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
                   const int32_t *targets, float *y_out, float *loss, char *err)
+{
+    return stage_forward_part(st, slot, STAGE_PART_ALL, tokens, x_in, targets, y_out, loss, err);
+}
+
+int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, const float *x_in,
+                       const int32_t *targets, float *y_out, float *loss, char *err)
 {
     kern_t *k = st->k;
     const model_config_t *c = &st->cfg;
@@ -396,21 +432,29 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
     int HS = C / NH, BT = B * T;
     if (slot < 0 || slot >= st->nslots)
         return status_set(err, STATUS_EINVAL, "slot %d: must be in [0, %d)", slot, st->nslots);
+    int bits = part_bits(st, part);
+    if (bits < 0) return status_set(err, STATUS_EINVAL, "stage %d has no part %d", st->index, part);
     slot_t *s = &st->slots[slot];
-    s->state = SLOT_EMPTY;
-    float *p = st->params;
+    /* what this pass overwrites: the embedding writes x[0] (the blocks' input), the blocks
+     * x[0..L] (the head's input), the head its own buffers */
+    if (part == STAGE_PART_ALL) s->pending = 0;
+    if (bits & SLOT_EMBED) s->pending &= ~(SLOT_EMBED | SLOT_BLOCKS);
+    if (bits & SLOT_BLOCKS) s->pending &= ~(SLOT_BLOCKS | SLOT_HEAD | SLOT_TARGETS);
+    if (bits & SLOT_HEAD) s->pending &= ~(SLOT_HEAD | SLOT_TARGETS);
+    s->out = NULL;
+    float *p = st->params, *in = (bits & (SLOT_EMBED | SLOT_BLOCKS)) ? s->x : part_output(st, s, bits);
 
-    if (st->first) {
+    if (bits & SLOT_EMBED) {
         if (check_tokens(tokens, (size_t)BT, V, "token", err)) return STATUS_EINVAL;
         k->upload(k, s->tokens, tokens, (size_t)BT * sizeof(int32_t));
         OP(STAGE_PROF_OTHER, k->embedding_forward(k, s->x, s->tokens, p + st->wte, BT, C));
     } else if (x_in) {
-        k->upload(k, s->x, x_in, (size_t)BT * C * sizeof(float));
+        k->upload(k, in, x_in, (size_t)BT * C * sizeof(float));
     } else {
-        k->copy(k, s->x, st->bin, (size_t)BT * C * sizeof(float));
+        k->copy(k, in, st->bin, (size_t)BT * C * sizeof(float));
     }
 
-    for (int b = 0; b < st->nblocks; b++) {
+    for (int b = 0; (bits & SLOT_BLOCKS) && b < st->nblocks; b++) {
         const block_offsets_t *bo = &st->blocks[b];
         block_acts_t a = block_acts(st, s, b);
         float *x = a.x, *xout = a.xout, *ln1 = a.ln1, *rstd1 = a.rstd1, *qkv = a.qkv,
@@ -432,16 +476,17 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
         OP(STAGE_PROF_OTHER, k->add(k, xout, x2, st->tmp, (size_t)BT * C));
     }
 
-    float *y = s->x + (size_t)st->nblocks * BT * C;
-    if (!st->last) {
+    float *y = part_output(st, s, bits);
+    if (!(bits & SLOT_HEAD)) {
         if (y_out) k->download(k, y_out, y, (size_t)BT * C * sizeof(float));
-        s->state = SLOT_FORWARD;
+        s->out = y;
+        s->pending |= bits;
         return 0;
     }
     OP(STAGE_PROF_NORM,
        k->rmsnorm_forward(k, s->lnf, s->rstdf, y, p + st->norm, BT, C, c->norm_eps));
     OP(STAGE_PROF_MATMUL, k->matmul_forward(k, s->logits, s->lnf, p + st->head, BT, C, V));
-    s->state = SLOT_FORWARD;
+    s->pending |= bits;
     if (!targets) return 0;
     if (check_tokens(targets, (size_t)BT, V, "target", err)) return STATUS_EINVAL;
     k->upload(k, s->targets, targets, (size_t)BT * sizeof(int32_t));
@@ -450,13 +495,13 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
     double sum = 0;
     for (int i = 0; i < BT; i++) sum += st->host_losses[i];
     *loss = (float)(sum / BT);
-    s->state = SLOT_TRAINABLE;
+    s->pending |= SLOT_TARGETS;
     return 0;
 }
 
 int stage_logits(stage_t *st, int slot, float *out, char *err)
 {
-    if (!st->last || slot < 0 || slot >= st->nslots || st->slots[slot].state == SLOT_EMPTY)
+    if (!st->last || slot < 0 || slot >= st->nslots || !(st->slots[slot].pending & SLOT_HEAD))
         return status_set(err, STATUS_EINVAL, "stage %d: slot %d holds no logits", st->index, slot);
     size_t n = (size_t)st->cfg.batch * st->cfg.seq * st->cfg.vocab;
     st->k->download(st->k, out, st->slots[slot].logits, n * sizeof(float));
@@ -465,22 +510,30 @@ int stage_logits(stage_t *st, int slot, float *out, char *err)
 
 int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
 {
+    return stage_backward_part(st, slot, STAGE_PART_ALL, dy, dx, err);
+}
+
+int stage_backward_part(stage_t *st, int slot, int part, const float *dy, float *dx, char *err)
+{
     kern_t *k = st->k;
     const model_config_t *c = &st->cfg;
     int B = c->batch, T = c->seq, C = c->dim, F = c->ffn, V = c->vocab, NH = c->n_heads;
     int HS = C / NH, BT = B * T;
     if (slot < 0 || slot >= st->nslots)
         return status_set(err, STATUS_EINVAL, "slot %d: must be in [0, %d)", slot, st->nslots);
+    int bits = part_bits(st, part);
+    if (bits < 0) return status_set(err, STATUS_EINVAL, "stage %d has no part %d", st->index, part);
     slot_t *s = &st->slots[slot];
-    if (s->state != (st->last ? SLOT_TRAINABLE : SLOT_FORWARD))
+    int need = bits | (bits & SLOT_HEAD ? SLOT_TARGETS : 0);
+    if ((s->pending & need) != need)
         return status_set(err, STATUS_EINVAL, "slot %d holds no forward pass to differentiate%s",
-                          slot, st->last ? " (the last stage needs targets)" : "");
-    s->state = SLOT_EMPTY; /* the loss gradient overwrites the logits */
+                          slot, bits & SLOT_HEAD ? " (the last stage needs targets)" : "");
+    s->pending &= ~need; /* the loss gradient overwrites the logits */
     float *p = st->params, *g = st->grads;
     size_t act = (size_t)BT * C * sizeof(float);
 
-    if (st->last) {
-        float *y = s->x + (size_t)st->nblocks * BT * C;
+    if (bits & SLOT_HEAD) {
+        float *y = part_output(st, s, bits);
         OP(STAGE_PROF_LOSS,
            k->crossentropy_backward(k, s->logits, s->logits, s->targets, 1.0f / BT, BT, V));
         k->zero(k, st->dln, act);
@@ -495,7 +548,7 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
         k->copy(k, st->dres, st->bin, act);
     }
 
-    for (int b = st->nblocks - 1; b >= 0; b--) {
+    for (int b = (bits & SLOT_BLOCKS) ? st->nblocks - 1 : -1; b >= 0; b--) {
         const block_offsets_t *bo = &st->blocks[b];
         block_acts_t a = block_acts(st, s, b);
         float *x = a.x, *ln1 = a.ln1, *rstd1 = a.rstd1, *qkv = a.qkv, *atty = a.atty, *lse = a.lse;
@@ -528,13 +581,13 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
                                                 p + bo->attn_norm, rstd1, BT, C));
     }
 
-    if (st->first) {
+    if (bits & SLOT_EMBED) {
         OP(STAGE_PROF_OTHER, k->embedding_backward(k, g + st->wte, st->dres, s->tokens, BT, C));
+        st->have_dx = 0;
     } else {
         if (dx) k->download(k, dx, st->dres, act);
         st->have_dx = 1;
     }
-    (void)err;
     return 0;
 }
 
@@ -624,17 +677,16 @@ static int wire_encode(stage_t *st, const float *src, int codec, uint32_t block,
 int stage_wire_encode_output(stage_t *st, int slot, int codec, uint32_t block, uint8_t *out,
                              size_t cap, size_t *written, char *err)
 {
-    if (st->last || slot < 0 || slot >= st->nslots || st->slots[slot].state != SLOT_FORWARD)
+    if (slot < 0 || slot >= st->nslots || !st->slots[slot].out)
         return status_set(err, STATUS_EINVAL, "stage %d: slot %d holds no output to encode",
                           st->index, slot);
-    const float *y = st->slots[slot].x + (size_t)st->nblocks * boundary_elems(st);
-    return wire_encode(st, y, codec, block, out, cap, written, err);
+    return wire_encode(st, st->slots[slot].out, codec, block, out, cap, written, err);
 }
 
 int stage_wire_encode_dx(stage_t *st, int codec, uint32_t block, uint8_t *out, size_t cap,
                          size_t *written, char *err)
 {
-    if (st->first || !st->have_dx)
+    if (!st->have_dx)
         return status_set(err, STATUS_EINVAL, "stage %d: no input gradient to encode", st->index);
     return wire_encode(st, st->dres, codec, block, out, cap, written, err);
 }

@@ -78,6 +78,21 @@ int64_t *stage_opt_step(stage_t *st);
 int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
                   const int32_t *targets, float *y_out, float *loss, char *err);
 
+/* The parts of a stage a pass may run alone, for CheckFree+'s swaps (swarm/path.h): stage
+ * 0's embedding (EMBED: tokens in, the embedded tokens out) and its blocks (BLOCKS: x_in in),
+ * the last stage's blocks (BLOCKS: no loss, an output to hand on) and its final norm, head
+ * and loss (HEAD: x_in in). ALL is the whole stage (stage_forward). One slot may hold one
+ * microbatch's EMBED and BLOCKS, or BLOCKS and HEAD, at once: each part's backward needs
+ * only what the other does not overwrite, if the first stage runs EMBED before BLOCKS and
+ * the last BLOCKS before HEAD (a pass invalidates what it overwrites: EMBED the BLOCKS,
+ * BLOCKS the HEAD). A middle stage has BLOCKS (= ALL) only. */
+enum { STAGE_PART_ALL, STAGE_PART_EMBED, STAGE_PART_BLOCKS, STAGE_PART_HEAD };
+
+/* stage_forward of one part (the arguments it does not use are ignored); STATUS_EINVAL for
+ * a part this stage does not have. */
+int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, const float *x_in,
+                       const int32_t *targets, float *y_out, float *loss, char *err);
+
 /* Copies the logits of slot's last forward pass on the last stage ((batch*seq, vocab)
  * floats, row-major) to host memory out; valid until a backward pass of the slot
  * overwrites them. 0, or STATUS_EINVAL (not the last stage, or no forward pass there). */
@@ -91,6 +106,11 @@ int stage_logits(stage_t *st, int slot, float *out, char *err);
  * last stage. Returns 0 or STATUS_EINVAL. */
 int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err);
 
+/* stage_backward of one part, whose forward pass the slot holds: EMBED reads dy and writes
+ * no dx; BLOCKS on stage 0 writes dx too (for stage_wire_encode_dx); HEAD starts from the
+ * loss. STATUS_EINVAL for a part not held. */
+int stage_backward_part(stage_t *st, int slot, int part, const float *dy, float *dx, char *err);
+
 /* --- the stage boundary as codec messages (compress/codec.h, shape (batch, seq, dim)) ---
  * codec is a codec id (codec_by_name), block the int8/int4 block (0: the default). A host
  * backend encodes and decodes its own memory with codec_encode / codec_decode (the same
@@ -102,14 +122,14 @@ int stage_backward(stage_t *st, int slot, const float *dy, float *dx, char *err)
 /* Bytes of one encoded boundary tensor, header included; 0 for a bad codec or block. */
 size_t stage_wire_size(const stage_t *st, int codec, uint32_t block);
 
-/* Encodes the output of slot's last forward pass (a non-last stage; valid until the
+/* Encodes the output of slot's last forward pass (one without the head; valid until the
  * slot's next forward) into out[0, cap); *written = stage_wire_size. 0, or STATUS_EINVAL
  * + err (bad slot, codec or cap, non-finite activations), STATUS_ENOMEM. */
 int stage_wire_encode_output(stage_t *st, int slot, int codec, uint32_t block, uint8_t *out,
                              size_t cap, size_t *written, char *err)
     __attribute__((warn_unused_result));
 
-/* Encodes dL/dx_in of the last stage_backward (a non-first stage; valid until the next
+/* Encodes dL/dx_in of the last stage_backward (not of an embedding; valid until the next
  * stage_backward), as stage_wire_encode_output. */
 int stage_wire_encode_dx(stage_t *st, int codec, uint32_t block, uint8_t *out, size_t cap,
                          size_t *written, char *err) __attribute__((warn_unused_result));

@@ -37,6 +37,54 @@ uint64_t path_skip(uint64_t seed, int64_t step, uint32_t index, int M, int S, do
     return skip;
 }
 
+#define SWAP_SALT 0x73776170636b6670ull /* "swapckfp" */
+
+int path_swap(uint64_t seed, int64_t step, uint32_t index, int M, int S, double share,
+              uint64_t skip)
+{
+    if (!(share > 0) || S < 2 || S > PATH_STAGES_MAX - 2 || M <= 0 || index >= (uint32_t)M)
+        return PATH_SWAP_NONE;
+    if (share > 1) share = 1;
+    uint64_t K = (uint64_t)llround(share * (double)M);
+    rng_t r;
+    rng_seed(&r, rng_mix(rng_mix(seed, SWAP_SALT), (uint64_t)step));
+    uint64_t j = (index + rng_below(&r, (uint64_t)M)) % (uint64_t)M;
+    if (j >= K) return PATH_SWAP_NONE;
+    int kind = S == 2 || j % 2 == 0 ? PATH_SWAP_FRONT : PATH_SWAP_END;
+    int neighbour = kind == PATH_SWAP_FRONT ? 1 : S - 2;
+    return path_on(skip, neighbour) ? kind : PATH_SWAP_NONE;
+}
+
+int path_hops(uint64_t skip, int swap, int S, path_hop_t *hops)
+{
+    int on[PATH_STAGES_MAX], n = 0, h = 0;
+    for (int s = 0; s < S && s < PATH_STAGES_MAX; s = path_next(skip, s, S)) on[n++] = s;
+#define HOP(st, pt) (hops[h++] = (path_hop_t){.stage = (st), .part = (pt)})
+    if (swap == PATH_SWAP_FRONT && n >= 2 && on[1] == 1) {
+        HOP(0, PATH_PART_EMBED);
+        HOP(1, S == 2 ? PATH_PART_BLOCKS : PATH_PART_ALL);
+        HOP(0, PATH_PART_BLOCKS);
+        for (int i = 2; i < n; i++) HOP(on[i], PATH_PART_ALL);
+        if (S == 2) HOP(1, PATH_PART_HEAD);
+    } else if (swap == PATH_SWAP_END && S >= 3 && n >= 3 && on[n - 2] == S - 2) {
+        for (int i = 0; i < n - 2; i++) HOP(on[i], PATH_PART_ALL);
+        HOP(S - 1, PATH_PART_BLOCKS);
+        HOP(S - 2, PATH_PART_ALL);
+        HOP(S - 1, PATH_PART_HEAD);
+    } else {
+        for (int i = 0; i < n; i++) HOP(on[i], PATH_PART_ALL);
+    }
+#undef HOP
+    return h;
+}
+
+int path_first_visit(const path_hop_t *hops, int h)
+{
+    for (int i = 0; i < h; i++)
+        if (hops[i].stage == hops[h].stage) return i;
+    return h;
+}
+
 int path_next(uint64_t skip, int s, int S)
 {
     for (int t = s + 1; t < S; t++)

@@ -49,6 +49,43 @@ int path_valid(uint64_t skip, int S);
 uint32_t path_expected(uint64_t seed, int64_t step, int M, int S, double ratio, int stage,
                        uint8_t *bits);
 
+/* ---- CheckFree+ swaps: a path's hops ---------------------------------------------------
+ * A share of the training microbatches swap the order of neighbouring blocks at the ends
+ * of the model, so that stage 1 learns to stand in for stage 0's blocks and stage S-2 for
+ * stage S-1's (CheckFree+, docs/design-notes.md "Stage loss"). The embedding and the head
+ * stay where they are, so a swapped microbatch visits stage 0 or S-1 twice:
+ *   FRONT: 0 (embedding only), 1, 0 (blocks only), then the rest of its path;
+ *   END:   its path up to before S-1, then S-1 (blocks only), S-2, S-1 (head only);
+ * with S = 2 both are 0 (embedding), 1 (blocks), 0 (blocks), 1 (head): FRONT. A path's
+ * hops are what the microbatch visits, in order; hop h's FWD carries nroute = h. */
+#define PATH_SWAP_NONE 0
+#define PATH_SWAP_FRONT 1
+#define PATH_SWAP_END 2
+#define PATH_HOPS_MAX (PATH_STAGES_MAX + 2)
+
+/* What a hop runs of its stage (the values of peer/stage.h's STAGE_PART_*). */
+enum { PATH_PART_ALL, PATH_PART_EMBED, PATH_PART_BLOCKS, PATH_PART_HEAD };
+
+typedef struct {
+    int stage;
+    int part;
+} path_hop_t;
+
+/* The swap of microbatch `index` of `step` (PATH_SWAP_*), a pure function like
+ * path_skip: of each step's M microbatches round(share * M) swap, consecutive slots of a
+ * drawn rotation, FRONT and END alternating (S >= 3). NONE when share <= 0, S < 2, S >
+ * PATH_STAGES_MAX - 2 (the route would not fit), or the neighbour that would swap (stage
+ * 1 or S-2) is not on the path of `skip`. */
+int path_swap(uint64_t seed, int64_t step, uint32_t index, int M, int S, double share,
+              uint64_t skip);
+
+/* The hops of a path (skip mask, swap) into hops[PATH_HOPS_MAX]; returns how many. */
+int path_hops(uint64_t skip, int swap, int S, path_hop_t *hops);
+
+/* The first hop of hops[0..h] on hops[h]'s stage: h itself, or the earlier visit whose
+ * peer (route[first]) must serve hop h too. */
+int path_first_visit(const path_hop_t *hops, int h);
+
 /* Parses a stage list ("1,2", "1-2", "" for none) into a skip mask valid for S stages.
  * 0, or -1 with a message in err (STATUS_ERR_LEN) for a bad list, stage 0, the last
  * stage, or a stage >= S. */

@@ -12,6 +12,7 @@
 #include "peer/data.h"
 #include "peer/model.h"
 #include "peer/train.h"
+#include "swarm/path.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -56,14 +57,15 @@ static double eval_loss(model_t *m, const int32_t *tok, const int32_t *tgt)
  * two entries with the largest analytic gradient (relative error <= 3e-2; second-order
  * terms of a 1e-2 step on these smooth functions stay under 1%) and two random entries
  * (absolute error <= 3e-4). A wrong backward of any op shows as an O(1) error. */
-static void gradcheck(const char *device)
+static void gradcheck(const char *device, int S, int swap)
 {
     char err[STATUS_ERR_LEN];
-    model_config_t c = small_tiny(2);
+    model_config_t c = small_tiny(S);
     kern_t *k = kern_new(device, 2, err);
     assert_non_null(k);
     model_t *m = model_new(&c, k, 42, err);
     assert_non_null(m);
+    assert_int_equal(model_set_swap(m, swap, err), 0);
     int BT = c.batch * c.seq;
     int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);
     random_batch(&c, 5, tok, tgt);
@@ -120,13 +122,72 @@ static void gradcheck(const char *device)
 static void test_gradcheck_ref(void **state)
 {
     (void)state;
-    gradcheck("ref");
+    gradcheck("ref", 2, PATH_SWAP_NONE);
 }
 
 static void test_gradcheck_cpu(void **state)
 {
     (void)state;
-    gradcheck("cpu");
+    gradcheck("cpu", 2, PATH_SWAP_NONE);
+}
+
+/* CheckFree+ swaps: stage 0 and 1 each run twice per microbatch (FRONT with 2 stages:
+ * embedding, stage 1's blocks, stage 0's blocks, head), the two parts of one stage in one
+ * slot; and END with 4 stages. Finite differences agree with the backward pass. */
+static void test_gradcheck_swap(void **state)
+{
+    (void)state;
+    gradcheck("cpu", 2, PATH_SWAP_FRONT);
+    gradcheck("cpu", 4, PATH_SWAP_END);
+    gradcheck("ref", 4, PATH_SWAP_FRONT);
+}
+
+/* A swapped microbatch is the model with its neighbouring blocks exchanged: FRONT on 2
+ * stages gives the loss of an unswapped model whose stage 0 holds blocks 2, 3 and stage 1
+ * blocks 0, 1 (embedding and head in place); and it differs from the unswapped loss. */
+static void test_swap_is_exchange(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    model_config_t c = small_tiny(2);
+    kern_t *k = kern_new("cpu", 2, err);
+    model_t *m = model_new(&c, k, 11, err), *x = model_new(&c, k, 11, err);
+    assert_non_null(m);
+    assert_non_null(x);
+    int n0, n1, nb = c.n_layers / 2;
+    const stage_tensor_t *t0 = stage_tensors(model_stage(x, 0), &n0);
+    const stage_tensor_t *t1 = stage_tensors(model_stage(x, 1), &n1);
+    float *p0 = stage_params(model_stage(x, 0)), *p1 = stage_params(model_stage(x, 1));
+    int exchanged = 0;
+    for (int i = 0; i < n0; i++) {
+        if (t0[i].layer < 0) continue;
+        const char *suffix = strchr(t0[i].name + strlen("layers."), '.');
+        for (int j = 0; j < n1; j++)
+            if (t1[j].layer == t0[i].layer + nb && !strcmp(strchr(t1[j].name + 7, '.'), suffix)) {
+                assert_int_equal(t0[i].numel, t1[j].numel);
+                for (size_t e = 0; e < t0[i].numel; e++) {
+                    float v = p0[t0[i].offset + e];
+                    p0[t0[i].offset + e] = p1[t1[j].offset + e];
+                    p1[t1[j].offset + e] = v;
+                }
+                exchanged++;
+            }
+    }
+    assert_int_equal(exchanged, 9 * nb); /* 9 tensors a block */
+    int BT = c.batch * c.seq;
+    int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);
+    random_batch(&c, 3, tok, tgt);
+    double plain = eval_loss(m, tok, tgt), exch = eval_loss(x, tok, tgt);
+    assert_int_equal(model_set_swap(m, PATH_SWAP_FRONT, err), 0);
+    double swapped = eval_loss(m, tok, tgt);
+    assert_true(fabs(swapped - exch) <= 1e-5 * fabs(exch));
+    assert_true(fabs(swapped - plain) > 1e-4);
+    assert_int_equal(model_set_swap(m, 3, err), STATUS_EINVAL);
+    free(tok);
+    free(tgt);
+    model_destroy(&m);
+    model_destroy(&x);
+    kern_destroy(&k);
 }
 
 /* Gradient of a named tensor, wherever the model keeps it. */
@@ -462,7 +523,8 @@ int main(void)
         cmocka_unit_test(test_init_by_layer),     cmocka_unit_test(test_slots_independent),
         cmocka_unit_test(test_gradcheck_ref),     cmocka_unit_test(test_gradcheck_cpu),
         cmocka_unit_test(test_stages_equivalent), cmocka_unit_test(test_converges),
-        cmocka_unit_test(test_skip_stages),
+        cmocka_unit_test(test_skip_stages),       cmocka_unit_test(test_gradcheck_swap),
+        cmocka_unit_test(test_swap_is_exchange),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

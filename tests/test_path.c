@@ -1,7 +1,8 @@
 /* test_path.c — SkipPipe paths (swarm/path.h): the schedule is balanced per stage and per
  * microbatch, never skips the first or last stage, is a pure function of its inputs,
  * spreads each stage's visits over the step (no bursts), and the next/prev/hop helpers,
- * the pool's expected set and the stage-list parser agree with it. */
+ * the pool's expected set and the stage-list parser agree with it; CheckFree+'s swap
+ * schedule and the hops of a swapped path. */
 #include "common/status.h"
 #include "swarm/path.h"
 #include "swarm/pool.h"
@@ -11,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,6 +165,79 @@ static void test_parse(void **state)
         assert_int_equal(path_parse_stages(bad[i], 4, &k, err), -1);
 }
 
+/* CheckFree+ swaps: round(share M) microbatches of each step swap, FRONT and END in
+ * turn (S >= 3; only FRONT with S = 2), none without a share or when the neighbour is
+ * skipped; the schedule is a pure function and moves between steps. */
+static void test_swap_schedule(void **state)
+{
+    (void)state;
+    for (int S = 2; S <= 6; S++)
+        for (int M = 1; M <= 12; M++)
+            for (int64_t step = 0; step < 20; step++) {
+                int n[3] = {0, 0, 0};
+                for (int i = 0; i < M; i++) {
+                    int w = path_swap(7, step, (uint32_t)i, M, S, 0.5, 0);
+                    assert_true(w >= 0 && w <= 2);
+                    assert_int_equal(w, path_swap(7, step, (uint32_t)i, M, S, 0.5, 0));
+                    n[w]++;
+                    assert_int_equal(path_swap(7, step, (uint32_t)i, M, S, 0, 0), PATH_SWAP_NONE);
+                    assert_int_equal(path_swap(7, step, (uint32_t)i, M, S, 1, 0) != 0, 1);
+                }
+                int K = (int)llround(0.5 * M);
+                assert_int_equal(n[1] + n[2], K);
+                if (S == 2) assert_int_equal(n[2], 0);
+                else assert_int_equal(n[1], (K + 1) / 2);
+            }
+    int moved = 0;
+    for (int64_t step = 1; step < 20; step++)
+        moved += path_swap(7, step, 0, 8, 4, 0.25, 0) != path_swap(7, 0, 0, 8, 4, 0.25, 0);
+    assert_true(moved > 0);
+    assert_int_equal(path_swap(7, 0, 0, 8, 1, 1, 0), PATH_SWAP_NONE);
+    assert_int_equal(path_swap(7, 0, 0, 8, PATH_STAGES_MAX - 1, 1, 0), PATH_SWAP_NONE);
+    /* a skipped neighbour: stage 1 (FRONT) or S-2 (END) off the path, no swap */
+    for (uint32_t i = 0; i < 8; i++) {
+        int w = path_swap(7, 3, i, 8, 5, 1, 0);
+        uint64_t skip = w == PATH_SWAP_FRONT ? 1u << 1 : 1u << 3;
+        assert_int_equal(path_swap(7, 3, i, 8, 5, 1, skip), PATH_SWAP_NONE);
+    }
+}
+
+static void expect_hops(uint64_t skip, int swap, int S, const char *want)
+{
+    path_hop_t h[PATH_HOPS_MAX];
+    int n = path_hops(skip, swap, S, h);
+    char got[256] = "";
+    static const char part[] = "aebh"; /* all, embedding, blocks, head */
+    for (int i = 0; i < n; i++) {
+        size_t w = strlen(got);
+        snprintf(got + w, sizeof got - w, "%s%d%c", i ? " " : "", h[i].stage, part[h[i].part]);
+    }
+    assert_string_equal(got, want);
+}
+
+/* The hops of every kind of path, and which earlier visit a revisit goes back to. */
+static void test_swap_hops(void **state)
+{
+    (void)state;
+    expect_hops(0, PATH_SWAP_NONE, 3, "0a 1a 2a");
+    expect_hops(0, PATH_SWAP_FRONT, 3, "0e 1a 0b 2a");
+    expect_hops(0, PATH_SWAP_END, 3, "0a 2b 1a 2h");
+    expect_hops(0, PATH_SWAP_FRONT, 2, "0e 1b 0b 1h");
+    expect_hops(0, PATH_SWAP_FRONT, 1, "0a");
+    expect_hops(1u << 2, PATH_SWAP_FRONT, 4, "0e 1a 0b 3a");
+    expect_hops(1u << 1, PATH_SWAP_END, 4, "0a 3b 2a 3h");
+    expect_hops(1u << 2, PATH_SWAP_END, 4, "0a 1a 3a"); /* S-2 skipped: no swap */
+    expect_hops(1u << 1, PATH_SWAP_FRONT, 4, "0a 2a 3a");
+    path_hop_t h[PATH_HOPS_MAX];
+    int n = path_hops(0, PATH_SWAP_FRONT, 2, h);
+    int first[4] = {0, 1, 0, 1};
+    for (int i = 0; i < n; i++) assert_int_equal(path_first_visit(h, i), first[i]);
+    n = path_hops(0, PATH_SWAP_END, 5, h);
+    assert_int_equal(n, 6);
+    assert_int_equal(path_first_visit(h, 5), 3);
+    assert_int_equal(path_first_visit(h, 4), 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest all[] = {
@@ -172,6 +247,8 @@ int main(void)
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_pool_expects_path),
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_swap_schedule),
+        cmocka_unit_test(test_swap_hops),
     };
     return cmocka_run_group_tests(all, NULL, NULL);
 }

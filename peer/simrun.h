@@ -79,6 +79,7 @@ typedef struct {
     int optimizer;         /* -1: drawn from the seed; else train_optimizer_t */
     int plant_bug;         /* peer_options_t.plant_bug: the checker must catch it */
     double skip;           /* SkipPipe skip ratio of the run (train_options_t.skip); 0: none */
+    double swap;           /* CheckFree+ swap share of the run (train_options_t.swap); 0: none */
     const char *data_path; /* the corpus (simrun_corpus) */
     double budget_s;       /* virtual seconds for the whole run (0: 600) */
     double live_s;         /* liveness bound: calm virtual seconds without a step (0: 60) */

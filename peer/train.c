@@ -85,6 +85,8 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (w < 0) return 0;
     /* only when set: runs without skipping keep the text (and hashes) they had */
     if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
+    if (o->swap > 0 && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "swap=%.9g\n", o->swap);
     /* only when set: a swarm validates during the run (the leader of stage 0) */
     if (o->val_every > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_every=%d\n", o->val_every);
@@ -217,6 +219,7 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("codec_block", 0, 1 << 20, o->codec_block = (uint32_t)x)
         NUM("val_batches", 1, 1 << 20, o->val_batches = (int)x)
         NUM("skip", 0, 1, o->skip = x)
+        NUM("swap", 0, 1, o->swap = x)
         NUM("val_every", 0, 1 << 30, o->val_every = (int)x)
         NUM("val_skip_mask", 0, 1.8e19, o->val_skip = (uint64_t)x)
         NUM("demo_local", 0, 1 << 20, o->demo_local = (int)x)
@@ -316,15 +319,18 @@ static int compute_grads(run_t *run, int64_t step, double *loss_out, char *err)
             float loss;
             uint32_t index = (uint32_t)(r * o->accum + a);
             uint64_t skip = path_skip(o->seed, step, index, M, S, o->skip);
+            int swap = path_swap(o->seed, step, index, M, S, o->swap, skip);
             for (int s = 0; s < S; s++) run->visits[r * S + s] += path_on(skip, s);
             data_train_batch(run->d, o->seed, (uint64_t)r, step * o->accum + a, o->cfg.batch,
                              run->tok, run->tgt);
             int rc = model_set_skip(run->rep[r], skip, err);
+            if (!rc) rc = model_set_swap(run->rep[r], swap, err);
             if (!rc) rc = model_train_micro(run->rep[r], run->tok, run->tgt, &loss, err);
             if (rc) return rc;
             sum += loss;
         }
-        if (model_set_skip(run->rep[r], 0, err)) return STATUS_EINVAL;
+        if (model_set_skip(run->rep[r], 0, err) || model_set_swap(run->rep[r], 0, err))
+            return STATUS_EINVAL;
     }
     *loss_out = sum / ((double)run->R * o->accum);
     return 0;
@@ -582,6 +588,8 @@ static int setup(run_t *run, char *err)
     run->visits = calloc((size_t)run->R * (size_t)run->S, sizeof *run->visits);
     if (!(o->skip >= 0 && o->skip <= 1))
         return status_set(err, STATUS_EINVAL, "--skip must be in [0, 1]");
+    if (!(o->swap >= 0 && o->swap <= 1))
+        return status_set(err, STATUS_EINVAL, "--swap must be in [0, 1]");
     if (o->val_skip && !path_valid(o->val_skip, run->S))
         return status_set(err, STATUS_EINVAL,
                           "--skip-stages: only middle stages (1..%d) can be left out", run->S - 2);
@@ -704,6 +712,9 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
             P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", run.k->name,
             run.k->threads, o->data_path ? o->data_path : data_default_path(),
             data_train_bytes(run.d), data_val_bytes(run.d), o->skip > 0 ? ", skipping" : "");
+    if (o->swap > 0)
+        fprintf(log, "swap: a share %.3g of microbatches swap the end stages' blocks (CheckFree+)\n",
+                o->swap);
     if (o->skip > 0)
         fprintf(log, "skip: a share %.3g of middle-stage visits left out (SkipPipe paths)\n",
                 o->skip);

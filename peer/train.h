@@ -68,6 +68,10 @@ typedef struct {
      * when set, so that every peer of a swarm validates the same way). */
     double skip;
     uint64_t val_skip;
+    /* CheckFree+ (swarm/path.h): the share of each step's microbatches that swap the
+     * blocks of stage 0 with stage 1's, or of stage S-1 with S-2's (part of the run; 0:
+     * none), so that the neighbours learn to stand in for a lost first or last stage */
+    double swap;
 } train_options_t;
 
 typedef struct {

@@ -45,12 +45,16 @@ int path_swap(uint64_t seed, int64_t step, uint32_t index, int M, int S, double 
     if (!(share > 0) || S < 2 || S > PATH_STAGES_MAX - 2 || M <= 0 || index >= (uint32_t)M)
         return PATH_SWAP_NONE;
     if (share > 1) share = 1;
-    uint64_t K = (uint64_t)llround(share * (double)M);
+    /* Microbatch g = step M + index swaps when g share + u passes an integer (u drawn once
+     * per run): the share holds over any run of microbatches, within one, also when a step
+     * has few of them; the swaps take FRONT and END in turn. */
+    if (step < 0) return PATH_SWAP_NONE;
     rng_t r;
-    rng_seed(&r, rng_mix(rng_mix(seed, SWAP_SALT), (uint64_t)step));
-    uint64_t j = (index + rng_below(&r, (uint64_t)M)) % (uint64_t)M;
-    if (j >= K) return PATH_SWAP_NONE;
-    int kind = S == 2 || j % 2 == 0 ? PATH_SWAP_FRONT : PATH_SWAP_END;
+    rng_seed(&r, rng_mix(seed, SWAP_SALT));
+    double u = rng_uniform(&r), g = (double)step * M + index;
+    double a = floor(g * share + u), b = floor((g + 1) * share + u);
+    if (b <= a) return PATH_SWAP_NONE;
+    int kind = S == 2 || fmod(a, 2) == 0 ? PATH_SWAP_FRONT : PATH_SWAP_END;
     int neighbour = kind == PATH_SWAP_FRONT ? 1 : S - 2;
     return path_on(skip, neighbour) ? kind : PATH_SWAP_NONE;
 }

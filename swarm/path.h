@@ -72,8 +72,8 @@ typedef struct {
 } path_hop_t;
 
 /* The swap of microbatch `index` of `step` (PATH_SWAP_*), a pure function like
- * path_skip: of each step's M microbatches round(share * M) swap, consecutive slots of a
- * drawn rotation, FRONT and END alternating (S >= 3). NONE when share <= 0, S < 2, S >
+ * path_skip: of any n consecutive microbatches (index by index, step by step) floor or
+ * ceil of share * n swap, evenly spread, FRONT and END in turn (S >= 3). NONE when share <= 0, S < 2, S >
  * PATH_STAGES_MAX - 2 (the route would not fit), or the neighbour that would swap (stage
  * 1 or S-2) is not on the path of `skip`. */
 int path_swap(uint64_t seed, int64_t step, uint32_t index, int M, int S, double share,

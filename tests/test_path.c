@@ -165,33 +165,35 @@ static void test_parse(void **state)
         assert_int_equal(path_parse_stages(bad[i], 4, &k, err), -1);
 }
 
-/* CheckFree+ swaps: round(share M) microbatches of each step swap, FRONT and END in
- * turn (S >= 3; only FRONT with S = 2), none without a share or when the neighbour is
- * skipped; the schedule is a pure function and moves between steps. */
+/* CheckFree+ swaps: of any run of n microbatches (step by step) floor or ceil of share n
+ * swap, FRONT and END in turn (S >= 3; only FRONT with S = 2); none without a share or
+ * when the neighbour is skipped; a pure function. */
 static void test_swap_schedule(void **state)
 {
     (void)state;
+    const double shares[] = {0.1, 0.25, 0.5, 0.9};
     for (int S = 2; S <= 6; S++)
         for (int M = 1; M <= 12; M++)
-            for (int64_t step = 0; step < 20; step++) {
-                int n[3] = {0, 0, 0};
-                for (int i = 0; i < M; i++) {
-                    int w = path_swap(7, step, (uint32_t)i, M, S, 0.5, 0);
-                    assert_true(w >= 0 && w <= 2);
-                    assert_int_equal(w, path_swap(7, step, (uint32_t)i, M, S, 0.5, 0));
-                    n[w]++;
-                    assert_int_equal(path_swap(7, step, (uint32_t)i, M, S, 0, 0), PATH_SWAP_NONE);
-                    assert_int_equal(path_swap(7, step, (uint32_t)i, M, S, 1, 0) != 0, 1);
+            for (size_t q = 0; q < sizeof shares / sizeof *shares; q++) {
+                double sh = shares[q];
+                int n[3] = {0, 0, 0}, g = 0;
+                for (int64_t step = 0; step < 20; step++) {
+                    int per = 0;
+                    for (int i = 0; i < M; i++, g++) {
+                        int w = path_swap(7, step, (uint32_t)i, M, S, sh, 0);
+                        assert_true(w >= 0 && w <= 2);
+                        assert_int_equal(w, path_swap(7, step, (uint32_t)i, M, S, sh, 0));
+                        n[w]++;
+                        per += w != 0;
+                        assert_int_equal(path_swap(7, step, (uint32_t)i, M, S, 0, 0), 0);
+                        assert_int_equal(path_swap(7, step, (uint32_t)i, M, S, 1, 0) != 0, 1);
+                    }
+                    assert_true(per >= (int)floor(sh * M) && per <= (int)ceil(sh * M));
+                    assert_true(fabs(n[1] + n[2] - sh * g) < 1.0 + 1e-9);
                 }
-                int K = (int)llround(0.5 * M);
-                assert_int_equal(n[1] + n[2], K);
                 if (S == 2) assert_int_equal(n[2], 0);
-                else assert_int_equal(n[1], (K + 1) / 2);
+                else assert_true(abs(n[1] - n[2]) <= 1);
             }
-    int moved = 0;
-    for (int64_t step = 1; step < 20; step++)
-        moved += path_swap(7, step, 0, 8, 4, 0.25, 0) != path_swap(7, 0, 0, 8, 4, 0.25, 0);
-    assert_true(moved > 0);
     assert_int_equal(path_swap(7, 0, 0, 8, 1, 1, 0), PATH_SWAP_NONE);
     assert_int_equal(path_swap(7, 0, 0, 8, PATH_STAGES_MAX - 1, 1, 0), PATH_SWAP_NONE);
     /* a skipped neighbour: stage 1 (FRONT) or S-2 (END) off the path, no swap */

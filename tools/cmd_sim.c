@@ -51,6 +51,8 @@ static void usage(FILE *f)
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --skip RATIO         SkipPipe: microbatches skip this share of middle-stage\n"
             "                       visits (default 0)\n"
+            "  --swap SHARE         CheckFree+: this share of microbatches swap the end\n"
+            "                       stages' blocks, visiting stage 0 or S-1 twice (default 0)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
             "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
             "                       must catch it\n"
@@ -80,7 +82,7 @@ static int num(const char *opt, const char *v, long long min, long long max, lon
 int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
-           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_PLACE, O_MOVES,
+           O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
            O_COOL, O_EARLY, O_RWILD, O_RBUG };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
@@ -100,6 +102,7 @@ int cmd_sim(int argc, char **argv)
                                          {"set", required_argument, 0, O_SET},
                                          {"help", no_argument, 0, O_HELP},
                                          {"skip", required_argument, 0, O_SKIP},
+                                         {"swap", required_argument, 0, O_SWAP},
                                          {"placement", required_argument, 0, O_PLACE},
                                          {"moves", required_argument, 0, O_MOVES},
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
@@ -217,6 +220,15 @@ int cmd_sim(int argc, char **argv)
             }
             break;
         }
+        case O_SWAP: {
+            char *end;
+            o.swap = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.swap >= 0 && o.swap <= 1)) {
+                fprintf(stderr, "swarmtrain sim: --swap: a share in [0, 1]\n");
+                return 2;
+            }
+            break;
+        }
         case O_HELP:
             usage(stdout);
             return 0;
@@ -284,10 +296,10 @@ int cmd_sim(int argc, char **argv)
                 snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
-                   " --peers %d --stages %d --steps %d --microbatches %d --skip %g --faults "
-                   "%s%s%s%s%s%s%s%s%s%s%s)\n",
+                   " --peers %d --stages %d --steps %d --microbatches %d --skip %g --swap %g "
+                   "--faults %s%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
-                   o.faults,
+                   o.swap, o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",

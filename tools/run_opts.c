@@ -117,6 +117,9 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       (0..1, default 0; part of the run)\n"
                "  --skip-stages LIST   validate at the end also without these middle stages\n"
                "                       (e.g. 1,2 or 1-2)\n"
+               "  --swap SHARE         CheckFree+: this share of each step's microbatches swap\n"
+               "                       stage 0's blocks with stage 1's, or the last stage's\n"
+               "                       with the one before (0..1, default 0; part of the run)\n"
                "compute:\n"
                "  --device NAME        cpu (default), ref, cuda or auto\n"
                "  --threads N          threads (default: all cores)\n");
@@ -158,7 +161,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         O_CODEC,
         O_DCACHE,
         O_SKIP,
-        O_SKIPST
+        O_SKIPST,
+        O_SWAP
     };
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                          {"data", required_argument, 0, 'd'},
@@ -199,7 +203,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
                                          {"codec", required_argument, 0, O_CODEC},
                                          {"data-cache", required_argument, 0, O_DCACHE},
                                          {"skip", required_argument, 0, O_SKIP},
-                                         {"skip-stages", required_argument, 0, O_SKIPST}};
+                                         {"skip-stages", required_argument, 0, O_SKIPST},
+                                         {"swap", required_argument, 0, O_SWAP}};
     enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
     struct option all[MAXOPTS + 1];
     int nx = x && x->opts ? x->n : 0;
@@ -393,6 +398,13 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         case O_SKIPST:
             skip_stages = optarg;
             break;
+        case O_SWAP: {
+            char *end;
+            out->swap = strtod(optarg, &end);
+            if (end == optarg || *end || !(out->swap >= 0 && out->swap <= 1))
+                bad = complain("--swap", optarg, "a share of microbatches in [0, 1]");
+            break;
+        }
         default:
             if (c >= RUN_OPTS_EXTRA && x && x->handle) {
                 bad = x->handle(x->ctx, c, optarg);

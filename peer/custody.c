@@ -13,13 +13,18 @@
 /* The adapted custody time is at most this many times the fixed one (custody_time). */
 #define CUSTODY_RTO_CAP 3.0
 
-mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb)
+mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb, int hop)
 {
     for (int i = 0; i < p->nmbs; i++)
         if (p->mbs[i].used && p->mbs[i].mb.step == mb->step && p->mbs[i].mb.index == mb->index &&
-            p->mbs[i].mb.kind == mb->kind)
+            p->mbs[i].mb.kind == mb->kind && p->mbs[i].hop == hop)
             return &p->mbs[i];
     return NULL;
+}
+
+int custody_hops(const peer_t *p, const mbrec_t *r, path_hop_t *h)
+{
+    return path_hops(r->skip, r->swap, p->S, h);
 }
 
 int custody_free_slot(const peer_t *p)
@@ -48,42 +53,77 @@ void custody_drop(mbrec_t *r)
 {
     free(r->act);
     free(r->targets);
+    free(r->gdelta);
     memset(r, 0, sizeof *r);
     r->slot = -1;
 }
 
 int custody_in_flight(const peer_t *p, int kind)
 {
-    int n = 0;
-    for (int i = 0; i < p->nmbs; i++) n += p->mbs[i].used && p->mbs[i].mb.kind == kind;
+    int n = 0; /* microbatches: a revisit is the same one again */
+    for (int i = 0; i < p->nmbs; i++)
+        n += p->mbs[i].used && p->mbs[i].mb.kind == kind && p->mbs[i].hop == p->mbs[i].first;
     return n;
 }
 
-/* The stage a held microbatch goes to next: the next stage on its path. */
-static int next_stage(const peer_t *p, const mbrec_t *r)
+/* Where a held microbatch goes next: the stage of its next hop; *back the hop whose peer
+ * must take it (a revisit, CheckFree+), else -1. */
+static int next_stage(const peer_t *p, const mbrec_t *r, int *back)
 {
-    return path_next(r->skip, p->stage, p->S);
+    path_hop_t h[PATH_HOPS_MAX];
+    int n = custody_hops(p, r, h), nx = r->hop + 1;
+    if (nx >= n) return -1;
+    int f = path_first_visit(h, nx);
+    if (back) *back = f < nx ? f : -1;
+    return h[nx].stage;
+}
+
+/* Whether the peer a revisit must go back to still serves that stage. */
+static int back_peer_ok(const peer_t *p, const mbrec_t *r, int back, int stage)
+{
+    const msg_member_t *m = view_find(&p->view, r->route[back]);
+    return m && m->stage == stage && m->state == MEMBER_SERVING;
+}
+
+/* A revisit whose peer is gone (or lost the first visit): the microbatch cannot go on
+ * along this path. Nothing is lost: the first visit's peer held it and the stage before
+ * re-sends or, when that peer was stage 0's source, the pool starts it again (11.1). */
+static void drop_revisit(peer_t *p, mbrec_t *r, const char *why)
+{
+    fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; a revisit goes only to "
+            "its first visit's peer: dropped here\n", p->now, r->mb.step, r->mb.index, why);
+    fflush(p->log);
+    custody_drop(r);
 }
 
 /* Sends (or re-sends) a held microbatch to a peer of the next stage on its path chosen
- * by the wiring, avoiding `avoid`. 0 when sent, -1 when no peer is there now. */
+ * by the wiring, avoiding `avoid` (a revisit: to its first visit's peer, nobody else). 0
+ * when sent, -1 when no peer is there now, -2 when it was a revisit whose peer is gone:
+ * then r is dropped. */
 int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
 {
     const msg_member_t *all;
-    int to = next_stage(p, r);
-    int n = view_stage(&p->view, to, 1, &all), k = 0;
+    int back = -1, to = next_stage(p, r, &back);
+    int n = view_stage(&p->view, to, 1, &all), k = 0, pick = -1;
     msg_member_t *cand = p->view.scratch; /* filtered in place */
-    /* members still following their pool would throw the gradient away: prefer the
-     * ones that contribute to this step's exchange */
-    for (int i = 0; i < n; i++)
-        if (all[i].serving_from <= r->mb.step || r->mb.kind == 1)
-            cand[k++] = all[i];
-    if (k) n = k;
-    int pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
-    if (pick < 0 && avoid) pick = wiring_pick(p->wiring, cand, n, NULL, 1.0);
-    if (pick < 0) {
-        r->sent = 0;
-        return -1;
+    if (back >= 0) {
+        if (!back_peer_ok(p, r, back, to)) {
+            drop_revisit(p, r, "its first visit's peer is gone");
+            return -2;
+        }
+    } else {
+        /* members still following their pool would throw the gradient away: prefer the
+         * ones that contribute to this step's exchange */
+        for (int i = 0; i < n; i++)
+            if (all[i].serving_from <= r->mb.step || r->mb.kind == 1)
+                cand[k++] = all[i];
+        if (k) n = k;
+        pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
+        if (pick < 0 && avoid) pick = wiring_pick(p->wiring, cand, n, NULL, 1.0);
+        if (pick < 0) {
+            r->sent = 0;
+            return -1;
+        }
     }
     msg_t m = {.type = MSG_FWD,
                .flags = r->flags,
@@ -95,7 +135,7 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     memcpy(m.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
     const void *pl[2] = {r->act, r->targets};
     size_t len[2] = {r->act_len, (size_t)p->BT * sizeof(int32_t)};
-    memcpy(r->next, cand[pick].id, MSG_ID_LEN);
+    memcpy(r->next, back >= 0 ? r->route[back] : cand[pick].id, MSG_ID_LEN);
     r->sent = 1;
     r->sent_at = p->now;
     if (r->mb.kind == 0) p->act_bytes += r->act_len;
@@ -117,7 +157,8 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
                          "step %" PRId64 " microbatch %u: %s; re-sent from %s to %s", r->mb.step,
                          r->mb.index, why, peer_idhex(failed, a), peer_idhex(r->next, b));
     }
-    /* else: retried when the next stage has a peer again (custody_tick) */
+    /* else: retried when the next stage has a peer again (custody_tick), or dropped (a
+     * revisit whose peer is gone: drop_revisit logged it) */
 }
 
 void custody_on_view(peer_t *p)
@@ -126,7 +167,7 @@ void custody_on_view(peer_t *p)
         mbrec_t *r = &p->mbs[i];
         if (!r->used || !r->sent) continue;
         const msg_member_t *nx = view_find(&p->view, r->next);
-        if (!nx || nx->stage != next_stage(p, r))
+        if (!nx || nx->stage != next_stage(p, r, NULL))
             custody_reroute(p, r, "its next peer is gone");
         else if (nx->state != MEMBER_SERVING)
             custody_reroute(p, r, "its next peer is re-syncing");
@@ -135,10 +176,16 @@ void custody_on_view(peer_t *p)
 
 void custody_on_nack(peer_t *p, const msg_t *m)
 {
-    mbrec_t *r = custody_find(p, &m->mb);
+    mbrec_t *r = custody_find(p, &m->mb, m->nroute - 1); /* it echoes the FWD's hop */
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN)) return;
     char why[MSG_TEXT_MAX + 32];
     snprintf(why, sizeof why, "refused (%s)", m->text);
+    int back = -1;
+    next_stage(p, r, &back);
+    if (back >= 0 && strcmp(m->text, "busy")) { /* a revisit has nowhere else to go */
+        drop_revisit(p, r, why);
+        return;
+    }
     custody_reroute(p, r, why);
 }
 
@@ -148,10 +195,17 @@ void custody_on_nack(peer_t *p, const msg_t *m)
  * re-sent by stage 1 and, at the same moment, by stage 0 (whose gradient had not come
  * back either): two members counted it, the pool left one's exchange message out and
  * lost its other microbatches (sim mild 3x2 seed 1140). */
-double custody_time(const peer_t *p)
+double custody_time(const peer_t *p, const mbrec_t *r)
 {
-    int later = p->S - 1 - p->stage;
-    double base = p->S > 1 ? p->po.custody_s * later / (p->S - 1) : p->po.custody_s;
+    int later = p->S - 1 - p->stage, span = p->S - 1;
+    if (r->swap) { /* CheckFree+: by the hops still to come, each allowed what a hop of an
+                    * unswapped path is (a swapped path is longer; the last stage may hold
+                    * one too). Shares of a longer path re-sent sooner during a stall, and
+                    * the duplicates met (sim mild 8x4 seed 5607) */
+        path_hop_t h[PATH_HOPS_MAX];
+        later = custody_hops(p, r, h) - 1 - r->hop;
+    }
+    double base = span > 0 ? p->po.custody_s * later / span : p->po.custody_s;
     /* Adapted to the round trips its forwards took (network both ways, the later stages'
      * compute and queues), as TCP's retransmission timeout: srtt + 4 rttvar. The fixed
      * time is the floor, never undercut; and at most CUSTODY_RTO_CAP times it, so that one
@@ -167,7 +221,7 @@ double custody_time(const peer_t *p)
 void custody_on_gradient(peer_t *p, const msg_t *m)
 {
     if (m->mb.kind != 0) return;
-    mbrec_t *r = custody_find(p, &m->mb);
+    mbrec_t *r = custody_find(p, &m->mb, m->nroute - 2); /* the sender's route, itself in */
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || m->mb.attempt != r->out_attempt)
         return;
     rtt_note(&p->fb_rtt, p->now - r->sent_at);
@@ -180,7 +234,7 @@ void custody_tick(peer_t *p)
         if (!r->used || !r->act) continue;
         if (!r->sent)
             custody_forward(p, r, NULL);
-        else if (p->now - r->sent_at > custody_time(p))
+        else if (p->now - r->sent_at > custody_time(p, r))
             custody_reroute(p, r, "no gradient back in time");
     }
 }

@@ -69,7 +69,10 @@ int join_setup_stage(peer_t *p)
         if (rc) return rc;
     }
     size_t nb = ((size_t)p->M + 7) / 8;
-    p->nmbs = p->nslots + 2 * po->in_flight + 8;
+    /* records: one per slot, one more per slot for a revisit in it (CheckFree+ swaps: a
+     * revisit must always find one, or stage 0 or S-1 waits on itself), and slotless
+     * ones (validation at the source) */
+    p->nmbs = 2 * p->nslots + 2 * po->in_flight + 8;
     p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
     p->ubuf = calloc(nb, 1);
     p->redo_for = calloc(nb, 1);

@@ -71,9 +71,10 @@ int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const
     return rc;
 }
 
-void peer_send_nack(peer_t *p, const uint8_t *to, const msg_mb_t *mb, int stage, const char *why)
+void peer_send_nack(peer_t *p, const uint8_t *to, const msg_t *fwd, const char *why)
 {
-    msg_t n = {.type = MSG_NACK, .mb = *mb, .stage = (int16_t)stage};
+    msg_t n = {.type = MSG_NACK, .mb = fwd->mb, .stage = fwd->stage, .nroute = fwd->nroute};
+    memcpy(n.route, fwd->route, (size_t)fwd->nroute * MSG_ID_LEN);
     snprintf(n.text, sizeof n.text, "%s", why);
     peer_send(p, to, &n, 0, NULL, NULL);
 }
@@ -176,7 +177,7 @@ static int on_data(peer_t *p, const net_ev_t *ev)
     if (ev->msg.type == MSG_BWD) custody_on_gradient(p, &ev->msg); /* a round trip */
     if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
         if (ev->msg.type == MSG_FWD)
-            peer_send_nack(p, ev->msg.sender, &ev->msg.mb, ev->msg.stage, "re-syncing");
+            peer_send_nack(p, ev->msg.sender, &ev->msg, "re-syncing");
         return 0;
     }
     fault_point(p, &ev->msg);
@@ -275,7 +276,7 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
         return on_view(p, ev);
     case NET_EV_UNDELIV:
         if (ev->msg.type == MSG_FWD && p->st) {
-            mbrec_t *r = custody_find(p, &ev->msg.mb);
+            mbrec_t *r = custody_find(p, &ev->msg.mb, ev->msg.nroute - 1);
             if (r && r->sent && !memcmp(r->next, ev->dest, MSG_ID_LEN))
                 custody_reroute(p, r, "undeliverable");
         }

@@ -35,6 +35,15 @@ typedef struct {
     msg_mb_t mb;          /* step, index, kind */
     uint8_t flags;        /* MSG_FLAG_REDO */
     uint64_t skip;        /* the stages its path leaves out (swarm/path.h) */
+    int swap;             /* its CheckFree+ swap (PATH_SWAP_*), from the run's schedule */
+    int hop;              /* which hop of its path this record serves (= the FWD's nroute) */
+    int first;            /* the first hop of the path on this stage: < hop for a revisit,
+                           * which runs in the first visit's slot (stage.h) */
+    int part;             /* STAGE_PART_* of this stage that hop runs */
+    float *gdelta;        /* a first visit's: the parameter gradient its revisit's backward
+                           * left (host floats over the revisit part's parameters), added
+                           * when this visit counts the microbatch */
+    size_t gdelta_off, gdelta_n; /* where in the stage's buffers, how many */
     uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
     uint16_t out_attempt; /* our attempt number for what we sent downstream */
     int slot;
@@ -236,7 +245,8 @@ int peer_swarm_started(const peer_t *p);
 const char *peer_idhex(const uint8_t *id, char buf[9]);
 uint64_t peer_param_hash(peer_t *p);
 /* Refuses microbatch mb (for `stage`) back to `to`, which re-routes it. */
-void peer_send_nack(peer_t *p, const uint8_t *to, const msg_mb_t *mb, int stage, const char *why);
+/* NACK of a FWD: echoes its mb, stage and route (nroute, the hop it was for). */
+void peer_send_nack(peer_t *p, const uint8_t *to, const msg_t *fwd, const char *why);
 void peer_push_self(peer_t *p);
 
 /* join.c */
@@ -286,7 +296,9 @@ void state_on_request(peer_t *p, const msg_t *m);
 int state_download_tick(peer_t *p);
 
 /* custody.c */
-mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb);
+mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb, int hop);
+/* The hops of a held microbatch's path (swarm/path.h) into h[PATH_HOPS_MAX]; how many. */
+int custody_hops(const peer_t *p, const mbrec_t *r, path_hop_t *h);
 mbrec_t *custody_new(peer_t *p);
 int custody_free_slot(const peer_t *p);
 void custody_drop(mbrec_t *r);
@@ -300,7 +312,7 @@ void custody_tick(peer_t *p);
  * holds its custody, is a sample for the custody timeout. */
 void custody_on_gradient(peer_t *p, const msg_t *m);
 /* How long a forward waits for its gradient (custody_s, adapted to measured round trips). */
-double custody_time(const peer_t *p);
+double custody_time(const peer_t *p, const mbrec_t *r);
 
 /* serve.c */
 int serve_one(peer_t *p, int *did);

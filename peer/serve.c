@@ -65,18 +65,41 @@ static int encode_act(peer_t *p, int slot, uint8_t **out, size_t *len)
 }
 
 /* The backward pass of a held microbatch; its parameter gradient is counted (added to
- * this step's sum) only when the pool still misses the microbatch (step.c). */
+ * this step's sum) only when the pool still misses the microbatch (step.c). A revisit
+ * (CheckFree+: stage 0 or S-1 visited twice) comes back first: its gradient is kept aside
+ * with the first visit, whose backward, later, counts both or neither. */
 static int backward(peer_t *p, mbrec_t *r)
 {
-    int count = step_counts(p, &r->mb, r->flags);
-    size_t P = stage_num_params(p->st) * sizeof(float);
+    int revisit = r->hop != r->first;
+    int count = !revisit && step_counts(p, &r->mb, r->flags);
+    size_t off, n;
+    stage_part_params(p->st, r->part, &off, &n);
+    float *g = stage_grads(p->st) + off;
     if (!count) {
-        if (!p->grad_save && !(p->grad_save = malloc(P))) return STATUS_ENOMEM;
-        p->k->download(p->k, p->grad_save, stage_grads(p->st), P);
+        if (!p->grad_save && !(p->grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
+            return STATUS_ENOMEM;
+        p->k->download(p->k, p->grad_save, g, n * sizeof(float));
     }
-    int rc = stage_backward(p->st, r->slot, NULL, NULL, p->err);
-    if (!count) p->k->upload(p->k, stage_grads(p->st), p->grad_save, P);
+    int rc = stage_backward_part(p->st, r->slot, r->part, NULL, NULL, p->err);
+    mbrec_t *f = revisit ? custody_find(p, &r->mb, r->first) : NULL;
+    if (!rc && f) { /* the revisit's own gradient: after - before */
+        free(f->gdelta);
+        if (!(f->gdelta = malloc(n * sizeof(float) + 1))) return STATUS_ENOMEM;
+        p->k->download(p->k, f->gdelta, g, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) f->gdelta[i] -= p->grad_save[i];
+        f->gdelta_off = off;
+        f->gdelta_n = n;
+    }
+    if (!count) p->k->upload(p->k, g, p->grad_save, n * sizeof(float));
     if (rc) return rc;
+    if (count && r->gdelta) { /* this microbatch's revisit, counted with it */
+        float *d = stage_grads(p->st) + r->gdelta_off;
+        if (!p->grad_save && !(p->grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
+            return STATUS_ENOMEM;
+        p->k->download(p->k, p->grad_save, d, r->gdelta_n * sizeof(float));
+        for (size_t i = 0; i < r->gdelta_n; i++) p->grad_save[i] += r->gdelta[i];
+        p->k->upload(p->k, d, p->grad_save, r->gdelta_n * sizeof(float));
+    }
     if (count) step_count(p, r->mb.index);
     if (r->mb.step < p->step) p->stale++;
     return count;
@@ -85,10 +108,12 @@ static int backward(peer_t *p, mbrec_t *r)
 /* Sends the stage's input gradient (of its last backward pass) to the upstream peer. */
 static int send_grad(peer_t *p, const mbrec_t *r, float loss)
 {
+    path_hop_t h[PATH_HOPS_MAX];
+    custody_hops(p, r, h);
     msg_t b = {.type = MSG_BWD,
                .flags = r->flags,
                .mb = r->mb,
-               .stage = (int16_t)path_prev(r->skip, p->stage),
+               .stage = (int16_t)h[r->hop - 1].stage,
                .loss = loss,
                .nroute = (uint8_t)r->nroute,
                .skip = r->skip};
@@ -164,7 +189,7 @@ static int val_round_tick(peer_t *p)
 
 static void val_round_add(peer_t *p, const msg_mb_t *mb, float loss)
 {
-    mbrec_t *r = custody_find(p, mb);
+    mbrec_t *r = custody_find(p, mb, 0);
     if (p->vr_step < 0 || mb->step != p->vr_step || (int)mb->index >= p->run.val_batches ||
         !isfinite(loss) || pool_bit(p->vr_got, (int)mb->index))
         return;
@@ -196,6 +221,11 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->M, p->S, p->run.skip)
               : (int)index >= p->run.val_batches ? p->run.val_skip
                                                  : 0;
+    /* and its CheckFree+ swap (training only): hop 0 is then the embedding alone */
+    r->swap = kind == 0 ? path_swap(p->run.seed, step, index, p->M, p->S, p->run.swap, r->skip) : 0;
+    path_hop_t h[PATH_HOPS_MAX];
+    custody_hops(p, r, h);
+    r->part = h[0].part;
     r->slot = slot;
     memcpy(r->prev, p->id, MSG_ID_LEN);
     memcpy(r->route[0], p->id, MSG_ID_LEN);
@@ -212,8 +242,8 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     }
     double t0 = compute_clock(p);
     float loss;
-    int rc = stage_forward(p->st, slot, p->host_tok, NULL, p->S == 1 ? r->targets : NULL, NULL,
-                           &loss, p->err);
+    int rc = stage_forward_part(p->st, slot, r->part, p->host_tok, NULL,
+                                p->S == 1 ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) return rc;
     p->served++;
     if (p->S == 1) { /* the whole model here */
@@ -242,26 +272,39 @@ static int on_fwd(peer_t *p, inmsg_t *in)
      * pools may not have counted it yet and need its gradient. Nothing here counts it
      * (step_counts), and its gradient is computed with this stage's newer weights: at
      * most one step stale, counted as `stale` in the member's stats. */
-    if (m->stage != p->stage || !path_valid(m->skip, p->S) || !path_on(m->skip, p->stage) ||
-        m->nroute != path_hops_before(m->skip, p->stage)) {
-        peer_send_nack(p, m->sender, &m->mb, m->stage, "wrong stage");
+    /* a training microbatch goes by the run's schedule, which this stage's pool counts by:
+     * its skip mask, and its swap (CheckFree+), which says the hops of its path */
+    int train = m->mb.kind == 0, valid = path_valid(m->skip, p->S);
+    int swap = train && valid ? path_swap(p->run.seed, m->mb.step, m->mb.index, p->M, p->S,
+                                          p->run.swap, m->skip)
+                              : 0;
+    path_hop_t h[PATH_HOPS_MAX];
+    int nh = valid ? path_hops(m->skip, swap, p->S, h) : 0;
+    if (m->stage != p->stage || m->nroute < 1 || m->nroute >= nh || h[m->nroute].stage != p->stage) {
+        peer_send_nack(p, m->sender, m, "wrong stage");
         return 0;
     }
-    /* a training microbatch goes by the run's schedule, which this stage's pool counts by */
-    if (m->mb.kind == 0 &&
+    if (train &&
         m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->M, p->S, p->run.skip)) {
         p->rejected++;
-        peer_send_nack(p, m->sender, &m->mb, m->stage, "not the run's path");
+        peer_send_nack(p, m->sender, m, "not the run's path");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
         p->rejected++;
-        peer_send_nack(p, m->sender, &m->mb, m->stage, "targets of the wrong size");
+        peer_send_nack(p, m->sender, m, "targets of the wrong size");
         return 0;
     }
-    mbrec_t *old = custody_find(p, &m->mb);
+    int hop = m->nroute, first = path_first_visit(h, hop);
+    mbrec_t *old = custody_find(p, &m->mb, hop);
     if (old) custody_drop(old); /* a re-send supersedes what we held */
-    int slot = custody_free_slot(p);
+    /* a revisit runs in its first visit's slot (stage.h), and only here, where it is */
+    mbrec_t *fv = first < hop ? custody_find(p, &m->mb, first) : NULL;
+    if (first < hop && (!fv || fv->slot < 0)) {
+        peer_send_nack(p, m->sender, m, "its first visit is gone");
+        return 0;
+    }
+    int slot = fv ? fv->slot : custody_free_slot(p);
     mbrec_t *r = custody_new(p);
     if (!r || slot < 0) {
         if (r) r->used = 0;
@@ -269,13 +312,17 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
         p->rejected++;
-        peer_send_nack(p, m->sender, &m->mb, m->stage, p->err);
+        peer_send_nack(p, m->sender, m, p->err);
         r->used = 0;
         return 0;
     }
     r->mb = m->mb;
     r->flags = m->flags;
     r->skip = m->skip;
+    r->swap = swap;
+    r->hop = hop;
+    r->first = first;
+    r->part = h[hop].part;
     r->in_attempt = m->mb.attempt;
     r->slot = slot;
     memcpy(r->prev, m->sender, MSG_ID_LEN);
@@ -285,13 +332,14 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     r->targets = malloc(in->pl_len[1]);
     if (!r->targets) return STATUS_ENOMEM;
     memcpy(r->targets, in->pl[1], in->pl_len[1]);
-    int last = p->stage == p->S - 1;
+    int last = hop == nh - 1; /* the loss is here */
     double t0 = compute_clock(p);
     float loss = NAN;
-    int rc = stage_forward(p->st, slot, NULL, NULL, last ? r->targets : NULL, NULL, &loss, p->err);
+    int rc = stage_forward_part(p->st, slot, r->part, NULL, NULL, last ? r->targets : NULL, NULL,
+                                &loss, p->err);
     if (rc) { /* bad targets from the wire: refuse, keep going */
         p->rejected++;
-        peer_send_nack(p, m->sender, &m->mb, m->stage, p->err);
+        peer_send_nack(p, m->sender, m, p->err);
         custody_drop(r);
         return 0;
     }
@@ -326,7 +374,9 @@ static int on_fwd(peer_t *p, inmsg_t *in)
 static int on_bwd(peer_t *p, inmsg_t *in)
 {
     msg_t *m = &in->m;
-    mbrec_t *r = custody_find(p, &m->mb);
+    /* a validation loss comes to the source (hop 0) straight from the last stage; a
+     * gradient carries its sender's route, the sender included */
+    mbrec_t *r = custody_find(p, &m->mb, m->mb.kind == 1 ? 0 : m->nroute - 2);
     if (m->mb.kind == 1) { /* a validation loss, at the source */
         if (r && p->stage == 0 && !p->val_phase) {
             val_round_add(p, &m->mb, m->loss);
@@ -355,7 +405,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     int rc = backward(p, r);
     if (rc < 0) return rc;
     serve_note_throughput(p, r->fwd_s + pass_seconds(p, t0));
-    if (p->stage == 0) {
+    if (r->hop == 0) { /* the source */
         if (rc == 1) p->loss_sum += m->loss, p->loss_n++;
         p->last_loss = m->loss;
     } else {
@@ -370,7 +420,7 @@ int serve_enqueue(peer_t *p, const net_ev_t *ev)
     /* forwards beyond MAX_PENDING are refused (the sender re-routes); gradients are
      * always kept: they finish work already done */
     if (p->npending >= MAX_PENDING && ev->msg.type == MSG_FWD) {
-        peer_send_nack(p, ev->msg.sender, &ev->msg.mb, ev->msg.stage, "busy");
+        peer_send_nack(p, ev->msg.sender, &ev->msg, "busy");
         return 0;
     }
     if (p->npending == p->pending_cap) {
@@ -474,7 +524,7 @@ int serve_source(peer_t *p)
     for (int i = 0; i < p->M && p->redo_step >= 0; i++) {
         if (!pool_bit(p->redo_for, i)) continue;
         msg_mb_t mb = {.step = p->redo_step, .index = (uint32_t)i};
-        if (custody_find(p, &mb)) continue;
+        if (custody_find(p, &mb, 0)) continue;
         int rc = start_mb(p, p->redo_step, (uint32_t)i, 0, MSG_FLAG_REDO);
         if (rc < 0) return rc;
         if (rc == 1) break;
@@ -518,7 +568,7 @@ int serve_source(peer_t *p)
                 pool_bit(p->ubuf, i))
                 continue;
             msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
-            if (custody_find(p, &mb)) continue;
+            if (custody_find(p, &mb, 0)) continue;
             int rc = start_mb(p, p->step, (uint32_t)i, 0, 0);
             return rc == 1 ? 0 : rc < 0 ? rc : 1;
         }

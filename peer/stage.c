@@ -417,6 +417,21 @@ static float *part_output(const stage_t *st, const slot_t *s, int bits)
     return s->x + (bits == SLOT_EMBED ? 0 : (size_t)st->nblocks * BTC);
 }
 
+void stage_part_params(const stage_t *st, int part, size_t *offset, size_t *count)
+{
+    int bits = part_bits(st, part);
+    size_t lo = st->nparams, hi = 0;
+    for (int i = 0; bits > 0 && i < st->ntensors; i++) {
+        const stage_tensor_t *t = &st->tensors[i];
+        int of = t->layer >= 0 ? SLOT_BLOCKS : st->first && t->offset == st->wte ? SLOT_EMBED : SLOT_HEAD;
+        if (!(bits & of)) continue;
+        if (t->offset < lo) lo = t->offset;
+        if (t->offset + t->numel > hi) hi = t->offset + t->numel;
+    }
+    *offset = hi > lo ? lo : 0;
+    *count = hi > lo ? hi - lo : 0;
+}
+
 int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_in,
                   const int32_t *targets, float *y_out, float *loss, char *err)
 {

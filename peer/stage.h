@@ -93,6 +93,11 @@ enum { STAGE_PART_ALL, STAGE_PART_EMBED, STAGE_PART_BLOCKS, STAGE_PART_HEAD };
 int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, const float *x_in,
                        const int32_t *targets, float *y_out, float *loss, char *err);
 
+/* The parameters whose gradients a backward pass of `part` adds to: [*offset, *offset +
+ * *count) of the buffers (every part's tensors lie together). *count 0 for a part this
+ * stage does not have. */
+void stage_part_params(const stage_t *st, int part, size_t *offset, size_t *count);
+
 /* Copies the logits of slot's last forward pass on the last stage ((batch*seq, vocab)
  * floats, row-major) to host memory out; valid until a backward pass of the slot
  * overwrites them. 0, or STATUS_EINVAL (not the last stage, or no forward pass there). */

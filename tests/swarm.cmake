@@ -2,7 +2,8 @@
 # labels say what kind of test it is (integration or fault).
 add_executable(test_swarm ${CMAKE_CURRENT_SOURCE_DIR}/test_swarm.c ${CMAKE_CURRENT_SOURCE_DIR}/testutil.c)
 target_link_libraries(test_swarm PRIVATE st_peer PkgConfig::CMOCKA)
-foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:integration wire_by_kind:integration
+foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:integration
+          equivalent_swap:integration wire_by_kind:integration
           status_json:integration
           garbage_rejected:fault demo_swarm_with_fault:fault demo_preset_swarm:integration
           revive_from_checkpoint:fault outside_kills:fault lost_stages:fault judged:fault

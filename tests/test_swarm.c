@@ -186,6 +186,30 @@ static void test_equivalent_skip(void **state)
     free(b);
 }
 
+/* CheckFree+ swaps: half the microbatches swap stage 0's blocks with stage 1's or stage
+ * 3's with stage 2's, so stage 0 or 3 serves them twice (in one slot, counting once); the
+ * swarm's losses are the single-process run's, and not those of a run without swaps. */
+static void test_equivalent_swap(void **state)
+{
+    (void)state;
+    equivalent_with(4, "--accum 4 --swap 0.5");
+    char args[1024];
+    snprintf(args, sizeof args,
+             "train --stages 4 --steps 2 --batch 8 --threads 1 --accum 4 --data %s",
+             testutil_corpus());
+    pid_t t = start("train", args);
+    assert_int_equal(finish(t, 300), 0);
+    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
+    double la[2] = {0}, lb[2] = {0};
+    assert_int_equal(losses(a, la, 2), 2);
+    assert_int_equal(losses(b, lb, 2), 2);
+    /* step 0 starts from the same weights: a swapped microbatch's loss already differs */
+    if (fabs(la[0] - lb[0]) < 1e-6 && fabs(la[1] - lb[1]) < 1e-6)
+        fail_msg("--swap 0.5 changed nothing: losses %.6f %.6f", la[0], la[1]);
+    free(a);
+    free(b);
+}
+
 static void test_equivalent_2(void **state)
 {
     (void)state;
@@ -855,6 +879,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_equivalent_2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equivalent_4, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equivalent_skip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_equivalent_swap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),

@@ -78,21 +78,29 @@ static int next_stage(const peer_t *p, const mbrec_t *r, int *back)
     return h[nx].stage;
 }
 
-/* Whether the peer a revisit must go back to still serves that stage. */
-static int back_peer_ok(const peer_t *p, const mbrec_t *r, int back, int stage)
+/* Whether the peer a revisit must go back to may still take it: it is in the view. Its
+ * entry may lag (it sent this microbatch a moment ago: a peer that just moved to the
+ * stage, rebuilding it, still shows its old stage elsewhere), so neither its stage nor its
+ * state are asked; a peer that cannot take it refuses, and then it is dropped. */
+static int back_peer_ok(const peer_t *p, const mbrec_t *r, int back)
 {
-    const msg_member_t *m = view_find(&p->view, r->route[back]);
-    return m && m->stage == stage && m->state == MEMBER_SERVING;
+    return view_find(&p->view, r->route[back]) != NULL;
 }
 
 /* A revisit whose peer is gone (or lost the first visit): the microbatch cannot go on
- * along this path. Nothing is lost: the first visit's peer held it and the stage before
- * re-sends or, when that peer was stage 0's source, the pool starts it again (11.1). */
+ * along this path. Nothing is lost: the peer it came from holds it (it is also the one it
+ * would go back to, r->prev) and is told at once, as by a refusal, so that it re-sends it
+ * elsewhere (or, gone itself, the stage before it does, or stage 0's pool starts it
+ * again, 11.1) instead of waiting out its custody time. */
 static void drop_revisit(peer_t *p, mbrec_t *r, const char *why)
 {
     fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; a revisit goes only to "
             "its first visit's peer: dropped here\n", p->now, r->mb.step, r->mb.index, why);
     fflush(p->log);
+    msg_t f = {.mb = r->mb, .stage = (int16_t)p->stage, .nroute = (uint8_t)r->hop};
+    f.mb.attempt = r->in_attempt;
+    memcpy(f.route, r->route, (size_t)r->hop * MSG_ID_LEN);
+    peer_send_nack(p, r->prev, &f, "its way back is gone");
     custody_drop(r);
 }
 
@@ -107,7 +115,7 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     int n = view_stage(&p->view, to, 1, &all), k = 0, pick = -1;
     msg_member_t *cand = p->view.scratch; /* filtered in place */
     if (back >= 0) {
-        if (!back_peer_ok(p, r, back, to)) {
+        if (!back_peer_ok(p, r, back)) {
             drop_revisit(p, r, "its first visit's peer is gone");
             return -2;
         }
@@ -167,10 +175,11 @@ void custody_on_view(peer_t *p)
         mbrec_t *r = &p->mbs[i];
         if (!r->used || !r->sent) continue;
         const msg_member_t *nx = view_find(&p->view, r->next);
-        if (!nx || nx->stage != next_stage(p, r, NULL))
+        int back = -1, to = next_stage(p, r, &back);
+        if (!nx || (back < 0 && nx->stage != to))
             custody_reroute(p, r, "its next peer is gone");
-        else if (nx->state != MEMBER_SERVING)
-            custody_reroute(p, r, "its next peer is re-syncing");
+        else if (back < 0 && nx->state != MEMBER_SERVING)
+            custody_reroute(p, r, "its next peer is re-syncing"); /* a revisit's: it says */
     }
 }
 

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION     5
+#define MSG_VERSION     6
 #define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
 #define MSG_ADDR_MAX    255  /* longest endpoint string */
 #define MSG_TEXT_MAX    1024 /* longest error / reason text */

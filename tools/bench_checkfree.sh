@@ -5,7 +5,11 @@
 # recovery (nobody moves; the lost stage's peers come back after RESTART_S and restore
 # their newest checkpoint: the stage rolls back) and once with CheckFree(+) (a peer of a
 # neighbouring pool moves over at once and rebuilds the stage from its neighbours; the
-# lost peers come back after RESTART_S and join as any newcomer). Printed per run: the
+# lost peers come back after RESTART_S and join as any newcomer), and once more with
+# CheckFree+'s swaps (`--swap SHARE` on the run: stage 1 trains to stand in for stage 0's
+# blocks and stage 1 for stage 2's, so a rebuilt first or last stage copies a neighbour
+# that has learned the part; rows "-cfs", with a no-failure row "none-swap" for the cost
+# of the swaps themselves). Printed per run: the
 # failures, the wall-clock to a target validation loss (the held-out loss the leader of
 # stage 0 measures every VAL_EVERY steps during the run, `--val-every`; the time from
 # `local`'s start), the whole run's wall-clock, the final held-out loss, and the median
@@ -22,6 +26,7 @@
 #
 # Options: --steps N (300)  --rates LIST (0.05,0.10,0.16)  --hours H (10)
 #          --target LOSS (2.3)  --restart S (5)  --seed N (7)  --val-every N (10)  --dir DIR
+#          --swap SHARE (0.5; 0: no swap rows)
 #          -- RUN OPTIONS for every swarm
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -32,7 +37,7 @@ if [ -z "$BIN" ]; then
     done
 fi
 [ -n "$BIN" ] && [ -x "$BIN" ] || { echo "bench_checkfree.sh: set SWARMTRAIN_BIN to the swarmtrain binary" >&2; exit 2; }
-steps=300 rates=0.05,0.10,0.16 hours=10 target=2.3 restart=5 seed=7 val_every=10 dir=""
+steps=300 rates=0.05,0.10,0.16 hours=10 target=2.3 restart=5 seed=7 val_every=10 dir="" swap=0.5
 while [ $# -gt 0 ]; do
     case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -43,6 +48,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift 2 ;;
     --val-every) val_every=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
+    --swap) swap=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "bench_checkfree.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -79,10 +85,13 @@ echo "bench_checkfree: tiny, 6 layers in 3 stages, 6 peers, $steps steps; a run 
 echo "  target validation loss $target (measured every $val_every steps); lost peers back after ${restart}s; logs in $dir"
 printf "%-10s %-10s %8s %10s %9s %9s %8s %4s\n" run recovery failures "t_target_s" total_s val_loss mttr_s rc
 run none auto 0 "$@"
+sw=$(awk -v s="$swap" 'BEGIN { print (s > 0) }')
+[ "$sw" = 1 ] && run none-swap auto 0 --swap "$swap" "$@"
 IFS=, read -ra R <<< "$rates"
 for r in "${R[@]}"; do
     k=$(awk -v r="$r" -v s=$stages -v h="$hours" 'BEGIN { printf "%d", r * s * h + 0.5 }')
     run "r$r-ck" checkpoint "$k" "$@"
     run "r$r-cf" checkfree "$k" "$@"
+    [ "$sw" = 1 ] && run "r$r-cfs" checkfree "$k" --swap "$swap" "$@"
 done
 echo "CheckFree paper (Blagoev et al.): over 12% faster wall-clock than checkpointing at 5-10% stage failures per hour."

@@ -155,6 +155,7 @@ struct peer {
     int tp_n;
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
     uint64_t stale; /* backward passes of a step the pool had already applied */
+    uint64_t revisits; /* second visits of a swapped microbatch served here (CheckFree+) */
     /* round trips of its forwards (FWD sent to its gradient back), TCP-style (custody.c) */
     rtt_t fb_rtt;
     double last_self_push;

@@ -344,6 +344,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     p->served++;
+    p->revisits += first < hop;
     if (!last) {
         if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
         r->fwd_s = pass_seconds(p, t0); /* noted with its backward */

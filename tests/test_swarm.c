@@ -147,6 +147,27 @@ static void equivalent_with(int S, const char *more)
     free(b);
 }
 
+/* The swarm run just made (local/peer0.log, 4 stages, accum 4) had other losses in its
+ * first `steps` steps than `train` without `what` (an option that changes the paths). */
+static void assert_changed(int steps, const char *what)
+{
+    char args[1024];
+    snprintf(args, sizeof args,
+             "train --stages 4 --steps %d --batch 8 --threads 1 --accum 4 --data %s", steps,
+             testutil_corpus());
+    pid_t t = start("train", args);
+    assert_int_equal(finish(t, 300), 0);
+    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
+    double la[4] = {0}, lb[4] = {0};
+    assert_int_equal(losses(a, la, steps), steps);
+    assert_int_equal(losses(b, lb, steps), steps);
+    int same = 1;
+    for (int i = 0; i < steps; i++) same &= fabs(la[i] - lb[i]) < 1e-6;
+    if (same) fail_msg("%s changed nothing: loss %.6f at step 0", what, la[0]);
+    free(a);
+    free(b);
+}
+
 static void equivalent(int S)
 {
     equivalent_with(S, "");
@@ -171,19 +192,7 @@ static void test_equivalent_skip(void **state)
     free(va);
     free(vb);
     /* and the paths were taken: the same run without skipping has other losses */
-    char args[1024];
-    snprintf(args, sizeof args,
-             "train --stages 4 --steps 1 --batch 8 --threads 1 --accum 4 --data %s",
-             testutil_corpus());
-    pid_t t = start("train", args);
-    assert_int_equal(finish(t, 300), 0);
-    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
-    double la[1] = {0}, lb[1] = {0};
-    assert_int_equal(losses(a, la, 1), 1);
-    assert_int_equal(losses(b, lb, 1), 1);
-    if (fabs(la[0] - lb[0]) < 1e-6) fail_msg("--skip 0.25 changed nothing: loss %.6f", la[0]);
-    free(a);
-    free(b);
+    assert_changed(1, "--skip 0.25");
 }
 
 /* CheckFree+ swaps: half the microbatches swap stage 0's blocks with stage 1's or stage
@@ -193,21 +202,7 @@ static void test_equivalent_swap(void **state)
 {
     (void)state;
     equivalent_with(4, "--accum 4 --swap 0.5");
-    char args[1024];
-    snprintf(args, sizeof args,
-             "train --stages 4 --steps 2 --batch 8 --threads 1 --accum 4 --data %s",
-             testutil_corpus());
-    pid_t t = start("train", args);
-    assert_int_equal(finish(t, 300), 0);
-    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
-    double la[2] = {0}, lb[2] = {0};
-    assert_int_equal(losses(a, la, 2), 2);
-    assert_int_equal(losses(b, lb, 2), 2);
-    /* step 0 starts from the same weights: a swapped microbatch's loss already differs */
-    if (fabs(la[0] - lb[0]) < 1e-6 && fabs(la[1] - lb[1]) < 1e-6)
-        fail_msg("--swap 0.5 changed nothing: losses %.6f %.6f", la[0], la[1]);
-    free(a);
-    free(b);
+    assert_changed(2, "--swap 0.5");
 }
 
 static void test_equivalent_2(void **state)
@@ -400,17 +395,17 @@ static void test_outside_kills(void **state)
 /* Every peer of one stage SIGKILLed from outside at a step and moment drawn from a seed
  * (the clock's, printed): a peer of a neighbouring pool of two moves there and rebuilds
  * it (CheckFree in the middle, CheckFree+ at the ends), and the run ends with a held-out
- * loss and nothing lost. */
-static void kill_stage(int stage, unsigned seed, const char *how)
+ * loss and nothing lost. `more`: further run options. */
+static void kill_stage(int stage, unsigned seed, const char *how, const char *more)
 {
     char name[32], args[1024], logname[64];
     snprintf(name, sizeof name, "stage%d", stage);
     snprintf(args, sizeof args,
              "local --peers 6 --stages 3 --layers 6 --steps 50 --log-every 10 --kill-stage "
-             "%d:random --fault-seed %u --quiet --dir %s/%s --data %s",
-             stage, seed, dir, name, testutil_corpus());
+             "%d:random --fault-seed %u --quiet %s --dir %s/%s --data %s",
+             stage, seed, more, dir, name, testutil_corpus());
     snprintf(logname, sizeof logname, "%s.log", name);
-    printf("stage %d lost, --fault-seed %u\n", stage, seed);
+    printf("stage %d lost, --fault-seed %u %s\n", stage, seed, more);
     pid_t l = start(name, args);
     int rc = finish(l, 600);
     char *out = slurp(logname);
@@ -428,20 +423,35 @@ static void kill_stage(int stage, unsigned seed, const char *how)
     assert_non_null(strstr(out, "no peer died unplanned"));
     assert_true(value_after(out, "val_loss ") < 3.5); /* it learned: the initial is ~5.5 */
     free(out);
+    if (!*more) return;
+    /* the swaps were taken: peers of the stage served second visits before the kill */
+    long revisits = 0;
+    for (int i = 0; i < 6; i++) {
+        char pl[96];
+        snprintf(pl, sizeof pl, "%s/peer%d.log", name, i);
+        char *log = slurp(pl);
+        for (const char *q = log; q && (q = strstr(q, " revisits ")); q++) revisits += atol(q + 10);
+        free(log);
+    }
+    printf("revisits served (the peers that lived to the end): %ld\n", revisits);
+    assert_true(revisits > 0);
 }
 
 /* The middle stage, and one end stage drawn from the seed (both ends, and many more
- * moments, in the simulator: sim --faults stage). */
+ * moments, in the simulator: sim --faults stage), the end stage's run with CheckFree+'s
+ * swaps (--swap 0.5: stage 0 or 2 serves half the microbatches twice, up to the kill). */
 static void test_lost_stages(void **state)
 {
     (void)state;
     unsigned seed = testutil_seed();
-    kill_stage(1, seed, "by CheckFree: weighted average of stages 0");
+    kill_stage(1, seed, "by CheckFree: weighted average of stages 0", "");
     if (seed % 2)
-        kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy");
+        kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy",
+                   "--swap 0.5");
     else
         kill_stage(2, seed + 1,
-                   "by CheckFree+: blocks copied from stage 1, final norm and head from the copy");
+                   "by CheckFree+: blocks copied from stage 1, final norm and head from the copy",
+                   "--swap 0.5");
 }
 
 /* One peer per stage: a stage lost at a seeded random step has nobody to move over, so

@@ -29,6 +29,7 @@ typedef struct {
 } dev_geom_t;
 
 struct demo_opt {
+    int defer_decay; /* demo_opt_defer_decay */
     stage_t *st;
     kern_t *k;
     int n; /* tensors */
@@ -256,6 +257,11 @@ size_t demo_opt_msg_size(const demo_opt_t *o)
     return o->msg_size;
 }
 
+void demo_opt_defer_decay(demo_opt_t *o, int defer)
+{
+    o->defer_decay = defer;
+}
+
 void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
 {
     float lr = optim_lr(oc, step);
@@ -333,7 +339,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     if (oc->clip > 0 && norm > oc->clip) scale *= (float)(oc->clip / norm);
     if (scale != 1.0f) k->scale(k, g, scale, P);
     float lr = optim_lr(oc, step);
-    demo_opt_decay(o, oc, step);
+    if (!o->defer_decay) demo_opt_decay(o, oc, step);
 
     memset(msg, 0, o->msg_size); /* the padding bits of the last octet */
     memcpy(msg, "STDX", 4);

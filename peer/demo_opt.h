@@ -71,6 +71,12 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
  * contributing to it must do before demo_opt_apply. */
 void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step);
 
+/* defer 1: demo_opt_prepare leaves the weight decay out, for the caller to apply with
+ * demo_opt_decay just before demo_opt_apply (a swarm member: its parameters stay those of
+ * the step's start until the pool's update, so that a state it serves in between is the
+ * step's; docs/protocol.md 9.4). The result of prepare + decay + apply is the same. */
+void demo_opt_defer_decay(demo_opt_t *o, int defer);
+
 /* Applies the pool's step: msgs are the m stage messages of step `step` (this replica's
  * among them, any order); per tensor, every coefficient is the mean over the senders
  * that sent it, Q = IDCT of that, p -= lr * sign(Q). The result is bit-identical on every

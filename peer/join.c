@@ -63,6 +63,7 @@ int join_setup_stage(peer_t *p)
                           p->run.demo_local);
     if (p->run.optimizer == TRAIN_DEMO && !(p->dopt = demo_opt_new(p->st, &p->run.demo, p->err)))
         return STATUS_EINVAL;
+    if (p->dopt) demo_opt_defer_decay(p->dopt, 1); /* decayed at apply: step.c */
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
         int rc = join_open_corpus(p, &p->data);

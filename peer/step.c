@@ -333,7 +333,12 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         log_warn("peer: step %" PRId64 ": no update taken (every message refused), e.g. %s's",
                  p->step, n ? peer_idhex(msgs[0]->origin, h) : "none");
     } else if (p->dopt) {
-        if (following) demo_opt_decay(p->dopt, &p->run.opt, p->step);
+        /* the weight decay too, on every member, not in demo_opt_prepare: until the pool's
+         * update the parameters stay those of the step's start, and so does a state this
+         * member serves in between (a joiner's hash once differed: it downloaded decayed
+         * parameters labelled with the step, and decayed them again; sim mild 4x2 --swap
+         * 0.5 seed 7225 re-synced forever) */
+        demo_opt_decay(p->dopt, &p->run.opt, p->step);
         rc = demo_opt_apply(p->dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
         gnorm = p->last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
     } else {

@@ -279,7 +279,7 @@ static int local_option(void *ctx, int c, const char *arg)
 }
 
 /* A free loopback TCP port (bound and released; a small race we accept on loopback). */
-static int free_port(void)
+static int free_port1(void)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -290,6 +290,19 @@ static int free_port(void)
         port = ntohs(a.sin_port);
     if (s >= 0) close(s);
     return port;
+}
+
+/* A free loopback port no other peer of this run was given: a port bound and released
+ * may come back from the next bind (two peers were once given one port, and the swarm
+ * waited for the peer that could not listen). */
+static int free_port(const child_t *ch, int n)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        int port = free_port1(), taken = 0;
+        for (int i = 0; i < n && !taken; i++) taken = ch[i].port == port;
+        if (!taken) return port;
+    }
+    return -1;
 }
 
 /* Whether argv[i] is one of local's own options; *takes_arg says if the next word goes
@@ -770,7 +783,7 @@ static int local_main(int argc, char **argv, int user0)
     if (!ch) return 1;
     int n = lo.peers;
     for (int i = 0; i < n; i++) {
-        ch[i].port = free_port();
+        ch[i].port = free_port(ch, i);
         ch[i].stage = i % S;
     }
     for (int s = 0, i = 0; s < lo.nplacement; s++) /* --placement: stage by stage */
@@ -1047,7 +1060,7 @@ static int local_main(int argc, char **argv, int user0)
                 (!ch[lo.kill_peer].killed || v.peers_per[ch[lo.kill_peer].stage] >= lo.peers / S);
             if (lo.join_step >= 0 && !joined && !wait_gone && v.step0 >= lo.join_step &&
                 n < MAX_PEERS) {
-                ch[n].port = free_port();
+                ch[n].port = free_port(ch, n);
                 ch[n].stage = lo.join_stage < S ? lo.join_stage : 0;
                 int db_idx = n;
                 if (lo.revive && lo.kill_peer >= 0 && ch[lo.kill_peer].killed) {
@@ -1067,7 +1080,7 @@ static int local_main(int argc, char **argv, int user0)
             if (now < back_at[k] || n >= MAX_PEERS) continue;
             int via = live_port(ch, n), i = back_idx[k];
             if (!via) continue;
-            ch[n].port = free_port();
+            ch[n].port = free_port(ch, n);
             ch[n].stage = ch[i].stage;
             if (spawn(&ch[n], n, i, argc, argv, &lo, threads, via)) goto fail;
             printf("local: peer %d (peer %d again, with its store) joins stage %d\n", n, i,
@@ -1083,7 +1096,7 @@ static int local_main(int argc, char **argv, int user0)
             if (now < restart_due[k] || n >= MAX_PEERS) continue;
             int via = live_port(ch, n);
             if (!via) continue;
-            ch[n].port = free_port();
+            ch[n].port = free_port(ch, n);
             ch[n].stage = restart_stage[k];
             if (spawn(&ch[n], n, n, argc, argv, &lo, threads, via)) goto fail;
             printf("local: churn: peer %d starts for stage %d\n", n, ch[n].stage);

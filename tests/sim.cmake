@@ -80,3 +80,11 @@ add_test(NAME sim_restart_planted_bug COMMAND swarmtrain sim --plant-resume-bug 
 set_tests_properties(sim_restart_planted_bug PROPERTIES LABELS sim TIMEOUT 300
   PASS_REGULAR_EXPRESSION "sim: 20 schedules, ([6-9]|1[0-9]|20) failed"
   ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
+
+# CheckFree+ swaps (issue 11): half the microbatches visit stage 0 or the last stage twice
+# (docs/protocol.md 11.6); with mild faults, and with a whole stage lost. Every pool must
+# still count each microbatch once (a revisit's gradient goes with its first visit).
+st_add_sim(swap_2x2       --faults mild  --peers 4 --stages 2 --swap 0.5 --first-seed 1 --seeds 150)
+st_add_sim(swap_3x2       --faults mild  --peers 6 --stages 3 --swap 0.5 --first-seed 1 --seeds 150)
+st_add_sim(swap_4x2       --faults mild  --peers 8 --stages 4 --swap 0.5 --first-seed 1 --seeds 100)
+st_add_sim(swap_stage_3x2 --faults stage --peers 6 --stages 3 --steps 12 --swap 0.5 --first-seed 1 --seeds 150)

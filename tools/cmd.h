@@ -20,5 +20,6 @@ int bench_codecs(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_swarm(int argc, char **argv);
 int bench_demo(int argc, char **argv);
+int bench_swap(int argc, char **argv);
 
 #endif

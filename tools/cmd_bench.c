@@ -17,6 +17,7 @@ int cmd_bench(int argc, char **argv)
         {"store", bench_store, "checkpoint writes vs a plain SQLite write; step overhead"},
         {"swarm", bench_swarm, "local swarm tokens/s vs single-process train; wire bytes"},
         {"demo", bench_demo, "DeMo settings: bytes/param/step and val_loss vs AdamW"},
+        {"swap", bench_swap, "CheckFree+ swaps: a rebuilt stage's held-out loss vs none"},
     };
     int n = (int)(sizeof topics / sizeof topics[0]);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -211,20 +211,14 @@ int cmd_sim(int argc, char **argv)
         case O_SET:
             o.knobs = optarg;
             break;
-        case O_SKIP: {
-            char *end;
-            o.skip = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.skip >= 0 && o.skip <= 1)) {
-                fprintf(stderr, "swarmtrain sim: --skip: a ratio in [0, 1]\n");
-                return 2;
-            }
-            break;
-        }
+        case O_SKIP:
         case O_SWAP: {
             char *end;
-            o.swap = strtod(optarg, &end);
-            if (end == optarg || *end || !(o.swap >= 0 && o.swap <= 1)) {
-                fprintf(stderr, "swarmtrain sim: --swap: a share in [0, 1]\n");
+            double *share = c == O_SKIP ? &o.skip : &o.swap;
+            *share = strtod(optarg, &end);
+            if (end == optarg || *end || !(*share >= 0 && *share <= 1)) {
+                fprintf(stderr, "swarmtrain sim: --%s: a share in [0, 1]\n",
+                        c == O_SKIP ? "skip" : "swap");
                 return 2;
             }
             break;

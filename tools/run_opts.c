@@ -17,6 +17,17 @@ static int complain(const char *opt, const char *v, const char *expected)
     return -1;
 }
 
+/* A share in [0, 1] (--skip, --swap); 0 or complain's -1. */
+static int share(const char *opt, const char *v, const char *of, double *out)
+{
+    char *end;
+    char expected[96];
+    *out = strtod(v, &end);
+    if (end != v && !*end && *out >= 0 && *out <= 1) return 0;
+    snprintf(expected, sizeof expected, "a share of %s in [0, 1]", of);
+    return complain(opt, v, expected);
+}
+
 int run_opts_int(const char *opt, const char *v, int min, int *out)
 {
     char *end;
@@ -388,23 +399,15 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             out->codec_block = (uint32_t)block;
             break;
         }
-        case O_SKIP: {
-            char *end;
-            out->skip = strtod(optarg, &end);
-            if (end == optarg || *end || !(out->skip >= 0 && out->skip <= 1))
-                bad = complain("--skip", optarg, "a share of middle-stage visits in [0, 1]");
+        case O_SKIP:
+            bad = share("--skip", optarg, "middle-stage visits", &out->skip);
             break;
-        }
         case O_SKIPST:
             skip_stages = optarg;
             break;
-        case O_SWAP: {
-            char *end;
-            out->swap = strtod(optarg, &end);
-            if (end == optarg || *end || !(out->swap >= 0 && out->swap <= 1))
-                bad = complain("--swap", optarg, "a share of microbatches in [0, 1]");
+        case O_SWAP:
+            bad = share("--swap", optarg, "microbatches", &out->swap);
             break;
-        }
         default:
             if (c >= RUN_OPTS_EXTRA && x && x->handle) {
                 bad = x->handle(x->ctx, c, optarg);

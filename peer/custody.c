@@ -179,7 +179,7 @@ void custody_on_view(peer_t *p)
         if (!nx || (back < 0 && nx->stage != to))
             custody_reroute(p, r, "its next peer is gone");
         else if (back < 0 && nx->state != MEMBER_SERVING)
-            custody_reroute(p, r, "its next peer is re-syncing"); /* a revisit's: it says */
+            custody_reroute(p, r, "its next peer is re-syncing"); /* a revisit's refuses */
     }
 }
 
@@ -208,9 +208,10 @@ double custody_time(const peer_t *p, const mbrec_t *r)
 {
     int later = p->S - 1 - p->stage, span = p->S - 1;
     if (r->swap) { /* CheckFree+: by the hops still to come, each allowed what a hop of an
-                    * unswapped path is (a swapped path is longer; the last stage may hold
-                    * one too). Shares of a longer path re-sent sooner during a stall, and
-                    * the duplicates met (sim mild 8x4 seed 5607) */
+                    * unswapped path is (the last stage may hold one too). Scaled to the
+                    * longer path's own length instead, a swapped hop re-sent sooner than an
+                    * unswapped one during a stall, and the two copies were both counted
+                    * (sim mild 8x4 --swap 0.5 seed 5607) */
         path_hop_t h[PATH_HOPS_MAX];
         later = custody_hops(p, r, h) - 1 - r->hop;
     }

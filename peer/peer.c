@@ -463,10 +463,10 @@ void peer_finish(peer_t *p, const char *why)
     fprintf(p->log,
             "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
-            " stale %" PRIu64 " throughput %.1f moves %d revisits %" PRIu64 "\n",
+            " stale %" PRIu64 " throughput %.1f revisits %" PRIu64 " moves %d\n",
             p->stage, p->step, peer_param_hash(p), p->served, p->retries, p->lost,
             p->net_rejected + p->rejected, p->act_bytes, p->stale, (double)p->self.throughput,
-            p->moves, p->revisits);
+            p->revisits, p->moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
     peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);

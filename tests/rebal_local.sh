@@ -18,7 +18,12 @@ trap 'rm -rf "$dir"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
 fail() {
     echo "rebal_local $what: $*" >&2
-    for f in "$dir"/*.log; do [ -f "$f" ] && { echo "== $f"; grep -v '^step' "$f" | tail -n 6; }; done
+    for f in "$dir"/*.log; do
+        [ -f "$f" ] || continue
+        echo "== $f"
+        # a mover's whole story (what it followed, refused, re-synced), others' ends
+        if grep -q '^moved: ' "$f"; then grep -v '^step' "$f" | head -n 80; else grep -v '^step' "$f" | tail -n 6; fi
+    done
     exit 1
 }
 # stage-1 lines of the peers' closing lines: "served throughput"

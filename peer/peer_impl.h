@@ -127,6 +127,7 @@ struct peer {
     uint8_t early_to[64][MSG_ID_LEN];
     uint8_t *sent_bits; /* microbatches those parts counted */
     double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
+    int64_t exch_req_step; /* the step of the last EXCH_REQ round (a follower catching up) */
     uint64_t my_hash; /* parameter hash at the start of this step */
     double step_t0;
     double stall_logged_at;

@@ -488,10 +488,18 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
 
 /* What this member still needs before it can apply the step: part 0 of every exchange
  * member's message, and every part that covers what a live member reports it counted.
- * Asks for each missing one (EXCH_REQ, at most once a second) and returns how many. */
+ * Asks for each missing one (EXCH_REQ, at most once a second, and at once on each new
+ * step of a follower behind its pool) and returns how many. */
 static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 {
-    int missing = 0, ask = p->now - p->exch_req_at >= 1.0;
+    /* A follower two or more steps behind catches up through the messages its mates
+     * kept; asking once a second for each step's, it caught up at one step a second, and
+     * behind a pool that steps faster it fell further behind until it re-synced, and
+     * might do so again and again (suspected in rebal_no-thrash's intermittent "the mover
+     * never contributed"). */
+    int catching_up = !contributing(p) && p->exch_req_step != p->step &&
+                      view_max_step(&p->view, p->stage) >= p->step + 2;
+    int missing = 0, ask = p->now - p->exch_req_at >= 1.0 || catching_up;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     /* the exchange members: this member's view, and everyone a mate's message names */
     int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;
@@ -568,7 +576,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
             free(rep);
         }
     }
-    if (ask) p->exch_req_at = p->now;
+    if (ask) p->exch_req_at = p->now, p->exch_req_step = p->step;
     return missing + !pool_all(p->pool, p->ubuf);
 }
 

@@ -97,11 +97,16 @@ static void drop_revisit(peer_t *p, mbrec_t *r, const char *why)
     fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; a revisit goes only to "
             "its first visit's peer: dropped here\n", p->now, r->mb.step, r->mb.index, why);
     fflush(p->log);
+    custody_nack_back(p, r, "its way back is gone");
+    custody_drop(r);
+}
+
+void custody_nack_back(peer_t *p, const mbrec_t *r, const char *why)
+{
     msg_t f = {.mb = r->mb, .stage = (int16_t)p->stage, .nroute = (uint8_t)r->hop};
     f.mb.attempt = r->in_attempt;
     memcpy(f.route, r->route, (size_t)r->hop * MSG_ID_LEN);
-    peer_send_nack(p, r->prev, &f, "its way back is gone");
-    custody_drop(r);
+    peer_send_nack(p, r->prev, &f, why);
 }
 
 /* Sends (or re-sends) a held microbatch to a peer of the next stage on its path chosen

@@ -309,6 +309,8 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid);
 void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
 void custody_on_view(peer_t *p);
 void custody_on_nack(peer_t *p, const msg_t *m);
+/* NACKs the FWD a held record came with, to the peer it came from (it re-routes). */
+void custody_nack_back(peer_t *p, const mbrec_t *r, const char *why);
 void custody_tick(peer_t *p);
 /* A BWD arrived (at p->now): the round trip of the forward it answers, when this peer
  * holds its custody, is a sample for the custody timeout. */

@@ -75,11 +75,11 @@ static int backward(peer_t *p, mbrec_t *r)
     size_t off, n;
     stage_part_params(p->st, r->part, &off, &n);
     float *g = stage_grads(p->st) + off;
-    if (!count) {
-        if (!p->grad_save && !(p->grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
-            return STATUS_ENOMEM;
-        p->k->download(p->k, p->grad_save, g, n * sizeof(float));
-    }
+    /* host scratch: the gradient kept while a pass that does not count runs, or the one a
+     * revisit's gradient is added to */
+    if (!p->grad_save && !(p->grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
+        return STATUS_ENOMEM;
+    if (!count) p->k->download(p->k, p->grad_save, g, n * sizeof(float));
     int rc = stage_backward_part(p->st, r->slot, r->part, NULL, NULL, p->err);
     mbrec_t *f = revisit ? custody_find(p, &r->mb, r->first) : NULL;
     if (!rc && f) { /* the revisit's own gradient: after - before */
@@ -94,8 +94,6 @@ static int backward(peer_t *p, mbrec_t *r)
     if (rc) return rc;
     if (count && r->gdelta) { /* this microbatch's revisit, counted with it */
         float *d = stage_grads(p->st) + r->gdelta_off;
-        if (!p->grad_save && !(p->grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
-            return STATUS_ENOMEM;
         p->k->download(p->k, p->grad_save, d, r->gdelta_n * sizeof(float));
         for (size_t i = 0; i < r->gdelta_n; i++) p->grad_save[i] += r->gdelta[i];
         p->k->upload(p->k, d, p->grad_save, r->gdelta_n * sizeof(float));

@@ -130,12 +130,7 @@ int peer_start_download(peer_t *p, const char *why)
     for (int i = 0; i < p->nmbs; i++) {
         mbrec_t *r = &p->mbs[i];
         if (!r->used) continue;
-        if (!peer_is_self(p, r->prev)) { /* as the FWD it got */
-            msg_t f = {.mb = r->mb, .stage = (int16_t)p->stage, .nroute = (uint8_t)r->hop};
-            f.mb.attempt = r->in_attempt;
-            memcpy(f.route, r->route, (size_t)r->hop * MSG_ID_LEN);
-            peer_send_nack(p, r->prev, &f, "re-syncing");
-        }
+        if (!peer_is_self(p, r->prev)) custody_nack_back(p, r, "re-syncing");
         custody_drop(r);
     }
     while (p->npending) serve_dequeue(p, p->npending - 1);

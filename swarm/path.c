@@ -96,20 +96,6 @@ int path_next(uint64_t skip, int s, int S)
     return S;
 }
 
-int path_prev(uint64_t skip, int s)
-{
-    for (int t = s - 1; t >= 0; t--)
-        if (path_on(skip, t)) return t;
-    return -1;
-}
-
-int path_hops_before(uint64_t skip, int s)
-{
-    int n = 0;
-    for (int t = 0; t < s && t < PATH_STAGES_MAX; t++) n += path_on(skip, t);
-    return n;
-}
-
 int path_valid(uint64_t skip, int S)
 {
     if (S < 1 || S > PATH_STAGES_MAX) return 0;

@@ -34,13 +34,6 @@ static inline int path_on(uint64_t skip, int s)
 /* The next stage on the path after stage s (S when s is the last). */
 int path_next(uint64_t skip, int s, int S);
 
-/* The stage before s on the path (-1 when s is stage 0). */
-int path_prev(uint64_t skip, int s);
-
-/* How many stages of the path come before stage s (its hop number: the route length a
- * FWD to s carries). */
-int path_hops_before(uint64_t skip, int s);
-
 /* Whether skip is a valid mask for S stages: stage 0 and S-1 on the path, no bit >= S. */
 int path_valid(uint64_t skip, int S);
 

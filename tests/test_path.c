@@ -103,13 +103,16 @@ static void test_walk(void **state)
     assert_int_equal(path_next(k, 1, 6), 4);
     assert_int_equal(path_next(k, 4, 6), 5);
     assert_int_equal(path_next(k, 5, 6), 6);
-    assert_int_equal(path_prev(k, 5), 4);
-    assert_int_equal(path_prev(k, 4), 1);
-    assert_int_equal(path_prev(k, 0), -1);
-    assert_int_equal(path_hops_before(k, 0), 0);
-    assert_int_equal(path_hops_before(k, 4), 2);
-    assert_int_equal(path_hops_before(k, 5), 3);
-    assert_int_equal(path_hops_before(0, 5), 5);
+    /* the hops: each stage's hop number (the route a FWD to it carries) and the stage
+     * before it */
+    path_hop_t h[PATH_HOPS_MAX];
+    assert_int_equal(path_hops(k, PATH_SWAP_NONE, 6, h), 4);
+    assert_int_equal(h[0].stage, 0);
+    assert_int_equal(h[1].stage, 1);
+    assert_int_equal(h[2].stage, 4);
+    assert_int_equal(h[3].stage, 5);
+    assert_int_equal(path_hops(0, PATH_SWAP_NONE, 6, h), 6);
+    assert_int_equal(h[5].stage, 5);
     assert_true(path_valid(k, 6));
     assert_false(path_valid(1, 6));
     assert_false(path_valid(1u << 5, 6));

@@ -1004,8 +1004,10 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err)
     return rc;
 }
 
-int http_bootstrap_pick(const char *url, int timeout_ms, FILE *log, char *endpoint, size_t n,
-                        char *err)
+/* One pass over the list at url: the first endpoint that answers, or STATUS_ENET with
+ * every endpoint and its reason in err. */
+static int bootstrap_pick_once(const char *url, int timeout_ms, FILE *log, char *endpoint,
+                               size_t n, char *err)
 {
     char **eps = NULL;
     int k = 0, rc = http_bootstrap_list(url, &eps, &k, err);
@@ -1031,4 +1033,18 @@ int http_bootstrap_pick(const char *url, int timeout_ms, FILE *log, char *endpoi
         status_set(err, STATUS_ENET, "no endpoint of %s answers (%s)", url, tried);
     http_bootstrap_free(&eps, k);
     return rc;
+}
+
+int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log, char *endpoint,
+                        size_t n, char *err)
+{
+    double until = clock_now() + wait_ms / 1000.0;
+    for (int round = 1;; round++) {
+        int rc = bootstrap_pick_once(url, timeout_ms, log, endpoint, n, err);
+        /* only "nobody answers" is worth waiting out: a peer still starting, a list not yet
+         * updated; a missing or malformed list is not */
+        if (rc != STATUS_ENET || clock_now() + 1.0 > until) return rc;
+        if (log) fprintf(log, "join: no endpoint answers yet (round %d); again in 1 s\n", round);
+        clock_sleep(1.0);
+    }
 }

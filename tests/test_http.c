@@ -28,6 +28,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,28 @@ static char *slurp(const char *path)
     s[got] = 0;
     fclose(f);
     return s;
+}
+
+/* Replaces the file at path with text after delay seconds (on a thread; written aside and
+ * renamed, so the server never serves half of it). */
+typedef struct {
+    char path[256], text[256];
+    double delay;
+} rewrite_t;
+
+static void *rewrite_later(void *arg)
+{
+    rewrite_t *rw = arg;
+    clock_sleep(rw->delay);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.new", rw->path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fputs(rw->text, f);
+        fclose(f);
+        rename(tmp, rw->path);
+    }
+    return NULL;
 }
 
 static int count_lines(const char *path)
@@ -409,7 +432,7 @@ static void test_bootstrap_list(void **state)
     snprintf(tried, sizeof tried, "%s/tried.log", dir);
     FILE *lg = fopen(tried, "w");
     url_of(url, sizeof url, "pick.txt");
-    assert_int_equal(http_bootstrap_pick(url, 2000, lg, pick, sizeof pick, err), 0);
+    assert_int_equal(http_bootstrap_pick(url, 2000, 0, lg, pick, sizeof pick, err), 0);
     fclose(lg);
     snprintf(p, sizeof p, "tcp://127.0.0.1:%d", port);
     assert_string_equal(pick, p);
@@ -422,8 +445,33 @@ static void test_bootstrap_list(void **state)
     fprintf(f, "%s\n", ep);
     fclose(f);
     url_of(url, sizeof url, "dead.txt");
-    assert_int_equal(http_bootstrap_pick(url, 2000, NULL, pick, sizeof pick, err), STATUS_ENET);
+    double t0 = clock_now();
+    assert_int_equal(http_bootstrap_pick(url, 2000, 0, NULL, pick, sizeof pick, err), STATUS_ENET);
     assert_non_null(strstr(err, ep));
+    assert_true(clock_now() - t0 < 1.0); /* no wait asked for, none taken */
+    /* a wait: nobody answers for 1.5 s, then the list is rewritten to name a live peer; the
+     * pick reads the list again each round and finds it */
+    rewrite_t rw = {.delay = 0.7};
+    snprintf(rw.path, sizeof rw.path, "%s", p);
+    snprintf(rw.text, sizeof rw.text, "%s\ntcp://127.0.0.1:%d\n", ep, port);
+    pthread_t th;
+    pthread_create(&th, NULL, rewrite_later, &rw);
+    t0 = clock_now();
+    assert_int_equal(http_bootstrap_pick(url, 2000, 10000, NULL, pick, sizeof pick, err), 0);
+    pthread_join(th, NULL);
+    assert_true(clock_now() - t0 >= 0.7);
+    snprintf(p, sizeof p, "tcp://127.0.0.1:%d", port);
+    assert_string_equal(pick, p);
+    /* and one that stays dead gives up after about its wait */
+    srv_file(p, sizeof p, "dead.txt");
+    f = fopen(p, "w");
+    fprintf(f, "%s\n", ep);
+    fclose(f);
+    t0 = clock_now();
+    assert_int_equal(http_bootstrap_pick(url, 2000, 1500, NULL, pick, sizeof pick, err),
+                     STATUS_ENET);
+    double took = clock_now() - t0;
+    assert_true(took >= 0.9 && took < 5.0);
 }
 
 static void test_run_text_carries_checksum(void **state)

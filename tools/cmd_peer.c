@@ -262,10 +262,11 @@ int cmd_peer(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     char err[STATUS_ERR_LEN];
-    /* --join URL: a bootstrap list; the first endpoint that answers is joined through */
+    /* --join URL: a bootstrap list; the first endpoint that answers is joined through. As
+     * with --join tcp://, whose HELLO is tried for 30 s, the peers named get 30 s to come up */
     char picked[256];
     if (po.join && http_is_url(po.join)) {
-        if (http_bootstrap_pick(po.join, 2000, stderr, picked, sizeof picked, err)) {
+        if (http_bootstrap_pick(po.join, 2000, 30000, stderr, picked, sizeof picked, err)) {
             fprintf(stderr, "swarmtrain peer: --join %s: %s\n", po.join, err);
             return 1;
         }

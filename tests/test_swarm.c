@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -746,6 +747,28 @@ static void test_status_json(void **state)
     assert_int_equal(finish(p0, 30), 0);
 }
 
+/* `local` whose peer cannot start (its store's path is a directory): the others would wait
+ * for it at step 0 forever; local says which peer died and why, stops them and fails. */
+static void test_local_start_failure(void **state)
+{
+    (void)state;
+    char sub[128], args[1024];
+    snprintf(sub, sizeof sub, "%s/run", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(args, sizeof args, "%s/peer2.db", sub);
+    assert_int_equal(mkdir(args, 0755), 0);
+    snprintf(args, sizeof args, "local --peers 4 --stages 2 --steps 5 --threads 1 --dir %s --data %s",
+             sub, testutil_corpus());
+    pid_t p = start("lf", args);
+    assert_int_equal(finish(p, 60), 1);
+    char *log = slurp("lf.log");
+    assert_non_null(log);
+    assert_non_null(strstr(log, "peer 2 (stage 0) died unplanned (exit status 1)"));
+    assert_non_null(strstr(log, "peer2.db: open:")); /* its own words, from its log */
+    assert_non_null(strstr(log, "the swarm cannot start without it"));
+    free(log);
+}
+
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
 static void test_garbage_rejected(void **state)
 {
@@ -892,6 +915,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_equivalent_swap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_start_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_preset_swarm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revive_from_checkpoint, setup, teardown),

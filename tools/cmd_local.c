@@ -541,6 +541,40 @@ static unsigned long long count_lines(const char *path, const char *prefix)
     return n;
 }
 
+/* SIGTERM to every running peer (they leave cleanly); SIGKILL to any still running 10 s on. */
+static void stop_all(child_t *ch, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!ch[i].exited) kill(ch[i].pid, SIGTERM);
+    double end = clock_now() + 10;
+    for (int i = 0; i < n; i++)
+        while (!ch[i].exited) {
+            int st;
+            if (waitpid(ch[i].pid, &st, WNOHANG) == ch[i].pid)
+                ch[i].exited = 1;
+            else if (clock_now() > end)
+                kill(ch[i].pid, SIGKILL);
+            else
+                clock_sleep(0.02);
+        }
+}
+
+/* The last n lines of a peer's log, each indented, on stdout. */
+static void print_log_tail(const char *path, int n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char ring[8][256], line[256];
+    int k = 0;
+    if (n > 8) n = 8;
+    while (fgets(line, sizeof line, f)) snprintf(ring[k++ % n], sizeof ring[0], "%s", line);
+    fclose(f);
+    for (int i = k > n ? k - n : 0; i < k; i++) {
+        const char *l = ring[i % n];
+        printf("    %s%s", l, l[strlen(l) - 1] == '\n' ? "" : "\n");
+    }
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -854,7 +888,7 @@ static int local_main(int argc, char **argv, int user0)
     } pending_mttr[MAX_PEERS];
     int npm = 0;
 
-    int joined = 0;
+    int joined = 0, start_failed = 0;
     static view_t last_view;
     int have_last_view = 0;
     long long last_step = -1;
@@ -868,6 +902,18 @@ static int local_main(int argc, char **argv, int user0)
             if (r == ch[i].pid) {
                 ch[i].exited = 1;
                 ch[i].status = st;
+                int planned = ch[i].killed || i == lo.kill_peer ||
+                              (WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                if (!planned) {
+                    printf("local: peer %d (stage %d) died unplanned (%s %d); the end of %s:\n", i,
+                           ch[i].stage, WIFEXITED(st) ? "exit status" : "signal",
+                           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
+                    print_log_tail(ch[i].log, 4);
+                    fflush(stdout);
+                    /* the others wait for every peer of the run before step 0: without it
+                     * they would wait forever */
+                    if (last_step < 1) start_failed = 1;
+                }
                 if (i == lo.kill_peer && !ch[i].killed && WIFSIGNALED(st) &&
                     WTERMSIG(st) == SIGKILL) { /* the planned fault */
                     ch[i].killed = 1;
@@ -882,6 +928,12 @@ static int local_main(int argc, char **argv, int user0)
             }
         }
         if (!running) break;
+        if (start_failed) {
+            printf("local: the swarm cannot start without it; stopping the other peers\n");
+            stop_all(ch, n);
+            free(ch);
+            return 1;
+        }
         /* the poisoned peer (tests): expelled, it may wait for its pool forever; once every
          * honest peer is done, it is told to stop */
         static int poison_stopped;
@@ -894,19 +946,7 @@ static int local_main(int argc, char **argv, int user0)
         }
         if (interrupted) {
             fprintf(stderr, "local: stopping %d peers\n", running);
-            for (int i = 0; i < n; i++)
-                if (!ch[i].exited) kill(ch[i].pid, SIGTERM);
-            double end = clock_now() + 10;
-            for (int i = 0; i < n; i++)
-                while (!ch[i].exited) {
-                    int st;
-                    if (waitpid(ch[i].pid, &st, WNOHANG) == ch[i].pid)
-                        ch[i].exited = 1;
-                    else if (clock_now() > end)
-                        kill(ch[i].pid, SIGKILL);
-                    else
-                        clock_sleep(0.02);
-                }
+            stop_all(ch, n);
             printf("local: interrupted; logs in %s; go on with: swarmtrain local --resume %s\n",
                    lo.dir, lo.dir);
             free(ch);

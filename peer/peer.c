@@ -314,26 +314,50 @@ static int follow_tick(peer_t *p)
             return peer_start_download(p, "two or more steps behind its pool for 10 s");
         return 0;
     }
-    /* nobody left to follow (every contributor died): after two failure timeouts the
-     * follower with the lowest id contributes, from the step it is at; the others follow
-     * it (several at once would not agree on who counts) */
+    /* Nobody left to follow (every contributor died). The followers first gather what
+     * each holds of the step (a dead contributor's message may have reached only some of
+     * them: the one that takes over must count on it exactly as the others will, sim 3x2
+     * mild swap seed 9720), then after two failure timeouts the one at the highest step
+     * with the lowest id there contributes from the step it is at; the others follow it
+     * (several at once would not agree on who counts). One behind a mate that is ahead
+     * downloads the state: the step it is at will never have a contributor. */
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
     if (n - (me >= 0) > 0) {
         p->alone_since = 0;
     } else {
-        const msg_member_t *mem;
-        int nm = view_stage(&p->view, p->stage, 1, &mem), lowest = 1;
-        for (int i = 0; i < nm; i++)
-            if (!peer_is_self(p, mem[i].id) && memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0) lowest = 0;
         if (!p->alone_since) p->alone_since = p->now;
-        if (lowest && p->now - p->alone_since > 2 * p->po.peer_timeout_s) {
-            p->self.serving_from = p->step;
-            p->alone_since = 0;
-            fprintf(p->log, "peer: no contributor left in stage %d's pool: contributing from step %" PRId64 "\n",
-                    p->stage, p->step);
-            peer_push_self(p);
-            return 0;
+        double alone = p->now - p->alone_since;
+        const msg_member_t *mem;
+        int nm = view_stage(&p->view, p->stage, 1, &mem), first = 1;
+        int64_t top = p->step;
+        for (int i = 0; i < nm; i++)
+            if (!peer_is_self(p, mem[i].id) && mem[i].step > top) top = mem[i].step;
+        for (int i = 0; i < nm; i++)
+            if (!peer_is_self(p, mem[i].id) && mem[i].step == top &&
+                memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0)
+                first = 0;
+        if (alone > p->po.peer_timeout_s && p->now - p->gather_at >= 1.0) {
+            msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
+            for (int i = 0; i < nm; i++) /* origin all zero: every message of the step */
+                if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
+            p->gather_at = p->now;
+        }
+        if (alone > 2 * p->po.peer_timeout_s) {
+            if (top > p->step) {
+                p->alone_since = 0;
+                return peer_start_download(p, "no contributor left, and a mate is ahead");
+            }
+            if (first) {
+                p->self.serving_from = p->step;
+                p->alone_since = 0;
+                fprintf(p->log,
+                        "peer: no contributor left in stage %d's pool: contributing from step "
+                        "%" PRId64 "\n",
+                        p->stage, p->step);
+                peer_push_self(p);
+                return 0;
+            }
         }
     }
     if (p->step != p->follow_step) {

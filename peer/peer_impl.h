@@ -176,6 +176,9 @@ struct peer {
     int pace_known;     /* this follower started with a mover's pace */
     int64_t margin;     /* the join margin it named its first contributing step with */
     double alone_since; /* a follower with no contributor to follow, since */
+    double gather_at;   /* its last ask for every message of its step (alone) */
+    double gone_req_at; /* its last ask for the messages of mates gone mid-step */
+    int gone_asked;     /* how many such mates it knew of then */
     float last_loss;
     int32_t *host_tok;
     /* a lost stage (recover.c) */

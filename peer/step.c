@@ -81,6 +81,7 @@ void step_reset(peer_t *p)
     memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
     p->exch_wait_since = 0;
     p->redo_suspect_at = 0;
+    p->gone_asked = 0;
     stage_zero_grads(p->st);
 }
 
@@ -281,10 +282,15 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     }
     /* Its own message sent before a re-sync carries the hash it had then: it enters the
      * update as on every other member, but does not vote against the state it took since
-     * (with the others' messages refused, it alone outvoted every download: a loop). */
+     * (with the others' messages refused, it alone outvoted every download: a loop). Nor
+     * does a message whose origin has left the view: a member that died may have applied a
+     * step nobody alive holds (its mate's message lost on the way), and its next message,
+     * senior by id, outvoted the one live contributor, which then took a follower's older
+     * state (sim 6x3 mild seed 40557). */
     for (int i = 0; i < n; i++)
         if (msgs[i]->part == 0 && !out[i] &&
-            !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->my_hash))
+            !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->my_hash) &&
+            (peer_is_self(p, msgs[i]->origin) || view_find(&p->view, msgs[i]->origin)))
             voters[nv++] = msgs[i];
     if (pool_vote_lost(voters, nv, p->my_hash, p->self.serving_from, p->id)) {
         free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
@@ -486,6 +492,28 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
     if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
 }
 
+/* Members that reported PROGRESS for this step and are gone from the view: a mate may
+ * hold their messages (any holder relays). With send, asks every mate for the next part
+ * of each. Returns how many are gone. */
+static int ask_for_gone(peer_t *p, int send)
+{
+    int nr = pool_reporters(p->pool, NULL, 0), gone = 0;
+    uint8_t(*rep)[MSG_ID_LEN] = malloc((size_t)(nr ? nr : 1) * MSG_ID_LEN);
+    if (!rep) return 0;
+    pool_reporters(p->pool, rep, nr);
+    msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
+    for (int i = 0; i < nr; i++) {
+        if (view_find(&p->view, rep[i])) continue;
+        gone++;
+        if (!send) continue;
+        memcpy(q.origin, rep[i], MSG_ID_LEN);
+        q.flags = (uint8_t)pool_first_missing(p->pool, rep[i], p->step);
+        ask_mates(p, &q);
+    }
+    free(rep);
+    return gone;
+}
+
 /* What this member still needs before it can apply the step: part 0 of every exchange
  * member's message, and every part that covers what a live member reports it counted.
  * Asks for each missing one (EXCH_REQ, at most once a second, and at once on each new
@@ -560,22 +588,8 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
             peer_send(p, ids[i], &q, 0, NULL, NULL);
         }
     free(ids);
-    /* members that are gone but had counted something: a mate may hold their messages */
     pool_msg_union(p->pool, p->ubuf);
-    if (!pool_all(p->pool, p->ubuf) && ask) {
-        int nr = pool_reporters(p->pool, NULL, 0);
-        uint8_t(*rep)[MSG_ID_LEN] = malloc((size_t)(nr ? nr : 1) * MSG_ID_LEN);
-        if (rep) {
-            pool_reporters(p->pool, rep, nr);
-            for (int i = 0; i < nr; i++) {
-                if (view_find(&p->view, rep[i])) continue;
-                memcpy(q.origin, rep[i], MSG_ID_LEN);
-                q.flags = (uint8_t)pool_first_missing(p->pool, rep[i], p->step);
-                ask_mates(p, &q);
-            }
-            free(rep);
-        }
-    }
+    if (!pool_all(p->pool, p->ubuf) && ask) ask_for_gone(p, 1);
     if (ask) p->exch_req_at = p->now, p->exch_req_step = p->step;
     return missing + !pool_all(p->pool, p->ubuf);
 }
@@ -688,17 +702,30 @@ int step_tick(peer_t *p)
         p->nearly_to = nm <= 64 ? nm : -1;
         for (int i = 0; i < nm && i < 64; i++) memcpy(p->early_to[i], mem[i].id, MSG_ID_LEN);
     }
-    if (!complete && p->exch_early && contributing(p) &&
-        view_max_step(&p->view, p->stage) > p->step) {
-        /* Its early part 0 reached a mate that has applied N since: that mate's PROGRESS
-         * of N is no longer re-sent, and if it was lost this member would wait for ever.
-         * It asks for the messages it lacks instead; their counted bits complete N. */
+    if (!complete && contributing(p) && view_max_step(&p->view, p->stage) > p->step) {
+        /* A mate has applied N since: its PROGRESS of N is no longer re-sent, and if it was
+         * lost (stage 0's early part 0 reached the mate first; or a partition cut it off,
+         * and the mate ran N alone meanwhile: sim 6x3 mild seed 40837 waited 28 s for a
+         * REDO) this member would wait for ever. It asks for the messages it lacks
+         * instead; their counted bits complete N. */
         const msg_member_t *own;
         int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
         (void)me;
         (void)missing_messages(p, own, n);
     }
     if (!complete) {
+        /* A mate that died took its PROGRESS out of the union, and its share is run again
+         * (stage 0 sources it; other stages ask for a REDO). Its message may have reached
+         * some mate and not this one: asked for at once, it is normally held before the
+         * re-runs come back, whose bits it then covers, so that they are not counted twice
+         * (sim 4x2 mild swap seed 11796: a follower held the dead member's message, the
+         * contributor counted its share again, and the two applied different updates). */
+        int gone = contributing(p) ? ask_for_gone(p, 0) : 0;
+        if (gone && (gone != p->gone_asked || p->now - p->gone_req_at >= 1.0)) {
+            ask_for_gone(p, 1); /* at once when one more is gone, then once a second */
+            p->gone_req_at = p->now;
+        }
+        p->gone_asked = gone;
         report_stall(p, 0, 0);
         return ask_redo(p);
     }
@@ -779,10 +806,27 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     return rc;
 }
 
+static void answer_one(peer_t *p, pool_t *pool, int stage, const msg_t *m, const pool_msg_t *e);
+
 void step_answer_exch_req(peer_t *p, pool_t *pool, int stage, const msg_t *m)
 {
+    static const uint8_t anyone[MSG_ID_LEN];
+    if (!memcmp(m->origin, anyone, MSG_ID_LEN)) { /* every message of the step it holds */
+        int k = pool_messages(pool, m->step, NULL, 0);
+        const pool_msg_t **all = malloc((size_t)(k ? k : 1) * sizeof *all);
+        if (!all) return;
+        k = pool_messages(pool, m->step, all, k);
+        for (int i = 0; i < k; i++) answer_one(p, pool, stage, m, all[i]);
+        free(all);
+        return;
+    }
     const pool_msg_t *e = pool_find(pool, m->origin, m->step, m->flags);
-    if (!e) return; /* the asker tries again, and others */
+    if (e) answer_one(p, pool, stage, m, e); /* if not, the asker tries again, and others */
+}
+
+/* Sends held message e to m's sender, as an answer to its EXCH_REQ m. */
+static void answer_one(peer_t *p, pool_t *pool, int stage, const msg_t *m, const pool_msg_t *e)
+{
     msg_t r = {.type = MSG_EXCH,
                .flags = (uint8_t)e->part,
                .stage = (int16_t)stage,

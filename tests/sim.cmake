@@ -88,3 +88,21 @@ st_add_sim(swap_2x2       --faults mild  --peers 4 --stages 2 --swap 0.5 --first
 st_add_sim(swap_3x2       --faults mild  --peers 6 --stages 3 --swap 0.5 --first-seed 1 --seeds 150)
 st_add_sim(swap_4x2       --faults mild  --peers 8 --stages 4 --swap 0.5 --first-seed 1 --seeds 100)
 st_add_sim(swap_stage_3x2 --faults stage --peers 6 --stages 3 --steps 12 --swap 0.5 --first-seed 1 --seeds 150)
+
+# Schedules that once failed, each replayed alone (they also lie in the soak ranges of the
+# closing notes, not in the ranges above): a contributor outvoted by a dead member's
+# message (6x3 seed 40557); a contributor cut off by a partition while its mate stepped
+# alone, waiting for its mate's PROGRESS that was never re-sent (40837); a follower that
+# took over with no contributor left, lacking a dead member's message another follower
+# held (3x2 swap 9720); a contributor that re-ran a dead mate's share whose message only a
+# follower held (4x2 swap 11796); and two heavy schedules of 4x2 (2139: a step applied
+# short of microbatches with every stage alive; 2262: no held-out loss in time).
+foreach(case "40557;--peers;6;--stages;3" "40837;--peers;6;--stages;3"
+             "9720;--peers;3;--stages;2;--swap;0.5" "11796;--peers;4;--stages;2;--swap;0.5")
+  list(GET case 0 seed)
+  list(SUBLIST case 1 -1 rest)
+  st_add_sim(regress_${seed} --faults mild --steps 12 --seed ${seed} ${rest})
+endforeach()
+foreach(seed 2139 2262)
+  st_add_sim(regress_heavy_${seed} --faults heavy --peers 4 --stages 2 --steps 12 --seed ${seed})
+endforeach()

@@ -66,6 +66,15 @@ typedef struct {
     size_t pl_len[2];
 } inmsg_t;
 
+/* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
+#define FWD_SEEN   256
+#define FWD_SEEN_S 5.0
+typedef struct {
+    uint8_t sender[MSG_ID_LEN];
+    uint64_t seq;
+    double at;
+} fwd_seen_t;
+
 enum {
     PHASE_HELLO,    /* asked a bootstrap peer for the swarm; waiting for WELCOME */
     PHASE_VIEW,     /* welcomed; waiting for the member table */
@@ -177,6 +186,8 @@ struct peer {
     int64_t margin;     /* the join margin it named its first contributing step with */
     double alone_since; /* a follower with no contributor to follow, since */
     double gather_at;   /* its last ask for every message of its step (alone) */
+    fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
+    unsigned fwd_seen_next;
     double gone_req_at; /* its last ask for the messages of mates gone mid-step */
     int gone_asked;     /* how many such mates it knew of then */
     float last_loss;

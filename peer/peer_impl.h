@@ -66,6 +66,8 @@ typedef struct {
     size_t pl_len[2];
 } inmsg_t;
 
+#define PACE_KEEP 8 /* a follower's timed steps at the pool's head kept (step.c) */
+
 /* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
 #define FWD_SEEN   256
 #define FWD_SEEN_S 5.0
@@ -173,14 +175,17 @@ struct peer {
     double t_half;             /* the step half-way through the run (tokens/s of the last half) */
     double serve_t0;           /* serving began (state in place): a follower's time to contribute */
     int contrib_logged;        /* "contributing" was logged since serving began */
+    int named_logged;          /* "following: contributes from" was logged since then */
     int finished;
     int go; /* stage 0: the first step may start */
     double go_at;
     int64_t follow_step;
     double follow_since;
-    double pool_step_s; /* EMA of the pool's seconds per step, as seen here */
+    double pool_step_s; /* the pool's seconds per step, as seen here (a contributor: an
+                         * EMA of its own steps; a follower: the median of pace_s) */
     int followed;       /* steps followed since the last download */
     int pace_n;         /* pool steps a follower timed at the pool's head (step.c) */
+    double pace_s[PACE_KEEP]; /* the last of them (seconds each): their median is the pace */
     double move_pace;   /* a mover: its old pool's pace, which the new pool shares (step.c) */
     int pace_known;     /* this follower started with a mover's pace */
     int64_t margin;     /* the join margin it named its first contributing step with */

@@ -111,14 +111,16 @@ static void begin_serving(peer_t *p)
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
     p->serving_from_at = p->now;
     p->followed = 0;
-    /* a mover's pace counts as one sample: one timed step of the new pool is enough */
+    /* a mover's pace counts as one sample: two timed steps of the new pool are enough */
     p->pace_known = p->move_pace > 0 && p->pool_step_s > 0;
     p->pace_n = p->pace_known ? 1 : 0;
+    if (p->pace_known) p->pace_s[0] = p->pool_step_s;
     p->move_pace = 0;
     p->step_t0 = p->now;
     p->follow_since = p->now;
     p->serve_t0 = p->now;
     p->contrib_logged = 0;
+    p->named_logged = 0;
     p->phase = PHASE_SERVING;
     step_reset(p);
     peer_push_self(p);

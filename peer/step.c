@@ -211,6 +211,20 @@ static void log_step(peer_t *p, float gnorm, double now)
 /* A newcomer's `serving_from` is gossiped this long before it contributes (4 gossip
  * periods): in steps the margin below, but never less time than this. */
 #define JOIN_GOSSIP_S 1.0
+#define MOVED_WAIT_S  1.0 /* a named member that moved away: how long its message is awaited */
+
+/* The median of x[0, n), n >= 1 (the mean of the middle two for even n). */
+static double pace_median(const double *x, int n)
+{
+    double v[PACE_KEEP];
+    memcpy(v, x, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 static int64_t join_margin(const peer_t *p)
 {
@@ -379,28 +393,43 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
     /* The pool's pace. A follower's join margin (in steps) comes from it: too slow a
      * pace gives too few steps for gossip to tell every mate when it starts contributing
-     * (mates then leave its message out, or wait for it). So a follower takes the
-     * fastest step it saw at the pool's head: not its first (it includes the wait for the
-     * pool: a stall, a crash) and not steps it replays from kept messages while the pool
-     * is ahead (not the pool's pace at all). */
+     * (mates then leave its message out, or wait for it). So a follower times steps at
+     * the pool's head: not its first (it includes the wait for the pool: a stall, a
+     * crash) and not steps it replays from kept messages while the pool is ahead (not the
+     * pool's pace at all); and takes the median of the last PACE_KEEP. Not the fastest:
+     * two steps applied at once after a stall (their messages came together) timed one of
+     * them at nearly 0 s, a margin of 1000 steps, and a mover that never contributed
+     * (rebal_no-thrash, now and then under load). */
     int follower = p->self.serving_from > p->step;
     int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
     if (follower && p->step_t0 > 0 && at_head && p->followed > 0) {
-        p->pool_step_s = p->pool_step_s > 0 && p->pool_step_s < step_s ? p->pool_step_s : step_s;
-        p->pace_n++;
+        p->pace_s[p->pace_n++ % PACE_KEEP] = step_s;
+        p->pool_step_s = pace_median(p->pace_s, p->pace_n < PACE_KEEP ? p->pace_n : PACE_KEEP);
     } else if (!follower && p->step_t0 > 0) {
         p->pool_step_s = p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * step_s : step_s;
     }
     p->step_t0 = now;
     int64_t applied = p->step;
     p->step++;
-    if (p->self.serving_from > p->step && ++p->followed >= (p->pace_known ? 2 : 4) &&
-        p->pace_n >= 2) {
-        int64_t want = p->step + join_margin(p); /* the pool's pace is known now */
+    if (p->self.serving_from > p->step && ++p->followed >= (p->pace_known ? 3 : 4) &&
+        p->pace_n >= 3) { /* three samples: their median passes over one odd one */
+        /* the pool's pace is known now; counted from the pool's head, which a follower
+         * catching up may trail: from its own step, the pool reached the step named
+         * sooner than gossip could tell every mate, the member named a later one, and
+         * mates that had heard the first waited 30 s for its message (rebal_no-thrash) */
+        int64_t head = view_max_step(&p->view, p->stage);
+        int64_t want = (head > p->step ? head : p->step) + join_margin(p);
         if (want < p->self.serving_from) {
             p->margin = want - p->step;
             p->self.serving_from = want;
             p->serving_from_at = now;
+            if (!p->named_logged) {
+                p->named_logged = 1;
+                fprintf(p->log,
+                        "following: contributes from step %" PRId64 " (%d steps followed, "
+                        "pool at %" PRId64 ", %.3f s per step%s)\n",
+                        want, p->followed, head, p->pool_step_s, p->pace_known ? ", pace known" : "");
+            }
         }
     } else if (p->self.serving_from == p->step && p->followed &&
                now - p->serving_from_at < JOIN_GOSSIP_S) {
@@ -492,25 +521,43 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
     if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
 }
 
-/* Members that reported PROGRESS for this step and are gone from the view: a mate may
- * hold their messages (any holder relays). With send, asks every mate for the next part
+/* Members that counted something of this step by what this member knows (they reported
+ * PROGRESS, or a mate's message names them as exchange members) and are gone from the
+ * pool (from the view, or moved to another stage): a mate may hold their messages (any
+ * holder relays). With send, asks every mate (and a member that moved) for the next part
  * of each. Returns how many are gone. */
 static int ask_for_gone(peer_t *p, int send)
 {
-    int nr = pool_reporters(p->pool, NULL, 0), gone = 0;
-    uint8_t(*rep)[MSG_ID_LEN] = malloc((size_t)(nr ? nr : 1) * MSG_ID_LEN);
-    if (!rep) return 0;
-    pool_reporters(p->pool, rep, nr);
+    int nr = pool_reporters(p->pool, NULL, 0), nheld = pool_messages(p->pool, p->step, NULL, 0);
+    const pool_msg_t **held = malloc((size_t)(nheld ? nheld : 1) * sizeof *held);
+    if (!held) return 0;
+    pool_messages(p->pool, p->step, held, nheld);
+    int cap = nr;
+    for (int i = 0; i < nheld; i++) cap += held[i]->part == 0 ? held[i]->nclaims : 0;
+    uint8_t(*ids)[MSG_ID_LEN] = malloc((size_t)(cap ? cap : 1) * MSG_ID_LEN);
+    if (!ids) {
+        free(held);
+        return 0;
+    }
+    int n = pool_reporters(p->pool, ids, nr), gone = 0;
+    for (int i = 0; i < nheld; i++)
+        for (int c = 0; held[i]->part == 0 && c < held[i]->nclaims; c++)
+            add_id(ids, &n, cap, held[i]->claims[c]);
+    free(held);
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
-    for (int i = 0; i < nr; i++) {
-        if (view_find(&p->view, rep[i])) continue;
+    for (int i = 0; i < n; i++) {
+        /* gone from the pool: dead, or moved to another stage (it still answers for the
+         * messages it left here, move.c) */
+        const msg_member_t *mem = view_find(&p->view, ids[i]);
+        if ((mem && mem->stage == p->stage) || peer_is_self(p, ids[i])) continue;
         gone++;
         if (!send) continue;
-        memcpy(q.origin, rep[i], MSG_ID_LEN);
-        q.flags = (uint8_t)pool_first_missing(p->pool, rep[i], p->step);
+        memcpy(q.origin, ids[i], MSG_ID_LEN);
+        q.flags = (uint8_t)pool_first_missing(p->pool, ids[i], p->step);
         ask_mates(p, &q);
+        if (mem) peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
-    free(rep);
+    free(ids);
     return gone;
 }
 
@@ -559,9 +606,14 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
                        ? pool_first_missing(p->pool, ids[i], p->step)
                        : -1;
         if (need < 0) continue;
-        /* named by a mate but unknown here: dead, or not heard of yet; wait a while */
-        if (!mem && !self && need == 0 && p->now - p->exch_wait_since > 2 * p->po.peer_timeout_s)
-            continue;
+        /* named by a mate but unknown here: dead, or not heard of yet; wait a while. One
+         * that moved to another stage left right after sending its message of the step it
+         * was at, and sends none for later steps (rebal.c): a mate whose view still showed
+         * it here named it for the next step, and the pool waited 2 x timeout_s for
+         * nothing after each move. It answers for what it left behind (move.c) within a
+         * round trip: MOVED_WAIT_S after the wait began, it is not waited for. */
+        double wait = moved ? MOVED_WAIT_S : 2 * p->po.peer_timeout_s;
+        if (!mem && !self && need == 0 && p->now - p->exch_wait_since > wait) continue;
         missing++;
         if (!ask || self) continue;
         if (!mem) { /* named by a mate, unknown here: a mate may relay its message */
@@ -711,6 +763,11 @@ int step_tick(peer_t *p)
         const msg_member_t *own;
         int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
         (void)me;
+        /* the waits of 12.4 start here: a member named by a mate's message and gone
+         * from the view (it died with its message held by that mate only) is asked for
+         * through the mates for 2 x timeout_s from now (sim 5x2 mild moves seed 1106:
+         * waited for ever); sending its part 0 at completion starts them again */
+        if (!p->exch_wait_since) p->exch_wait_since = p->now;
         (void)missing_messages(p, own, n);
     }
     if (!complete) {

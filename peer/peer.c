@@ -337,11 +337,15 @@ static int follow_tick(peer_t *p)
             if (!peer_is_self(p, mem[i].id) && mem[i].step == top &&
                 memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0)
                 first = 0;
-        if (alone > p->po.peer_timeout_s && p->now - p->gather_at >= 1.0) {
+        /* twice at most per step, a second apart: every answer carries every message of
+         * the step the mate holds, which with AdamW is a dense gradient each */
+        if (p->gather_step != p->step) p->gather_step = p->step, p->gather_n = 0;
+        if (alone > p->po.peer_timeout_s && p->gather_n < 2 && p->now - p->gather_at >= 1.0) {
             msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
             for (int i = 0; i < nm; i++) /* origin all zero: every message of the step */
                 if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
             p->gather_at = p->now;
+            p->gather_n++;
         }
         if (alone > 2 * p->po.peer_timeout_s) {
             if (top > p->step) {

@@ -191,6 +191,8 @@ struct peer {
     int64_t margin;     /* the join margin it named its first contributing step with */
     double alone_since; /* a follower with no contributor to follow, since */
     double gather_at;   /* its last ask for every message of its step (alone) */
+    int64_t gather_step; /* the step of those asks, and how many were made */
+    int gather_n;
     fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
     unsigned fwd_seen_next;
     double gone_req_at; /* its last ask for the messages of mates gone mid-step */

@@ -261,7 +261,11 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
                   (long long)d->rs_agreed);
         if (d->rs_first[a->stage] < 0) {
             d->rs_first[a->stage] = a->step;
-            if (a->step != d->rs_agreed)
+            /* unless a partition cut the stage's pool off before its first step, and the
+             * other side rebuilt the stage at its neighbours' step (9.6: a lost stage goes
+             * on from where the swarm is, not from a checkpoint; seed 30093 of 6x3
+             * restart, a partition 1 s after every stage served again) */
+            if (a->step != d->rs_agreed && sim_now(d->sim) - d->parted_at >= REPAIR_S)
                 failf(d, "resume: stage %d's pool went on with step %lld after the restart; "
                          "the newest step every stage has a checkpoint of is %lld",
                       a->stage, (long long)a->step, (long long)d->rs_agreed);

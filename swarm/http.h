@@ -90,10 +90,11 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err);
 /* The whole of `--join URL` short of the swarm handshake: reads the list at url, probes
  * its endpoints in order (timeout_ms each) and copies the first that accepts a TCP
  * connection into endpoint (n bytes). Each endpoint that fails gets a line on log
- * ("join: tried tcp://...: Connection refused"). When none answers it reads the list again
- * and tries once a second until wait_ms has passed (the peers named may still be starting,
- * or the list may be updated), then err lists the last round's endpoints and reasons
- * (STATUS_ENET). A list that cannot be read or parsed fails at once. A caller that wants
+ * ("join: tried tcp://...: Connection refused"). When none answers, or the list's server
+ * cannot be reached, it tries again once a second (reading the list again) until wait_ms
+ * has passed (the peers named may still be starting, or the list may be updated), then
+ * err says the last round's reasons (STATUS_ENET). A list that is missing (HTTP 404) or
+ * malformed fails at once. A caller that wants
  * the HELLO/WELCOME itself to choose should loop over http_bootstrap_list with
  * http_bootstrap_probe instead. */
 int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log, char *endpoint,

@@ -33,8 +33,8 @@ for _ in $(seq 50); do "$PY" -c "import urllib.request; urllib.request.urlopen('
 "$BIN" peer --join "http://127.0.0.1:$http/peers.txt" --stage 1 --threads 1 >"$dir/peer1.log" 2>&1 &
 j=$!
 pids+=($j)
-for _ in $(seq 50); do grep -q "no endpoint answers yet" "$dir/peer1.log" && break; sleep 0.1; done
-grep -q "no endpoint answers yet" "$dir/peer1.log" || fail "the joiner did not say it waits for the list's peers"
+for _ in $(seq 50); do grep -q "nothing to join through yet" "$dir/peer1.log" && break; sleep 0.1; done
+grep -q "nothing to join through yet" "$dir/peer1.log" || fail "the joiner did not say it waits for the list's peers"
 "$BIN" peer --new --listen "tcp://127.0.0.1:$p0" --stage 0 --stages 2 --steps 8 --threads 1 \
     --wait-peers 2 --data "$corpus" >"$dir/peer0.log" 2>&1 &
 p0pid=$!

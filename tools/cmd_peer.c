@@ -255,15 +255,11 @@ int cmd_peer(int argc, char **argv)
     /* fault drills (local --kill): die on purpose when a microbatch of this step arrives */
     const char *die = getenv("SWARMTRAIN_FAULT_DIE_AT_STEP");
     if (die && *die) po.die_at_step = atoll(die);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     char err[STATUS_ERR_LEN];
     /* --join URL: a bootstrap list; the first endpoint that answers is joined through. As
-     * with --join tcp://, whose HELLO is tried for 30 s, the peers named get 30 s to come up */
+     * with --join tcp://, whose HELLO is tried for 30 s, the peers named get 30 s to come up
+     * (before the handlers below: Ctrl-C meanwhile ends the process at once) */
     char picked[256];
     if (po.join && http_is_url(po.join)) {
         if (http_bootstrap_pick(po.join, 2000, 30000, stderr, picked, sizeof picked, err)) {
@@ -272,6 +268,11 @@ int cmd_peer(int argc, char **argv)
         }
         po.join = picked;
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     if (peer_run(&po, err)) {
         fprintf(stderr, "swarmtrain peer: %s\n", err);
         return 1;

@@ -428,7 +428,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                 fprintf(p->log,
                         "following: contributes from step %" PRId64 " (%d steps followed, "
                         "pool at %" PRId64 ", %.3f s per step%s)\n",
-                        want, p->followed, head, p->pool_step_s, p->pace_known ? ", pace known" : "");
+                        want, p->followed, head, p->pool_step_s,
+                        p->pace_known ? ", pace known" : "");
             }
         }
     } else if (p->self.serving_from == p->step && p->followed &&

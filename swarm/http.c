@@ -1044,7 +1044,9 @@ int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log,
         /* only "nobody answers" is worth waiting out: a peer still starting, a list not yet
          * updated; a missing or malformed list is not */
         if (rc != STATUS_ENET || clock_now() + 1.0 > until) return rc;
-        if (log) fprintf(log, "join: nothing to join through yet (round %d: %s); again in 1 s\n", round, err);
+        if (log)
+            fprintf(log, "join: nothing to join through yet (round %d: %s); again in 1 s\n",
+                    round, err);
         clock_sleep(1.0);
     }
 }

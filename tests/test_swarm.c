@@ -757,8 +757,9 @@ static void test_local_start_failure(void **state)
     assert_int_equal(mkdir(sub, 0755), 0);
     snprintf(args, sizeof args, "%s/peer2.db", sub);
     assert_int_equal(mkdir(args, 0755), 0);
-    snprintf(args, sizeof args, "local --peers 4 --stages 2 --steps 5 --threads 1 --dir %s --data %s",
-             sub, testutil_corpus());
+    snprintf(args, sizeof args,
+             "local --peers 4 --stages 2 --steps 5 --threads 1 --dir %s --data %s", sub,
+             testutil_corpus());
     pid_t p = start("lf", args);
     assert_int_equal(finish(p, 60), 1);
     char *log = slurp("lf.log");

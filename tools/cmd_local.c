@@ -541,14 +541,28 @@ static unsigned long long count_lines(const char *path, const char *prefix)
     return n;
 }
 
+/* Whether one of ch[0, n) has exited, without reaping it (the watch loop does that, and
+ * says why): a peer that dies while the others start leaves no reason to wait for it. */
+static int any_exited(const child_t *ch, int n)
+{
+    for (int i = 0; i < n; i++) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (ch[i].pid > 0 && !waitid(P_PID, (id_t)ch[i].pid, &si, WEXITED | WNOHANG | WNOWAIT) &&
+            si.si_pid == ch[i].pid)
+            return 1;
+    }
+    return 0;
+}
+
 /* SIGTERM to every running peer (they leave cleanly); SIGKILL to any still running 10 s on. */
 static void stop_all(child_t *ch, int n)
 {
     for (int i = 0; i < n; i++)
-        if (!ch[i].exited) kill(ch[i].pid, SIGTERM);
+        if (!ch[i].exited && ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
     double end = clock_now() + 10;
     for (int i = 0; i < n; i++)
-        while (!ch[i].exited) {
+        while (!ch[i].exited && ch[i].pid > 0) {
             int st;
             if (waitpid(ch[i].pid, &st, WNOHANG) == ch[i].pid)
                 ch[i].exited = 1;
@@ -839,9 +853,11 @@ static int local_main(int argc, char **argv, int user0)
     free(json);
     /* one at a time, each once the swarm counts the previous one as serving, so that
      * peers of the same stage find each other */
-    for (int i = 1; i < n && !interrupted; i++) {
+    int started = 1;
+    for (int i = 1; i < n && !interrupted && !any_exited(ch, i); i++) {
         if (spawn(&ch[i], i, i, argc, argv, &lo, threads, ch[0].port)) goto fail;
-        for (int tries = 0; tries < 100 && !interrupted; tries++) {
+        started++;
+        for (int tries = 0; tries < 100 && !interrupted && !any_exited(ch, i + 1); tries++) {
             view_t v;
             if (lo.resume) { /* nobody serves before they all agree on a step */
                 clock_sleep(0.2);
@@ -851,6 +867,7 @@ static int local_main(int argc, char **argv, int user0)
             clock_sleep(0.1);
         }
     }
+    n = started; /* fewer when one died (or Ctrl-C) while they started: the loop below says */
 
     /* --kill random: one peer, any, at a random moment of the middle of the run */
     int rk_peer = lo.kill_random ? (int)rng_below(&frng, (uint64_t)n) : -1;

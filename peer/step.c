@@ -525,41 +525,46 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
 /* Members that counted something of this step by what this member knows (they reported
  * PROGRESS, or a mate's message names them as exchange members) and are gone from the
  * pool (from the view, or moved to another stage): a mate may hold their messages (any
- * holder relays). With send, asks every mate (and a member that moved) for the next part
- * of each. Returns how many are gone. */
-static int ask_for_gone(peer_t *p, int send)
+ * holder relays). Asks every mate (and a member that moved) for the next part of each:
+ * always when `always`, else at once when one more is gone than at the last ask, then
+ * once a second. */
+static void ask_for_gone(peer_t *p, int always)
 {
     int nr = pool_reporters(p->pool, NULL, 0), nheld = pool_messages(p->pool, p->step, NULL, 0);
     const pool_msg_t **held = malloc((size_t)(nheld ? nheld : 1) * sizeof *held);
-    if (!held) return 0;
+    if (!held) return;
     pool_messages(p->pool, p->step, held, nheld);
     int cap = nr;
     for (int i = 0; i < nheld; i++) cap += held[i]->part == 0 ? held[i]->nclaims : 0;
     uint8_t(*ids)[MSG_ID_LEN] = malloc((size_t)(cap ? cap : 1) * MSG_ID_LEN);
     if (!ids) {
         free(held);
-        return 0;
+        return;
     }
     int n = pool_reporters(p->pool, ids, nr), gone = 0;
     for (int i = 0; i < nheld; i++)
         for (int c = 0; held[i]->part == 0 && c < held[i]->nclaims; c++)
             add_id(ids, &n, cap, held[i]->claims[c]);
     free(held);
-    msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
+    /* gone from the pool: dead, or moved to another stage (it still answers for the
+     * messages it left here, move.c); kept at the front of ids */
     for (int i = 0; i < n; i++) {
-        /* gone from the pool: dead, or moved to another stage (it still answers for the
-         * messages it left here, move.c) */
         const msg_member_t *mem = view_find(&p->view, ids[i]);
         if ((mem && mem->stage == p->stage) || peer_is_self(p, ids[i])) continue;
+        if (i != gone) memcpy(ids[gone], ids[i], MSG_ID_LEN);
         gone++;
-        if (!send) continue;
+    }
+    int send = gone && (always || gone != p->gone_asked || p->now - p->gone_req_at >= 1.0);
+    p->gone_asked = gone;
+    msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
+    for (int i = 0; send && i < gone; i++) {
         memcpy(q.origin, ids[i], MSG_ID_LEN);
         q.flags = (uint8_t)pool_first_missing(p->pool, ids[i], p->step);
         ask_mates(p, &q);
-        if (mem) peer_send(p, ids[i], &q, 0, NULL, NULL);
+        if (view_find(&p->view, ids[i])) peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
+    if (send) p->gone_req_at = p->now;
     free(ids);
-    return gone;
 }
 
 /* What this member still needs before it can apply the step: part 0 of every exchange
@@ -785,12 +790,7 @@ int step_tick(peer_t *p)
          * re-runs come back, whose bits it then covers, so that they are not counted twice
          * (sim 4x2 mild swap seed 11796: a follower held the dead member's message, the
          * contributor counted its share again, and the two applied different updates). */
-        int gone = contributing(p) ? ask_for_gone(p, 0) : 0;
-        if (gone && (gone != p->gone_asked || p->now - p->gone_req_at >= 1.0)) {
-            ask_for_gone(p, 1); /* at once when one more is gone, then once a second */
-            p->gone_req_at = p->now;
-        }
-        p->gone_asked = gone;
+        if (contributing(p)) ask_for_gone(p, 0); /* at once when one more is gone */
         report_stall(p, 0, 0);
         return ask_redo(p);
     }

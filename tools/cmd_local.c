@@ -541,6 +541,13 @@ static unsigned long long count_lines(const char *path, const char *prefix)
     return n;
 }
 
+/* Whether an exited peer died otherwise than planned: not killed from here (or by its own
+ * --kill drill), and not a clean exit. */
+static int died_unplanned(const child_t *c)
+{
+    return c->exited && !c->killed && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0);
+}
+
 /* Whether one of ch[0, n) has exited, without reaping it (the watch loop does that, and
  * says why): a peer that dies while the others start leaves no reason to wait for it. */
 static int any_exited(const child_t *ch, int n)
@@ -919,18 +926,6 @@ static int local_main(int argc, char **argv, int user0)
             if (r == ch[i].pid) {
                 ch[i].exited = 1;
                 ch[i].status = st;
-                int planned = ch[i].killed || i == lo.kill_peer ||
-                              (WIFEXITED(st) && WEXITSTATUS(st) == 0);
-                if (!planned) {
-                    printf("local: peer %d (stage %d) died unplanned (%s %d); the end of %s:\n", i,
-                           ch[i].stage, WIFEXITED(st) ? "exit status" : "signal",
-                           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
-                    print_log_tail(ch[i].log, 4);
-                    fflush(stdout);
-                    /* the others wait for every peer of the run before step 0: without it
-                     * they would wait forever */
-                    if (last_step < 1) start_failed = 1;
-                }
                 if (i == lo.kill_peer && !ch[i].killed && WIFSIGNALED(st) &&
                     WTERMSIG(st) == SIGKILL) { /* the planned fault */
                     ch[i].killed = 1;
@@ -939,6 +934,16 @@ static int local_main(int argc, char **argv, int user0)
                            "step %d, t=%.3f\n",
                            i, ch[i].stage, lo.kill_step, kill_wall);
                     fflush(stdout);
+                }
+                if (died_unplanned(&ch[i])) {
+                    printf("local: peer %d (stage %d) died unplanned (%s %d); the end of %s:\n", i,
+                           ch[i].stage, WIFEXITED(st) ? "exit status" : "signal",
+                           WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
+                    print_log_tail(ch[i].log, 4);
+                    fflush(stdout);
+                    /* the others wait for every peer of the run before step 0: without it
+                     * they would wait forever */
+                    if (last_step < 1) start_failed = 1;
                 }
             } else {
                 running++;
@@ -1248,7 +1253,7 @@ static int local_main(int argc, char **argv, int user0)
     int unplanned = 0;
     for (int i = 0; i < n; i++) {
         int st = ch[i].status;
-        if (ch[i].killed || !ch[i].exited || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) continue;
+        if (!died_unplanned(&ch[i])) continue;
         unplanned++;
         printf("local: peer %d (stage %d) died unplanned: %s %d; see %s\n", i, ch[i].stage,
                WIFEXITED(st) ? "exit status" : "signal",

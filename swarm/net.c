@@ -12,12 +12,12 @@
  *   "v" rejected(u64) wire_count_t msg_member_t...   the live member table and counters
  *   "u" dest(32) header               a send that could not be made
  *
- * Membership rules live in members.c (shared with the simulator); here a member's
- * entry carries its DEALER (entry->user), opened when it comes up, closed when it
- * goes down. */
+ * What arrives and what the membership does with it is the dispatch core's (dispatch.c,
+ * the same code the simulator runs); here are the sockets: a member's entry carries its
+ * DEALER (entry->user), opened when it comes up, closed when it goes down. */
 #include "swarm/net.h"
 #include "swarm/auth.h"
-#include "swarm/members.h"
+#include "swarm/dispatch.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -44,27 +44,25 @@ struct net {
     char endpoint_inproc[64];
     /* network thread state */
     void *router;
-    members_t *mem; /* [0] is this peer; entry->user: its DEALER */
-    uint64_t swarm, seq, rejected;
-    wire_count_t wire; /* every byte this thread sent or received, by kind (transport.h) */
+    dispatch_t *core; /* checks, membership, counts; its table's entry->user: a DEALER */
+    uint64_t ticks;
     int nstages;
-    char *run_text;
     double heartbeat_s, timeout_s;
     uint8_t id[MSG_ID_LEN];
     double t0;
     int quit;
-    /* security: signing key, CURVE and the ZAP handler (auth.h) */
-    int signing;
-    uint8_t sk[64];
+    /* security: CURVE and the ZAP handler (auth.h); signing is the core's */
     const auth_t *auth;
     void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
-    uint64_t ctl_seq, refused, forged_seen;
+    uint64_t refused;
     int hello_round;
     struct {
         char key[65], addr[64];
     } refusals[NET_REFUSALS];
     int nrefusals;
-    /* compute thread state */
+    /* compute thread state: it encodes and signs its own headers */
+    int signing;
+    uint8_t sk[64];
     uint64_t c_swarm, c_seq, c_ctl_seq;
     zmq_msg_t frames[6];
     int nframes_held;
@@ -76,17 +74,6 @@ struct net {
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
-
-/* Counts a message of `total` octets whose header frame is hdr (hlen octets): the type
- * octet names the kind; anything too short to have one is control. */
-static void count_wire(struct net *n, int out, const uint8_t *hdr, size_t hlen, size_t total)
-{
-    int kind = transport_wire_kind(hlen > 4 ? hdr[4] : 0);
-    if (out)
-        n->wire.out[kind] += total;
-    else
-        n->wire.in[kind] += total;
-}
 
 static int send_frames(void *sock, int n, const void *const *data, const size_t *len, int flags)
 {
@@ -120,14 +107,17 @@ static void close_parts(zmq_msg_t *msgs, int n, int max)
     for (int i = 0; i < n && i < max; i++) zmq_msg_close(&msgs[i]);
 }
 
-static members_entry_t *find(struct net *n, const uint8_t id[MSG_ID_LEN])
-{
-    return members_at(n->mem, members_find(n->mem, id));
-}
-
 static msg_member_t *me(struct net *n)
 {
-    return &members_at(n->mem, 0)->m;
+    return &members_at(dispatch_members(n->core), 0)->m;
+}
+
+/* Microseconds of the wall clock: signed control counters outlive the process. */
+static uint64_t wall_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
 }
 
 /* A DEALER to addr, whose peer id is server (the CURVE server key with an allowlist). */
@@ -169,103 +159,79 @@ static void member_down(void *ctx, members_entry_t *e, const char *why)
              e->m.stage, why);
 }
 
-static size_t fill_header(struct net *n, msg_t *m, uint8_t *buf, size_t cap)
+/* ---- the core's io -------------------------------------------------------------------- */
+
+static int io_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
+                   const size_t *len)
 {
-    char err[STATUS_ERR_LEN];
-    size_t len = 0;
-    m->swarm = n->swarm;
-    memcpy(m->sender, n->id, MSG_ID_LEN);
-    m->seq = ++n->seq;
-    if (msg_signed(m->type)) {
-        /* The control counter outlives the process: microseconds of the wall clock,
-         * strictly increasing, so a restarted peer's HELLO is not taken for a replay. */
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        uint64_t us = (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
-        n->ctl_seq = us > n->ctl_seq ? us : n->ctl_seq + 1;
-        m->seq = n->ctl_seq;
-    }
-    if (msg_encode(m, buf, cap, &len, err)) {
-        log_error("net: %s", err);
-        return 0;
-    }
-    if (msg_signed(m->type) && n->signing) msg_sign(buf, len, n->sk);
-    return len;
+    (void)ctx;
+    return e->user ? send_frames(e->user, nframes, data, len, ZMQ_DONTWAIT) : -1;
 }
 
-/* Sends header + payloads through a member's DEALER; counts bytes out. */
-static int send_to(struct net *n, members_entry_t *e, const uint8_t *hdr, size_t hlen, int np,
-                   const void *const *pl, const size_t *plen)
+/* A probe goes through a DEALER of its own that lingers until the message is out. */
+static int io_probe(void *ctx, members_entry_t *e, int nframes, const void *const *data,
+                    const size_t *len)
 {
-    if (!e || !e->alive || !e->user) return -1;
-    const void *data[6] = {hdr};
-    size_t len[6] = {hlen};
-    size_t total = hlen;
-    for (int i = 0; i < np && i < 5; i++)
-        data[i + 1] = pl[i], len[i + 1] = plen[i], total += plen[i];
-    if (send_frames(e->user, 1 + np, data, len, ZMQ_DONTWAIT) < 0) return -1;
-    me(n)->bytes_out += total;
-    count_wire(n, 1, hdr, hlen, total);
-    return 0;
+    struct net *n = ctx;
+    void *d = new_dealer(n, e->m.addr, e->m.id);
+    if (!d) return -1;
+    int linger = 200;
+    zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+    int rc = send_frames(d, nframes, data, len, ZMQ_DONTWAIT);
+    zmq_close(d);
+    return rc;
 }
 
-static size_t table_bytes(struct net *n, uint8_t **out)
+static int io_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes,
+                    const void *const *data, const size_t *len)
 {
-    size_t len = 0;
-    char err[STATUS_ERR_LEN];
-    if (members_encode(n->mem, out, &len, err)) {
-        log_error("net: %s", err);
-        *out = NULL;
-        return 0;
-    }
-    return len;
+    struct net *n = ctx;
+    if (zmq_send(n->router, conn, conn_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return -1;
+    return send_frames(n->router, nframes, data, len, ZMQ_DONTWAIT);
+}
+
+/* A data message (or WELCOME): to the compute thread, header and payloads as they came. */
+static void io_deliver(void *ctx, const msg_t *m, int nframes, const void *const *data,
+                       const size_t *len)
+{
+    struct net *n = ctx;
+    const void *out[6] = {"m"};
+    size_t olen[6] = {1};
+    for (int i = 0; i < nframes && i < 5; i++) out[i + 1] = data[i], olen[i + 1] = len[i];
+    log_debug("net: %s from %02x%02x%02x%02x (%d frames)", msg_type_name(m->type), m->sender[0],
+              m->sender[1], m->sender[2], m->sender[3], nframes);
+    send_frames(n->pair_n, nframes + 1, out, olen, 0);
+}
+
+static void io_refused(void *ctx, const char *why, int warn)
+{
+    (void)ctx;
+    if (warn)
+        log_warn("net: rejected: %s", why);
+    else
+        log_debug("net: rejected: %s", why);
 }
 
 static void push_view(struct net *n)
 {
+    members_t *mem = dispatch_members(n->core);
+    uint64_t rejected = dispatch_rejected(n->core);
     zmq_send(n->pair_n, "v", 1, ZMQ_SNDMORE);
-    zmq_send(n->pair_n, &n->rejected, sizeof n->rejected, ZMQ_SNDMORE);
-    zmq_send(n->pair_n, &n->wire, sizeof n->wire, ZMQ_SNDMORE);
-    msg_member_t *v = malloc((size_t)members_count(n->mem) * sizeof *v);
-    int k = v ? members_view(n->mem, v) : 0;
+    zmq_send(n->pair_n, &rejected, sizeof rejected, ZMQ_SNDMORE);
+    zmq_send(n->pair_n, dispatch_wire(n->core), sizeof(wire_count_t), ZMQ_SNDMORE);
+    msg_member_t *v = malloc((size_t)members_count(mem) * sizeof *v);
+    int k = v ? members_view(mem, v) : 0;
     zmq_send(n->pair_n, v, (size_t)k * sizeof *v, 0);
     free(v);
 }
 
+static void io_view(void *ctx)
+{
+    push_view(ctx);
+}
+
 /* Members dead of silence are probed this long (members.h). */
 #define NET_FORGET_S 60.0
-
-/* GOSSIP to every live member, and to one member that died of silence (a probe, through
- * a DEALER of its own that lingers until the message is out): after a partition heals,
- * the two sides find each other this way (members.h). */
-static void gossip(struct net *n, double now)
-{
-    uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
-    msg_t m = {.type = MSG_GOSSIP};
-    char err[STATUS_ERR_LEN];
-    size_t hlen = fill_header(n, &m, hdr, sizeof hdr), tlen = 0;
-    if (members_encode_gossip(n->mem, now, NET_FORGET_S, &table, &tlen, err))
-        log_error("net: %s", err);
-    if (hlen && table) {
-        const void *pl[1] = {table};
-        for (int i = 1; i < members_count(n->mem); i++)
-            if (members_at(n->mem, i)->alive)
-                send_to(n, members_at(n->mem, i), hdr, hlen, 1, pl, &tlen);
-        int pi = members_probe(n->mem, now, NET_FORGET_S, n->seq * 0x9e3779b97f4a7c15ULL);
-        void *d = pi > 0
-                      ? new_dealer(n, members_at(n->mem, pi)->m.addr, members_at(n->mem, pi)->m.id)
-                      : NULL;
-        if (d) {
-            const void *data[2] = {hdr, table};
-            size_t len[2] = {hlen, tlen};
-            int linger = 200;
-            zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-            if (!send_frames(d, 2, data, len, ZMQ_DONTWAIT)) count_wire(n, 1, hdr, hlen, hlen + tlen);
-            zmq_close(d);
-        }
-    }
-    free(table);
-}
 
 /* ---- status ---------------------------------------------------------------------------- */
 
@@ -284,18 +250,21 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static char *status_json(struct net *n, size_t *len)
+static char *status_json(void *ctx, size_t *len)
 {
+    struct net *n = ctx;
+    members_t *mem = dispatch_members(n->core);
+    const wire_count_t *wire = dispatch_wire(n->core);
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
     static const char *states[] = {"joining", "serving", "leaving", "dead"};
-    fprintf(f, "{\"swarm\":\"%016llx\",\"stages\":%d,\"peers\":[", (unsigned long long)n->swarm,
+    fprintf(f, "{\"swarm\":\"%016llx\",\"stages\":%d,\"peers\":[", (unsigned long long)dispatch_swarm(n->core),
             n->nstages);
     int first = 1, maxstage = n->nstages - 1;
-    for (int i = 0; i < members_count(n->mem); i++) {
-        const msg_member_t *m = &members_at(n->mem, i)->m;
-        if (!members_at(n->mem, i)->alive) continue;
+    for (int i = 0; i < members_count(mem); i++) {
+        const msg_member_t *m = &members_at(mem, i)->m;
+        if (!members_at(mem, i)->alive) continue;
         if (m->stage > maxstage) maxstage = m->stage;
         fprintf(f, "%s{\"id\":\"", first ? "" : ",");
         for (int j = 0; j < MSG_ID_LEN; j++) fprintf(f, "%02x", m->id[j]);
@@ -310,10 +279,10 @@ static char *status_json(struct net *n, size_t *len)
             fprintf(f, "%.5f", (double)m->loss);
         else
             fprintf(f, "null");
-        members_entry_t *me_i = members_at(n->mem, i);
+        members_entry_t *me_i = members_at(mem, i);
         if (i > 0 && me_i->rtt.n)
             fprintf(f, ",\"rtt_ms\":%.1f,\"rto_ms\":%.1f", 1e3 * me_i->rtt.srtt,
-                    1e3 * members_rto(n->mem, i));
+                    1e3 * members_rto(mem, i));
         fprintf(f,
                 ",\"served\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,\"retries\":%llu,"
                 "\"rejected\":%llu}",
@@ -328,9 +297,9 @@ static char *status_json(struct net *n, size_t *len)
         double tp = 0;
         long long step = -1;
         double loss = NAN;
-        for (int i = 0; i < members_count(n->mem); i++) {
-            const msg_member_t *m = &members_at(n->mem, i)->m;
-            if (!members_at(n->mem, i)->alive || m->stage != s) continue;
+        for (int i = 0; i < members_count(mem); i++) {
+            const msg_member_t *m = &members_at(mem, i)->m;
+            if (!members_at(mem, i)->alive || m->stage != s) continue;
             peers++;
             tp += m->throughput;
             if (m->step > step) step = m->step;
@@ -346,13 +315,13 @@ static char *status_json(struct net *n, size_t *len)
     fprintf(f, "],\"wire\":[");
     for (int k = 0; k < WIRE_KINDS; k++)
         fprintf(f, "%s{\"kind\":\"%s\",\"in\":%llu,\"out\":%llu}", k ? "," : "",
-                transport_wire_name(k), (unsigned long long)n->wire.in[k],
-                (unsigned long long)n->wire.out[k]);
+                transport_wire_name(k), (unsigned long long)wire->in[k],
+                (unsigned long long)wire->out[k]);
     fprintf(f, "],\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
             !n->auth                               ? "none"
             : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key"
                                                    : "allowlist",
-            (unsigned long long)n->refused, (unsigned long long)members_forged(n->mem));
+            (unsigned long long)n->refused, (unsigned long long)members_forged(mem));
     for (int i = 0; i < n->nrefusals && i < NET_REFUSALS; i++) {
         fprintf(f, "%s{\"key\":\"%s\",\"addr\":", i ? "," : "", n->refusals[i].key);
         json_str(f, n->refusals[i].addr);
@@ -444,141 +413,20 @@ static void on_zap(struct net *n)
 
 static void on_router(struct net *n)
 {
-    zmq_msg_t parts[6];
-    int np = recv_parts(n->router, parts, 6);
+    zmq_msg_t parts[7];
+    int np = recv_parts(n->router, parts, 7);
     if (np < 0) return;
     char err[STATUS_ERR_LEN];
-    msg_t m;
-    size_t total = 0;
-    for (int i = 1; i < np && i < 6; i++) total += zmq_msg_size(&parts[i]);
-    me(n)->bytes_in += total;
-    if (np >= 2)
-        count_wire(n, 0, zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), total);
-    if (np < 2 || np > 6) goto reject;
-    if (msg_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &m, err)) goto reject_err;
-    if (np - 2 != msg_payloads(m.type)) {
-        snprintf(err, sizeof err, "%s with %d payload frames, expected %d", msg_type_name(m.type),
-                 np - 2, msg_payloads(m.type));
-        goto reject_err;
-    }
-    log_debug("net: %s from %02x%02x%02x%02x (%d frames)", msg_type_name(m.type), m.sender[0],
-              m.sender[1], m.sender[2], m.sender[3], np - 1);
-    if (m.type == MSG_STATUS_REQ) {
-        size_t jlen = 0, hlen;
-        char *json = status_json(n, &jlen);
-        uint8_t hdr[MSG_HEADER_MAX];
-        msg_t r = {.type = MSG_STATUS_REP};
-        hlen = fill_header(n, &r, hdr, sizeof hdr);
-        const void *data[3] = {zmq_msg_data(&parts[0]), hdr, json ? json : ""};
-        size_t len[3] = {zmq_msg_size(&parts[0]), hlen, json ? jlen : 0};
-        if (!send_frames(n->router, 3, data, len, ZMQ_DONTWAIT))
-            count_wire(n, 1, hdr, hlen, len[1] + len[2]);
-        free(json);
-        goto done;
-    }
-    /* Everything else must come from our swarm (a joiner's HELLO may not know it yet). */
-    if (m.type != MSG_HELLO && n->swarm && m.swarm != n->swarm) {
-        snprintf(err, sizeof err, "%s from another swarm (%016llx)", msg_type_name(m.type),
-                 (unsigned long long)m.swarm);
-        goto reject_err;
-    }
-    /* A member's DEALER carries its peer id as routing id: the header cannot claim another. */
-    if (zmq_msg_size(&parts[0]) != MSG_ID_LEN ||
-        memcmp(zmq_msg_data(&parts[0]), m.sender, MSG_ID_LEN)) {
-        snprintf(err, sizeof err, "%s whose sender id does not match its connection",
-                 msg_type_name(m.type));
-        goto reject_err;
-    }
+    const void *data[6];
+    size_t len[6];
+    int nf = np > 7 ? 7 : np;
+    for (int i = 1; i < nf; i++) data[i - 1] = zmq_msg_data(&parts[i]), len[i - 1] = zmq_msg_size(&parts[i]);
     /* With an allowlist the connection's CURVE key names the sender (the ZAP user id). */
-    if (n->auth && auth_mode(n->auth) == AUTH_ALLOW) {
-        const char *uid = zmq_msg_gets(&parts[1], "User-Id");
-        char hex[65];
-        if (!uid || strcmp(uid, auth_hex(m.sender, hex))) {
-            snprintf(err, sizeof err, "%s whose sender is not the key of its connection",
-                     msg_type_name(m.type));
-            goto reject_err;
-        }
-    }
-    /* Signed control: HELLO and LEAVE carry the sender's signature and a counter that only
-     * goes up; a forged or replayed one is refused. */
-    if (msg_signed(m.type) && n->signing) {
-        if (!msg_verify(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]))) {
-            snprintf(err, sizeof err, "%s with a bad signature", msg_type_name(m.type));
-            goto reject_warn;
-        }
-        if (!members_control(n->mem, m.sender, m.seq)) {
-            snprintf(err, sizeof err, "%s replayed (counter %llu)", msg_type_name(m.type),
-                     (unsigned long long)m.seq);
-            goto reject_warn;
-        }
-    }
-    if (m.type == MSG_HELLO) {
-        if (!n->run_text || !n->swarm) goto done; /* not ready to welcome anyone */
-        members_entry_t *e = members_at(n->mem, members_hello(n->mem, &m, clock_now()));
-        uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
-        msg_t w = {.type = MSG_WELCOME};
-        snprintf(w.addr, sizeof w.addr, "%s", me(n)->addr);
-        size_t hlen = fill_header(n, &w, hdr, sizeof hdr), tlen = table_bytes(n, &table);
-        const void *pl[2] = {n->run_text, table};
-        size_t plen[2] = {strlen(n->run_text), tlen};
-        if (hlen && table) send_to(n, e, hdr, hlen, 2, pl, plen);
-        free(table);
-        push_view(n);
-        goto done;
-    }
-    if (m.type == MSG_GOSSIP || m.type == MSG_WELCOME) {
-        msg_member_t *v = malloc(MSG_MEMBERS_MAX * sizeof *v);
-        int k = 0;
-        int pi = m.type == MSG_GOSSIP ? 2 : 3;
-        int rc = v ? msg_members_decode(zmq_msg_data(&parts[pi]), zmq_msg_size(&parts[pi]), v,
-                                        MSG_MEMBERS_MAX, &k, err)
-                   : -1;
-        if (rc) {
-            free(v);
-            goto reject_err;
-        }
-        double now = clock_now();
-        if (m.type == MSG_GOSSIP) members_echo(n->mem, m.sender, v, k, now); /* round trips */
-        members_merge(n->mem, v, k, now);
-        free(v);
-        uint64_t forged = members_forged(n->mem);
-        if (forged > n->forged_seen) { /* entries not signed by the member they describe */
-            char hex[9];
-            n->rejected += forged - n->forged_seen;
-            me(n)->rejected += forged - n->forged_seen;
-            log_warn("net: ignored %llu member entr%s in a %s from %s: not signed by the member",
-                     (unsigned long long)(forged - n->forged_seen),
-                     forged - n->forged_seen == 1 ? "y" : "ies", msg_type_name(m.type),
-                     msg_id_short(m.sender, hex));
-            n->forged_seen = forged;
-        }
-        if (m.type == MSG_GOSSIP) goto done;
-    }
-    if (m.type == MSG_LEAVE) {
-        members_leave(n->mem, m.sender, m.text);
-        push_view(n);
-        goto done;
-    }
-    /* A data message (or WELCOME): to the compute thread, header and payloads as they came. */
-    {
-        const void *data[6] = {"m"};
-        size_t len[6] = {1};
-        for (int i = 1; i < np; i++)
-            data[i] = zmq_msg_data(&parts[i]), len[i] = zmq_msg_size(&parts[i]);
-        send_frames(n->pair_n, np, data, len, 0);
-    }
-    goto done;
-reject:
-    snprintf(err, sizeof err, "a message of %d frames", np);
-    goto reject_err;
-reject_warn:
-    log_warn("net: rejected: %s", err);
-reject_err:
-    n->rejected++;
-    me(n)->rejected++;
-    log_debug("net: rejected: %s", err);
-done:
-    close_parts(parts, np, 6);
+    int allow = n->auth && auth_mode(n->auth) == AUTH_ALLOW;
+    const char *uid = allow && np >= 2 ? zmq_msg_gets(&parts[1], "User-Id") : NULL;
+    dispatch_on_frames(n->core, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), allow, uid,
+                       np > 6 ? 6 : np - 1, data, len, clock_now(), err);
+    close_parts(parts, np, 7);
 }
 
 static void on_compute(struct net *n)
@@ -590,12 +438,11 @@ static void on_compute(struct net *n)
     switch (cmd[0]) {
     case 'S': {
         if (np < 3 || zmq_msg_size(&parts[1]) != MSG_ID_LEN) break;
-        members_entry_t *e = find(n, zmq_msg_data(&parts[1]));
-        const void *pl[4];
-        size_t plen[4];
-        for (int i = 3; i < np; i++)
-            pl[i - 3] = zmq_msg_data(&parts[i]), plen[i - 3] = zmq_msg_size(&parts[i]);
-        if (send_to(n, e, zmq_msg_data(&parts[2]), zmq_msg_size(&parts[2]), np - 3, pl, plen)) {
+        const void *fr[5];
+        size_t frl[5];
+        for (int i = 2; i < np; i++)
+            fr[i - 2] = zmq_msg_data(&parts[i]), frl[i - 2] = zmq_msg_size(&parts[i]);
+        if (dispatch_send(n->core, zmq_msg_data(&parts[1]), np - 2, fr, frl)) {
             const void *data[3] = {"u", zmq_msg_data(&parts[1]), zmq_msg_data(&parts[2])};
             size_t len[3] = {1, MSG_ID_LEN, zmq_msg_size(&parts[2])};
             send_frames(n->pair_n, 3, data, len, 0);
@@ -614,7 +461,9 @@ static void on_compute(struct net *n)
         uint8_t hdr[MSG_HEADER_MAX];
         msg_t m = {.type = MSG_HELLO, .stage = stage};
         snprintf(m.addr, sizeof m.addr, "%s", me(n)->addr);
-        size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
+        char err[STATUS_ERR_LEN];
+        size_t hlen = dispatch_header(n->core, &m, wall_us(), hdr, sizeof hdr, err);
+        if (!hlen) break;
         /* With an allowlist the bootstrap's key is one of the listed: one HELLO per
          * candidate, of which only the right one completes a CURVE handshake. */
         const uint8_t(*cand)[MSG_ID_LEN] = NULL;
@@ -631,7 +480,8 @@ static void on_compute(struct net *n)
             if (!d) continue;
             int linger = 2000;
             zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
-            if (zmq_send(d, hdr, hlen, 0) >= 0) count_wire(n, 1, hdr, hlen, hlen);
+            const void *fr[1] = {hdr};
+            if (zmq_send(d, hdr, hlen, 0) >= 0) dispatch_count_out(n->core, 1, fr, &hlen);
             zmq_close(d); /* lingers until the HELLO is out */
         }
         break;
@@ -645,17 +495,19 @@ static void on_compute(struct net *n)
              * those) and its own counters. */
             s.bytes_in = self->bytes_in;
             s.bytes_out = self->bytes_out;
-            s.rejected += n->rejected; /* the compute thread's count plus ours */
+            s.rejected += dispatch_rejected(n->core); /* the compute thread's plus ours */
             s.uptime_s = self->uptime_s;
-            members_set_self(n->mem, &s);
+            members_set_self(dispatch_members(n->core), &s);
         }
         break;
     case 'R':
         if (np == 4 && zmq_msg_size(&parts[1]) == 8 && zmq_msg_size(&parts[2]) == 4) {
-            memcpy(&n->swarm, zmq_msg_data(&parts[1]), 8);
+            uint64_t swarm;
+            memcpy(&swarm, zmq_msg_data(&parts[1]), 8);
             memcpy(&n->nstages, zmq_msg_data(&parts[2]), 4);
-            free(n->run_text);
-            n->run_text = strndup(zmq_msg_data(&parts[3]), zmq_msg_size(&parts[3]));
+            char *run = strndup(zmq_msg_data(&parts[3]), zmq_msg_size(&parts[3]));
+            if (run) dispatch_set_run(n->core, swarm, run);
+            free(run);
         }
         break;
     case 'Q':
@@ -670,10 +522,7 @@ done:
 
 static void tick(struct net *n)
 {
-    double now = clock_now();
-    me(n)->uptime_s = (uint32_t)(now - n->t0);
-    members_tick(n->mem, now, n->timeout_s, NULL, 0); /* heartbeat + 1, timeouts */
-    gossip(n, now);
+    dispatch_tick(n->core, clock_now(), ++n->ticks * 0x9e3779b97f4a7c15ULL);
     push_view(n);
 }
 
@@ -698,21 +547,16 @@ static void *net_thread(void *arg)
             next = clock_now() + n->heartbeat_s;
         }
     }
-    /* Leaving: say so to everyone, then close. */
-    uint8_t hdr[MSG_HEADER_MAX];
-    msg_t m = {.type = MSG_LEAVE};
-    snprintf(m.text, sizeof m.text, "leaving");
-    me(n)->state = MEMBER_LEAVING;
-    size_t hlen = fill_header(n, &m, hdr, sizeof hdr);
-    for (int i = 1; i < members_count(n->mem); i++) {
-        members_entry_t *e = members_at(n->mem, i);
-        if (!e->alive || !e->user) continue;
+    /* Leaving: say so to everyone (the DEALERs linger until it is out), then close. */
+    members_t *mem = dispatch_members(n->core);
+    for (int i = 1; i < members_count(mem); i++) {
+        members_entry_t *e = members_at(mem, i);
         int linger = 500;
-        zmq_setsockopt(e->user, ZMQ_LINGER, &linger, sizeof linger);
-        send_to(n, e, hdr, hlen, 0, NULL, NULL);
+        if (e->alive && e->user) zmq_setsockopt(e->user, ZMQ_LINGER, &linger, sizeof linger);
     }
-    for (int i = 1; i < members_count(n->mem); i++) {
-        members_entry_t *e = members_at(n->mem, i);
+    dispatch_leave(n->core, "leaving", wall_us());
+    for (int i = 1; i < members_count(mem); i++) {
+        members_entry_t *e = members_at(mem, i);
         if (e->user) zmq_close(e->user);
         e->user = NULL;
     }
@@ -736,8 +580,7 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     n->ctx = zmq_ctx_new();
     n->heartbeat_s = cfg->heartbeat_s > 0 ? cfg->heartbeat_s : 0.25;
     n->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 3.0;
-    n->swarm = n->c_swarm = cfg->swarm;
-    n->run_text = cfg->run_text ? strdup(cfg->run_text) : NULL;
+    n->c_swarm = cfg->swarm;
     memcpy(n->id, cfg->id, MSG_ID_LEN);
     n->t0 = clock_now();
     int zero = 0, one = 1;
@@ -793,19 +636,28 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     msg_member_t self = cfg->self;
     memcpy(self.id, cfg->id, MSG_ID_LEN);
     snprintf(self.addr, sizeof self.addr, "%s", cfg->advertise ? cfg->advertise : bound);
-    members_hooks_t hooks = {.ctx = n, .up = member_up, .down = member_down};
-    n->mem = members_new(&self, clock_now(), &hooks, err);
-    if (!n->mem) goto fail;
     /* The heartbeat starts at the wall clock's milliseconds: a restarted peer's entries win
      * over those of its previous life, and a recorded (signed) entry of that life cannot
      * be replayed over the new one. */
-    {
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        members_at(n->mem, 0)->m.heartbeat =
-            (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
-    }
-    if (n->signing) members_set_signing(n->mem, n->sk);
+    dispatch_config_t dc = {.self = self,
+                            .heartbeat = wall_us() / 1000u,
+                            .sk = cfg->sk,
+                            .swarm = cfg->swarm,
+                            .run_text = cfg->run_text,
+                            .timeout_s = n->timeout_s,
+                            .forget_s = NET_FORGET_S};
+    dispatch_io_t io = {.ctx = n,
+                        .send = io_send,
+                        .probe = io_probe,
+                        .reply = io_reply,
+                        .deliver = io_deliver,
+                        .view = io_view,
+                        .status = status_json,
+                        .up = member_up,
+                        .down = member_down,
+                        .refused = io_refused};
+    n->core = dispatch_new(&dc, &io, clock_now(), err);
+    if (!n->core) goto fail;
     snprintf(n->endpoint_inproc, sizeof n->endpoint_inproc, "inproc://net-%p", (void *)n);
     n->pair_n = zmq_socket(n->ctx, ZMQ_PAIR);
     n->pair_c = zmq_socket(n->ctx, ZMQ_PAIR);
@@ -829,8 +681,7 @@ fail:
     if (n->pair_c) zmq_close(n->pair_c);
     n->router = n->pair_n = n->pair_c = NULL;
     zmq_ctx_term(n->ctx);
-    members_destroy(&n->mem);
-    free(n->run_text);
+    dispatch_destroy(&n->core);
     free(n);
     return NULL;
 }
@@ -849,7 +700,7 @@ void net_halt(net_t *n, wire_count_t *wire)
         pthread_join(n->thread, NULL);
     }
     n->halted = 1;
-    if (wire) *wire = n->wire; /* the thread is gone: its counters are ours to read */
+    if (wire && n->core) *wire = *dispatch_wire(n->core); /* the thread is gone: its counters are ours to read */
 }
 
 void net_stop(net_t **np)
@@ -860,8 +711,7 @@ void net_stop(net_t **np)
     release_frames(n);
     zmq_close(n->pair_c);
     zmq_ctx_term(n->ctx);
-    members_destroy(&n->mem);
-    free(n->run_text);
+    dispatch_destroy(&n->core);
     free(n->view);
     sodium_memzero(n->sk, sizeof n->sk);
     free(n);

@@ -1,0 +1,385 @@
+/* dispatch.c — the membership and dispatch core (dispatch.h): header checks, HELLO,
+ * GOSSIP, WELCOME, LEAVE, STATUS_REQ, gossip ticks and the byte counts, on bytes given by
+ * the owner (net.c, sim.c). Not for: sockets or delays. */
+#include "swarm/dispatch.h"
+#include "common/status.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DISPATCH_FRAMES_MAX 5 /* a header and at most 4 payloads */
+
+struct dispatch {
+    dispatch_io_t io;
+    members_t *mem;
+    uint64_t swarm, seq, ctl_seq, rejected, forged_seen;
+    char *run_text;
+    int signing;
+    uint8_t sk[64];
+    double timeout_s, forget_s, t0;
+    int fanout;
+    wire_count_t wire;
+    msg_member_t *scratch; /* decoded tables, MSG_MEMBERS_MAX entries */
+};
+
+static void hook_up(void *ctx, members_entry_t *e)
+{
+    dispatch_t *d = ctx;
+    if (d->io.up) d->io.up(d->io.ctx, e);
+}
+
+static void hook_down(void *ctx, members_entry_t *e, const char *why)
+{
+    dispatch_t *d = ctx;
+    if (d->io.down) d->io.down(d->io.ctx, e, why);
+}
+
+dispatch_t *dispatch_new(const dispatch_config_t *cfg, const dispatch_io_t *io, double now,
+                         char *err)
+{
+    dispatch_t *d = calloc(1, sizeof *d);
+    if (!d) goto nomem;
+    d->io = *io;
+    d->swarm = cfg->swarm;
+    d->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 3.0;
+    d->forget_s = cfg->forget_s > 0 ? cfg->forget_s : 60.0;
+    d->fanout = cfg->gossip_fanout;
+    d->t0 = now;
+    if (cfg->run_text && !(d->run_text = strdup(cfg->run_text))) goto nomem;
+    d->scratch = malloc(MSG_MEMBERS_MAX * sizeof *d->scratch);
+    if (!d->scratch) goto nomem;
+    members_hooks_t hooks = {.ctx = d, .up = hook_up, .down = hook_down};
+    d->mem = members_new(&cfg->self, now, &hooks, err);
+    if (!d->mem) goto fail;
+    if (cfg->heartbeat) members_at(d->mem, 0)->m.heartbeat = cfg->heartbeat;
+    if (cfg->sk) {
+        memcpy(d->sk, cfg->sk, sizeof d->sk);
+        d->signing = 1;
+        members_set_signing(d->mem, d->sk);
+    }
+    return d;
+nomem:
+    status_set(err, STATUS_ENOMEM, "dispatch: out of memory");
+fail:
+    dispatch_destroy(&d);
+    return NULL;
+}
+
+void dispatch_destroy(dispatch_t **dp)
+{
+    if (!dp || !*dp) return;
+    dispatch_t *d = *dp;
+    members_destroy(&d->mem);
+    free(d->run_text);
+    free(d->scratch);
+    sodium_memzero(d->sk, sizeof d->sk);
+    free(d);
+    *dp = NULL;
+}
+
+members_t *dispatch_members(dispatch_t *d)
+{
+    return d->mem;
+}
+
+void dispatch_set_run(dispatch_t *d, uint64_t swarm, const char *run_text)
+{
+    char *t = run_text ? strdup(run_text) : NULL;
+    if (run_text && !t) return; /* out of memory: keep the old run; WELCOME waits */
+    d->swarm = swarm;
+    free(d->run_text);
+    d->run_text = t;
+}
+
+uint64_t dispatch_swarm(const dispatch_t *d)
+{
+    return d->swarm;
+}
+
+const char *dispatch_run_text(const dispatch_t *d)
+{
+    return d->run_text;
+}
+
+const wire_count_t *dispatch_wire(const dispatch_t *d)
+{
+    return &d->wire;
+}
+
+uint64_t dispatch_rejected(const dispatch_t *d)
+{
+    return d->rejected;
+}
+
+void dispatch_add_rejected(dispatch_t *d, uint64_t n)
+{
+    d->rejected += n;
+    members_at(d->mem, 0)->m.rejected += n;
+}
+
+/* ---- out ------------------------------------------------------------------------------ */
+
+static size_t frames_total(int nframes, const size_t *len)
+{
+    size_t t = 0;
+    for (int i = 0; i < nframes; i++) t += len[i];
+    return t;
+}
+
+/* The kind of a message whose header frame is hdr: its type octet names it; anything too
+ * short to have one is control. */
+static int frames_kind(int nframes, const void *const *data, const size_t *len)
+{
+    const uint8_t *h = nframes > 0 ? data[0] : NULL;
+    return transport_wire_kind(h && len[0] > 4 ? h[4] : 0);
+}
+
+void dispatch_count_out(dispatch_t *d, int nframes, const void *const *data, const size_t *len)
+{
+    size_t total = frames_total(nframes, len);
+    d->wire.out[frames_kind(nframes, data, len)] += total;
+    members_at(d->mem, 0)->m.bytes_out += total;
+}
+
+size_t dispatch_header(dispatch_t *d, msg_t *m, uint64_t clock_us, uint8_t *buf, size_t cap,
+                       char *err)
+{
+    size_t len = 0;
+    m->swarm = d->swarm;
+    memcpy(m->sender, members_at(d->mem, 0)->m.id, MSG_ID_LEN);
+    m->seq = ++d->seq;
+    if (msg_signed(m->type)) {
+        /* The control counter outlives the process: a clock in microseconds, strictly
+         * increasing, so a restarted peer's HELLO is not taken for a replay. */
+        d->ctl_seq = clock_us > d->ctl_seq ? clock_us : d->ctl_seq + 1;
+        m->seq = d->ctl_seq;
+    }
+    if (msg_encode(m, buf, cap, &len, err)) return 0;
+    if (msg_signed(m->type) && d->signing) msg_sign(buf, len, d->sk);
+    return len;
+}
+
+static int send_entry(dispatch_t *d, members_entry_t *e, int nframes, const void *const *data,
+                      const size_t *len)
+{
+    if (!e || !e->alive || !d->io.send || d->io.send(d->io.ctx, e, nframes, data, len)) return -1;
+    dispatch_count_out(d, nframes, data, len);
+    return 0;
+}
+
+int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
+                  const void *const *data, const size_t *len)
+{
+    int j = members_find(d->mem, id);
+    return j > 0 ? send_entry(d, members_at(d->mem, j), nframes, data, len) : -1;
+}
+
+/* ---- in ------------------------------------------------------------------------------- */
+
+static int refuse(dispatch_t *d, int warn, int rc, char *err)
+{
+    d->rejected++;
+    members_at(d->mem, 0)->m.rejected++;
+    if (d->io.refused) d->io.refused(d->io.ctx, err, warn);
+    return rc;
+}
+
+static void view_changed(dispatch_t *d)
+{
+    if (d->io.view) d->io.view(d->io.ctx);
+}
+
+static void on_hello(dispatch_t *d, const msg_t *m, double now)
+{
+    char err[STATUS_ERR_LEN];
+    if (!d->run_text || !d->swarm) return; /* not ready to welcome anyone */
+    int j = members_hello(d->mem, m, now);
+    if (j < 0) return;
+    uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
+    size_t tlen = 0;
+    msg_t w;
+    memset(&w, 0, sizeof w);
+    w.type = MSG_WELCOME;
+    snprintf(w.addr, sizeof w.addr, "%s", members_at(d->mem, 0)->m.addr);
+    size_t hlen = dispatch_header(d, &w, 0, hdr, sizeof hdr, err);
+    if (hlen && !members_encode(d->mem, &table, &tlen, err)) {
+        const void *data[3] = {hdr, d->run_text, table};
+        size_t len[3] = {hlen, strlen(d->run_text), tlen};
+        send_entry(d, members_at(d->mem, j), 3, data, len);
+    }
+    free(table);
+    view_changed(d);
+}
+
+/* GOSSIP or WELCOME: the table in frame pi merged. 0, or a refusal's status. */
+static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tlen, double now,
+                    char *err)
+{
+    int k = 0, rc = msg_members_decode(tab, tlen, d->scratch, MSG_MEMBERS_MAX, &k, err);
+    if (rc) return rc;
+    if (m->type == MSG_GOSSIP) members_echo(d->mem, m->sender, d->scratch, k, now);
+    int ch = members_merge(d->mem, d->scratch, k, now);
+    uint64_t forged = members_forged(d->mem);
+    if (forged > d->forged_seen) { /* entries not signed by the member they describe */
+        char hex[9];
+        uint64_t nf = forged - d->forged_seen;
+        d->forged_seen = forged;
+        d->rejected += nf;
+        members_at(d->mem, 0)->m.rejected += nf;
+        snprintf(err, STATUS_ERR_LEN, "ignored %llu member entr%s in a %s from %s: not signed by "
+                 "the member", (unsigned long long)nf, nf == 1 ? "y" : "ies",
+                 msg_type_name(m->type), msg_id_short(m->sender, hex));
+        if (d->io.refused) d->io.refused(d->io.ctx, err, 1);
+    }
+    if (ch > 0) view_changed(d);
+    return 0;
+}
+
+int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_user,
+                       const char *user, int nframes, const void *const *data,
+                       const size_t *len, double now, char *err)
+{
+    msg_t m;
+    int rc;
+    size_t total = frames_total(nframes, len);
+    members_at(d->mem, 0)->m.bytes_in += total;
+    if (nframes >= 1) d->wire.in[frames_kind(nframes, data, len)] += total;
+    if (nframes < 1 || nframes > DISPATCH_FRAMES_MAX) {
+        rc = status_set(err, STATUS_EMALFORMED, "a message of %d frames", nframes);
+        return refuse(d, 0, rc, err);
+    }
+    if ((rc = msg_decode(data[0], len[0], &m, err))) return refuse(d, 0, rc, err);
+    if (nframes - 1 != msg_payloads(m.type)) {
+        rc = status_set(err, STATUS_EMALFORMED, "%s with %d payload frames, expected %d",
+                        msg_type_name(m.type), nframes - 1, msg_payloads(m.type));
+        return refuse(d, 0, rc, err);
+    }
+    if (m.type == MSG_STATUS_REQ) {
+        size_t jlen = 0;
+        char *json = d->io.status ? d->io.status(d->io.ctx, &jlen) : NULL;
+        uint8_t hdr[MSG_HEADER_MAX];
+        msg_t r;
+        memset(&r, 0, sizeof r);
+        r.type = MSG_STATUS_REP;
+        size_t hlen = dispatch_header(d, &r, 0, hdr, sizeof hdr, err);
+        const void *out[2] = {hdr, json ? json : ""};
+        size_t olen[2] = {hlen, json ? jlen : 0};
+        if (hlen && d->io.reply && !d->io.reply(d->io.ctx, conn, conn_len, 2, out, olen))
+            dispatch_count_out(d, 2, out, olen);
+        free(json);
+        return 0;
+    }
+    /* Everything else must come from our swarm (a joiner's HELLO may not know it yet). */
+    if (m.type != MSG_HELLO && d->swarm && m.swarm != d->swarm) {
+        rc = status_set(err, STATUS_EMALFORMED, "%s from another swarm (%016llx)",
+                        msg_type_name(m.type), (unsigned long long)m.swarm);
+        return refuse(d, 0, rc, err);
+    }
+    /* A member's connection carries its peer id as routing id: no header claims another. */
+    if (conn_len != MSG_ID_LEN || memcmp(conn, m.sender, MSG_ID_LEN)) {
+        rc = status_set(err, STATUS_EMALFORMED, "%s whose sender id does not match its connection",
+                        msg_type_name(m.type));
+        return refuse(d, 0, rc, err);
+    }
+    /* With an allowlist the connection's CURVE key names the sender. */
+    if (check_user) {
+        char hex[2 * MSG_ID_LEN + 1];
+        sodium_bin2hex(hex, sizeof hex, m.sender, MSG_ID_LEN);
+        if (!user || strcmp(user, hex)) {
+            rc = status_set(err, STATUS_EMALFORMED, "%s whose sender is not the key of its "
+                            "connection", msg_type_name(m.type));
+            return refuse(d, 0, rc, err);
+        }
+    }
+    /* Signed control: a forged or replayed HELLO or LEAVE is refused. */
+    if (msg_signed(m.type) && d->signing) {
+        if (!msg_verify(data[0], len[0])) {
+            rc = status_set(err, STATUS_EMALFORMED, "%s with a bad signature",
+                            msg_type_name(m.type));
+            return refuse(d, 1, rc, err);
+        }
+        if (!members_control(d->mem, m.sender, m.seq)) {
+            rc = status_set(err, STATUS_EMALFORMED, "%s replayed (counter %llu)",
+                            msg_type_name(m.type), (unsigned long long)m.seq);
+            return refuse(d, 1, rc, err);
+        }
+    }
+    switch (m.type) {
+    case MSG_HELLO:
+        on_hello(d, &m, now);
+        return 0;
+    case MSG_GOSSIP:
+        if ((rc = on_table(d, &m, data[1], len[1], now, err))) return refuse(d, 0, rc, err);
+        return 0;
+    case MSG_WELCOME:
+        if ((rc = on_table(d, &m, data[2], len[2], now, err))) return refuse(d, 0, rc, err);
+        break; /* and to the program: the run text */
+    case MSG_LEAVE:
+        if (members_leave(d->mem, m.sender, m.text)) view_changed(d);
+        return 0;
+    default:
+        break;
+    }
+    if (d->io.deliver) d->io.deliver(d->io.ctx, &m, nframes, data, len);
+    return 0;
+}
+
+/* ---- ticks ---------------------------------------------------------------------------- */
+
+void dispatch_tick(dispatch_t *d, double now, uint64_t r)
+{
+    char err[STATUS_ERR_LEN];
+    members_at(d->mem, 0)->m.uptime_s = (uint32_t)(now - d->t0);
+    members_tick(d->mem, now, d->timeout_s, NULL, 0);
+    uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
+    size_t tlen = 0;
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_GOSSIP;
+    size_t hlen = dispatch_header(d, &m, 0, hdr, sizeof hdr, err);
+    if (!hlen || members_encode_gossip(d->mem, now, d->forget_s, &table, &tlen, err)) return;
+    const void *data[2] = {hdr, table};
+    size_t len[2] = {hlen, tlen};
+    int cnt = members_count(d->mem), live = 0;
+    int *idx = malloc((size_t)cnt * sizeof *idx);
+    if (!idx) goto done;
+    for (int i = 1; i < cnt; i++)
+        if (members_at(d->mem, i)->alive) idx[live++] = i;
+    int k = d->fanout > 0 && d->fanout < live ? d->fanout : live;
+    uint64_t x = r;
+    for (int i = 0; i < k; i++) {
+        if (k < live) { /* partial Fisher-Yates: k random live members */
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            int j = i + (int)((x >> 33) % (uint64_t)(live - i));
+            int t = idx[i];
+            idx[i] = idx[j], idx[j] = t;
+        }
+        send_entry(d, members_at(d->mem, idx[i]), 2, data, len);
+    }
+    /* One member that died of silence: after a partition heals the two sides find each
+     * other this way (members.h). */
+    int p = members_probe(d->mem, now, d->forget_s, r);
+    if (p > 0 && d->io.probe && !d->io.probe(d->io.ctx, members_at(d->mem, p), 2, data, len))
+        dispatch_count_out(d, 2, data, len);
+    free(idx);
+done:
+    free(table);
+}
+
+void dispatch_leave(dispatch_t *d, const char *why, uint64_t clock_us)
+{
+    char err[STATUS_ERR_LEN];
+    uint8_t hdr[MSG_HEADER_MAX];
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_LEAVE;
+    snprintf(m.text, sizeof m.text, "%s", why);
+    members_at(d->mem, 0)->m.state = MEMBER_LEAVING;
+    size_t hlen = dispatch_header(d, &m, clock_us, hdr, sizeof hdr, err);
+    if (!hlen) return;
+    const void *data[1] = {hdr};
+    for (int i = 1; i < members_count(d->mem); i++)
+        send_entry(d, members_at(d->mem, i), 1, data, &hlen);
+}

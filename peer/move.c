@@ -15,6 +15,7 @@
  * copies kept for CheckFree+ stay (a mover rebuilding a lost end stage needs its copy). */
 void peer_drop_stage(peer_t *p)
 {
+    guard_forget_norms(&p->guard); /* another stage's updates have another scale */
     for (int i = 0; i < p->nmbs; i++) custody_drop(&p->mbs[i]);
     free(p->mbs);
     p->mbs = NULL;

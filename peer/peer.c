@@ -108,6 +108,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
         return NULL;
     }
     peer_t *p = calloc(1, sizeof *p);
+    if (p) guard_init(&p->guard);
     if (!p) {
         status_set(err, STATUS_ENOMEM, "peer: out of memory");
         return NULL;
@@ -157,10 +158,10 @@ static int on_view(peer_t *p, const net_ev_t *ev)
                              "left) at step %" PRId64,
                              peer_idhex(p->view.m[i].id, h), p->view.m[i].stage, p->step);
     }
-    if (p->nbad) { /* expelled members stay out of the view (guard.c) */
+    if (guard_any(&p->guard)) { /* expelled members stay out of the view (guard.c) */
         msg_member_t *v = malloc((size_t)(ev->nmembers ? ev->nmembers : 1) * sizeof *v);
         if (!v) return STATUS_ENOMEM;
-        int k = guard_view(p, ev->members, ev->nmembers, v), rc = view_set(&p->view, v, k);
+        int k = guard_view(&p->guard, ev->members, ev->nmembers, v), rc = view_set(&p->view, v, k);
         free(v);
         if (rc) return STATUS_ENOMEM;
     } else if (view_set(&p->view, ev->members, ev->nmembers)) {
@@ -283,8 +284,8 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
         return 0;
     case NET_EV_MSG: {
         int t = ev->msg.type;
-        if (p->nbad && (guard_expelled(p, ev->msg.sender) ||
-                        (t == MSG_EXCH && guard_expelled(p, ev->msg.origin))))
+        if (guard_any(&p->guard) && (guard_expelled(&p->guard, ev->msg.sender) ||
+                        (t == MSG_EXCH && guard_expelled(&p->guard, ev->msg.origin))))
             return 0; /* expelled: nothing of its is taken */
         handler_t h = t >= 0 && t <= MSG_TYPE_MAX ? handlers[t] : NULL;
         return h ? h(p, ev) : 0;

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
+#include "peer/guard.h"
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/stage.h"
@@ -84,15 +85,6 @@ enum {
     PHASE_SERVING,
     PHASE_DONE, /* the run is over for this peer */
 };
-
-#define GUARD_BAD_MAX     64 /* members tracked for refused updates */
-#define GUARD_NORMS       32 /* recent update norms kept for the bound */
-#define GUARD_NORMS_MED   3  /* norms known before the bound is on their median (on their
-                              * largest before: one odd early update is no scale) */
-#define GUARD_EXPEL_AFTER 2  /* steps with a refused message of its own that expel a member */
-/* a DeMo message may be this much above the recent median: far above an honest member's
- * growth in warm-up */
-#define GUARD_NORM_FACTOR 1e6 /* 1000 refused honest members: DeMo message norms of one pool spread over more than 3 orders of magnitude (bench_checkfree, stage 2 at step 138) */
 
 struct peer {
     peer_options_t po;
@@ -232,17 +224,7 @@ struct peer {
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     double serving_from_at; /* when self.serving_from was last moved (step.c) */
-    /* bounded updates (guard.c): members whose exchange messages were refused */
-    struct {
-        uint8_t id[MSG_ID_LEN];
-        int refused; /* steps at which a message of its own (sent by it, not relayed)
-                      * was refused */
-        int64_t last_step;
-        int expelled; /* left out of this peer's view and pool for good */
-    } bad[GUARD_BAD_MAX];
-    int nbad;
-    double norms[GUARD_NORMS]; /* L2 norms of the last DeMo messages taken, a ring */
-    int nnorms;
+    guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */
     /* rebalancing (rebal.c) */
     double rebal_at;           /* last decision */
     double rebal_stable_since; /* the placement has not changed since */
@@ -345,22 +327,6 @@ int serve_source(peer_t *p);
 int serve_enqueue(peer_t *p, const net_ev_t *ev);
 void serve_dequeue(peer_t *p, int i);
 void serve_note_throughput(peer_t *p, double seconds);
-
-/* guard.c: bounded updates (docs/protocol.md 12.4, 12.5) */
-/* A message of origin's for `step` was refused; direct: sent by origin itself (a relay's
- * copy does not count against it). Refusals at GUARD_EXPEL_AFTER distinct steps expel it.
- * Returns 1 when this refusal expels it. */
-int guard_refused(peer_t *p, const uint8_t *origin, int64_t step, int direct, const char *why);
-int guard_expelled(const peer_t *p, const uint8_t *id);
-/* The view without expelled members, into out (n entries); returns how many. */
-int guard_view(const peer_t *p, const msg_member_t *in, int n, msg_member_t *out);
-/* Whether a DeMo message's norm is within the bound (GUARD_NORM_FACTOR x the median of
- * the recent norms, own included; x the largest while fewer than GUARD_NORMS_MED are
- * known; no bound before any is). */
-int guard_norm_ok(const peer_t *p, double norm);
-/* Notes the norm of a message taken that counted `counted` microbatches: one that counted
- * none carries only decayed momentum (after a restart, next to nothing) and sets no scale. */
-void guard_norm_note(peer_t *p, double norm, uint32_t counted);
 
 /* step.c */
 #define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */

@@ -281,11 +281,11 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
              demo_opt_check_norm(p->dopt, p->step, msgs[i]->data, msgs[i]->len, &norm[i], why)))
             out[i] = 1;
         else if (msgs[i]->part == 0 && peer_is_self(p, msgs[i]->origin))
-            guard_norm_note(p, norm[i], counted_by(p, msgs[i])); /* its own update is a reference */
+            guard_norm_note(&p->guard, norm[i], counted_by(p, msgs[i])); /* its own update is a reference */
     }
     for (int i = 0; p->dopt && i < n; i++) {
         if (msgs[i]->part != 0 || out[i] || peer_is_self(p, msgs[i]->origin)) continue;
-        if (!guard_norm_ok(p, norm[i])) {
+        if (!guard_norm_ok(&p->guard, norm[i])) {
             char h[9];
             out[i] = 1;
             p->rejected++;
@@ -339,7 +339,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
         if (p->dopt && !peer_is_self(p, msgs[i]->origin))
-            guard_norm_note(p, norm[i], counted_by(p, msgs[i])); /* the pool's recent updates */
+            guard_norm_note(&p->guard, norm[i], counted_by(p, msgs[i])); /* the pool's recent updates */
     }
     free(out);
     free(norm);
@@ -835,6 +835,28 @@ int step_tick(peer_t *p)
     return rc;
 }
 
+/* A message of origin's for `step` was refused (guard.h); one sent by origin itself
+ * (direct) counts against it: the refusal that expels it is said, recorded, and takes it
+ * out of the view at once (not waited for at this step, nor routed to). */
+static void guard_refusal(peer_t *p, const uint8_t *origin, int64_t step, int direct,
+                          const char *why)
+{
+    if (!guard_refused(&p->guard, origin, step, direct && !peer_is_self(p, origin))) return;
+    char h[9];
+    int n = guard_refusals(&p->guard, origin);
+    log_warn("peer: expelled %s from stage %d's pool: %d of its updates refused (last: %s)",
+             peer_idhex(origin, h), p->stage, n, why);
+    if (p->ps)
+        peer_store_event(p->ps, "expelled", "peer %s: %d updates refused, last: %s",
+                         peer_idhex(origin, h), n, why);
+    msg_member_t *v = malloc((size_t)(p->view.n ? p->view.n : 1) * sizeof *v);
+    if (v) {
+        int k = guard_view(&p->guard, p->view.m, p->view.n, v);
+        view_set(&p->view, v, k);
+        free(v);
+    }
+}
+
 int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
@@ -848,7 +870,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     double norm = 0;
     if (p->dopt && m->flags == 0 &&
         (demo_opt_check_norm(p->dopt, m->step, ev->frame[0], ev->frame_len[0], &norm, why) ||
-         (!guard_norm_ok(p, norm) &&
+         (!guard_norm_ok(&p->guard, norm) &&
           snprintf(why, sizeof why, "norm %.3g is above %.0f x the pool's recent updates", norm,
                    GUARD_NORM_FACTOR)))) {
         /* Refused: held without its body, so that its counted microbatches count as left
@@ -859,7 +881,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
                  peer_idhex(m->origin, h), why);
         int rc = pool_store(p->pool, m, (const uint8_t *)"", 0, ev->frame[1], ev->frame_len[1],
                             ev->frame[2], ev->frame_len[2]);
-        guard_refused(p, m->origin, m->step, !memcmp(m->origin, m->sender, MSG_ID_LEN), why);
+        guard_refusal(p, m->origin, m->step, !memcmp(m->origin, m->sender, MSG_ID_LEN), why);
         return rc == STATUS_EMALFORMED ? 0 : rc;
     }
     int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1],

@@ -545,31 +545,6 @@ static void test_poisoned_member(void **state)
     check_refused("index");
 }
 
-/* guard_norm_ok / guard_norm_note (peer/guard.c) on a bare peer: only the norm ring is
- * read. */
-static void test_norm_bound_scale(void **state)
-{
-    (void)state;
-    peer_t *p = calloc(1, sizeof *p);
-    assert_non_null(p);
-    assert_true(guard_norm_ok(p, 1e29)); /* nothing known: no bound */
-    guard_norm_note(p, 1e-10, 0);         /* counted nothing: no scale */
-    guard_norm_note(p, 0.0, 3);           /* zero: no scale */
-    assert_int_equal(p->nnorms, 0);
-    /* a resumed swarm: one member's first update near-empty, the other's honest */
-    guard_norm_note(p, 1e-10, 1);
-    guard_norm_note(p, 9e-4, 2);
-    assert_true(guard_norm_ok(p, 9e-4));  /* the median of two would be 1e-10: refused */
-    assert_true(guard_norm_ok(p, 100.0)); /* within 1e6 x the largest */
-    assert_false(guard_norm_ok(p, 1e29));
-    /* from 3 norms on, the median: one odd large norm does not widen the bound */
-    guard_norm_note(p, 1e-3, 2);
-    guard_norm_note(p, 1e4, 2);
-    assert_true(guard_norm_ok(p, 9e-4 * GUARD_NORM_FACTOR)); /* the median of 4: the 2nd */
-    assert_false(guard_norm_ok(p, 1e4 * GUARD_NORM_FACTOR));
-    free(p);
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest unit[] = {
@@ -578,7 +553,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_forged_gossip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replayed_control, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_files, setup, teardown),
-        cmocka_unit_test(test_norm_bound_scale),
     };
     const struct CMUnitTest poison[] = {
         cmocka_unit_test_setup_teardown(test_poisoned_member, setup, teardown),

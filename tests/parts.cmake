@@ -1,0 +1,1 @@
+st_add_test(test_parts unit)

@@ -917,6 +917,13 @@ static int d_check(void *ctx, double now, char *err)
  * it is counted (simrun_result_t.stranded) and noted in the trace, not failed.
  * TODO(lead): should such a peer learn that the run is over (members at the last step
  * in its WELCOME table) and exit? Then count it as a failure here. */
+/* What the node's peer refused so far (sim_app_t.rejected: a corrupted message). */
+static uint64_t d_rejected(void *ctx, int node)
+{
+    drv_t *d = ctx;
+    return node < d->cap && d->n[node].p ? d->n[node].p->rejected : 0;
+}
+
 static int d_done(void *ctx)
 {
     drv_t *d = ctx;
@@ -1110,7 +1117,8 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
                      .crash = d_crash,
                      .may_fail = d_may_fail,
                      .check = d_check,
-                     .done = d_done};
+                     .done = d_done,
+                     .rejected = d_rejected};
     if (!(d->sim = sim_new(&c, &app, err))) {
         rc = STATUS_ENOMEM;
         goto done;
@@ -1161,6 +1169,23 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     res->resume_kind = d->rs_kind;
     res->replay_same = d->replay_same;
     res->replay_diff = d->replay_diff;
+    res->corrupted = sim_corrupted(d->sim, &res->corrupt_refused);
+    memset(res->sent_mean, 0, sizeof res->sent_mean);
+    memset(res->sent_max, 0, sizeof res->sent_max);
+    res->sent_peers = 0;
+    for (int i = 0; i < sim_nodes(d->sim); i++) {
+        wire_count_t w;
+        double up;
+        sim_node_wire(d->sim, i, &w, &up);
+        if (up < 1.0) continue; /* a peer up for a moment sends its join, no rate */
+        res->sent_peers++;
+        for (int k = 0; k < WIRE_KINDS; k++) {
+            double rate = (double)w.out[k] / up;
+            res->sent_mean[k] += rate;
+            if (rate > res->sent_max[k]) res->sent_max[k] = rate;
+        }
+    }
+    for (int k = 0; k < WIRE_KINDS && res->sent_peers; k++) res->sent_mean[k] /= res->sent_peers;
     if (d->failed) {
         fprintf(report, "seed %llu: FAILED: %s\n  last events:\n", (unsigned long long)o->seed,
                 d->why);

@@ -63,8 +63,11 @@
 #ifndef SWARMTRAIN_SIMRUN_H
 #define SWARMTRAIN_SIMRUN_H
 
+#include "swarm/transport.h"
+
 #include <stddef.h>
 #include <stdint.h>
+
 #include <stdio.h>
 
 typedef struct {
@@ -112,6 +115,11 @@ typedef struct {
     int stage_lost;         /* a whole stage was gone at some point */
     int stranded;           /* peers that arrived as the run ended and were still waiting */
     double val_loss;        /* the held-out loss measured at the end (NaN if none) */
+    /* bytes each peer sent per virtual second of its life, by kind (transport.h): the mean
+     * over the peers up at least a second, and the largest */
+    double sent_mean[WIRE_KINDS], sent_max[WIRE_KINDS];
+    int sent_peers;         /* the peers in that mean */
+    uint64_t corrupted, corrupt_refused; /* messages a fault corrupted; refused of them */
     /* faults "restart" */
     int restarted;          /* the whole swarm crashed and restarted */
     int64_t resume_step;    /* the step its stores said it must resume from (0: afresh) */

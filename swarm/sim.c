@@ -1,11 +1,15 @@
 /* sim.c — the simulated network (sim.h): an event heap keyed by (virtual time,
- * sequence), nodes with a membership layer (members.c) and an inbox for their program,
- * connections with FIFO order and resets, and the fault schedule, all drawn from one
- * rng_t. Not for: the programs themselves (the caller's sim_app_t). */
+ * sequence), nodes with the dispatch core a real peer's network thread runs (dispatch.c:
+ * every message is bytes, encoded, signed, decoded and checked as on a socket) and an
+ * inbox for their program, connections with FIFO order and resets, and the fault
+ * schedule, all drawn from one rng_t. Not for: the programs themselves (the caller's
+ * sim_app_t). */
 #include "swarm/sim.h"
 #include "common/rng.h"
 #include "common/status.h"
-#include "swarm/members.h"
+#include "swarm/dispatch.h"
+
+#include <sodium.h>
 
 #include <math.h>
 #include <stdarg.h>
@@ -20,15 +24,19 @@ enum { EV_START, EV_DELIVER, EV_TICK, EV_APP, EV_FAULT, EV_HEAL, EV_RESET, EV_RE
 enum { NODE_PENDING, NODE_UP, NODE_CRASHED, NODE_STOPPED };
 enum { ITEM_MSG, ITEM_VIEW, ITEM_UNDELIV };
 
-/* A message in flight: the header as msg_t, the payloads copied. */
+#define SMSG_FRAMES 5 /* a header and at most 4 payloads */
+
+/* A message: in flight, its frames as bytes (the header encoded first); in a node's inbox,
+ * its header decoded (hdr) and the payloads. */
 typedef struct {
-    msg_t hdr;
+    msg_t hdr; /* decoded: for the trace in flight, for the program in the inbox */
     int nframes;
-    uint8_t *frame[4];
-    size_t len[4];
+    uint8_t *frame[SMSG_FRAMES];
+    size_t len[SMSG_FRAMES];
     int src, dst;
     uint32_t epoch; /* its connection's epoch when sent; a reset bumps the epoch */
     double sent_at;
+    char corrupt[48]; /* what a corrupting fault did to it ("" when intact) */
 } smsg_t;
 
 typedef struct {
@@ -50,11 +58,12 @@ typedef struct node {
     struct sim *s;
     int index, state, restart_of, side;
     int found; /* founds a swarm anew (sim_add_restart): joins nobody */
-    uint8_t id[MSG_ID_LEN];
+    uint8_t id[MSG_ID_LEN], sk[64]; /* an Ed25519 key pair drawn from the seed */
     char addr[32];
-    members_t *mem;
-    uint64_t swarm, seq, rejected;
-    char *run_text;
+    dispatch_t *core; /* what a real peer's network thread runs; NULL when not up */
+    const char *delivering; /* the corruption of the message being dispatched, or NULL */
+    wire_count_t wire;      /* bytes by kind over its life, once it is down */
+    double up_s;            /* virtual seconds it was up, once it is down */
     double slow, busy_until, app_at, cut_at, started_at;
     uint64_t app_gen;
     int app_scheduled, in_app, view_pending;
@@ -84,7 +93,7 @@ struct sim {
     uint64_t nlines;
     int failed;
     char fail_err[STATUS_ERR_LEN];
-    msg_member_t *scratch; /* decode buffer, MSG_MEMBERS_MAX entries */
+    uint64_t corrupted, corrupt_refused; /* messages a fault corrupted; refused of them */
 };
 
 /* ---- configuration ------------------------------------------------------------------ */
@@ -122,7 +131,8 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
     d.gossip_fanout = c->gossip_fanout;
     if (!strcmp(level, "none")) {
         /* delays only */
-    } else if (!strcmp(level, "mild")) {
+    } else if (!strcmp(level, "mild") || !strcmp(level, "corrupt")) {
+        d.corrupt_p = !strcmp(level, "corrupt") ? 0.01 : 0; /* mild, and corrupted frames */
         d.tail_p = 0.01;
         d.tail_max_s = 0.2;
         d.reset_p = 0.0005;
@@ -150,7 +160,7 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
         d.slow_p = 0.3;
         d.slow_max = 20.0;
     } else {
-        return status_set(err, STATUS_EINVAL, "unknown fault level '%s' (none, mild, heavy)",
+        return status_set(err, STATUS_EINVAL, "unknown fault level '%s' (none, mild, heavy, corrupt)",
                           level);
     }
     *c = d;
@@ -166,7 +176,8 @@ int sim_config_set(sim_config_t *c, const char *key, const char *value, char *er
 #define K(f) {#f, offsetof(sim_config_t, f)}
         K(heartbeat_s),    K(timeout_s),       K(forget_s),        K(delay_min_s),
         K(delay_max_s),    K(tail_p),          K(tail_max_s),      K(reorder_p),
-        K(dup_p),          K(reset_p),         K(crash_rate),      K(crash_window_s),
+        K(dup_p),          K(reset_p),         K(corrupt_p),       K(crash_rate),
+        K(crash_window_s),
         K(restart_p),      K(restart_min_s),   K(restart_max_s),   K(join_rate),
         K(leave_rate),     K(partition_rate),  K(partition_min_s), K(partition_max_s),
         K(slow_p),         K(slow_max),        K(faults_from),     K(faults_until),
@@ -310,13 +321,14 @@ static void smsg_free(smsg_t *m)
     free(m);
 }
 
+/* A message of hdr (for the trace and the program) with nframes frames copied. */
 static smsg_t *smsg_new(const msg_t *hdr, int nframes, const void *const *frames,
                         const size_t *lens)
 {
     smsg_t *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->hdr = *hdr;
-    for (int i = 0; i < nframes && i < 4; i++) {
+    for (int i = 0; i < nframes && i < SMSG_FRAMES; i++) {
         m->frame[i] = malloc(lens[i] ? lens[i] : 1);
         if (!m->frame[i]) {
             smsg_free(m);
@@ -331,7 +343,8 @@ static smsg_t *smsg_new(const msg_t *hdr, int nframes, const void *const *frames
 
 static smsg_t *smsg_clone(const smsg_t *o)
 {
-    const void *f[4] = {o->frame[0], o->frame[1], o->frame[2], o->frame[3]};
+    const void *f[SMSG_FRAMES];
+    for (int i = 0; i < o->nframes; i++) f[i] = o->frame[i];
     smsg_t *m = smsg_new(&o->hdr, o->nframes, f, o->len);
     if (!m) return NULL;
     m->src = o->src, m->dst = o->dst, m->epoch = o->epoch, m->sent_at = o->sent_at;
@@ -348,8 +361,30 @@ static link_t *link_of(sim_t *s, int src, int dst)
     return &s->links[(size_t)src * (size_t)s->cfg.max_nodes + (size_t)dst];
 }
 
-/* Puts a message on the connection src -> dst, with the fault model's delay, order,
- * duplicate and reset. Lost at once if a partition separates them. */
+/* A corrupting fault: one frame truncated, or (the header) a bit flipped where every
+ * decoder must notice: the magic and version octets, or anywhere in a signed header. The
+ * frames cut are the header's and the membership payloads (tables, run text), which the
+ * dispatch core must refuse on arrival; data payloads are not cut (sim.h says why). */
+static void corrupt(sim_t *s, smsg_t *m)
+{
+    int t = m->hdr.type;
+    int membership = t == MSG_GOSSIP || t == MSG_WELCOME;
+    int f = membership ? (int)rng_below(&s->rng, (uint64_t)m->nframes) : 0;
+    int sig = msg_signed(m->hdr.type);
+    if (f == 0 && m->len[0] >= 4 && rng_below(&s->rng, 2)) {
+        size_t at = (size_t)rng_below(&s->rng, sig ? (uint64_t)m->len[0] : 4);
+        m->frame[0][at] ^= (uint8_t)(1u << rng_below(&s->rng, 8));
+        snprintf(m->corrupt, sizeof m->corrupt, "bit flipped at octet %zu", at);
+    } else if (m->len[f] > 0) {
+        size_t to = (size_t)rng_below(&s->rng, (uint64_t)m->len[f]);
+        snprintf(m->corrupt, sizeof m->corrupt, "frame %d cut from %zu to %zu", f, m->len[f], to);
+        m->len[f] = to;
+    }
+}
+
+/* Puts a message (frames, header first; hdr decoded, for the trace) on the connection
+ * src -> dst, with the fault model's delay, order, duplicate, reset and corruption. Lost
+ * at once if a partition separates them. */
 static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes,
                    const void *const *frames, const size_t *lens)
 {
@@ -382,6 +417,11 @@ static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes
         }
         sim_note(s, "dup   %d->%d %s", src->index, dst, msg_brief(hdr, b, sizeof b));
     }
+    if (faulty && s->cfg.corrupt_p > 0 && rng_uniform(&s->rng) < s->cfg.corrupt_p) {
+        corrupt(s, m);
+        sim_note(s, "bad   %d->%d %s: %s", src->index, dst, msg_brief(hdr, b, sizeof b),
+                 m->corrupt);
+    }
     if (faulty && s->cfg.reset_p > 0 && rng_uniform(&s->rng) < s->cfg.reset_p) {
         if (push(s, uni(s, s->now, t), EV_RESET, src->index, dst, 0, NULL)) {
             smsg_free(m);
@@ -395,12 +435,24 @@ static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes
     return 0;
 }
 
-/* Fills the common header of a message the node sends. */
-static void stamp(node_t *n, msg_t *m)
+/* The node's clock for signed control counters: virtual microseconds. */
+static uint64_t node_us(const sim_t *s)
 {
-    m->swarm = n->swarm;
-    memcpy(m->sender, n->id, MSG_ID_LEN);
-    m->seq = ++n->seq;
+    return (uint64_t)(s->now * 1e6);
+}
+
+/* Puts encoded frames on the connection to the node at addr; -1 if there is none. */
+static int parse_node(const sim_t *s, const char *addr);
+static int put_frames(node_t *n, const char *addr, int nframes, const void *const *data,
+                      const size_t *len)
+{
+    sim_t *s = n->s;
+    int dst = parse_node(s, addr);
+    if (dst < 0) return -1;
+    msg_t h;
+    char err[STATUS_ERR_LEN];
+    if (msg_decode(data[0], len[0], &h, err)) memset(&h, 0, sizeof h);
+    return net_put(s, n, dst, &h, nframes, data, len) ? -1 : 0;
 }
 
 /* ---- the node's program: inbox and scheduling ------------------------------------------- */
@@ -474,20 +526,19 @@ static int tp_send(void *ctx, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nfra
     if (n->state != NODE_UP) return status_set(err, STATUS_ENET, "sim: node %d is down", n->index);
     if (nframes < 0 || nframes > 3)
         return status_set(err, STATUS_EINVAL, "sim: send: %d payloads", nframes);
-    stamp(n, m);
-    int j = members_find(n->mem, dest);
-    members_entry_t *e = j > 0 ? members_at(n->mem, j) : NULL;
-    int dst = e && e->alive ? parse_node(s, e->m.addr) : -1;
-    if (dst < 0) {
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t hlen = dispatch_header(n->core, m, node_us(s), hdr, sizeof hdr, err);
+    if (!hlen) return STATUS_EINVAL;
+    const void *data[SMSG_FRAMES] = {hdr};
+    size_t len[SMSG_FRAMES] = {hlen};
+    for (int i = 0; i < nframes; i++) data[i + 1] = frames[i], len[i + 1] = lens[i];
+    if (dispatch_send(n->core, dest, nframes + 1, data, len)) {
         char b[96];
         sim_note(s, "undel %d %s", n->index, msg_brief(m, b, sizeof b));
         smsg_t *u = smsg_new(m, 0, NULL, NULL);
         if (!u) return status_set(err, STATUS_ENOMEM, "sim: out of memory");
         inbox_add(s, n, ITEM_UNDELIV, u, dest);
-        return 0;
     }
-    if (net_put(s, n, dst, m, nframes, frames, lens))
-        return status_set(err, STATUS_ENOMEM, "sim: out of memory");
     return 0;
 }
 
@@ -496,48 +547,89 @@ static int tp_hello(void *ctx, const char *endpoint, int stage, char *err)
     node_t *n = ctx;
     sim_t *s = n->s;
     if (n->state != NODE_UP) return status_set(err, STATUS_ENET, "sim: node %d is down", n->index);
-    int k = parse_node(s, endpoint);
-    if (k < 0) return status_set(err, STATUS_EINVAL, "sim: no such endpoint '%s'", endpoint);
+    if (parse_node(s, endpoint) < 0)
+        return status_set(err, STATUS_EINVAL, "sim: no such endpoint '%s'", endpoint);
     msg_t m;
     memset(&m, 0, sizeof m);
     m.type = MSG_HELLO;
     m.stage = (int16_t)stage;
     snprintf(m.addr, sizeof m.addr, "%s", n->addr);
-    stamp(n, &m);
-    if (net_put(s, n, k, &m, 0, NULL, NULL))
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t hlen = dispatch_header(n->core, &m, node_us(s), hdr, sizeof hdr, err);
+    if (!hlen) return STATUS_EINVAL;
+    const void *data[1] = {hdr};
+    if (put_frames(n, endpoint, 1, data, &hlen))
         return status_set(err, STATUS_ENOMEM, "sim: out of memory");
+    dispatch_count_out(n->core, 1, data, &hlen);
     return 0;
 }
 
 static void tp_set_self(void *ctx, const msg_member_t *self)
 {
     node_t *n = ctx;
-    if (n->state == NODE_UP) members_set_self(n->mem, self);
+    if (n->state == NODE_UP) members_set_self(dispatch_members(n->core), self);
 }
 
 static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)
 {
     node_t *n = ctx;
-    if (n->state != NODE_UP) return;
-    n->swarm = swarm;
-    char *t = strdup(run_text);
-    if (!t) return;
-    free(n->run_text);
-    n->run_text = t;
+    if (n->state == NODE_UP) dispatch_set_run(n->core, swarm, run_text);
 }
 
-/* ---- membership hooks ------------------------------------------------------------------- */
+/* ---- the dispatch core's io --------------------------------------------------------------- */
 
-static void hook_up(void *ctx, members_entry_t *e)
+static int io_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
+                   const size_t *len)
+{
+    return put_frames(ctx, e->m.addr, nframes, data, len);
+}
+
+/* The status tool is no node of the simulator: nothing answers it. */
+static int io_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes,
+                    const void *const *data, const size_t *len)
+{
+    (void)ctx, (void)conn, (void)conn_len, (void)nframes, (void)data, (void)len;
+    return -1;
+}
+
+static void io_deliver(void *ctx, const msg_t *m, int nframes, const void *const *data,
+                       const size_t *len)
+{
+    node_t *n = ctx;
+    smsg_t *c = smsg_new(m, nframes - 1, data + 1, len + 1);
+    if (!c) {
+        n->s->failed = 1;
+        snprintf(n->s->fail_err, sizeof n->s->fail_err, "sim: out of memory");
+        return;
+    }
+    if (n->delivering) snprintf(c->corrupt, sizeof c->corrupt, "%s", n->delivering);
+    inbox_add(n->s, n, ITEM_MSG, c, NULL);
+}
+
+static void push_view(sim_t *s, node_t *n);
+static void io_view(void *ctx)
+{
+    node_t *n = ctx;
+    push_view(n->s, n);
+}
+
+static void io_up(void *ctx, members_entry_t *e)
 {
     node_t *n = ctx;
     sim_note(n->s, "up    %d sees %s", n->index, e->m.addr);
 }
 
-static void hook_down(void *ctx, members_entry_t *e, const char *why)
+static void io_down(void *ctx, members_entry_t *e, const char *why)
 {
     node_t *n = ctx;
     sim_note(n->s, "down  %d sees %s: %s", n->index, e->m.addr, why);
+}
+
+static void io_refused(void *ctx, const char *why, int warn)
+{
+    node_t *n = ctx;
+    (void)warn;
+    sim_note(n->s, "rej   %d: %s", n->index, why);
 }
 
 /* ---- nodes ---------------------------------------------------------------------------------- */
@@ -557,8 +649,7 @@ sim_t *sim_new(const sim_config_t *cfg, const sim_app_t *app, char *err)
     s->hash = 0xcbf29ce484222325ULL;
     s->nodes = calloc((size_t)cfg->max_nodes, sizeof *s->nodes);
     s->links = calloc((size_t)cfg->max_nodes * (size_t)cfg->max_nodes, sizeof *s->links);
-    s->scratch = malloc(MSG_MEMBERS_MAX * sizeof *s->scratch);
-    if (!s->nodes || !s->links || !s->scratch) goto nomem;
+    if (!s->nodes || !s->links) goto nomem;
     double total = cfg->crash_rate + cfg->join_rate + cfg->leave_rate + cfg->partition_rate;
     if (total > 0 && push(s, cfg->faults_from - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT,
                           -1, 0, 0, NULL))
@@ -574,8 +665,8 @@ static void node_free(node_t *n)
 {
     if (!n) return;
     inbox_clear(n);
-    members_destroy(&n->mem);
-    free(n->run_text);
+    dispatch_destroy(&n->core);
+    sodium_memzero(n->sk, sizeof n->sk);
     free(n);
 }
 
@@ -588,7 +679,6 @@ void sim_destroy(sim_t **sp)
     for (int i = 0; s->nodes && i < s->nnodes; i++) node_free(s->nodes[i]);
     free(s->nodes);
     free(s->links);
-    free(s->scratch);
     free(s);
     *sp = NULL;
 }
@@ -603,10 +693,12 @@ static int new_node(sim_t *s, double at, int restart_of, char *err)
     n->index = s->nnodes;
     n->state = NODE_PENDING;
     n->restart_of = restart_of;
-    for (int i = 0; i < MSG_ID_LEN; i += 8) {
+    uint8_t seed[32]; /* its key pair from the seed: ids are keys, signatures real */
+    for (int i = 0; i < 32; i += 8) {
         uint64_t r = rng_next(&s->rng);
-        memcpy(n->id + i, &r, 8);
+        memcpy(seed + i, &r, 8);
     }
+    crypto_sign_seed_keypair(n->id, n->sk, seed);
     snprintf(n->addr, sizeof n->addr, "sim://%d", n->index);
     n->slow = 1.0;
     if (s->cfg.slow_p > 0 && rng_uniform(&s->rng) < s->cfg.slow_p)
@@ -647,17 +739,19 @@ static int fail(sim_t *s, int rc, const char *err)
 }
 
 /* A random live node that knows the run (can WELCOME), other than `not`; -1 if none. */
+static int knows_run(const node_t *n)
+{
+    return n->state == NODE_UP && dispatch_run_text(n->core) && dispatch_swarm(n->core);
+}
+
 static int pick_welcomer(sim_t *s, int not)
 {
     int c = 0;
-    for (int i = 0; i < s->nnodes; i++)
-        c += i != not && s->nodes[i]->state == NODE_UP && s->nodes[i]->run_text && s->nodes[i]->swarm;
+    for (int i = 0; i < s->nnodes; i++) c += i != not && knows_run(s->nodes[i]);
     if (!c) return -1;
     int k = (int)rng_below(&s->rng, (uint64_t)c);
     for (int i = 0; i < s->nnodes; i++)
-        if (i != not && s->nodes[i]->state == NODE_UP && s->nodes[i]->run_text &&
-            s->nodes[i]->swarm && k-- == 0)
-            return i;
+        if (i != not && knows_run(s->nodes[i]) && k-- == 0) return i;
     return -1;
 }
 
@@ -682,9 +776,22 @@ static void on_start(sim_t *s, node_t *n)
     snprintf(self.addr, sizeof self.addr, "%s", n->addr);
     self.state = MEMBER_JOINING;
     self.loss = NAN;
-    members_hooks_t hooks = {n, hook_up, hook_down};
-    n->mem = members_new(&self, s->now, &hooks, err);
-    if (!n->mem) {
+    dispatch_config_t dc = {.self = self,
+                            .sk = n->sk,
+                            .timeout_s = s->cfg.timeout_s,
+                            .forget_s = s->cfg.forget_s,
+                            .gossip_fanout = s->cfg.gossip_fanout};
+    dispatch_io_t io = {.ctx = n,
+                        .send = io_send,
+                        .probe = io_send,
+                        .reply = io_reply,
+                        .deliver = io_deliver,
+                        .view = io_view,
+                        .up = io_up,
+                        .down = io_down,
+                        .refused = io_refused};
+    n->core = dispatch_new(&dc, &io, s->now, err);
+    if (!n->core) {
         fail(s, STATUS_ENOMEM, err);
         return;
     }
@@ -716,23 +823,15 @@ static void node_down(sim_t *s, node_t *n, int crashed, int tell_app, int may_re
         n->cut_at = s->now - uni(s, 0, s->cfg.crash_window_s);
         sim_note(s, "crash %d (messages after %.6f lost)", n->index, n->cut_at);
     } else {
-        msg_t m;
-        memset(&m, 0, sizeof m);
-        m.type = MSG_LEAVE;
-        snprintf(m.text, sizeof m.text, "leaving");
         sim_note(s, "stop  %d (LEAVE)", n->index);
-        for (int i = 1; i < members_count(n->mem); i++) {
-            members_entry_t *e = members_at(n->mem, i);
-            int d = e->alive ? parse_node(s, e->m.addr) : -1;
-            if (d < 0) continue;
-            stamp(n, &m);
-            net_put(s, n, d, &m, 0, NULL, NULL);
-        }
+        dispatch_leave(n->core, "leaving", node_us(s));
         n->cut_at = INFINITY;
     }
     n->state = crashed ? NODE_CRASHED : NODE_STOPPED;
     inbox_clear(n);
-    members_destroy(&n->mem);
+    n->wire = *dispatch_wire(n->core);
+    n->up_s = s->now - n->started_at;
+    dispatch_destroy(&n->core);
     if (crashed && may_restart && s->cfg.restart_p > 0 && rng_uniform(&s->rng) < s->cfg.restart_p)
         push(s, s->now + uni(s, s->cfg.restart_min_s, s->cfg.restart_max_s), EV_RESTART, n->index,
              0, 0, NULL);
@@ -783,69 +882,22 @@ static void push_view(sim_t *s, node_t *n)
     inbox_add(s, n, ITEM_VIEW, NULL, NULL);
 }
 
-static void gossip(sim_t *s, node_t *n)
-{
-    char err[STATUS_ERR_LEN];
-    uint8_t *table;
-    size_t tlen;
-    if (members_encode_gossip(n->mem, s->now, s->cfg.forget_s, &table, &tlen, err)) {
-        fail(s, STATUS_ENOMEM, err);
-        return;
-    }
-    msg_t m;
-    memset(&m, 0, sizeof m);
-    m.type = MSG_GOSSIP;
-    const void *pl[1] = {table};
-    int cnt = members_count(n->mem), live = 0;
-    int *idx = malloc((size_t)cnt * sizeof *idx);
-    if (!idx) {
-        free(table);
-        fail(s, STATUS_ENOMEM, "sim: out of memory");
-        return;
-    }
-    for (int i = 1; i < cnt; i++)
-        if (members_at(n->mem, i)->alive) idx[live++] = i;
-    int k = s->cfg.gossip_fanout > 0 && s->cfg.gossip_fanout < live ? s->cfg.gossip_fanout : live;
-    for (int i = 0; i < k; i++) {
-        if (k < live) { /* partial Fisher-Yates: k random live members */
-            int r = i + (int)rng_below(&s->rng, (uint64_t)(live - i));
-            int t = idx[i];
-            idx[i] = idx[r], idx[r] = t;
-        }
-        int d = parse_node(s, members_at(n->mem, idx[i])->m.addr);
-        if (d < 0) continue;
-        stamp(n, &m);
-        net_put(s, n, d, &m, 1, pl, &tlen);
-    }
-    /* Probe one member that died of silence (members.h): after a partition the two
-     * sides find each other again this way. */
-    int p = members_probe(n->mem, s->now, s->cfg.forget_s, rng_next(&s->rng));
-    int d = p > 0 ? parse_node(s, members_at(n->mem, p)->m.addr) : -1;
-    if (d >= 0) {
-        stamp(n, &m);
-        net_put(s, n, d, &m, 1, pl, &tlen);
-    }
-    free(idx);
-    free(table);
-}
-
 static void on_tick(sim_t *s, node_t *n)
 {
     if (n->state != NODE_UP) return;
-    members_at(n->mem, 0)->m.uptime_s = (uint32_t)(s->now - n->started_at);
-    members_tick(n->mem, s->now, s->cfg.timeout_s, NULL, 0);
-    gossip(s, n);
+    dispatch_tick(n->core, s->now, rng_next(&s->rng));
     push_view(s, n);
     push(s, s->now + s->cfg.heartbeat_s, EV_TICK, n->index, 0, 0, NULL);
 }
 
-/* The membership layer of node n takes a message (net.c's on_router, less sockets). The
- * message is consumed. */
+/* Node n's network side takes a message's bytes: the dispatch core checks and decodes
+ * them as a real peer's network thread does, answers membership itself and puts data
+ * messages into the program's inbox. A corrupted message must be refused here or by the
+ * program (on_app). The message is consumed. */
 static void on_deliver(sim_t *s, smsg_t *m)
 {
     char b[96], err[STATUS_ERR_LEN];
     node_t *n = s->nodes[m->dst], *src = s->nodes[m->src];
-    const msg_t *h = &m->hdr;
     const char *lost = NULL;
     if (n->state != NODE_UP)
         lost = n->state == NODE_PENDING ? "not started" : "receiver down";
@@ -854,68 +906,33 @@ static void on_deliver(sim_t *s, smsg_t *m)
     else if (src->state == NODE_CRASHED && m->sent_at > src->cut_at)
         lost = "sender crashed before it left";
     if (lost) {
-        sim_note(s, "lost  %d->%d %s: %s", m->src, m->dst, msg_brief(h, b, sizeof b), lost);
+        sim_note(s, "lost  %d->%d %s: %s", m->src, m->dst, msg_brief(&m->hdr, b, sizeof b), lost);
         smsg_free(m);
         return;
     }
-    if (h->type != MSG_GOSSIP) sim_note(s, "recv  %d->%d %s", m->src, m->dst, msg_brief(h, b, sizeof b));
-    if (h->type != MSG_HELLO && n->swarm && h->swarm != n->swarm) {
-        n->rejected++;
-        sim_note(s, "rej   %d: %s from another swarm", n->index, msg_type_name(h->type));
-        smsg_free(m);
-        return;
-    }
-    if (h->type == MSG_HELLO) {
-        if (n->run_text && n->swarm) {
-            members_hello(n->mem, h, s->now);
-            uint8_t *table;
-            size_t tlen;
-            if (members_encode(n->mem, &table, &tlen, err)) {
-                smsg_free(m);
-                fail(s, STATUS_ENOMEM, err);
-                return;
-            }
-            msg_t w;
-            memset(&w, 0, sizeof w);
-            w.type = MSG_WELCOME;
-            snprintf(w.addr, sizeof w.addr, "%s", n->addr);
-            stamp(n, &w);
-            const void *pl[2] = {n->run_text, table};
-            size_t plen[2] = {strlen(n->run_text), tlen};
-            net_put(s, n, m->src, &w, 2, pl, plen);
-            free(table);
-            push_view(s, n);
-        }
-        smsg_free(m);
-        return;
-    }
-    if (h->type == MSG_GOSSIP || h->type == MSG_WELCOME) {
-        int pi = h->type == MSG_GOSSIP ? 0 : 1, k = 0;
-        if (m->nframes <= pi ||
-            msg_members_decode(m->frame[pi], m->len[pi], s->scratch, MSG_MEMBERS_MAX, &k, err)) {
-            n->rejected++;
-            smsg_free(m);
-            return;
-        }
-        if (h->type == MSG_GOSSIP) members_echo(n->mem, h->sender, s->scratch, k, s->now);
-        int ch = members_merge(n->mem, s->scratch, k, s->now);
-        if (ch < 0) {
-            smsg_free(m);
-            fail(s, STATUS_ENOMEM, "sim: out of memory");
-            return;
-        }
-        if (ch) push_view(s, n);
-        if (h->type == MSG_GOSSIP) {
-            smsg_free(m);
-            return;
+    if (m->hdr.type != MSG_GOSSIP)
+        sim_note(s, "recv  %d->%d %s", m->src, m->dst, msg_brief(&m->hdr, b, sizeof b));
+    const void *data[SMSG_FRAMES];
+    for (int i = 0; i < m->nframes; i++) data[i] = m->frame[i];
+    n->delivering = m->corrupt[0] ? m->corrupt : NULL;
+    int nin = 0;
+    for (const item_t *it = n->in_head; it; it = it->next) nin++;
+    int rc = dispatch_on_frames(n->core, src->id, MSG_ID_LEN, 0, NULL, m->nframes, data, m->len,
+                                s->now, err);
+    n->delivering = NULL;
+    if (m->corrupt[0]) {
+        s->corrupted++;
+        int queued = 0;
+        for (const item_t *it = n->in_head; it; it = it->next) queued++;
+        if (rc)
+            s->corrupt_refused++;
+        else if (queued <= nin) { /* taken by the membership layer: it must have refused it */
+            snprintf(err, sizeof err, "node %d took a corrupted %s (%s)", n->index,
+                     msg_brief(&m->hdr, b, sizeof b), m->corrupt);
+            fail(s, STATUS_EINVAL, err);
         }
     }
-    if (h->type == MSG_LEAVE) {
-        if (members_leave(n->mem, h->sender, h->text)) push_view(s, n);
-        smsg_free(m);
-        return;
-    }
-    inbox_add(s, n, ITEM_MSG, m, NULL);
+    smsg_free(m);
 }
 
 /* Delivers the node's inbox to its program, then lets it do one unit of work. */
@@ -939,21 +956,33 @@ static int on_app(sim_t *s, node_t *n, char *err)
                 ev.frame[i] = it->m->frame[i], ev.frame_len[i] = it->m->len[i];
         } else if (it->kind == ITEM_VIEW) {
             n->view_pending = 0;
-            view = malloc((size_t)members_count(n->mem) * sizeof *view);
+            view = malloc((size_t)members_count(dispatch_members(n->core)) * sizeof *view);
             if (!view) {
                 rc = status_set(err, STATUS_ENOMEM, "sim: out of memory");
             } else {
                 ev.type = NET_EV_VIEW;
                 ev.members = view;
-                ev.nmembers = members_view(n->mem, view);
-                ev.rejected = n->rejected;
+                ev.nmembers = members_view(dispatch_members(n->core), view);
+                ev.rejected = dispatch_rejected(n->core);
+                ev.wire = *dispatch_wire(n->core);
             }
         } else {
             ev.type = NET_EV_UNDELIV;
             ev.msg = it->m->hdr;
             memcpy(ev.dest, it->dest, MSG_ID_LEN);
         }
+        uint64_t refused = s->app.rejected ? s->app.rejected(s->app.ctx, n->index) : 0;
         if (!rc && s->app.event) rc = s->app.event(s->app.ctx, n->index, &ev, s->now, err);
+        if (!rc && it->kind == ITEM_MSG && it->m->corrupt[0] && n->state == NODE_UP) {
+            /* a corrupted message the core passed on: the program must refuse it */
+            if (s->app.rejected && s->app.rejected(s->app.ctx, n->index) > refused) {
+                s->corrupt_refused++;
+            } else {
+                char b[96];
+                rc = status_set(err, STATUS_EINVAL, "node %d took a corrupted %s (%s)",
+                                n->index, msg_brief(&it->m->hdr, b, sizeof b), it->m->corrupt);
+            }
+        }
         free(view);
         smsg_free(it->m);
         free(it);
@@ -1117,13 +1146,34 @@ double sim_node_slow(const sim_t *s, int node)
 int sim_node_view(const sim_t *s, int node, msg_member_t *out, int max)
 {
     if (!sim_node_alive(s, node)) return 0;
-    members_t *t = s->nodes[node]->mem;
+    members_t *t = dispatch_members(s->nodes[node]->core);
     int k = 0;
     for (int i = 0; i < members_count(t) && k < max; i++) {
         members_entry_t *e = members_at(t, i);
         if (e->alive) out[k++] = e->m;
     }
     return k;
+}
+
+void sim_node_wire(const sim_t *s, int node, wire_count_t *wire, double *up_s)
+{
+    memset(wire, 0, sizeof *wire);
+    *up_s = 0;
+    if (node < 0 || node >= s->nnodes) return;
+    const node_t *n = s->nodes[node];
+    if (n->state == NODE_UP) {
+        *wire = *dispatch_wire(n->core);
+        *up_s = s->now - n->started_at;
+    } else if (n->state != NODE_PENDING) {
+        *wire = n->wire;
+        *up_s = n->up_s;
+    }
+}
+
+uint64_t sim_corrupted(const sim_t *s, uint64_t *refused)
+{
+    if (refused) *refused = s->corrupt_refused;
+    return s->corrupted;
 }
 
 double sim_last_fault(const sim_t *s)

@@ -42,7 +42,16 @@
  *   it are lost) and messages sent across it while it lasts are lost; at the heal
  *   connections work again. Gossip keeps probing members that died of silence for
  *   forget_s (members.h), so that the two sides find each other again;
- * - slow nodes: with probability slow_p a node's compute takes 1..slow_max times as long.
+ * - slow nodes: with probability slow_p a node's compute takes 1..slow_max times as long;
+ * - corruption: with probability corrupt_p a message arrives with one frame cut short, or
+ *   its header with a bit flipped where any decoder must notice (magic, version; anywhere
+ *   in a signed header). It must be refused, by the dispatch core or by the program
+ *   (sim_app_t.rejected goes up while the program handles it); one that is taken fails
+ *   the schedule.
+ *
+ * Every message is bytes: each node runs the dispatch core a real peer's network thread
+ * runs (dispatch.h), which encodes, signs, decodes and checks every header and counts the
+ * bytes by kind (sim_node_wire). Node ids are Ed25519 keys drawn from the seed.
  * Faults start at faults_from; no new fault starts after faults_until, and once the
  * last partition heals the network is healed for good.
  *
@@ -73,6 +82,7 @@ typedef struct {
     double reorder_p;    /* probability a message ignores its connection's order */
     double dup_p;        /* probability a message is delivered twice */
     double reset_p;      /* probability a message's connection resets before it arrives */
+    double corrupt_p;    /* probability a message arrives corrupted (must be refused) */
     double crash_rate;   /* crashes per virtual second, swarm-wide */
     double crash_window_s; /* a crashed node's messages this recent may be lost (5 ms) */
     double restart_p;    /* probability a crash is followed by a restart */
@@ -92,8 +102,9 @@ typedef struct {
 
 /* Named fault levels: "none" (delays only, FIFO: must always pass), "mild" (long tails,
  * rare resets, a few crashes with restarts, joins, short partitions, slow nodes),
- * "heavy" (all of it, more often, with reordering and duplicates). Fills *c (seed and
- * trace untouched). 0, or STATUS_EINVAL for an unknown name. */
+ * "heavy" (all of it, more often, with reordering and duplicates), "corrupt" (mild, and
+ * 1% of messages corrupted). Fills *c (seed and trace untouched). 0, or STATUS_EINVAL
+ * for an unknown name. */
 int sim_config_faults(sim_config_t *c, const char *level, char *err);
 
 /* Sets one knob by name ("dup_p", "reset_p", "crash_rate", ... any double field above,
@@ -128,6 +139,9 @@ typedef struct {
     int (*check)(void *ctx, double now, char *err);
     /* 1 when the schedule's goal is reached (sim_run returns 0). NULL: never. */
     int (*done)(void *ctx);
+    /* Messages the node's program has refused so far (malformed payloads). NULL: a
+     * corrupted message that reaches the program cannot be judged (and fails). */
+    uint64_t (*rejected)(void *ctx, int node);
 } sim_app_t;
 
 /* A simulator with no nodes; app is copied. NULL + err on bad config or no memory. */
@@ -174,6 +188,11 @@ int sim_nodes(const sim_t *s);
 int sim_node_alive(const sim_t *s, int node);
 const uint8_t *sim_node_id(const sim_t *s, int node);
 double sim_node_slow(const sim_t *s, int node);
+/* Bytes the node's network side sent and received by kind over its life so far (until it
+ * went down), and the virtual seconds it was up. Zeros for a node not started. */
+void sim_node_wire(const sim_t *s, int node, wire_count_t *wire, double *up_s);
+/* Messages a fault corrupted so far, and (refused) how many of them were refused. */
+uint64_t sim_corrupted(const sim_t *s, uint64_t *refused);
 /* The node's live member table (self first) into out (max entries); returns the count,
  * or 0 for a node that is not alive. */
 int sim_node_view(const sim_t *s, int node, msg_member_t *out, int max);

@@ -33,7 +33,8 @@ typedef enum {
     WIRE_GRAD,    /* BWD: gradients back */
     WIRE_EXCH,    /* EXCH, EXCH_REQ: the pool's exchange (DeMo or dense sums) */
     WIRE_STATE,   /* STATE_REQ, STATE_REP: stage state transfer */
-    WIRE_CTL,     /* everything else: gossip, HELLO/WELCOME, LEAVE, PROGRESS, NACK, ... */
+    WIRE_CTL,     /* the pool's and the pipeline's control: PROGRESS, NACK, REDO, STATUS... */
+    WIRE_MEMB,    /* membership: GOSSIP, HELLO, WELCOME, LEAVE */
     WIRE_KINDS
 } wire_kind_t;
 
@@ -52,6 +53,10 @@ static inline int transport_wire_kind(int type)
     case MSG_EXCH_REQ: return WIRE_EXCH;
     case MSG_STATE_REQ:
     case MSG_STATE_REP: return WIRE_STATE;
+    case MSG_GOSSIP:
+    case MSG_HELLO:
+    case MSG_WELCOME:
+    case MSG_LEAVE: return WIRE_MEMB;
     default: return WIRE_CTL;
     }
 }
@@ -60,7 +65,7 @@ static inline int transport_wire_kind(int type)
 static inline const char *transport_wire_name(int kind)
 {
     static const char *const names[WIRE_KINDS] = {"activations", "gradients", "exchange",
-                                                  "state", "control"};
+                                                  "state", "control", "membership"};
     return kind >= 0 && kind < WIRE_KINDS ? names[kind] : "?";
 }
 

@@ -107,3 +107,10 @@ endforeach()
 foreach(seed 2139 2262)
   st_add_sim(regress_heavy_${seed} --faults heavy --peers 4 --stages 2 --steps 12 --seed ${seed})
 endforeach()
+
+# The real wire (issue 23): every message in the simulator is bytes that the dispatch core
+# decodes and checks as net.c does; at the "corrupt" level 1% arrive with a frame cut short
+# or a header bit flipped, and each must be refused (a corrupted message taken fails the
+# schedule). The last line also names how many were corrupted and refused.
+st_add_sim(corrupt_2x2 --faults corrupt --peers 4 --stages 2 --first-seed 1 --seeds 150)
+st_add_sim(corrupt_3x2 --faults corrupt --peers 6 --stages 3 --first-seed 1 --seeds 100)

@@ -34,7 +34,10 @@ static void usage(FILE *f)
             "  --pool N             members per pool: peers = N x stages (--members-per-pool)\n"
             "  --steps K            optimizer steps of the run (default 6)\n"
             "  --microbatches M     microbatches per step (default 4)\n"
-            "  --faults LEVEL       none | mild | heavy | stage (default mild; stage: mild, and\n"
+            "  --faults LEVEL       none | mild | heavy | stage | restart | corrupt (default\n"
+            "                       mild; corrupt: mild, and 1%% of messages arrive with a\n"
+            "                       frame cut short or a header bit flipped: each must be\n"
+            "                       refused; stage: mild, and\n"
             "                       every peer of one stage crashes at once at a drawn step\n"
             "                       and moment: the swarm must rebuild it and finish;\n"
             "                       restart: mild, the peers keep stores (a checkpoint every\n"
@@ -173,8 +176,10 @@ int cmd_sim(int argc, char **argv)
         }
         case O_FAULTS:
             if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy") &&
-                strcmp(optarg, "stage") && strcmp(optarg, "restart")) {
-                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy, stage or restart\n");
+                strcmp(optarg, "stage") && strcmp(optarg, "restart") &&
+                strcmp(optarg, "corrupt")) {
+                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy, stage, restart or "
+                                "corrupt\n");
                 return 2;
             }
             o.faults = optarg;
@@ -260,7 +265,9 @@ int cmd_sim(int argc, char **argv)
     long long failed = 0, run = 0, crashes = 0, lost_stage = 0, stranded = 0;
     long long restarted = 0, kinds[5] = {0}, afresh = 0, same = 0, diff = 0;
     double t0 = clock_now(), vsec = 0;
-    uint64_t events = 0;
+    uint64_t events = 0, corrupted = 0, corrupt_refused = 0;
+    double sent_sum[WIRE_KINDS] = {0}, sent_max[WIRE_KINDS] = {0};
+    long long sent_peers = 0;
     for (long long i = 0; i < seeds; i++) {
         simrun_result_t r;
         o.seed = (uint64_t)(first + i);
@@ -275,6 +282,13 @@ int cmd_sim(int argc, char **argv)
         lost_stage += r.stage_lost;
         stranded += r.stranded;
         vsec += r.virtual_s;
+        corrupted += r.corrupted;
+        corrupt_refused += r.corrupt_refused;
+        sent_peers += r.sent_peers;
+        for (int k = 0; k < WIRE_KINDS; k++) {
+            sent_sum[k] += r.sent_mean[k] * r.sent_peers;
+            if (r.sent_max[k] > sent_max[k]) sent_max[k] = r.sent_max[k];
+        }
         if (r.restarted) {
             restarted++;
             if (r.resume_kind >= 0 && r.resume_kind < 5) kinds[r.resume_kind]++;
@@ -319,6 +333,16 @@ int cmd_sim(int argc, char **argv)
            "%lld schedules lost a whole stage, %lld peers stranded after the run (late "
            "joiners, cut off near its end)\n",
            wall, wall > 0 ? (double)run / wall : 0.0, vsec, events, crashes, lost_stage, stranded);
+    /* what each peer sent per virtual second of its life, by kind: the mean over every
+     * peer of every schedule, and the largest any peer sent */
+    printf("sim: bytes sent per peer per virtual second, mean (max):");
+    for (int k = 0; k < WIRE_KINDS; k++)
+        printf("%s %s %.0f (%.0f)", k ? "," : "", transport_wire_name(k),
+               sent_peers ? sent_sum[k] / (double)sent_peers : 0.0, sent_max[k]);
+    printf("\n");
+    if (corrupted)
+        printf("sim: %" PRIu64 " messages corrupted, %" PRIu64 " refused\n", corrupted,
+               corrupt_refused);
     if (restarted)
         printf("sim: %lld whole-swarm restarts (stores kept %lld, one lost %lld, a stage's newest "
                "checkpoint torn %lld, a stage's stores lost %lld, all lost %lld), %lld resumed "

@@ -10,7 +10,7 @@
 #endif
 #include "compress/demo.h"
 #include "compress/codec.h"
-#include "compress/codec_internal.h"
+#include "common/le.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "kernels/dct.h"
@@ -108,7 +108,7 @@ size_t demo_message_bytes(int64_t rows, int64_t cols, int chunk, int k, demo_vfm
  * The keys of one tile are distinct, so the selection is a total order. */
 static inline uint64_t topk_key(float x, int i)
 {
-    return ((uint64_t)(codec_f32_bits(x) & 0x7fffffffu) << 32) |
+    return ((uint64_t)(le_f32_bits(x) & 0x7fffffffu) << 32) |
            (uint32_t)(0xffffffffu - (uint32_t)i);
 }
 
@@ -192,12 +192,12 @@ static void put_header(uint8_t *h, const geom_t *g, float scale)
     h[5] = (uint8_t)g->vfmt;
     h[6] = (uint8_t)g->dense;
     h[7] = (uint8_t)g->idxw;
-    codec_put_u32(h + 8, (uint32_t)g->rows);
-    codec_put_u32(h + 12, (uint32_t)g->cols);
-    codec_put_u32(h + 16, (uint32_t)g->kt);
-    codec_put_u16(h + 20, (uint16_t)g->chunk);
-    codec_put_u16(h + 22, 0);
-    codec_put_f32(h + 24, scale);
+    le_put_u32(h + 8, (uint32_t)g->rows);
+    le_put_u32(h + 12, (uint32_t)g->cols);
+    le_put_u32(h + 16, (uint32_t)g->kt);
+    le_put_u16(h + 20, (uint16_t)g->chunk);
+    le_put_u16(h + 22, 0);
+    le_put_f32(h + 24, scale);
 }
 
 int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64_t cols, int chunk,
@@ -237,13 +237,13 @@ int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64
     if (g.idxw == 1) {
         for (uint64_t e = 0; e < ne; e++) p[e] = (uint8_t)idx[e];
     } else if (g.idxw == 2) {
-        for (uint64_t e = 0; e < ne; e++) codec_put_u16(p + 2 * e, idx[e]);
+        for (uint64_t e = 0; e < ne; e++) le_put_u16(p + 2 * e, idx[e]);
     }
     p += ne * (uint64_t)g.idxw;
     float scale = 0.0f;
     switch (vfmt) {
     case DEMO_VAL_F32:
-        for (uint64_t e = 0; e < ne; e++) codec_put_f32(p + 4 * e, val[e] + 0.0f); /* no -0 */
+        for (uint64_t e = 0; e < ne; e++) le_put_f32(p + 4 * e, val[e] + 0.0f); /* no -0 */
         break;
     case DEMO_VAL_BF16:
         for (uint64_t e = 0; e < ne; e++) {
@@ -251,7 +251,7 @@ int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64
             if (!(fabsf(codec_bf16_to_f32(h)) <= DEMO_MAX_ABS))
                 return status_set(err, STATUS_EINVAL, "demo: value %llu rounds above 1e30",
                                   (unsigned long long)e);
-            codec_put_u16(p + 2 * e, h);
+            le_put_u16(p + 2 * e, h);
         }
         break;
     case DEMO_VAL_SIGN:
@@ -263,7 +263,7 @@ int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64
     put_header(out, &g, scale);
     uint32_t crc = codec_crc32c(0, out, 28);
     crc = codec_crc32c(crc, out + DEMO_HEADER_LEN, g.payload);
-    codec_put_u32(out + 28, crc);
+    le_put_u32(out + 28, crc);
     if (written) *written = total;
     return 0;
 }
@@ -282,11 +282,11 @@ static int parse_header(const uint8_t *buf, size_t len, geom_t *g, float *scale,
     if (buf[5] > DEMO_VAL_SIGN)
         return status_set(err, STATUS_EMALFORMED, "demo: unknown value format %u", buf[5]);
     if (buf[6] > 1) return status_set(err, STATUS_EMALFORMED, "demo: unknown layout %u", buf[6]);
-    if (codec_get_u16(buf + 22) != 0)
+    if (le_get_u16(buf + 22) != 0)
         return status_set(err, STATUS_EMALFORMED, "demo: reserved field not zero");
-    uint32_t rows = codec_get_u32(buf + 8), cols = codec_get_u32(buf + 12);
-    uint32_t k = codec_get_u32(buf + 16);
-    uint16_t chunk = codec_get_u16(buf + 20);
+    uint32_t rows = le_get_u32(buf + 8), cols = le_get_u32(buf + 12);
+    uint32_t k = le_get_u32(buf + 16);
+    uint16_t chunk = le_get_u16(buf + 20);
     if (rows == 0 || cols == 0 || chunk == 0 || k == 0 || k > 65536 ||
         geom_make(g, rows, cols, chunk, (int)k, (demo_vfmt_t)buf[5]))
         return status_set(err, STATUS_EMALFORMED, "demo: bad geometry (%u x %u, chunk %u, k %u)",
@@ -303,10 +303,10 @@ static int parse_header(const uint8_t *buf, size_t len, geom_t *g, float *scale,
             len - DEMO_HEADER_LEN, (unsigned long long)g->payload);
     uint32_t crc = codec_crc32c(0, buf, 28);
     crc = codec_crc32c(crc, buf + DEMO_HEADER_LEN, g->payload);
-    if (crc != codec_get_u32(buf + 28))
+    if (crc != le_get_u32(buf + 28))
         return status_set(err, STATUS_ECORRUPT, "demo: checksum mismatch");
-    uint32_t sbits = codec_get_u32(buf + 24);
-    *scale = codec_bits_f32(sbits);
+    uint32_t sbits = le_get_u32(buf + 24);
+    *scale = le_bits_f32(sbits);
     if (g->vfmt == DEMO_VAL_SIGN ? ((sbits >> 31) || !(*scale <= DEMO_MAX_ABS)) : sbits != 0)
         return status_set(err, STATUS_EMALFORMED, "demo: bad scale");
     return 0;
@@ -322,7 +322,7 @@ static int check_body(const uint8_t *buf, const geom_t *g, char *err)
             int prev = -1;
             for (int j = 0; j < g->kt; j++) {
                 uint64_t e = (uint64_t)t * g->kt + j;
-                int ix = g->idxw == 1 ? p[e] : codec_get_u16(p + 2 * e);
+                int ix = g->idxw == 1 ? p[e] : le_get_u16(p + 2 * e);
                 if (ix <= prev || ix >= g->tn)
                     return status_set(err, STATUS_EMALFORMED,
                                       "demo: tile %lld: index %d after "
@@ -336,11 +336,11 @@ static int check_body(const uint8_t *buf, const geom_t *g, char *err)
     uint32_t bad = 0;
     switch (g->vfmt) {
     case DEMO_VAL_F32:
-        for (uint64_t e = 0; e < ne; e++) bad |= !(fabsf(codec_get_f32(p + 4 * e)) <= DEMO_MAX_ABS);
+        for (uint64_t e = 0; e < ne; e++) bad |= !(fabsf(le_get_f32(p + 4 * e)) <= DEMO_MAX_ABS);
         break;
     case DEMO_VAL_BF16:
         for (uint64_t e = 0; e < ne; e++)
-            bad |= !(fabsf(codec_bf16_to_f32(codec_get_u16(p + 2 * e))) <= DEMO_MAX_ABS);
+            bad |= !(fabsf(codec_bf16_to_f32(le_get_u16(p + 2 * e))) <= DEMO_MAX_ABS);
         break;
     case DEMO_VAL_SIGN:
         if (ne & 7) bad = p[ne >> 3] >> (ne & 7);
@@ -390,17 +390,17 @@ static void decode_entries(const uint8_t *buf, const geom_t *g, float scale, uin
     if (g->idxw == 1) {
         for (uint64_t e = 0; e < ne; e++) idx[e] = p[e];
     } else if (g->idxw == 2) {
-        for (uint64_t e = 0; e < ne; e++) idx[e] = codec_get_u16(p + 2 * e);
+        for (uint64_t e = 0; e < ne; e++) idx[e] = le_get_u16(p + 2 * e);
     } else {
         for (uint64_t e = 0; e < ne; e++) idx[e] = (uint16_t)(e % (uint64_t)g->tn);
     }
     p += ne * (uint64_t)g->idxw;
     switch (g->vfmt) {
     case DEMO_VAL_F32:
-        for (uint64_t e = 0; e < ne; e++) val[e] = codec_get_f32(p + 4 * e);
+        for (uint64_t e = 0; e < ne; e++) val[e] = le_get_f32(p + 4 * e);
         break;
     case DEMO_VAL_BF16:
-        for (uint64_t e = 0; e < ne; e++) val[e] = codec_bf16_to_f32(codec_get_u16(p + 2 * e));
+        for (uint64_t e = 0; e < ne; e++) val[e] = codec_bf16_to_f32(le_get_u16(p + 2 * e));
         break;
     case DEMO_VAL_SIGN:
         for (uint64_t e = 0; e < ne; e++) val[e] = (p[e >> 3] >> (e & 7)) & 1 ? -scale : scale;
@@ -518,7 +518,7 @@ int demo_accumulate(demo_t *d, const float *g, float lr, char *err)
 {
     if (!g || !isfinite(lr)) return status_set(err, STATUS_EINVAL, "demo: bad gradient or lr");
     uint32_t bad = 0;
-    for (int64_t i = 0; i < d->n; i++) bad |= (codec_f32_bits(g[i]) & 0x7f800000u) == 0x7f800000u;
+    for (int64_t i = 0; i < d->n; i++) bad |= (le_f32_bits(g[i]) & 0x7f800000u) == 0x7f800000u;
     if (bad) return status_set(err, STATUS_EINVAL, "demo: refusing a non-finite gradient");
     float *restrict D = d->D;
     const float beta = d->beta;
@@ -748,7 +748,7 @@ static void body_write(uint8_t *out, uint64_t pos, const geom_t *g, const uint16
     switch (g->vfmt) {
     case DEMO_VAL_F32:
         for (uint64_t e = 0; e < ne; e++)
-            put_bits(out, pos + 32 * e, codec_f32_bits(val[e] + 0.0f), 32); /* no -0 */
+            put_bits(out, pos + 32 * e, le_f32_bits(val[e] + 0.0f), 32); /* no -0 */
         break;
     case DEMO_VAL_BF16:
         for (uint64_t e = 0; e < ne; e++)
@@ -857,7 +857,7 @@ static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *sc
     uint32_t bad = 0;
     if (g->vfmt == DEMO_VAL_F32)
         for (uint64_t e = 0; e < ne; e++)
-            bad |= !(fabsf(codec_bits_f32(get_bits(b, pos + 32 * e, 32))) <= DEMO_MAX_ABS);
+            bad |= !(fabsf(le_bits_f32(get_bits(b, pos + 32 * e, 32))) <= DEMO_MAX_ABS);
     else if (g->vfmt == DEMO_VAL_BF16)
         for (uint64_t e = 0; e < ne; e++)
             bad |= !(fabsf(codec_bf16_to_f32((uint16_t)get_bits(b, pos + 16 * e, 16))) <=
@@ -883,7 +883,7 @@ static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float s
                      : sidx ? sidx[e]
                             : j;
             uint32_t raw = get_bits(b, vpos + e * (uint64_t)vb, vb);
-            float v = g->vfmt == DEMO_VAL_F32    ? codec_bits_f32(raw)
+            float v = g->vfmt == DEMO_VAL_F32    ? le_bits_f32(raw)
                       : g->vfmt == DEMO_VAL_BF16 ? codec_bf16_to_f32((uint16_t)raw)
                       : raw                      ? -scale
                                                  : scale;

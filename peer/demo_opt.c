@@ -11,7 +11,6 @@
 #include "peer/demo_opt.h"
 #include "common/status.h"
 #include "common/rng.h"
-#include "compress/codec.h"
 #include "kernels/dct.h"
 
 #include <float.h>
@@ -66,26 +65,11 @@ struct demo_opt {
     float *dbasis[DCT_MAX_CHUNK + 1]; /* DCT-II basis of each tile size in use */
 };
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* CRC-32C of the shapes: rows u32, cols u32 per tensor, table order. */
+/* The fingerprint of the shapes (compress/demo_wire.h), table order. */
 static uint32_t table_crc(const stage_tensor_t *t, int n)
 {
     uint32_t crc = 0;
-    for (int i = 0; i < n; i++) {
-        uint8_t b[8];
-        put_u32(b, (uint32_t)t[i].rows);
-        put_u32(b + 4, (uint32_t)t[i].cols);
-        crc = codec_crc32c(crc, b, 8);
-    }
+    for (int i = 0; i < n; i++) crc = demo_stage_table_add(crc, t[i].rows, t[i].cols);
     return crc;
 }
 
@@ -342,17 +326,14 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     if (!o->defer_decay) demo_opt_decay(o, oc, step);
 
     memset(msg, 0, o->msg_size); /* the padding bits of the last octet */
-    memcpy(msg, "STDX", 4);
-    msg[4] = DEMO_OPT_VERSION;
-    msg[5] = (uint8_t)o->vfmt;
-    msg[6] = (uint8_t)o->chunk;
-    msg[7] = (uint8_t)(o->chunk >> 8);
-    put_u32(msg + 8, (uint32_t)o->kk); /* k < 2^24: octet 11 is the index mode */
-    msg[11] = (uint8_t)o->imode;
-    put_u32(msg + 12, (uint32_t)o->n);
-    put_u32(msg + 16, (uint32_t)((uint64_t)step & 0xffffffffu));
-    put_u32(msg + 20, (uint32_t)((uint64_t)step >> 32));
-    put_u32(msg + 24, o->table_crc);
+    demo_stage_hdr_t h = {.vfmt = o->vfmt,
+                          .chunk = o->chunk,
+                          .k = (uint32_t)o->kk, /* <= MAX_K < 2^24 */
+                          .imode = o->imode,
+                          .ntensors = (uint32_t)o->n,
+                          .step = step,
+                          .table = o->table_crc};
+    demo_stage_hdr_put(msg, &h);
     if (k->on_device) {
         int rc = prepare_device(o, lr, step, msg, err);
         if (rc) return rc;
@@ -367,9 +348,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
             pos += demo_body_size(o->d[i]);
         }
     }
-    uint32_t crc = codec_crc32c(0, msg, 28);
-    crc = codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, o->msg_size - DEMO_OPT_HEADER_LEN);
-    put_u32(msg + 28, crc);
+    demo_stage_seal(msg, o->msg_size);
     return 0;
 }
 
@@ -377,48 +356,35 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
 static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_t step, int *k,
                        demo_vfmt_t *vfmt, demo_imode_t *imode, char *err)
 {
-    if (!m || len < DEMO_OPT_HEADER_LEN)
-        return status_set(err, STATUS_EMALFORMED, "stage message: truncated header (%zu bytes)",
-                          m ? len : 0);
-    if (memcmp(m, "STDX", 4)) return status_set(err, STATUS_EMALFORMED, "stage message: bad magic");
-    if (m[4] != DEMO_OPT_VERSION)
-        return status_set(err, STATUS_EVERSION, "stage message version %d (we speak %d)", m[4],
-                          DEMO_OPT_VERSION);
-    if (m[5] > DEMO_VAL_SIGN)
-        return status_set(err, STATUS_EMALFORMED, "stage message: unknown value format %d", m[5]);
-    int chunk = m[6] | m[7] << 8;
-    uint32_t kk = get_u32(m + 8) & 0xffffffu;
-    if (m[11] > DEMO_IDX_SHARED)
-        return status_set(err, STATUS_EMALFORMED, "stage message: unknown index mode %d", m[11]);
+    demo_stage_hdr_t h;
+    int rc = demo_stage_hdr_get(m, len, &h, err);
+    if (rc) return rc;
+    int chunk = h.chunk;
+    uint32_t kk = h.k;
     if (chunk != o->chunk)
         return status_set(err, STATUS_EMALFORMED, "stage message: chunk %d, this replica uses %d",
                           chunk, o->chunk);
     if (kk < 1 || kk > MAX_K)
         return status_set(err, STATUS_EMALFORMED, "stage message: k %u outside 1..%d", kk, MAX_K);
-    if (get_u32(m + 12) != (uint32_t)o->n || get_u32(m + 24) != o->table_crc)
+    if (h.ntensors != (uint32_t)o->n || h.table != o->table_crc)
         return status_set(err, STATUS_EMALFORMED,
                           "stage message: %u tensors of another shape table (this stage: %d)",
-                          get_u32(m + 12), o->n);
-    int64_t s = (int64_t)((uint64_t)get_u32(m + 16) | (uint64_t)get_u32(m + 20) << 32);
-    if (s != step)
+                          h.ntensors, o->n);
+    if (h.step != step)
         return status_set(err, STATUS_EMALFORMED, "stage message for step %lld, expected %lld",
-                          (long long)s, (long long)step);
-    uint64_t bits =
-        stage_bits(o->tab, o->n, chunk, (int)kk, (demo_vfmt_t)m[5], (demo_imode_t)m[11]);
+                          (long long)h.step, (long long)step);
+    uint64_t bits = stage_bits(o->tab, o->n, chunk, (int)kk, h.vfmt, h.imode);
     uint64_t want = DEMO_OPT_HEADER_LEN + (bits + 7) / 8;
     if (!bits || (uint64_t)len != want)
         return status_set(err, STATUS_EMALFORMED,
                           "stage message: %s: %zu bytes, k %u format %d needs %llu",
-                          (uint64_t)len < want ? "truncated" : "oversized", len, kk, m[5],
+                          (uint64_t)len < want ? "truncated" : "oversized", len, kk, h.vfmt,
                           (unsigned long long)want);
-    uint32_t crc = codec_crc32c(0, m, 28);
-    crc = codec_crc32c(crc, m + DEMO_OPT_HEADER_LEN, len - DEMO_OPT_HEADER_LEN);
-    if (crc != get_u32(m + 28)) return status_set(err, STATUS_ECORRUPT, "stage message: checksum");
-    if (bits & 7 && m[len - 1] >> (bits & 7))
-        return status_set(err, STATUS_EMALFORMED, "stage message: nonzero padding bits");
+    if ((rc = demo_stage_check_crc(m, len, err))) return rc;
+    if ((rc = demo_stage_check_padding(m, len, bits, err))) return rc;
     *k = (int)kk;
-    *vfmt = (demo_vfmt_t)m[5];
-    *imode = (demo_imode_t)m[11];
+    *vfmt = h.vfmt;
+    *imode = h.imode;
     return 0;
 }
 
@@ -628,9 +594,7 @@ int demo_opt_poison(const demo_opt_t *o, uint8_t *msg, size_t len, int kind, cha
         pos += bits;
     }
     if (!done) return status_set(err, STATUS_EINVAL, "demo poison: no body carries indices");
-    uint32_t crc = codec_crc32c(0, msg, 28);
-    crc = codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, o->msg_size - DEMO_OPT_HEADER_LEN);
-    put_u32(msg + 28, crc);
+    demo_stage_seal(msg, o->msg_size);
     return 0;
 }
 

@@ -5,7 +5,8 @@
  * whole contribution for a step is one "stage message" of bytes, and applying the pool's
  * messages needs nothing else.
  *
- * Stage message (version 3, docs/codec-format.md "DeMo stage messages"), little-endian:
+ * Stage message (version 3, docs/codec-format.md "DeMo stage messages"; its frame, octet
+ * by octet, is compress/demo_wire.h's), little-endian:
  *   "STDX" | version u8 = 3 | vfmt u8 | chunk u16 | k u24 | index mode u8 | ntensors u32 |
  *   step i64 |
  *   table u32 (CRC-32C of the tensor shapes) | crc u32 (CRC-32C of the whole message but
@@ -37,6 +38,7 @@
 #define SWARMTRAIN_DEMO_OPT_H
 
 #include "compress/demo.h"
+#include "compress/demo_wire.h"
 #include "peer/optim.h"
 #include "peer/stage.h"
 
@@ -45,8 +47,9 @@
 
 typedef struct demo_opt demo_opt_t;
 
-#define DEMO_OPT_VERSION    3
-#define DEMO_OPT_HEADER_LEN 32
+/* The frame (header, checksum, padding) is compress/demo_wire.h's. */
+#define DEMO_OPT_VERSION    DEMO_STAGE_VERSION
+#define DEMO_OPT_HEADER_LEN DEMO_STAGE_HEADER_LEN
 
 /* DeMo state (residual momentum per tensor, zero) for the stage. NULL + err on failure. */
 demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err);

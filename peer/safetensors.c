@@ -2,6 +2,7 @@
  * strict reader (its own small JSON parser for the header; nothing from the file is
  * trusted before it is checked against the file's size). */
 #include "peer/safetensors.h"
+#include "common/le.h"
 #include "common/status.h"
 
 #include <errno.h>
@@ -79,11 +80,6 @@ static float f16_to_f32(uint16_t h)
     float x;
     memcpy(&x, &u, 4);
     return x;
-}
-
-static void put_u64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* ---- writer ------------------------------------------------------------------------ */
@@ -221,7 +217,7 @@ int safetensors_write(const char *path, const safetensors_tensor_t *t, int n, in
         goto done;
     }
     uint8_t len8[8];
-    put_u64le(len8, h.len);
+    le_put_u64(len8, h.len);
     int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.p, 1, h.len, f) == h.len;
     enum { CHUNK = 1 << 16 };
     if (ok && dtype == SAFETENSORS_BF16 && !(conv = malloc(CHUNK * sizeof *conv))) {
@@ -665,8 +661,7 @@ safetensors_t *safetensors_open(const char *path, char *err)
     }
     fclose(f);
     f = NULL;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->file[i];
+    uint64_t hlen = le_get_u64(st->file);
     if (hlen > SAFETENSORS_MAX_HEADER || hlen > st->size - 8 || hlen < 2) {
         status_set(err, STATUS_EMALFORMED,
                    "%s: header length %llu does not fit the file (%zu bytes) or the %u-byte limit",
@@ -751,7 +746,7 @@ int safetensors_read_f32(const safetensors_t *st, const char *name, float *out, 
     case SAFETENSORS_BF16:
     case SAFETENSORS_F16:
         for (size_t i = 0; i < numel; i++) {
-            uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+            uint16_t h = le_get_u16(p + 2 * i);
             out[i] = t->dtype == SAFETENSORS_BF16 ? safetensors_bf16_to_f32(h) : f16_to_f32(h);
         }
         return 0;

@@ -3,6 +3,7 @@
  * Not for: optimizers (optim.c) or anything that crosses a process boundary. */
 #include "peer/stage.h"
 #include "common/clock.h"
+#include "common/le.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -725,11 +726,7 @@ static int wire_scales_ok(const uint8_t *pay, size_t n, const codec_info_t *info
     float top = info->codec == CODEC_INT8 ? 127.0f : 8.0f;
     size_t nb = (n + info->block - 1) / info->block;
     for (size_t b = 0; b < nb; b++) {
-        const uint8_t *q = pay + 4 * b;
-        uint32_t u =
-            (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
-        float s;
-        memcpy(&s, &u, 4);
+        float s = le_get_f32(pay + 4 * b);
         if (!(s * top <= WIRE_MAX_ABS)) return 0;
     }
     return 1;

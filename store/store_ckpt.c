@@ -5,6 +5,7 @@
 #include "store/store_impl.h"
 
 #include "common/clock.h"
+#include "common/le.h"
 #include "common/log.h"
 
 #include <pthread.h>
@@ -159,8 +160,8 @@ const void *store_ckpt_blob(const store_ckpt_t *ck, const char *name, size_t *by
 
 static void store_hash_u64(crypto_generichash_state *h, uint64_t v)
 {
-    unsigned char b[8];
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    uint8_t b[8];
+    le_put_u64(b, v);
     crypto_generichash_update(h, b, sizeof b);
 }
 

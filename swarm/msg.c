@@ -1,6 +1,7 @@
 /* msg.c — encoding and decoding of swarmtrain message headers and member tables
  * (docs/protocol.md). Readers check every length before every read. */
 #include "swarm/msg.h"
+#include "common/le.h"
 #include "common/status.h"
 
 #include <math.h>
@@ -29,15 +30,13 @@ static void w_bytes(wbuf_t *w, const void *src, size_t n)
 static void w_u(wbuf_t *w, uint64_t v, int bytes)
 {
     uint8_t b[8];
-    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    le_put_uint(b, v, bytes);
     w_bytes(w, b, (size_t)bytes);
 }
 
 static void w_f32(wbuf_t *w, float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    w_u(w, u, 4);
+    w_u(w, le_f32_bits(f), 4);
 }
 
 /* Strings: u16 length, then the bytes (no terminator). */
@@ -74,17 +73,12 @@ static uint64_t r_u(rbuf_t *r, int bytes)
 {
     uint8_t b[8];
     if (r_bytes(r, b, (size_t)bytes)) return 0;
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
+    return le_get_uint(b, bytes);
 }
 
 static float r_f32(rbuf_t *r)
 {
-    uint32_t u = (uint32_t)r_u(r, 4);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return le_bits_f32((uint32_t)r_u(r, 4));
 }
 
 /* Reads a string of at most max bytes into dst (max+1 bytes); embedded NULs refused. */

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "compress/codec.h"
+#include "common/le.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "testutil.h"
@@ -70,11 +71,6 @@ static void refix_crc(uint8_t *buf, size_t len)
     uint32_t crc = codec_crc32c(0, buf, 36);
     crc = codec_crc32c(crc, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN);
     for (int i = 0; i < 4; i++) buf[36 + i] = (uint8_t)(crc >> (8 * i));
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint8_t *encode_alloc(codec_id_t c, uint32_t block, const float *x, const int64_t *shape,
@@ -381,7 +377,7 @@ static void test_header_checks(void **state)
     /* absurd element count: 4 dims of 2^32 - 1, payload length to match them mod 2^64 */
     FRESH(CODEC_F32);
     b[6] = 4;
-    for (int i = 0; i < 4; i++) put32(b + 8 + 4 * i, 0xffffffffu);
+    for (int i = 0; i < 4; i++) le_put_u32(b + 8 + 4 * i, 0xffffffffu);
     assert_int_equal(DECODE(CODEC_F32), STATUS_EMALFORMED);
     assert_non_null(strstr(err, "2^40"));
     /* payload length field wrapping: 2^64 - 20 announced */
@@ -391,7 +387,7 @@ static void test_header_checks(void **state)
     assert_int_equal(DECODE(CODEC_F32), STATUS_EMALFORMED);
     /* non-finite values and scales, with a valid checksum */
     FRESH(CODEC_F32);
-    put32(b + 40, 0x7fc00000u);
+    le_put_u32(b + 40, 0x7fc00000u);
     refix_crc(b, golden_len[CODEC_F32]);
     assert_int_equal(DECODE(CODEC_F32), STATUS_EMALFORMED);
     FRESH(CODEC_F16);
@@ -408,7 +404,7 @@ static void test_header_checks(void **state)
     for (int c = CODEC_INT8; c <= CODEC_INT4; c++) {
         for (size_t s = 0; s < sizeof bad_scales / sizeof *bad_scales; s++) {
             FRESH(c);
-            put32(b + 44, bad_scales[s]); /* second block's scale */
+            le_put_u32(b + 44, bad_scales[s]); /* second block's scale */
             refix_crc(b, golden_len[c]);
             err[0] = 0;
             assert_int_equal(DECODE(c), STATUS_EMALFORMED);

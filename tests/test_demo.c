@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "compress/demo.h"
+#include "compress/demo_wire.h"
 #include "kernels/dct.h"
 #include "testutil.h"
 
@@ -606,6 +607,71 @@ static void refix_crc(uint8_t *b, size_t len)
     uint32_t crc = codec_crc32c(0, b, 28);
     crc = codec_crc32c(crc, b + DEMO_HEADER_LEN, len - DEMO_HEADER_LEN);
     for (int i = 0; i < 4; i++) b[28 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+/* The stage message's frame (compress/demo_wire.h): a header octet by octet, its
+ * checksum, and every refusal the header alone can make. */
+static void test_stage_frame(void **state)
+{
+    (void)state;
+    uint8_t m[DEMO_STAGE_HEADER_LEN + 3] = {0};
+    demo_stage_hdr_t h = {.vfmt = DEMO_VAL_SIGN,
+                          .chunk = 0x0110,
+                          .k = 0x030201,
+                          .imode = DEMO_IDX_SHARED,
+                          .ntensors = 39,
+                          .step = INT64_C(0x0102030405060708),
+                          .table = demo_stage_table_add(demo_stage_table_add(0, 256, 64), 64, 1)};
+    demo_stage_hdr_put(m, &h);
+    m[DEMO_STAGE_HEADER_LEN + 2] = 0x01; /* 17 body bits: the last octet's bit 0 */
+    demo_stage_seal(m, sizeof m);
+    const uint8_t want[24] = {'S',  'T',  'D',  'X',  3,    2,    0x10, 0x01,
+                              0x01, 0x02, 0x03, 1,    39,   0,    0,    0,
+                              0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+    assert_memory_equal(m, want, sizeof want);
+    uint32_t table = 0;
+    uint8_t shape[8] = {0, 1, 0, 0, 64, 0, 0, 0};
+    table = codec_crc32c(table, shape, 8);
+    uint8_t shape2[8] = {64, 0, 0, 0, 1, 0, 0, 0};
+    table = codec_crc32c(table, shape2, 8);
+    assert_int_equal(h.table, table);
+    assert_int_equal(m[24] | m[25] << 8 | m[26] << 16 | (uint32_t)m[27] << 24, table);
+    uint32_t crc = codec_crc32c(codec_crc32c(0, m, 28), m + 32, 3);
+    assert_int_equal(m[28] | m[29] << 8 | m[30] << 16 | (uint32_t)m[31] << 24, crc);
+
+    char err[STATUS_ERR_LEN];
+    demo_stage_hdr_t r;
+    assert_int_equal(demo_stage_hdr_get(m, sizeof m, &r, err), 0);
+    assert_int_equal(r.version, DEMO_STAGE_VERSION);
+    assert_int_equal(r.vfmt, h.vfmt);
+    assert_int_equal(r.chunk, h.chunk);
+    assert_int_equal(r.k, h.k);
+    assert_int_equal(r.imode, h.imode);
+    assert_int_equal(r.ntensors, 39);
+    assert_true(r.step == h.step);
+    assert_int_equal(r.table, h.table);
+    assert_int_equal(demo_stage_check_crc(m, sizeof m, err), 0);
+    assert_int_equal(demo_stage_check_padding(m, sizeof m, 17, err), 0);
+    assert_int_equal(demo_stage_check_padding(m, sizeof m, 16, err), 0);
+    m[34] = 0x03; /* bit 1 is padding after 17 bits */
+    assert_int_equal(demo_stage_check_padding(m, sizeof m, 17, err), STATUS_EMALFORMED);
+    assert_int_equal(demo_stage_check_crc(m, sizeof m, err), STATUS_ECORRUPT);
+
+    assert_int_equal(demo_stage_hdr_get(NULL, 0, &r, err), STATUS_EMALFORMED);
+    assert_int_equal(demo_stage_hdr_get(m, DEMO_STAGE_HEADER_LEN - 1, &r, err), STATUS_EMALFORMED);
+    uint8_t b[DEMO_STAGE_HEADER_LEN];
+    memcpy(b, m, sizeof b);
+    b[0] = 'X';
+    assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), STATUS_EMALFORMED);
+    memcpy(b, m, sizeof b);
+    b[4] = 2; /* the version before index modes: refused */
+    assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), STATUS_EVERSION);
+    memcpy(b, m, sizeof b);
+    b[5] = DEMO_VAL_SIGN + 1;
+    assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), STATUS_EMALFORMED);
+    memcpy(b, m, sizeof b);
+    b[11] = DEMO_IDX_SHARED + 1;
+    assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), STATUS_EMALFORMED);
 }
 
 static void test_msg_truncations_and_fields(void **state)
@@ -1252,6 +1318,7 @@ int main(void)
         cmocka_unit_test(test_aggregate_permutation),
         cmocka_unit_test(test_residual_identity),
         cmocka_unit_test(test_accumulate),
+        cmocka_unit_test(test_stage_frame),
         cmocka_unit_test(test_msg_truncations_and_fields),
         cmocka_unit_test(test_msg_random_corruptions),
         cmocka_unit_test(test_body_roundtrip),

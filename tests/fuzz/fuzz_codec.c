@@ -11,22 +11,13 @@
  *
  * Not for: the DeMo messages (fuzz_demo.c). */
 #include "fuzz.h"
+#include "common/le.h"
 
 #include "common/status.h"
 #include "compress/codec.h"
 
 #include <math.h>
 #include <string.h>
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -38,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data + 1, len);
     if (fix_crc && len >= CODEC_HEADER_LEN) {
         uint32_t crc = codec_crc32c(0, buf, 36);
-        put_u32(buf + 36, codec_crc32c(crc, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN));
+        le_put_u32(buf + 36, codec_crc32c(crc, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN));
     }
     char err[STATUS_ERR_LEN];
     codec_info_t info;
@@ -70,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (dec == 0) {
         FUZZ_CHECK(seal == 0 && !memcmp(sealed, buf, len));
     } else if (seal == 0) { /* then only the CRC was wrong */
-        FUZZ_CHECK(get_u32(buf + 36) != get_u32(sealed + 36));
+        FUZZ_CHECK(le_get_u32(buf + 36) != le_get_u32(sealed + 36));
         FUZZ_CHECK(codec_decode(sealed, len, x, info.elems, NULL, NULL, err) == 0);
     }
     free(sealed);

@@ -12,6 +12,7 @@
  *
  * Not for: the stage message frame (fuzz_demo_opt.c). */
 #include "fuzz.h"
+#include "common/le.h"
 
 #include "common/status.h"
 #include "compress/codec.h"
@@ -20,11 +21,6 @@
 #include <math.h>
 #include <string.h>
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void v1(const uint8_t *data, size_t size, int fix_crc)
 {
     uint8_t *buf = malloc(size ? size : 1);
@@ -32,7 +28,7 @@ static void v1(const uint8_t *data, size_t size, int fix_crc)
     memcpy(buf, data, size);
     if (fix_crc && size >= DEMO_HEADER_LEN) {
         uint32_t crc = codec_crc32c(0, buf, 28);
-        put_u32(buf + 28, codec_crc32c(crc, buf + DEMO_HEADER_LEN, size - DEMO_HEADER_LEN));
+        le_put_u32(buf + 28, codec_crc32c(crc, buf + DEMO_HEADER_LEN, size - DEMO_HEADER_LEN));
     }
     char err[STATUS_ERR_LEN];
     demo_msg_info_t info, info2;

@@ -12,6 +12,7 @@
  *
  * Not for: the per-tensor body format (fuzz_demo.c). */
 #include "fuzz.h"
+#include "common/le.h"
 
 #include "common/status.h"
 #include "compress/codec.h"
@@ -69,11 +70,6 @@ static void setup(void)
     memcpy(saved, stage_params(stage), nparams * sizeof *saved);
 }
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     setup();
@@ -84,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(msg, data + 1, len);
     if ((data[0] & 1) && len >= DEMO_OPT_HEADER_LEN) {
         uint32_t crc = codec_crc32c(0, msg, 28);
-        put_u32(msg + 28, codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, len - DEMO_OPT_HEADER_LEN));
+        le_put_u32(msg + 28, codec_crc32c(crc, msg + DEMO_OPT_HEADER_LEN, len - DEMO_OPT_HEADER_LEN));
     }
     int64_t step = 0;
     if (len >= 24)

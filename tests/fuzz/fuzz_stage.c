@@ -12,6 +12,7 @@
  *
  * Not for: the codec format itself (fuzz_codec.c). */
 #include "fuzz.h"
+#include "common/le.h"
 
 #include "common/status.h"
 #include "compress/codec.h"
@@ -48,11 +49,6 @@ static void setup(void)
         tokens[i] = (int32_t)(i * 37 % 256), targets[i] = (int32_t)(i * 11 % 256);
 }
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void check_finite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) FUZZ_CHECK(isfinite(x[i]));
@@ -68,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data + 1, len);
     if ((data[0] & 1) && len >= CODEC_HEADER_LEN) {
         uint32_t crc = codec_crc32c(0, buf, 36);
-        put_u32(buf + 36, codec_crc32c(crc, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN));
+        le_put_u32(buf + 36, codec_crc32c(crc, buf + CODEC_HEADER_LEN, len - CODEC_HEADER_LEN));
     }
     int bwd = data[0] & 2;
     stage_t *st = bwd ? first : last;

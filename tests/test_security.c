@@ -402,12 +402,25 @@ static void test_key_files(void **state)
     assert_int_equal(auth_admit(a, curve, NULL), 0);
     auth_destroy(&a);
     /* a pair whose halves do not match is refused */
-    FILE *f = fopen(path, "r+");
+    /* The file ends "secret <128 hex>\n"; the last 32 bytes of an Ed25519 secret key are
+     * its public key, so changing the secret's last hex digit always breaks the pair.
+     * The whole file is read, changed in memory and written back: a read followed by a
+     * write on one stream with no positioning call between is undefined in C. */
+    char text[1024];
+    FILE *f = fopen(path, "rb");
     assert_non_null(f);
-    fseek(f, -3, SEEK_END);
-    fputc('0' == fgetc(f) ? '1' : '0', f);
+    size_t len = fread(text, 1, sizeof text, f);
     fclose(f);
-    assert_int_not_equal(auth_key_read(path, pk2, sk, err), 0);
+    assert_true(len > 2 && len < sizeof text && text[len - 1] == '\n');
+    char *digit = &text[len - 2];
+    char was = *digit;
+    *digit = was == '0' ? '1' : '0';
+    assert_int_not_equal(*digit, was);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(auth_key_read(path, pk2, sk, err), STATUS_ECORRUPT);
     /* a malformed allowlist line is refused */
     char p[256];
     assert_null(auth_new(NULL, write_file("bad_allow", "abcd\n", p, sizeof p), err));

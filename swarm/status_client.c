@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "swarm/auth.h"
+#include "swarm/handshake.h"
 #include "swarm/msg.h"
 
 #include <stdlib.h>
@@ -54,11 +55,14 @@ int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeo
         nc = STATUS_CLIENT_TRIES; /* sockets, not handshakes, are the cost */
     void *ctx = zmq_ctx_new();
     void **s = calloc((size_t)nc, sizeof *s);
-    zmq_pollitem_t *items = calloc((size_t)nc, sizeof *items);
+    void **mons = calloc((size_t)nc, sizeof *mons);
+    zmq_pollitem_t *items = calloc((size_t)(2 * nc), sizeof *items);
+    /* a refusal at the handshake is told apart from silence (handshake.h) */
+    handshake_watch_t *hw = handshake_watch_new(ctx, auth != NULL);
     msg_t m = {.type = MSG_STATUS_REQ};
     uint8_t hdr[MSG_HEADER_MAX];
     size_t len;
-    if (!s || !items) {
+    if (!s || !mons || !items || !hw) {
         rc = status_set(err, STATUS_ENOMEM, "out of memory");
         goto done;
     }
@@ -70,24 +74,29 @@ int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeo
             zmq_close(d);
             continue;
         }
-        if (zmq_connect(d, endpoint) < 0) {
-            rc = status_set(err, STATUS_EINVAL, "cannot connect to %s: %s", endpoint,
-                            zmq_strerror(zmq_errno()));
-            zmq_close(d);
-            goto done;
-        }
-        zmq_send(d, hdr, len, ZMQ_DONTWAIT);
         s[ns] = d;
         items[ns] = (zmq_pollitem_t){d, 0, ZMQ_POLLIN, 0};
         ns++;
+        if ((rc = handshake_watch_add(hw, d, err))) goto done;
+        if (zmq_connect(d, endpoint) < 0) {
+            rc = status_set(err, STATUS_EINVAL, "cannot connect to %s: %s", endpoint,
+                            zmq_strerror(zmq_errno()));
+            goto done;
+        }
+        zmq_send(d, hdr, len, ZMQ_DONTWAIT);
     }
+    int nm = handshake_watch_items(hw, mons, nc);
+    for (int i = 0; i < nm; i++) items[ns + i] = (zmq_pollitem_t){mons[i], 0, ZMQ_POLLIN, 0};
     double end = clock_now() + timeout_ms / 1000.0;
     for (;;) {
+        if (handshake_watch_update(hw, endpoint, err) == HANDSHAKE_REFUSED) {
+            rc = STATUS_EDENIED;
+            goto done;
+        }
         long wait = (long)((end - clock_now()) * 1000);
-        if (wait <= 0 || zmq_poll(items, ns, wait) <= 0) {
-            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms%s",
-                            endpoint, timeout_ms,
-                            auth ? " (a CURVE handshake the peer refuses looks the same)" : "");
+        if (wait <= 0 || zmq_poll(items, ns + nm, wait) < 0) {
+            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms",
+                            endpoint, timeout_ms);
             goto done;
         }
         for (int i = 0; i < ns; i++)
@@ -97,8 +106,10 @@ int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeo
             }
     }
 done:
+    handshake_watch_destroy(&hw);
     for (int i = 0; s && i < ns; i++) zmq_close(s[i]);
     free(s);
+    free(mons);
     free(items);
     zmq_ctx_term(ctx);
     return rc;

@@ -7,7 +7,9 @@
 #include <stddef.h>
 
 /* Fetches the status JSON of the peer at endpoint within timeout_ms. On success *json
- * is a 0-terminated string the caller frees. STATUS_ETIMEOUT when nobody answers. */
+ * is a 0-terminated string the caller frees. STATUS_ETIMEOUT when nobody answers;
+ * STATUS_EDENIED when the peer refuses the handshake (err starts with HANDSHAKE_TOKEN,
+ * handshake.h: the peer is secured and this client has no key, or the wrong one). */
 int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char *err);
 
 /* The same over CURVE (auth.h; NULL: as status_client_fetch). With an allowlist, auth must

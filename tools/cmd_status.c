@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "store/store.h"
 #include "swarm/auth.h"
+#include "swarm/handshake.h"
 #include "swarm/status_client.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
@@ -652,7 +653,9 @@ int cmd_status(int argc, char **argv)
                 "bytes in and out, retries, rejected messages). --json prints the document as\n"
                 "the peer sent it; --watch refreshes in place every SECONDS (default 1).\n"
                 "A secure swarm (peer --swarm-key / --allow) answers only over CURVE: give the\n"
-                "swarm key, or the allowlist and a key pair on it (swarmtrain keygen).\n"
+                "swarm key, or the allowlist and a key pair on it (swarmtrain keygen); a peer\n"
+                "that refuses the handshake ends the command at once with exit status 3 and\n"
+                "a message that starts with \"" HANDSHAKE_TOKEN "\" and says why.\n"
                 "--db reads peers' stores instead (also while the peers run): their\n"
                 "checkpoints (--verify checks every hash), last events and metrics.\n"
                 "--plot FILE.svg draws the stores' metrics over steps, one panel each for\n"
@@ -701,10 +704,11 @@ int cmd_status(int argc, char **argv)
     }
     for (;;) {
         char err[STATUS_ERR_LEN], *json = NULL;
-        if (status_client_fetch_auth(ep, auth, timeout_ms, &json, err)) {
+        int frc = status_client_fetch_auth(ep, auth, timeout_ms, &json, err);
+        if (frc) {
             fprintf(stderr, "swarmtrain status: %s\n", err);
             auth_destroy(&auth);
-            return 1;
+            return frc == STATUS_EDENIED ? HANDSHAKE_EXIT_REFUSED : 1;
         }
         if (watch > 0) printf("\033[H\033[2J");
         if (as_json)

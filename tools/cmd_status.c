@@ -335,7 +335,7 @@ static int plot_stores(const store_data_t *d, int nd, const char *path, char *er
     plot_panel_t panels[4] = {
         {"training loss", "loss (nats/token)", ser[0], ns[0], NULL},
         {"validation loss (held-out data)", "loss (nats/token)", ser[1], ns[1],
-         "no data: validation losses are recorded by train --db (val_loss events)"},
+         "no data: no val_loss events (train --db; a swarm: at its end, and --val-every)"},
         {"throughput", "tokens/s", ser[2], ns[2], NULL},
         {"wire traffic, sent + received (average over >= 1 s)", "MB/s", ser[3], ns[3],
          "no data: no bytes counted"},

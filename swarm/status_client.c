@@ -119,3 +119,67 @@ int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char 
 {
     return status_client_fetch_auth(endpoint, NULL, timeout_ms, json, err);
 }
+
+int status_client_fetch_many(const char *const *endpoints, const uint8_t (*ids)[32], int n,
+                             const auth_t *auth, int timeout_ms, char **jsons, int *rcs,
+                             char *err)
+{
+    int zero = 0, answered = 0, waiting = 0;
+    for (int i = 0; i < n; i++) jsons[i] = NULL, rcs[i] = STATUS_ETIMEOUT;
+    if (n <= 0) return 0;
+    void *ctx = zmq_ctx_new();
+    void **s = calloc((size_t)n, sizeof *s);
+    zmq_pollitem_t *items = calloc((size_t)n, sizeof *items);
+    int *at = calloc((size_t)n, sizeof *at); /* items[j] is peer at[j] */
+    msg_t m = {.type = MSG_STATUS_REQ};
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t len;
+    if (!ctx || !s || !items || !at || msg_encode(&m, hdr, sizeof hdr, &len, err)) {
+        if (!err || !*err) status_set(err, STATUS_ENOMEM, "out of memory");
+        answered = -1;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        void *d = zmq_socket(ctx, ZMQ_DEALER);
+        if (!d) {
+            rcs[i] = STATUS_ENET;
+            continue;
+        }
+        zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+        if ((auth && auth_client(auth, d, ids ? ids[i] : NULL)) || zmq_connect(d, endpoints[i]) < 0) {
+            rcs[i] = STATUS_EINVAL; /* no key for it, or not an endpoint */
+            zmq_close(d);
+            continue;
+        }
+        zmq_send(d, hdr, len, ZMQ_DONTWAIT);
+        s[i] = d;
+        waiting++;
+    }
+    double end = clock_now() + timeout_ms / 1000.0;
+    while (waiting > 0) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (s[i] && rcs[i] == STATUS_ETIMEOUT) {
+                items[k] = (zmq_pollitem_t){s[i], 0, ZMQ_POLLIN, 0};
+                at[k++] = i;
+            }
+        long wait = (long)((end - clock_now()) * 1000);
+        if (wait <= 0 || zmq_poll(items, k, wait) < 0) break;
+        for (int j = 0; j < k; j++)
+            if (items[j].revents & ZMQ_POLLIN) {
+                int i = at[j];
+                char e2[STATUS_ERR_LEN];
+                rcs[i] = read_answer(s[i], &jsons[i], e2);
+                if (rcs[i] == 0) answered++;
+                waiting--;
+            }
+    }
+done:
+    for (int i = 0; s && i < n; i++)
+        if (s[i]) zmq_close(s[i]);
+    free(s);
+    free(items);
+    free(at);
+    if (ctx) zmq_ctx_term(ctx);
+    return answered;
+}

@@ -5,6 +5,7 @@
 #define SWARMTRAIN_STATUS_CLIENT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Fetches the status JSON of the peer at endpoint within timeout_ms. On success *json
  * is a 0-terminated string the caller frees. STATUS_ETIMEOUT when nobody answers;
@@ -18,5 +19,14 @@ int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char 
 struct auth;
 int status_client_fetch_auth(const char *endpoint, const struct auth *auth, int timeout_ms,
                              char **json, char *err);
+
+/* Asks n peers at once (endpoints[i], whose peer id is ids[i]: the CURVE server key with
+ * an allowlist; ids may be NULL without one) and waits up to timeout_ms for all of them.
+ * jsons[i] receives peer i's status JSON (caller frees) or NULL, rcs[i] its status
+ * (STATUS_ETIMEOUT: no answer in time). Returns how many answered; -1 with err when
+ * nothing could be asked (out of memory). */
+int status_client_fetch_many(const char *const *endpoints, const uint8_t (*ids)[32], int n,
+                             const struct auth *auth, int timeout_ms, char **jsons, int *rcs,
+                             char *err);
 
 #endif

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "peer/peer_impl.h"
 #include "swarm/auth.h"
+#include "swarm/handshake.h"
 #include "swarm/net.h"
 
 #include <inttypes.h>
@@ -41,6 +42,12 @@ int peer_run(const peer_options_t *po, char *err)
                        po->allow);
             goto fail_inval;
         }
+    }
+    /* refused at the handshake (no key, another swarm key, not on the allowlist): say
+     * so and stop, instead of waiting for a HELLO answer that cannot come */
+    if (po->join && handshake_check(po->join, auth, 4000, err) == STATUS_EDENIED) {
+        peer_store_event(ps, "refused", "%s", err);
+        goto fail_denied;
     }
     char endpoint[256];
     net_config_t nc = {.bind = po->listen,
@@ -144,4 +151,9 @@ fail_io:
     peer_store_close(&ps);
     sodium_free(sk);
     return STATUS_EIO;
+fail_denied:
+    peer_store_close(&ps);
+    auth_destroy(&auth);
+    sodium_free(sk);
+    return STATUS_EDENIED;
 }

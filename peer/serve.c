@@ -495,7 +495,8 @@ int serve_one(peer_t *p, int *did)
     return 0;
 }
 
-/* Validation at the end of the run, by the leader of stage 0. */
+/* Validation at the end of the run, by the leader of stage 0; its loss also goes to the
+ * store's events ("val_loss", like the rounds of --val-every). */
 static int validate(peer_t *p)
 {
     if (!p->val_phase) {
@@ -522,6 +523,8 @@ static int validate(peer_t *p)
                     100.0 * (vs - p->val_loss) / p->val_loss);
         }
         fflush(p->log);
+        /* as the rounds during the run: status --plot draws the store's val_loss events */
+        peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->step, p->val_loss);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
         p->finished = 1;

@@ -400,6 +400,45 @@ static char *http_get(int port, const char *path)
     return buf;
 }
 
+/* A swarm's validation losses (--val-every rounds and the run's end) are events in the
+ * store of the stage-0 peer that computed them, and status --plot draws them. */
+static void test_plot_swarm(void **state)
+{
+    (void)state;
+    char cmd[2048], svg[600], log[600];
+    snprintf(log, sizeof log, "%s/local.log", dir);
+    int rc = run("local --peers 2 --stages 2 --steps 20 --log-every 10 --val-every 10 "
+                 "--val-batches 2 --threads 1 --quiet --dir %s/swarm --data %s >%s 2>&1",
+                 dir, testutil_corpus(), log);
+    if (rc != 0) {
+        char *o = read_text(log);
+        printf("%s", o ? o : "");
+        free(o);
+        fail_msg("local failed (%d)", rc);
+    }
+    /* the rounds and the end, as events in the stage-0 peer's store */
+    snprintf(cmd, sizeof cmd, "%s/events.json", dir);
+    assert_int_equal(run("status --db %s/swarm/peer0.db --json >%s", dir, cmd), 0);
+    char *j = read_text(cmd);
+    assert_non_null(j);
+    int nval = 0;
+    for (const char *p = j; (p = strstr(p, "\"val_loss\"")); p++) nval++;
+    if (nval < 2) fail_msg("%d val_loss events in peer0.db:\n%s", nval, j);
+    assert_non_null(strstr(j, "step 20 val_loss ")); /* the run's end */
+    free(j);
+    snprintf(svg, sizeof svg, "%s/swarm.svg", dir);
+    assert_int_equal(run("status --db %s/swarm/peer0.db --db %s/swarm/peer1.db --plot %s", dir,
+                         dir, svg),
+                     0);
+    char *t = read_text(svg);
+    assert_non_null(t);
+    const char *v = strstr(t, "validation loss (held-out data)");
+    assert_non_null(v);
+    assert_null(strstr(t, "no data: no val_loss events"));
+    printf("swarm plot: %d val_loss events in peer0.db, validation panel drawn\n", nval);
+    free(t);
+}
+
 /* status --prometheus serves the same document over HTTP, read afresh at each scrape. */
 static void test_prometheus_http(void **state)
 {
@@ -468,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_validator_catches),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_plot),
+        cmocka_unit_test(test_plot_swarm),
         cmocka_unit_test(test_prometheus_http),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -8,6 +8,8 @@
  * - replay: a signed HELLO or LEAVE is taken once; a replayed one (its counter not above the
  *   last taken) and a forged one (bad signature) are refused and counted;
  * - key files: keygen writes a pair that reads back, a tampered one is refused;
+ * - refused, says why: `peer --join` and `status --connect` without the swarm key, with
+ *   another, or with a key not on the allowlist exit 3 within 5 s naming the reason;
  * - the norm bound's scale: a message that counted nothing sets none, and one near-empty
  *   early norm does not refuse an honest update (the bound is on the largest of fewer
  *   than 3 norms, then on their median); a 1e29 update is refused from the first norm;
@@ -26,7 +28,9 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "peer/peer_impl.h"
+#include "store/store.h"
 #include "swarm/auth.h"
+#include "swarm/handshake.h"
 #include "swarm/members.h"
 #include "swarm/msg.h"
 #include "swarm/net.h"
@@ -234,6 +238,135 @@ static void test_swarm_key_handshake(void **state)
     node_stop(&a);
 }
 
+/* ---- refused at the handshake: the connecting side says why (swarm/handshake.h) ------- */
+
+/* Runs `swarmtrain ARGS` with stdout and stderr into dir/NAME.log, up to limit seconds;
+ * returns the exit status (-1: killed at the limit) and the seconds it took in *took. */
+static int run_bin(const char *name, const char *args, double limit, double *took)
+{
+    char log[256], cmd[4096];
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    snprintf(cmd, sizeof cmd, "exec %s %s", testutil_bin(), args);
+    double t0 = clock_now();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) break;
+        if (clock_now() - t0 > limit) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            *took = clock_now() - t0;
+            return -1;
+        }
+        clock_sleep(0.02);
+    }
+    *took = clock_now() - t0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp_log(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 16);
+    if (buf) buf[fread(buf, 1, (1 << 16) - 1, f)] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* `swarmtrain ARGS` must be refused: exit status 3 within 5 s, its message carrying the
+ * refusal's token (and, as a reason, `reason`). */
+static void expect_refused(const char *name, const char *args, const char *reason)
+{
+    double took = 0;
+    int rc = run_bin(name, args, 20, &took);
+    char *out = slurp_log(name);
+    printf("%s: exit %d after %.2f s: %s", name, rc, took, out ? out : "(no output)\n");
+    if (rc != HANDSHAKE_EXIT_REFUSED || took > 5.0 || !out || !strstr(out, HANDSHAKE_TOKEN) ||
+        !strstr(out, reason)) {
+        free(out);
+        fail_msg("%s: wanted exit %d within 5 s with \"%s\" and \"%s\"", name,
+                 HANDSHAKE_EXIT_REFUSED, HANDSHAKE_TOKEN, reason);
+    }
+    free(out);
+}
+
+/* A secured swarm's member (in process) and processes that knock without the right key:
+ * `peer --join` and `status --connect` end within 5 s with exit status 3 and the reason:
+ * no key at all (a mechanism mismatch), another swarm key (the handshake fails every
+ * time), a key not on the allowlist (ZAP refuses). The refusal is also an event in the
+ * refused peer's store. The member's own key still gets its status. */
+static void test_refused_says_why(void **state)
+{
+    (void)state;
+    node_t a;
+    node_keys(&a);
+    char k1[256], k2[256], err[STATUS_ERR_LEN], args[2048];
+    snprintf(k1, sizeof k1, "%s/swarm1.key", dir);
+    snprintf(k2, sizeof k2, "%s/swarm2.key", dir);
+    assert_int_equal(auth_swarm_keygen(k1, err), 0);
+    assert_int_equal(auth_swarm_keygen(k2, err), 0);
+    node_auth(&a, k1, NULL);
+    node_start(&a, 1);
+    const char *peer = "peer --threads 1 --data";
+    snprintf(args, sizeof args, "%s %s --join %s --db %s/nokey.db", peer, testutil_corpus(), a.ep,
+             dir);
+    expect_refused("peer_nokey", args, "requires a swarm key");
+    snprintf(args, sizeof args, "%s %s --join %s --swarm-key %s", peer, testutil_corpus(), a.ep,
+             k2);
+    expect_refused("peer_otherkey", args, "swarm key is not the swarm's");
+    snprintf(args, sizeof args, "status --connect %s", a.ep);
+    expect_refused("status_nokey", args, "requires a swarm key");
+    snprintf(args, sizeof args, "status --connect %s --swarm-key %s", a.ep, k2);
+    expect_refused("status_otherkey", args, "swarm key is not the swarm's");
+    double took;
+    snprintf(args, sizeof args, "status --connect %s --swarm-key %s --json", a.ep, k1);
+    assert_int_equal(run_bin("status_key", args, 20, &took), 0);
+    /* the refusal is recorded in the refused peer's store */
+    char db[256];
+    snprintf(db, sizeof db, "%s/nokey.db", dir);
+    store_t *st = store_open(db, err);
+    assert_non_null(st);
+    store_event_t ev[8];
+    int n = 0, found = 0;
+    assert_int_equal(store_event_last(st, 8, ev, &n, err), 0);
+    for (int i = 0; i < n; i++)
+        found |= !strcmp(ev[i].kind, "refused") && strstr(ev[i].detail, HANDSHAKE_TOKEN);
+    store_close(&st);
+    assert_true(found);
+    node_stop(&a);
+    /* an allowlist that does not name B: ZAP refuses B's key */
+    char list[256], list_b[256], p1[256], p2[256], keyb[256];
+    uint8_t pkb[32];
+    snprintf(keyb, sizeof keyb, "%s/b.key", dir);
+    assert_int_equal(auth_keygen(keyb, pkb, err), 0);
+    char hexb[65];
+    auth_hex(pkb, hexb);
+    node_keys(&a);
+    snprintf(list, sizeof list, "%s\n", a.hex);
+    snprintf(list_b, sizeof list_b, "%s\n%s\n", a.hex, hexb);
+    node_auth(&a, NULL, write_file("allow", list, p1, sizeof p1));
+    write_file("allow_b", list_b, p2, sizeof p2);
+    node_start(&a, 1);
+    snprintf(args, sizeof args, "%s %s --join %s --key %s --allow %s", peer, testutil_corpus(),
+             a.ep, keyb, p2);
+    expect_refused("peer_notlisted", args, "not on the swarm's allowlist");
+    snprintf(args, sizeof args, "status --connect %s --key %s --allow %s", a.ep, keyb, p2);
+    expect_refused("status_notlisted", args, "not on the swarm's allowlist");
+    node_stop(&a);
+}
+
 /* ---- signed membership ----------------------------------------------------------------- */
 
 static msg_member_t entry(const node_t *n, uint64_t heartbeat, int state)
@@ -402,12 +535,25 @@ static void test_key_files(void **state)
     assert_int_equal(auth_admit(a, curve, NULL), 0);
     auth_destroy(&a);
     /* a pair whose halves do not match is refused */
-    FILE *f = fopen(path, "r+");
+    /* The file ends "secret <128 hex>\n"; the last 32 bytes of an Ed25519 secret key are
+     * its public key, so changing the secret's last hex digit always breaks the pair.
+     * The whole file is read, changed in memory and written back: a read followed by a
+     * write on one stream with no positioning call between is undefined in C. */
+    char text[1024];
+    FILE *f = fopen(path, "rb");
     assert_non_null(f);
-    fseek(f, -3, SEEK_END);
-    fputc('0' == fgetc(f) ? '1' : '0', f);
+    size_t len = fread(text, 1, sizeof text, f);
     fclose(f);
-    assert_int_not_equal(auth_key_read(path, pk2, sk, err), 0);
+    assert_true(len > 2 && len < sizeof text && text[len - 1] == '\n');
+    char *digit = &text[len - 2];
+    char was = *digit;
+    *digit = was == '0' ? '1' : '0';
+    assert_int_not_equal(*digit, was);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(auth_key_read(path, pk2, sk, err), STATUS_ECORRUPT);
     /* a malformed allowlist line is refused */
     char p[256];
     assert_null(auth_new(NULL, write_file("bad_allow", "abcd\n", p, sizeof p), err));
@@ -553,6 +699,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_forged_gossip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replayed_control, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_says_why, setup, teardown),
     };
     const struct CMUnitTest poison[] = {
         cmocka_unit_test_setup_teardown(test_poisoned_member, setup, teardown),

@@ -717,6 +717,19 @@ static void test_status_json(void **state)
     assert_non_null(ctl);
     assert_true(atoll(ctl + strlen("{\"kind\":\"control\",\"in\":")) > 0);
     assert_true(json_num(ctl, "\"out\":") > 0);
+    /* every member's traffic by kind, as each member answered for itself */
+    const char *pw = strstr(json, "\"peer_wire\":[");
+    assert_non_null(pw);
+    for (int i = 0; i < 3; i++) {
+        char row[160];
+        snprintf(row, sizeof row, "{\"peer\":\"%s\",", ids[i]);
+        const char *r = strstr(pw, row);
+        if (!r) fail_msg("no wire counts of peer %s:\n%s", ids[i], pw);
+        const char *c = strstr(r, "\"kind\":\"control\",\"in\":");
+        assert_non_null(c);
+        assert_true(atoll(c + strlen("\"kind\":\"control\",\"in\":")) > 0);
+    }
+    assert_int_equal(count(pw, "\"kind\":\"exchange\""), 3);
     free(json);
     /* the table form too */
     snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep,
@@ -725,8 +738,14 @@ static void test_status_json(void **state)
     json = slurp("status.txt");
     assert_non_null(strstr(json, "pools:"));
     assert_non_null(strstr(json, "peers:"));
-    assert_non_null(strstr(json, "wire (the peer asked"));
-    assert_non_null(strstr(json, "  exchange "));
+    printf("%s", json);
+    assert_non_null(strstr(json, "wire by peer"));
+    assert_non_null(strstr(json, " exchange "));
+    for (int i = 0; i < 3; i++) {
+        char row[32];
+        snprintf(row, sizeof row, "\n  %.16s ", ids[i]);
+        assert_int_equal(count(json, row), 2); /* in the peers table and the wire table */
+    }
     free(json);
     /* one leaves (SIGTERM): it exits 0 and disappears from the list */
     kill(p2, SIGTERM);

@@ -2,6 +2,7 @@
  * Not for: the peer itself (peer/peer.c). */
 #include "common/status.h"
 #include "peer/peer.h"
+#include "swarm/handshake.h"
 #include "swarm/http.h"
 #include "tools/cmd.h"
 #include "tools/run_opts.h"
@@ -186,7 +187,9 @@ int cmd_peer(int argc, char **argv)
         .ctx = &po,
         .intro = "Runs one peer. The first peer of a swarm starts it with --new and the run's\n"
                  "settings (the options below); every other peer joins through any live peer with\n"
-                 "--join and is told the settings. SIGINT or SIGTERM: leave cleanly, exit 0.",
+                 "--join and is told the settings. SIGINT or SIGTERM: leave cleanly, exit 0.\n"
+                 "Exit 3: the swarm refused this peer at the handshake (the message starts\n"
+                 "with \"" HANDSHAKE_TOKEN "\" and says why), within 5 s of the start.",
         .usage =
             "swarm:\n"
             "  --new                start a new swarm with the run settings given here\n"
@@ -273,9 +276,9 @@ int cmd_peer(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    if (peer_run(&po, err)) {
+    if ((rc = peer_run(&po, err))) {
         fprintf(stderr, "swarmtrain peer: %s\n", err);
-        return 1;
+        return rc == STATUS_EDENIED ? HANDSHAKE_EXIT_REFUSED : 1;
     }
     return 0;
 }

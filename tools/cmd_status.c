@@ -6,7 +6,9 @@
 #include "common/status.h"
 #include "store/store.h"
 #include "swarm/auth.h"
+#include "swarm/handshake.h"
 #include "swarm/status_client.h"
+#include "swarm/transport.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
 #include "tools/plot.h"
@@ -73,6 +75,179 @@ static void show_security(const char *json)
     json_each(json, "refusals", refusal_row, NULL);
 }
 
+/* ---- every member's wire bytes by kind: each member asked at its advertised address ---- */
+
+#define MEMBERS_MAX 1024
+
+typedef struct {
+    int n;
+    char id[MEMBERS_MAX][65], addr[MEMBERS_MAX][160];
+    uint8_t key[MEMBERS_MAX][32];
+} members_t;
+
+static void member_row(void *ctx, const json_obj_t *o)
+{
+    members_t *m = ctx;
+    const char *id = json_get(o, "id"), *addr = json_get(o, "addr");
+    if (m->n >= MEMBERS_MAX || strlen(id) != 64 || !*addr) return;
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        if (sscanf(id + 2 * i, "%2x", &v) != 1) return;
+        m->key[m->n][i] = (uint8_t)v;
+    }
+    snprintf(m->id[m->n], sizeof m->id[0], "%s", id);
+    snprintf(m->addr[m->n], sizeof m->addr[0], "%s", addr);
+    m->n++;
+}
+
+static void json_text(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct {
+    FILE *f;
+    const char *id, *addr;
+    int *first;
+} wire_out_t;
+
+static void peer_wire_row(void *ctx, const json_obj_t *o)
+{
+    wire_out_t *w = ctx;
+    fprintf(w->f, "%s{\"peer\":\"%s\",\"addr\":", *w->first ? "" : ",", w->id);
+    json_text(w->f, w->addr);
+    fprintf(w->f, ",\"kind\":");
+    json_text(w->f, json_get(o, "kind"));
+    fprintf(w->f, ",\"in\":%lld,\"out\":%lld}", atoll(json_get(o, "in")), atoll(json_get(o, "out")));
+    *w->first = 0;
+}
+
+/* The asked peer's document with "peer_wire" added: each member's traffic by kind as it
+ * answered itself (one object per member and kind: peer, addr, kind, in, out), or a
+ * member it could not be asked of (peer, addr, error). Members are asked at once, within
+ * timeout_ms. Caller frees; NULL: out of memory or not a status document. */
+static char *with_peer_wire(const char *json, const auth_t *auth, int timeout_ms)
+{
+    members_t *m = calloc(1, sizeof *m);
+    char *out = NULL, **answers = NULL;
+    int *rcs = NULL;
+    const char **eps = NULL;
+    size_t len = strlen(json), olen = 0;
+    while (len && (json[len - 1] == '\n' || json[len - 1] == ' ')) len--;
+    if (!m || !len || json[len - 1] != '}' || json_each(json, "peers", member_row, m) < 0)
+        goto done;
+    answers = calloc((size_t)m->n + 1, sizeof *answers);
+    rcs = calloc((size_t)m->n + 1, sizeof *rcs);
+    eps = calloc((size_t)m->n + 1, sizeof *eps);
+    if (!answers || !rcs || !eps) goto done;
+    for (int i = 0; i < m->n; i++) eps[i] = m->addr[i];
+    char err[STATUS_ERR_LEN] = "";
+    if (status_client_fetch_many(eps, (const uint8_t(*)[32])m->key, m->n, auth, timeout_ms,
+                                 answers, rcs, err) < 0)
+        goto done;
+    FILE *f = open_memstream(&out, &olen);
+    if (!f) goto done;
+    fprintf(f, "%.*s,\"peer_wire\":[", (int)(len - 1), json);
+    int first = 1;
+    for (int i = 0; i < m->n; i++) {
+        wire_out_t w = {f, m->id[i], m->addr[i], &first};
+        if (!answers[i] || json_each(answers[i], "wire", peer_wire_row, &w) <= 0) {
+            fprintf(f, "%s{\"peer\":\"%s\",\"addr\":", first ? "" : ",", m->id[i]);
+            json_text(f, m->addr[i]);
+            fprintf(f, ",\"error\":");
+            json_text(f, answers[i] ? "its answer has no wire counts" : status_str(rcs[i]));
+            fprintf(f, "}");
+            first = 0;
+        }
+    }
+    fprintf(f, "]}");
+    fclose(f);
+done:
+    for (int i = 0; answers && i < m->n; i++) free(answers[i]);
+    free(answers);
+    free(rcs);
+    free(eps);
+    free(m);
+    return out;
+}
+
+typedef struct {
+    char peer[65];
+    int have;
+    double in[8], out[8];
+} wire_peer_t;
+
+typedef struct {
+    int n;
+    wire_peer_t p[MEMBERS_MAX];
+    char errors[4096];
+} wire_table_t;
+
+static void wire_table_row(void *ctx, const json_obj_t *o)
+{
+    wire_table_t *t = ctx;
+    const char *peer = json_get(o, "peer"), *kind = json_get(o, "kind");
+    int i = 0;
+    while (i < t->n && strcmp(t->p[i].peer, peer)) i++;
+    if (i == t->n) {
+        if (t->n >= MEMBERS_MAX) return;
+        memset(&t->p[t->n], 0, sizeof t->p[0]);
+        snprintf(t->p[t->n++].peer, sizeof t->p[0].peer, "%s", peer);
+    }
+    if (!*kind) {
+        size_t l = strlen(t->errors);
+        snprintf(t->errors + l, sizeof t->errors - l, "  %.16s (%s): not asked: %s\n", peer,
+                 json_get(o, "addr"), json_get(o, "error"));
+        return;
+    }
+    for (int k = 0; k < WIRE_KINDS; k++)
+        if (!strcmp(kind, transport_wire_name(k))) {
+            t->p[i].in[k] = atof(json_get(o, "in"));
+            t->p[i].out[k] = atof(json_get(o, "out"));
+            t->p[i].have = 1;
+        }
+}
+
+/* The "peer_wire" table: a row per member, MB in/out per kind. 0, or -1 if absent. */
+static int show_peer_wire(const char *json)
+{
+    wire_table_t *t = calloc(1, sizeof *t);
+    if (!t || json_each(json, "peer_wire", wire_table_row, t) <= 0) {
+        free(t);
+        return -1;
+    }
+    printf("wire by peer (MB in/out, since each started, as each peer counts it; headers "
+           "included):\n  %-16s", "id");
+    for (int k = 0; k < WIRE_KINDS; k++) printf(" %17s", transport_wire_name(k));
+    printf(" %17s\n", "total");
+    for (int i = 0; i < t->n; i++) {
+        if (!t->p[i].have) continue;
+        double ti = 0, to = 0;
+        printf("  %-16.16s", t->p[i].peer);
+        for (int k = 0; k < WIRE_KINDS; k++) {
+            char cell[40];
+            snprintf(cell, sizeof cell, "%.2f/%.2f", t->p[i].in[k] / 1e6, t->p[i].out[k] / 1e6);
+            printf(" %17s", cell);
+            ti += t->p[i].in[k], to += t->p[i].out[k];
+        }
+        char cell[40];
+        snprintf(cell, sizeof cell, "%.2f/%.2f", ti / 1e6, to / 1e6);
+        printf(" %17s\n", cell);
+    }
+    fputs(t->errors, stdout);
+    free(t);
+    return 0;
+}
+
 static int show(const char *json)
 {
     printf("pools:\n  %-6s %-6s %-12s %-8s %-8s\n", "stage", "peers", "samples/s", "step", "loss");
@@ -80,7 +255,9 @@ static int show(const char *json)
     printf("peers:\n  %-16s %-24s %-5s %-8s %-7s %-7s %-9s %9s %9s %-7s %-8s\n", "id", "address",
            "stage", "state", "uptime", "step", "served", "MB in", "MB out", "retries", "rejected");
     if (json_each(json, "peers", peer_row, NULL) < 0) return -1;
-    if (strstr(json, "\"wire\":[")) {
+    if (strstr(json, "\"peer_wire\":[") && show_peer_wire(json) == 0) {
+        /* every member's, the asked one's included */
+    } else if (strstr(json, "\"wire\":[")) {
         double sum[2] = {0, 0};
         printf("wire (the peer asked, since it started; headers included):\n  %-12s %12s %12s\n",
                "kind", "MB in", "MB out");
@@ -334,7 +511,7 @@ static int plot_stores(const store_data_t *d, int nd, const char *path, char *er
     plot_panel_t panels[4] = {
         {"training loss", "loss (nats/token)", ser[0], ns[0], NULL},
         {"validation loss (held-out data)", "loss (nats/token)", ser[1], ns[1],
-         "no data: validation losses are recorded by train --db (val_loss events)"},
+         "no data: no val_loss events (train --db; a swarm: at its end, and --val-every)"},
         {"throughput", "tokens/s", ser[2], ns[2], NULL},
         {"wire traffic, sent + received (average over >= 1 s)", "MB/s", ser[3], ns[3],
          "no data: no bytes counted"},
@@ -652,7 +829,9 @@ int cmd_status(int argc, char **argv)
                 "bytes in and out, retries, rejected messages). --json prints the document as\n"
                 "the peer sent it; --watch refreshes in place every SECONDS (default 1).\n"
                 "A secure swarm (peer --swarm-key / --allow) answers only over CURVE: give the\n"
-                "swarm key, or the allowlist and a key pair on it (swarmtrain keygen).\n"
+                "swarm key, or the allowlist and a key pair on it (swarmtrain keygen); a peer\n"
+                "that refuses the handshake ends the command at once with exit status 3 and\n"
+                "a message that starts with \"" HANDSHAKE_TOKEN "\" and says why.\n"
                 "--db reads peers' stores instead (also while the peers run): their\n"
                 "checkpoints (--verify checks every hash), last events and metrics.\n"
                 "--plot FILE.svg draws the stores' metrics over steps, one panel each for\n"
@@ -701,10 +880,17 @@ int cmd_status(int argc, char **argv)
     }
     for (;;) {
         char err[STATUS_ERR_LEN], *json = NULL;
-        if (status_client_fetch_auth(ep, auth, timeout_ms, &json, err)) {
+        int frc = status_client_fetch_auth(ep, auth, timeout_ms, &json, err);
+        if (frc) {
             fprintf(stderr, "swarmtrain status: %s\n", err);
             auth_destroy(&auth);
-            return 1;
+            return frc == STATUS_EDENIED ? HANDSHAKE_EXIT_REFUSED : 1;
+        }
+        /* every member's wire bytes by kind, asked of each member (its own counts) */
+        char *full = with_peer_wire(json, auth, timeout_ms < 2000 ? timeout_ms : 2000);
+        if (full) {
+            free(json);
+            json = full;
         }
         if (watch > 0) printf("\033[H\033[2J");
         if (as_json)

@@ -97,7 +97,7 @@ typedef struct {
     double wire_per_token[WIRE_KINDS], wire_total_per_token; /* from local's summary */
     int stores, kills, joins, rebuilt, moves;
     char dir[512];
-    char err[STATUS_ERR_LEN];
+    char err[800]; /* why a number is missing */
 } learn_result_t;
 
 typedef struct {
@@ -497,7 +497,7 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
             print_num(f, r->val_final / base);
             fprintf(f, ",\"tokens_per_s\":");
             print_num(f, r->wall_s > 0 ? lo->tokens_per_step * lo->steps / r->wall_s : NAN);
-            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"points\":%d", r->wall_s, r->cpu_s,
+            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"npoints\":%d", r->wall_s, r->cpu_s,
                     r->npts);
             if (learn_rows[i].swarm) {
                 fprintf(f, ",\"exchange_bytes_per_param_step\":");
@@ -852,18 +852,17 @@ int bench_learn(int argc, char **argv)
         fprintf(stderr, "bench learn: note: churn never kills the last peer of a stage; with "
                         "fewer than 2 peers per stage it kills nobody there\n");
     /* the run as train and local will read it: its tokens per step and parameters */
-    {
-        learn_args_t v = {.n = 0};
-        args_add(&v, "bench learn");
-        args_common(&v, &lo, lo.seed);
-        args_add(&v, "--stages"), args_addf(&v, "%.0f", lo.stages);
-        lo.run = train_defaults();
-        int saved = optind;
-        optind = 1;
-        int rc = run_opts_parse("bench learn", v.n, v.a, &lo.run, NULL);
-        optind = saved;
-        args_free(&v);
-        if (rc) return rc == 1 ? 0 : 2;
+    /* (the words stay alive while lo.run points into them: --data) */
+    static learn_args_t words;
+    args_add(&words, "bench learn");
+    args_common(&words, &lo, lo.seed);
+    args_add(&words, "--stages"), args_addf(&words, "%.0f", lo.stages);
+    lo.run = train_defaults();
+    optind = 1;
+    int prc = run_opts_parse("bench learn", words.n, words.a, &lo.run, NULL);
+    if (prc) {
+        args_free(&words);
+        return prc == 1 ? 0 : 2;
     }
     lo.tokens_per_step = (double)lo.run.replicas * lo.run.accum * lo.run.cfg.batch * lo.run.cfg.seq;
     lo.params = config_num_params(&lo.run.cfg);
@@ -940,7 +939,8 @@ int bench_learn(int argc, char **argv)
            "validation included; only as good as the machine is quiet)\n",
            load1);
     if (lo.svg && lo.svg[0] && !write_svg(&lo, res, on)) printf("curves: %s\n", lo.svg);
-    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi)) return 1;
+    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi)) failed = 1;
     fflush(stdout);
+    args_free(&words);
     return failed ? 1 : 0;
 }

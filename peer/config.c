@@ -16,12 +16,17 @@ int config_preset(model_config_t *cfg, const char *name, char *err)
         c.dim = 64, c.n_layers = 4, c.n_heads = 2, c.ffn = 176, c.seq = 64, c.batch = 16;
     } else if (!strcmp(name, "small")) {
         c.dim = 256, c.n_layers = 8, c.n_heads = 4, c.ffn = 688, c.seq = 256, c.batch = 8;
+    } else if (!strcmp(name, "medium")) {
+        /* The CPU benchmark of learning at length (bench learn, issue 27): 38.2 M
+         * parameters, seq 512; 12 layers cut into 2, 3, 4, 6 or 12 stages; head size 64;
+         * ffn keeps small's ratio, 2.6875 x dim. */
+        c.dim = 512, c.n_layers = 12, c.n_heads = 8, c.ffn = 1376, c.seq = 512, c.batch = 4;
     } else if (!strcmp(name, "large")) {
         /* A GPU benchmark size (~300 M parameters, ~18 GB of device memory for one
          * stage at this batch); ffn keeps small's ratio, 2.6875 x dim. */
         c.dim = 1024, c.n_layers = 24, c.n_heads = 16, c.ffn = 2752, c.seq = 1024, c.batch = 8;
     } else {
-        return status_set(err, STATUS_EINVAL, "unknown config '%s' (known: tiny, small, large)",
+        return status_set(err, STATUS_EINVAL, "unknown config '%s' (known: tiny, small, medium, large)",
                           name);
     }
     *cfg = c;

@@ -14,12 +14,13 @@ int cmd_sample(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 
-/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm|demo` */
+/* bench topics, dispatched by cmd_bench: `swarmtrain bench model|codecs|store|swarm|demo|swap|learn` */
 int bench_model(int argc, char **argv);
 int bench_codecs(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_swarm(int argc, char **argv);
 int bench_demo(int argc, char **argv);
 int bench_swap(int argc, char **argv);
+int bench_learn(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ int cmd_bench(int argc, char **argv)
         {"swarm", bench_swarm, "local swarm tokens/s vs single-process train; wire bytes"},
         {"demo", bench_demo, "DeMo settings: bytes/param/step and val_loss vs AdamW"},
         {"swap", bench_swap, "CheckFree+ swaps: a rebuilt stage's held-out loss vs none"},
+        {"learn", bench_learn, "the swarm with every mechanism vs AdamW: val_loss, ratio"},
     };
     int n = (int)(sizeof topics / sizeof topics[0]);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {

@@ -71,7 +71,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
     fprintf(f, "usage: swarmtrain %s [options]\n\n%s\n\n", cmd, x && x->intro ? x->intro : "");
     if (x && x->usage) fputs(x->usage, f);
     fprintf(f, "model:\n"
-               "  --config NAME        tiny (default) or small\n"
+               "  --config NAME        tiny (default), small, medium (38.2 M) or large\n"
                "  --dim N --layers N --heads N --ffn N --seq N --vocab N\n"
                "                       override one field of the config\n"
                "  --batch N            sequences per microbatch\n"

@@ -1,0 +1,190 @@
+/* test_bench_learn.c — `swarmtrain bench learn` in a very small form (tiny, 2 stages, 4
+ * peers, a few dozen steps, no ablation rows): its --json document has the structure the
+ * issue asks of it — a summary with a finite ratio, the AdamW run and the full swarm with a
+ * final validation loss measured at the last step, validation points that end there with
+ * their token counts, and the swarm's bytes per parameter per step and per token — and the
+ * SVG of the curves is written. It reads the JSON only, never the printed table.
+ * Not for: the numbers themselves (the benchmark reports them; at this length they mean
+ * nothing) or the faults' outcomes (tests/test_swarm.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "tools/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define STEPS 24
+
+static char dir[64];
+
+typedef struct {
+    int n;
+    char name[8][32];
+    double val_loss[8], ratio[8], tps[8], exch[8], wire[8];
+    long long final_step[8], seed[8];
+    int npoints[8], swarm[8], has_kills[8];
+} runs_t;
+
+typedef struct {
+    int n, bad;
+    double tokens_per_step;
+    /* per run name: the last point's step and how many points */
+    long long last_step[2];
+    int count[2];
+} points_t;
+
+typedef struct {
+    int n;
+    double ratio, tokens_per_run;
+    int steps;
+} summary_t;
+
+static void on_summary(void *ctx, const json_obj_t *o)
+{
+    summary_t *s = ctx;
+    s->n++;
+    s->ratio = strcmp(json_get(o, "ratio"), "null") ? atof(json_get(o, "ratio")) : NAN;
+    s->tokens_per_run = atof(json_get(o, "tokens_per_run"));
+    s->steps = atoi(json_get(o, "steps"));
+}
+
+static void on_run(void *ctx, const json_obj_t *o)
+{
+    runs_t *r = ctx;
+    if (r->n == 8) return;
+    int i = r->n++;
+    snprintf(r->name[i], sizeof r->name[i], "%s", json_get(o, "name"));
+    const char *v = json_get(o, "val_loss");
+    r->val_loss[i] = strcmp(v, "null") && *v ? atof(v) : NAN;
+    r->ratio[i] = atof(json_get(o, "ratio"));
+    r->tps[i] = atof(json_get(o, "tokens_per_s"));
+    r->final_step[i] = atoll(json_get(o, "final_step"));
+    r->seed[i] = atoll(json_get(o, "seed"));
+    r->npoints[i] = atoi(json_get(o, "npoints"));
+    r->swarm[i] = !strcmp(json_get(o, "kind"), "swarm");
+    v = json_get(o, "exchange_bytes_per_param_step");
+    r->exch[i] = *v && strcmp(v, "null") ? atof(v) : NAN;
+    v = json_get(o, "wire_bytes_per_token");
+    r->wire[i] = *v && strcmp(v, "null") ? atof(v) : NAN;
+    r->has_kills[i] = *json_get(o, "kills") && *json_get(o, "stages_rebuilt");
+}
+
+static void on_point(void *ctx, const json_obj_t *o)
+{
+    points_t *p = ctx;
+    int k = !strcmp(json_get(o, "name"), "adamw")        ? 0
+            : !strcmp(json_get(o, "name"), "swarm-full") ? 1
+                                                         : -1;
+    long long step = atoll(json_get(o, "step"));
+    double tokens = atof(json_get(o, "tokens")), v = atof(json_get(o, "val_loss"));
+    p->n++;
+    if (k < 0 || step < 1 || step > STEPS || !isfinite(v) || v <= 0 ||
+        fabs(tokens - (double)step * p->tokens_per_step) > 0.5)
+        p->bad++;
+    if (k < 0) return;
+    if (step < p->last_step[k]) p->bad++; /* in step order */
+    p->last_step[k] = step;
+    p->count[k]++;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static void test_json_structure(void **state)
+{
+    (void)state;
+    char cmd[2048], path[128];
+    snprintf(cmd, sizeof cmd,
+             "%s bench learn --config tiny --steps %d --stages 2 --peers 4 --val-every 8 "
+             "--val-batches 4 --churn-kills 1 --no-ablations --data '%s' --dir %s/runs "
+             "--json %s/out.json --svg %s/out.svg > %s/out.txt 2>&1",
+             testutil_bin(), STEPS, testutil_corpus(), dir, dir, dir, dir);
+    int rc = system(cmd);
+    if (rc) {
+        snprintf(cmd, sizeof cmd, "cat %s/out.txt", dir);
+        if (system(cmd)) {
+        }
+    }
+    assert_int_equal(rc, 0);
+    snprintf(path, sizeof path, "%s/out.json", dir);
+    char *json = slurp(path);
+    assert_non_null(json);
+
+    summary_t s = {0};
+    assert_int_equal(json_each(json, "summary", on_summary, &s), 1);
+    assert_int_equal(s.steps, STEPS);
+    assert_true(isfinite(s.ratio) && s.ratio > 0);
+    assert_true(s.tokens_per_run > 0);
+
+    runs_t r = {0};
+    assert_int_equal(json_each(json, "runs", on_run, &r), 2);
+    assert_string_equal(r.name[0], "adamw");
+    assert_string_equal(r.name[1], "swarm-full");
+    for (int i = 0; i < 2; i++) {
+        assert_true(isfinite(r.val_loss[i]) && r.val_loss[i] > 0);
+        assert_int_equal(r.final_step[i], STEPS); /* both trained the same tokens */
+        assert_true(r.npoints[i] >= 2);
+        assert_true(r.tps[i] > 0);
+        assert_int_equal(r.swarm[i], i);
+    }
+    assert_true(fabs(r.ratio[1] - r.val_loss[1] / r.val_loss[0]) < 1e-3);
+    assert_true(fabs(s.ratio - r.ratio[1]) < 1e-3);
+    /* the swarm's wire: a sign-DeMo exchange is far below a byte per parameter per step */
+    assert_true(isfinite(r.exch[1]) && r.exch[1] > 0 && r.exch[1] < 0.1);
+    assert_true(isfinite(r.wire[1]) && r.wire[1] > 0);
+    assert_true(r.has_kills[1]);
+
+    points_t p = {.tokens_per_step = s.tokens_per_run / STEPS};
+    assert_true(json_each(json, "points", on_point, &p) >= 4);
+    assert_int_equal(p.bad, 0);
+    for (int k = 0; k < 2; k++) {
+        assert_true(p.count[k] >= 2);
+        assert_int_equal(p.last_step[k], STEPS); /* the curve ends at the final loss */
+    }
+    free(json);
+
+    struct stat st;
+    snprintf(path, sizeof path, "%s/out.svg", dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size > 1000);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/st_learnXXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return testutil_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_json_structure, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

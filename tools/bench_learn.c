@@ -1,0 +1,946 @@
+/* bench_learn.c — `swarmtrain bench learn`: what the swarm's survival and wire-saving
+ * mechanisms cost in learning, all at once and one at a time (issue 27). In one command it
+ * runs the single-process AdamW baseline (`swarmtrain train`, exact gradient average over
+ * the same replicas) and a local swarm (`swarmtrain local`) with every mechanism on: sign
+ * DeMo between a pool's replicas, an activation codec, SkipPipe skipping, CheckFree+ swaps,
+ * churn (peers SIGKILLed from outside and replaced) and a whole stage SIGKILLed and rebuilt;
+ * then, unless --no-ablations, the swarm with DeMo alone and with each mechanism alone on
+ * top of it, so that the total cost is explained. Every run trains the same tokens.
+ *
+ * What it reads: the runs' own records, not their log wording. Validation losses during a
+ * run are the "val_loss" events in the stores (train --db; every peer's --db); the final
+ * validation loss of every run is measured here, the same way for all: the model is
+ * assembled from the stores' last checkpoints (peer/assemble.h) and run on the same
+ * held-out batches in f32 (no codec, no skipping). Kills, joins and rebuilt stages are
+ * counted from the stores (a peer store without a "left" event was killed; "recovered_stage"
+ * events). Only the swarm's wire bytes by kind come from `local`'s summary line (no store
+ * holds them; the peers SIGKILLed take their counts with them, so they are a lower bound).
+ * tokens/s and CPU seconds are those of the whole command (start-up and validation
+ * included), the CPU seconds from getrusage(RUSAGE_CHILDREN).
+ *
+ * Output: a table, a line with the word `ratio` (the full swarm's final validation loss over
+ * AdamW's; with --seeds, the mean and the spread), the curves of both in one SVG (--svg),
+ * and with --json FILE the same numbers as JSON (tests read that, never the table).
+ * Not for: tests of the mechanisms (tests/) or tuning them (docs/design-notes.md). */
+#include "tools/cmd.h"
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "kernels/kernels.h"
+#include "peer/assemble.h"
+#include "peer/config.h"
+#include "peer/data.h"
+#include "peer/model.h"
+#include "store/store.h"
+#include "swarm/transport.h"
+#include "tools/plot.h"
+#include "tools/run_opts.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LEARN_MAX_ARGS  160
+#define LEARN_MAX_PTS   256 /* validation points per run */
+#define LEARN_MAX_SEEDS 16
+#define LEARN_MAX_EV    20000
+
+/* The mechanisms, each a bit: the full swarm has them all, an ablation row one. */
+enum {
+    MECH_CODEC = 1 << 0,
+    MECH_SKIP = 1 << 1,
+    MECH_SWAP = 1 << 2,
+    MECH_CHURN = 1 << 3,
+    MECH_STAGE = 1 << 4,
+    MECH_ALL = (1 << 5) - 1
+};
+
+/* One row of the table: the baseline, the full swarm, or the swarm with some mechanisms. */
+typedef struct {
+    const char *name;
+    int swarm; /* 0: train (AdamW), 1: local */
+    int mechs; /* MECH_* on (swarm only) */
+    int ablation;
+} learn_row_t;
+
+static const learn_row_t learn_rows[] = {
+    {"adamw", 0, 0, 0},
+    {"swarm-full", 1, MECH_ALL, 0},
+    {"swarm-demo", 1, 0, 1},
+    {"swarm+codec", 1, MECH_CODEC, 1},
+    {"swarm+skip", 1, MECH_SKIP, 1},
+    {"swarm+swap", 1, MECH_SWAP, 1},
+    {"swarm+churn", 1, MECH_CHURN, 1},
+    {"swarm+stage-lost", 1, MECH_STAGE, 1},
+};
+#define LEARN_NROWS ((int)(sizeof learn_rows / sizeof learn_rows[0]))
+
+/* What one run gave. */
+typedef struct {
+    int ran, rc;
+    double wall_s, cpu_s;
+    double val_final; /* measured here on the assembled model; NAN: none */
+    int64_t final_step;
+    int npts;
+    double pt_step[LEARN_MAX_PTS], pt_loss[LEARN_MAX_PTS]; /* steps done, val loss */
+    double pt_tokens[LEARN_MAX_PTS];
+    /* swarm only */
+    double wire_per_token[WIRE_KINDS], wire_total_per_token; /* from local's summary */
+    int stores, kills, joins, rebuilt, moves;
+    char dir[512];
+    char err[800]; /* why a number is missing */
+} learn_result_t;
+
+typedef struct {
+    const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule;
+    int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
+    int kill_stage, val_batches, threads;
+    long long seed;
+    double skip, swap;
+    char dir[400];
+    int nextra;
+    char **extra; /* words after "--": every run */
+    /* from the run words, parsed as train/local would */
+    train_options_t run;
+    double tokens_per_step;
+    size_t params;
+} learn_opts_t;
+
+/* ---- running a child ------------------------------------------------------------------ */
+
+/* Runs `swarmtrain args...` with stdout and stderr into out_path; waits; fills wall and CPU
+ * seconds (the child and every process it waited for: a local swarm's peers). Returns the
+ * exit status (128 + signal when killed), or -1 when it could not start. */
+static int learn_spawn(char **args, const char *out_path, double *wall_s, double *cpu_s)
+{
+    double t0 = clock_now();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int st = 0;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_CHILDREN, &r0); /* runs go one at a time: the difference is this one's */
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    *wall_s = clock_now() - t0;
+    getrusage(RUSAGE_CHILDREN, &r1);
+    *cpu_s = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) +
+             (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) / 1e6 +
+             (double)(r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+             (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* A growing argument list of strings this file owns. */
+typedef struct {
+    char *a[LEARN_MAX_ARGS + 1];
+    int n;
+} learn_args_t;
+
+static void args_add(learn_args_t *v, const char *s)
+{
+    if (v->n < LEARN_MAX_ARGS) v->a[v->n++] = strdup(s);
+    v->a[v->n] = NULL;
+}
+
+static void args_addf(learn_args_t *v, const char *fmt, double x)
+{
+    char b[64];
+    snprintf(b, sizeof b, fmt, x);
+    args_add(v, b);
+}
+
+static void args_free(learn_args_t *v)
+{
+    for (int i = 0; i < v->n; i++) free(v->a[i]);
+    v->n = 0;
+}
+
+/* The words every run shares: model, steps, replicas, seed, validation. */
+static void args_common(learn_args_t *v, const learn_opts_t *lo, long long seed)
+{
+    args_add(v, "--config"), args_add(v, lo->config);
+    args_add(v, "--steps"), args_addf(v, "%.0f", lo->steps);
+    args_add(v, "--replicas"), args_addf(v, "%.0f", lo->replicas);
+    args_add(v, "--seed"), args_addf(v, "%.0f", (double)seed);
+    args_add(v, "--val-batches"), args_addf(v, "%.0f", lo->val_batches);
+    if (lo->val_every > 0) args_add(v, "--val-every"), args_addf(v, "%.0f", lo->val_every);
+    if (lo->data) args_add(v, "--data"), args_add(v, lo->data);
+    for (int i = 0; i < lo->nextra; i++) args_add(v, lo->extra[i]);
+}
+
+/* ---- reading the stores ---------------------------------------------------------------- */
+
+/* Adds the "val_loss" events of the store at path to r (steps done: train records the
+ * 0-based step, so +1 there), and counts what the swarm's stores say. Returns 1 when the
+ * store holds a checkpoint (a peer killed before its first holds none), else 0. */
+static int read_store(const char *path, int is_train, learn_result_t *r, store_event_t *ev)
+{
+    char err[STATUS_ERR_LEN];
+    store_t *s = store_open(path, err);
+    store_ckpt_info_t ck[1];
+    int nev = 0, nck = 0;
+    if (!s) return 0;
+    if (store_event_last(s, LEARN_MAX_EV, ev, &nev, err)) nev = 0;
+    if (store_ckpt_list(s, 0, ck, 1, &nck, err)) nck = 0;
+    store_close(&s);
+    int left = 0;
+    for (int i = 0; i < nev; i++) {
+        long long step;
+        double v;
+        if (!strcmp(ev[i].kind, "left")) left = 1;
+        if (!strcmp(ev[i].kind, "recovered_stage")) r->rebuilt++;
+        if (!strcmp(ev[i].kind, "moved")) r->moves++;
+        if (strcmp(ev[i].kind, "val_loss") ||
+            sscanf(ev[i].detail, "step %lld val_loss %lf", &step, &v) != 2 || !isfinite(v))
+            continue;
+        if (is_train) step++;
+        int dup = 0;
+        for (int k = 0; k < r->npts && !dup; k++) dup = r->pt_step[k] == (double)step;
+        if (!dup && r->npts < LEARN_MAX_PTS) {
+            r->pt_step[r->npts] = (double)step;
+            r->pt_loss[r->npts++] = v;
+        }
+    }
+    r->stores++;
+    if (!is_train && !left) r->kills++;
+    return nck > 0;
+}
+
+/* The final validation loss of the model in the stores at paths[0..n), run here on the
+ * held-out batches every run validates on. NAN with r->err on failure. */
+static double eval_stores(const learn_opts_t *lo, const char *const *paths, int n,
+                          learn_result_t *r)
+{
+    char err[STATUS_ERR_LEN] = "";
+    const model_config_t *c = &lo->run.cfg;
+    kern_t *k = kern_new("cpu", lo->threads, err);
+    model_t *m = NULL;
+    data_t *d = NULL;
+    int32_t *tok = NULL, *tgt = NULL;
+    double sum = 0, val = NAN;
+    assemble_info_t info;
+    if (!k) goto done;
+    if (!(m = assemble_from_stores(paths, n, k, c->batch, &info, err))) goto done;
+    r->final_step = info.step;
+    const char *path = lo->run.data_path ? lo->run.data_path : data_default_path();
+    if (!(d = data_open(path, c->seq, lo->run.val_frac, err))) goto done;
+    size_t bt = (size_t)c->batch * (size_t)c->seq;
+    tok = malloc(bt * sizeof *tok), tgt = malloc(bt * sizeof *tgt);
+    if (!tok || !tgt) {
+        snprintf(err, sizeof err, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < lo->val_batches; i++) {
+        float loss;
+        data_val_batch(d, i, lo->val_batches, c->batch, tok, tgt);
+        if (model_eval_micro(m, tok, tgt, &loss, err)) goto done;
+        sum += loss;
+    }
+    val = sum / lo->val_batches;
+done:
+    if (!isfinite(val)) snprintf(r->err, sizeof r->err, "final validation: %s", err);
+    free(tok);
+    free(tgt);
+    data_destroy(&d);
+    model_destroy(&m);
+    kern_destroy(&k);
+    return val;
+}
+
+/* local's summary line of wire bytes per token by kind (its only record of them). */
+static void read_local_wire(const char *out_path, learn_result_t *r)
+{
+    FILE *f = fopen(out_path, "r");
+    char line[2048];
+    static const char head[] = "local: wire bytes per token";
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, head, sizeof head - 1)) continue;
+        for (int k = 0; k < WIRE_KINDS; k++) {
+            char key[40];
+            snprintf(key, sizeof key, " %s ", transport_wire_name(k));
+            const char *p = strstr(line, key);
+            if (p) r->wire_per_token[k] = atof(p + strlen(key));
+        }
+        const char *p = strstr(line, " total ");
+        if (p) r->wire_total_per_token = atof(p + 7);
+    }
+    if (f) fclose(f);
+}
+
+static int cmp_pts(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* Sorts r's points by step (kept as pairs) and fills their token counts. */
+static void sort_points(const learn_opts_t *lo, learn_result_t *r)
+{
+    double tmp[LEARN_MAX_PTS][2];
+    for (int i = 0; i < r->npts; i++) tmp[i][0] = r->pt_step[i], tmp[i][1] = r->pt_loss[i];
+    qsort(tmp, (size_t)r->npts, sizeof tmp[0], cmp_pts);
+    for (int i = 0; i < r->npts; i++) {
+        r->pt_step[i] = tmp[i][0], r->pt_loss[i] = tmp[i][1];
+        r->pt_tokens[i] = tmp[i][0] * lo->tokens_per_step;
+    }
+}
+
+/* ---- one run ----------------------------------------------------------------------------- */
+
+static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i, learn_result_t *r,
+                     store_event_t *ev)
+{
+    learn_args_t v = {.n = 0};
+    long long seed = lo->seed + seed_i;
+    char out[640], db[640];
+    memset(r, 0, sizeof *r);
+    r->val_final = NAN;
+    snprintf(r->dir, sizeof r->dir, "%s/%s-s%lld", lo->dir, row->name, seed);
+    if (mkdir(r->dir, 0755) && errno != EEXIST) {
+        snprintf(r->err, sizeof r->err, "cannot make %s: %s", r->dir, strerror(errno));
+        return -1;
+    }
+    snprintf(out, sizeof out, "%s/out.txt", r->dir);
+    args_add(&v, "swarmtrain");
+    if (!row->swarm) {
+        args_add(&v, "train");
+        args_common(&v, lo, seed);
+        args_add(&v, "--optimizer"), args_add(&v, "adamw");
+        args_add(&v, "--schedule"), args_add(&v, lo->baseline_schedule);
+        snprintf(db, sizeof db, "%s/train.db", r->dir);
+        unlink(db);
+        args_add(&v, "--db"), args_add(&v, db);
+        args_add(&v, "--checkpoint-every"), args_addf(&v, "%.0f", lo->steps);
+        args_add(&v, "--log-every"), args_add(&v, "100");
+        if (lo->threads > 0) args_add(&v, "--threads"), args_addf(&v, "%.0f", lo->threads);
+    } else {
+        args_add(&v, "local");
+        args_add(&v, "--stages"), args_addf(&v, "%.0f", lo->stages);
+        args_add(&v, "--peers"), args_addf(&v, "%.0f", lo->peers);
+        args_add(&v, "--optimizer"), args_add(&v, "demo");
+        args_add(&v, "--demo-values"), args_add(&v, "sign");
+        args_add(&v, "--codec"), args_add(&v, row->mechs & MECH_CODEC ? lo->codec : "f32");
+        if (row->mechs & MECH_SKIP) args_add(&v, "--skip"), args_addf(&v, "%g", lo->skip);
+        if (row->mechs & MECH_SWAP) args_add(&v, "--swap"), args_addf(&v, "%g", lo->swap);
+        if (row->mechs & MECH_CHURN) {
+            args_add(&v, "--churn"), args_add(&v, lo->churn);
+            if (lo->churn_kills > 0)
+                args_add(&v, "--churn-kills"), args_addf(&v, "%.0f", lo->churn_kills);
+        }
+        if ((row->mechs & MECH_STAGE) && lo->kill_stage >= 0) {
+            char ks[32];
+            snprintf(ks, sizeof ks, "%d:random", lo->kill_stage);
+            args_add(&v, "--kill-stage"), args_add(&v, ks);
+        }
+        args_add(&v, "--fault-seed"), args_addf(&v, "%.0f", (double)(1000 + seed));
+        args_add(&v, "--quiet");
+        args_add(&v, "--dir"), args_add(&v, r->dir);
+        args_common(&v, lo, seed);
+    }
+    printf("  %-17s seed %lld ...", row->name, seed);
+    fflush(stdout);
+    r->rc = learn_spawn(v.a, out, &r->wall_s, &r->cpu_s);
+    args_free(&v);
+    r->ran = 1;
+    if (r->rc < 0) {
+        snprintf(r->err, sizeof r->err, "cannot start: %s", strerror(errno));
+        printf(" failed to start\n");
+        return -1;
+    }
+    /* the stores: train's one, or every peer's */
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    if (!row->swarm) {
+        read_store(db, 1, r, ev);
+        const char *p = db;
+        r->val_final = eval_stores(lo, &p, 1, r);
+    } else {
+        char pat[640];
+        snprintf(pat, sizeof pat, "%s/peer*.db", r->dir);
+        if (glob(pat, 0, NULL, &g) == 0) {
+            int nck = 0; /* the stores with a checkpoint, first in gl_pathv */
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                int idx = -1;
+                const char *b = strrchr(g.gl_pathv[i], '/');
+                if (b && sscanf(b, "/peer%d.db", &idx) == 1 && idx >= lo->peers) r->joins++;
+                if (read_store(g.gl_pathv[i], 0, r, ev)) {
+                    char *t = g.gl_pathv[nck];
+                    g.gl_pathv[nck++] = g.gl_pathv[i], g.gl_pathv[i] = t;
+                }
+            }
+            r->val_final = eval_stores(lo, (const char *const *)g.gl_pathv, nck, r);
+        } else {
+            snprintf(r->err, sizeof r->err, "no peer store in %s", r->dir);
+        }
+        read_local_wire(out, r);
+    }
+    globfree(&g);
+    /* the final point of the curve: the model at its last step, measured here */
+    if (isfinite(r->val_final) && r->npts < LEARN_MAX_PTS) {
+        int k = 0;
+        while (k < r->npts && r->pt_step[k] != (double)r->final_step) k++;
+        if (k == r->npts) r->npts++;
+        r->pt_step[k] = (double)r->final_step, r->pt_loss[k] = r->val_final;
+    }
+    sort_points(lo, r);
+    printf(" val_loss %.4f  %.0f s (exit %d)%s%s\n", r->val_final, r->wall_s, r->rc,
+           r->err[0] ? ": " : "", r->err);
+    fflush(stdout);
+    return 0;
+}
+
+/* ---- report -------------------------------------------------------------------------------- */
+
+/* Mean, min and max of the finite x[0..n). Returns how many were finite. */
+static int stats(const double *x, int n, double *mean, double *lo, double *hi)
+{
+    int k = 0;
+    double s = 0;
+    *lo = INFINITY, *hi = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(x[i])) continue;
+        s += x[i], k++;
+        if (x[i] < *lo) *lo = x[i];
+        if (x[i] > *hi) *hi = x[i];
+    }
+    *mean = k ? s / k : NAN;
+    if (!k) *lo = *hi = NAN;
+    return k;
+}
+
+/* The swarm's exchange bytes one replica sends per parameter per step: every peer's
+ * exchange bytes over the run, per step, per replica, per parameter of the whole model
+ * (each replica of each stage sends its stage's message once a step). */
+static double exch_bytes_per_param_step(const learn_opts_t *lo, const learn_result_t *r)
+{
+    return r->wire_per_token[WIRE_EXCH] * lo->tokens_per_step / ((double)lo->params * lo->replicas);
+}
+
+static void print_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s >= 0x20)
+            fputc(*s, f);
+    fputc('"', f);
+}
+
+static void print_num(FILE *f, double x)
+{
+    if (isfinite(x))
+        fprintf(f, "%.6g", x);
+    else
+        fprintf(f, "null");
+}
+
+/* JSON: flat objects in top-level arrays (tools/json.h reads them): "runs" (one per row and
+ * seed), "points" (every validation point of every run), "summary" (one object). */
+static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS], const int *on,
+                      double ratio, double rlo, double rhi)
+{
+    FILE *f = !strcmp(lo->json, "-") ? stdout : fopen(lo->json, "w");
+    if (!f) {
+        fprintf(stderr, "bench learn: %s: %s\n", lo->json, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "{\"summary\":[{\"config\":");
+    print_json_str(f, lo->config);
+    fprintf(f,
+            ",\"params\":%zu,\"steps\":%d,\"replicas\":%d,\"stages\":%d,\"peers\":%d,"
+            "\"tokens_per_run\":%.0f,\"seeds\":%d,\"codec\":",
+            lo->params, lo->steps, lo->replicas, lo->stages, lo->peers,
+            lo->tokens_per_step * lo->steps, lo->seeds);
+    print_json_str(f, lo->codec);
+    fprintf(f, ",\"skip\":%g,\"swap\":%g,\"churn\":", lo->skip, lo->swap);
+    print_json_str(f, lo->churn);
+    fprintf(f, ",\"kill_stage\":%d,\"ratio\":", lo->kill_stage);
+    print_num(f, ratio);
+    fprintf(f, ",\"ratio_min\":");
+    print_num(f, rlo);
+    fprintf(f, ",\"ratio_max\":");
+    print_num(f, rhi);
+    fprintf(f, "}],\"runs\":[");
+    int first = 1;
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        if (!on[i]) continue;
+        for (int s = 0; s < lo->seeds; s++) {
+            const learn_result_t *r = &res[i][s];
+            double base = res[0][s].val_final;
+            fprintf(f, "%s{\"name\":", first ? "" : ",");
+            first = 0;
+            print_json_str(f, learn_rows[i].name);
+            fprintf(f, ",\"kind\":\"%s\",\"seed\":%lld,\"exit\":%d,\"val_loss\":",
+                    learn_rows[i].swarm ? "swarm" : "train", lo->seed + s, r->rc);
+            print_num(f, r->val_final);
+            fprintf(f, ",\"final_step\":%lld,\"ratio\":", (long long)r->final_step);
+            print_num(f, r->val_final / base);
+            fprintf(f, ",\"tokens_per_s\":");
+            print_num(f, r->wall_s > 0 ? lo->tokens_per_step * lo->steps / r->wall_s : NAN);
+            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"npoints\":%d", r->wall_s, r->cpu_s,
+                    r->npts);
+            if (learn_rows[i].swarm) {
+                fprintf(f, ",\"exchange_bytes_per_param_step\":");
+                print_num(f, exch_bytes_per_param_step(lo, r));
+                fprintf(f, ",\"wire_bytes_per_token\":");
+                print_num(f, r->wire_total_per_token);
+                for (int k = 0; k < WIRE_KINDS; k++) {
+                    fprintf(f, ",\"wire_%s_per_token\":", transport_wire_name(k));
+                    print_num(f, r->wire_per_token[k]);
+                }
+                fprintf(f,
+                        ",\"stores\":%d,\"kills\":%d,\"joins\":%d,\"stages_rebuilt\":%d,"
+                        "\"moves\":%d",
+                        r->stores, r->kills, r->joins, r->rebuilt, r->moves);
+            }
+            fprintf(f, ",\"dir\":");
+            print_json_str(f, r->dir);
+            fprintf(f, ",\"error\":");
+            print_json_str(f, r->err);
+            fprintf(f, "}");
+        }
+    }
+    fprintf(f, "],\"points\":[");
+    first = 1;
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        if (!on[i]) continue;
+        for (int s = 0; s < lo->seeds; s++)
+            for (int p = 0; p < res[i][s].npts; p++) {
+                fprintf(f,
+                        "%s{\"name\":\"%s\",\"seed\":%lld,\"step\":%.0f,\"tokens\":%.0f,"
+                        "\"val_loss\":%.6g}",
+                        first ? "" : ",", learn_rows[i].name, lo->seed + s, res[i][s].pt_step[p],
+                        res[i][s].pt_tokens[p], res[i][s].pt_loss[p]);
+                first = 0;
+            }
+    }
+    fprintf(f, "]}\n");
+    if (f != stdout) fclose(f);
+    return 0;
+}
+
+static int write_svg(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS], const int *on)
+{
+    plot_series_t main_s[2 * LEARN_MAX_SEEDS], abl[LEARN_NROWS];
+    char labels[2 * LEARN_MAX_SEEDS + LEARN_NROWS][64];
+    int nm = 0, na = 0, nl = 0;
+    for (int i = 0; i < 2; i++)
+        for (int s = 0; s < lo->seeds; s++) {
+            snprintf(labels[nl], sizeof labels[nl], "%s%s, seed %lld",
+                     i ? "swarm, every mechanism" : "AdamW (train)", "", lo->seed + s);
+            main_s[nm++] = (plot_series_t){.label = labels[nl++],
+                                           .x = res[i][s].pt_tokens,
+                                           .y = res[i][s].pt_loss,
+                                           .n = res[i][s].npts,
+                                           .color = i * LEARN_MAX_SEEDS + s};
+        }
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        if (!on[i]) continue;
+        snprintf(labels[nl], sizeof labels[nl], "%s", learn_rows[i].name);
+        abl[na++] = (plot_series_t){.label = labels[nl++],
+                                    .x = res[i][0].pt_tokens,
+                                    .y = res[i][0].pt_loss,
+                                    .n = res[i][0].npts,
+                                    .color = i};
+    }
+    plot_panel_t panels[2] = {
+        {"validation loss: AdamW and the full swarm, equal tokens", "loss (nats/token)", main_s, nm,
+         NULL},
+        {"one mechanism at a time (first seed)", "loss (nats/token)", abl, na,
+         "no data: --no-ablations"},
+    };
+    char title[256], err[STATUS_ERR_LEN];
+    snprintf(title, sizeof title, "swarmtrain bench learn: %s, %d steps, %d replicas, %d stages",
+             lo->config, lo->steps, lo->replicas, lo->stages);
+    if (plot_svg_write(lo->svg, title, "tokens", panels, na > 2 ? 2 : 1, err)) {
+        fprintf(stderr, "bench learn: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
+                        const int *on)
+{
+    printf("\n| %-17s | %9s | %17s | %8s | %8s | %7s | %7s | %11s | %9s | %9s | %s\n", "run",
+           "val_loss", "(min..max)", "vs AdamW", "vs demo", "tok/s", "CPU s", "exch B/p/step",
+           "wire B/tok", "act+grad", "kills/joins/rebuilt");
+    printf("|%.19s|%.11s|%.19s|%.10s|%.10s|%.9s|%.9s|%.13s|%.11s|%.11s|%.22s\n",
+           "-------------------", "-----------", "-------------------", "----------", "----------",
+           "---------", "---------", "-------------", "-----------", "-----------",
+           "----------------------");
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        if (!on[i]) continue;
+        double v[LEARN_MAX_SEEDS], rb[LEARN_MAX_SEEDS], rd[LEARN_MAX_SEEDS], tps[LEARN_MAX_SEEDS],
+            cpu[LEARN_MAX_SEEDS], ex[LEARN_MAX_SEEDS], wt[LEARN_MAX_SEEDS], ag[LEARN_MAX_SEEDS];
+        int kills = 0, joins = 0, rebuilt = 0;
+        for (int s = 0; s < lo->seeds; s++) {
+            const learn_result_t *r = &res[i][s];
+            v[s] = r->val_final;
+            rb[s] = r->val_final / res[0][s].val_final;
+            rd[s] = on[2] ? r->val_final / res[2][s].val_final : NAN;
+            tps[s] = r->wall_s > 0 ? lo->tokens_per_step * lo->steps / r->wall_s : NAN;
+            cpu[s] = r->cpu_s;
+            ex[s] = learn_rows[i].swarm ? exch_bytes_per_param_step(lo, r) : NAN;
+            wt[s] = learn_rows[i].swarm ? r->wire_total_per_token : NAN;
+            ag[s] = learn_rows[i].swarm ? r->wire_per_token[WIRE_ACT] + r->wire_per_token[WIRE_GRAD]
+                                        : NAN;
+            kills += r->kills, joins += r->joins, rebuilt += r->rebuilt;
+        }
+        double m, a, b, mb, md, mt, mc, me, mw, mg, x, y;
+        stats(v, lo->seeds, &m, &a, &b);
+        stats(rb, lo->seeds, &mb, &x, &y);
+        stats(rd, lo->seeds, &md, &x, &y);
+        stats(tps, lo->seeds, &mt, &x, &y);
+        stats(cpu, lo->seeds, &mc, &x, &y);
+        stats(ex, lo->seeds, &me, &x, &y);
+        stats(wt, lo->seeds, &mw, &x, &y);
+        stats(ag, lo->seeds, &mg, &x, &y);
+        char range[40], rdemo[16], exs[16], wts[16], ags[16], fl[32];
+        snprintf(range, sizeof range, lo->seeds > 1 ? "%.4f..%.4f" : "-", a, b);
+        snprintf(rdemo, sizeof rdemo, isfinite(md) ? "%+.1f%%" : "-", 100 * (md - 1));
+        snprintf(exs, sizeof exs, isfinite(me) ? "%.5f" : "(4, dense)", me);
+        snprintf(wts, sizeof wts, isfinite(mw) ? "%.1f" : "-", mw);
+        snprintf(ags, sizeof ags, isfinite(mg) ? "%.1f" : "-", mg);
+        snprintf(fl, sizeof fl, learn_rows[i].swarm ? "%d/%d/%d" : "-", kills, joins, rebuilt);
+        printf("| %-17s | %9.4f | %17s | %+7.1f%% | %8s | %7.0f | %7.0f | %13s | %9s | %9s | %s\n",
+               learn_rows[i].name, m, range, 100 * (mb - 1), rdemo, mt, mc, exs, wts, ags, fl);
+    }
+    /* the curves, first seed: validation loss at each point, by steps done */
+    printf("\nvalidation loss by steps done (seed %lld; the last column measured here on the "
+           "assembled model):\n",
+           lo->seed);
+    const learn_result_t *ref = &res[0][0];
+    printf("  %-17s", "steps");
+    for (int p = 0; p < ref->npts; p++) printf(" %7.0f", ref->pt_step[p]);
+    printf("\n");
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        if (!on[i]) continue;
+        const learn_result_t *r = &res[i][0];
+        printf("  %-17s", learn_rows[i].name);
+        for (int p = 0; p < ref->npts; p++) {
+            int k = 0;
+            while (k < r->npts && r->pt_step[k] != ref->pt_step[p]) k++;
+            if (k < r->npts)
+                printf(" %7.4f", r->pt_loss[k]);
+            else
+                printf(" %7s", "-");
+        }
+        printf("\n");
+    }
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+int bench_learn(int argc, char **argv)
+{
+    enum {
+        O_CONFIG = 1,
+        O_STEPS,
+        O_STAGES,
+        O_PEERS,
+        O_REPLICAS,
+        O_VALEVERY,
+        O_VALBATCHES,
+        O_SEEDS,
+        O_SEED,
+        O_CODEC,
+        O_SKIP,
+        O_SWAP,
+        O_CHURN,
+        O_CHURNKILLS,
+        O_KILLSTAGE,
+        O_NOABL,
+        O_ONLY_FULL,
+        O_JSON,
+        O_SVG,
+        O_DIR,
+        O_DATA,
+        O_THREADS,
+        O_BSCHED,
+        O_HELP
+    };
+    static const struct option opts[] = {{"config", required_argument, NULL, O_CONFIG},
+                                         {"steps", required_argument, NULL, O_STEPS},
+                                         {"stages", required_argument, NULL, O_STAGES},
+                                         {"peers", required_argument, NULL, O_PEERS},
+                                         {"replicas", required_argument, NULL, O_REPLICAS},
+                                         {"val-every", required_argument, NULL, O_VALEVERY},
+                                         {"val-batches", required_argument, NULL, O_VALBATCHES},
+                                         {"seeds", required_argument, NULL, O_SEEDS},
+                                         {"seed", required_argument, NULL, O_SEED},
+                                         {"codec", required_argument, NULL, O_CODEC},
+                                         {"skip", required_argument, NULL, O_SKIP},
+                                         {"swap", required_argument, NULL, O_SWAP},
+                                         {"churn", required_argument, NULL, O_CHURN},
+                                         {"churn-kills", required_argument, NULL, O_CHURNKILLS},
+                                         {"kill-stage", required_argument, NULL, O_KILLSTAGE},
+                                         {"no-ablations", no_argument, NULL, O_NOABL},
+                                         {"json", required_argument, NULL, O_JSON},
+                                         {"svg", required_argument, NULL, O_SVG},
+                                         {"dir", required_argument, NULL, O_DIR},
+                                         {"data", required_argument, NULL, O_DATA},
+                                         {"threads", required_argument, NULL, O_THREADS},
+                                         {"baseline-schedule", required_argument, NULL, O_BSCHED},
+                                         {"help", no_argument, NULL, O_HELP},
+                                         {NULL, 0, NULL, 0}};
+    static learn_opts_t lo;
+    memset(&lo, 0, sizeof lo);
+    lo.config = "tiny", lo.codec = "int8", lo.churn = "1:3", lo.svg = "bench-learn.svg";
+    lo.baseline_schedule = "cosine";
+    lo.steps = -1, lo.stages = -1, lo.peers = -1, lo.replicas = 2, lo.val_every = -1;
+    lo.seeds = 1, lo.seed = 1337, lo.ablations = 1, lo.churn_kills = 3, lo.kill_stage = 1;
+    lo.val_batches = 20, lo.skip = 0.25, lo.swap = 0.1;
+    int c;
+    float f;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_CONFIG:
+            lo.config = optarg;
+            break;
+        case O_STEPS:
+            bad = run_opts_int("--steps", optarg, 1, &lo.steps);
+            break;
+        case O_STAGES:
+            bad = run_opts_int("--stages", optarg, 1, &lo.stages);
+            break;
+        case O_PEERS:
+            bad = run_opts_int("--peers", optarg, 1, &lo.peers);
+            break;
+        case O_REPLICAS:
+            bad = run_opts_int("--replicas", optarg, 1, &lo.replicas);
+            break;
+        case O_VALEVERY:
+            bad = run_opts_int("--val-every", optarg, 0, &lo.val_every);
+            break;
+        case O_VALBATCHES:
+            bad = run_opts_int("--val-batches", optarg, 1, &lo.val_batches);
+            break;
+        case O_SEEDS:
+            bad = run_opts_int("--seeds", optarg, 1, &lo.seeds);
+            if (!bad && lo.seeds > LEARN_MAX_SEEDS) {
+                fprintf(stderr, "bench learn: at most %d seeds\n", LEARN_MAX_SEEDS);
+                bad = 1;
+            }
+            break;
+        case O_SEED:
+            lo.seed = strtoll(optarg, NULL, 0);
+            break;
+        case O_CODEC:
+            lo.codec = optarg;
+            break;
+        case O_SKIP:
+            bad = run_opts_float("--skip", optarg, &f);
+            lo.skip = f;
+            break;
+        case O_SWAP:
+            bad = run_opts_float("--swap", optarg, &f);
+            lo.swap = f;
+            break;
+        case O_CHURN:
+            lo.churn = optarg;
+            break;
+        case O_CHURNKILLS:
+            bad = run_opts_int("--churn-kills", optarg, 0, &lo.churn_kills);
+            break;
+        case O_KILLSTAGE:
+            lo.kill_stage = atoi(optarg);
+            break;
+        case O_NOABL:
+            lo.ablations = 0;
+            break;
+        case O_JSON:
+            lo.json = optarg;
+            break;
+        case O_SVG:
+            lo.svg = optarg;
+            break;
+        case O_DIR:
+            snprintf(lo.dir, sizeof lo.dir, "%s", optarg);
+            break;
+        case O_DATA:
+            lo.data = optarg;
+            break;
+        case O_THREADS:
+            bad = run_opts_int("--threads", optarg, 1, &lo.threads);
+            break;
+        case O_BSCHED:
+            lo.baseline_schedule = optarg;
+            break;
+        case O_HELP:
+        case 'h':
+            printf(
+                "usage: swarmtrain bench learn [options] [-- RUN OPTIONS]\n\n"
+                "Trains, on the same tokens, the single-process AdamW baseline (train: the\n"
+                "exact average of --replicas gradients) and a local swarm with every mechanism\n"
+                "on (sign DeMo, the codec, --skip, --swap, churn, a whole stage SIGKILLed and\n"
+                "rebuilt), then (unless --no-ablations) the swarm with DeMo alone and with each\n"
+                "mechanism alone. Prints validation loss at each --val-every point, the final\n"
+                "one (measured here on the model assembled from each run's stores, the same\n"
+                "held-out batches for all), a line with the word `ratio` (full swarm over\n"
+                "AdamW), tokens/s and CPU seconds of each command, the swarm's exchange bytes\n"
+                "per parameter per step (per replica) and wire bytes per token; draws the\n"
+                "curves into --svg.\n\n"
+                "  --config NAME        model (default tiny; small, medium)\n"
+                "  --steps N            steps of every run (tiny 600, small 1200, else 600)\n"
+                "  --replicas R         replicas per stage pool = microbatches per step (2)\n"
+                "  --stages S           swarm stages (tiny, small: 4; medium: 4)\n"
+                "  --peers N            swarm peers (default 2 per stage)\n"
+                "  --val-every N        validation every N steps (default steps/6)\n"
+                "  --val-batches N      held-out microbatches per validation (20)\n"
+                "  --seeds N            repeat every run with seeds SEED .. SEED+N-1 (1)\n"
+                "  --seed X             first seed (1337); faults drawn from 1000+seed\n"
+                "  --codec NAME         activation codec of the swarm (int8; any --codec of "
+                "local)\n"
+                "  --skip R             SkipPipe ratio (0.25)\n"
+                "  --swap S             CheckFree+ swap share (0.1)\n"
+                "  --churn RATE:S       local --churn (1:3: one kill per peer per minute, a new\n"
+                "                       peer 3 s later)\n"
+                "  --churn-kills N      at most N churn kills (3; 0: no limit)\n"
+                "  --kill-stage S       the stage SIGKILLed whole at a drawn step (1; -1: none)\n"
+                "  --no-ablations       only AdamW and the full swarm (the quick form)\n"
+                "  --baseline-schedule  AdamW's lr schedule (cosine, as the sign preset; "
+                "constant)\n"
+                "  --threads N          train's threads (local divides the cores itself)\n"
+                "  --data FILE          corpus (default: the KJV cache)\n"
+                "  --dir DIR            runs' logs and stores (default: a new /tmp dir, kept)\n"
+                "  --svg FILE           the curves (default bench-learn.svg)\n"
+                "  --json FILE          the numbers as JSON (- for stdout)\n"
+                "  -- RUN OPTIONS       given to every run (train and local), e.g. -- --lr 2e-3\n");
+            return 0;
+        default:
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    lo.extra = argv + optind;
+    lo.nextra = argc - optind;
+    int is_tiny = !strcmp(lo.config, "tiny"), is_small = !strcmp(lo.config, "small");
+    if (lo.steps < 0) lo.steps = is_small ? 1200 : 600;
+    if (lo.stages < 0) lo.stages = 4;
+    if (lo.peers < 0) lo.peers = 2 * lo.stages;
+    if (lo.val_every < 0) lo.val_every = lo.steps / 6 > 0 ? lo.steps / 6 : 1;
+    (void)is_tiny;
+    if (lo.kill_stage >= lo.stages) {
+        fprintf(stderr, "bench learn: --kill-stage %d: the swarm has %d stages\n", lo.kill_stage,
+                lo.stages);
+        return 2;
+    }
+    if (lo.peers < 2 * lo.stages)
+        fprintf(stderr, "bench learn: note: churn never kills the last peer of a stage; with "
+                        "fewer than 2 peers per stage it kills nobody there\n");
+    /* the run as train and local will read it: its tokens per step and parameters */
+    /* (the words stay alive while lo.run points into them: --data) */
+    static learn_args_t words;
+    args_add(&words, "bench learn");
+    args_common(&words, &lo, lo.seed);
+    args_add(&words, "--stages"), args_addf(&words, "%.0f", lo.stages);
+    lo.run = train_defaults();
+    optind = 1;
+    int prc = run_opts_parse("bench learn", words.n, words.a, &lo.run, NULL);
+    if (prc) {
+        args_free(&words);
+        return prc == 1 ? 0 : 2;
+    }
+    lo.tokens_per_step = (double)lo.run.replicas * lo.run.accum * lo.run.cfg.batch * lo.run.cfg.seq;
+    lo.params = config_num_params(&lo.run.cfg);
+    if (!lo.dir[0]) {
+        snprintf(lo.dir, sizeof lo.dir, "/tmp/swarmtrain-bench-learn-XXXXXX");
+        if (!mkdtemp(lo.dir)) {
+            fprintf(stderr, "bench learn: cannot make a directory: %s\n", strerror(errno));
+            return 1;
+        }
+    } else if (mkdir(lo.dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "bench learn: cannot make %s: %s\n", lo.dir, strerror(errno));
+        return 1;
+    }
+    int on[LEARN_NROWS];
+    for (int i = 0; i < LEARN_NROWS; i++) on[i] = !learn_rows[i].ablation || lo.ablations;
+    char load0[64] = "?";
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (!fgets(load0, sizeof load0, la)) load0[0] = 0;
+        load0[strcspn(load0, "\n")] = 0;
+        fclose(la);
+    }
+    printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
+           "%d replicas; swarm: %d stages, %d peers, sign DeMo, codec %s, skip %g, swap %g, "
+           "churn %s (at most %d kills), stage %d lost at a drawn step; %d seed(s); logs and "
+           "stores in %s; load average %s\n",
+           lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
+           lo.replicas, lo.stages, lo.peers, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
+           lo.kill_stage, lo.seeds, lo.dir, load0);
+    fflush(stdout);
+    static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
+    store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);
+    if (!ev) return 1;
+    int failed = 0;
+    for (int s = 0; s < lo.seeds; s++)
+        for (int i = 0; i < LEARN_NROWS; i++)
+            if (on[i]) {
+                learn_run(&lo, &learn_rows[i], s, &res[i][s], ev);
+                failed |= !isfinite(res[i][s].val_final);
+            }
+    free(ev);
+    print_table(&lo, res, on);
+    double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi;
+    for (int s = 0; s < lo.seeds; s++) ratios[s] = res[1][s].val_final / res[0][s].val_final;
+    stats(ratios, lo.seeds, &rm, &rlo, &rhi);
+    printf("\nratio swarm/AdamW (final validation loss, equal tokens): %.4f", rm);
+    if (lo.seeds > 1) {
+        printf(" (mean of %d seeds, min %.4f, max %.4f:", lo.seeds, rlo, rhi);
+        for (int s = 0; s < lo.seeds; s++) printf(" %.4f", ratios[s]);
+        printf(")");
+    }
+    printf("; target <= 1.05 (quick form), <= 1.03 (small)\n");
+    if (lo.ablations) {
+        /* what the total is made of: each mechanism's own cost over DeMo alone, their sum,
+         * and DeMo's own over AdamW */
+        double sum = 0;
+        printf("cost over AdamW: DeMo alone %+.1f%%;",
+               100 * (res[2][0].val_final / res[0][0].val_final - 1));
+        for (int i = 3; i < LEARN_NROWS; i++) {
+            double x = res[i][0].val_final / res[2][0].val_final - 1;
+            printf(" %s %+.1f%%;", learn_rows[i].name + 5, 100 * x);
+            if (isfinite(x)) sum += x;
+        }
+        printf(" mechanisms summed %+.1f%%, all together over DeMo %+.1f%% (first seed)\n",
+               100 * sum, 100 * (res[1][0].val_final / res[2][0].val_final - 1));
+    }
+    char load1[64] = "?";
+    if ((la = fopen("/proc/loadavg", "r"))) {
+        if (!fgets(load1, sizeof load1, la)) load1[0] = 0;
+        load1[strcspn(load1, "\n")] = 0;
+        fclose(la);
+    }
+    printf("load average at the end: %s (tokens/s are of the whole command, start-up and "
+           "validation included; only as good as the machine is quiet)\n",
+           load1);
+    if (lo.svg && lo.svg[0] && !write_svg(&lo, res, on)) printf("curves: %s\n", lo.svg);
+    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi)) failed = 1;
+    fflush(stdout);
+    args_free(&words);
+    return failed ? 1 : 0;
+}

@@ -721,7 +721,7 @@ static void test_status_json(void **state)
     const char *pw = strstr(json, "\"peer_wire\":[");
     assert_non_null(pw);
     for (int i = 0; i < 3; i++) {
-        char row[160];
+        char row[256];
         snprintf(row, sizeof row, "{\"peer\":\"%s\",", ids[i]);
         const char *r = strstr(pw, row);
         if (!r) fail_msg("no wire counts of peer %s:\n%s", ids[i], pw);

@@ -3,11 +3,15 @@
  * corpus, pool bookkeeping, records) and builds the new one as a joiner would, then
  * takes the new stage's state the usual way (state.c: download from the pool, else a
  * checkpoint or the seed). Rebalancing and the recovery of a lost stage both move peers.
- * Not for: deciding who moves (the callers). */
+ * Rebalancing's decision is rebal.h's; here the peer records each stage's throughput and
+ * makes a decided move at a clean moment (move_rebal_tick).
+ * Not for: deciding who moves (rebal.h, recover.c). */
 #include "peer/peer_impl.h"
+#include "swarm/rebalance.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,8 +63,7 @@ void peer_drop_stage(peer_t *p)
     p->self.throughput = 0;
     p->self.loss = NAN;
     p->alone_since = 0;
-    p->rebal_to = -1;
-    p->rebal_streak = 0;
+    rebal_reset(&p->rebal);
 }
 
 void move_on_exch_req(peer_t *p, const msg_t *m)
@@ -90,4 +93,56 @@ int peer_move(peer_t *p, int stage, const char *why)
     peer_store_event(p->ps, "moved", "stage %d -> %d at step %" PRId64 ": %s", from, stage,
                      p->step, why);
     return peer_start_download(p, NULL);
+}
+
+/* ---- rebalancing (rebal.h decides; here the peer acts) ------------------------------- */
+
+int peer_request_move(peer_t *p, int stage, const char *why)
+{
+    if (p->phase != PHASE_SERVING || stage < 0 || stage >= p->S || stage == p->stage)
+        return status_set(p->err, STATUS_EINVAL, "peer: no move from stage %d to %d", p->stage,
+                          stage);
+    rebal_ask(&p->rebal, stage, p->view.m, p->view.n, why);
+    return 0;
+}
+
+int move_rebal_tick(peer_t *p)
+{
+    rebal_t *r = &p->rebal;
+    if (p->S < 2 || p->finished || p->phase != PHASE_SERVING) return 0;
+    /* A decided move waits for a clean moment: right after this member has sent its
+     * exchange message of the pool's current step (its share of the step is then in
+     * every mate's hands, and mates that count it as an exchange member do not wait for
+     * a message that would never come). A change of placement meanwhile calls it off. */
+    if (r->to >= 0) {
+        if (!rebal_stands(r, p->view.m, p->view.n)) return 0;
+        if (!p->exch_sent) return 0; /* (a follower asked to move waits until it contributes) */
+        char why[sizeof r->why];
+        snprintf(why, sizeof why, "%s", r->why);
+        return peer_move(p, rebal_take(r), why);
+    }
+    /* each stage's throughput over time, in the store (status --db shows the events) */
+    if (p->ps && rebal_record_due(r, p->now)) {
+        double tp[REBALANCE_MAX_STAGES];
+        int cnt[REBALANCE_MAX_STAGES];
+        char line[512];
+        size_t n = 0;
+        rebalance_totals(p->view.m, p->view.n, p->S < REBALANCE_MAX_STAGES ? p->S : 1, tp, cnt);
+        for (int s = 0; s < p->S && s < REBALANCE_MAX_STAGES && n + 64 < sizeof line; s++)
+            n += (size_t)snprintf(line + n, sizeof line - n, "%sstage %d: %d peers %.1f samples/s",
+                                  s ? "; " : "", s, cnt[s], tp[s]);
+        peer_store_event(p->ps, "stages", "%s", line);
+    }
+    rebal_in_t in = {.view = p->view.m,
+                     .n = p->view.n,
+                     .S = p->S,
+                     .self = p->id,
+                     .stage = p->stage,
+                     .step = p->step,
+                     .steps = p->run.steps,
+                     .cooldown_s = p->po.rebalance_cooldown_s,
+                     .margin = p->po.rebalance_margin,
+                     .off = p->po.no_rebalance};
+    rebal_decide(r, &in, p->now);
+    return 0;
 }

@@ -123,8 +123,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->val_loss = NAN;
     p->vr_step = -1;
     p->redo_step = -1;
-    p->rebal_to = -1;
-    p->rebal_last_from = p->rebal_last_to = -1;
+    rebal_init(&p->rebal);
     p->snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
@@ -451,7 +450,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if ((rc = recover_tick(p))) break;
         if (p->phase != PHASE_SERVING) break; /* moved to rebuild a lost stage */
         custody_tick(p);
-        if ((rc = rebal_tick(p))) break; /* may move this peer to another stage */
+        if ((rc = move_rebal_tick(p))) break; /* may move this peer to another stage */
         end_tick(p);
         if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
@@ -495,7 +494,7 @@ void peer_finish(peer_t *p, const char *why)
             " stale %" PRIu64 " throughput %.1f revisits %" PRIu64 " moves %d\n",
             p->stage, p->step, peer_param_hash(p), p->served, p->retries, p->lost,
             p->net_rejected + p->rejected, p->act_bytes, p->stale, (double)p->self.throughput,
-            p->revisits, p->moves); /* moves last: tests/rebal_local.sh reads it there */
+            p->revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
     peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);

@@ -19,6 +19,7 @@
 #include "peer/guard.h"
 #include "peer/peer.h"
 #include "peer/peer_store.h"
+#include "peer/rebal.h"
 #include "peer/stage.h"
 #include "swarm/path.h"
 #include "swarm/pool.h"
@@ -225,19 +226,7 @@ struct peer {
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     double serving_from_at; /* when self.serving_from was last moved (step.c) */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */
-    /* rebalancing (rebal.c) */
-    double rebal_at;           /* last decision */
-    double rebal_stable_since; /* the placement has not changed since */
-    uint64_t rebal_placement;
-    int rebal_streak;          /* decisions in a row that named this peer */
-    int rebal_to;              /* a move decided, waiting for a clean moment; -1: none */
-    double rebal_decided_at;
-    double rebal_logged_at;    /* last "stages" event in the store */
-    int rebal_cnt[64], rebal_n; /* members per stage (and in all) at the last tick */
-    int rebal_last_from, rebal_last_to; /* the last move seen in the table (-1: none) */
-    double rebal_last_at;
-    char rebal_why[200];
-    int moves;                 /* moves this peer made */
+    rebal_t rebal;             /* rebalancing (rebal.h): when this peer moves */
     pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */
     int moved_stage;
 };
@@ -292,8 +281,9 @@ int resume_begun(const peer_t *p);
 /* move.c: an EXCH_REQ for the stage it left: answered from the pool it kept */
 void move_on_exch_req(peer_t *p, const msg_t *m);
 
-/* rebal.c: the rebalancing timer (swarm/rebalance.c decides); may call peer_move */
-int rebal_tick(peer_t *p);
+/* move.c: the rebalancing part's tick (rebal.h decides): records each stage's peers and
+ * throughput now and then, and makes a decided move at a clean moment (peer_move) */
+int move_rebal_tick(peer_t *p);
 
 /* state.c */
 int peer_start_download(peer_t *p, const char *why);

@@ -1,6 +1,9 @@
 /* test_parts.c — the member's parts driven alone, without a swarm and without a peer:
- * each rule the simulator found, on the part's own state (peer/guard.h, ...). */
+ * each rule on the part's own state (peer/guard.h, peer/rebal.h), and the timeout type
+ * the parts keep their timers in (common/timeout.h). */
+#include "common/timeout.h"
 #include "peer/guard.h"
+#include "peer/rebal.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 static void id_of(uint8_t id[MSG_ID_LEN], int k)
 {
@@ -96,12 +100,141 @@ static void test_guard_table_full(void **state)
     assert_int_equal(g.nbad, GUARD_BAD_MAX);
 }
 
+
+/* A timeout: stopped until started, fires at its deadline, backs off up to its ceiling. */
+static void test_timeout(void **state)
+{
+    (void)state;
+    timeout_t t = timeout_make("test.wait", 2.0);
+    assert_false(timeout_running(&t));
+    assert_false(timeout_fired(&t, 1e9));
+    assert_true(timeout_earliest(5.0, &t) == 5.0);
+    timeout_start(&t, 10.0);
+    assert_false(timeout_fired(&t, 11.9));
+    assert_true(timeout_fired(&t, 12.0));
+    assert_true(timeout_earliest(50.0, &t) == 12.0);
+    t.backoff = 2.0, t.max_s = 5.0;
+    timeout_retry(&t, 12.0); /* 4 s */
+    assert_int_equal(t.attempts, 1);
+    assert_false(timeout_fired(&t, 15.9));
+    assert_true(timeout_fired(&t, 16.0));
+    timeout_retry(&t, 16.0); /* 8 s, capped at 5 */
+    assert_true(fabs(t.deadline - 21.0) < 1e-9);
+    timeout_ensure(&t, 17.0); /* running: keeps its deadline */
+    assert_true(fabs(t.deadline - 21.0) < 1e-9);
+    timeout_stop(&t);
+    assert_false(timeout_fired(&t, 100.0));
+    timeout_ensure(&t, 30.0); /* stopped: starts afresh */
+    assert_int_equal(t.attempts, 0);
+    assert_true(fabs(t.deadline - 32.0) < 1e-9);
+}
+
+static msg_member_t serving(int tag, int stage, double tp)
+{
+    msg_member_t m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < MSG_ID_LEN; i++) m.id[i] = (uint8_t)(tag * 16 + i);
+    m.stage = (int16_t)stage;
+    m.state = MEMBER_SERVING;
+    m.step = 10;
+    m.throughput = (float)tp;
+    m.loss = NAN;
+    return m;
+}
+
+/* Rebalancing: four peers on stage 0 and one on stage 1; the decision names peer 0. It
+ * moves only after REBAL_STREAK decisions a second apart with the placement stable for
+ * the cooldown, never in the run's last steps, and a change of placement calls a decided
+ * move off. */
+static void test_rebal_streak_and_cooldown(void **state)
+{
+    (void)state;
+    msg_member_t v[5] = {serving(0, 0, 10), serving(1, 0, 10), serving(2, 0, 10),
+                         serving(3, 0, 10), serving(4, 1, 10)};
+    rebal_t r;
+    rebal_init(&r);
+    rebal_in_t in = {.view = v, .n = 5, .S = 2, .self = v[0].id, .stage = 0, .step = 10,
+                     .steps = 100, .cooldown_s = 3.0};
+    double t = 100.0;
+    int decided_at = -1;
+    for (int i = 0; i < 10 && decided_at < 0; i++, t += 0.5)
+        if (rebal_decide(&r, &in, t)) decided_at = i;
+    /* ticks every 0.5 s from t = 100 make decisions at 100, 101, ... (one a second); the
+     * placement is stable from 100, so the cooldown of 3 s passes at 103, and the third
+     * naming in a row is at 105: none up to 104.5 */
+    assert_int_equal(decided_at, -1);
+    assert_int_equal(rebal_decide(&r, &in, t), 1); /* t = 105 */
+    assert_int_equal(r.to, 1);
+    assert_true(rebal_stands(&r, v, 5));
+    /* a peer moves elsewhere meanwhile: the decided move is off */
+    v[3].stage = 1;
+    assert_false(rebal_stands(&r, v, 5));
+    assert_int_equal(r.to, -1);
+    /* another peer: the decision names peer 0, never this one */
+    rebal_t o;
+    rebal_init(&o);
+    v[3].stage = 0;
+    rebal_in_t in1 = in;
+    in1.self = v[1].id;
+    for (double u = 200; u < 220; u += 1.0) assert_int_equal(rebal_decide(&o, &in1, u), 0);
+    /* the run's last steps: no move */
+    rebal_t e;
+    rebal_init(&e);
+    rebal_in_t in2 = in;
+    in2.step = 98;
+    for (double u = 300; u < 320; u += 1.0) assert_int_equal(rebal_decide(&e, &in2, u), 0);
+    /* --no-rebalance */
+    rebal_t f;
+    rebal_init(&f);
+    rebal_in_t in3 = in;
+    in3.off = 1;
+    for (double u = 400; u < 420; u += 1.0) assert_int_equal(rebal_decide(&f, &in3, u), 0);
+    /* asked to (the simulator): decided at once; taken, it is counted */
+    rebal_ask(&f, 1, v, 5, "asked");
+    assert_true(rebal_stands(&f, v, 5));
+    assert_int_equal(rebal_take(&f), 1);
+    assert_int_equal(f.moves, 1);
+    assert_int_equal(f.to, -1);
+}
+
+/* The last move seen in the table is remembered for REBAL_REVERSE_S: a member that came
+ * or went ends that memory. */
+static void test_rebal_reverse_memory(void **state)
+{
+    (void)state;
+    msg_member_t v[5] = {serving(0, 0, 10), serving(1, 0, 10), serving(2, 0, 10),
+                         serving(3, 0, 10), serving(4, 1, 10)};
+    rebal_t r;
+    rebal_init(&r);
+    rebal_in_t in = {.view = v, .n = 5, .S = 2, .self = v[4].id, .stage = 1, .step = 10,
+                     .steps = 100, .cooldown_s = 1e9};
+    rebal_decide(&r, &in, 0.5);
+    v[0].stage = 1; /* 0 -> 1 seen */
+    rebal_decide(&r, &in, 1.5);
+    assert_int_equal(r.last_from, 0);
+    assert_int_equal(r.last_to, 1);
+    assert_true(timeout_running(&r.reverse));
+    assert_false(timeout_fired(&r.reverse, 1.5 + REBAL_REVERSE_S - 1));
+    assert_true(timeout_fired(&r.reverse, 1.5 + REBAL_REVERSE_S));
+    in.n = 4; /* a member went: a new situation */
+    rebal_decide(&r, &in, 2.5);
+    assert_int_equal(r.last_from, -1);
+    assert_false(timeout_running(&r.reverse));
+    /* the stages event: due at once, then every REBAL_RECORD_S */
+    assert_true(rebal_record_due(&r, 10.0));
+    assert_false(rebal_record_due(&r, 10.0 + REBAL_RECORD_S - 1));
+    assert_true(rebal_record_due(&r, 10.0 + REBAL_RECORD_S));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_norm_scale),
         cmocka_unit_test(test_guard_expulsion),
         cmocka_unit_test(test_guard_table_full),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_rebal_streak_and_cooldown),
+        cmocka_unit_test(test_rebal_reverse_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,13 +34,10 @@ void peer_drop_stage(peer_t *p)
     free(p->ubuf);
     free(p->redo_for);
     free(p->sent_bits);
-    free(p->val_got);
-    free(p->vr_got);
-    p->vr_got = NULL;
-    p->vr_step = -1;
+    val_reset(&p->val);
     free(p->host_tok);
     free(p->grad_save);
-    p->ubuf = p->redo_for = p->sent_bits = p->val_got = NULL;
+    p->ubuf = p->redo_for = p->sent_bits = NULL;
     p->host_tok = NULL;
     p->grad_save = NULL;
     xfer_destroy(&p->xfer);
@@ -51,7 +48,6 @@ void peer_drop_stage(peer_t *p)
     stage_destroy(&p->st);
     data_destroy(&p->data);
     wiring_destroy(&p->wiring);
-    p->val_phase = p->val_next = p->val_done = 0;
     p->redo_step = -1;
     p->go = 0;
     p->loss_sum = 0;

@@ -120,8 +120,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->phase = PHASE_HELLO;
     p->stage = -1;
     p->self.loss = NAN;
-    p->val_loss = NAN;
-    p->vr_step = -1;
+    val_init(&p->val);
     p->redo_step = -1;
     rebal_init(&p->rebal);
     p->snap.step = -1;
@@ -477,7 +476,7 @@ void peer_info(const peer_t *p, peer_info_t *out)
     out->served = p->served;
     out->retries = p->retries;
     out->lost = p->lost;
-    out->val_loss = p->val_loss;
+    out->val_loss = p->val.loss;
 }
 
 const char *peer_error(const peer_t *p)

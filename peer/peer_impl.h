@@ -20,6 +20,7 @@
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/rebal.h"
+#include "peer/val.h"
 #include "peer/stage.h"
 #include "swarm/path.h"
 #include "swarm/pool.h"
@@ -144,16 +145,7 @@ struct peer {
     int donor_started;  /* a donor said training had begun (STATE_REP flag 1) */
     const char *download_why;
     double xfer_t0;
-    /* validation (the leader of stage 0) */
-    int val_phase, val_next, val_done;
-    double val_sum, val_loss;
-    double val_sum_skip; /* the second round, without the run's val_skip stages */
-    uint8_t *val_got;
-    /* ... and during the run, every run.val_every steps: one round at a time */
-    int64_t vr_step, vr_last; /* the round's step (-1: none), the last round started */
-    int vr_next, vr_done;
-    double vr_sum;
-    uint8_t *vr_got;
+    val_t val; /* validation rounds (val.h): the leader of stage 0 */
     /* stats */
     msg_member_t self;
     double tp_ema;

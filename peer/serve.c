@@ -128,26 +128,17 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     return 0;
 }
 
-/* Validation batches: val_batches through the whole model, and with the run's val_skip
- * as many again without those stages (SkipPipe at inference). */
+/* Validation batches of the run's end: val_batches through the whole model, and with
+ * the run's val_skip as many again without those stages (SkipPipe at inference). */
 static int val_total(const peer_t *p)
 {
     return p->run.val_batches * (p->run.val_skip ? 2 : 1);
 }
 
-static void val_add(peer_t *p, uint32_t index, float loss)
-{
-    if ((int)index >= p->run.val_batches)
-        p->val_sum_skip += loss;
-    else
-        p->val_sum += loss;
-    p->val_done++;
-}
-
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags);
 
-/* Validation during the run (run.val_every > 0), by the leader of stage 0: each time its
- * step passes a multiple of val_every it sends the run's val_batches held-out
+/* Validation during the run (run.val_every > 0), by the leader of stage 0 (val.h): each
+ * time its step passes a multiple of val_every it sends the run's val_batches held-out
  * microbatches through the pipeline (forward only, marked with that step: a later stage
  * runs one only once its own pool has reached the step), when no training microbatch
  * is waiting to start. Their mean loss goes to the log, "val: step N val_loss X at T"
@@ -157,13 +148,14 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
  * run's own validation begins, is given up: its microbatches are dropped. */
 static void val_round_drop(peer_t *p, const char *why)
 {
-    if (p->vr_step < 0) return;
+    val_round_t *r = &p->val.during;
+    if (!val_round_running(r)) return;
     fprintf(p->log, "val: step %" PRId64 ": round given up, %d of %d losses back (%s)\n",
-            p->vr_step, p->vr_done, p->run.val_batches, why);
+            r->step, r->done, r->total, why);
     for (int i = 0; i < p->nmbs; i++)
-        if (p->mbs[i].used && p->mbs[i].mb.kind == 1 && p->mbs[i].mb.step == p->vr_step)
+        if (p->mbs[i].used && p->mbs[i].mb.kind == 1 && p->mbs[i].mb.step == r->step)
             custody_drop(&p->mbs[i]);
-    p->vr_step = -1;
+    val_round_end(r);
 }
 
 /* 1 when it started a microbatch. */
@@ -171,35 +163,37 @@ static int val_round_tick(peer_t *p)
 {
     int n = p->run.val_batches, every = p->run.val_every;
     if (every <= 0) return 0;
-    if (p->step > 0 && p->step < p->run.steps && p->step / every > p->vr_last / every) {
+    if (p->step > 0 && p->step < p->run.steps && p->step / every > p->val.last / every) {
         val_round_drop(p, "the next round is due");
-        if (!p->vr_got && !(p->vr_got = malloc(((size_t)n + 7) / 8))) return STATUS_ENOMEM;
-        memset(p->vr_got, 0, ((size_t)n + 7) / 8);
-        p->vr_step = p->vr_last = p->step;
-        p->vr_next = p->vr_done = 0;
-        p->vr_sum = 0;
+        if (val_round_begin(&p->val.during, p->step, n, n)) return STATUS_ENOMEM;
+        p->val.last = p->step;
     }
-    if (p->vr_step < 0 || p->vr_next >= n || custody_in_flight(p, 1) >= p->po.in_flight) return 0;
-    int rc = start_mb(p, p->vr_step, (uint32_t)p->vr_next, 1, 0);
-    if (rc == 0) p->vr_next++;
+    int next = val_round_next(&p->val.during);
+    if (next < 0 || custody_in_flight(p, 1) >= p->po.in_flight) return 0;
+    int rc = start_mb(p, p->val.during.step, (uint32_t)next, 1, 0);
+    if (rc == 0) val_round_sent(&p->val.during);
     return rc < 0 ? rc : rc == 0;
 }
 
-static void val_round_add(peer_t *p, const msg_mb_t *mb, float loss)
+/* A loss of the round during the run came back (or was computed here). */
+static void val_round_loss(peer_t *p, const msg_mb_t *mb, float loss)
 {
-    mbrec_t *r = custody_find(p, mb, 0);
-    if (p->vr_step < 0 || mb->step != p->vr_step || (int)mb->index >= p->run.val_batches ||
-        !isfinite(loss) || pool_bit(p->vr_got, (int)mb->index))
-        return;
-    pool_set_bit(p->vr_got, (int)mb->index);
-    p->vr_sum += loss;
-    if (r) custody_drop(r);
-    if (++p->vr_done < p->run.val_batches) return;
-    double v = p->vr_sum / p->run.val_batches;
-    fprintf(p->log, "val: step %" PRId64 " val_loss %.4f at %.3f\n", p->vr_step, v, p->now);
+    val_round_t *r = &p->val.during;
+    if (!val_round_add(r, mb->step, mb->index, loss)) return;
+    mbrec_t *rec = custody_find(p, mb, 0);
+    if (rec) custody_drop(rec);
+    if (!val_round_complete(r)) return;
+    double v = val_round_mean(r);
+    fprintf(p->log, "val: step %" PRId64 " val_loss %.4f at %.3f\n", r->step, v, p->now);
     fflush(p->log);
-    peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->vr_step, v);
-    p->vr_step = -1;
+    peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", r->step, v);
+    val_round_end(r);
+}
+
+/* A loss of the run's own validation came back (or was computed here). */
+static void val_end_loss(peer_t *p, uint32_t index, float loss)
+{
+    val_round_add(&p->val.end, p->val.end.step, index, loss);
 }
 
 /* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
@@ -248,8 +242,10 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
         if (kind == 0) {
             if ((rc = backward(p, r)) < 0) return rc;
             if (rc == 1) p->loss_sum += loss, p->loss_n++;
+        } else if (val_round_running(&p->val.end)) {
+            val_end_loss(p, index, loss);
         } else {
-            val_add(p, index, loss);
+            val_round_loss(p, &r->mb, loss);
         }
         custody_drop(r);
         serve_note_throughput(p, pass_seconds(p, t0));
@@ -377,16 +373,12 @@ static int on_bwd(peer_t *p, inmsg_t *in)
      * gradient carries its sender's route, the sender included */
     mbrec_t *r = custody_find(p, &m->mb, m->mb.kind == 1 ? 0 : m->nroute - 2);
     if (m->mb.kind == 1) { /* a validation loss, at the source */
-        if (r && p->stage == 0 && !p->val_phase) {
-            val_round_add(p, &m->mb, m->loss);
+        if (r && p->stage == 0 && !val_round_running(&p->val.end)) {
+            val_round_loss(p, &m->mb, m->loss);
             return 0;
         }
-        if (r && p->stage == 0 && p->val_phase && isfinite(m->loss) &&
-            (int)m->mb.index < val_total(p) && !pool_bit(p->val_got, (int)m->mb.index)) {
-            pool_set_bit(p->val_got, (int)m->mb.index);
-            val_add(p, m->mb.index, m->loss);
+        if (r && p->stage == 0 && val_round_add(&p->val.end, p->val.end.step, m->mb.index, m->loss))
             custody_drop(r);
-        }
         return 0;
     }
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || r->out_attempt != m->mb.attempt)
@@ -499,40 +491,40 @@ int serve_one(peer_t *p, int *did)
  * store's events ("val_loss", like the rounds of --val-every). */
 static int validate(peer_t *p)
 {
-    if (!p->val_phase) {
+    val_round_t *e = &p->val.end;
+    if (!val_round_running(e)) {
         val_round_drop(p, "the run's validation begins");
-        p->val_phase = 1;
-        p->val_got = calloc(((size_t)val_total(p) + 7) / 8, 1);
-        if (!p->val_got) return STATUS_ENOMEM;
+        if (val_round_begin(e, p->step, val_total(p), p->run.val_batches)) return STATUS_ENOMEM;
     }
-    if (p->val_done == val_total(p)) {
-        p->val_loss = p->val_sum / p->run.val_batches;
+    if (val_round_complete(e)) {
+        p->val.loss = val_round_mean(e);
         double span = p->t_train1 - p->t_train0, half = p->t_train1 - p->t_half;
         int64_t half_steps = p->run.steps - p->run.steps / 2;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
                 /* the whole swarm's tokens: every stage-0 peer sources its share */
-                span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val_loss);
+                span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val.loss);
         if (p->t_half > 0 && half > 0)
             fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps,
                     (double)half_steps * p->M * p->BT / half);
         if (p->run.val_skip) {
             char list[256];
-            double vs = p->val_sum_skip / p->run.val_batches;
+            double vs = val_round_mean_skip(e);
             fprintf(p->log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
-                    vs, path_format(p->run.val_skip, list, sizeof list), p->val_loss,
-                    100.0 * (vs - p->val_loss) / p->val_loss);
+                    vs, path_format(p->run.val_skip, list, sizeof list), p->val.loss,
+                    100.0 * (vs - p->val.loss) / p->val.loss);
         }
         fflush(p->log);
         /* as the rounds during the run: status --plot draws the store's val_loss events */
-        peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->step, p->val_loss);
+        peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->step, p->val.loss);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
         p->finished = 1;
         return 0;
     }
-    if (p->val_next < val_total(p) && custody_in_flight(p, 1) < p->po.in_flight) {
-        int rc = start_mb(p, p->step, (uint32_t)p->val_next, 1, 0);
-        if (rc == 0) p->val_next++;
+    int next = val_round_next(e);
+    if (next >= 0 && custody_in_flight(p, 1) < p->po.in_flight) {
+        int rc = start_mb(p, e->step, (uint32_t)next, 1, 0);
+        if (rc == 0) val_round_sent(e);
         return rc < 0 ? rc : rc == 0;
     }
     /* a validation microbatch whose loss never came back (its route died): ask again */

@@ -4,6 +4,7 @@
 #include "common/timeout.h"
 #include "peer/guard.h"
 #include "peer/rebal.h"
+#include "peer/val.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -226,6 +227,48 @@ static void test_rebal_reverse_memory(void **state)
     assert_true(rebal_record_due(&r, 10.0 + REBAL_RECORD_S));
 }
 
+/* Validation rounds: batches handed out once each, a loss taken once per batch and only
+ * for the round's step, the two halves' means (whole model, without the val_skip stages),
+ * and a reset that drops the rounds but keeps the run's loss and the last round's step. */
+static void test_val_rounds(void **state)
+{
+    (void)state;
+    val_t v;
+    val_init(&v);
+    assert_false(val_round_running(&v.during));
+    assert_int_equal(val_round_next(&v.during), -1);
+    assert_int_equal(val_round_add(&v.during, 0, 0, 1.0f), 0); /* none runs */
+    assert_int_equal(val_round_begin(&v.end, 100, 4, 2), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(val_round_next(&v.end), i);
+        val_round_sent(&v.end);
+    }
+    assert_int_equal(val_round_next(&v.end), -1);
+    assert_int_equal(val_round_add(&v.end, 99, 0, 1.0f), 0);   /* another step's */
+    assert_int_equal(val_round_add(&v.end, 100, 4, 1.0f), 0);  /* out of range */
+    assert_int_equal(val_round_add(&v.end, 100, 0, NAN), 0);   /* not finite */
+    assert_int_equal(val_round_add(&v.end, 100, 0, 2.0f), 1);
+    assert_int_equal(val_round_add(&v.end, 100, 0, 9.0f), 0);  /* twice */
+    assert_int_equal(val_round_add(&v.end, 100, 1, 4.0f), 1);
+    assert_int_equal(val_round_add(&v.end, 100, 2, 5.0f), 1);  /* without the skipped stages */
+    assert_false(val_round_complete(&v.end));
+    assert_int_equal(val_round_add(&v.end, 100, 3, 7.0f), 1);
+    assert_true(val_round_complete(&v.end));
+    assert_true(fabs(val_round_mean(&v.end) - 3.0) < 1e-9);
+    assert_true(fabs(val_round_mean_skip(&v.end) - 6.0) < 1e-9);
+    /* a round during the run, no second half */
+    assert_int_equal(val_round_begin(&v.during, 10, 2, 2), 0);
+    assert_true(isnan(val_round_mean_skip(&v.during)));
+    val_round_end(&v.during);
+    assert_false(val_round_running(&v.during));
+    v.loss = 3.0, v.last = 10;
+    val_reset(&v);
+    assert_false(val_round_running(&v.end));
+    assert_int_equal(v.end.done, 0);
+    assert_true(v.loss == 3.0 && v.last == 10);
+    val_free(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_rebal_streak_and_cooldown),
         cmocka_unit_test(test_rebal_reverse_memory),
+        cmocka_unit_test(test_val_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

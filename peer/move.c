@@ -58,7 +58,6 @@ void peer_drop_stage(peer_t *p)
     p->tp_n = 0;
     p->self.throughput = 0;
     p->self.loss = NAN;
-    p->alone_since = 0;
     rebal_reset(&p->rebal);
 }
 
@@ -77,7 +76,7 @@ int peer_move(peer_t *p, int stage, const char *why)
     /* Pools step together (a stage's microbatches wait for the other stages' steps): a
      * contributor's pace of its old pool is its new pool's, and spares it timing the new
      * pool for as long before it contributes (step.c) */
-    p->move_pace = p->self.serving_from <= p->step && p->pool_step_s > 0 ? p->pool_step_s : 0;
+    follow_moving(&p->follow, p->self.serving_from <= p->step);
     /* what it holds goes back to the senders (they re-route at once) */
     peer_start_download(p, why);
     peer_drop_stage(p);

@@ -123,6 +123,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     val_init(&p->val);
     p->redo_step = -1;
     rebal_init(&p->rebal);
+    follow_init(&p->follow);
     p->snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
@@ -304,12 +305,8 @@ static int follow_tick(peer_t *p)
         /* A contributor its pool left behind (two members that both restored their own
          * checkpoints of different steps, say): the others wait for its messages of
          * steps it never reaches. After 10 s two or more steps behind, it re-syncs. */
-        if (p->step != p->follow_step) {
-            p->follow_step = p->step;
-            p->follow_since = p->now;
-        }
         int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
-        if (ahead >= 2 && p->now - p->follow_since > 10.0)
+        if (follow_behind(&p->follow, 1, p->step, ahead, STEP_KEEP, p->now))
             return peer_start_download(p, "two or more steps behind its pool for 10 s");
         return 0;
     }
@@ -320,59 +317,35 @@ static int follow_tick(peer_t *p)
      * with the lowest id there contributes from the step it is at; the others follow it
      * (several at once would not agree on who counts). One behind a mate that is ahead
      * downloads the state: the step it is at will never have a contributor. */
-    const msg_member_t *own;
+    const msg_member_t *own, *mem;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
-    if (n - (me >= 0) > 0) {
-        p->alone_since = 0;
-    } else {
-        if (!p->alone_since) p->alone_since = p->now;
-        double alone = p->now - p->alone_since;
-        const msg_member_t *mem;
-        int nm = view_stage(&p->view, p->stage, 1, &mem), first = 1;
-        int64_t top = p->step;
-        for (int i = 0; i < nm; i++)
-            if (!peer_is_self(p, mem[i].id) && mem[i].step > top) top = mem[i].step;
-        for (int i = 0; i < nm; i++)
-            if (!peer_is_self(p, mem[i].id) && mem[i].step == top &&
-                memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0)
-                first = 0;
-        /* twice at most per step, a second apart: every answer carries every message of
-         * the step the mate holds, which with AdamW is a dense gradient each */
-        if (p->gather_step != p->step) p->gather_step = p->step, p->gather_n = 0;
-        if (alone > p->po.peer_timeout_s && p->gather_n < 2 && p->now - p->gather_at >= 1.0) {
-            msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
-            for (int i = 0; i < nm; i++) /* origin all zero: every message of the step */
-                if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
-            p->gather_at = p->now;
-            p->gather_n++;
-        }
-        if (alone > 2 * p->po.peer_timeout_s) {
-            if (top > p->step) {
-                p->alone_since = 0;
-                return peer_start_download(p, "no contributor left, and a mate is ahead");
-            }
-            if (first) {
-                p->self.serving_from = p->step;
-                p->alone_since = 0;
-                fprintf(p->log,
-                        "peer: no contributor left in stage %d's pool: contributing from step "
-                        "%" PRId64 "\n",
-                        p->stage, p->step);
-                peer_push_self(p);
-                return 0;
-            }
-        }
+    int nm = view_stage(&p->view, p->stage, 1, &mem), first = 1;
+    int64_t top = p->step;
+    for (int i = 0; i < nm; i++)
+        if (!peer_is_self(p, mem[i].id) && mem[i].step > top) top = mem[i].step;
+    for (int i = 0; i < nm; i++)
+        if (!peer_is_self(p, mem[i].id) && mem[i].step == top &&
+            memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0)
+            first = 0;
+    int todo = follow_alone(&p->follow, n - (me >= 0), p->step, top, first,
+                            p->po.peer_timeout_s, p->now);
+    if (todo & FOLLOW_GATHER) {
+        msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
+        for (int i = 0; i < nm; i++) /* origin all zero: every message of the step */
+            if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
     }
-    if (p->step != p->follow_step) {
-        p->follow_step = p->step;
-        p->follow_since = p->now;
-    }
-    int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
-    if (ahead <= STEP_KEEP - 2 && p->now - p->follow_since <= 10.0) return 0;
-    if (ahead <= 1) {
-        p->follow_since = p->now;
+    if (todo & FOLLOW_RESYNC) return peer_start_download(p, "no contributor left, and a mate is ahead");
+    if (todo & FOLLOW_TAKE_OVER) {
+        p->self.serving_from = p->step;
+        fprintf(p->log,
+                "peer: no contributor left in stage %d's pool: contributing from step %" PRId64
+                "\n",
+                p->stage, p->step);
+        peer_push_self(p);
         return 0;
     }
+    int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
+    if (!follow_behind(&p->follow, 0, p->step, ahead, STEP_KEEP, p->now)) return 0;
     return peer_start_download(p, "fell behind the pool while following");
 }
 

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "peer/data.h"
 #include "peer/demo_opt.h"
+#include "peer/follow.h"
 #include "peer/guard.h"
 #include "peer/peer.h"
 #include "peer/peer_store.h"
@@ -69,7 +70,6 @@ typedef struct {
     size_t pl_len[2];
 } inmsg_t;
 
-#define PACE_KEEP 8 /* a follower's timed steps at the pool's head kept (step.c) */
 
 /* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
 #define FWD_SEEN   256
@@ -159,25 +159,10 @@ struct peer {
     double t_train0, t_train1; /* first microbatch; last step */
     double t_half;             /* the step half-way through the run (tokens/s of the last half) */
     double serve_t0;           /* serving began (state in place): a follower's time to contribute */
-    int contrib_logged;        /* "contributing" was logged since serving began */
-    int named_logged;          /* "following: contributes from" was logged since then */
+    follow_t follow; /* following the pool, its pace, the join margin (follow.h) */
     int finished;
     int go; /* stage 0: the first step may start */
     double go_at;
-    int64_t follow_step;
-    double follow_since;
-    double pool_step_s; /* the pool's seconds per step, as seen here (a contributor: an
-                         * EMA of its own steps; a follower: the median of pace_s) */
-    int followed;       /* steps followed since the last download */
-    int pace_n;         /* pool steps a follower timed at the pool's head (step.c) */
-    double pace_s[PACE_KEEP]; /* the last of them (seconds each): their median is the pace */
-    double move_pace;   /* a mover: its old pool's pace, which the new pool shares (step.c) */
-    int pace_known;     /* this follower started with a mover's pace */
-    int64_t margin;     /* the join margin it named its first contributing step with */
-    double alone_since; /* a follower with no contributor to follow, since */
-    double gather_at;   /* its last ask for every message of its step (alone) */
-    int64_t gather_step; /* the step of those asks, and how many were made */
-    int gather_n;
     fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
     unsigned fwd_seen_next;
     double gone_req_at; /* its last ask for the messages of mates gone mid-step */
@@ -216,7 +201,6 @@ struct peer {
     double resume_changed_at; /* ... and when that last changed */
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
-    double serving_from_at; /* when self.serving_from was last moved (step.c) */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */
     rebal_t rebal;             /* rebalancing (rebal.h): when this peer moves */
     pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */

@@ -109,18 +109,10 @@ static void begin_serving(peer_t *p)
      * Before the run has started there is nothing to miss. */
     int started = resume_begun(p) || p->donor_started;
     p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
-    p->serving_from_at = p->now;
-    p->followed = 0;
     /* a mover's pace counts as one sample: two timed steps of the new pool are enough */
-    p->pace_known = p->move_pace > 0 && p->pool_step_s > 0;
-    p->pace_n = p->pace_known ? 1 : 0;
-    if (p->pace_known) p->pace_s[0] = p->pool_step_s;
-    p->move_pace = 0;
+    follow_begin(&p->follow, p->now);
     p->step_t0 = p->now;
-    p->follow_since = p->now;
     p->serve_t0 = p->now;
-    p->contrib_logged = 0;
-    p->named_logged = 0;
     p->phase = PHASE_SERVING;
     step_reset(p);
     peer_push_self(p);
@@ -300,7 +292,7 @@ int state_download_tick(peer_t *p)
         p->step = xfer_step(p->xfer);
         resume_downloaded(p);
         p->downloaded = 1;
-        p->pool_step_s = p->move_pace; /* 0 but for a mover */
+        follow_downloaded(&p->follow);
         fprintf(p->log,
                 "state: downloaded stage %d at step %" PRId64
                 " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",

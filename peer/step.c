@@ -206,32 +206,7 @@ static void log_step(peer_t *p, float gnorm, double now)
     }
 }
 
-/* Steps a newcomer follows before it contributes: long enough (3 s of pool steps, and at
- * least 2 steps) that every member has heard through gossip when it starts counting. */
-/* A newcomer's `serving_from` is gossiped this long before it contributes (4 gossip
- * periods): in steps the margin below, but never less time than this. */
-#define JOIN_GOSSIP_S 1.0
 #define MOVED_WAIT_S  1.0 /* a named member that moved away: how long its message is awaited */
-
-/* The median of x[0, n), n >= 1 (the mean of the middle two for even n). */
-static double pace_median(const double *x, int n)
-{
-    double v[PACE_KEEP];
-    memcpy(v, x, (size_t)n * sizeof *v);
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int64_t join_margin(const peer_t *p)
-{
-    double sps = p->pool_step_s > 0 ? p->pool_step_s : 1.0;
-    double steps = ceil(3.0 / sps);
-    return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
-}
 
 static int msg_order(const void *a, const void *b)
 {
@@ -390,65 +365,41 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     if (!p->dopt && p->run.opt.clip > 0 && p->stage_gnorm > p->run.opt.clip)
         p->stage_gnorm = p->run.opt.clip;
     log_step(p, gnorm, now);
-    double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
-    /* The pool's pace. A follower's join margin (in steps) comes from it: too slow a
-     * pace gives too few steps for gossip to tell every mate when it starts contributing
-     * (mates then leave its message out, or wait for it). So a follower times steps at
-     * the pool's head: not its first (it includes the wait for the pool: a stall, a
-     * crash) and not steps it replays from kept messages while the pool is ahead (not the
-     * pool's pace at all); and takes the median of the last PACE_KEEP. Not the fastest:
-     * two steps applied at once after a stall (their messages came together) timed one of
-     * them at nearly 0 s, a margin of 1000 steps, and a mover that never contributed
+    /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
+     * slow a pace gives too few steps for gossip to tell every mate when it starts
+     * contributing (mates then leave its message out, or wait for it). So a follower times
+     * steps at the pool's head: not its first (it includes the wait for the pool: a stall,
+     * a crash) and not steps it replays from kept messages while the pool is ahead (not
+     * the pool's pace at all); and takes the median of the last few. Not the fastest: two
+     * steps applied at once after a stall (their messages came together) timed one of them
+     * at nearly 0 s, a margin of 1000 steps, and a mover that never contributed
      * (rebal_no-thrash, now and then under load). */
     int follower = p->self.serving_from > p->step;
     int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
-    if (follower && p->step_t0 > 0 && at_head && p->followed > 0) {
-        p->pace_s[p->pace_n++ % PACE_KEEP] = step_s;
-        p->pool_step_s = pace_median(p->pace_s, p->pace_n < PACE_KEEP ? p->pace_n : PACE_KEEP);
-    } else if (!follower && p->step_t0 > 0) {
-        p->pool_step_s = p->pool_step_s > 0 ? 0.8 * p->pool_step_s + 0.2 * step_s : step_s;
-    }
+    double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
+    follow_pace(&p->follow, p->step_t0 > 0 ? step_s : -1, follower, at_head);
     p->step_t0 = now;
     int64_t applied = p->step;
     p->step++;
-    if (p->self.serving_from > p->step && ++p->followed >= (p->pace_known ? 3 : 4) &&
-        p->pace_n >= 3) { /* three samples: their median passes over one odd one */
-        /* the pool's pace is known now; counted from the pool's head, which a follower
-         * catching up may trail: from its own step, the pool reached the step named
-         * sooner than gossip could tell every mate, the member named a later one, and
-         * mates that had heard the first waited 30 s for its message (rebal_no-thrash) */
-        int64_t head = view_max_step(&p->view, p->stage);
-        int64_t want = (head > p->step ? head : p->step) + join_margin(p);
-        if (want < p->self.serving_from) {
-            p->margin = want - p->step;
-            p->self.serving_from = want;
-            p->serving_from_at = now;
-            if (!p->named_logged) {
-                p->named_logged = 1;
-                fprintf(p->log,
-                        "following: contributes from step %" PRId64 " (%d steps followed, "
-                        "pool at %" PRId64 ", %.3f s per step%s)\n",
-                        want, p->followed, head, p->pool_step_s,
-                        p->pace_known ? ", pace known" : "");
-            }
-        }
-    } else if (p->self.serving_from == p->step && p->followed &&
-               now - p->serving_from_at < JOIN_GOSSIP_S) {
-        /* About to contribute, but its mates may not have heard from when: the pool ran
-         * faster than the pace the margin was taken from. A mate that applies without
-         * this member's message while it applies with it would hold other parameters. */
-        p->margin = join_margin(p);
-        p->self.serving_from = p->step + p->margin;
-        p->serving_from_at = now;
+    int named;
+    int64_t head = view_max_step(&p->view, p->stage);
+    p->self.serving_from = follow_name(&p->follow, p->step, p->self.serving_from, head, now, &named);
+    if (named && !p->follow.named_logged) {
+        p->follow.named_logged = 1;
+        fprintf(p->log,
+                "following: contributes from step %" PRId64 " (%d steps followed, pool at %" PRId64
+                ", %.3f s per step%s)\n",
+                p->self.serving_from, p->follow.followed, head, p->follow.pace,
+                p->follow.pace_known ? ", pace known" : "");
     }
-    if (p->self.serving_from == p->step && p->followed && !p->contrib_logged) {
+    if (p->self.serving_from == p->step && p->follow.followed && !p->follow.contrib_logged) {
         /* what a newcomer's or mover's following cost (bench_rebalance.sh reads it) */
-        p->contrib_logged = 1;
+        p->follow.contrib_logged = 1;
         fprintf(p->log,
                 "contributing: from step %" PRId64 ", %.1f s after its state was in place (%d "
                 "steps followed, join margin %" PRId64 "%s)\n",
-                p->step, now - p->serve_t0, p->followed, p->margin,
-                p->pace_known ? ", pace known" : "");
+                p->step, now - p->serve_t0, p->follow.followed, p->follow.margin,
+                p->follow.pace_known ? ", pace known" : "");
     }
     if (p->step == p->run.steps / 2) p->t_half = now;
     if (p->step == p->run.steps) p->t_train1 = now;

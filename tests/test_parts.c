@@ -2,6 +2,7 @@
  * each rule on the part's own state (peer/guard.h, peer/rebal.h), and the timeout type
  * the parts keep their timers in (common/timeout.h). */
 #include "common/timeout.h"
+#include "peer/follow.h"
 #include "peer/guard.h"
 #include "peer/rebal.h"
 #include "peer/val.h"
@@ -269,6 +270,111 @@ static void test_val_rounds(void **state)
     val_free(&v);
 }
 
+/* The join margin (sim, rebal_no-thrash): a follower names its first contributing step
+ * head + 3 s of pool steps, from the median of its paces timed at the pool's head (one
+ * step timed at ~0 s after a stall does not make the margin 1000 steps), after 4 steps
+ * followed (3 with a mover's pace) and 3 paces; named again further on when the pool ran
+ * faster than the pace and the naming is younger than FOLLOW_GOSSIP_S. */
+static void test_follow_join_margin(void **state)
+{
+    (void)state;
+    follow_t f;
+    follow_init(&f);
+    assert_int_equal(follow_join_margin(&f), 3); /* no pace: 1 s a step */
+    follow_begin(&f, 0.0);
+    int named;
+    int64_t from = 1000 + 10; /* a newcomer at step 10: step + 1000 */
+    /* steps 11.. applied; paces 0.1, 0.0 (two updates at once), 0.1, 0.1 at the head */
+    double paces[] = {0.1, 0.0, 0.1, 0.1};
+    int64_t step = 10;
+    for (int i = 0; i < 4; i++) {
+        follow_pace(&f, paces[i], 1, 1);
+        step++;
+        from = follow_name(&f, step, from, step, 10.0 + i, &named);
+    }
+    /* the first step followed is not timed (followed was 0): 3 paces, median 0.1 s */
+    assert_true(fabs(f.pace - 0.1) < 1e-9);
+    assert_true(named);
+    assert_int_equal(follow_join_margin(&f), 30);
+    assert_int_equal(from, 14 + 30);
+    assert_int_equal(f.margin, 30);
+    /* the pool's head ahead of the follower: counted from the head */
+    follow_t g = f;
+    g.followed = 5;
+    int64_t from2 = follow_name(&g, 20, 2000, 25, 20.0, &named);
+    assert_int_equal(from2, 25 + 30);
+    /* about to contribute a moment after naming: named again, further on */
+    follow_t h = f;
+    int64_t again = follow_name(&h, 44, 44, 44, 13.0 + 0.5, &named);
+    assert_int_equal(again, 44 + 30);
+    /* ... not once the naming is old enough */
+    h = f;
+    assert_int_equal(follow_name(&h, 44, 44, 44, 13.0 + FOLLOW_GOSSIP_S + 0.1, &named), 44);
+    /* a contributor's pace is an EMA of its own steps */
+    follow_t c;
+    follow_init(&c);
+    follow_pace(&c, 1.0, 0, 1);
+    follow_pace(&c, 2.0, 0, 1);
+    assert_true(fabs(c.pace - 1.2) < 1e-9);
+    /* a mover keeps its pace: one sample known, 3 steps followed suffice */
+    follow_moving(&c, 1);
+    follow_downloaded(&c);
+    follow_begin(&c, 50.0);
+    assert_true(c.pace_known);
+    assert_int_equal(c.pace_n, 1);
+}
+
+/* Followers alone (sim 3x2 mild swap seed 9720): after timeout_s with no contributor they
+ * gather every message of the step, twice at most a second apart; after 2 x timeout_s the
+ * first (lowest id at the highest step) takes over, one behind a mate re-syncs, and the
+ * others wait. A contributor reappearing ends it. */
+static void test_follow_gather(void **state)
+{
+    (void)state;
+    follow_t f;
+    follow_init(&f);
+    double T = 3.0;
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 100.0), 0); /* alone from now */
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 102.9), 0);
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 103.1), FOLLOW_GATHER);
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 103.5), 0); /* a second apart */
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 104.1), FOLLOW_GATHER);
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 105.5), 0); /* twice at most */
+    assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 106.1), FOLLOW_TAKE_OVER);
+    /* not the first: waits; behind a mate: re-syncs */
+    follow_t g;
+    follow_init(&g);
+    follow_alone(&g, 0, 7, 7, 0, T, 0.0);
+    for (double t = 3.5; t < 20; t += 1.0)
+        assert_false(follow_alone(&g, 0, 7, 7, 0, T, t) & (FOLLOW_TAKE_OVER | FOLLOW_RESYNC));
+    assert_true(follow_alone(&g, 0, 7, 9, 0, T, 20.0) & FOLLOW_RESYNC);
+    /* a contributor again: nothing, and the wait starts anew */
+    follow_t h;
+    follow_init(&h);
+    follow_alone(&h, 0, 7, 7, 1, T, 0.0);
+    assert_int_equal(follow_alone(&h, 1, 7, 7, 1, T, 5.0), 0);
+    assert_int_equal(follow_alone(&h, 0, 7, 7, 1, T, 6.5), 0);
+    assert_true(follow_alone(&h, 0, 7, 7, 1, T, 6.5 + 2 * T + 0.1) & FOLLOW_TAKE_OVER);
+}
+
+/* Too far behind: a follower beyond the kept messages re-syncs at once; one 2+ behind
+ * with no step for FOLLOW_STALL_S too; a contributor 2+ behind after FOLLOW_STALL_S. */
+static void test_follow_behind(void **state)
+{
+    (void)state;
+    follow_t f;
+    follow_init(&f);
+    assert_int_equal(follow_behind(&f, 0, 5, 7, 8, 0.0), 1); /* 7 > 8 - 2 */
+    assert_int_equal(follow_behind(&f, 0, 6, 3, 8, 1.0), 0);
+    assert_int_equal(follow_behind(&f, 0, 6, 3, 8, 1.0 + FOLLOW_STALL_S + 0.1), 1);
+    assert_int_equal(follow_behind(&f, 0, 6, 1, 8, 30.0), 0); /* one behind: fine */
+    follow_t c;
+    follow_init(&c);
+    assert_int_equal(follow_behind(&c, 1, 9, 2, 8, 0.0), 0);
+    assert_int_equal(follow_behind(&c, 1, 9, 2, 8, FOLLOW_STALL_S + 0.1), 1);
+    assert_int_equal(follow_behind(&c, 1, 10, 2, 8, FOLLOW_STALL_S + 0.2), 0); /* moved on */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +385,9 @@ int main(void)
         cmocka_unit_test(test_rebal_streak_and_cooldown),
         cmocka_unit_test(test_rebal_reverse_memory),
         cmocka_unit_test(test_val_rounds),
+        cmocka_unit_test(test_follow_join_margin),
+        cmocka_unit_test(test_follow_gather),
+        cmocka_unit_test(test_follow_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

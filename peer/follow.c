@@ -1,0 +1,135 @@
+/* follow.c — the following part's rules (follow.h). */
+#include "peer/follow.h"
+
+#include <math.h>
+#include <string.h>
+
+void follow_init(follow_t *f)
+{
+    memset(f, 0, sizeof *f);
+    f->gather = timeout_make("follow.gather", 1.0);
+    f->at_step = -1;
+}
+
+void follow_begin(follow_t *f, double now)
+{
+    f->followed = 0;
+    f->pace_known = f->move_pace > 0 && f->pace > 0;
+    f->pace_n = f->pace_known ? 1 : 0;
+    if (f->pace_known) f->pace_s[0] = f->pace;
+    f->move_pace = 0;
+    f->named_at = now;
+    f->at_since = now;
+    f->named_logged = f->contrib_logged = 0;
+}
+
+void follow_moving(follow_t *f, int contributed)
+{
+    f->move_pace = contributed && f->pace > 0 ? f->pace : 0;
+    f->alone_since = 0;
+}
+
+void follow_downloaded(follow_t *f)
+{
+    f->pace = f->move_pace; /* 0 but for a mover */
+}
+
+/* The median of x[0, n), n >= 1 (the mean of the middle two for even n). */
+static double median(const double *x, int n)
+{
+    double v[FOLLOW_PACE_KEEP];
+    memcpy(v, x, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void follow_pace(follow_t *f, double step_s, int follower, int at_head)
+{
+    if (step_s < 0) return;
+    if (follower && at_head && f->followed > 0) {
+        f->pace_s[f->pace_n++ % FOLLOW_PACE_KEEP] = step_s;
+        f->pace = median(f->pace_s, f->pace_n < FOLLOW_PACE_KEEP ? f->pace_n : FOLLOW_PACE_KEEP);
+    } else if (!follower) {
+        f->pace = f->pace > 0 ? 0.8 * f->pace + 0.2 * step_s : step_s;
+    }
+}
+
+int64_t follow_join_margin(const follow_t *f)
+{
+    double sps = f->pace > 0 ? f->pace : 1.0;
+    double steps = ceil(3.0 / sps);
+    return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
+}
+
+int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
+                    int *named)
+{
+    *named = 0;
+    if (serving_from > step && ++f->followed >= (f->pace_known ? 3 : 4) && f->pace_n >= 3) {
+        /* counted from the pool's head, which a follower catching up may trail: from its
+         * own step, the pool reached the step named sooner than gossip could tell every
+         * mate, and mates that had heard the first waited for its message */
+        int64_t want = (head > step ? head : step) + follow_join_margin(f);
+        if (want < serving_from) {
+            f->margin = want - step;
+            f->named_at = now;
+            *named = 1;
+            return want;
+        }
+    } else if (serving_from == step && f->followed && now - f->named_at < FOLLOW_GOSSIP_S) {
+        /* about to contribute, but its mates may not have heard from when: a mate that
+         * applies without this member's message while it applies with it would hold
+         * other parameters */
+        f->margin = follow_join_margin(f);
+        f->named_at = now;
+        return step + f->margin;
+    }
+    return serving_from;
+}
+
+int follow_alone(follow_t *f, int others, int64_t step, int64_t top, int first,
+                 double timeout_s, double now)
+{
+    if (others > 0) {
+        f->alone_since = 0;
+        return 0;
+    }
+    if (!f->alone_since) f->alone_since = now;
+    double alone = now - f->alone_since;
+    int todo = 0;
+    /* twice at most per step, a second apart: every answer carries every message of the
+     * step the mate holds, which with AdamW is a dense gradient each */
+    if (f->gather_step != step) f->gather_step = step, f->gather_n = 0;
+    if (alone > timeout_s && f->gather_n < FOLLOW_GATHER_MAX &&
+        (!timeout_running(&f->gather) || timeout_fired(&f->gather, now))) {
+        timeout_start(&f->gather, now);
+        f->gather_n++;
+        todo |= FOLLOW_GATHER;
+    }
+    if (alone > 2 * timeout_s && (top > step || first)) {
+        f->alone_since = 0;
+        todo |= top > step ? FOLLOW_RESYNC : FOLLOW_TAKE_OVER;
+    }
+    return todo;
+}
+
+int follow_behind(follow_t *f, int contributor, int64_t step, int64_t ahead, int keep,
+                  double now)
+{
+    if (step != f->at_step) {
+        f->at_step = step;
+        f->at_since = now;
+    }
+    double still = now - f->at_since;
+    if (contributor) return ahead >= 2 && still > FOLLOW_STALL_S;
+    if (ahead <= keep - 2 && still <= FOLLOW_STALL_S) return 0;
+    if (ahead <= 1) {
+        f->at_since = now;
+        return 0;
+    }
+    return 1;
+}

@@ -1,0 +1,88 @@
+/* follow.h — the following part of a pool member: a newcomer (or mover, or a member that
+ * re-synced) first follows its pool, applying the pool's updates from the kept exchange
+ * messages without counting microbatches, times the pool's pace, and names the step it
+ * contributes from some steps ahead, so that gossip tells every mate in time (the join
+ * margin). It also keeps the pace a contributor sees (its own steps), and decides when a
+ * member is too far behind to catch up (download the state again) and what followers do
+ * when no contributor is left (gather every message of the step, then the one at the
+ * highest step with the lowest id takes over; one behind a mate downloads).
+ *
+ * Pure rules on its own state (no peer, no network, no clock); its timer, follow.gather,
+ * is a named field. Lifetime: follow_init per process; follow_begin each time serving
+ * begins (the state in place); the pace outlives a move (a mover's pace is its new
+ * pool's).
+ *
+ * Not for: applying updates or the exchange (step.c), the download (state.c). */
+#ifndef SWARMTRAIN_FOLLOW_H
+#define SWARMTRAIN_FOLLOW_H
+
+#include "common/timeout.h"
+
+#include <stdint.h>
+
+#define FOLLOW_PACE_KEEP  8    /* a follower's timed steps at the pool's head kept */
+#define FOLLOW_GOSSIP_S   1.0  /* a named first step is gossiped at least this long first */
+#define FOLLOW_STALL_S    10.0 /* no update this long while the pool is ahead: re-sync */
+#define FOLLOW_GATHER_MAX 2    /* asks for every message of a step, a second apart */
+
+typedef struct {
+    double pace;         /* the pool's seconds per step as seen here: a contributor's EMA of
+                          * its own steps, a follower's median of pace_s; 0: unknown */
+    double pace_s[FOLLOW_PACE_KEEP]; /* a follower's last timed steps at the pool's head */
+    int pace_n;
+    double move_pace;    /* a mover: its old pool's pace, which the new pool shares */
+    int pace_known;      /* this follower started with a mover's pace */
+    int followed;        /* steps followed since serving began */
+    int64_t margin;      /* the join margin its first contributing step was named with */
+    double named_at;     /* when its first contributing step was last named */
+    int named_logged, contrib_logged; /* said once per serving period */
+    int64_t at_step;     /* its step ... */
+    double at_since;     /* ... unchanged since */
+    double alone_since;  /* a follower with no contributor to follow, since (0: has one) */
+    timeout_t gather;    /* follow.gather: the next ask for every message of the step */
+    int64_t gather_step; /* the step of those asks, and how many were made */
+    int gather_n;
+} follow_t;
+
+void follow_init(follow_t *f);
+/* Serving begins at now (the state in place): a mover's pace counts as one sample. */
+void follow_begin(follow_t *f, double now);
+/* The member leaves its stage; contributed: it was contributing (its pace is the pool's). */
+void follow_moving(follow_t *f, int contributed);
+/* The state was downloaded: the pace known is a mover's, else none. */
+void follow_downloaded(follow_t *f);
+
+/* A step applied that took step_s (< 0: unknown); follower: it does not contribute yet;
+ * at_head: the pool is at most a step ahead (a replayed step is no pace). */
+void follow_pace(follow_t *f, double step_s, int follower, int at_head);
+/* Steps a newcomer follows before it contributes: 3 s of pool steps, 2 to 1000. */
+int64_t follow_join_margin(const follow_t *f);
+/* After a step applied (step is the new one): the first step it contributes from, given
+ * its current one (serving_from) and the pool's head. A follower that has followed enough
+ * steps (3 with a mover's pace, else 4) with 3 paces timed names head + margin (when
+ * earlier than its current one; *named: 1); one about to contribute whose naming is newer
+ * than FOLLOW_GOSSIP_S names again further on (the pool ran faster than its pace). */
+int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
+                    int *named);
+
+enum {
+    FOLLOW_GATHER = 1,    /* ask every mate for every message of the step */
+    FOLLOW_TAKE_OVER = 2, /* contribute from the step it is at */
+    FOLLOW_RESYNC = 4,    /* download the state again: a mate is ahead */
+};
+
+/* A follower with `others` contributors to follow (not itself): with none for more than
+ * timeout_s it gathers (at most FOLLOW_GATHER_MAX times per step, follow.gather apart);
+ * after 2 x timeout_s one behind a mate (top > step) re-syncs, and the first (lowest id at
+ * the highest step: `first`) takes over. Returns the FOLLOW_* to do, in that order (0:
+ * nothing). */
+int follow_alone(follow_t *f, int others, int64_t step, int64_t top, int first,
+                 double timeout_s, double now);
+/* Whether a member `ahead` steps behind its pool's head must download the state again:
+ * a contributor two or more behind with no step for FOLLOW_STALL_S; a follower further
+ * behind than the kept messages reach (keep - 2), or 2+ behind with no step for
+ * FOLLOW_STALL_S. Returns 1 to re-sync. */
+int follow_behind(follow_t *f, int contributor, int64_t step, int64_t ahead, int keep,
+                  double now);
+
+#endif

@@ -15,10 +15,10 @@
 
 mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb, int hop)
 {
-    for (int i = 0; i < p->nmbs; i++)
-        if (p->mbs[i].used && p->mbs[i].mb.step == mb->step && p->mbs[i].mb.index == mb->index &&
-            p->mbs[i].mb.kind == mb->kind && p->mbs[i].hop == hop)
-            return &p->mbs[i];
+    for (int i = 0; i < p->cust.nmbs; i++)
+        if (p->cust.mbs[i].used && p->cust.mbs[i].mb.step == mb->step && p->cust.mbs[i].mb.index == mb->index &&
+            p->cust.mbs[i].mb.kind == mb->kind && p->cust.mbs[i].hop == hop)
+            return &p->cust.mbs[i];
     return NULL;
 }
 
@@ -31,7 +31,7 @@ int custody_free_slot(const peer_t *p)
 {
     for (int s = 0; s < p->nslots; s++) {
         int taken = 0;
-        for (int i = 0; i < p->nmbs && !taken; i++) taken = p->mbs[i].used && p->mbs[i].slot == s;
+        for (int i = 0; i < p->cust.nmbs && !taken; i++) taken = p->cust.mbs[i].used && p->cust.mbs[i].slot == s;
         if (!taken) return s;
     }
     return -1;
@@ -39,12 +39,12 @@ int custody_free_slot(const peer_t *p)
 
 mbrec_t *custody_new(peer_t *p)
 {
-    for (int i = 0; i < p->nmbs; i++)
-        if (!p->mbs[i].used) {
-            memset(&p->mbs[i], 0, sizeof p->mbs[i]);
-            p->mbs[i].used = 1;
-            p->mbs[i].slot = -1;
-            return &p->mbs[i];
+    for (int i = 0; i < p->cust.nmbs; i++)
+        if (!p->cust.mbs[i].used) {
+            memset(&p->cust.mbs[i], 0, sizeof p->cust.mbs[i]);
+            p->cust.mbs[i].used = 1;
+            p->cust.mbs[i].slot = -1;
+            return &p->cust.mbs[i];
         }
     return NULL;
 }
@@ -61,8 +61,8 @@ void custody_drop(mbrec_t *r)
 int custody_in_flight(const peer_t *p, int kind)
 {
     int n = 0; /* microbatches: a revisit is the same one again */
-    for (int i = 0; i < p->nmbs; i++)
-        n += p->mbs[i].used && p->mbs[i].mb.kind == kind && p->mbs[i].hop == p->mbs[i].first;
+    for (int i = 0; i < p->cust.nmbs; i++)
+        n += p->cust.mbs[i].used && p->cust.mbs[i].mb.kind == kind && p->cust.mbs[i].hop == p->cust.mbs[i].first;
     return n;
 }
 
@@ -176,8 +176,8 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
 
 void custody_on_view(peer_t *p)
 {
-    for (int i = 0; p->st && i < p->nmbs; i++) {
-        mbrec_t *r = &p->mbs[i];
+    for (int i = 0; p->st && i < p->cust.nmbs; i++) {
+        mbrec_t *r = &p->cust.mbs[i];
         if (!r->used || !r->sent) continue;
         const msg_member_t *nx = view_find(&p->view, r->next);
         int back = -1, to = next_stage(p, r, &back);
@@ -225,8 +225,8 @@ double custody_time(const peer_t *p, const mbrec_t *r)
      * compute and queues), as TCP's retransmission timeout: srtt + 4 rttvar. The fixed
      * time is the floor, never undercut; and at most CUSTODY_RTO_CAP times it, so that one
      * very late gradient does not stall re-routing for long. */
-    if (p->fb_rtt.n > 0) {
-        double rto = rtt_rto(&p->fb_rtt);
+    if (p->cust.fb_rtt.n > 0) {
+        double rto = rtt_rto(&p->cust.fb_rtt);
         if (rto > CUSTODY_RTO_CAP * base) rto = CUSTODY_RTO_CAP * base;
         if (rto > base) base = rto;
     }
@@ -239,13 +239,13 @@ void custody_on_gradient(peer_t *p, const msg_t *m)
     mbrec_t *r = custody_find(p, &m->mb, m->nroute - 2); /* the sender's route, itself in */
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN) || m->mb.attempt != r->out_attempt)
         return;
-    rtt_note(&p->fb_rtt, p->now - r->sent_at);
+    rtt_note(&p->cust.fb_rtt, p->now - r->sent_at);
 }
 
 void custody_tick(peer_t *p)
 {
-    for (int i = 0; i < p->nmbs; i++) {
-        mbrec_t *r = &p->mbs[i];
+    for (int i = 0; i < p->cust.nmbs; i++) {
+        mbrec_t *r = &p->cust.mbs[i];
         if (!r->used || !r->act) continue;
         if (!r->sent)
             custody_forward(p, r, NULL);

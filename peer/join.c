@@ -73,8 +73,8 @@ int join_setup_stage(peer_t *p)
     /* records: one per slot, one more per slot for a revisit in it (CheckFree+ swaps: a
      * revisit must always find one, or stage 0 or S-1 waits on itself), and slotless
      * ones (validation at the source) */
-    p->nmbs = 2 * p->nslots + 2 * po->in_flight + 8;
-    p->mbs = calloc((size_t)p->nmbs, sizeof *p->mbs);
+    p->cust.nmbs = 2 * p->nslots + 2 * po->in_flight + 8;
+    p->cust.mbs = calloc((size_t)p->cust.nmbs, sizeof *p->cust.mbs);
     p->ubuf = calloc(nb, 1);
     p->redo_for = calloc(nb, 1);
     p->sent_bits = calloc(nb, 1);
@@ -82,7 +82,7 @@ int join_setup_stage(peer_t *p)
     if (p->pool) pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
+    if (!p->cust.mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
         !p->wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;

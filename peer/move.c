@@ -20,10 +20,10 @@
 void peer_drop_stage(peer_t *p)
 {
     guard_forget_norms(&p->guard); /* another stage's updates have another scale */
-    for (int i = 0; i < p->nmbs; i++) custody_drop(&p->mbs[i]);
-    free(p->mbs);
-    p->mbs = NULL;
-    p->nmbs = 0;
+    for (int i = 0; i < p->cust.nmbs; i++) custody_drop(&p->cust.mbs[i]);
+    free(p->cust.mbs);
+    p->cust.mbs = NULL;
+    p->cust.nmbs = 0;
     while (p->npending) serve_dequeue(p, p->npending - 1);
     /* its exchange messages stay answerable: a mate that missed one (a connection reset)
      * asks the member that moved, which no longer holds the stage */

@@ -15,12 +15,14 @@
 #include "common/rtt.h"
 #include "common/status.h"
 #include "peer/data.h"
+#include "peer/custody.h"
 #include "peer/demo_opt.h"
 #include "peer/follow.h"
 #include "peer/guard.h"
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/rebal.h"
+#include "peer/resume.h"
 #include "peer/val.h"
 #include "peer/stage.h"
 #include "swarm/path.h"
@@ -32,36 +34,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* A microbatch this peer holds: its activations in a stage slot, and (when it sent the
- * microbatch on) custody of what it sent. */
-typedef struct {
-    int used;
-    msg_mb_t mb;          /* step, index, kind */
-    uint8_t flags;        /* MSG_FLAG_REDO */
-    uint64_t skip;        /* the stages its path leaves out (swarm/path.h) */
-    int swap;             /* its CheckFree+ swap (PATH_SWAP_*), from the run's schedule */
-    int hop;              /* which hop of its path this record serves (= the FWD's nroute) */
-    int first;            /* the first hop of the path on this stage: < hop for a revisit,
-                           * which runs in the first visit's slot (stage.h) */
-    int part;             /* STAGE_PART_* of this stage that hop runs */
-    float *gdelta;        /* a first visit's: the parameter gradient its revisit's backward
-                           * left (host floats over the revisit part's parameters), added
-                           * when this visit counts the microbatch */
-    size_t gdelta_off, gdelta_n; /* where in the stage's buffers, how many */
-    uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
-    uint16_t out_attempt; /* our attempt number for what we sent downstream */
-    int slot;
-    uint8_t prev[MSG_ID_LEN]; /* upstream peer; the source itself on stage 0 */
-    int nroute;
-    uint8_t route[MSG_ROUTE_MAX][MSG_ID_LEN];
-    int sent; /* custody: forwarded downstream, waiting for the gradient */
-    uint8_t next[MSG_ID_LEN];
-    double sent_at;
-    double fwd_s; /* compute seconds of its forward pass here (the throughput estimate) */
-    uint8_t *act; /* encoded activation as sent, kept for a re-send */
-    size_t act_len;
-    int32_t *targets;
-} mbrec_t;
 
 /* A data message waiting for compute (payloads copied out of the transport's buffers). */
 typedef struct {
@@ -71,14 +43,6 @@ typedef struct {
 } inmsg_t;
 
 
-/* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
-#define FWD_SEEN   256
-#define FWD_SEEN_S 5.0
-typedef struct {
-    uint8_t sender[MSG_ID_LEN];
-    uint64_t seq;
-    double at;
-} fwd_seen_t;
 
 enum {
     PHASE_HELLO,    /* asked a bootstrap peer for the swarm; waiting for WELCOME */
@@ -113,9 +77,7 @@ struct peer {
     int nslots;
     int wire_codec;
     view_t view;
-    /* work */
-    mbrec_t *mbs;
-    int nmbs;
+    custody_t cust; /* the microbatch records it holds, custody of what it sent (custody.h) */
     inmsg_t *pending;
     int npending, pending_cap;
     /* the pool's step */
@@ -153,8 +115,6 @@ struct peer {
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
     uint64_t stale; /* backward passes of a step the pool had already applied */
     uint64_t revisits; /* second visits of a swapped microbatch served here (CheckFree+) */
-    /* round trips of its forwards (FWD sent to its gradient back), TCP-style (custody.c) */
-    rtt_t fb_rtt;
     double last_self_push;
     double t_train0, t_train1; /* first microbatch; last step */
     double t_half;             /* the step half-way through the run (tokens/s of the last half) */
@@ -163,8 +123,6 @@ struct peer {
     int finished;
     int go; /* stage 0: the first step may start */
     double go_at;
-    fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
-    unsigned fwd_seen_next;
     double gone_req_at; /* its last ask for the messages of mates gone mid-step */
     int gone_asked;     /* how many such mates it knew of then */
     float last_loss;
@@ -194,11 +152,7 @@ struct peer {
     int64_t rec_ck_step;
     uint8_t **rec_all; /* [S]: the states of the stages that are neither this nor a neighbour */
     char rec_how[384];
-    double resume_t0; /* resume.c: when this peer began to wait for the agreement */
-    int64_t resume_agreed; /* resume.c: the step it agreed on (0: none), once po.resume
-                            * is cleared; the simulator checks it (simrun.c) */
-    uint64_t resume_table;    /* resume.c: the table it would decide on (a hash) ... */
-    double resume_changed_at; /* ... and when that last changed */
+    resume_state_t resume; /* resume.h: the agreement on the step to resume from */
     double end_since; /* past the last step with no stage-0 member in view, since */
     uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */
@@ -246,7 +200,7 @@ void recover_on_refusal(peer_t *p, const uint8_t *from);
 int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -1 */
 int resume_tick(peer_t *p);  /* 1 restored, 2 start afresh, 0 wait; <0 error */
 /* A resuming peer that downloaded its stage's state from a mate has resumed at that step
- * (po.resume cleared, resume_agreed set). */
+ * (po.resume cleared, resume.agreed set). */
 void resume_downloaded(peer_t *p);
 /* Whether training has begun as this peer knows it (a newcomer then follows first;
  * STATE_REP flag 1). In a swarm resumed at step s nothing of s is done until this peer

@@ -83,8 +83,8 @@ static uint64_t table_hash(const peer_t *p)
 
 int resume_tick(peer_t *p)
 {
-    if (!p->resume_t0) {
-        p->resume_t0 = p->now;
+    if (!p->resume.t0) {
+        p->resume.t0 = p->now;
         int n = peer_store_ckpt_steps(p->ps, p->stage, p->self.ckpt, MSG_CKPT_MAX);
         fprintf(p->log, "resume: stage %d, %d checkpoint(s) in %s", p->stage, n, p->po.db);
         for (int i = 0; i < n; i++) fprintf(p->log, "%s%" PRId64, i ? ", " : " at step ", p->self.ckpt[i]);
@@ -95,19 +95,19 @@ int resume_tick(peer_t *p)
     int present = 0;
     for (int i = 0; i < p->view.n; i++) present += p->view.m[i].state != MEMBER_DEAD;
     uint64_t table = table_hash(p);
-    if (table != p->resume_table || !p->resume_changed_at) {
-        p->resume_table = table;
-        p->resume_changed_at = p->now;
+    if (table != p->resume.table || !p->resume.changed_at) {
+        p->resume.table = table;
+        p->resume.changed_at = p->now;
     }
-    double waited = p->now - p->resume_t0;
+    double waited = p->now - p->resume.t0;
     if (waited < RESUME_WAIT_S &&
-        (p->now - p->resume_changed_at < RESUME_SETTLE_S || present < p->wait_peers))
+        (p->now - p->resume.changed_at < RESUME_SETTLE_S || present < p->wait_peers))
         return 0;
     int64_t s = agreed_step(p);
     /* decided: from here on as any joiner. Its entry keeps the checkpoint steps, so that
      * a peer deciding a moment later sees the same table. */
     p->po.resume = 0;
-    p->resume_agreed = s;
+    p->resume.agreed = s;
     if (s <= 0) {
         fprintf(p->log, "resume: no step every stage has a checkpoint of (%d peers seen): "
                 "starting from the initial parameters\n", present);
@@ -145,11 +145,11 @@ void resume_downloaded(peer_t *p)
     /* it took its state from a mate instead of deciding: it resumed at that step; its
      * store's stage no longer decides anything (a later move goes where it is sent) */
     p->po.resume = 0;
-    p->resume_agreed = p->step;
+    p->resume.agreed = p->step;
 }
 
 int resume_begun(const peer_t *p)
 {
-    if (p->resume_agreed <= 0) return peer_swarm_started(p);
-    return p->go || p->served > 0 || p->step > p->resume_agreed;
+    if (p->resume.agreed <= 0) return peer_swarm_started(p);
+    return p->go || p->served > 0 || p->step > p->resume.agreed;
 }

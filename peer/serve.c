@@ -152,9 +152,9 @@ static void val_round_drop(peer_t *p, const char *why)
     if (!val_round_running(r)) return;
     fprintf(p->log, "val: step %" PRId64 ": round given up, %d of %d losses back (%s)\n",
             r->step, r->done, r->total, why);
-    for (int i = 0; i < p->nmbs; i++)
-        if (p->mbs[i].used && p->mbs[i].mb.kind == 1 && p->mbs[i].mb.step == r->step)
-            custody_drop(&p->mbs[i]);
+    for (int i = 0; i < p->cust.nmbs; i++)
+        if (p->cust.mbs[i].used && p->cust.mbs[i].mb.kind == 1 && p->cust.mbs[i].mb.step == r->step)
+            custody_drop(&p->cust.mbs[i]);
     val_round_end(r);
 }
 
@@ -414,12 +414,12 @@ static int on_bwd(peer_t *p, inmsg_t *in)
 static int fwd_seen(peer_t *p, const msg_t *m)
 {
     for (int i = 0; i < FWD_SEEN; i++) {
-        const fwd_seen_t *e = &p->fwd_seen[i];
+        const fwd_seen_t *e = &p->cust.fwd_seen[i];
         if (e->seq == m->seq && p->now - e->at < FWD_SEEN_S &&
             !memcmp(e->sender, m->sender, MSG_ID_LEN))
             return 1;
     }
-    fwd_seen_t *e = &p->fwd_seen[p->fwd_seen_next++ % FWD_SEEN];
+    fwd_seen_t *e = &p->cust.fwd_seen[p->cust.fwd_seen_next++ % FWD_SEEN];
     memcpy(e->sender, m->sender, MSG_ID_LEN);
     e->seq = m->seq;
     e->at = p->now;
@@ -554,7 +554,7 @@ int serve_source(peer_t *p)
         /* a swarm that resumed from its stores (resume.c) starts again at the agreed step:
          * the same wait as a new swarm's, else two stage-0 members that began serving a
          * moment apart each source the whole step before they see each other */
-        int resumed = p->resume_agreed > 0 && p->step == p->resume_agreed;
+        int resumed = p->resume.agreed > 0 && p->step == p->resume.agreed;
         if ((p->step == 0 || resumed) && !p->go) {
             /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
              * founding peer set; every stage-0 peer applies it), unless it has started. */

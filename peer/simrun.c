@@ -530,16 +530,16 @@ static void check_decided(drv_t *d, dnode_t *n)
     int dl = n->p->downloaded;
     d->rs_decided += !dl;
     sim_note(d->sim, "peer  %d %s step %lld (the stores: %lld)", n->index,
-             dl ? "resumed from a mate's state at" : "agreed on", (long long)n->p->resume_agreed,
+             dl ? "resumed from a mate's state at" : "agreed on", (long long)n->p->resume.agreed,
              (long long)d->rs_agreed);
-    if (d->rs >= RS_RESUMING && dl && n->p->resume_agreed < d->rs_agreed)
+    if (d->rs >= RS_RESUMING && dl && n->p->resume.agreed < d->rs_agreed)
         failf(d, "resume: node %d resumed from a mate's state at step %lld, below the "
-                 "agreed step %lld", n->index, (long long)n->p->resume_agreed,
+                 "agreed step %lld", n->index, (long long)n->p->resume.agreed,
               (long long)d->rs_agreed);
-    if (d->rs >= RS_RESUMING && !dl && n->p->resume_agreed != d->rs_agreed)
+    if (d->rs >= RS_RESUMING && !dl && n->p->resume.agreed != d->rs_agreed)
         failf(d, "resume: node %d agreed on step %lld; the newest step every stage has a "
                  "checkpoint of in the restarted stores is %lld",
-              n->index, (long long)n->p->resume_agreed, (long long)d->rs_agreed);
+              n->index, (long long)n->p->resume.agreed, (long long)d->rs_agreed);
 }
 
 /* A fatal status: a failure of the schedule, unless the peer was a joiner whose

@@ -121,8 +121,8 @@ static void begin_serving(peer_t *p)
 int peer_start_download(peer_t *p, const char *why)
 {
     /* what it holds goes back to the senders (they re-route at once) */
-    for (int i = 0; i < p->nmbs; i++) {
-        mbrec_t *r = &p->mbs[i];
+    for (int i = 0; i < p->cust.nmbs; i++) {
+        mbrec_t *r = &p->cust.mbs[i];
         if (!r->used) continue;
         if (!peer_is_self(p, r->prev)) custody_nack_back(p, r, "re-syncing");
         custody_drop(r);

@@ -446,7 +446,7 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
     for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->ubuf, i) ? '1' : '0';
     bits[k] = 0;
     int held = 0;
-    for (int i = 0; i < p->nmbs; i++) held += p->mbs[i].used;
+    for (int i = 0; i < p->cust.nmbs; i++) held += p->cust.mbs[i].used;
     log_warn("peer: stage %d step %" PRId64 " has not moved for %.0f s: counted %s (mine %u), %s, "
              "%d microbatch(es) held, %d queued, stage 0 at %" PRId64,
              p->stage, p->step, p->now - p->step_t0, bits, pool_mine_count(p->pool),

@@ -1,0 +1,67 @@
+/* custody.h — the microbatch records a member holds: the activations of each in a stage
+ * slot and, once it sent the microbatch on, custody of what it sent until the gradient
+ * comes back (a dead or slow next hop costs one hop, never the microbatch: custody.c
+ * re-sends elsewhere); plus the round trips of its forwards (the custody timeout) and
+ * the FWDs delivered lately (a FWD delivered twice is dropped, serve.c).
+ *
+ * Lifetime: the records, the stage held (join.c allocates them with the stage's slots,
+ * move.c frees them); the round trips and the FWDs seen, the process. */
+#ifndef SWARMTRAIN_CUSTODY_H
+#define SWARMTRAIN_CUSTODY_H
+
+#include "common/rtt.h"
+#include "swarm/msg.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A microbatch this peer holds: its activations in a stage slot, and (when it sent the
+ * microbatch on) custody of what it sent. */
+typedef struct {
+    int used;
+    msg_mb_t mb;          /* step, index, kind */
+    uint8_t flags;        /* MSG_FLAG_REDO */
+    uint64_t skip;        /* the stages its path leaves out (swarm/path.h) */
+    int swap;             /* its CheckFree+ swap (PATH_SWAP_*), from the run's schedule */
+    int hop;              /* which hop of its path this record serves (= the FWD's nroute) */
+    int first;            /* the first hop of the path on this stage: < hop for a revisit,
+                           * which runs in the first visit's slot (stage.h) */
+    int part;             /* STAGE_PART_* of this stage that hop runs */
+    float *gdelta;        /* a first visit's: the parameter gradient its revisit's backward
+                           * left (host floats over the revisit part's parameters), added
+                           * when this visit counts the microbatch */
+    size_t gdelta_off, gdelta_n; /* where in the stage's buffers, how many */
+    uint16_t in_attempt;  /* the upstream's attempt number, echoed in our gradient */
+    uint16_t out_attempt; /* our attempt number for what we sent downstream */
+    int slot;
+    uint8_t prev[MSG_ID_LEN]; /* upstream peer; the source itself on stage 0 */
+    int nroute;
+    uint8_t route[MSG_ROUTE_MAX][MSG_ID_LEN];
+    int sent; /* custody: forwarded downstream, waiting for the gradient */
+    uint8_t next[MSG_ID_LEN];
+    double sent_at;
+    double fwd_s; /* compute seconds of its forward pass here (the throughput estimate) */
+    uint8_t *act; /* encoded activation as sent, kept for a re-send */
+    size_t act_len;
+    int32_t *targets;
+} mbrec_t;
+
+/* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
+#define FWD_SEEN   256
+#define FWD_SEEN_S 5.0
+typedef struct {
+    uint8_t sender[MSG_ID_LEN];
+    uint64_t seq;
+    double at;
+} fwd_seen_t;
+
+/* The records and what custody keeps besides. */
+typedef struct {
+    mbrec_t *mbs;  /* records, in use or free (used) */
+    int nmbs;
+    rtt_t fb_rtt;  /* round trips of its forwards (FWD sent to its gradient back), TCP-style */
+    fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
+    unsigned fwd_seen_next;
+} custody_t;
+
+#endif

@@ -151,7 +151,7 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     memcpy(r->next, back >= 0 ? r->route[back] : cand[pick].id, MSG_ID_LEN);
     r->sent = 1;
     r->sent_at = p->now;
-    if (r->mb.kind == 0) p->act_bytes += r->act_len;
+    if (r->mb.kind == 0) p->stats.act_bytes += r->act_len;
     return peer_send(p, r->next, &m, 2, pl, len);
 }
 
@@ -162,7 +162,7 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
     memcpy(failed, r->next, MSG_ID_LEN);
     r->out_attempt++;
     if (custody_forward(p, r, failed) == 0) {
-        p->retries++;
+        p->stats.retries++;
         fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; re-sent from %s to %s\n",
                 p->now, r->mb.step, r->mb.index, why, peer_idhex(failed, a), peer_idhex(r->next, b));
         fflush(p->log);

@@ -75,14 +75,14 @@ int join_setup_stage(peer_t *p)
      * ones (validation at the source) */
     p->cust.nmbs = 2 * p->nslots + 2 * po->in_flight + 8;
     p->cust.mbs = calloc((size_t)p->cust.nmbs, sizeof *p->cust.mbs);
-    p->ubuf = calloc(nb, 1);
-    p->redo_for = calloc(nb, 1);
-    p->sent_bits = calloc(nb, 1);
+    p->contrib.ubuf = calloc(nb, 1);
+    p->contrib.redo_for = calloc(nb, 1);
+    p->contrib.sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
     if (p->pool) pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
     p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->cust.mbs || !p->ubuf || !p->redo_for || !p->sent_bits || !p->pool || !p->host_tok ||
+    if (!p->cust.mbs || !p->contrib.ubuf || !p->contrib.redo_for || !p->contrib.sent_bits || !p->pool || !p->host_tok ||
         !p->wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
@@ -101,7 +101,7 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
     memcpy(train_text, p->run_text, sizeof train_text);
     char *sw = strstr(train_text, "swarm.");
     if (sw && (sw == train_text || sw[-1] == '\n')) {
-        if (sscanf(sw, "swarm.wait_peers=%d", &p->wait_peers) != 1 || p->wait_peers < 0)
+        if (sscanf(sw, "swarm.wait_peers=%d", &p->join.wait_peers) != 1 || p->join.wait_peers < 0)
             return status_set(p->err, STATUS_EMALFORMED, "run text: bad swarm settings");
         *sw = 0;
     }
@@ -111,7 +111,7 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
     p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
     p->phase = PHASE_VIEW;
-    p->phase_at = p->now;
+    p->join.phase_at = p->now;
     return 0;
 }
 
@@ -120,8 +120,8 @@ int join_hello_tick(peer_t *p)
     if (p->po.is_new) {
         p->run = p->po.run;
         size_t n = train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
-        p->wait_peers = p->po.wait_peers;
-        snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->wait_peers);
+        p->join.wait_peers = p->po.wait_peers;
+        snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->join.wait_peers);
         uint64_t salt;
         memcpy(&salt, p->id, 8);
         p->swarm = rng_mix(rng_hash_str(p->run_text), salt);
@@ -129,14 +129,14 @@ int join_hello_tick(peer_t *p)
         fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->swarm);
         int rc = join_setup_stage(p);
         if (rc) return rc;
-        p->download_why = NULL;
+        p->trans.download_why = NULL;
         return peer_start_download(p, NULL);
     }
-    if (p->hello_at > 0 && p->now - p->hello_at < 3.0) return 0;
-    if (p->hello_tries == 10)
+    if (p->join.hello_at > 0 && p->now - p->join.hello_at < 3.0) return 0;
+    if (p->join.hello_tries == 10)
         return status_set(p->err, STATUS_ETIMEOUT, "no answer from %s", p->po.join);
-    p->hello_tries++;
-    p->hello_at = p->now;
+    p->join.hello_tries++;
+    p->join.hello_at = p->now;
     if (p->tp.hello(p->tp.ctx, p->po.join, p->po.stage, p->err)) return STATUS_ENET;
     return 0;
 }

@@ -27,35 +27,35 @@ void peer_drop_stage(peer_t *p)
     while (p->npending) serve_dequeue(p, p->npending - 1);
     /* its exchange messages stay answerable: a mate that missed one (a connection reset)
      * asks the member that moved, which no longer holds the stage */
-    pool_destroy(&p->moved_pool);
-    p->moved_pool = p->pool;
-    p->moved_stage = p->stage;
+    pool_destroy(&p->moved.pool);
+    p->moved.pool = p->pool;
+    p->moved.stage = p->stage;
     p->pool = NULL;
-    free(p->ubuf);
-    free(p->redo_for);
-    free(p->sent_bits);
+    free(p->contrib.ubuf);
+    free(p->contrib.redo_for);
+    free(p->contrib.sent_bits);
     val_reset(&p->val);
     free(p->host_tok);
-    free(p->grad_save);
-    p->ubuf = p->redo_for = p->sent_bits = NULL;
+    free(p->contrib.grad_save);
+    p->contrib.ubuf = p->contrib.redo_for = p->contrib.sent_bits = NULL;
     p->host_tok = NULL;
-    p->grad_save = NULL;
-    xfer_destroy(&p->xfer);
+    p->contrib.grad_save = NULL;
+    xfer_destroy(&p->trans.xfer);
     xfer_destroy(&p->aux); /* a fetch for the old stage's neighbourhood */
-    xfer_snap_free(&p->snap);
-    p->snap.step = -1;
+    xfer_snap_free(&p->trans.snap);
+    p->trans.snap.step = -1;
     demo_opt_destroy(&p->dopt);
     stage_destroy(&p->st);
     data_destroy(&p->data);
     wiring_destroy(&p->wiring);
-    p->redo_step = -1;
-    p->go = 0;
-    p->loss_sum = 0;
-    p->loss_n = 0;
+    p->contrib.redo_step = -1;
+    p->join.go = 0;
+    p->contrib.loss_sum = 0;
+    p->contrib.loss_n = 0;
     /* its speed is measured again on the new stage's work (the old stage's may differ a
      * lot: the embedding, the LM head); until then the swarm sees it as unmeasured */
-    p->tp_ema = 0;
-    p->tp_n = 0;
+    p->stats.tp_ema = 0;
+    p->stats.tp_n = 0;
     p->self.throughput = 0;
     p->self.loss = NAN;
     rebal_reset(&p->rebal);
@@ -63,8 +63,8 @@ void peer_drop_stage(peer_t *p)
 
 void move_on_exch_req(peer_t *p, const msg_t *m)
 {
-    if (!p->moved_pool || m->stage != p->moved_stage) return;
-    step_answer_exch_req(p, p->moved_pool, p->moved_stage, m);
+    if (!p->moved.pool || m->stage != p->moved.stage) return;
+    step_answer_exch_req(p, p->moved.pool, p->moved.stage, m);
 }
 
 int peer_move(peer_t *p, int stage, const char *why)
@@ -111,7 +111,7 @@ int move_rebal_tick(peer_t *p)
      * a message that would never come). A change of placement meanwhile calls it off. */
     if (r->to >= 0) {
         if (!rebal_stands(r, p->view.m, p->view.n)) return 0;
-        if (!p->exch_sent) return 0; /* (a follower asked to move waits until it contributes) */
+        if (!p->contrib.exch_sent) return 0; /* (a follower asked to move waits until it contributes) */
         char why[sizeof r->why];
         snprintf(why, sizeof why, "%s", r->why);
         return peer_move(p, rebal_take(r), why);

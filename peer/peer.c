@@ -42,7 +42,7 @@ int peer_swarm_started(const peer_t *p)
     for (int i = 0; i < p->view.n; i++)
         if (!peer_is_self(p, p->view.m[i].id) && (p->view.m[i].step > 0 || p->view.m[i].served > 0))
             return 1;
-    return p->step > 0 || p->served > 0;
+    return p->step > 0 || p->stats.served > 0;
 }
 
 int peer_is_self(const peer_t *p, const uint8_t *id)
@@ -82,9 +82,9 @@ void peer_send_nack(peer_t *p, const uint8_t *to, const msg_t *fwd, const char *
 void peer_push_self(peer_t *p)
 {
     p->self.step = p->step;
-    p->self.served = p->served;
-    p->self.retries = p->retries;
-    p->self.rejected = p->rejected; /* the transport adds its own */
+    p->self.served = p->stats.served;
+    p->self.retries = p->stats.retries;
+    p->self.rejected = p->stats.rejected; /* the transport adds its own */
     p->self.stage = (int16_t)p->stage;
     p->tp.set_self(p->tp.ctx, &p->self);
     p->last_self_push = p->now;
@@ -121,10 +121,10 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->stage = -1;
     p->self.loss = NAN;
     val_init(&p->val);
-    p->redo_step = -1;
+    p->contrib.redo_step = -1;
     rebal_init(&p->rebal);
     follow_init(&p->follow);
-    p->snap.step = -1;
+    p->trans.snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
     p->self.state = MEMBER_JOINING;
@@ -166,7 +166,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
     } else if (view_set(&p->view, ev->members, ev->nmembers)) {
         return STATUS_ENOMEM;
     }
-    p->net_rejected = ev->rejected;
+    p->stats.net_rejected = ev->rejected;
     if (p->st) custody_on_view(p);
     return 0;
 }
@@ -217,7 +217,7 @@ static int on_exch(peer_t *p, const net_ev_t *ev)
 
 static int on_exch_req(peer_t *p, const net_ev_t *ev)
 {
-    if (p->moved_pool && ev->msg.stage != p->stage) move_on_exch_req(p, &ev->msg); /* moved */
+    if (p->moved.pool && ev->msg.stage != p->stage) move_on_exch_req(p, &ev->msg); /* moved */
     if (p->st) step_on_exch_req(p, &ev->msg);
     return 0;
 }
@@ -236,9 +236,9 @@ static int on_state_req_ev(peer_t *p, const net_ev_t *ev)
 
 static int on_state_rep(peer_t *p, const net_ev_t *ev)
 {
-    if (p->xfer && ev->nframes == 1 && ev->msg.stage == p->stage) {
-        xfer_on_reply(p->xfer, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
-        p->donor_started |= ev->msg.flags & 1;
+    if (p->trans.xfer && ev->nframes == 1 && ev->msg.stage == p->stage) {
+        xfer_on_reply(p->trans.xfer, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
+        p->trans.donor_started |= ev->msg.flags & 1;
     }
     recover_on_state_rep(p, ev);
     return 0;
@@ -247,7 +247,7 @@ static int on_state_rep(peer_t *p, const net_ev_t *ev)
 static int on_error(peer_t *p, const net_ev_t *ev)
 {
     char h[9];
-    if (p->xfer) xfer_on_refusal(p->xfer, ev->msg.sender);
+    if (p->trans.xfer) xfer_on_refusal(p->trans.xfer, ev->msg.sender);
     recover_on_refusal(p, ev->msg.sender);
     log_debug("peer: error from %s: %s", peer_idhex(ev->msg.sender, h), ev->msg.text);
     return 0;
@@ -358,12 +358,12 @@ static void end_tick(peer_t *p)
 {
     for (int i = 0; i < p->view.n; i++)
         if (p->view.m[i].step >= p->run.steps && p->view.m[i].stage < 64)
-            p->seen_end |= 1ull << p->view.m[i].stage;
+            p->ending.seen |= 1ull << p->view.m[i].stage;
     if (p->finished) return;
     int alone = 1; /* no other member at all: nothing left to follow or download from */
     for (int i = 0; i < p->view.n && alone; i++) alone = peer_is_self(p, p->view.m[i].id);
-    if (p->step < p->run.steps && !(p->seen_end && alone)) {
-        p->end_since = 0;
+    if (p->step < p->run.steps && !(p->ending.seen && alone)) {
+        p->ending.since = 0;
         return;
     }
     int gone = -1, others = 0;
@@ -372,18 +372,18 @@ static void end_tick(peer_t *p)
         if (s == p->stage) continue;
         int here = view_stage(&p->view, s, 0, &m) > 0;
         others += here;
-        if (gone < 0 && (p->seen_end >> s & 1) && !here) gone = s;
+        if (gone < 0 && (p->ending.seen >> s & 1) && !here) gone = s;
     }
     /* every other stage gone: they finished before this peer saw their last step, or
      * left for good; either way nobody is left to train or validate with */
     if (gone < 0 && !others && p->S > 1) gone = p->stage == 0 ? 1 : 0;
-    if (gone < 0 && p->seen_end && alone) gone = p->stage == 0 ? 1 : 0;
+    if (gone < 0 && p->ending.seen && alone) gone = p->stage == 0 ? 1 : 0;
     if (gone < 0) {
-        p->end_since = 0;
+        p->ending.since = 0;
         return;
     }
-    if (!p->end_since) p->end_since = p->now;
-    if (p->now - p->end_since < 2 * p->po.peer_timeout_s) return;
+    if (!p->ending.since) p->ending.since = p->now;
+    if (p->now - p->ending.since < 2 * p->po.peer_timeout_s) return;
     fprintf(p->log, "peer: at the last step, and stage %d has left after it: the run is over\n",
             gone);
     p->finished = 1;
@@ -399,7 +399,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         rc = join_hello_tick(p);
         break;
     case PHASE_VIEW:
-        if (now - p->phase_at < 0.6) break; /* the member table comes with the next view */
+        if (now - p->join.phase_at < 0.6) break; /* the member table comes with the next view */
         if ((rc = join_setup_stage(p))) break;
         rc = peer_start_download(p, NULL);
         break;
@@ -446,9 +446,9 @@ void peer_info(const peer_t *p, peer_info_t *out)
     out->state = p->stage < 0 ? -1 : p->self.state;
     out->step = p->step;
     out->hash = p->st ? peer_param_hash((peer_t *)p) : 0;
-    out->served = p->served;
-    out->retries = p->retries;
-    out->lost = p->lost;
+    out->served = p->stats.served;
+    out->retries = p->stats.retries;
+    out->lost = p->stats.lost;
     out->val_loss = p->val.loss;
 }
 
@@ -464,9 +464,9 @@ void peer_finish(peer_t *p, const char *why)
             "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
             " stale %" PRIu64 " throughput %.1f revisits %" PRIu64 " moves %d\n",
-            p->stage, p->step, peer_param_hash(p), p->served, p->retries, p->lost,
-            p->net_rejected + p->rejected, p->act_bytes, p->stale, (double)p->self.throughput,
-            p->revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
+            p->stage, p->step, peer_param_hash(p), p->stats.served, p->stats.retries, p->stats.lost,
+            p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale, (double)p->self.throughput,
+            p->stats.revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
     peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);
@@ -479,7 +479,7 @@ void peer_destroy(peer_t **pp)
     peer_store_close(&p->ps); /* waits for the checkpoint being written */
     recover_abort(p);
     peer_drop_stage(p);
-    pool_destroy(&p->moved_pool); /* the stage's own pool, moved there by the drop */
+    pool_destroy(&p->moved.pool); /* the stage's own pool, moved there by the drop */
     free(p->pending);
     view_free(&p->view);
     free(p->copy[0]);

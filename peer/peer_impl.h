@@ -15,13 +15,18 @@
 #include "common/rtt.h"
 #include "common/status.h"
 #include "peer/data.h"
+#include "peer/contrib.h"
 #include "peer/custody.h"
 #include "peer/demo_opt.h"
 #include "peer/follow.h"
 #include "peer/guard.h"
+#include "peer/join.h"
+#include "peer/move.h"
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/rebal.h"
+#include "peer/stats.h"
+#include "peer/transfer.h"
 #include "peer/resume.h"
 #include "peer/val.h"
 #include "peer/stage.h"
@@ -61,11 +66,8 @@ struct peer {
     uint8_t id[MSG_ID_LEN];
     uint64_t swarm;
     char run_text[4096];
-    int wait_peers; /* the run's swarm.wait_peers: stage 0 starts once this many serve */
     int phase;
-    double phase_at;  /* when the phase began */
-    double hello_at;  /* last HELLO */
-    int hello_tries;
+    join_state_t join; /* HELLO retries, the phase's start, stage 0's start (join.h) */
     double now;       /* the time of the event or step being handled */
     kern_t *k;
     stage_t *st;
@@ -81,50 +83,16 @@ struct peer {
     inmsg_t *pending;
     int npending, pending_cap;
     /* the pool's step */
+    contrib_t contrib; /* this member's side of it (contrib.h) */
     pool_t *pool;
     int64_t step;      /* this pool's step: microbatches of this step are counted */
-    uint8_t *ubuf;     /* scratch: the pool's union */
-    uint8_t *redo_for; /* stage 0: indices of `redo_step` re-run on request */
-    int64_t redo_step;
-    double loss_sum; /* stage 0: losses of the microbatches it sourced this step */
-    int loss_n;
-    int exch_sent;     /* parts of this member's message sent this step (once complete) */
-    int exch_early;    /* stage 0: its part 0 went out before the step was complete (step.c) */
-    int nearly_to;     /* ... to these mates (-1: more than fit) */
-    uint8_t early_to[64][MSG_ID_LEN];
-    uint8_t *sent_bits; /* microbatches those parts counted */
-    double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
-    int64_t exch_req_step; /* the step of the last EXCH_REQ round (a follower catching up) */
-    uint64_t my_hash; /* parameter hash at the start of this step */
-    double step_t0;
-    double stall_logged_at;
-    float *grad_save; /* a redo's backward leaves the counted gradient as it was */
-    /* state transfer */
-    xfer_t *xfer;
-    xfer_snap_t snap;
-    double snap_at;
-    int downloaded;     /* the state came from the pool */
-    int donor_started;  /* a donor said training had begun (STATE_REP flag 1) */
-    const char *download_why;
-    double xfer_t0;
+    transfer_t trans; /* the snapshot served, the download (transfer.h) */
     val_t val; /* validation rounds (val.h): the leader of stage 0 */
-    /* stats */
+    peer_stats_t stats; /* its counts and times (stats.h) */
     msg_member_t self;
-    double tp_ema;
-    int tp_n;
-    uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
-    uint64_t stale; /* backward passes of a step the pool had already applied */
-    uint64_t revisits; /* second visits of a swapped microbatch served here (CheckFree+) */
     double last_self_push;
-    double t_train0, t_train1; /* first microbatch; last step */
-    double t_half;             /* the step half-way through the run (tokens/s of the last half) */
-    double serve_t0;           /* serving began (state in place): a follower's time to contribute */
     follow_t follow; /* following the pool, its pace, the join margin (follow.h) */
     int finished;
-    int go; /* stage 0: the first step may start */
-    double go_at;
-    double gone_req_at; /* its last ask for the messages of mates gone mid-step */
-    int gone_asked;     /* how many such mates it knew of then */
     float last_loss;
     int32_t *host_tok;
     /* a lost stage (recover.c) */
@@ -153,12 +121,10 @@ struct peer {
     uint8_t **rec_all; /* [S]: the states of the stages that are neither this nor a neighbour */
     char rec_how[384];
     resume_state_t resume; /* resume.h: the agreement on the step to resume from */
-    double end_since; /* past the last step with no stage-0 member in view, since */
-    uint64_t seen_end; /* bit s: a member of stage s was seen at the run's last step */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */
     rebal_t rebal;             /* rebalancing (rebal.h): when this peer moves */
-    pool_t *moved_pool;        /* the pool it left last (move.c answers for its messages) */
-    int moved_stage;
+    move_state_t moved;        /* the pool it left (move.h) */
+    end_state_t ending;        /* the run's end as seen here (move.h) */
 };
 
 /* peer.c */

@@ -101,7 +101,7 @@ int resume_tick(peer_t *p)
     }
     double waited = p->now - p->resume.t0;
     if (waited < RESUME_WAIT_S &&
-        (p->now - p->resume.changed_at < RESUME_SETTLE_S || present < p->wait_peers))
+        (p->now - p->resume.changed_at < RESUME_SETTLE_S || present < p->join.wait_peers))
         return 0;
     int64_t s = agreed_step(p);
     /* decided: from here on as any joiner. Its entry keeps the checkpoint steps, so that
@@ -118,7 +118,7 @@ int resume_tick(peer_t *p)
     int rc = peer_store_restore_step(p->ps, p->st, p->dopt, s, &got, err);
     if (rc == 0) {
         p->step = got;
-        p->downloaded = 0;
+        p->trans.downloaded = 0;
         fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
                 " (the newest step every stage has a checkpoint of; %d peers seen)\n",
                 p->stage, got, present);
@@ -134,7 +134,7 @@ int resume_tick(peer_t *p)
      * checkpoint, else CheckFree). Not the initial parameters at step 0, which is what a
      * swarm that has not started would take: its mates would download that. */
     p->step = s;
-    p->xfer_t0 = p->now;
+    p->trans.xfer_t0 = p->now;
     peer_push_self(p);
     return 0;
 }
@@ -151,5 +151,5 @@ void resume_downloaded(peer_t *p)
 int resume_begun(const peer_t *p)
 {
     if (p->resume.agreed <= 0) return peer_swarm_started(p);
-    return p->go || p->served > 0 || p->step > p->resume.agreed;
+    return p->join.go || p->stats.served > 0 || p->step > p->resume.agreed;
 }

@@ -21,12 +21,12 @@
  * such outlier would weigh on the estimate for dozens of microbatches. */
 void serve_note_throughput(peer_t *p, double seconds)
 {
-    if (p->tp_n++ == 0) return;
+    if (p->stats.tp_n++ == 0) return;
     double tp = p->run.cfg.batch / (seconds > 1e-6 ? seconds : 1e-6);
     double a = 0.1;
-    p->tp_ema = a * tp + (1 - a) * p->tp_ema;
+    p->stats.tp_ema = a * tp + (1 - a) * p->stats.tp_ema;
     /* bias-corrected EMA (SWARM): divide by 1 - (1-a)^n */
-    p->self.throughput = (float)(p->tp_ema / (1 - pow(1 - a, p->tp_n - 1)));
+    p->self.throughput = (float)(p->stats.tp_ema / (1 - pow(1 - a, p->stats.tp_n - 1)));
 }
 
 /* Compute time for the throughput estimate, on the driver's compute clock (po.clock);
@@ -77,29 +77,29 @@ static int backward(peer_t *p, mbrec_t *r)
     float *g = stage_grads(p->st) + off;
     /* host scratch: the gradient kept while a pass that does not count runs, or the one a
      * revisit's gradient is added to */
-    if (!p->grad_save && !(p->grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
+    if (!p->contrib.grad_save && !(p->contrib.grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
         return STATUS_ENOMEM;
-    if (!count) p->k->download(p->k, p->grad_save, g, n * sizeof(float));
+    if (!count) p->k->download(p->k, p->contrib.grad_save, g, n * sizeof(float));
     int rc = stage_backward_part(p->st, r->slot, r->part, NULL, NULL, p->err);
     mbrec_t *f = revisit ? custody_find(p, &r->mb, r->first) : NULL;
     if (!rc && f) { /* the revisit's own gradient: after - before */
         free(f->gdelta);
         if (!(f->gdelta = malloc(n * sizeof(float) + 1))) return STATUS_ENOMEM;
         p->k->download(p->k, f->gdelta, g, n * sizeof(float));
-        for (size_t i = 0; i < n; i++) f->gdelta[i] -= p->grad_save[i];
+        for (size_t i = 0; i < n; i++) f->gdelta[i] -= p->contrib.grad_save[i];
         f->gdelta_off = off;
         f->gdelta_n = n;
     }
-    if (!count) p->k->upload(p->k, g, p->grad_save, n * sizeof(float));
+    if (!count) p->k->upload(p->k, g, p->contrib.grad_save, n * sizeof(float));
     if (rc) return rc;
     if (count && r->gdelta) { /* this microbatch's revisit, counted with it */
         float *d = stage_grads(p->st) + r->gdelta_off;
-        p->k->download(p->k, p->grad_save, d, r->gdelta_n * sizeof(float));
-        for (size_t i = 0; i < r->gdelta_n; i++) p->grad_save[i] += r->gdelta[i];
-        p->k->upload(p->k, d, p->grad_save, r->gdelta_n * sizeof(float));
+        p->k->download(p->k, p->contrib.grad_save, d, r->gdelta_n * sizeof(float));
+        for (size_t i = 0; i < r->gdelta_n; i++) p->contrib.grad_save[i] += r->gdelta[i];
+        p->k->upload(p->k, d, p->contrib.grad_save, r->gdelta_n * sizeof(float));
     }
     if (count) step_count(p, r->mb.index);
-    if (r->mb.step < p->step) p->stale++;
+    if (r->mb.step < p->step) p->stats.stale++;
     return count;
 }
 
@@ -122,7 +122,7 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     int rc = encode_act(p, -1, &g, &glen);
     if (rc) return rc;
     const void *pl[1] = {g};
-    p->act_bytes += glen;
+    p->stats.act_bytes += glen;
     peer_send(p, r->prev, &b, 1, pl, &glen);
     free(g);
     return 0;
@@ -237,11 +237,11 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     int rc = stage_forward_part(p->st, slot, r->part, p->host_tok, NULL,
                                 p->S == 1 ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) return rc;
-    p->served++;
+    p->stats.served++;
     if (p->S == 1) { /* the whole model here */
         if (kind == 0) {
             if ((rc = backward(p, r)) < 0) return rc;
-            if (rc == 1) p->loss_sum += loss, p->loss_n++;
+            if (rc == 1) p->contrib.loss_sum += loss, p->contrib.loss_n++;
         } else if (val_round_running(&p->val.end)) {
             val_end_loss(p, index, loss);
         } else {
@@ -280,12 +280,12 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     if (train &&
         m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->M, p->S, p->run.skip)) {
-        p->rejected++;
+        p->stats.rejected++;
         peer_send_nack(p, m->sender, m, "not the run's path");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
-        p->rejected++;
+        p->stats.rejected++;
         peer_send_nack(p, m->sender, m, "targets of the wrong size");
         return 0;
     }
@@ -305,7 +305,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 1;
     }
     if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
-        p->rejected++;
+        p->stats.rejected++;
         peer_send_nack(p, m->sender, m, p->err);
         r->used = 0;
         return 0;
@@ -332,13 +332,13 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     int rc = stage_forward_part(p->st, slot, r->part, NULL, NULL, last ? r->targets : NULL, NULL,
                                 &loss, p->err);
     if (rc) { /* bad targets from the wire: refuse, keep going */
-        p->rejected++;
+        p->stats.rejected++;
         peer_send_nack(p, m->sender, m, p->err);
         custody_drop(r);
         return 0;
     }
-    p->served++;
-    p->revisits += first < hop;
+    p->stats.served++;
+    p->stats.revisits += first < hop;
     if (!last) {
         if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
         r->fwd_s = pass_seconds(p, t0); /* noted with its backward */
@@ -388,7 +388,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
-        p->rejected++;
+        p->stats.rejected++;
         custody_reroute(p, r, "its gradient was malformed");
         return 0;
     }
@@ -397,7 +397,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     if (rc < 0) return rc;
     serve_note_throughput(p, r->fwd_s + pass_seconds(p, t0));
     if (r->hop == 0) { /* the source */
-        if (rc == 1) p->loss_sum += m->loss, p->loss_n++;
+        if (rc == 1) p->contrib.loss_sum += m->loss, p->contrib.loss_n++;
         p->last_loss = m->loss;
     } else {
         rc = send_grad(p, r, m->loss);
@@ -498,12 +498,12 @@ static int validate(peer_t *p)
     }
     if (val_round_complete(e)) {
         p->val.loss = val_round_mean(e);
-        double span = p->t_train1 - p->t_train0, half = p->t_train1 - p->t_half;
+        double span = p->stats.t_train1 - p->stats.t_train0, half = p->stats.t_train1 - p->stats.t_half;
         int64_t half_steps = p->run.steps - p->run.steps / 2;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
                 /* the whole swarm's tokens: every stage-0 peer sources its share */
                 span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val.loss);
-        if (p->t_half > 0 && half > 0)
+        if (p->stats.t_half > 0 && half > 0)
             fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps,
                     (double)half_steps * p->M * p->BT / half);
         if (p->run.val_skip) {
@@ -536,14 +536,14 @@ int serve_source(peer_t *p)
 {
     if (p->stage != 0 || p->self.state != MEMBER_SERVING) return 0;
     /* re-runs first: another pool lost these and waits for them */
-    for (int i = 0; i < p->M && p->redo_step >= 0; i++) {
-        if (!pool_bit(p->redo_for, i)) continue;
-        msg_mb_t mb = {.step = p->redo_step, .index = (uint32_t)i};
+    for (int i = 0; i < p->M && p->contrib.redo_step >= 0; i++) {
+        if (!pool_bit(p->contrib.redo_for, i)) continue;
+        msg_mb_t mb = {.step = p->contrib.redo_step, .index = (uint32_t)i};
         if (custody_find(p, &mb, 0)) continue;
-        int rc = start_mb(p, p->redo_step, (uint32_t)i, 0, MSG_FLAG_REDO);
+        int rc = start_mb(p, p->contrib.redo_step, (uint32_t)i, 0, MSG_FLAG_REDO);
         if (rc < 0) return rc;
         if (rc == 1) break;
-        p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+        p->contrib.redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
         return 1;
     }
     if (p->self.serving_from > p->step) return 0; /* a follower sources nothing */
@@ -555,7 +555,7 @@ int serve_source(peer_t *p)
          * the same wait as a new swarm's, else two stage-0 members that began serving a
          * moment apart each source the whole step before they see each other */
         int resumed = p->resume.agreed > 0 && p->step == p->resume.agreed;
-        if ((p->step == 0 || resumed) && !p->go) {
+        if ((p->step == 0 || resumed) && !p->join.go) {
             /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
              * founding peer set; every stage-0 peer applies it), unless it has started. */
             int serving = 0, joining = 0;
@@ -567,20 +567,20 @@ int serve_source(peer_t *p)
              * missed step 0 (it learns it from its donor, STATE_REP flag 1); a resumed
              * one: nobody still deciding, downloading or rebuilding */
             if (resumed ? joining > 0
-                        : (serving < p->wait_peers || joining) && !peer_swarm_started(p))
+                        : (serving < p->join.wait_peers || joining) && !peer_swarm_started(p))
                 return 0;
-            if (p->go_at == 0) p->go_at = p->now + 4 * 0.25; /* let gossip settle */
-            if (p->now < p->go_at) return 0;
-            p->go = 1;
+            if (p->join.go_at == 0) p->join.go_at = p->now + 4 * 0.25; /* let gossip settle */
+            if (p->now < p->join.go_at) return 0;
+            p->join.go = 1;
         }
         if (custody_in_flight(p, 0) >= p->po.in_flight) return me == 0 ? val_round_tick(p) : 0;
-        if (p->t_train0 == 0) p->t_train0 = p->now;
+        if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
         for (int i = 0; i < p->M; i++) {
             /* microbatch i of this step belongs to one owner; when an owner dies only its
              * microbatches pass on (rendezvous hashing), so no two start the same one */
             if (view_rendezvous(own, n, rng_mix((uint64_t)p->step, (uint64_t)i)) != me ||
-                pool_bit(p->ubuf, i))
+                pool_bit(p->contrib.ubuf, i))
                 continue;
             msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
             if (custody_find(p, &mb, 0)) continue;

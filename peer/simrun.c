@@ -527,7 +527,7 @@ static void check_decided(drv_t *d, dnode_t *n)
 {
     if (!d->ck_every || !d->resuming[n->index] || !n->p || n->p->po.resume) return;
     d->resuming[n->index] = 0;
-    int dl = n->p->downloaded;
+    int dl = n->p->trans.downloaded;
     d->rs_decided += !dl;
     sim_note(d->sim, "peer  %d %s step %lld (the stores: %lld)", n->index,
              dl ? "resumed from a mate's state at" : "agreed on", (long long)n->p->resume.agreed,
@@ -921,7 +921,7 @@ static int d_check(void *ctx, double now, char *err)
 static uint64_t d_rejected(void *ctx, int node)
 {
     drv_t *d = ctx;
-    return node < d->cap && d->n[node].p ? d->n[node].p->rejected : 0;
+    return node < d->cap && d->n[node].p ? d->n[node].p->stats.rejected : 0;
 }
 
 static int d_done(void *ctx)

@@ -26,14 +26,14 @@ static size_t state_bytes(const peer_t *p)
 static int take_snapshot(peer_t *p)
 {
     size_t P = stage_num_params(p->st) * sizeof(float);
-    if (xfer_snap_reserve(&p->snap, state_bytes(p))) return STATUS_ENOMEM;
-    p->k->download(p->k, p->snap.buf, stage_params(p->st), P);
-    p->k->download(p->k, p->snap.buf + P, stage_opt_m(p->st), P);
-    p->k->download(p->k, p->snap.buf + 2 * P, stage_opt_v(p->st), P);
-    memcpy(p->snap.buf + 3 * P, stage_opt_step(p->st), 8);
-    memcpy(p->snap.buf + 3 * P + 8, &p->stage_gnorm, 4);
-    memcpy(p->snap.buf + 3 * P + 12, &p->lr_scale, 4);
-    xfer_snap_seal(&p->snap, p->step);
+    if (xfer_snap_reserve(&p->trans.snap, state_bytes(p))) return STATUS_ENOMEM;
+    p->k->download(p->k, p->trans.snap.buf, stage_params(p->st), P);
+    p->k->download(p->k, p->trans.snap.buf + P, stage_opt_m(p->st), P);
+    p->k->download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->st), P);
+    memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->st), 8);
+    memcpy(p->trans.snap.buf + 3 * P + 8, &p->stage_gnorm, 4);
+    memcpy(p->trans.snap.buf + 3 * P + 12, &p->lr_scale, 4);
+    xfer_snap_seal(&p->trans.snap, p->step);
     return 0;
 }
 
@@ -79,22 +79,22 @@ void state_on_request(peer_t *p, const msg_t *m)
     /* A chunk of the current step's state is served from a snapshot taken now: the
      * joiner learned the step from another member, who took its snapshot between the
      * same two steps, so the bytes and the hash are the same. */
-    int fresh = m->step < 0 && p->snap.step != p->step &&
-                (p->snap.step < 0 || p->snap.step < p->step - (STEP_KEEP - 4) ||
-                 p->now - p->snap_at > 5.0);
-    if (fresh || (m->step >= 0 && m->step == p->step && p->snap.step != p->step)) {
+    int fresh = m->step < 0 && p->trans.snap.step != p->step &&
+                (p->trans.snap.step < 0 || p->trans.snap.step < p->step - (STEP_KEEP - 4) ||
+                 p->now - p->trans.snap_at > 5.0);
+    if (fresh || (m->step >= 0 && m->step == p->step && p->trans.snap.step != p->step)) {
         if (take_snapshot(p)) return;
-        p->snap_at = p->now;
+        p->trans.snap_at = p->now;
     }
     const uint8_t *data;
     size_t len;
     msg_t rep;
-    if (xfer_serve(&p->snap, m, &rep, &data, &len, p->err)) {
+    if (xfer_serve(&p->trans.snap, m, &rep, &data, &len, p->err)) {
         snprintf(r.text, sizeof r.text, "%s; now at step %" PRId64, p->err, p->step);
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
-    if (p->go || resume_begun(p)) rep.flags |= 1; /* training has begun: follow first */
+    if (p->join.go || resume_begun(p)) rep.flags |= 1; /* training has begun: follow first */
     const void *pl[1] = {data};
     peer_send(p, m->sender, &rep, 1, pl, &len);
 }
@@ -102,17 +102,17 @@ void state_on_request(peer_t *p, const msg_t *m)
 /* Serving begins: the state is in place (downloaded, restored or initial). */
 static void begin_serving(peer_t *p)
 {
-    p->my_hash = peer_param_hash(p);
+    p->contrib.my_hash = peer_param_hash(p);
     p->self.state = MEMBER_SERVING;
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
      * Before the run has started there is nothing to miss. */
-    int started = resume_begun(p) || p->donor_started;
-    p->self.serving_from = p->downloaded && started ? p->step + 1000 : p->step;
+    int started = resume_begun(p) || p->trans.donor_started;
+    p->self.serving_from = p->trans.downloaded && started ? p->step + 1000 : p->step;
     /* a mover's pace counts as one sample: two timed steps of the new pool are enough */
     follow_begin(&p->follow, p->now);
-    p->step_t0 = p->now;
-    p->serve_t0 = p->now;
+    p->contrib.step_t0 = p->now;
+    p->stats.serve_t0 = p->now;
     p->phase = PHASE_SERVING;
     step_reset(p);
     peer_push_self(p);
@@ -128,11 +128,11 @@ int peer_start_download(peer_t *p, const char *why)
         custody_drop(r);
     }
     while (p->npending) serve_dequeue(p, p->npending - 1);
-    xfer_destroy(&p->xfer);
-    if (!(p->xfer = xfer_new(p->stage, state_bytes(p))))
+    xfer_destroy(&p->trans.xfer);
+    if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    p->download_why = why;
-    p->xfer_t0 = p->now;
+    p->trans.download_why = why;
+    p->trans.xfer_t0 = p->now;
     p->phase = PHASE_DOWNLOAD;
     p->self.state = MEMBER_JOINING;
     peer_push_self(p);
@@ -161,7 +161,7 @@ static int restore_own(peer_t *p)
                      "stage %d from the checkpoint of step %" PRId64 "; the swarm is at step %" PRId64,
                      p->stage, ck_step, step);
     p->step = step;
-    p->downloaded = 0;
+    p->trans.downloaded = 0;
     return 1;
 }
 
@@ -177,7 +177,7 @@ static void initial_state(peer_t *p)
     peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
                      p->stage, step);
     p->step = step;
-    p->downloaded = 0;
+    p->trans.downloaded = 0;
 }
 
 /* Several joiners may find the same stage held by nobody at once (the lost peers coming
@@ -190,7 +190,7 @@ static int another_takes_it(peer_t *p)
 {
     /* the mover every peer chose (recover.c) never waits: it holds the copy an end stage
      * needs, and the lost peers coming back wait for it anyway (2 failure timeouts) */
-    if (p->rec_mover || p->now - p->xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
+    if (p->rec_mover || p->now - p->trans.xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
     uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
@@ -231,7 +231,7 @@ int state_download_tick(peer_t *p)
      * could get), better than the seed */
     for (int i = 0; i < n && !k; i++)
         if (!peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
-    int first = p->download_why == NULL;
+    int first = p->trans.download_why == NULL;
     if (k) recover_abort(p); /* someone holds the stage after all */
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
@@ -245,7 +245,7 @@ int state_download_tick(peer_t *p)
             if (r < 0) return r;
             if (r == 0) return 0;
             if (r == 1) {
-                xfer_destroy(&p->xfer);
+                xfer_destroy(&p->trans.xfer);
                 begin_serving(p);
                 announce(p);
                 return 0;
@@ -253,7 +253,7 @@ int state_download_tick(peer_t *p)
         }
         int started = peer_swarm_started(p);
         if (started && !p->rec_mover && !p->rec_active &&
-            p->now - p->xfer_t0 < 2 * p->po.peer_timeout_s)
+            p->now - p->trans.xfer_t0 < 2 * p->po.peer_timeout_s)
             return 0;
         if (started && another_takes_it(p)) { /* it will be a donor once it serves */
             recover_abort(p);
@@ -270,57 +270,57 @@ int state_download_tick(peer_t *p)
             initial_state(p);
         }
         p->rec_mover = 0;
-        xfer_destroy(&p->xfer);
+        xfer_destroy(&p->trans.xfer);
         begin_serving(p);
         announce(p);
         return 0;
     }
-    int rc = xfer_done(p->xfer);
-    if (rc == 1 && !state_finite(p, xfer_data(p->xfer))) {
+    int rc = xfer_done(p->trans.xfer);
+    if (rc == 1 && !state_finite(p, xfer_data(p->trans.xfer))) {
         /* the hash proves only that the bytes are the donors'; a faulty donor's NaN
          * parameters never reach this replica: refused, fetched again */
-        p->rejected++;
+        p->stats.rejected++;
         log_warn("peer: stage %d's state from the pool holds non-finite values: refused",
                  p->stage);
-        xfer_destroy(&p->xfer);
-        if (!(p->xfer = xfer_new(p->stage, state_bytes(p))))
+        xfer_destroy(&p->trans.xfer);
+        if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         return 0;
     }
     if (rc == 1) {
-        load_state(p, xfer_data(p->xfer));
-        p->step = xfer_step(p->xfer);
+        load_state(p, xfer_data(p->trans.xfer));
+        p->step = xfer_step(p->trans.xfer);
         resume_downloaded(p);
-        p->downloaded = 1;
+        p->trans.downloaded = 1;
         follow_downloaded(&p->follow);
         fprintf(p->log,
                 "state: downloaded stage %d at step %" PRId64
                 " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",
-                p->stage, p->step, state_bytes(p) / 1e6, p->now - p->xfer_t0,
-                xfer_donors(p->xfer));
+                p->stage, p->step, state_bytes(p) / 1e6, p->now - p->trans.xfer_t0,
+                xfer_donors(p->trans.xfer));
         fflush(p->log);
-        xfer_destroy(&p->xfer);
+        xfer_destroy(&p->trans.xfer);
         if (first)
             peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": state from the pool",
                              p->stage, p->step);
         else
             peer_store_event(p->ps, "resynced", "stage %d at step %" PRId64 ": %s", p->stage,
-                             p->step, p->download_why);
+                             p->step, p->trans.download_why);
         begin_serving(p);
         if (first) announce(p);
         else
             fprintf(p->log, "resynced: stage %d from the pool at step %" PRId64 " (%s)\n",
-                    p->stage, p->step, p->download_why);
+                    p->stage, p->step, p->trans.download_why);
         return 0;
     }
-    if (xfer_restarts(p->xfer) > 50)
+    if (xfer_restarts(p->trans.xfer) > 50)
         return status_set(p->err, STATUS_ETIMEOUT, "could not download stage %d's state",
                           p->stage);
     /* Donors whose pool steps fast take fresh snapshots and refuse each other's step: after
      * 10 fresh starts one donor serves the whole snapshot (it keeps it while asked) */
-    if (xfer_restarts(p->xfer) >= 10 && k > 1) k = 1;
+    if (xfer_restarts(p->trans.xfer) >= 10 && k > 1) k = 1;
     xfer_req_t req[8];
-    int nr = xfer_next_requests(p->xfer, p->now, donors, k, 10.0, req, 8);
+    int nr = xfer_next_requests(p->trans.xfer, p->now, donors, k, 10.0, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
     return 0;
 }

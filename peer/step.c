@@ -21,12 +21,12 @@ static int pool_members(peer_t *p, const msg_member_t **out)
     return view_stage(&p->view, p->stage, 1, out);
 }
 
-/* The pool's union of counted microbatches as seen now, into p->ubuf. */
+/* The pool's union of counted microbatches as seen now, into p->contrib.ubuf. */
 void step_seen(peer_t *p)
 {
     const msg_member_t *live;
     int n = pool_members(p, &live);
-    pool_union(p->pool, live, n, p->ubuf);
+    pool_union(p->pool, live, n, p->contrib.ubuf);
 }
 
 static int contributing(const peer_t *p)
@@ -39,7 +39,7 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
     (void)flags;
     if (mb->kind != 0 || mb->step != p->step || !contributing(p)) return 0;
     step_seen(p);
-    return !pool_bit(p->ubuf, (int)mb->index);
+    return !pool_bit(p->contrib.ubuf, (int)mb->index);
 }
 
 static void send_progress(peer_t *p)
@@ -51,7 +51,7 @@ static void send_progress(peer_t *p)
     size_t len = pool_bitmap_bytes(p->pool);
     const void *pl[1] = {pool_mine(p->pool)};
     for (int i = 0; i < n; i++) peer_send(p, mem[i].id, &m, 1, pl, &len);
-    p->progress_at = p->now;
+    p->contrib.progress_at = p->now;
 }
 
 void step_count(peer_t *p, uint32_t index)
@@ -65,7 +65,7 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
     const msg_t *m = &ev->msg;
     if (!p->st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 ||
         ev->frame_len[0] != pool_bitmap_bytes(p->pool)) {
-        p->rejected++;
+        p->stats.rejected++;
         return;
     }
     pool_on_progress(p->pool, m->sender, m->step, ev->frame[0], p->now);
@@ -74,14 +74,14 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
 void step_reset(peer_t *p)
 {
     pool_begin(p->pool, p->step, STEP_KEEP);
-    p->loss_sum = 0, p->loss_n = 0;
-    p->exch_sent = 0;
-    p->exch_early = 0;
-    p->nearly_to = 0;
-    memset(p->sent_bits, 0, pool_bitmap_bytes(p->pool));
-    p->exch_wait_since = 0;
-    p->redo_suspect_at = 0;
-    p->gone_asked = 0;
+    p->contrib.loss_sum = 0, p->contrib.loss_n = 0;
+    p->contrib.exch_sent = 0;
+    p->contrib.exch_early = 0;
+    p->contrib.nearly_to = 0;
+    memset(p->contrib.sent_bits, 0, pool_bitmap_bytes(p->pool));
+    p->contrib.exch_wait_since = 0;
+    p->contrib.redo_suspect_at = 0;
+    p->contrib.gone_asked = 0;
     stage_zero_grads(p->st);
 }
 
@@ -117,7 +117,7 @@ static int make_exchange(peer_t *p, int part)
     uint8_t *fresh = malloc(nb), *msg = NULL;
     if (!fresh) return STATUS_ENOMEM;
     uint32_t count = 0;
-    for (size_t i = 0; i < nb; i++) fresh[i] = (uint8_t)(pool_mine(p->pool)[i] & ~p->sent_bits[i]);
+    for (size_t i = 0; i < nb; i++) fresh[i] = (uint8_t)(pool_mine(p->pool)[i] & ~p->contrib.sent_bits[i]);
     for (int i = 0; i < p->M; i++) count += (uint32_t)pool_bit(fresh, i);
     size_t len = 0;
     int rc = 0;
@@ -151,7 +151,7 @@ static int make_exchange(peer_t *p, int part)
                    .stage = (int16_t)p->stage,
                    .step = p->step,
                    .count = count,
-                   .hash = p->my_hash,
+                   .hash = p->contrib.my_hash,
                    .since = p->self.serving_from};
         memcpy(m.origin, p->id, MSG_ID_LEN);
         memcpy(m.sender, p->id, MSG_ID_LEN);
@@ -170,7 +170,7 @@ static int make_exchange(peer_t *p, int part)
         const void *pl[3] = {body, fresh, cl};
         size_t lens[3] = {len, nb, claims_len};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
-        for (size_t i = 0; i < nb; i++) p->sent_bits[i] |= fresh[i];
+        for (size_t i = 0; i < nb; i++) p->contrib.sent_bits[i] |= fresh[i];
         stage_zero_grads(p->st); /* what is counted from now on goes into a supplement */
     }
     free(msg);
@@ -192,15 +192,15 @@ static int dense_ok(const peer_t *p, const pool_msg_t *e)
 
 static void log_step(peer_t *p, float gnorm, double now)
 {
-    if (p->stage == 0 && p->loss_n) {
+    if (p->stage == 0 && p->contrib.loss_n) {
         int64_t s = p->step;
         double tok = (double)p->BT * p->M;
         if (s % p->po.log_every == 0 || s == p->run.steps - 1)
             fprintf(p->log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", s,
-                    p->loss_sum / p->loss_n, optim_lr(&p->run.opt, s), gnorm,
-                    p->step_t0 > 0 && now > p->step_t0 ? tok / (now - p->step_t0) : 0.0);
+                    p->contrib.loss_sum / p->contrib.loss_n, optim_lr(&p->run.opt, s), gnorm,
+                    p->contrib.step_t0 > 0 && now > p->contrib.step_t0 ? tok / (now - p->contrib.step_t0) : 0.0);
         fflush(p->log);
-        p->self.loss = (float)(p->loss_sum / p->loss_n);
+        p->self.loss = (float)(p->contrib.loss_sum / p->contrib.loss_n);
     } else if (p->stage == p->S - 1) {
         p->self.loss = p->last_loss;
     }
@@ -263,7 +263,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         if (!guard_norm_ok(&p->guard, norm[i])) {
             char h[9];
             out[i] = 1;
-            p->rejected++;
+            p->stats.rejected++;
             log_warn("peer: step %" PRId64 ": left out %s's message: norm %.3g is above %.0f x "
                      "the pool's recent updates",
                      p->step, peer_idhex(msgs[i]->origin, h), norm[i], GUARD_NORM_FACTOR);
@@ -278,10 +278,10 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
      * state (sim 6x3 mild seed 40557). */
     for (int i = 0; i < n; i++)
         if (msgs[i]->part == 0 && !out[i] &&
-            !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->my_hash) &&
+            !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->contrib.my_hash) &&
             (peer_is_self(p, msgs[i]->origin) || view_find(&p->view, msgs[i]->origin)))
             voters[nv++] = msgs[i];
-    if (pool_vote_lost(voters, nv, p->my_hash, p->self.serving_from, p->id)) {
+    if (pool_vote_lost(voters, nv, p->contrib.my_hash, p->self.serving_from, p->id)) {
         free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
         log_warn("peer: my parameters differ from the pool's at step %" PRId64, p->step);
         return STATUS_ECORRUPT; /* the caller re-syncs */
@@ -291,7 +291,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     for (int i = 0; i < n; i++) {
         if (out[i]) continue;
         if (!p->dopt && !dense_ok(p, msgs[i])) {
-            p->rejected++;
+            p->stats.rejected++;
             continue;
         }
         /* A message that counts a microbatch already counted (a member's share was run
@@ -376,9 +376,9 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
      * (rebal_no-thrash, now and then under load). */
     int follower = p->self.serving_from > p->step;
     int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
-    double step_s = p->step_t0 > 0 ? now - p->step_t0 : 0;
-    follow_pace(&p->follow, p->step_t0 > 0 ? step_s : -1, follower, at_head);
-    p->step_t0 = now;
+    double step_s = p->contrib.step_t0 > 0 ? now - p->contrib.step_t0 : 0;
+    follow_pace(&p->follow, p->contrib.step_t0 > 0 ? step_s : -1, follower, at_head);
+    p->contrib.step_t0 = now;
     int64_t applied = p->step;
     p->step++;
     int named;
@@ -398,12 +398,12 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         fprintf(p->log,
                 "contributing: from step %" PRId64 ", %.1f s after its state was in place (%d "
                 "steps followed, join margin %" PRId64 "%s)\n",
-                p->step, now - p->serve_t0, p->follow.followed, p->follow.margin,
+                p->step, now - p->stats.serve_t0, p->follow.followed, p->follow.margin,
                 p->follow.pace_known ? ", pace known" : "");
     }
-    if (p->step == p->run.steps / 2) p->t_half = now;
-    if (p->step == p->run.steps) p->t_train1 = now;
-    p->my_hash = peer_param_hash(p);
+    if (p->step == p->run.steps / 2) p->stats.t_half = now;
+    if (p->step == p->run.steps) p->stats.t_train1 = now;
+    p->contrib.my_hash = peer_param_hash(p);
     if (p->po.hooks.applied) {
         peer_applied_t a = {.stage = p->stage,
                             .step = applied,
@@ -412,12 +412,12 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                             .expected = pool_expected(p->pool),
                             .counted_twice = twice,
                             .following = following,
-                            .hash_after = p->my_hash};
+                            .hash_after = p->contrib.my_hash};
         p->po.hooks.applied(p->po.hooks.ctx, p, &a);
     }
     for (int b = 0; b < p->M; b++)
         if (!pool_bit(counted, b) && pool_bit(pool_expected(p->pool), b)) {
-            p->lost++;
+            p->stats.lost++;
             fprintf(p->log, "lost: step %" PRId64 " microbatch %d: not in stage %d's update\n",
                     applied, b, p->stage);
             if (p->po.hooks.lost)
@@ -438,18 +438,18 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 /* One line on what this member waits for, when its pool has not stepped for 10 s. */
 static void report_stall(peer_t *p, int complete, int exch_missing)
 {
-    if (p->now - p->step_t0 < 10.0 || p->now - p->stall_logged_at < 10.0 || !peer_swarm_started(p))
+    if (p->now - p->contrib.step_t0 < 10.0 || p->now - p->contrib.stall_logged_at < 10.0 || !peer_swarm_started(p))
         return;
-    p->stall_logged_at = p->now;
+    p->contrib.stall_logged_at = p->now;
     char bits[65];
     int k = 0;
-    for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->ubuf, i) ? '1' : '0';
+    for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->contrib.ubuf, i) ? '1' : '0';
     bits[k] = 0;
     int held = 0;
     for (int i = 0; i < p->cust.nmbs; i++) held += p->cust.mbs[i].used;
     log_warn("peer: stage %d step %" PRId64 " has not moved for %.0f s: counted %s (mine %u), %s, "
              "%d microbatch(es) held, %d queued, stage 0 at %" PRId64,
-             p->stage, p->step, p->now - p->step_t0, bits, pool_mine_count(p->pool),
+             p->stage, p->step, p->now - p->contrib.step_t0, bits, pool_mine_count(p->pool),
              !complete      ? "waiting for microbatches"
              : exch_missing ? "waiting for exchange messages"
                             : "ready",
@@ -505,8 +505,8 @@ static void ask_for_gone(peer_t *p, int always)
         if (i != gone) memcpy(ids[gone], ids[i], MSG_ID_LEN);
         gone++;
     }
-    int send = gone && (always || gone != p->gone_asked || p->now - p->gone_req_at >= 1.0);
-    p->gone_asked = gone;
+    int send = gone && (always || gone != p->contrib.gone_asked || p->now - p->contrib.gone_req_at >= 1.0);
+    p->contrib.gone_asked = gone;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     for (int i = 0; send && i < gone; i++) {
         memcpy(q.origin, ids[i], MSG_ID_LEN);
@@ -514,7 +514,7 @@ static void ask_for_gone(peer_t *p, int always)
         ask_mates(p, &q);
         if (view_find(&p->view, ids[i])) peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
-    if (send) p->gone_req_at = p->now;
+    if (send) p->contrib.gone_req_at = p->now;
     free(ids);
 }
 
@@ -529,9 +529,9 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
      * behind a pool that steps faster it fell further behind until it re-synced, and
      * might do so again and again (suspected in rebal_no-thrash's intermittent "the mover
      * never contributed"). */
-    int catching_up = !contributing(p) && p->exch_req_step != p->step &&
+    int catching_up = !contributing(p) && p->contrib.exch_req_step != p->step &&
                       view_max_step(&p->view, p->stage) >= p->step + 2;
-    int missing = 0, ask = p->now - p->exch_req_at >= 1.0 || catching_up;
+    int missing = 0, ask = p->now - p->contrib.exch_req_at >= 1.0 || catching_up;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     /* the exchange members: this member's view, and everyone a mate's message names */
     int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;
@@ -570,7 +570,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
          * nothing after each move. It answers for what it left behind (move.c) within a
          * round trip: MOVED_WAIT_S after the wait began, it is not waited for. */
         double wait = moved ? MOVED_WAIT_S : 2 * p->po.peer_timeout_s;
-        if (!mem && !self && need == 0 && p->now - p->exch_wait_since > wait) continue;
+        if (!mem && !self && need == 0 && p->now - p->contrib.exch_wait_since > wait) continue;
         missing++;
         if (!ask || self) continue;
         if (!mem) { /* named by a mate, unknown here: a mate may relay its message */
@@ -588,13 +588,13 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
          * calls it dead, its PROGRESS stays in the union and nothing is run again, and when
          * it does, its share is run again while a mate held its message all along (sim
          * 5x2 mild seed 1136). Any holder relays. */
-        if (need == 0 && p->exch_wait_since > 0 && p->now - p->exch_wait_since >= 1.0)
+        if (need == 0 && p->contrib.exch_wait_since > 0 && p->now - p->contrib.exch_wait_since >= 1.0)
             ask_mates(p, &q);
     }
     /* a message of a mate's may have later parts (supplements) this member has not seen:
      * the held ones do not cover all M yet */
-    pool_msg_union(p->pool, p->ubuf);
-    if (ask && !pool_all(p->pool, p->ubuf))
+    pool_msg_union(p->pool, p->contrib.ubuf);
+    if (ask && !pool_all(p->pool, p->contrib.ubuf))
         for (int i = 0; i < nids; i++) {
             if (peer_is_self(p, ids[i]) || !view_find(&p->view, ids[i]) ||
                 !pool_find(p->pool, ids[i], p->step, 0))
@@ -604,10 +604,10 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
             peer_send(p, ids[i], &q, 0, NULL, NULL);
         }
     free(ids);
-    pool_msg_union(p->pool, p->ubuf);
-    if (!pool_all(p->pool, p->ubuf) && ask) ask_for_gone(p, 1);
-    if (ask) p->exch_req_at = p->now, p->exch_req_step = p->step;
-    return missing + !pool_all(p->pool, p->ubuf);
+    pool_msg_union(p->pool, p->contrib.ubuf);
+    if (!pool_all(p->pool, p->contrib.ubuf) && ask) ask_for_gone(p, 1);
+    if (ask) p->contrib.exch_req_at = p->now, p->contrib.exch_req_step = p->step;
+    return missing + !pool_all(p->pool, p->contrib.ubuf);
 }
 
 /* Stage k > 0: its pool misses microbatches that stage 0 has moved past (a member died
@@ -615,21 +615,21 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 static int ask_redo(peer_t *p)
 {
     if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step) {
-        p->redo_suspect_at = 0;
+        p->contrib.redo_suspect_at = 0;
         return 0;
     }
     /* A microbatch is lost only if no live member reports it in a report sent after the
      * suspicion began (progress in flight is not a loss): wait for a fresh report from
      * every live mate, then ask (again every 2 s while still missing). */
-    if (!p->redo_suspect_at) p->redo_suspect_at = p->now;
-    if (p->now - p->redo_suspect_at < 1.0 || p->now - p->redo_asked_at <= 2.0) return 0;
+    if (!p->contrib.redo_suspect_at) p->contrib.redo_suspect_at = p->now;
+    if (p->now - p->contrib.redo_suspect_at < 1.0 || p->now - p->contrib.redo_asked_at <= 2.0) return 0;
     const msg_member_t *mem;
     int nm = pool_members(p, &mem);
     for (int i = 0; i < nm; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= p->step &&
-            pool_heard_at(p->pool, mem[i].id) < p->redo_suspect_at)
+            pool_heard_at(p->pool, mem[i].id) < p->contrib.redo_suspect_at)
             return 0;
-    p->redo_asked_at = p->now;
+    p->contrib.redo_asked_at = p->now;
     const msg_member_t *s0;
     int n0 = view_stage(&p->view, 0, 1, &s0), pick = -1;
     for (int i = 0; i < n0; i++)
@@ -639,7 +639,7 @@ static int ask_redo(peer_t *p)
     uint8_t *want = malloc(nb), to[MSG_ID_LEN];
     if (!want) return STATUS_ENOMEM;
     const uint8_t *expect = pool_expected(p->pool); /* SkipPipe: only what visits here */
-    for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)(expect[i] & ~p->ubuf[i]);
+    for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)(expect[i] & ~p->contrib.ubuf[i]);
     msg_t r = {.type = MSG_REDO, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
     const void *pl[1] = {want};
     memcpy(to, s0[pick].id, MSG_ID_LEN);
@@ -658,7 +658,7 @@ static void resend_early(peer_t *p)
     int nm = pool_members(p, &mem);
     for (int i = 0; i < nm; i++) {
         int had = 0;
-        for (int j = 0; j < p->nearly_to && !had; j++) had = !memcmp(p->early_to[j], mem[i].id, MSG_ID_LEN);
+        for (int j = 0; j < p->contrib.nearly_to && !had; j++) had = !memcmp(p->contrib.early_to[j], mem[i].id, MSG_ID_LEN);
         if (had || peer_is_self(p, mem[i].id)) continue;
         msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step, .flags = 0};
         memcpy(q.origin, p->id, MSG_ID_LEN);
@@ -674,8 +674,8 @@ static void resend_early(peer_t *p)
 static int own_share_done(peer_t *p)
 {
     if (!p->po.early_exchange || p->stage != 0 || !contributing(p)) return 0;
-    for (int i = 0; p->redo_step == p->step && i < p->M; i++)
-        if (pool_bit(p->redo_for, i)) return 0;
+    for (int i = 0; p->contrib.redo_step == p->step && i < p->M; i++)
+        if (pool_bit(p->contrib.redo_for, i)) return 0;
     const msg_member_t *own;
     int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
     if (me < 0) return 0;
@@ -695,14 +695,14 @@ int step_tick(peer_t *p)
     int rc;
     /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
      * live member before they call a microbatch lost (ask_redo) */
-    if (contributing(p) && p->now - p->progress_at > 0.5) send_progress(p);
+    if (contributing(p) && p->now - p->contrib.progress_at > 0.5) send_progress(p);
     step_seen(p);
     /* a follower goes by the messages alone: it may be catching up on steps the pool
      * finished before it arrived, whose progress it never heard */
-    int complete = !contributing(p) || pool_all(p->pool, p->ubuf);
+    int complete = !contributing(p) || pool_all(p->pool, p->contrib.ubuf);
     if (!complete && p->po.plant_bug == 1 && p->step == 1) {
         int missing = 0;
-        for (int i = 0; i < p->M; i++) missing += !pool_bit(p->ubuf, i);
+        for (int i = 0; i < p->M; i++) missing += !pool_bit(p->contrib.ubuf, i);
         complete = missing == 1; /* the planted bug: a pool that steps one microbatch short */
     }
     /* Stage 0 sends its message as soon as its own share is counted, without waiting to
@@ -710,13 +710,13 @@ int step_tick(peer_t *p)
      * one-way delay after the last gradient comes back instead of two (docs/protocol.md
      * 12.4, "Early exchange"). The step still completes only when all M are counted and
      * every message covering them is held. */
-    if (!complete && !p->exch_sent && !p->exch_early && own_share_done(p)) {
+    if (!complete && !p->contrib.exch_sent && !p->contrib.exch_early && own_share_done(p)) {
         if ((rc = make_exchange(p, 0))) return rc;
-        p->exch_early = 1; /* exch_sent (and the waits of 12.4) only once N is complete */
+        p->contrib.exch_early = 1; /* exch_sent (and the waits of 12.4) only once N is complete */
         const msg_member_t *mem;
         int nm = pool_members(p, &mem);
-        p->nearly_to = nm <= 64 ? nm : -1;
-        for (int i = 0; i < nm && i < 64; i++) memcpy(p->early_to[i], mem[i].id, MSG_ID_LEN);
+        p->contrib.nearly_to = nm <= 64 ? nm : -1;
+        for (int i = 0; i < nm && i < 64; i++) memcpy(p->contrib.early_to[i], mem[i].id, MSG_ID_LEN);
     }
     if (!complete && contributing(p) && view_max_step(&p->view, p->stage) > p->step) {
         /* A mate has applied N since: its PROGRESS of N is no longer re-sent, and if it was
@@ -731,7 +731,7 @@ int step_tick(peer_t *p)
          * from the view (it died with its message held by that mate only) is asked for
          * through the mates for 2 x timeout_s from now (sim 5x2 mild moves seed 1106:
          * waited for ever); sending its part 0 at completion starts them again */
-        if (!p->exch_wait_since) p->exch_wait_since = p->now;
+        if (!p->contrib.exch_wait_since) p->contrib.exch_wait_since = p->now;
         (void)missing_messages(p, own, n);
     }
     if (!complete) {
@@ -745,19 +745,19 @@ int step_tick(peer_t *p)
         report_stall(p, 0, 0);
         return ask_redo(p);
     }
-    p->redo_suspect_at = 0;
-    if (contributing(p) && p->exch_early && !p->exch_sent) {
+    p->contrib.redo_suspect_at = 0;
+    if (contributing(p) && p->contrib.exch_early && !p->contrib.exch_sent) {
         /* N is complete: the early part 0 counts as sent now; mates that came into view
          * since it went out get it too, as they would have at completion */
-        p->exch_sent = 1;
+        p->contrib.exch_sent = 1;
         resend_early(p);
     }
     if (contributing(p) &&
-        (!p->exch_sent || memcmp(pool_mine(p->pool), p->sent_bits, pool_bitmap_bytes(p->pool)))) {
-        if ((rc = make_exchange(p, p->exch_sent))) return rc;
-        if (!p->exch_sent++) p->exch_wait_since = p->now;
+        (!p->contrib.exch_sent || memcmp(pool_mine(p->pool), p->contrib.sent_bits, pool_bitmap_bytes(p->pool)))) {
+        if ((rc = make_exchange(p, p->contrib.exch_sent))) return rc;
+        if (!p->contrib.exch_sent++) p->contrib.exch_wait_since = p->now;
     }
-    if (!p->exch_wait_since) p->exch_wait_since = p->now;
+    if (!p->contrib.exch_wait_since) p->contrib.exch_wait_since = p->now;
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
     int missing = missing_messages(p, own, n);
@@ -768,7 +768,7 @@ int step_tick(peer_t *p)
     }
     if (missing && !(p->po.plant_bug == 1 && p->step == 1)) {
         report_stall(p, 1, missing);
-        if (p->now - p->exch_wait_since < 30.0 || !contributing(p)) return 0;
+        if (p->now - p->contrib.exch_wait_since < 30.0 || !contributing(p)) return 0;
         log_warn("peer: step %" PRId64 ": %d pool message(s) missing after 30 s; stepping "
                  "without them",
                  p->step, missing);
@@ -815,7 +815,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
-        p->rejected++;
+        p->stats.rejected++;
         return 0;
     }
     double norm = 0;
@@ -826,7 +826,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
                    GUARD_NORM_FACTOR)))) {
         /* Refused: held without its body, so that its counted microbatches count as left
          * out at once (12.5) instead of being waited for; the pool steps without it. */
-        p->rejected++;
+        p->stats.rejected++;
         char h[9];
         log_warn("peer: refused the step %" PRId64 " exchange message of %s: %s", m->step,
                  peer_idhex(m->origin, h), why);
@@ -838,7 +838,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1],
                         ev->frame[2], ev->frame_len[2]);
     if (rc == STATUS_EMALFORMED) {
-        p->rejected++;
+        p->stats.rejected++;
         return 0;
     }
     return rc;
@@ -890,15 +890,15 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
     size_t nb = pool_bitmap_bytes(p->pool);
     if (!p->st || p->stage != 0 || ev->nframes != 1 || ev->frame_len[0] != nb ||
         m->count != (uint32_t)p->M || m->step > p->step) {
-        p->rejected++;
+        p->stats.rejected++;
         return;
     }
-    if (m->step > p->redo_step) {
-        p->redo_step = m->step;
-        memset(p->redo_for, 0, nb);
+    if (m->step > p->contrib.redo_step) {
+        p->contrib.redo_step = m->step;
+        memset(p->contrib.redo_for, 0, nb);
     }
-    if (m->step < p->redo_step) return;
-    for (size_t i = 0; i < nb; i++) p->redo_for[i] |= ev->frame[0][i];
+    if (m->step < p->contrib.redo_step) return;
+    for (size_t i = 0; i < nb; i++) p->contrib.redo_for[i] |= ev->frame[0][i];
     /* bits past M in the last byte are not microbatches */
-    for (int i = p->M; i < (int)(nb * 8); i++) p->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+    for (int i = p->M; i < (int)(nb * 8); i++) p->contrib.redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
 }

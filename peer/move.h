@@ -1,0 +1,22 @@
+/* move.h — a member that changed stage (move.c) keeps the pool it left, to answer its old
+ * mates' requests for the exchange messages of the step it left at; and the run's end as
+ * this member sees it (peer.c: past the last step, a stage gone from the view). Lifetime:
+ * the process. */
+#ifndef SWARMTRAIN_MOVE_H
+#define SWARMTRAIN_MOVE_H
+
+#include "swarm/pool.h"
+
+#include <stdint.h>
+
+typedef struct {
+    pool_t *pool; /* the pool it left last (NULL: none) */
+    int stage;    /* its stage */
+} move_state_t;
+
+typedef struct {
+    double since;  /* past the last step with no stage-0 member in view, since */
+    uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
+} end_state_t;
+
+#endif

@@ -1,0 +1,22 @@
+/* stats.h — what a member counts and times about its own work: the microbatches it
+ * served, re-sent, lost and refused, its throughput estimate, and the moments of the run
+ * that its closing line and tokens/s are computed from. Lifetime: the process, but the
+ * throughput estimate, which is measured again on each stage held (move.c). Read by the
+ * member's entry (peer_push_self), peer_info and the closing line. */
+#ifndef SWARMTRAIN_STATS_H
+#define SWARMTRAIN_STATS_H
+
+#include <stdint.h>
+
+typedef struct {
+    double tp_ema; /* samples per second, bias-corrected EMA of its passes (serve.c) */
+    int tp_n;
+    uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
+    uint64_t stale;    /* backward passes of a step the pool had already applied */
+    uint64_t revisits; /* second visits of a swapped microbatch served here (CheckFree+) */
+    double t_train0, t_train1; /* first microbatch; last step */
+    double t_half;     /* the step half-way through the run (tokens/s of the last half) */
+    double serve_t0;   /* serving began (state in place): a follower's time to contribute */
+} peer_stats_t;
+
+#endif

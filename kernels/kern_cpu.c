@@ -7,7 +7,7 @@
  * results do not depend on the thread count.
  *
  * Not for: the readable version of any op (kern_ref.c), device memory (cuda/). */
-#include "kernels/kernels.h"
+#include "kernels/kern_impl.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -322,9 +322,10 @@ static void cpu_rope_backward(kern_t *k, float *dqkv, const float *freqs, int B,
 
 /* --- attention --------------------------------------------------------------------- */
 
-/* Makes sure every pool thread has `floats` of scratch. Ops may not fail, so running out
- * of memory here (a few T x T matrices, small next to the activations) is fatal. */
-static void cpu_scratch_reserve(kern_t *k, size_t floats)
+/* Makes sure every pool thread has `floats` of scratch: 0, or -1 with the failure recorded
+ * (kern_fail, STATUS_ENOMEM; the op then computes nothing and the caller reads
+ * kern_status). */
+static int cpu_scratch_reserve(kern_t *k, size_t floats)
 {
     cpu_ctx_t *ctx = k->ctx;
     for (int i = 0; i < ctx->nscratch; i++) {
@@ -333,11 +334,12 @@ static void cpu_scratch_reserve(kern_t *k, size_t floats)
         ctx->scratch[i] = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
         ctx->cap[i] = ctx->scratch[i] ? floats : 0;
         if (!ctx->scratch[i]) {
-            log_error("kern cpu: out of memory for %zu bytes of attention scratch",
+            kern_fail(k, STATUS_ENOMEM, "out of memory for %zu bytes of attention scratch",
                       floats * sizeof(float));
-            abort();
+            return -1;
         }
     }
+    return 0;
 }
 
 /* One (b, h): S = scale Q K^T by row blocks (blocks right of the diagonal are never
@@ -377,7 +379,7 @@ static void cpu_attention_forward(kern_t *k, float *out, float *lse, const float
 {
     int C = NH * HS;
     size_t C3 = (size_t)3 * C;
-    cpu_scratch_reserve(k, (size_t)T * T);
+    if (cpu_scratch_reserve(k, (size_t)T * T)) return;
     cpu_ctx_t *ctx = k->ctx;
 #pragma omp parallel for num_threads(k->threads) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -442,7 +444,7 @@ static void cpu_attention_backward(kern_t *k, float *dqkv, const float *dout, co
     if (!dqkv) return;
     int C = NH * HS;
     size_t C3 = (size_t)3 * C;
-    cpu_scratch_reserve(k, (size_t)2 * T * T);
+    if (cpu_scratch_reserve(k, (size_t)2 * T * T)) return;
     cpu_ctx_t *ctx = k->ctx;
 #pragma omp parallel for num_threads(k->threads) schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {

@@ -3,7 +3,7 @@
  * Reductions accumulate in double so that the oracle is closer to the truth than the
  * backends it judges.
  * Not for: speed (kern_cpu.c), anything a backend does not share with this one. */
-#include "kernels/kernels.h"
+#include "kernels/kern_impl.h"
 #include "common/status.h"
 
 #include <assert.h>

@@ -223,7 +223,7 @@ model_t *assemble_from_stores(const char *const *paths, int n, kern_t *k, int ba
             rc = status_set(err, STATUS_ECORRUPT, "%s: %s", paths[c->store], why);
             goto done;
         }
-        stage_kern(st)->upload(stage_kern(st), stage_params(st), p, bytes);
+        kern_upload(stage_kern(st), stage_params(st), p, bytes);
     }
     if (info) {
         info->cfg = cfg;

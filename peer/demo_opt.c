@@ -2,7 +2,7 @@
  * (version 2: one header, bit-packed bodies), apply the pool's messages.
  *
  * Two paths, the same messages. A host backend runs compress/demo.c on its own buffers.
- * A device backend (k->on_device) keeps the residual momentum in device memory and runs
+ * A device backend (kern_on_device(k)) keeps the residual momentum in device memory and runs
  * accumulation, DCT, top-k and the removal of what was sent with the kernels.h
  * compression ops; per step only the selected (index, value) entries come to the host,
  * where demo_body_pack writes the same bodies, and only sign(Q) goes back (2 bits per
@@ -52,7 +52,7 @@ struct demo_opt {
     demo_imode_t *mi;
     uint64_t *mpos;
     int cap_m;
-    /* the device path (k->on_device): backend memory unless named h... */
+    /* the device path (kern_on_device(k)): backend memory unless named h... */
     float beta;
     dev_geom_t *geo;                  /* per tensor */
     size_t entries;                   /* selected entries per step, all tensors */
@@ -136,21 +136,21 @@ static int device_init(demo_opt_t *o, size_t maxn)
             int n = j ? g->cc : g->cr;
             if (o->dbasis[n]) continue;
             float *b = malloc((size_t)n * n * sizeof(float));
-            if (!b || !(o->dbasis[n] = k->alloc(k, (size_t)n * n * sizeof(float)))) {
+            if (!b || !(o->dbasis[n] = kern_alloc(k, (size_t)n * n * sizeof(float)))) {
                 free(b);
                 return -1;
             }
             dct_basis(b, n);
-            k->upload(k, o->dbasis[n], b, (size_t)n * n * sizeof(float));
+            kern_upload(k, o->dbasis[n], b, (size_t)n * n * sizeof(float));
             free(b);
         }
     }
-    o->dD = k->alloc(k, P * sizeof(float));
-    o->dcoef = k->alloc(k, maxn * sizeof(float));
-    o->dwork = k->alloc(k, maxn * sizeof(float));
-    o->didx = k->alloc(k, o->entries * sizeof(uint16_t));
-    o->dval = k->alloc(k, o->entries * sizeof(float));
-    o->dsign = k->alloc(k, kern_sign_bytes(P));
+    o->dD = kern_alloc(k, P * sizeof(float));
+    o->dcoef = kern_alloc(k, maxn * sizeof(float));
+    o->dwork = kern_alloc(k, maxn * sizeof(float));
+    o->didx = kern_alloc(k, o->entries * sizeof(uint16_t));
+    o->dval = kern_alloc(k, o->entries * sizeof(float));
+    o->dsign = kern_alloc(k, kern_sign_bytes(P));
     o->hidx = malloc(o->entries * sizeof(uint16_t));
     o->hval = malloc(o->entries * sizeof(float));
     o->hsign = malloc(kern_sign_bytes(P));
@@ -194,11 +194,11 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->cnt = malloc(maxn * sizeof *o->cnt);
     if (!o->sum || !o->cnt) goto nomem;
     o->beta = cfg ? cfg->beta : DEMO_DEFAULT_BETA;
-    if (o->k->on_device && device_init(o, maxn)) goto nomem;
-    if (o->k->on_device && o->update != DEMO_UPDATE_SIGN &&
-        !(o->dstep = o->k->alloc(o->k, P * sizeof(float))))
+    if (kern_on_device(o->k) && device_init(o, maxn)) goto nomem;
+    if (kern_on_device(o->k) && o->update != DEMO_UPDATE_SIGN &&
+        !(o->dstep = kern_alloc(o->k, P * sizeof(float))))
         goto nomem;
-    if (o->k->on_device && o->update >= DEMO_UPDATE_RMSPROP &&
+    if (kern_on_device(o->k) && o->update >= DEMO_UPDATE_RMSPROP &&
         !(o->hv = malloc(2 * P * sizeof(float))))
         goto nomem;
     return o;
@@ -215,8 +215,8 @@ void demo_opt_destroy(demo_opt_t **op)
     for (int i = 0; o->d && i < o->n; i++) demo_destroy(&o->d[i]);
     kern_t *k = o->k;
     void *dev[] = {o->dD, o->dcoef, o->dwork, o->didx, o->dval, o->dsign, o->dstep};
-    for (size_t i = 0; k && i < sizeof dev / sizeof dev[0]; i++) k->free(k, dev[i]);
-    for (int n = 0; k && n <= DCT_MAX_CHUNK; n++) k->free(k, o->dbasis[n]);
+    for (size_t i = 0; k && i < sizeof dev / sizeof dev[0]; i++) kern_free(k, dev[i]);
+    for (int n = 0; k && n <= DCT_MAX_CHUNK; n++) kern_free(k, o->dbasis[n]);
     free(o->geo);
     free(o->hidx);
     free(o->hval);
@@ -252,7 +252,7 @@ void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
     float *p = stage_params(o->st);
     for (int i = 0; i < o->n; i++)
         if (o->tab[i].decay && oc->wd > 0)
-            o->k->scale(o->k, p + o->tab[i].offset, 1.0f - lr * oc->wd, o->tab[i].numel);
+            kern_scale(o->k, p + o->tab[i].offset, 1.0f - lr * oc->wd, o->tab[i].numel);
 }
 
 /* The bodies of prepare on a device: D = beta D + lr g; per tensor the tile DCT and the
@@ -263,13 +263,13 @@ void demo_opt_decay(demo_opt_t *o, const optim_config_t *oc, int64_t step)
 static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, char *err)
 {
     kern_t *k = o->k;
-    k->scale(k, o->dD, o->beta, stage_num_params(o->st));
-    k->axpy(k, o->dD, lr, stage_grads(o->st), stage_num_params(o->st));
+    kern_scale(k, o->dD, o->beta, stage_num_params(o->st));
+    kern_axpy(k, o->dD, lr, stage_grads(o->st), stage_num_params(o->st));
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
-        k->dct_forward(k, o->dcoef, o->dD + t->offset, o->dbasis[g->cr], o->dbasis[g->cc], t->rows,
-                       t->cols, g->cr, g->cc);
+        kern_dct_forward(k, o->dcoef, o->dD + t->offset, o->dbasis[g->cr], o->dbasis[g->cc],
+                         t->rows, t->cols, g->cr, g->cc);
         if (o->imode == DEMO_IDX_SHARED && g->kt < g->tn) {
             /* shared indices: the coefficients come to the host (there is no gather op),
              * the drawn entries go back for the removal below */
@@ -277,17 +277,17 @@ static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, c
             uint16_t *ix = o->hidx + g->e0;
             float *v = o->hval + g->e0;
             size_t ne = (size_t)g->tiles * (size_t)g->kt;
-            k->download(k, c, o->dcoef, t->numel * sizeof(float));
+            kern_download(k, c, o->dcoef, t->numel * sizeof(float));
             demo_shared_indices(ix, g->tiles, g->tn, g->kt, demo_opt_tensor_seed(step, i), o->mark);
             for (size_t e = 0; e < ne; e++) v[e] = c[(e / (size_t)g->kt) * (size_t)g->tn + ix[e]];
-            k->upload(k, o->didx + g->e0, ix, ne * sizeof(uint16_t));
-            k->upload(k, o->dval + g->e0, v, ne * sizeof(float));
+            kern_upload(k, o->didx + g->e0, ix, ne * sizeof(uint16_t));
+            kern_upload(k, o->dval + g->e0, v, ne * sizeof(float));
         } else {
-            k->topk(k, o->didx + g->e0, o->dval + g->e0, o->dcoef, g->tiles, g->tn, g->kt);
+            kern_topk(k, o->didx + g->e0, o->dval + g->e0, o->dcoef, g->tiles, g->tn, g->kt);
         }
     }
-    k->download(k, o->hidx, o->didx, o->entries * sizeof(uint16_t));
-    k->download(k, o->hval, o->dval, o->entries * sizeof(float));
+    kern_download(k, o->hidx, o->didx, o->entries * sizeof(uint16_t));
+    kern_download(k, o->hval, o->dval, o->entries * sizeof(float));
     uint64_t pos = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
@@ -301,11 +301,11 @@ static int prepare_device(demo_opt_t *o, float lr, int64_t step, uint8_t *msg, c
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
         const dev_geom_t *g = &o->geo[i];
-        k->scatter(k, o->dcoef, o->didx + g->e0, o->dval + g->e0, g->tiles, g->tn, g->kt,
-                   o->vfmt == DEMO_VAL_BF16);
-        k->dct_inverse(k, o->dwork, o->dcoef, o->dbasis[g->cr], o->dbasis[g->cc], t->rows, t->cols,
-                       g->cr, g->cc);
-        k->axpy(k, o->dD + t->offset, -1.0f, o->dwork, t->numel);
+        kern_scatter(k, o->dcoef, o->didx + g->e0, o->dval + g->e0, g->tiles, g->tn, g->kt,
+                     o->vfmt == DEMO_VAL_BF16);
+        kern_dct_inverse(k, o->dwork, o->dcoef, o->dbasis[g->cr], o->dbasis[g->cc], t->rows,
+                         t->cols, g->cr, g->cc);
+        kern_axpy(k, o->dD + t->offset, -1.0f, o->dwork, t->numel);
     }
     return 0;
 }
@@ -316,12 +316,12 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
     float *g = stage_grads(o->st);
-    double norm = grad_scale * sqrt(k->sumsq(k, g, P));
+    double norm = grad_scale * sqrt(kern_sumsq(k, g, P));
     if (grad_norm) *grad_norm = (float)norm;
     if (!isfinite(norm)) return status_set(err, STATUS_EINVAL, "demo: gradient is not finite");
     float scale = grad_scale;
     if (oc->clip > 0 && norm > oc->clip) scale *= (float)(oc->clip / norm);
-    if (scale != 1.0f) k->scale(k, g, scale, P);
+    if (scale != 1.0f) kern_scale(k, g, scale, P);
     float lr = optim_lr(oc, step);
     if (!o->defer_decay) demo_opt_decay(o, oc, step);
 
@@ -334,7 +334,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
                           .step = step,
                           .table = o->table_crc};
     demo_stage_hdr_put(msg, &h);
-    if (k->on_device) {
+    if (kern_on_device(k)) {
         int rc = prepare_device(o, lr, step, msg, err);
         if (rc) return rc;
     } else {
@@ -349,7 +349,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
         }
     }
     demo_stage_seal(msg, o->msg_size);
-    return 0;
+    return kern_check(k, err);
 }
 
 /* Checks one stage message up to its bodies; on success gives the sender's k and format. */
@@ -445,10 +445,10 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
          * checkpoints carry; t in stage_opt_step): identical on every replica as Q is. The
          * step is made on the host and subtracted exactly, as for rms. rmsprop: v only. */
         int adam = o->update == DEMO_UPDATE_ADAM;
-        float *v = k->on_device ? o->hv : stage_opt_v(o->st);
-        float *mo = k->on_device ? o->hv + P : stage_opt_m(o->st);
-        if (k->on_device) k->download(k, v, stage_opt_v(o->st), P * sizeof(float));
-        if (k->on_device && adam) k->download(k, mo, stage_opt_m(o->st), P * sizeof(float));
+        float *v = kern_on_device(k) ? o->hv : stage_opt_v(o->st);
+        float *mo = kern_on_device(k) ? o->hv + P : stage_opt_m(o->st);
+        if (kern_on_device(k)) kern_download(k, v, stage_opt_v(o->st), P * sizeof(float));
+        if (kern_on_device(k) && adam) kern_download(k, mo, stage_opt_m(o->st), P * sizeof(float));
         int64_t t = ++*stage_opt_step(o->st);
         double b1 = oc->beta1, b2 = oc->beta2, bc2 = 1.0 - pow(b2, (double)t),
                bc1 = 1.0 - pow(b1, (double)t);
@@ -462,15 +462,15 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
             }
             o->q[j] = (float)(lr * q / (sqrt(vj / bc2) + oc->eps));
         }
-        if (k->on_device) {
-            k->upload(k, stage_opt_v(o->st), v, P * sizeof(float));
-            if (adam) k->upload(k, stage_opt_m(o->st), mo, P * sizeof(float));
-            k->upload(k, o->dstep, o->q, P * sizeof(float));
-            k->axpy(k, p, -1.0f, o->dstep, P);
+        if (kern_on_device(k)) {
+            kern_upload(k, stage_opt_v(o->st), v, P * sizeof(float));
+            if (adam) kern_upload(k, stage_opt_m(o->st), mo, P * sizeof(float));
+            kern_upload(k, o->dstep, o->q, P * sizeof(float));
+            kern_axpy(k, p, -1.0f, o->dstep, P);
         } else {
             for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
         }
-        return 0;
+        return kern_check(k, err);
     }
     if (o->update == DEMO_UPDATE_RMS) {
         /* the step lr * Q / rms(Q) per tensor, rounded to float on the host; p -= step is
@@ -490,22 +490,22 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
                 for (size_t j = 0; j < t->numel; j++) x[j] = (float)(x[j] * fd);
             }
         }
-        if (k->on_device) {
-            k->upload(k, o->dstep, o->q, P * sizeof(float));
-            k->axpy(k, p, -1.0f, o->dstep, P);
+        if (kern_on_device(k)) {
+            kern_upload(k, o->dstep, o->q, P * sizeof(float));
+            kern_axpy(k, p, -1.0f, o->dstep, P);
         } else {
             for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
         }
-        return 0;
+        return kern_check(k, err);
     }
-    if (k->on_device) {
+    if (kern_on_device(k)) {
         kern_sign_pack(o->hsign, o->q, P);
-        k->upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
-        k->apply_sign(k, p, o->dsign, lr, P);
+        kern_upload(k, o->dsign, o->hsign, kern_sign_bytes(P));
+        kern_apply_sign(k, p, o->dsign, lr, P);
     } else {
         demo_apply_sign(p, o->q, lr, P);
     }
-    return 0;
+    return kern_check(k, err);
 }
 
 int demo_opt_check_norm(demo_opt_t *o, int64_t step, const uint8_t *msg, size_t len, double *norm,
@@ -600,8 +600,8 @@ int demo_opt_poison(const demo_opt_t *o, uint8_t *msg, size_t len, int kind, cha
 
 void demo_opt_get_momentum(demo_opt_t *o, float *out)
 {
-    if (o->k->on_device) { /* the tensors tile [0, P) in table order */
-        o->k->download(o->k, out, o->dD, stage_num_params(o->st) * sizeof(float));
+    if (kern_on_device(o->k)) { /* the tensors tile [0, P) in table order */
+        kern_download(o->k, out, o->dD, stage_num_params(o->st) * sizeof(float));
         return;
     }
     for (int i = 0; i < o->n; i++)
@@ -610,8 +610,8 @@ void demo_opt_get_momentum(demo_opt_t *o, float *out)
 
 void demo_opt_set_momentum(demo_opt_t *o, const float *in)
 {
-    if (o->k->on_device) {
-        o->k->upload(o->k, o->dD, in, stage_num_params(o->st) * sizeof(float));
+    if (kern_on_device(o->k)) {
+        kern_upload(o->k, o->dD, in, stage_num_params(o->st) * sizeof(float));
         return;
     }
     for (int i = 0; i < o->n; i++)

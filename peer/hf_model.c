@@ -127,7 +127,7 @@ int hf_model_save(model_t *m, const char *dir, int dtype, int64_t step, const ch
             rc = status_set(err, STATUS_ENOMEM, "export: out of memory");
             goto done;
         }
-        k->download(k, host[s], stage_params(st), bytes);
+        kern_download(k, host[s], stage_params(st), bytes);
         for (int i = 0; i < n; i++, at++) {
             if (hf_model_name(tab[i].name, names[at], sizeof names[at])) {
                 rc = status_set(err, STATUS_EINVAL, "export: no HF name for %s", tab[i].name);
@@ -227,7 +227,7 @@ int hf_model_load(model_t *m, const char *path, char *err)
     for (int s = 0; s < S; s++) {
         stage_t *st = model_stage(m, s);
         kern_t *k = stage_kern(st);
-        k->upload(k, stage_params(st), host[s], stage_num_params(st) * sizeof(float));
+        kern_upload(k, stage_params(st), host[s], stage_num_params(st) * sizeof(float));
     }
 done:
     for (int s = 0; host && s < S; s++) free(host[s]);

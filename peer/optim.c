@@ -36,11 +36,11 @@ void optim_adamw_step(stage_t *st, const optim_config_t *oc, int64_t step, float
     kern_t *k = stage_kern(st);
     size_t P = stage_num_params(st);
     float *g = stage_grads(st);
-    double norm = grad_scale * sqrt(k->sumsq(k, g, P));
+    double norm = grad_scale * sqrt(kern_sumsq(k, g, P));
     if (grad_norm) *grad_norm = (float)norm;
     float scale = grad_scale;
     if (oc->clip > 0 && norm > oc->clip) scale *= (float)(oc->clip / norm);
-    if (scale != 1.0f) k->scale(k, g, scale, P);
+    if (scale != 1.0f) kern_scale(k, g, scale, P);
 
     float lr = optim_lr(oc, step);
     int64_t *t = stage_opt_step(st);
@@ -50,7 +50,7 @@ void optim_adamw_step(stage_t *st, const optim_config_t *oc, int64_t step, float
     float *p = stage_params(st), *m = stage_opt_m(st), *v = stage_opt_v(st);
     for (int i = 0; i < n; i++) {
         size_t o = tab[i].offset;
-        k->adamw(k, p + o, g + o, m + o, v + o, tab[i].numel, lr, oc->beta1, oc->beta2, oc->eps,
-                 tab[i].decay ? oc->wd : 0.0f, (int)*t);
+        kern_adamw(k, p + o, g + o, m + o, v + o, tab[i].numel, lr, oc->beta1, oc->beta2, oc->eps,
+                   tab[i].decay ? oc->wd : 0.0f, (int)*t);
     }
 }

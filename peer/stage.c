@@ -90,7 +90,7 @@ const char *const stage_profile_names[STAGE_PROF_N] = {"matmul", "attention", "r
         if (st->profiling) {                                                                       \
             double t0_ = clock_now();                                                              \
             call;                                                                                  \
-            k->sync(k);                                                                            \
+            kern_sync(k);                                                                          \
             st->prof[cat] += clock_now() - t0_;                                                    \
         } else {                                                                                   \
             call;                                                                                  \
@@ -224,20 +224,20 @@ stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_infl
     size_t P = st->nparams * sizeof(float);
     size_t BT = (size_t)cfg->batch * cfg->seq, C = cfg->dim, F = cfg->ffn;
     int HS = cfg->dim / cfg->n_heads;
-    st->params = k->alloc(k, P);
-    st->grads = k->alloc(k, P);
-    st->m = k->alloc(k, P);
-    st->v = k->alloc(k, P);
-    st->freqs = k->alloc(k, (size_t)cfg->seq * HS * sizeof(float));
-    st->tmp = k->alloc(k, BT * C * sizeof(float));
-    st->dres = k->alloc(k, BT * C * sizeof(float));
-    st->dln = k->alloc(k, BT * C * sizeof(float));
-    st->datty = k->alloc(k, BT * C * sizeof(float));
-    st->dqkv = k->alloc(k, BT * 3 * C * sizeof(float));
-    st->dh13 = k->alloc(k, BT * 2 * F * sizeof(float));
-    st->dsw = k->alloc(k, BT * F * sizeof(float));
+    st->params = kern_alloc(k, P);
+    st->grads = kern_alloc(k, P);
+    st->m = kern_alloc(k, P);
+    st->v = kern_alloc(k, P);
+    st->freqs = kern_alloc(k, (size_t)cfg->seq * HS * sizeof(float));
+    st->tmp = kern_alloc(k, BT * C * sizeof(float));
+    st->dres = kern_alloc(k, BT * C * sizeof(float));
+    st->dln = kern_alloc(k, BT * C * sizeof(float));
+    st->datty = kern_alloc(k, BT * C * sizeof(float));
+    st->dqkv = kern_alloc(k, BT * 3 * C * sizeof(float));
+    st->dh13 = kern_alloc(k, BT * 2 * F * sizeof(float));
+    st->dsw = kern_alloc(k, BT * F * sizeof(float));
     st->host_losses = malloc(BT * sizeof(float));
-    st->bin = k->alloc(k, BT * C * sizeof(float));
+    st->bin = kern_alloc(k, BT * C * sizeof(float));
     if (!st->params || !st->grads || !st->m || !st->v || !st->freqs || !st->tmp || !st->dres ||
         !st->dln || !st->datty || !st->dqkv || !st->dh13 || !st->dsw || !st->host_losses ||
         !st->bin)
@@ -248,7 +248,7 @@ stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_infl
     st->nslots = max_inflight;
     size_t slot_bytes = slot_layout(st, &st->slots[0], NULL);
     for (int i = 0; i < max_inflight; i++) {
-        st->slots[i].mem = k->alloc(k, slot_bytes);
+        st->slots[i].mem = kern_alloc(k, slot_bytes);
         if (!st->slots[i].mem) goto nomem;
         slot_layout(st, &st->slots[i], st->slots[i].mem);
     }
@@ -258,9 +258,9 @@ stage_t *stage_new(const model_config_t *cfg, int index, kern_t *k, int max_infl
     host = malloc(host_floats * sizeof(float));
     if (!host) goto nomem;
     init_params(st, host);
-    k->upload(k, st->params, host, P);
+    kern_upload(k, st->params, host, P);
     kern_rope_freqs(host, cfg->seq, HS, cfg->rope_theta);
-    k->upload(k, st->freqs, host, (size_t)cfg->seq * HS * sizeof(float));
+    kern_upload(k, st->freqs, host, (size_t)cfg->seq * HS * sizeof(float));
     free(host);
     return st;
 
@@ -278,10 +278,10 @@ void stage_destroy(stage_t **stp)
     kern_t *k = st->k;
     float *bufs[] = {st->params, st->grads, st->m,    st->v,    st->freqs, st->tmp, st->dres,
                      st->dln,    st->datty, st->dqkv, st->dh13, st->dsw,   st->bin};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) k->free(k, bufs[i]);
-    k->free(k, st->dpay);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kern_free(k, bufs[i]);
+    kern_free(k, st->dpay);
     free(st->hbnd);
-    for (int i = 0; st->slots && i < st->nslots; i++) k->free(k, st->slots[i].mem);
+    for (int i = 0; st->slots && i < st->nslots; i++) kern_free(k, st->slots[i].mem);
     free(st->slots);
     free(st->host_losses);
     free(st->tensors);
@@ -343,7 +343,7 @@ const stage_tensor_t *stage_tensors(const stage_t *st, int *n)
 
 void stage_zero_grads(stage_t *st)
 {
-    st->k->zero(st->k, st->grads, st->nparams * sizeof(float));
+    kern_zero(st->k, st->grads, st->nparams * sizeof(float));
 }
 
 void stage_profile(stage_t *st, int on)
@@ -424,7 +424,9 @@ void stage_part_params(const stage_t *st, int part, size_t *offset, size_t *coun
     size_t lo = st->nparams, hi = 0;
     for (int i = 0; bits > 0 && i < st->ntensors; i++) {
         const stage_tensor_t *t = &st->tensors[i];
-        int of = t->layer >= 0 ? SLOT_BLOCKS : st->first && t->offset == st->wte ? SLOT_EMBED : SLOT_HEAD;
+        int of = t->layer >= 0                       ? SLOT_BLOCKS
+                 : st->first && t->offset == st->wte ? SLOT_EMBED
+                                                     : SLOT_HEAD;
         if (!(bits & of)) continue;
         if (t->offset < lo) lo = t->offset;
         if (t->offset + t->numel > hi) hi = t->offset + t->numel;
@@ -458,16 +460,17 @@ int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, c
     if (bits & SLOT_BLOCKS) s->pending &= ~(SLOT_BLOCKS | SLOT_HEAD | SLOT_TARGETS);
     if (bits & SLOT_HEAD) s->pending &= ~(SLOT_HEAD | SLOT_TARGETS);
     s->out = NULL;
-    float *p = st->params, *in = (bits & (SLOT_EMBED | SLOT_BLOCKS)) ? s->x : part_output(st, s, bits);
+    float *p = st->params,
+          *in = (bits & (SLOT_EMBED | SLOT_BLOCKS)) ? s->x : part_output(st, s, bits);
 
     if (bits & SLOT_EMBED) {
         if (check_tokens(tokens, (size_t)BT, V, "token", err)) return STATUS_EINVAL;
-        k->upload(k, s->tokens, tokens, (size_t)BT * sizeof(int32_t));
-        OP(STAGE_PROF_OTHER, k->embedding_forward(k, s->x, s->tokens, p + st->wte, BT, C));
+        kern_upload(k, s->tokens, tokens, (size_t)BT * sizeof(int32_t));
+        OP(STAGE_PROF_OTHER, kern_embedding_forward(k, s->x, s->tokens, p + st->wte, BT, C));
     } else if (x_in) {
-        k->upload(k, in, x_in, (size_t)BT * C * sizeof(float));
+        kern_upload(k, in, x_in, (size_t)BT * C * sizeof(float));
     } else {
-        k->copy(k, in, st->bin, (size_t)BT * C * sizeof(float));
+        kern_copy(k, in, st->bin, (size_t)BT * C * sizeof(float));
     }
 
     for (int b = 0; (bits & SLOT_BLOCKS) && b < st->nblocks; b++) {
@@ -478,41 +481,41 @@ int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, c
         float *x2 = a.x2, *ln2 = a.ln2, *rstd2 = a.rstd2, *h13 = a.h13, *sw = a.sw;
 
         OP(STAGE_PROF_NORM,
-           k->rmsnorm_forward(k, ln1, rstd1, x, p + bo->attn_norm, BT, C, c->norm_eps));
-        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, qkv, ln1, p + bo->wqkv, BT, C, 3 * C));
-        OP(STAGE_PROF_ROPE, k->rope_forward(k, qkv, st->freqs, B, T, NH, HS));
-        OP(STAGE_PROF_ATTENTION, k->attention_forward(k, atty, lse, qkv, B, T, NH, HS));
-        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, st->tmp, atty, p + bo->wo, BT, C, C));
-        OP(STAGE_PROF_OTHER, k->add(k, x2, x, st->tmp, (size_t)BT * C));
+           kern_rmsnorm_forward(k, ln1, rstd1, x, p + bo->attn_norm, BT, C, c->norm_eps));
+        OP(STAGE_PROF_MATMUL, kern_matmul_forward(k, qkv, ln1, p + bo->wqkv, BT, C, 3 * C));
+        OP(STAGE_PROF_ROPE, kern_rope_forward(k, qkv, st->freqs, B, T, NH, HS));
+        OP(STAGE_PROF_ATTENTION, kern_attention_forward(k, atty, lse, qkv, B, T, NH, HS));
+        OP(STAGE_PROF_MATMUL, kern_matmul_forward(k, st->tmp, atty, p + bo->wo, BT, C, C));
+        OP(STAGE_PROF_OTHER, kern_add(k, x2, x, st->tmp, (size_t)BT * C));
         OP(STAGE_PROF_NORM,
-           k->rmsnorm_forward(k, ln2, rstd2, x2, p + bo->ffn_norm, BT, C, c->norm_eps));
-        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, h13, ln2, p + bo->w13, BT, C, 2 * F));
-        OP(STAGE_PROF_SWIGLU, k->swiglu_forward(k, sw, h13, BT, F));
-        OP(STAGE_PROF_MATMUL, k->matmul_forward(k, st->tmp, sw, p + bo->w2, BT, F, C));
-        OP(STAGE_PROF_OTHER, k->add(k, xout, x2, st->tmp, (size_t)BT * C));
+           kern_rmsnorm_forward(k, ln2, rstd2, x2, p + bo->ffn_norm, BT, C, c->norm_eps));
+        OP(STAGE_PROF_MATMUL, kern_matmul_forward(k, h13, ln2, p + bo->w13, BT, C, 2 * F));
+        OP(STAGE_PROF_SWIGLU, kern_swiglu_forward(k, sw, h13, BT, F));
+        OP(STAGE_PROF_MATMUL, kern_matmul_forward(k, st->tmp, sw, p + bo->w2, BT, F, C));
+        OP(STAGE_PROF_OTHER, kern_add(k, xout, x2, st->tmp, (size_t)BT * C));
     }
 
     float *y = part_output(st, s, bits);
     if (!(bits & SLOT_HEAD)) {
-        if (y_out) k->download(k, y_out, y, (size_t)BT * C * sizeof(float));
+        if (y_out) kern_download(k, y_out, y, (size_t)BT * C * sizeof(float));
         s->out = y;
         s->pending |= bits;
-        return 0;
+        return kern_check(k, err);
     }
     OP(STAGE_PROF_NORM,
-       k->rmsnorm_forward(k, s->lnf, s->rstdf, y, p + st->norm, BT, C, c->norm_eps));
-    OP(STAGE_PROF_MATMUL, k->matmul_forward(k, s->logits, s->lnf, p + st->head, BT, C, V));
+       kern_rmsnorm_forward(k, s->lnf, s->rstdf, y, p + st->norm, BT, C, c->norm_eps));
+    OP(STAGE_PROF_MATMUL, kern_matmul_forward(k, s->logits, s->lnf, p + st->head, BT, C, V));
     s->pending |= bits;
-    if (!targets) return 0;
+    if (!targets) return kern_check(k, err);
     if (check_tokens(targets, (size_t)BT, V, "target", err)) return STATUS_EINVAL;
-    k->upload(k, s->targets, targets, (size_t)BT * sizeof(int32_t));
-    OP(STAGE_PROF_LOSS, k->crossentropy_forward(k, s->losses, s->logits, s->targets, BT, V));
-    k->download(k, st->host_losses, s->losses, (size_t)BT * sizeof(float));
+    kern_upload(k, s->targets, targets, (size_t)BT * sizeof(int32_t));
+    OP(STAGE_PROF_LOSS, kern_crossentropy_forward(k, s->losses, s->logits, s->targets, BT, V));
+    kern_download(k, st->host_losses, s->losses, (size_t)BT * sizeof(float));
     double sum = 0;
     for (int i = 0; i < BT; i++) sum += st->host_losses[i];
     *loss = (float)(sum / BT);
     s->pending |= SLOT_TARGETS;
-    return 0;
+    return kern_check(k, err);
 }
 
 int stage_logits(stage_t *st, int slot, float *out, char *err)
@@ -520,7 +523,7 @@ int stage_logits(stage_t *st, int slot, float *out, char *err)
     if (!st->last || slot < 0 || slot >= st->nslots || !(st->slots[slot].pending & SLOT_HEAD))
         return status_set(err, STATUS_EINVAL, "stage %d: slot %d holds no logits", st->index, slot);
     size_t n = (size_t)st->cfg.batch * st->cfg.seq * st->cfg.vocab;
-    st->k->download(st->k, out, st->slots[slot].logits, n * sizeof(float));
+    kern_download(st->k, out, st->slots[slot].logits, n * sizeof(float));
     return 0;
 }
 
@@ -551,17 +554,17 @@ int stage_backward_part(stage_t *st, int slot, int part, const float *dy, float 
     if (bits & SLOT_HEAD) {
         float *y = part_output(st, s, bits);
         OP(STAGE_PROF_LOSS,
-           k->crossentropy_backward(k, s->logits, s->logits, s->targets, 1.0f / BT, BT, V));
-        k->zero(k, st->dln, act);
-        OP(STAGE_PROF_MATMUL,
-           k->matmul_backward(k, st->dln, g + st->head, s->logits, s->lnf, p + st->head, BT, C, V));
-        k->zero(k, st->dres, act);
-        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + st->norm, st->dln, y, p + st->norm,
-                                                s->rstdf, BT, C));
+           kern_crossentropy_backward(k, s->logits, s->logits, s->targets, 1.0f / BT, BT, V));
+        kern_zero(k, st->dln, act);
+        OP(STAGE_PROF_MATMUL, kern_matmul_backward(k, st->dln, g + st->head, s->logits, s->lnf,
+                                                   p + st->head, BT, C, V));
+        kern_zero(k, st->dres, act);
+        OP(STAGE_PROF_NORM, kern_rmsnorm_backward(k, st->dres, g + st->norm, st->dln, y,
+                                                  p + st->norm, s->rstdf, BT, C));
     } else if (dy) {
-        k->upload(k, st->dres, dy, act);
+        kern_upload(k, st->dres, dy, act);
     } else {
-        k->copy(k, st->dres, st->bin, act);
+        kern_copy(k, st->dres, st->bin, act);
     }
 
     for (int b = (bits & SLOT_BLOCKS) ? st->nblocks - 1 : -1; b >= 0; b--) {
@@ -571,40 +574,40 @@ int stage_backward_part(stage_t *st, int slot, int part, const float *dy, float 
         float *x2 = a.x2, *ln2 = a.ln2, *rstd2 = a.rstd2, *h13 = a.h13, *sw = a.sw;
 
         /* xout = x2 + sw w2^T: dres flows to x2 unchanged and into the MLP. */
-        k->zero(k, st->dsw, (size_t)BT * F * sizeof(float));
+        kern_zero(k, st->dsw, (size_t)BT * F * sizeof(float));
         OP(STAGE_PROF_MATMUL,
-           k->matmul_backward(k, st->dsw, g + bo->w2, st->dres, sw, p + bo->w2, BT, F, C));
-        k->zero(k, st->dh13, (size_t)BT * 2 * F * sizeof(float));
-        OP(STAGE_PROF_SWIGLU, k->swiglu_backward(k, st->dh13, st->dsw, h13, BT, F));
-        k->zero(k, st->dln, act);
+           kern_matmul_backward(k, st->dsw, g + bo->w2, st->dres, sw, p + bo->w2, BT, F, C));
+        kern_zero(k, st->dh13, (size_t)BT * 2 * F * sizeof(float));
+        OP(STAGE_PROF_SWIGLU, kern_swiglu_backward(k, st->dh13, st->dsw, h13, BT, F));
+        kern_zero(k, st->dln, act);
         OP(STAGE_PROF_MATMUL,
-           k->matmul_backward(k, st->dln, g + bo->w13, st->dh13, ln2, p + bo->w13, BT, C, 2 * F));
-        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->ffn_norm, st->dln, x2,
-                                                p + bo->ffn_norm, rstd2, BT, C));
+           kern_matmul_backward(k, st->dln, g + bo->w13, st->dh13, ln2, p + bo->w13, BT, C, 2 * F));
+        OP(STAGE_PROF_NORM, kern_rmsnorm_backward(k, st->dres, g + bo->ffn_norm, st->dln, x2,
+                                                  p + bo->ffn_norm, rstd2, BT, C));
 
         /* x2 = x + atty wo^T: dres now is dL/dx2; it flows to x and into attention. */
-        k->zero(k, st->datty, act);
+        kern_zero(k, st->datty, act);
         OP(STAGE_PROF_MATMUL,
-           k->matmul_backward(k, st->datty, g + bo->wo, st->dres, atty, p + bo->wo, BT, C, C));
-        k->zero(k, st->dqkv, 3 * act);
+           kern_matmul_backward(k, st->datty, g + bo->wo, st->dres, atty, p + bo->wo, BT, C, C));
+        kern_zero(k, st->dqkv, 3 * act);
         OP(STAGE_PROF_ATTENTION,
-           k->attention_backward(k, st->dqkv, st->datty, qkv, atty, lse, B, T, NH, HS));
-        OP(STAGE_PROF_ROPE, k->rope_backward(k, st->dqkv, st->freqs, B, T, NH, HS));
-        k->zero(k, st->dln, act);
-        OP(STAGE_PROF_MATMUL,
-           k->matmul_backward(k, st->dln, g + bo->wqkv, st->dqkv, ln1, p + bo->wqkv, BT, C, 3 * C));
-        OP(STAGE_PROF_NORM, k->rmsnorm_backward(k, st->dres, g + bo->attn_norm, st->dln, x,
-                                                p + bo->attn_norm, rstd1, BT, C));
+           kern_attention_backward(k, st->dqkv, st->datty, qkv, atty, lse, B, T, NH, HS));
+        OP(STAGE_PROF_ROPE, kern_rope_backward(k, st->dqkv, st->freqs, B, T, NH, HS));
+        kern_zero(k, st->dln, act);
+        OP(STAGE_PROF_MATMUL, kern_matmul_backward(k, st->dln, g + bo->wqkv, st->dqkv, ln1,
+                                                   p + bo->wqkv, BT, C, 3 * C));
+        OP(STAGE_PROF_NORM, kern_rmsnorm_backward(k, st->dres, g + bo->attn_norm, st->dln, x,
+                                                  p + bo->attn_norm, rstd1, BT, C));
     }
 
     if (bits & SLOT_EMBED) {
-        OP(STAGE_PROF_OTHER, k->embedding_backward(k, g + st->wte, st->dres, s->tokens, BT, C));
+        OP(STAGE_PROF_OTHER, kern_embedding_backward(k, g + st->wte, st->dres, s->tokens, BT, C));
         st->have_dx = 0;
     } else {
-        if (dx) k->download(k, dx, st->dres, act);
+        if (dx) kern_download(k, dx, st->dres, act);
         st->have_dx = 1;
     }
-    return 0;
+    return kern_check(k, err);
 }
 
 /* --- the boundary on the wire ---------------------------------------------------------- */
@@ -639,9 +642,9 @@ size_t stage_wire_size(const stage_t *st, int codec, uint32_t block)
 static int need_dpay(stage_t *st, size_t bytes, char *err)
 {
     if (bytes <= st->dpay_cap) return 0;
-    st->k->free(st->k, st->dpay);
+    kern_free(st->k, st->dpay);
     st->dpay_cap = 0;
-    if (!(st->dpay = st->k->alloc(st->k, bytes)))
+    if (!(st->dpay = kern_alloc(st->k, bytes)))
         return status_set(err, STATUS_ENOMEM, "stage %d: out of memory for a %zu-byte payload",
                           st->index, bytes);
     st->dpay_cap = bytes;
@@ -672,19 +675,19 @@ static int wire_encode(stage_t *st, const float *src, int codec, uint32_t block,
                           "stage %d: an encoded tensor needs %zu bytes, has %zu", st->index, total,
                           out ? cap : 0);
     int rc;
-    if (!k->on_device) {
+    if (!kern_on_device(k)) {
         rc = codec_encode((codec_id_t)codec, &cp, src, shape, 3, out, cap, written, err);
     } else if (is_quantized(codec)) {
         size_t plen = total - CODEC_HEADER_LEN;
         if ((rc = need_dpay(st, plen, err))) return rc;
-        k->quantize(k, st->dpay, src, n, codec == CODEC_INT8 ? 8 : 4,
-                    block ? block : CODEC_DEFAULT_BLOCK);
-        k->download(k, out + CODEC_HEADER_LEN, st->dpay, plen);
+        kern_quantize(k, st->dpay, src, n, codec == CODEC_INT8 ? 8 : 4,
+                      block ? block : CODEC_DEFAULT_BLOCK);
+        kern_download(k, out + CODEC_HEADER_LEN, st->dpay, plen);
         rc = codec_seal((codec_id_t)codec, &cp, shape, 3, out, total, err);
         if (!rc && written) *written = total;
     } else {
         if ((rc = need_hbnd(st, err))) return rc;
-        k->download(k, st->hbnd, src, n * sizeof(float));
+        kern_download(k, st->hbnd, src, n * sizeof(float));
         rc = codec_encode((codec_id_t)codec, &cp, st->hbnd, shape, 3, out, cap, written, err);
     }
     return rc;
@@ -741,7 +744,7 @@ int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
     codec_info_t info;
     const uint8_t *pay;
     int rc;
-    if (k->on_device) {
+    if (kern_on_device(k)) {
         if ((rc = codec_open(buf, len, &info, &pay, err))) return rc;
     } else {
         int64_t shape[CODEC_MAX_DIMS];
@@ -753,7 +756,7 @@ int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
     if (info.ndim != 3 || info.shape[0] != want[0] || info.shape[1] != want[1] ||
         info.shape[2] != want[2])
         return status_set(err, STATUS_EMALFORMED, "activation of the wrong shape");
-    if (!k->on_device) {
+    if (!kern_on_device(k)) {
         if (!wire_values_ok(st->bin, n))
             return status_set(err, STATUS_EMALFORMED, "boundary values above %g", WIRE_MAX_ABS);
         return 0;
@@ -762,14 +765,14 @@ int stage_wire_decode(stage_t *st, const uint8_t *buf, size_t len, char *err)
         if (!wire_scales_ok(pay, n, &info))
             return status_set(err, STATUS_EMALFORMED, "boundary values above %g", WIRE_MAX_ABS);
         if ((rc = need_dpay(st, info.payload_len, err))) return rc;
-        k->upload(k, st->dpay, pay, info.payload_len);
-        k->dequantize(k, st->bin, st->dpay, n, info.codec == CODEC_INT8 ? 8 : 4, info.block);
+        kern_upload(k, st->dpay, pay, info.payload_len);
+        kern_dequantize(k, st->bin, st->dpay, n, info.codec == CODEC_INT8 ? 8 : 4, info.block);
     } else {
         if ((rc = need_hbnd(st, err))) return rc;
         if ((rc = codec_decode(buf, len, st->hbnd, n, NULL, NULL, err))) return rc;
         if (!wire_values_ok(st->hbnd, n))
             return status_set(err, STATUS_EMALFORMED, "boundary values above %g", WIRE_MAX_ABS);
-        k->upload(k, st->bin, st->hbnd, n * sizeof(float));
+        kern_upload(k, st->bin, st->hbnd, n * sizeof(float));
     }
     return 0;
 }

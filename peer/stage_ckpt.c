@@ -20,13 +20,13 @@ int stage_ckpt_add(store_ckpt_t *ck, const char *prefix, stage_t *st)
     size_t bytes = stage_num_params(st) * sizeof(float);
     char name[128];
     float *host = NULL;
-    if (k->on_device && !(host = malloc(bytes))) return STATUS_ENOMEM;
+    if (kern_on_device(k) && !(host = malloc(bytes))) return STATUS_ENOMEM;
     int rc = 0;
     for (int i = 0; !rc && i < 3; i++) {
         snprintf(name, sizeof name, "%s%s", prefix, what[i]);
         /* add_blob copies, so a host backend's buffer is snapshotted directly */
         const float *src = stage_buf(st, i);
-        if (k->on_device) k->download(k, host, src, bytes), src = host;
+        if (kern_on_device(k)) kern_download(k, host, src, bytes), src = host;
         rc = store_ckpt_add_blob(ck, name, src, bytes);
     }
     snprintf(name, sizeof name, "%sadam_t", prefix);
@@ -68,7 +68,7 @@ int stage_ckpt_load(const store_ckpt_t *ck, const char *prefix, stage_t *st, cha
         if (!(src[i] = stage_ckpt_blob(ck, name, i < 3 ? bytes : sizeof(int64_t), err)))
             return STATUS_ECORRUPT;
     }
-    for (int i = 0; i < 3; i++) k->upload(k, stage_buf(st, i), src[i], bytes);
+    for (int i = 0; i < 3; i++) kern_upload(k, stage_buf(st, i), src[i], bytes);
     memcpy(stage_opt_step(st), src[3], sizeof(int64_t));
     return 0;
 }

@@ -349,8 +349,8 @@ static void step_adamw(run_t *run, int64_t step, float *gnorm)
         int n = 0;
         for (int r = 0; r < run->R; r++) n += run->visits[r * run->S + s];
         for (int r = 1; r < run->R; r++)
-            k->axpy(k, stage_grads(s0), 1.0f, stage_grads(model_stage(run->rep[r], s)),
-                    stage_num_params(s0));
+            kern_axpy(k, stage_grads(s0), 1.0f, stage_grads(model_stage(run->rep[r], s)),
+                      stage_num_params(s0));
         float gn;
         optim_adamw_step(s0, &run->o->opt, step, 1.0f / (float)(n ? n : 1), &gn);
         sq += (double)gn * gn;
@@ -359,8 +359,8 @@ static void step_adamw(run_t *run, int64_t step, float *gnorm)
     for (int s = 0; s < run->S; s++) {
         stage_t *s0 = model_stage(run->rep[0], s);
         for (int r = 1; r < run->R; r++)
-            k->copy(k, stage_params(model_stage(run->rep[r], s)), stage_params(s0),
-                    stage_num_params(s0) * sizeof(float));
+            kern_copy(k, stage_params(model_stage(run->rep[r], s)), stage_params(s0),
+                      stage_num_params(s0) * sizeof(float));
     }
 }
 
@@ -425,8 +425,8 @@ static int step_local(run_t *run, int64_t step, float *gnorm, int *synced, char 
             stage_t *st = model_stage(run->rep[r], s);
             size_t P = stage_num_params(st);
             float *g = stage_grads(st);
-            k->copy(k, g, run->psync[s], P * sizeof(float)); /* delta = p_sync - p */
-            k->axpy(k, g, -1.0f, stage_params(st), P);
+            kern_copy(k, g, run->psync[s], P * sizeof(float)); /* delta = p_sync - p */
+            kern_axpy(k, g, -1.0f, stage_params(st), P);
             int rc = demo_opt_prepare(run->dopt[r * S + s], &run->outer, step, 1.0f,
                                       run->msg[r * S + s], NULL, err);
             if (rc) return rc;
@@ -441,7 +441,7 @@ static int step_local(run_t *run, int64_t step, float *gnorm, int *synced, char 
                 run->ptrs[j] = run->msg[from * S + s];
                 run->lens[j] = demo_opt_msg_size(run->dopt[from * S + s]);
             }
-            k->copy(k, p, run->psync[s], P * sizeof(float));
+            kern_copy(k, p, run->psync[s], P * sizeof(float));
             int rc = demo_opt_apply(run->dopt[r * S + s], &run->outer, step, run->ptrs, run->lens,
                                     R, err);
             if (rc) return rc;
@@ -449,16 +449,16 @@ static int step_local(run_t *run, int64_t step, float *gnorm, int *synced, char 
                 /* u = p_sync - p (the step just applied); M = mu M + u; p = p_sync - (mu M + u) */
                 float *m = run->omom[r * S + s], *u = stage_grads(st);
                 float mu = o->outer_mom;
-                k->copy(k, u, run->psync[s], P * sizeof(float));
-                k->axpy(k, u, -1.0f, p, P);
-                k->scale(k, m, mu, P);
-                k->axpy(k, m, 1.0f, u, P);
-                k->axpy(k, p, -mu, m, P);
+                kern_copy(k, u, run->psync[s], P * sizeof(float));
+                kern_axpy(k, u, -1.0f, p, P);
+                kern_scale(k, m, mu, P);
+                kern_axpy(k, m, 1.0f, u, P);
+                kern_axpy(k, p, -mu, m, P);
             }
         }
     for (int s = 0; s < S; s++)
-        k->copy(k, run->psync[s], stage_params(model_stage(run->rep[0], s)),
-                stage_num_params(model_stage(run->rep[0], s)) * sizeof(float));
+        kern_copy(k, run->psync[s], stage_params(model_stage(run->rep[0], s)),
+                  stage_num_params(model_stage(run->rep[0], s)) * sizeof(float));
     return 0;
 }
 
@@ -471,9 +471,9 @@ static int check_replicas(run_t *run, int64_t step, char *err)
         size_t bytes = stage_num_params(s0) * sizeof(float);
         float *a = malloc(bytes), *b = malloc(bytes);
         int bad = !a || !b;
-        if (!bad) k->download(k, a, stage_params(s0), bytes);
+        if (!bad) kern_download(k, a, stage_params(s0), bytes);
         for (int r = 1; !bad && r < run->R; r++) {
-            k->download(k, b, stage_params(model_stage(run->rep[r], s)), bytes);
+            kern_download(k, b, stage_params(model_stage(run->rep[r], s)), bytes);
             if (memcmp(a, b, bytes)) {
                 free(a);
                 free(b);
@@ -644,14 +644,14 @@ static int setup(run_t *run, char *err)
         for (int s = 0; s < run->S; s++) {
             stage_t *st = model_stage(run->rep[0], s);
             size_t bytes = stage_num_params(st) * sizeof(float);
-            if (!(run->psync[s] = run->k->alloc(run->k, bytes)))
+            if (!(run->psync[s] = kern_alloc(run->k, bytes)))
                 return status_set(err, STATUS_ENOMEM, "train: out of memory");
-            run->k->copy(run->k, run->psync[s], stage_params(st), bytes);
+            kern_copy(run->k, run->psync[s], stage_params(st), bytes);
             for (int r = 0; run->omom && r < run->R; r++) {
-                float *m = run->k->alloc(run->k, bytes);
+                float *m = kern_alloc(run->k, bytes);
                 if (!(run->omom[r * run->S + s] = m))
                     return status_set(err, STATUS_ENOMEM, "train: out of memory");
-                run->k->scale(run->k, m, 0.0f, bytes / sizeof(float));
+                kern_scale(run->k, m, 0.0f, bytes / sizeof(float));
             }
         }
     }
@@ -688,8 +688,8 @@ static void teardown(run_t *run)
     free(run->tok);
     free(run->tgt);
     free(run->visits);
-    for (int s = 0; run->psync && s < run->S; s++) run->k->free(run->k, run->psync[s]);
-    for (int i = 0; run->omom && i < run->R * run->S; i++) run->k->free(run->k, run->omom[i]);
+    for (int s = 0; run->psync && s < run->S; s++) kern_free(run->k, run->psync[s]);
+    for (int i = 0; run->omom && i < run->R * run->S; i++) kern_free(run->k, run->omom[i]);
     free(run->psync);
     free(run->omom);
     kern_destroy(&run->k);
@@ -709,11 +709,12 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
     fprintf(log,
             "train: %zu parameters, %d stage(s), %d replica(s), %s, device %s (%d threads), "
             "data %s (%zu train / %zu held-out bytes)%s\n",
-            P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", run.k->name,
-            run.k->threads, o->data_path ? o->data_path : data_default_path(),
+            P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", kern_name(run.k),
+            kern_threads(run.k), o->data_path ? o->data_path : data_default_path(),
             data_train_bytes(run.d), data_val_bytes(run.d), o->skip > 0 ? ", skipping" : "");
     if (o->swap > 0)
-        fprintf(log, "swap: a share %.3g of microbatches swap the end stages' blocks (CheckFree+)\n",
+        fprintf(log,
+                "swap: a share %.3g of microbatches swap the end stages' blocks (CheckFree+)\n",
                 o->swap);
     if (o->skip > 0)
         fprintf(log, "skip: a share %.3g of middle-stage visits left out (SkipPipe paths)\n",
@@ -765,7 +766,7 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         if (run.R > 1 && synced && (run.psync || (step + 1) % 10 == 0 || step + 1 == o->steps) &&
             (rc = check_replicas(&run, step, err)))
             goto done;
-        run.k->sync(run.k);
+        kern_sync(run.k);
         double dt = clock_now() - t0, tps = (double)BT * o->accum * run.R / dt;
         r.last_loss = (float)loss;
         r.steps_done = (int)(step + 1);

@@ -93,9 +93,9 @@ static int32_t *rand_tokens(size_t n, int V, uint64_t seed)
 /* A device copy of host data. */
 static void *dev(const void *host, size_t bytes)
 {
-    void *d = gk->alloc(gk, bytes);
+    void *d = kern_alloc(gk, bytes);
     assert_non_null(d);
-    if (host) gk->upload(gk, d, host, bytes);
+    if (host) kern_upload(gk, d, host, bytes);
     return d;
 }
 
@@ -104,7 +104,7 @@ static float *host(const float *d, size_t n)
 {
     float *h = malloc((n ? n : 1) * sizeof *h);
     assert_non_null(h);
-    gk->download(gk, h, d, n * sizeof *h);
+    kern_download(gk, h, d, n * sizeof *h);
     return h;
 }
 
@@ -141,25 +141,25 @@ static void test_memory(void **state)
 {
     (void)state;
     size_t n = 1000;
-    float *a = gk->alloc(gk, n * sizeof(float));
-    float *b = gk->alloc(gk, n * sizeof(float));
+    float *a = kern_alloc(gk, n * sizeof(float));
+    float *b = kern_alloc(gk, n * sizeof(float));
     assert_non_null(a);
     assert_non_null(b);
     assert_int_equal(((uintptr_t)a) % 64, 0);
     float *h = host(a, n);
     for (size_t i = 0; i < n; i++) assert_true(h[i] == 0.0f); /* alloc zeroes */
     float *x = randn(n, 1, 1.0f);
-    gk->upload(gk, a, x, n * sizeof(float));
-    gk->copy(gk, b, a, n * sizeof(float));
-    gk->zero(gk, a, 10 * sizeof(float));
-    gk->sync(gk);
+    kern_upload(gk, a, x, n * sizeof(float));
+    kern_copy(gk, b, a, n * sizeof(float));
+    kern_zero(gk, a, 10 * sizeof(float));
+    kern_sync(gk);
     float *ha = host(a, n), *hb = host(b, n);
     assert_memory_equal(hb, x, n * sizeof(float));
     for (size_t i = 0; i < 10; i++) assert_true(ha[i] == 0.0f);
     assert_memory_equal(ha + 10, x + 10, (n - 10) * sizeof(float));
-    gk->free(gk, a);
-    gk->free(gk, b);
-    gk->free(gk, NULL);
+    kern_free(gk, a);
+    kern_free(gk, b);
+    kern_free(gk, NULL);
     no_backend_error();
     free(h), free(x), free(ha), free(hb);
 }
@@ -176,26 +176,26 @@ static void matmul_case(int N, int C, int OC)
     float *d_inp = dev(inp, ni * 4), *d_w = dev(w, nw * 4), *d_dout = dev(dout, no * 4);
     float *d_out = dev(NULL, no * 4), *d_dinp = dev(dinp0, ni * 4), *d_dw = dev(dw0, nw * 4);
 
-    gr->matmul_forward(gr, out, inp, w, N, C, OC);
-    gk->matmul_forward(gk, d_out, d_inp, d_w, N, C, OC);
+    kern_matmul_forward(gr, out, inp, w, N, C, OC);
+    kern_matmul_forward(gk, d_out, d_inp, d_w, N, C, OC);
     check("matmul_forward out", d_out, out, no, tol_mm);
 
     /* accumulate into random gradients */
-    gr->matmul_backward(gr, dinp, dw, dout, inp, w, N, C, OC);
-    gk->matmul_backward(gk, d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    kern_matmul_backward(gr, dinp, dw, dout, inp, w, N, C, OC);
+    kern_matmul_backward(gk, d_dinp, d_dw, d_dout, d_inp, d_w, N, C, OC);
     check("matmul_backward dinp (+=)", d_dinp, dinp, ni, tol_mm);
     check("matmul_backward dw (+=)", d_dw, dw, nw, tol_mm);
 
     /* NULL outputs are skipped: dw only, then dinp only */
-    gr->matmul_backward(gr, NULL, dw, dout, inp, w, N, C, OC);
-    gk->matmul_backward(gk, NULL, d_dw, d_dout, d_inp, d_w, N, C, OC);
-    gr->matmul_backward(gr, dinp, NULL, dout, inp, w, N, C, OC);
-    gk->matmul_backward(gk, d_dinp, NULL, d_dout, d_inp, d_w, N, C, OC);
+    kern_matmul_backward(gr, NULL, dw, dout, inp, w, N, C, OC);
+    kern_matmul_backward(gk, NULL, d_dw, d_dout, d_inp, d_w, N, C, OC);
+    kern_matmul_backward(gr, dinp, NULL, dout, inp, w, N, C, OC);
+    kern_matmul_backward(gk, d_dinp, NULL, d_dout, d_inp, d_w, N, C, OC);
     check("matmul_backward dinp (NULL dw)", d_dinp, dinp, ni, tol_mm);
     check("matmul_backward dw (NULL dinp)", d_dw, dw, nw, tol_mm);
 
-    gk->free(gk, d_inp), gk->free(gk, d_w), gk->free(gk, d_dout);
-    gk->free(gk, d_out), gk->free(gk, d_dinp), gk->free(gk, d_dw);
+    kern_free(gk, d_inp), kern_free(gk, d_w), kern_free(gk, d_dout);
+    kern_free(gk, d_out), kern_free(gk, d_dinp), kern_free(gk, d_dw);
     free(inp), free(w), free(dout), free(dinp0), free(dw0), free(out), free(dinp), free(dw);
 }
 
@@ -221,25 +221,25 @@ static void test_embedding(void **state)
     float *d_wte = dev(wte, nw * 4), *d_dout = dev(dout, no * 4), *d_out = dev(NULL, no * 4);
     float *d_dwte = dev(dwte0, nw * 4);
 
-    gr->embedding_forward(gr, out, tok, wte, N, C);
-    gk->embedding_forward(gk, d_out, d_tok, d_wte, N, C);
+    kern_embedding_forward(gr, out, tok, wte, N, C);
+    kern_embedding_forward(gk, d_out, d_tok, d_wte, N, C);
     check("embedding_forward", d_out, out, no, 0.0);
 
-    gr->embedding_backward(gr, dwte, dout, tok, N, C);
-    gk->embedding_backward(gk, d_dwte, d_dout, d_tok, N, C);
+    kern_embedding_backward(gr, dwte, dout, tok, N, C);
+    kern_embedding_backward(gk, d_dwte, d_dout, d_tok, N, C);
     check("embedding_backward (+=)", d_dwte, dwte, nw, TOL_EW);
 
     /* deterministic: the same sum twice gives the same bits */
     float *first = host(d_dwte, nw);
-    gk->upload(gk, d_dwte, dwte0, nw * 4);
-    gk->embedding_backward(gk, d_dwte, d_dout, d_tok, N, C);
+    kern_upload(gk, d_dwte, dwte0, nw * 4);
+    kern_embedding_backward(gk, d_dwte, d_dout, d_tok, N, C);
     float *second = host(d_dwte, nw);
     assert_memory_equal(first, second, nw * 4);
-    gk->embedding_backward(gk, NULL, d_dout, d_tok, N, C); /* NULL: nothing */
+    kern_embedding_backward(gk, NULL, d_dout, d_tok, N, C); /* NULL: nothing */
     no_backend_error();
 
-    gk->free(gk, d_tok), gk->free(gk, d_wte), gk->free(gk, d_dout), gk->free(gk, d_out);
-    gk->free(gk, d_dwte);
+    kern_free(gk, d_tok), kern_free(gk, d_wte), kern_free(gk, d_dout), kern_free(gk, d_out);
+    kern_free(gk, d_dwte);
     free(tok), free(wte), free(dout), free(dwte0), free(out), free(dwte), free(first), free(second);
 }
 
@@ -256,27 +256,27 @@ static void rmsnorm_case(int N, int C)
     float *d_out = dev(NULL, n * 4), *d_rstd = dev(NULL, N * 4);
     float *d_dinp = dev(dinp0, n * 4), *d_dw = dev(dw0, C * 4);
 
-    gr->rmsnorm_forward(gr, out, rstd, inp, w, N, C, eps);
-    gk->rmsnorm_forward(gk, d_out, d_rstd, d_inp, d_w, N, C, eps);
+    kern_rmsnorm_forward(gr, out, rstd, inp, w, N, C, eps);
+    kern_rmsnorm_forward(gk, d_out, d_rstd, d_inp, d_w, N, C, eps);
     check("rmsnorm_forward out", d_out, out, n, TOL_EW);
     check("rmsnorm_forward rstd", d_rstd, rstd, N, TOL_EW);
 
     /* the backward uses the oracle's rstd on both sides, so that only it is compared */
-    gk->upload(gk, d_rstd, rstd, N * 4);
-    gr->rmsnorm_backward(gr, dinp, dw, dout, inp, w, rstd, N, C);
-    gk->rmsnorm_backward(gk, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+    kern_upload(gk, d_rstd, rstd, N * 4);
+    kern_rmsnorm_backward(gr, dinp, dw, dout, inp, w, rstd, N, C);
+    kern_rmsnorm_backward(gk, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
     check("rmsnorm_backward dinp (+=)", d_dinp, dinp, n, TOL_EW);
     check("rmsnorm_backward dw (+=)", d_dw, dw, C, TOL_RED);
 
-    gr->rmsnorm_backward(gr, NULL, dw, dout, inp, w, rstd, N, C);
-    gk->rmsnorm_backward(gk, NULL, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
-    gr->rmsnorm_backward(gr, dinp, NULL, dout, inp, w, rstd, N, C);
-    gk->rmsnorm_backward(gk, d_dinp, NULL, d_dout, d_inp, d_w, d_rstd, N, C);
+    kern_rmsnorm_backward(gr, NULL, dw, dout, inp, w, rstd, N, C);
+    kern_rmsnorm_backward(gk, NULL, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+    kern_rmsnorm_backward(gr, dinp, NULL, dout, inp, w, rstd, N, C);
+    kern_rmsnorm_backward(gk, d_dinp, NULL, d_dout, d_inp, d_w, d_rstd, N, C);
     check("rmsnorm_backward dinp (NULL dw)", d_dinp, dinp, n, TOL_EW);
     check("rmsnorm_backward dw (NULL dinp)", d_dw, dw, C, TOL_RED);
 
-    gk->free(gk, d_inp), gk->free(gk, d_w), gk->free(gk, d_dout), gk->free(gk, d_out);
-    gk->free(gk, d_rstd), gk->free(gk, d_dinp), gk->free(gk, d_dw);
+    kern_free(gk, d_inp), kern_free(gk, d_w), kern_free(gk, d_dout), kern_free(gk, d_out);
+    kern_free(gk, d_rstd), kern_free(gk, d_dinp), kern_free(gk, d_dw);
     free(inp), free(w), free(dout), free(dinp0), free(dw0), free(out), free(rstd), free(dinp),
         free(dw);
 }
@@ -300,14 +300,14 @@ static void test_rope(void **state)
     float *qkv = randn(n, 40, 1.0f), *dqkv = randn(n, 41, 1.0f);
     float *d_f = dev(freqs, nf * 4), *d_qkv = dev(qkv, n * 4), *d_dqkv = dev(dqkv, n * 4);
 
-    gr->rope_forward(gr, qkv, freqs, B, T, NH, HS);
-    gk->rope_forward(gk, d_qkv, d_f, B, T, NH, HS);
+    kern_rope_forward(gr, qkv, freqs, B, T, NH, HS);
+    kern_rope_forward(gk, d_qkv, d_f, B, T, NH, HS);
     check("rope_forward (v untouched)", d_qkv, qkv, n, TOL_EW);
-    gr->rope_backward(gr, dqkv, freqs, B, T, NH, HS);
-    gk->rope_backward(gk, d_dqkv, d_f, B, T, NH, HS);
+    kern_rope_backward(gr, dqkv, freqs, B, T, NH, HS);
+    kern_rope_backward(gk, d_dqkv, d_f, B, T, NH, HS);
     check("rope_backward", d_dqkv, dqkv, n, TOL_EW);
 
-    gk->free(gk, d_f), gk->free(gk, d_qkv), gk->free(gk, d_dqkv);
+    kern_free(gk, d_f), kern_free(gk, d_qkv), kern_free(gk, d_dqkv);
     free(freqs), free(qkv), free(dqkv);
 }
 
@@ -325,33 +325,33 @@ static void attention_case(int B, int T, int NH, int HS)
     float *d_out = dev(NULL, no * 4), *d_lse = dev(NULL, nl * 4), *d_dqkv = dev(dqkv0, nqkv * 4);
 
     printf(" attention B=%d T=%d NH=%d HS=%d\n", B, T, NH, HS);
-    gr->attention_forward(gr, out, lse, qkv, B, T, NH, HS);
-    gk->attention_forward(gk, d_out, d_lse, d_qkv, B, T, NH, HS);
+    kern_attention_forward(gr, out, lse, qkv, B, T, NH, HS);
+    kern_attention_forward(gk, d_out, d_lse, d_qkv, B, T, NH, HS);
     snprintf(what, sizeof what, "attention_forward out");
     check(what, d_out, out, no, TOL_RED);
     check("attention_forward lse", d_lse, lse, nl, TOL_EW);
 
     /* both sides start from the oracle's out and lse */
-    gk->upload(gk, d_out, out, no * 4);
-    gk->upload(gk, d_lse, lse, nl * 4);
-    gr->attention_backward(gr, dqkv, dout, qkv, out, lse, B, T, NH, HS);
-    gk->attention_backward(gk, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
+    kern_upload(gk, d_out, out, no * 4);
+    kern_upload(gk, d_lse, lse, nl * 4);
+    kern_attention_backward(gr, dqkv, dout, qkv, out, lse, B, T, NH, HS);
+    kern_attention_backward(gk, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
     check("attention_backward dqkv (+=)", d_dqkv, dqkv, nqkv, TOL_RED);
 
     /* the gradient alone (from zero), so that the += base does not hide its error */
     float *zero = calloc(nqkv, 4);
-    gr->attention_backward(gr, zero, dout, qkv, out, lse, B, T, NH, HS);
-    gk->zero(gk, d_dqkv, nqkv * 4);
-    gk->attention_backward(gk, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
+    kern_attention_backward(gr, zero, dout, qkv, out, lse, B, T, NH, HS);
+    kern_zero(gk, d_dqkv, nqkv * 4);
+    kern_attention_backward(gk, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
     check("attention_backward dqkv (from 0)", d_dqkv, zero, nqkv, TOL_RED);
     float *first = host(d_dqkv, nqkv);
-    gk->zero(gk, d_dqkv, nqkv * 4);
-    gk->attention_backward(gk, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
+    kern_zero(gk, d_dqkv, nqkv * 4);
+    kern_attention_backward(gk, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
     float *second = host(d_dqkv, nqkv);
     assert_memory_equal(first, second, nqkv * 4); /* deterministic */
 
-    gk->free(gk, d_qkv), gk->free(gk, d_dout), gk->free(gk, d_out), gk->free(gk, d_lse);
-    gk->free(gk, d_dqkv);
+    kern_free(gk, d_qkv), kern_free(gk, d_dout), kern_free(gk, d_out), kern_free(gk, d_lse);
+    kern_free(gk, d_dqkv);
     free(qkv), free(dout), free(dqkv0), free(out), free(lse), free(dqkv), free(zero), free(first),
         free(second);
 }
@@ -382,16 +382,16 @@ static void test_swiglu(void **state)
     float *d_h = dev(h, nh * 4), *d_dout = dev(dout, no * 4), *d_out = dev(NULL, no * 4);
     float *d_dh = dev(dh0, nh * 4);
 
-    gr->swiglu_forward(gr, out, h, N, F);
-    gk->swiglu_forward(gk, d_out, d_h, N, F);
+    kern_swiglu_forward(gr, out, h, N, F);
+    kern_swiglu_forward(gk, d_out, d_h, N, F);
     check("swiglu_forward", d_out, out, no, TOL_EW);
-    gr->swiglu_backward(gr, dh, dout, h, N, F);
-    gk->swiglu_backward(gk, d_dh, d_dout, d_h, N, F);
+    kern_swiglu_backward(gr, dh, dout, h, N, F);
+    kern_swiglu_backward(gk, d_dh, d_dout, d_h, N, F);
     check("swiglu_backward (+=)", d_dh, dh, nh, TOL_EW);
-    gk->swiglu_backward(gk, NULL, d_dout, d_h, N, F);
+    kern_swiglu_backward(gk, NULL, d_dout, d_h, N, F);
     no_backend_error();
 
-    gk->free(gk, d_h), gk->free(gk, d_dout), gk->free(gk, d_out), gk->free(gk, d_dh);
+    kern_free(gk, d_h), kern_free(gk, d_dout), kern_free(gk, d_out), kern_free(gk, d_dh);
     free(h), free(dout), free(dh0), free(out), free(dh);
 }
 
@@ -407,18 +407,18 @@ static void test_crossentropy(void **state)
     float *d_logits = dev(logits, n * 4), *d_losses = dev(NULL, N * 4), *d_dl = dev(NULL, n * 4);
     int32_t *d_tgt = dev(tgt, N * 4);
 
-    gr->crossentropy_forward(gr, losses, logits, tgt, N, V);
-    gk->crossentropy_forward(gk, d_losses, d_logits, d_tgt, N, V);
+    kern_crossentropy_forward(gr, losses, logits, tgt, N, V);
+    kern_crossentropy_forward(gk, d_losses, d_logits, d_tgt, N, V);
     check("crossentropy_forward", d_losses, losses, N, TOL_EW);
 
-    gr->crossentropy_backward(gr, dl, logits, tgt, 1.0f / N, N, V);
-    gk->upload(gk, d_dl, logits, n * 4); /* garbage to be overwritten */
-    gk->crossentropy_backward(gk, d_dl, d_logits, d_tgt, 1.0f / N, N, V);
+    kern_crossentropy_backward(gr, dl, logits, tgt, 1.0f / N, N, V);
+    kern_upload(gk, d_dl, logits, n * 4); /* garbage to be overwritten */
+    kern_crossentropy_backward(gk, d_dl, d_logits, d_tgt, 1.0f / N, N, V);
     check("crossentropy_backward (overwrites)", d_dl, dl, n, TOL_EW);
-    gk->crossentropy_backward(gk, d_logits, d_logits, d_tgt, 1.0f / N, N, V);
+    kern_crossentropy_backward(gk, d_logits, d_logits, d_tgt, 1.0f / N, N, V);
     check("crossentropy_backward (in place)", d_logits, dl, n, TOL_EW);
 
-    gk->free(gk, d_logits), gk->free(gk, d_losses), gk->free(gk, d_dl), gk->free(gk, d_tgt);
+    kern_free(gk, d_logits), kern_free(gk, d_losses), kern_free(gk, d_dl), kern_free(gk, d_tgt);
     free(logits), free(losses), free(dl), free(tgt);
 }
 
@@ -431,35 +431,35 @@ static void test_elementwise(void **state)
     float *a = randn(n, 80, 1.0f), *b = randn(n, 81, 1.0f), *out = malloc(n * 4);
     float *d_a = dev(a, n * 4), *d_b = dev(b, n * 4), *d_out = dev(NULL, n * 4);
 
-    gr->add(gr, out, a, b, n);
-    gk->add(gk, d_out, d_a, d_b, n);
+    kern_add(gr, out, a, b, n);
+    kern_add(gk, d_out, d_a, d_b, n);
     check("add", d_out, out, n, 0.0);
-    gr->add(gr, a, a, b, n); /* out == a */
-    gk->add(gk, d_a, d_a, d_b, n);
+    kern_add(gr, a, a, b, n); /* out == a */
+    kern_add(gk, d_a, d_a, d_b, n);
     check("add (in place)", d_a, a, n, 0.0);
-    gr->axpy(gr, a, -0.37f, b, n);
-    gk->axpy(gk, d_a, -0.37f, d_b, n);
+    kern_axpy(gr, a, -0.37f, b, n);
+    kern_axpy(gk, d_a, -0.37f, d_b, n);
     check("axpy", d_a, a, n, TOL_EW);
-    gr->scale(gr, a, 1.7f, n);
-    gk->scale(gk, d_a, 1.7f, n);
+    kern_scale(gr, a, 1.7f, n);
+    kern_scale(gk, d_a, 1.7f, n);
     check("scale", d_a, a, n, 0.0);
 
     /* hash64 is integer arithmetic on the bits: exactly ref's value */
-    uint64_t hw = gr->hash64(gr, a, n), hg = gk->hash64(gk, d_a, n);
+    uint64_t hw = kern_hash64(gr, a, n), hg = kern_hash64(gk, d_a, n);
     no_backend_error();
     printf("  %-34s n=%-8zu %016llx vs %016llx\n", "hash64", n, (unsigned long long)hg,
            (unsigned long long)hw);
     assert_true(hg == hw);
 
-    double want = gr->sumsq(gr, a, n), got = gk->sumsq(gk, d_a, n);
+    double want = kern_sumsq(gr, a, n), got = kern_sumsq(gk, d_a, n);
     no_backend_error();
     printf("  %-34s n=%-8zu %.17g vs %.17g\n", "sumsq", n, got, want);
     assert_true(fabs(got - want) <= 1e-9 * want);
-    assert_true(gk->sumsq(gk, d_a, n) == got); /* deterministic */
-    assert_true(gk->sumsq(gk, d_a, 1) == (double)a[0] * a[0]);
-    assert_true(gk->sumsq(gk, d_a, 0) == 0.0);
+    assert_true(kern_sumsq(gk, d_a, n) == got); /* deterministic */
+    assert_true(kern_sumsq(gk, d_a, 1) == (double)a[0] * a[0]);
+    assert_true(kern_sumsq(gk, d_a, 0) == 0.0);
 
-    gk->free(gk, d_a), gk->free(gk, d_b), gk->free(gk, d_out);
+    kern_free(gk, d_a), kern_free(gk, d_b), kern_free(gk, d_out);
     free(a), free(b), free(out);
 }
 
@@ -472,13 +472,13 @@ static void test_adamw(void **state)
     for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
     float *d_p = dev(p, n * 4), *d_g = dev(g, n * 4), *d_m = dev(m, n * 4), *d_v = dev(v, n * 4);
     for (int t = 1; t <= 3; t++) {
-        gr->adamw(gr, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        gk->adamw(gk, d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        kern_adamw(gr, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        kern_adamw(gk, d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     }
     check("adamw p", d_p, p, n, TOL_EW);
     check("adamw m", d_m, m, n, TOL_EW);
     check("adamw v", d_v, v, n, TOL_EW);
-    gk->free(gk, d_p), gk->free(gk, d_g), gk->free(gk, d_m), gk->free(gk, d_v);
+    kern_free(gk, d_p), kern_free(gk, d_g), kern_free(gk, d_m), kern_free(gk, d_v);
     free(p), free(g), free(m), free(v);
 }
 
@@ -565,8 +565,8 @@ static kern_t *go; /* the oracle backend, made at first use */
 
 static void no_error_on(kern_t *k)
 {
-    const char *e = strncmp(k->name, "cuda", 4) ? NULL : kern_cuda_last_error(k);
-    if (e) fail_msg("%s: backend error: %s", k->name, e);
+    const char *e = strncmp(kern_name(k), "cuda", 4) ? NULL : kern_cuda_last_error(k);
+    if (e) fail_msg("%s: backend error: %s", kern_name(k), e);
 }
 
 /* ||a - b||_2 / ||b||_2 in double; infinite when a holds a NaN or an infinity. */
@@ -635,7 +635,7 @@ static float *download_floats(kern_t *k, const float *d, size_t n)
 {
     float *h = malloc((n ? n : 1) * sizeof *h);
     assert_non_null(h);
-    k->download(k, h, d, n * sizeof *h);
+    kern_download(k, h, d, n * sizeof *h);
     return h;
 }
 
@@ -655,15 +655,15 @@ static void stage_run(stage_result_t *r, const model_config_t *cfg, int index, k
     size_t act = (size_t)cfg->batch * cfg->seq * cfg->dim;
     memset(r, 0, sizeof *r);
     stage_t *st = stage_new(cfg, index, k, 1, STAGE_SEED, err);
-    if (!st) fail_msg("stage_new on %s: %s", k->name, err);
+    if (!st) fail_msg("stage_new on %s: %s", kern_name(k), err);
     int last = stage_is_last(st), first = stage_is_first(st);
     if (!last) r->y = malloc(act * sizeof(float)), assert_non_null(r->y);
     if (!first) r->dx = malloc(act * sizeof(float)), assert_non_null(r->dx);
     if (stage_forward(st, 0, tok, x_in, last ? tgt : NULL, r->y, &r->loss, err))
-        fail_msg("stage_forward on %s: %s", k->name, err);
+        fail_msg("stage_forward on %s: %s", kern_name(k), err);
     if (last || dy) {
         if (stage_backward(st, 0, dy, r->dx, err))
-            fail_msg("stage_backward on %s: %s", k->name, err);
+            fail_msg("stage_backward on %s: %s", kern_name(k), err);
         r->grads = download_floats(k, stage_grads(st), stage_num_params(st));
     }
     const stage_tensor_t *tab = stage_tensors(st, &r->ntab);
@@ -682,16 +682,16 @@ static void stage_steps(kern_t *k, const model_config_t *cfg, const int32_t *tok
     char err[STATUS_ERR_LEN] = "";
     optim_config_t oc = optim_defaults();
     stage_t *st = stage_new(cfg, 0, k, 1, STAGE_SEED, err);
-    if (!st) fail_msg("stage_new on %s: %s", k->name, err);
+    if (!st) fail_msg("stage_new on %s: %s", kern_name(k), err);
     size_t P = stage_num_params(st);
     *p0 = download_floats(k, stage_params(st), P);
     for (int s = 0; s <= STAGE_STEPS; s++) {
         stage_zero_grads(st);
         if (stage_forward(st, 0, tok, NULL, tgt, NULL, &loss[s], err))
-            fail_msg("stage_forward on %s: %s", k->name, err);
+            fail_msg("stage_forward on %s: %s", kern_name(k), err);
         if (s == STAGE_STEPS) break;
         if (stage_backward(st, 0, NULL, NULL, err))
-            fail_msg("stage_backward on %s: %s", k->name, err);
+            fail_msg("stage_backward on %s: %s", kern_name(k), err);
         optim_adamw_step(st, &oc, s, 1.0f, &gnorm[s]);
     }
     *p3 = download_floats(k, stage_params(st), P);
@@ -746,7 +746,7 @@ static const stage_oracle_t *stage_oracle(void)
     char text[512];
     config_to_text(&o->one, text, sizeof text);
     for (char *p = text; (p = strchr(p, '\n'));) *p = ' ';
-    printf("  whole-stage model: %sbatch=%d; oracle %s\n", text, o->one.batch, go->name);
+    printf("  whole-stage model: %sbatch=%d; oracle %s\n", text, o->one.batch, kern_name(go));
     double t0 = clock_now();
     stage_run(&o->whole, &o->one, 0, go, o->tok, o->tgt, NULL, NULL);
     if (o->two.stages == 2) {
@@ -777,8 +777,8 @@ static void stage_parity(kern_t *k, const stage_tol_t *tol)
     const stage_oracle_t *o = stage_oracle();
     stage_result_t r;
     char what[96];
-    printf("  %s, %s matmul\n", k->name,
-           strncmp(k->name, "cuda", 4) || !kern_cuda_tf32(k) ? "fp32" : "TF32");
+    printf("  %s, %s matmul\n", kern_name(k),
+           strncmp(kern_name(k), "cuda", 4) || !kern_cuda_tf32(k) ? "fp32" : "TF32");
 
     stage_run(&r, &o->one, 0, k, o->tok, o->tgt, NULL, NULL);
     check_scalar("1 stage: loss", r.loss, o->whole.loss, tol->loss);
@@ -867,7 +867,7 @@ static cudaEvent_t ev0, ev1;
 
 static void bench_start(void)
 {
-    gk->sync(gk);
+    kern_sync(gk);
     cudaEventRecord(ev0, 0); /* the legacy stream orders against the backend's stream */
 }
 
@@ -900,9 +900,9 @@ static void bench_matmul(const char *what, float *buf, int N, int C, int OC, int
     float *dinp = out + (size_t)N * OC, *dw = dinp + (size_t)N * C;
     double f = 2.0 * N * C * OC;
     snprintf(name, sizeof name, "matmul fwd %s %dx%dx%d", what, N, C, OC);
-    BENCH(name, f, gk->matmul_forward(gk, out, inp, w, N, C, OC));
+    BENCH(name, f, kern_matmul_forward(gk, out, inp, w, N, C, OC));
     snprintf(name, sizeof name, "matmul bwd %s", what);
-    BENCH(name, 2 * f, gk->matmul_backward(gk, dinp, dw, out, inp, w, N, C, OC));
+    BENCH(name, 2 * f, kern_matmul_backward(gk, dinp, dw, out, inp, w, N, C, OC));
 }
 
 static void bench_config(const bench_cfg *g)
@@ -914,18 +914,18 @@ static void bench_config(const bench_cfg *g)
     if ((size_t)3 * C * C > wmax) wmax = (size_t)3 * C * C;
     /* one pool: inputs, weights, outputs and gradients, all random-ish */
     size_t pool_n = 4 * big + 2 * wmax + 4 * (size_t)N * C;
-    float *pool = gk->alloc(gk, pool_n * 4);
+    float *pool = kern_alloc(gk, pool_n * 4);
     if (!pool) {
         printf("  bench %s: out of device memory\n", g->name);
         return;
     }
     float *h = randn(1 << 20, 99, 0.5f);
     for (size_t off = 0; off < pool_n; off += 1 << 20)
-        gk->upload(gk, pool + off, h, (pool_n - off < (1u << 20) ? pool_n - off : 1u << 20) * 4);
+        kern_upload(gk, pool + off, h, (pool_n - off < (1u << 20) ? pool_n - off : 1u << 20) * 4);
     free(h);
-    int32_t *tok = gk->alloc(gk, (size_t)N * 4);
+    int32_t *tok = kern_alloc(gk, (size_t)N * 4);
     int32_t *htok = rand_tokens(N, V, 98);
-    gk->upload(gk, tok, htok, (size_t)N * 4);
+    kern_upload(gk, tok, htok, (size_t)N * 4);
     free(htok);
 
     printf("bench %s: B=%d T=%d C=%d NH=%d HS=%d F=%d V=%d (%s matmul)\n", g->name, g->B, g->T, C,
@@ -939,27 +939,27 @@ static void bench_config(const bench_cfg *g)
     float *a = pool, *b = pool + big, *c = pool + 2 * big, *d = pool + 3 * big;
     float *w = pool + 4 * big;
     double af = 4.0 * g->B * g->NH * (double)g->T * g->T * g->HS / 2; /* causal: half */
-    gk->scale(gk, a, 0.2f, (size_t)N * 3 * C);                        /* tame scores */
-    BENCH("attention fwd", af, gk->attention_forward(gk, c, d, a, g->B, g->T, g->NH, g->HS));
+    kern_scale(gk, a, 0.2f, (size_t)N * 3 * C);                       /* tame scores */
+    BENCH("attention fwd", af, kern_attention_forward(gk, c, d, a, g->B, g->T, g->NH, g->HS));
     BENCH("attention bwd (2.5x fwd flops)", 2.5 * af,
-          gk->attention_backward(gk, b, c, a, c, d, g->B, g->T, g->NH, g->HS));
-    BENCH("rmsnorm fwd", 0, gk->rmsnorm_forward(gk, c, d, a, w, N, C, 1e-5f));
-    BENCH("rmsnorm bwd", 0, gk->rmsnorm_backward(gk, b, w + C, c, a, w, d, N, C));
-    BENCH("swiglu fwd", 0, gk->swiglu_forward(gk, c, a, N, F));
-    BENCH("swiglu bwd", 0, gk->swiglu_backward(gk, b, c, a, N, F));
-    BENCH("embedding fwd", 0, gk->embedding_forward(gk, c, tok, w, N, C));
-    BENCH("embedding bwd", 0, gk->embedding_backward(gk, w, c, tok, N, C));
-    BENCH("crossentropy fwd", 0, gk->crossentropy_forward(gk, d, a, tok, N, V));
-    BENCH("crossentropy bwd", 0, gk->crossentropy_backward(gk, c, a, tok, 1.0f / N, N, V));
-    BENCH("add (N*C)", 0, gk->add(gk, c, a, b, (size_t)N * C));
+          kern_attention_backward(gk, b, c, a, c, d, g->B, g->T, g->NH, g->HS));
+    BENCH("rmsnorm fwd", 0, kern_rmsnorm_forward(gk, c, d, a, w, N, C, 1e-5f));
+    BENCH("rmsnorm bwd", 0, kern_rmsnorm_backward(gk, b, w + C, c, a, w, d, N, C));
+    BENCH("swiglu fwd", 0, kern_swiglu_forward(gk, c, a, N, F));
+    BENCH("swiglu bwd", 0, kern_swiglu_backward(gk, b, c, a, N, F));
+    BENCH("embedding fwd", 0, kern_embedding_forward(gk, c, tok, w, N, C));
+    BENCH("embedding bwd", 0, kern_embedding_backward(gk, w, c, tok, N, C));
+    BENCH("crossentropy fwd", 0, kern_crossentropy_forward(gk, d, a, tok, N, V));
+    BENCH("crossentropy bwd", 0, kern_crossentropy_backward(gk, c, a, tok, 1.0f / N, N, V));
+    BENCH("add (N*C)", 0, kern_add(gk, c, a, b, (size_t)N * C));
     BENCH("adamw (3C*C params)", 0,
-          gk->adamw(gk, w, w + wmax, b, c, (size_t)3 * C * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1));
+          kern_adamw(gk, w, w + wmax, b, c, (size_t)3 * C * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1));
     double s = 0;
-    BENCH("sumsq (3C*C)", 0, s += gk->sumsq(gk, w, (size_t)3 * C * C));
+    BENCH("sumsq (3C*C)", 0, s += kern_sumsq(gk, w, (size_t)3 * C * C));
     (void)s;
     no_backend_error();
-    gk->free(gk, pool);
-    gk->free(gk, tok);
+    kern_free(gk, pool);
+    kern_free(gk, tok);
 }
 
 static void bench_all(void)
@@ -993,9 +993,9 @@ int main(void)
         kern_destroy(&gk);
         return 1;
     }
-    is_cuda = !strncmp(gk->name, "cuda", 4);
+    is_cuda = !strncmp(kern_name(gk), "cuda", 4);
     tol_mm = is_cuda && kern_cuda_tf32(gk) ? 3e-3 : 2e-5;
-    printf("test_cuda: %s against ref (matmul tolerance %.0e)\n", gk->name, tol_mm);
+    printf("test_cuda: %s against ref (matmul tolerance %.0e)\n", kern_name(gk), tol_mm);
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory),      cmocka_unit_test(test_matmul),

@@ -41,7 +41,7 @@
 #include "compress/codec.h"
 #include "compress/demo.h"
 #include "kernels/dct.h"
-#include "kernels/kernels.h"
+#include "kernels/kern_impl.h" /* a host backend posing as a device (main) */
 #include "peer/demo_opt.h"
 #include "peer/stage.h"
 #include "testutil.h"
@@ -79,9 +79,9 @@ static float *randn(size_t n, uint64_t seed, float std)
 
 static void *dev(const void *host, size_t bytes)
 {
-    void *d = gk->alloc(gk, bytes ? bytes : 1);
+    void *d = kern_alloc(gk, bytes ? bytes : 1);
     assert_non_null(d);
-    if (host) gk->upload(gk, d, host, bytes);
+    if (host) kern_upload(gk, d, host, bytes);
     return d;
 }
 
@@ -89,7 +89,7 @@ static void *fetch(const void *d, size_t bytes)
 {
     void *h = malloc(bytes ? bytes : 1);
     assert_non_null(h);
-    gk->download(gk, h, d, bytes);
+    kern_download(gk, h, d, bytes);
     no_backend_error();
     return h;
 }
@@ -134,23 +134,23 @@ static void dct_case(int64_t rows, int64_t cols, int chunk, uint64_t seed)
     float *br = basis_host(cr), *bc = basis_host(cc), *x = randn(n, seed, 1.0f);
     float *want = malloc(n * sizeof *want), *back = malloc(n * sizeof *back);
     assert_true(want && back);
-    gr->dct_forward(gr, want, x, br, bc, rows, cols, cr, cc);
-    gr->dct_inverse(gr, back, x, br, bc, rows, cols, cr, cc);
+    kern_dct_forward(gr, want, x, br, bc, rows, cols, cr, cc);
+    kern_dct_inverse(gr, back, x, br, bc, rows, cols, cr, cc);
     float *dbr = dev(br, (size_t)cr * cr * 4), *dbc = dev(bc, (size_t)cc * cc * 4);
     float *dx = dev(x, n * 4), *dy = dev(NULL, n * 4);
     char what[64];
     snprintf(what, sizeof what, "dct_forward %lldx%lld c%d", (long long)rows, (long long)cols,
              chunk);
-    gk->dct_forward(gk, dy, dx, dbr, dbc, rows, cols, cr, cc);
+    kern_dct_forward(gk, dy, dx, dbr, dbc, rows, cols, cr, cc);
     check_close(what, dy, want, n, TOL_DCT);
     snprintf(what, sizeof what, "dct_inverse %lldx%lld c%d", (long long)rows, (long long)cols,
              chunk);
-    gk->dct_inverse(gk, dy, dx, dbr, dbc, rows, cols, cr, cc);
+    kern_dct_inverse(gk, dy, dx, dbr, dbc, rows, cols, cr, cc);
     check_close(what, dy, back, n, TOL_DCT);
-    gk->free(gk, dbr);
-    gk->free(gk, dbc);
-    gk->free(gk, dx);
-    gk->free(gk, dy);
+    kern_free(gk, dbr);
+    kern_free(gk, dbc);
+    kern_free(gk, dx);
+    kern_free(gk, dy);
     free(br);
     free(bc);
     free(x);
@@ -184,7 +184,7 @@ static void topk_case(int64_t tiles, int tn, int kk, uint64_t seed)
     uint16_t *idx = malloc(ne * sizeof *idx);
     assert_true(val && idx);
     if (tn <= 4096) {
-        gr->topk(gr, idx, val, x, tiles, tn, kk);
+        kern_topk(gr, idx, val, x, tiles, tn, kk);
     } else { /* ref is O(tn^2): demo_topk is the oracle for the largest tiles */
         uint64_t *keys = malloc((size_t)tn * sizeof *keys);
         assert_non_null(keys);
@@ -197,14 +197,14 @@ static void topk_case(int64_t tiles, int tn, int kk, uint64_t seed)
     }
     float *dx = dev(x, n * 4), *dval = dev(NULL, ne * 4);
     uint16_t *didx = dev(NULL, ne * 2);
-    gk->topk(gk, didx, dval, dx, tiles, tn, kk);
+    kern_topk(gk, didx, dval, dx, tiles, tn, kk);
     char what[64];
     snprintf(what, sizeof what, "topk idx %lldx%d k%d", (long long)tiles, tn, kk);
     check_exact(what, didx, idx, ne * 2);
     check_exact("topk val", dval, val, ne * 4);
-    gk->free(gk, dx);
-    gk->free(gk, dval);
-    gk->free(gk, didx);
+    kern_free(gk, dx);
+    kern_free(gk, dval);
+    kern_free(gk, didx);
     free(x);
     free(val);
     free(idx);
@@ -232,12 +232,12 @@ static void test_scatter_sign(void **state)
     float *x = randn(n, 20, 1.0f), *val = malloc(ne * 4), *want = malloc(n * 4);
     uint16_t *idx = malloc(ne * 2);
     assert_true(val && want && idx);
-    gr->topk(gr, idx, val, x, tiles, tn, kk);
+    kern_topk(gr, idx, val, x, tiles, tn, kk);
     float *dval = dev(val, ne * 4), *dy = dev(NULL, n * 4);
     uint16_t *didx = dev(idx, ne * 2);
     for (int bf16 = 0; bf16 < 2; bf16++) {
-        gr->scatter(gr, want, idx, val, tiles, tn, kk, bf16);
-        gk->scatter(gk, dy, didx, dval, tiles, tn, kk, bf16);
+        kern_scatter(gr, want, idx, val, tiles, tn, kk, bf16);
+        kern_scatter(gk, dy, didx, dval, tiles, tn, kk, bf16);
         check_exact(bf16 ? "scatter bf16" : "scatter", dy, want, n * 4);
     }
     /* apply_sign: zeros and a NaN among the signs */
@@ -250,14 +250,14 @@ static void test_scatter_sign(void **state)
     kern_sign_pack(signs, q, m);
     float *dp = dev(p, m * 4);
     uint8_t *ds = dev(signs, kern_sign_bytes(m));
-    gk->apply_sign(gk, dp, ds, 0.01f, m);
+    kern_apply_sign(gk, dp, ds, 0.01f, m);
     demo_apply_sign(p, q, 0.01f, m);
     check_exact("apply_sign", dp, p, m * 4);
-    gk->free(gk, dval);
-    gk->free(gk, dy);
-    gk->free(gk, didx);
-    gk->free(gk, dp);
-    gk->free(gk, ds);
+    kern_free(gk, dval);
+    kern_free(gk, dy);
+    kern_free(gk, didx);
+    kern_free(gk, dp);
+    kern_free(gk, ds);
     free(x);
     free(val);
     free(want);
@@ -278,20 +278,20 @@ static void quant_case(int bits, size_t n, uint32_t block, uint64_t seed)
     uint8_t *want = malloc(plen);
     float *back = malloc(n * 4);
     assert_true(want && back);
-    gr->quantize(gr, want, x, n, bits, block);
-    gr->dequantize(gr, back, want, n, bits, block);
+    kern_quantize(gr, want, x, n, bits, block);
+    kern_dequantize(gr, back, want, n, bits, block);
     float *dx = dev(x, n * 4);
     uint8_t *dp = dev(NULL, plen);
-    gk->quantize(gk, dp, dx, n, bits, block);
+    kern_quantize(gk, dp, dx, n, bits, block);
     char what[64];
     snprintf(what, sizeof what, "quantize int%d n%zu b%u", bits, n, block);
     check_exact(what, dp, want, plen);
-    gk->dequantize(gk, dx, dp, n, bits, block);
+    kern_dequantize(gk, dx, dp, n, bits, block);
     check_exact("dequantize", dx, back, n * 4);
     if (n > block) { /* a non-finite value: NaN scale for its block only */
         x[block] = NAN;
-        gk->upload(gk, dx, x, n * 4);
-        gk->quantize(gk, dp, dx, n, bits, block);
+        kern_upload(gk, dx, x, n * 4);
+        kern_quantize(gk, dp, dx, n, bits, block);
         uint8_t *got = fetch(dp, plen);
         float s1;
         memcpy(&s1, got + 4, 4);
@@ -299,8 +299,8 @@ static void quant_case(int bits, size_t n, uint32_t block, uint64_t seed)
         assert_memory_equal(got, want, 4);
         free(got);
     }
-    gk->free(gk, dx);
-    gk->free(gk, dp);
+    kern_free(gk, dx);
+    kern_free(gk, dp);
     free(x);
     free(want);
     free(back);
@@ -476,8 +476,8 @@ static void demo_round(const demo_cfg_t *dc, int steps, uint64_t seed)
             testutil_fill_normal(g, P, seed + (uint64_t)step, 1.0f);
             memset(g, 0, (size_t)16 * cfg.dim * 4); /* 16 embedding rows: zero tiles */
         }
-        gk->upload(gk, stage_grads(sg), g, P * 4);
-        gc->upload(gc, stage_grads(sc), g, P * 4);
+        kern_upload(gk, stage_grads(sg), g, P * 4);
+        kern_upload(gc, stage_grads(sc), g, P * 4);
         float ng = 0, nc = 0;
         assert_int_equal(demo_opt_prepare(og, &opt, step, 1.0f, mg, &ng, err), 0);
         assert_int_equal(demo_opt_prepare(oc, &opt, step, 1.0f, mc, &nc, err), 0);
@@ -512,7 +512,7 @@ static void demo_round(const demo_cfg_t *dc, int steps, uint64_t seed)
         size_t lens[2] = {len, len};
         assert_int_equal(demo_opt_apply(og, &opt, step, m1, lens, 2, err), 0);
         assert_int_equal(demo_opt_apply(oc, &opt, step, m2, lens, 2, err), 0);
-        gk->download(gk, pg, stage_params(sg), P * 4);
+        kern_download(gk, pg, stage_params(sg), P * 4);
         no_backend_error();
         memcpy(pc, stage_params(sc), P * 4);
         if (memcmp(pg, pc, P * 4)) fail_msg("step %d: parameters differ after a mixed pool", step);
@@ -612,12 +612,12 @@ static void wire_case(int codec, uint32_t block)
     stage_zero_grads(s0);
     assert_int_equal(stage_wire_decode(s0, bwd, w, err), 0);
     assert_int_equal(stage_backward(s0, 0, NULL, NULL, err), 0);
-    gk->download(gk, g1, stage_grads(s0), P0 * 4);
+    kern_download(gk, g1, stage_grads(s0), P0 * 4);
     stage_zero_grads(s0);
     assert_int_equal(stage_forward(s0, 1, tok, NULL, NULL, NULL, NULL, err), 0);
     assert_int_equal(codec_decode(bwd, w, x, n, NULL, NULL, err), 0);
     assert_int_equal(stage_backward(s0, 1, x, NULL, err), 0);
-    gk->download(gk, g2, stage_grads(s0), P0 * 4);
+    kern_download(gk, g2, stage_grads(s0), P0 * 4);
     if (memcmp(g1, g2, P0 * 4))
         fail_msg("%s: stage 0's gradient through the wire path differs", codec_name(codec));
     no_backend_error();
@@ -649,7 +649,7 @@ static void wire_case(int codec, uint32_t block)
                      STATUS_EINVAL);
     /* a non-finite activation never goes on the wire */
     float nan = NAN;
-    gk->upload(gk, stage_params(s0) + 100, &nan, 4); /* embedding row 1 (100 / dim) */
+    kern_upload(gk, stage_params(s0) + 100, &nan, 4); /* embedding row 1 (100 / dim) */
     for (size_t i = 0; i < BT; i++) tok[i] = 1;
     assert_int_equal(stage_forward(s0, 0, tok, NULL, NULL, NULL, NULL, err), 0);
     assert_int_equal(stage_wire_encode_output(s0, 0, codec, block, ref, cap, &w, err),
@@ -699,9 +699,9 @@ int main(void)
         kern_destroy(&gr);
         return 1;
     }
-    is_cuda = !strncmp(gk->name, "cuda", 4);
+    is_cuda = !strncmp(kern_name(gk), "cuda", 4);
     if (!is_cuda) gk->on_device = 1; /* a host backend posing as a device: all exact */
-    printf("test_cuda_compress: %s%s against ref and the cpu host paths\n", gk->name,
+    printf("test_cuda_compress: %s%s against ref and the cpu host paths\n", kern_name(gk),
            is_cuda ? "" : " posing as a device");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dct),          cmocka_unit_test(test_topk),

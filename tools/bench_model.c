@@ -71,17 +71,17 @@ static const struct {
 static double device_peak(kern_t *k, char *what, size_t n)
 {
 #ifdef SWARMTRAIN_HAVE_CUDA
-    if (!strncmp(k->name, "cuda:", 5)) {
+    if (!strncmp(kern_name(k), "cuda:", 5)) {
         int tf32 = kern_cuda_tf32(k);
         for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
-            if (!strcmp(k->name + 5, gpu_peaks[i].name)) {
+            if (!strcmp(kern_name(k) + 5, gpu_peaks[i].name)) {
                 snprintf(what, n, "dense %s peak of the %s, datasheet",
                          tf32 ? "TF32 tensor-core" : "fp32", gpu_peaks[i].name);
                 return tf32 ? gpu_peaks[i].tf32 : gpu_peaks[i].fp32;
             }
     }
 #endif
-    snprintf(what, n, "no peak known for %s: pass --peak-tflops", k->name);
+    snprintf(what, n, "no peak known for %s: pass --peak-tflops", kern_name(k));
     return 0;
 }
 
@@ -185,7 +185,7 @@ int bench_model(int argc, char **argv)
 
     kern_t *k = kern_new(device, threads, err);
     /* The sgemm ceiling is the host's: measured only for host backends. */
-    int host = k && !k->on_device;
+    int host = k && !kern_on_device(k);
     double ceiling1 = host ? sgemm_ceiling(threads, (int)BT, cfg.dim, cfg.ffn, 10) : 0;
     model_t *m = k ? model_new(&cfg, k, 1, err) : NULL;
     int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);
@@ -213,7 +213,7 @@ int bench_model(int argc, char **argv)
         }
         double t0 = clock_now();
         model_adamw_step(m, &oc, s + 2, 1.0f, &gn);
-        k->sync(k);
+        kern_sync(k);
         if (s >= 0) t_opt += clock_now() - t0;
     }
     double dt = clock_now() - t_start;
@@ -226,8 +226,8 @@ int bench_model(int argc, char **argv)
     printf("bench model: config %s%s (dim %d, %d layers, %d heads, ffn %d; %zu params, %.3g "
            "FLOP/token), batch %d x seq %d, %d stage(s), device %s, %d threads, %d steps\n",
            config, nsets ? " with --set" : "", cfg.dim, cfg.n_layers, cfg.n_heads, cfg.ffn,
-           model_num_params(m), fpt, cfg.batch, cfg.seq, stages, k->name,
-           k->on_device ? 1 : threads, steps);
+           model_num_params(m), fpt, cfg.batch, cfg.seq, stages, kern_name(k),
+           kern_on_device(k) ? 1 : threads, steps);
     printf("  step time        %.1f ms (optimizer %.1f ms)\n", 1e3 * dt / steps,
            1e3 * t_opt / steps);
     printf("  tokens/s         %.0f\n", tps);
@@ -246,7 +246,7 @@ int bench_model(int argc, char **argv)
     if (peak > 0)
         printf("  MFU              %.1f%%  (model FLOP/s over a peak of %.1f TFLOP/s: %s)\n",
                100 * gflops / 1e3 / peak, peak, peak_what);
-    else if (k->on_device)
+    else if (kern_on_device(k))
         printf("  MFU              unknown (%s)\n", peak_what);
 
     /* One more step with every op synced and timed, to say where the time goes. */
@@ -276,7 +276,7 @@ int bench_model(int argc, char **argv)
                tps / 1300.0);
     int rc = 0;
 #ifdef SWARMTRAIN_HAVE_CUDA
-    const char *cerr = strncmp(k->name, "cuda:", 5) ? NULL : kern_cuda_last_error(k);
+    const char *cerr = strncmp(kern_name(k), "cuda:", 5) ? NULL : kern_cuda_last_error(k);
     if (cerr) {
         fprintf(stderr, "swarmtrain bench model: the numbers above are void: %s\n", cerr);
         rc = 1;

@@ -3,9 +3,9 @@
  * (kern_cuda_compress.cu), and kern_cuda_new.
  *
  * Every op is queued on one stream per backend in call order; only download, sumsq and
- * sync wait for the device. A failed CUDA or cuBLAS call cannot be returned (ops do not
- * fail, kernels.h), so it is recorded in the context (kern_cuda_last_error) and printed
- * once on stderr.
+ * sync wait for the device. A failed CUDA or cuBLAS call cannot be returned from an op,
+ * so it is recorded in the context (kern_cuda_last_error), printed once on stderr, and
+ * read by callers through kern_status / kern_error (kernels.h).
  *
  * Numerics: matmuls use TF32 tensor cores with fp32 accumulation unless
  * SWARMTRAIN_CUDA_TF32=0 (then about 1e-6 of the "ref" result, else about 1e-3,
@@ -834,6 +834,7 @@ extern "C" kern_t *kern_cuda_new(char *err)
     k->name = c->name;
     k->threads = 1;
     k->on_device = 1;
+    k->failure = kern_cuda_last_error; /* kern_status reads the failure recorded here */
     k->alloc = kc_alloc;
     k->free = kc_free;
     k->upload = kc_upload;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 extern "C" {
-#include "kernels/kernels.h"
+#include "kernels/kern_impl.h"
 }
 #include "kernels/cuda/kern_cuda.h"
 

@@ -12,8 +12,9 @@ extern "C" {
 
 /* The first CUDA or cuBLAS failure seen by any op of this backend, as one line
  * ("file:line: call: text (code)"), or NULL while none has happened. Ops cannot return
- * an error (kernels.h), so a failure is recorded here, printed once on stderr, and the
- * backend's results from then on are not to be trusted. k must be a "cuda" backend. */
+ * an error, so a failure is recorded here, printed once on stderr, and the backend's
+ * results from then on are not to be trusted. k must be a "cuda" backend. Callers that
+ * hold any backend read the same failure through kern_status / kern_error (kernels.h). */
 const char *kern_cuda_last_error(kern_t *k);
 
 /* 1 when matmuls use TF32 tensor cores (the default; SWARMTRAIN_CUDA_TF32=0 turns it

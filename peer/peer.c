@@ -58,7 +58,7 @@ const char *peer_idhex(const uint8_t *id, char buf[9])
 /* The parameters' fingerprint (kernels.h hash64: the same on every backend). */
 uint64_t peer_param_hash(peer_t *p)
 {
-    return p->k->hash64(p->k, stage_params(p->st), stage_num_params(p->st));
+    return kern_hash64(p->k, stage_params(p->st), stage_num_params(p->st));
 }
 
 int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
@@ -429,6 +429,11 @@ int peer_step(peer_t *p, double now, double *wake_at)
     default:
         break;
     }
+    /* a failed device (out of memory, a CUDA error): whatever it computed since is not
+     * trusted, and the peer stops with the backend's reason (kernels.h) */
+    if (!rc && p->k && kern_status(p->k))
+        rc = status_set(p->err, kern_status(p->k), "the compute device failed: %s",
+                        kern_error(p->k));
     if (rc < 0) return rc;
     if (p->stage >= 0 && now - p->last_self_push > 0.25) peer_push_self(p);
     if (did) *wake_at = now;

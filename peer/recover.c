@@ -411,7 +411,7 @@ static int own_candidate(peer_t *p, size_t P)
     }
     if (!(p->rec_ck = malloc(P * sizeof(float))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    p->k->download(p->k, p->rec_ck, stage_params(p->st), P * sizeof(float));
+    kern_download(p->k, p->rec_ck, stage_params(p->st), P * sizeof(float));
     p->rec_ck_step = ck;
     return 0;
 }
@@ -443,12 +443,12 @@ static int judge_losses(peer_t *p, const int want[2], double losses[2])
     for (int t = 0; !rc && t < S; t++) {
         if (!(st[t] = stage_new(c, t, p->k, 1, p->run.seed, p->err))) rc = STATUS_EINVAL;
         else if (t != s)
-            p->k->upload(p->k, stage_params(st[t]), params_of(p, want, t),
+            kern_upload(p->k, stage_params(st[t]), params_of(p, want, t),
                          stage_num_params(st[t]) * sizeof(float));
     }
     int nb = p->run.val_batches < JUDGE_BATCHES ? p->run.val_batches : JUDGE_BATCHES;
     for (int k = 0; !rc && k < 2; k++) {
-        p->k->upload(p->k, stage_params(st[s]), k ? p->rec_ck : p->rec_cf,
+        kern_upload(p->k, stage_params(st[s]), k ? p->rec_ck : p->rec_cf,
                      stage_num_params(st[s]) * sizeof(float));
         double sum = 0;
         for (int i = 0; !rc && i < nb; i++) {
@@ -576,7 +576,7 @@ int recover_download_tick(peer_t *p)
     if (!p->rec_cf) { /* the candidates, once the neighbours are here */
         if (!(p->rec_cf = malloc(P * sizeof(float))))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        p->k->download(p->k, p->rec_cf, stage_params(p->st), P * sizeof(float));
+        kern_download(p->k, p->rec_cf, stage_params(p->st), P * sizeof(float));
         int rc = rebuild(p, p->rec_cf, p->rec_how, sizeof p->rec_how);
         if (rc) return rc;
         if (p->po.stage_recovery == PEER_RECOVER_AUTO && (rc = own_candidate(p, P)) < 0) return rc;
@@ -587,12 +587,12 @@ int recover_download_tick(peer_t *p)
         if (rc <= 0) return rc;
     }
     if (!use_ck) {
-        p->k->upload(p->k, stage_params(p->st), p->rec_cf, P * sizeof(float));
+        kern_upload(p->k, stage_params(p->st), p->rec_cf, P * sizeof(float));
         /* fresh optimizer state */
         float *z = calloc(P, sizeof(float));
         if (!z) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        p->k->upload(p->k, stage_opt_m(p->st), z, P * sizeof(float));
-        p->k->upload(p->k, stage_opt_v(p->st), z, P * sizeof(float));
+        kern_upload(p->k, stage_opt_m(p->st), z, P * sizeof(float));
+        kern_upload(p->k, stage_opt_v(p->st), z, P * sizeof(float));
         *stage_opt_step(p->st) = 0;
         if (p->dopt) demo_opt_set_momentum(p->dopt, z);
         free(z);

@@ -79,24 +79,24 @@ static int backward(peer_t *p, mbrec_t *r)
      * revisit's gradient is added to */
     if (!p->contrib.grad_save && !(p->contrib.grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
         return STATUS_ENOMEM;
-    if (!count) p->k->download(p->k, p->contrib.grad_save, g, n * sizeof(float));
+    if (!count) kern_download(p->k, p->contrib.grad_save, g, n * sizeof(float));
     int rc = stage_backward_part(p->st, r->slot, r->part, NULL, NULL, p->err);
     mbrec_t *f = revisit ? custody_find(p, &r->mb, r->first) : NULL;
     if (!rc && f) { /* the revisit's own gradient: after - before */
         free(f->gdelta);
         if (!(f->gdelta = malloc(n * sizeof(float) + 1))) return STATUS_ENOMEM;
-        p->k->download(p->k, f->gdelta, g, n * sizeof(float));
+        kern_download(p->k, f->gdelta, g, n * sizeof(float));
         for (size_t i = 0; i < n; i++) f->gdelta[i] -= p->contrib.grad_save[i];
         f->gdelta_off = off;
         f->gdelta_n = n;
     }
-    if (!count) p->k->upload(p->k, g, p->contrib.grad_save, n * sizeof(float));
+    if (!count) kern_upload(p->k, g, p->contrib.grad_save, n * sizeof(float));
     if (rc) return rc;
     if (count && r->gdelta) { /* this microbatch's revisit, counted with it */
         float *d = stage_grads(p->st) + r->gdelta_off;
-        p->k->download(p->k, p->contrib.grad_save, d, r->gdelta_n * sizeof(float));
+        kern_download(p->k, p->contrib.grad_save, d, r->gdelta_n * sizeof(float));
         for (size_t i = 0; i < r->gdelta_n; i++) p->contrib.grad_save[i] += r->gdelta[i];
-        p->k->upload(p->k, d, p->contrib.grad_save, r->gdelta_n * sizeof(float));
+        kern_upload(p->k, d, p->contrib.grad_save, r->gdelta_n * sizeof(float));
     }
     if (count) step_count(p, r->mb.index);
     if (r->mb.step < p->step) p->stats.stale++;
@@ -331,6 +331,11 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     float loss = NAN;
     int rc = stage_forward_part(p->st, slot, r->part, NULL, NULL, last ? r->targets : NULL, NULL,
                                 &loss, p->err);
+    if (rc && kern_status(p->k)) { /* the device failed: nothing it computes is trusted */
+        custody_drop(r);
+        return status_set(p->err, kern_status(p->k), "the compute device failed: %s",
+                          kern_error(p->k));
+    }
     if (rc) { /* bad targets from the wire: refuse, keep going */
         p->stats.rejected++;
         peer_send_nack(p, m->sender, m, p->err);

@@ -27,9 +27,9 @@ static int take_snapshot(peer_t *p)
 {
     size_t P = stage_num_params(p->st) * sizeof(float);
     if (xfer_snap_reserve(&p->trans.snap, state_bytes(p))) return STATUS_ENOMEM;
-    p->k->download(p->k, p->trans.snap.buf, stage_params(p->st), P);
-    p->k->download(p->k, p->trans.snap.buf + P, stage_opt_m(p->st), P);
-    p->k->download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->st), P);
+    kern_download(p->k, p->trans.snap.buf, stage_params(p->st), P);
+    kern_download(p->k, p->trans.snap.buf + P, stage_opt_m(p->st), P);
+    kern_download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->st), P);
     memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->st), 8);
     memcpy(p->trans.snap.buf + 3 * P + 8, &p->stage_gnorm, 4);
     memcpy(p->trans.snap.buf + 3 * P + 12, &p->lr_scale, 4);
@@ -52,9 +52,9 @@ static int state_finite(const peer_t *p, const uint8_t *buf)
 static void load_state(peer_t *p, const uint8_t *buf)
 {
     size_t P = stage_num_params(p->st) * sizeof(float);
-    p->k->upload(p->k, stage_params(p->st), buf, P);
-    p->k->upload(p->k, stage_opt_m(p->st), buf + P, P);
-    p->k->upload(p->k, stage_opt_v(p->st), buf + 2 * P, P);
+    kern_upload(p->k, stage_params(p->st), buf, P);
+    kern_upload(p->k, stage_opt_m(p->st), buf + P, P);
+    kern_upload(p->k, stage_opt_v(p->st), buf + 2 * P, P);
     memcpy(stage_opt_step(p->st), buf + 3 * P, 8);
     memcpy(&p->stage_gnorm, buf + 3 * P + 8, 4);
     float scale;
@@ -214,7 +214,7 @@ static void announce(peer_t *p)
     fprintf(p->log,
             "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step "
             "%" PRId64 "\n",
-            p->stage, p->S, stage_num_params(p->st), p->k->name, p->k->threads,
+            p->stage, p->S, stage_num_params(p->st), kern_name(p->k), kern_threads(p->k),
             p->self.serving_from);
     fflush(p->log);
 }

@@ -97,7 +97,7 @@ static int fold_into_momentum(peer_t *p, uint32_t n)
         return STATUS_ENOMEM;
     }
     demo_opt_get_momentum(p->dopt, d);
-    p->k->download(p->k, g, stage_grads(p->st), P * sizeof *g);
+    kern_download(p->k, g, stage_grads(p->st), P * sizeof *g);
     float a = optim_lr(&p->run.opt, p->step) / (float)(n ? n : 1);
     for (size_t i = 0; i < P; i++) d[i] += a * g[i];
     demo_opt_set_momentum(p->dopt, d);
@@ -132,7 +132,7 @@ static int make_exchange(peer_t *p, int part)
     } else {
         len = stage_num_params(p->st) * sizeof(float);
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
-        if (!rc) p->k->download(p->k, msg, stage_grads(p->st), len);
+        if (!rc) kern_download(p->k, msg, stage_grads(p->st), len);
     }
     /* part 0 names the exchange members this member expects (its view): a mate that did
      * not know of one of them waits for its message too */
@@ -345,7 +345,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
             for (size_t i = 0; i < P; i++) sum[i] += g[i];
         }
         if (sum) {
-            p->k->upload(p->k, stage_grads(p->st), sum, P * sizeof(float));
+            kern_upload(p->k, stage_grads(p->st), sum, P * sizeof(float));
             optim_adamw_step(p->st, &p->run.opt, p->step, 1.0f / (float)(total ? total : 1),
                              &gnorm);
         }

@@ -123,6 +123,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     val_init(&p->val);
     p->contrib.redo_step = -1;
     rebal_init(&p->rebal);
+    join_state_init(&p->join);
     follow_init(&p->follow);
     p->trans.snap.step = -1;
     p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;

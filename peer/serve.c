@@ -563,16 +563,23 @@ int serve_source(peer_t *p)
         if ((p->step == 0 || resumed) && !p->join.go) {
             /* A new swarm waits for its first peers (the run's swarm.wait_peers, which the
              * founding peer set; every stage-0 peer applies it), unless it has started. */
-            int serving = 0, joining = 0;
+            int serving = 0, joining = 0, staged = 0;
+            uint64_t served = 0; /* bit s: stage s has a serving member */
             for (int i = 0; i < p->view.n; i++) {
-                serving += p->view.m[i].state == MEMBER_SERVING;
+                int sv = p->view.m[i].state == MEMBER_SERVING, st = p->view.m[i].stage;
+                serving += sv;
                 joining += p->view.m[i].state == MEMBER_JOINING;
+                if (sv && st >= 0 && st < 64) served |= 1ULL << st;
             }
+            for (int s = 0; s < p->S && s < 64; s++) staged += (int)((served >> s) & 1);
             /* nobody half-way in: a member still downloading would not know whether it
              * missed step 0 (it learns it from its donor, STATE_REP flag 1); a resumed
-             * one: nobody still deciding, downloading or rebuilding */
+             * one: nobody still deciding, downloading or rebuilding. wait_peers is a
+             * minimum with a timeout (join.h): a peer that died while the swarm started
+             * never serves */
             if (resumed ? joining > 0
-                        : (serving < p->join.wait_peers || joining) && !peer_swarm_started(p))
+                        : !peer_swarm_started(p) &&
+                              !join_may_start(&p->join, serving, joining, staged, p->S, p->now))
                 return 0;
             if (p->join.go_at == 0) p->join.go_at = p->now + 4 * 0.25; /* let gossip settle */
             if (p->now < p->join.go_at) return 0;

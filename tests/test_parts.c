@@ -4,6 +4,7 @@
 #include "common/timeout.h"
 #include "peer/follow.h"
 #include "peer/guard.h"
+#include "peer/join.h"
 #include "peer/rebal.h"
 #include "peer/val.h"
 
@@ -375,6 +376,32 @@ static void test_follow_behind(void **state)
     assert_int_equal(follow_behind(&c, 1, 10, 2, 8, FOLLOW_STALL_S + 0.2), 0); /* moved on */
 }
 
+/* A new swarm's start (issue 24: a peer SIGKILLed while the swarm starts stopped the whole
+ * run): wait_peers serving members start it at once; short of them, a table unchanged for
+ * JOIN_START_S with every stage served and nobody joining starts it; any change, or a
+ * member joining, waits anew; a stage with no serving member never starts. */
+static void test_join_start(void **state)
+{
+    (void)state;
+    join_state_t j;
+    join_state_init(&j);
+    j.wait_peers = 4;
+    assert_int_equal(join_may_start(&j, 4, 0, 2, 2, 0.0), 1);
+    assert_int_equal(join_may_start(&j, 4, 1, 2, 2, 0.0), 0); /* someone half-way in */
+    /* one of four died before it served */
+    assert_int_equal(join_may_start(&j, 3, 0, 2, 2, 10.0), 0);
+    assert_int_equal(join_may_start(&j, 3, 0, 2, 2, 10.0 + JOIN_START_S - 0.1), 0);
+    assert_int_equal(join_may_start(&j, 2, 0, 2, 2, 10.0 + JOIN_START_S - 0.05), 0); /* changed */
+    assert_int_equal(join_may_start(&j, 2, 0, 2, 2, 10.0 + JOIN_START_S + 1.0), 0);
+    assert_int_equal(join_may_start(&j, 2, 0, 2, 2, 10.0 + 2 * JOIN_START_S), 1);
+    /* a stage with nobody serving: never */
+    join_state_t k;
+    join_state_init(&k);
+    k.wait_peers = 4;
+    assert_int_equal(join_may_start(&k, 2, 0, 1, 2, 0.0), 0);
+    assert_int_equal(join_may_start(&k, 2, 0, 1, 2, 100.0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -388,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_follow_join_margin),
         cmocka_unit_test(test_follow_gather),
         cmocka_unit_test(test_follow_behind),
+        cmocka_unit_test(test_join_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

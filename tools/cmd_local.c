@@ -70,6 +70,7 @@ typedef struct {
     int join_step, join_stage; /* add a peer at join_step */
     int revive;                /* ... which is the killed peer again, with its store */
     int kill_random;           /* --kill random: one outside SIGKILL at a random moment */
+    int kill_start;            /* --kill start: one outside SIGKILL while the swarm starts */
     double churn_rate;         /* --churn: SIGKILLs per peer per minute, from outside */
     double churn_restart_s;    /* ... and a new peer after this long; < 0: none */
     int churn_kills;           /* at most this many kills (0: no limit) */
@@ -133,9 +134,13 @@ static int local_option(void *ctx, int c, const char *arg)
             lo->kill_random = 1;
             return 0;
         }
+        if (!strcmp(arg, "start")) {
+            lo->kill_start = 1;
+            return 0;
+        }
         if (sscanf(arg, "%d:%d", &lo->kill_peer, &lo->kill_step) != 2 || lo->kill_peer < 0 ||
             lo->kill_step < 0) {
-            fprintf(stderr, "swarmtrain local: --kill PEER:STEP or --kill random\n");
+            fprintf(stderr, "swarmtrain local: --kill PEER:STEP, --kill random or --kill start\n");
             return -1;
         }
         return 0;
@@ -550,16 +555,46 @@ static int died_unplanned(const child_t *c)
 
 /* Whether one of ch[0, n) has exited, without reaping it (the watch loop does that, and
  * says why): a peer that dies while the others start leaves no reason to wait for it. */
-static int any_exited(const child_t *ch, int n)
+/* How many of the first n peers have exited (their status is left for waitpid). */
+static int exited_count(const child_t *ch, int n)
 {
+    int k = 0;
     for (int i = 0; i < n; i++) {
         siginfo_t si;
         memset(&si, 0, sizeof si);
         if (ch[i].pid > 0 && !waitid(P_PID, (id_t)ch[i].pid, &si, WEXITED | WNOHANG | WNOWAIT) &&
             si.si_pid == ch[i].pid)
-            return 1;
+            k++;
     }
-    return 0;
+    return k;
+}
+
+/* --kill start: the victim, its delay after it was started, and when it dies (-1: not
+ * started yet). */
+typedef struct {
+    int peer;
+    double delay, at;
+    int done, killed, counted; /* its moment passed; it was killed then; in the summary */
+} start_kill_t;
+
+/* SIGKILLs --kill start's victim once its moment has come; 1 when it did now. */
+static int start_kill_tick(child_t *ch, start_kill_t *sk)
+{
+    if (sk->peer < 0 || sk->done || ch[sk->peer].pid <= 0) return 0;
+    double now = clock_now();
+    if (sk->at < 0) sk->at = now + sk->delay;
+    if (now < sk->at) return 0;
+    sk->done = 1;
+    if (ch[sk->peer].exited || ch[sk->peer].killed) return 0;
+    kill(ch[sk->peer].pid, SIGKILL);
+    sk->killed = 1;
+    ch[sk->peer].killed = 1;
+    ch[sk->peer].killed_at = now;
+    printf("local: fault: SIGKILL peer %d (stage %d) from outside %.2f s after it started, "
+           "while the swarm starts\n",
+           sk->peer, ch[sk->peer].stage, sk->delay);
+    fflush(stdout);
+    return 1;
 }
 
 /* SIGTERM to every running peer (they leave cleanly); SIGKILL to any still running 10 s on. */
@@ -704,6 +739,9 @@ static int local_main(int argc, char **argv, int user0)
             "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
             "  --kill random        one peer, any (the founding one too), SIGKILLed from outside\n"
             "                       at a random moment between 10% and 70% of the steps\n"
+            "  --kill start         one peer but the founding one, drawn from --fault-seed,\n"
+            "                       SIGKILLed from outside 0-3 s (drawn) after it was started,\n"
+            "                       while the swarm starts: the others start without it\n"
             "  --churn RATE[:S]     SIGKILL random peers from outside, RATE per peer per minute\n"
             "                       (never the last of a stage), each replaced by a new peer\n"
             "                       of its stage S seconds later; the summary gives kills,\n"
@@ -845,7 +883,8 @@ static int local_main(int argc, char **argv, int user0)
         for (int k = 0; k < lo.placement[s]; k++) ch[i++].stage = s;
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
     if (lo.secure) printf("local: CURVE on every connection, swarm key %s\n", lo.swarm_key);
-    if (lo.kill_random || lo.churn_rate > 0 || lo.kill_stage >= 0 || lo.stage_failures)
+    if (lo.kill_random || lo.kill_start || lo.churn_rate > 0 || lo.kill_stage >= 0 ||
+        lo.stage_failures)
         printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo.fault_seed);
     fflush(stdout);
     double t0 = clock_now(), kill_wall = -1;
@@ -858,23 +897,31 @@ static int local_main(int argc, char **argv, int user0)
         clock_sleep(0.1);
     }
     free(json);
-    /* one at a time, each once the swarm counts the previous one as serving, so that
-     * peers of the same stage find each other */
+    /* --kill start: a peer (not the founding one: the others join through it) SIGKILLed
+     * from outside a drawn moment after it was started */
+    start_kill_t sk = {.peer = lo.kill_start && n > 1 ? 1 + (int)rng_below(&frng, (uint64_t)(n - 1)) : -1,
+                       .delay = lo.kill_start ? 3.0 * rng_uniform(&frng) : 0,
+                       .at = -1};
+    /* one at a time, each once the swarm counts the live ones started so far as serving,
+     * so that peers of the same stage find each other. A peer that dies meanwhile is
+     * reported by the loop below; the others start without it (join.h). */
     int started = 1;
-    for (int i = 1; i < n && !interrupted && !any_exited(ch, i); i++) {
+    for (int i = 1; i < n && !interrupted; i++) {
         if (spawn(&ch[i], i, i, argc, argv, &lo, threads, ch[0].port)) goto fail;
         started++;
-        for (int tries = 0; tries < 100 && !interrupted && !any_exited(ch, i + 1); tries++) {
+        for (int tries = 0; tries < 100 && !interrupted; tries++) {
             view_t v;
             if (lo.resume) { /* nobody serves before they all agree on a step */
                 clock_sleep(0.2);
                 break;
             }
-            if (fetch_view(ch, i + 1, &v) == 0 && v.serving >= i + 1) break;
+            start_kill_tick(ch, &sk);
+            int live = i + 1 - exited_count(ch, i + 1);
+            if (live <= 0 || (fetch_view(ch, i + 1, &v) == 0 && v.serving >= live)) break;
             clock_sleep(0.1);
         }
     }
-    n = started; /* fewer when one died (or Ctrl-C) while they started: the loop below says */
+    n = started; /* fewer on Ctrl-C while they started */
 
     /* --kill random: one peer, any, at a random moment of the middle of the run */
     int rk_peer = lo.kill_random ? (int)rng_below(&frng, (uint64_t)n) : -1;
@@ -919,6 +966,8 @@ static int local_main(int argc, char **argv, int user0)
     double last_t = clock_now(), last_bytes = 0, tps = 0, last_churn = clock_now();
     for (;;) {
         int running = 0;
+        start_kill_tick(ch, &sk);
+        if (sk.killed && !sk.counted) kills++, sk.counted = 1;
         for (int i = 0; i < n; i++) {
             if (ch[i].exited) continue;
             int st;
@@ -941,9 +990,16 @@ static int local_main(int argc, char **argv, int user0)
                            WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), ch[i].log);
                     print_log_tail(ch[i].log, 4);
                     fflush(stdout);
-                    /* the others wait for every peer of the run before step 0: without it
-                     * they would wait forever */
-                    if (last_step < 1) start_failed = 1;
+                }
+                /* before step 0 the others wait for the run's peers, but only as long as
+                 * the table changes (join.h): they start without one that died (planned or
+                 * not) once every stage serves. A stage left with no peer cannot start. */
+                if (last_step < 1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+                    int mates = 0;
+                    for (int k = 0; k < n; k++)
+                        mates += k != i && ch[k].pid > 0 && !ch[k].exited &&
+                                 ch[k].stage == ch[i].stage;
+                    if (!mates && ch[i].stage >= 0) start_failed = 1;
                 }
             } else {
                 running++;
@@ -951,7 +1007,8 @@ static int local_main(int argc, char **argv, int user0)
         }
         if (!running) break;
         if (start_failed) {
-            printf("local: the swarm cannot start without it; stopping the other peers\n");
+            printf("local: the swarm cannot start: a stage has no peer left; stopping the other "
+                   "peers\n");
             stop_all(ch, n);
             free(ch);
             return 1;
@@ -1261,6 +1318,39 @@ static int local_main(int argc, char **argv, int user0)
     }
     if (!unplanned) printf("local: no peer died unplanned\n");
     fflush(stdout);
+    /* the same, for programs: DIR/summary.json (tests and benchmarks read it, not the
+     * wording above) */
+    char sp[1200];
+    snprintf(sp, sizeof sp, "%s/summary.json", lo.dir);
+    FILE *sf = fopen(sp, "w");
+    if (sf) {
+        fprintf(sf, "{\"val_loss\":");
+        if (isfinite(val))
+            fprintf(sf, "%.6f", val);
+        else
+            fprintf(sf, "null");
+        fprintf(sf, ",\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"lost\":%llu,\"kills\":%d,"
+                    "\"restarts\":%d,\"peers\":%d,\"unplanned\":[",
+                clock_now() - t0, ltps, lost, kills, restarts, n);
+        for (int i = 0, first = 1; i < n; i++) {
+            if (!died_unplanned(&ch[i])) continue;
+            fprintf(sf, "%s{\"peer\":%d,\"stage\":%d,\"%s\":%d}", first ? "" : ",", i,
+                    ch[i].stage, WIFEXITED(ch[i].status) ? "exit" : "signal",
+                    WIFEXITED(ch[i].status) ? WEXITSTATUS(ch[i].status) : WTERMSIG(ch[i].status));
+            first = 0;
+        }
+        fprintf(sf, "],\"killed\":[");
+        for (int i = 0, first = 1; i < n; i++) {
+            if (!ch[i].killed) continue;
+            fprintf(sf, "%s%d", first ? "" : ",", i);
+            first = 0;
+        }
+        fprintf(sf, "],\"wire_sent\":{");
+        for (int k = 0; k < WIRE_KINDS; k++)
+            fprintf(sf, "%s\"%s\":%llu", k ? "," : "", transport_wire_name(k), sent[k]);
+        fprintf(sf, "}}\n");
+        fclose(sf);
+    }
     free(ch);
     /* a poisoned member's refused messages lose its microbatches by design */
     return isnan(val) || (lost && !lo.poison_kind[0]) ? 1 : 0;

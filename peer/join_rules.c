@@ -1,0 +1,30 @@
+/* join_rules.c — the start of a new swarm (join.h): wait_peers as a minimum with a
+ * timeout. */
+#include "peer/join.h"
+
+#include <string.h>
+
+void join_state_init(join_state_t *j)
+{
+    memset(j, 0, sizeof *j);
+    j->start = timeout_make("join.start", JOIN_START_S);
+    j->seen_serving = j->seen_joining = j->seen_stages = -1;
+}
+
+int join_may_start(join_state_t *j, int serving, int joining, int stages_served, int stages,
+                   double now)
+{
+    if (joining) { /* a member still downloading would not know whether it missed step 0 */
+        timeout_stop(&j->start);
+        j->seen_serving = j->seen_joining = j->seen_stages = -1;
+        return 0;
+    }
+    if (serving >= j->wait_peers) return 1;
+    if (serving != j->seen_serving || joining != j->seen_joining ||
+        stages_served != j->seen_stages) { /* the table changed: wait anew */
+        j->seen_serving = serving, j->seen_joining = joining, j->seen_stages = stages_served;
+        timeout_start(&j->start, now);
+        return 0;
+    }
+    return stages_served == stages && timeout_fired(&j->start, now);
+}

@@ -211,6 +211,17 @@ static int on_step_done(peer_t *p, const net_ev_t *ev)
     return 0;
 }
 
+/* A LEAVE that says the run is over (the dispatch core hands only those to the program):
+ * a member that missed the run's end (asleep, cut off) learns it so, as from STEP_DONE. */
+static int on_leave(peer_t *p, const net_ev_t *ev)
+{
+    if (ev->msg.code != MSG_LEAVE_RUN_OVER || p->finished) return 0;
+    fprintf(p->log, "peer: the run is over (said by a member that finished it); leaving at step "
+                    "%" PRId64 "\n", p->step);
+    p->finished = 1;
+    return 0;
+}
+
 static int on_exch(peer_t *p, const net_ev_t *ev)
 {
     return p->st ? step_on_exch(p, ev) : 0;
@@ -266,7 +277,7 @@ static const handler_t handlers[MSG_TYPE_MAX + 1] = {
     [MSG_NACK] = on_nack,            [MSG_PROGRESS] = on_progress, [MSG_STEP_DONE] = on_step_done,
     [MSG_EXCH] = on_exch,            [MSG_STATE_REQ] = on_state_req_ev,
     [MSG_STATE_REP] = on_state_rep,  [MSG_ERROR] = on_error,       [MSG_EXCH_REQ] = on_exch_req,
-    [MSG_REDO] = on_redo,
+    [MSG_REDO] = on_redo,            [MSG_LEAVE] = on_leave,
 };
 
 int peer_on_event(peer_t *p, const net_ev_t *ev, double now)

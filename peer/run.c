@@ -120,11 +120,15 @@ int peer_run(const peer_options_t *po, char *err)
             if (r == 0 && (rc = peer_on_event(p, &ev, clock_now()))) break;
         }
     }
+    int finished = !rc && peer_done(p);
     if (!rc) peer_finish(p, po->stop && *po->stop ? "asked to stop" : "run done");
     if (rc) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));
     peer_destroy(&p);
     wire_count_t w;
-    net_halt(net, &w); /* after the LEAVE: every byte this peer moved */
+    if (finished) /* after the LEAVE, which says the run is over: every byte moved */
+        net_halt_finished(net, &w);
+    else
+        net_halt(net, &w);
     FILE *log = po->log ? po->log : stdout;
     uint64_t tin = 0, tout = 0;
     fprintf(log, "wire: sent");

@@ -20,6 +20,9 @@ struct dispatch {
     uint8_t sk[64];
     double timeout_s, forget_s, t0;
     int fanout;
+    double last_tick;   /* the last dispatch_tick (0: none yet) */
+    uint64_t pauses;    /* ticks that came late by more than DISPATCH_JUMP_S */
+    double paused_s;
     wire_count_t wire;
     msg_member_t *scratch; /* decoded tables, MSG_MEMBERS_MAX entries */
 };
@@ -318,7 +321,8 @@ int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int 
         break; /* and to the program: the run text */
     case MSG_LEAVE:
         if (members_leave(d->mem, m.sender, m.text)) view_changed(d);
-        return 0;
+        if (m.code != MSG_LEAVE_RUN_OVER) return 0;
+        break; /* and to the program: the run is over */
     default:
         break;
     }
@@ -332,6 +336,15 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
 {
     char err[STATUS_ERR_LEN];
     members_at(d->mem, 0)->m.uptime_s = (uint32_t)(now - d->t0);
+    /* a tick far later than the last: this process was paused (SIGSTOP, a suspended
+     * laptop, a VM migrated) or starved; the members' silence across it is ours */
+    double gap = d->last_tick > 0 ? now - d->last_tick : 0;
+    if (gap > DISPATCH_JUMP_S) {
+        d->pauses++;
+        d->paused_s += gap;
+        members_resume(d->mem, now, gap);
+    }
+    d->last_tick = now;
     members_tick(d->mem, now, d->timeout_s, NULL, 0);
     uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
     size_t tlen = 0;
@@ -368,13 +381,20 @@ done:
     free(table);
 }
 
-void dispatch_leave(dispatch_t *d, const char *why, uint64_t clock_us)
+uint64_t dispatch_pauses(const dispatch_t *d, double *paused_s)
+{
+    if (paused_s) *paused_s = d->paused_s;
+    return d->pauses;
+}
+
+void dispatch_leave(dispatch_t *d, int code, const char *why, uint64_t clock_us)
 {
     char err[STATUS_ERR_LEN];
     uint8_t hdr[MSG_HEADER_MAX];
     msg_t m;
     memset(&m, 0, sizeof m);
     m.type = MSG_LEAVE;
+    m.code = (int16_t)code;
     snprintf(m.text, sizeof m.text, "%s", why);
     members_at(d->mem, 0)->m.state = MEMBER_LEAVING;
     size_t hlen = dispatch_header(d, &m, clock_us, hdr, sizeof hdr, err);

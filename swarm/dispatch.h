@@ -112,8 +112,15 @@ int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int 
  * (drawn with r). r: any random number from the owner's source. */
 void dispatch_tick(dispatch_t *d, double now, uint64_t r);
 
-/* LEAVE (text why) to every live member, this peer's entry marked leaving. */
-void dispatch_leave(dispatch_t *d, const char *why, uint64_t clock_us);
+/* Pauses noticed so far (a tick later than DISPATCH_JUMP_S x the usual gap: the process
+ * was frozen or starved; dispatch_tick then does not take the silence across it for the
+ * members' death, members_resume), and the seconds they lasted. */
+#define DISPATCH_JUMP_S 1.5
+uint64_t dispatch_pauses(const dispatch_t *d, double *paused_s);
+
+/* LEAVE (code: 0 or MSG_LEAVE_RUN_OVER; text why) to every live member, this peer's entry
+ * marked leaving. A LEAVE that says the run is over is also handed to the program. */
+void dispatch_leave(dispatch_t *d, int code, const char *why, uint64_t clock_us);
 
 /* Bytes in and out by kind, and messages refused, so far. */
 const wire_count_t *dispatch_wire(const dispatch_t *d);

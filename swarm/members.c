@@ -279,6 +279,15 @@ int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
     return k;
 }
 
+void members_resume(members_t *t, double now, double paused_s)
+{
+    for (int i = 1; i < t->n; i++) {
+        if (!t->e[i].alive) continue;
+        double c = t->e[i].last_change + paused_s;
+        t->e[i].last_change = c < now ? c : now;
+    }
+}
+
 int members_view(const members_t *t, msg_member_t *out)
 {
     int k = 0;

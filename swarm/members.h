@@ -143,6 +143,12 @@ uint64_t members_forged(const members_t *t);
  * than the last accepted from id (recorded), or id is unknown; 0 for a replay. */
 int members_control(members_t *t, const uint8_t id[MSG_ID_LEN], uint64_t seq);
 
+/* The owner of this table was paused (SIGSTOP, a laptop asleep, a VM migrated) for
+ * paused_s: the silence it measured across the pause is its own, not the members'. Every
+ * live member's silence timer moves forward by paused_s (to now at most), so that none is
+ * declared dead for the owner's sleep; a member that is really gone dies a timeout later. */
+void members_resume(members_t *t, double now, double paused_s);
+
 /* How many live members besides self. */
 int members_live_others(const members_t *t);
 

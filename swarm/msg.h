@@ -81,6 +81,11 @@ typedef struct {
     uint8_t sig[MSG_SIG_LEN]; /* the owner's Ed25519 signature of the entry (msg_member_sign) */
 } msg_member_t;
 
+/* LEAVE codes: 0, the sender stops (asked to, or a fault); MSG_LEAVE_RUN_OVER, the run is
+ * over (the sender finished it): a member that missed the run's end (asleep, cut off)
+ * learns it from this. */
+#define MSG_LEAVE_RUN_OVER 1
+
 /* FWD flags: a re-run of a microbatch some pool lost; only pools that miss it count it. */
 #define MSG_FLAG_REDO 0x02
 

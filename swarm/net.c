@@ -51,6 +51,7 @@ struct net {
     uint8_t id[MSG_ID_LEN];
     double t0;
     int quit;
+    int leave_code; /* the LEAVE at the end: 0, or MSG_LEAVE_RUN_OVER (net_halt_finished) */
     /* security: CURVE and the ZAP handler (auth.h); signing is the core's */
     const auth_t *auth;
     void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
@@ -512,6 +513,8 @@ static void on_compute(struct net *n)
         break;
     case 'Q':
         n->quit = 1;
+        if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(int))
+            memcpy(&n->leave_code, zmq_msg_data(&parts[1]), sizeof(int));
         break;
     default:
         break;
@@ -554,7 +557,8 @@ static void *net_thread(void *arg)
         int linger = 500;
         if (e->alive && e->user) zmq_setsockopt(e->user, ZMQ_LINGER, &linger, sizeof linger);
     }
-    dispatch_leave(n->core, "leaving", wall_us());
+    dispatch_leave(n->core, n->leave_code, n->leave_code ? "the run is over" : "leaving",
+                   wall_us());
     for (int i = 1; i < members_count(mem); i++) {
         members_entry_t *e = members_at(mem, i);
         if (e->user) zmq_close(e->user);
@@ -692,15 +696,26 @@ static void release_frames(struct net *n)
     n->nframes_held = 0;
 }
 
-void net_halt(net_t *n, wire_count_t *wire)
+static void halt(net_t *n, int code, wire_count_t *wire)
 {
     if (!n) return;
     if (n->started && !n->halted) {
-        zmq_send(n->pair_c, "Q", 1, 0);
+        zmq_send(n->pair_c, "Q", 1, ZMQ_SNDMORE);
+        zmq_send(n->pair_c, &code, sizeof code, 0);
         pthread_join(n->thread, NULL);
     }
     n->halted = 1;
-    if (wire && n->core) *wire = *dispatch_wire(n->core); /* the thread is gone: its counters are ours to read */
+    if (wire && n->core) *wire = *dispatch_wire(n->core); /* the thread is gone: ours */
+}
+
+void net_halt(net_t *n, wire_count_t *wire)
+{
+    halt(n, 0, wire);
+}
+
+void net_halt_finished(net_t *n, wire_count_t *wire)
+{
+    halt(n, MSG_LEAVE_RUN_OVER, wire);
 }
 
 void net_stop(net_t **np)

@@ -54,6 +54,9 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err);
  * fills *wire (when not NULL) with every byte the peer sent and received, by kind,
  * LEAVE included. NULL-safe; a second call only reads the counters. */
 void net_halt(net_t *n, wire_count_t *wire);
+/* net_halt for a peer that finished the run: its LEAVE says the run is over
+ * (MSG_LEAVE_RUN_OVER), so that a member that missed the end learns it. */
+void net_halt_finished(net_t *n, wire_count_t *wire);
 
 /* Halts (net_halt) if not yet, and closes everything; NULL-safe. */
 void net_stop(net_t **n);

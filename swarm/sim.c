@@ -65,6 +65,8 @@ typedef struct node {
     wire_count_t wire;      /* bytes by kind over its life, once it is down */
     double up_s;            /* virtual seconds it was up, once it is down */
     double slow, busy_until, app_at, cut_at, started_at;
+    double paused_until; /* frozen (a pause fault) until then */
+    int finished;        /* its program finished the run (it leaves saying so) */
     uint64_t app_gen;
     int app_scheduled, in_app, view_pending;
     item_t *in_head, *in_tail;
@@ -131,8 +133,13 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
     d.gossip_fanout = c->gossip_fanout;
     if (!strcmp(level, "none")) {
         /* delays only */
-    } else if (!strcmp(level, "mild") || !strcmp(level, "corrupt")) {
+    } else if (!strcmp(level, "mild") || !strcmp(level, "corrupt") || !strcmp(level, "pause")) {
         d.corrupt_p = !strcmp(level, "corrupt") ? 0.01 : 0; /* mild, and corrupted frames */
+        if (!strcmp(level, "pause")) { /* mild, and paused nodes */
+            d.pause_rate = 0.02;
+            d.pause_min_s = 1.0;
+            d.pause_max_s = 20.0;
+        }
         d.tail_p = 0.01;
         d.tail_max_s = 0.2;
         d.reset_p = 0.0005;
@@ -160,7 +167,7 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
         d.slow_p = 0.3;
         d.slow_max = 20.0;
     } else {
-        return status_set(err, STATUS_EINVAL, "unknown fault level '%s' (none, mild, heavy, corrupt)",
+        return status_set(err, STATUS_EINVAL, "unknown fault level '%s' (none, mild, heavy, corrupt, pause)",
                           level);
     }
     *c = d;
@@ -181,6 +188,7 @@ int sim_config_set(sim_config_t *c, const char *key, const char *value, char *er
         K(restart_p),      K(restart_min_s),   K(restart_max_s),   K(join_rate),
         K(leave_rate),     K(partition_rate),  K(partition_min_s), K(partition_max_s),
         K(slow_p),         K(slow_max),        K(faults_from),     K(faults_until),
+        K(pause_rate),     K(pause_min_s),     K(pause_max_s),
 #undef K
     };
     char *end;
@@ -461,6 +469,7 @@ static void schedule_app(sim_t *s, node_t *n, double t)
 {
     if (n->state != NODE_UP || n->in_app) return;
     if (t < n->busy_until) t = n->busy_until;
+    if (t < n->paused_until) t = n->paused_until;
     if (n->app_scheduled && n->app_at <= t) return;
     n->app_gen++;
     n->app_at = t;
@@ -650,7 +659,8 @@ sim_t *sim_new(const sim_config_t *cfg, const sim_app_t *app, char *err)
     s->nodes = calloc((size_t)cfg->max_nodes, sizeof *s->nodes);
     s->links = calloc((size_t)cfg->max_nodes * (size_t)cfg->max_nodes, sizeof *s->links);
     if (!s->nodes || !s->links) goto nomem;
-    double total = cfg->crash_rate + cfg->join_rate + cfg->leave_rate + cfg->partition_rate;
+    double total = cfg->crash_rate + cfg->join_rate + cfg->leave_rate + cfg->partition_rate +
+                   cfg->pause_rate;
     if (total > 0 && push(s, cfg->faults_from - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT,
                           -1, 0, 0, NULL))
         goto nomem;
@@ -824,7 +834,8 @@ static void node_down(sim_t *s, node_t *n, int crashed, int tell_app, int may_re
         sim_note(s, "crash %d (messages after %.6f lost)", n->index, n->cut_at);
     } else {
         sim_note(s, "stop  %d (LEAVE)", n->index);
-        dispatch_leave(n->core, "leaving", node_us(s));
+        dispatch_leave(n->core, n->finished ? MSG_LEAVE_RUN_OVER : 0,
+                       n->finished ? "the run is over" : "leaving", node_us(s));
         n->cut_at = INFINITY;
     }
     n->state = crashed ? NODE_CRASHED : NODE_STOPPED;
@@ -885,6 +896,10 @@ static void push_view(sim_t *s, node_t *n)
 static void on_tick(sim_t *s, node_t *n)
 {
     if (n->state != NODE_UP) return;
+    if (s->now < n->paused_until) { /* frozen: the tick comes when it wakes, late */
+        push(s, n->paused_until, EV_TICK, n->index, 0, 0, NULL);
+        return;
+    }
     dispatch_tick(n->core, s->now, rng_next(&s->rng));
     push_view(s, n);
     push(s, s->now + s->cfg.heartbeat_s, EV_TICK, n->index, 0, 0, NULL);
@@ -908,6 +923,10 @@ static void on_deliver(sim_t *s, smsg_t *m)
     if (lost) {
         sim_note(s, "lost  %d->%d %s: %s", m->src, m->dst, msg_brief(&m->hdr, b, sizeof b), lost);
         smsg_free(m);
+        return;
+    }
+    if (s->now < n->paused_until) { /* frozen: it waits in the socket buffer, in order */
+        if (push(s, n->paused_until, EV_DELIVER, m->dst, 0, 0, m)) smsg_free(m);
         return;
     }
     if (m->hdr.type != MSG_GOSSIP)
@@ -996,6 +1015,7 @@ static int on_app(sim_t *s, node_t *n, char *err)
     }
     n->in_app = 0;
     if (rc == 1) { /* the program is done and gone: LEAVE */
+        n->finished = 1;
         node_down(s, n, 0, 0, 1);
         return 0;
     }
@@ -1021,7 +1041,8 @@ static int pick_victim(sim_t *s)
 static void on_fault(sim_t *s)
 {
     const sim_config_t *c = &s->cfg;
-    double total = c->crash_rate + c->join_rate + c->leave_rate + c->partition_rate;
+    double total = c->crash_rate + c->join_rate + c->leave_rate + c->partition_rate +
+                   c->pause_rate;
     if (s->now > c->faults_until || total <= 0) return;
     if (s->now < s->hold_until) { /* held: this one does not happen */
         push(s, s->now - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT, -1, 0, 0, NULL);
@@ -1037,6 +1058,14 @@ static void on_fault(sim_t *s)
     } else if ((r -= c->leave_rate) < 0) {
         int v = pick_victim(s);
         if (v >= 0) node_down(s, s->nodes[v], 0, 1, 1);
+    } else if ((r -= c->partition_rate) >= 0) {
+        int v = pick_victim(s);
+        if (v >= 0 && s->now >= s->nodes[v]->paused_until) {
+            node_t *n = s->nodes[v];
+            n->paused_until = s->now + uni(s, c->pause_min_s, c->pause_max_s);
+            s->last_fault = n->paused_until; /* progress is disturbed until it wakes */
+            sim_note(s, "pause %d until %.3f", v, n->paused_until);
+        }
     } else if (!s->partitioned) {
         uint8_t side[4096];
         int up = 0, ones = 0;
@@ -1077,8 +1106,14 @@ int sim_run(sim_t *s, double until, char *err)
             on_tick(s, n);
             break;
         case EV_APP:
-            if (n->state == NODE_UP && n->app_scheduled && e.gen == n->app_gen)
-                rc = on_app(s, n, err);
+            if (n->state == NODE_UP && n->app_scheduled && e.gen == n->app_gen) {
+                if (s->now < n->paused_until) { /* frozen: it runs when it wakes */
+                    n->app_scheduled = 0;
+                    schedule_app(s, n, n->paused_until);
+                } else {
+                    rc = on_app(s, n, err);
+                }
+            }
             break;
         case EV_FAULT:
             on_fault(s);

@@ -43,6 +43,9 @@
  *   connections work again. Gossip keeps probing members that died of silence for
  *   forget_s (members.h), so that the two sides find each other again;
  * - slow nodes: with probability slow_p a node's compute takes 1..slow_max times as long;
+ * - pauses: at pause_rate a random node is frozen (SIGSTOP) for pause_min_s..pause_max_s:
+ *   its program and its network side do nothing (no gossip, no tick), messages to it wait
+ *   in its socket buffers and arrive when it wakes, in order; then its clock has jumped;
  * - corruption: with probability corrupt_p a message arrives with one frame cut short, or
  *   its header with a bit flipped where any decoder must notice (magic, version; anywhere
  *   in a signed header). It must be refused, by the dispatch core or by the program
@@ -91,6 +94,8 @@ typedef struct {
     double leave_rate;   /* clean stops per virtual second */
     double partition_rate; /* partitions per virtual second (one at a time) */
     double partition_min_s, partition_max_s;
+    double pause_rate;   /* pauses per virtual second, swarm-wide (SIGSTOP ... SIGCONT) */
+    double pause_min_s, pause_max_s;
     double slow_p;       /* probability a node is slow */
     double slow_max;     /* a slow node's compute multiplier, uniform in [1, slow_max] */
     double faults_from;  /* virtual time before which no fault starts (the swarm forms) */
@@ -103,7 +108,8 @@ typedef struct {
 /* Named fault levels: "none" (delays only, FIFO: must always pass), "mild" (long tails,
  * rare resets, a few crashes with restarts, joins, short partitions, slow nodes),
  * "heavy" (all of it, more often, with reordering and duplicates), "corrupt" (mild, and
- * 1% of messages corrupted). Fills *c (seed and trace untouched). 0, or STATUS_EINVAL
+ * 1% of messages corrupted), "pause" (mild, and nodes paused for 1-20 s at 0.02 per
+ * virtual second). Fills *c (seed and trace untouched). 0, or STATUS_EINVAL
  * for an unknown name. */
 int sim_config_faults(sim_config_t *c, const char *level, char *err);
 

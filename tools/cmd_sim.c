@@ -34,10 +34,11 @@ static void usage(FILE *f)
             "  --pool N             members per pool: peers = N x stages (--members-per-pool)\n"
             "  --steps K            optimizer steps of the run (default 6)\n"
             "  --microbatches M     microbatches per step (default 4)\n"
-            "  --faults LEVEL       none | mild | heavy | stage | restart | corrupt (default\n"
-            "                       mild; corrupt: mild, and 1%% of messages arrive with a\n"
-            "                       frame cut short or a header bit flipped: each must be\n"
-            "                       refused; stage: mild, and\n"
+            "  --faults LEVEL       none | mild | heavy | stage | restart | corrupt | pause\n"
+            "                       (default mild; corrupt: mild, and 1%% of messages arrive\n"
+            "                       with a frame cut short or a header bit flipped: each must\n"
+            "                       be refused; pause: mild, and peers frozen for 1-20 s, as\n"
+            "                       by SIGSTOP, then woken; stage: mild, and\n"
             "                       every peer of one stage crashes at once at a drawn step\n"
             "                       and moment: the swarm must rebuild it and finish;\n"
             "                       restart: mild, the peers keep stores (a checkpoint every\n"
@@ -177,9 +178,9 @@ int cmd_sim(int argc, char **argv)
         case O_FAULTS:
             if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy") &&
                 strcmp(optarg, "stage") && strcmp(optarg, "restart") &&
-                strcmp(optarg, "corrupt")) {
-                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy, stage, restart or "
-                                "corrupt\n");
+                strcmp(optarg, "corrupt") && strcmp(optarg, "pause")) {
+                fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy, stage, restart, "
+                                "corrupt or pause\n");
                 return 2;
             }
             o.faults = optarg;

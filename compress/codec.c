@@ -24,7 +24,8 @@
 #endif
 
 static const char codec_magic[4] = {'S', 'T', 'A', 'C'};
-static const char *const codec_names[CODEC_COUNT] = {"f32", "f16", "bf16", "int8", "int4"};
+static const char *const codec_names[CODEC_COUNT] = {"f32",  "f16",  "bf16",
+                                                     "int8", "int4", "lowrank"};
 
 /* Largest scale a block may carry: q * scale stays finite for every valid q. */
 #define INT8_MAX_SCALE (FLT_MAX / 128.0f)
@@ -149,9 +150,13 @@ const char *codec_name(int id)
 
 /* Payload bytes for n elements; n <= CODEC_MAX_ELEMS and block checked by the caller, so
  * nothing here overflows 64 bits. */
-static uint64_t payload_len(codec_id_t c, uint64_t n, uint32_t block)
+static uint64_t payload_len(codec_id_t c, const int64_t *shape, int ndim, uint64_t n,
+                            uint32_t block)
 {
     switch (c) {
+    case CODEC_LOWRANK:
+        return codec_lowrank_payload_len(n / (uint64_t)shape[ndim - 1], (uint64_t)shape[ndim - 1],
+                                         block);
     case CODEC_F32:
         return 4 * n;
     case CODEC_F16:
@@ -165,9 +170,11 @@ static uint64_t payload_len(codec_id_t c, uint64_t n, uint32_t block)
     return 0;
 }
 
-static int block_ok(codec_id_t c, uint32_t block)
+static int block_ok(codec_id_t c, const int64_t *shape, int ndim, uint32_t block)
 {
     switch (c) {
+    case CODEC_LOWRANK: /* the rank: 1..min(M, C) (codec_lowrank_rank clamps a wish) */
+        return block >= 1 && block == codec_lowrank_rank(shape, ndim, block);
     case CODEC_F32:
     case CODEC_F16:
     case CODEC_BF16:
@@ -198,20 +205,33 @@ static uint64_t shape_elems(const int64_t *shape, int ndim)
     return n;
 }
 
-static uint32_t params_block(codec_id_t c, const codec_params_t *params)
+static uint32_t params_block(codec_id_t c, const codec_params_t *params, const int64_t *shape,
+                             int ndim)
 {
+    if (c == CODEC_LOWRANK)
+        return shape_elems(shape, ndim)
+                   ? codec_lowrank_rank(shape, ndim, params ? params->block : 0)
+                   : 0;
     if (!is_int_codec(c)) return 0;
     return params && params->block ? params->block : CODEC_DEFAULT_BLOCK;
+}
+
+uint32_t codec_block_for(codec_id_t codec, const codec_params_t *params, const int64_t *shape,
+                         int ndim)
+{
+    if ((int)codec < 0 || (int)codec >= CODEC_COUNT || !shape_elems(shape, ndim)) return 0;
+    uint32_t block = params_block(codec, params, shape, ndim);
+    return block_ok(codec, shape, ndim, block) ? block : 0;
 }
 
 size_t codec_encoded_size(codec_id_t codec, const codec_params_t *params, const int64_t *shape,
                           int ndim)
 {
     if ((int)codec < 0 || (int)codec >= CODEC_COUNT) return 0;
-    uint32_t block = params_block(codec, params);
+    uint32_t block = params_block(codec, params, shape, ndim);
     uint64_t n = shape_elems(shape, ndim);
-    if (!n || !block_ok(codec, block)) return 0;
-    uint64_t total = CODEC_HEADER_LEN + payload_len(codec, n, block);
+    if (!n || !block_ok(codec, shape, ndim, block)) return 0;
+    uint64_t total = CODEC_HEADER_LEN + payload_len(codec, shape, ndim, n, block);
     if (total > SIZE_MAX) return 0;
     return (size_t)total;
 }
@@ -358,13 +378,13 @@ int codec_encode(codec_id_t codec, const codec_params_t *params, const float *x,
 {
     if ((int)codec < 0 || (int)codec >= CODEC_COUNT)
         return status_set(err, STATUS_EINVAL, "codec: unknown codec id %d", (int)codec);
-    uint32_t block = params_block(codec, params);
-    if (!block_ok(codec, block))
-        return status_set(err, STATUS_EINVAL, "codec %s: bad block %u", codec_names[codec], block);
     uint64_t n = shape_elems(shape, ndim);
     if (!n)
         return status_set(err, STATUS_EINVAL, "codec %s: bad shape (ndim %d)", codec_names[codec],
                           ndim);
+    uint32_t block = params_block(codec, params, shape, ndim);
+    if (!block_ok(codec, shape, ndim, block))
+        return status_set(err, STATUS_EINVAL, "codec %s: bad block %u", codec_names[codec], block);
     size_t total = codec_encoded_size(codec, params, shape, ndim);
     if (!x || !out || total == 0 || cap < total)
         return status_set(err, STATUS_EINVAL, "codec %s: output needs %zu bytes, has %zu",
@@ -392,6 +412,10 @@ int codec_encode(codec_id_t codec, const codec_params_t *params, const float *x,
         break;
     case CODEC_INT4:
         rc = encode_int4(pay, x, n, block, err);
+        break;
+    case CODEC_LOWRANK:
+        memset(pay, 0, total - CODEC_HEADER_LEN);
+        rc = codec_lowrank_encode(pay, x, shape, ndim, block, err);
         break;
     }
     if (rc) return rc;
@@ -433,9 +457,9 @@ int codec_peek(const uint8_t *buf, size_t len, codec_info_t *info, char *err)
     uint64_t n = shape_elems(shape, ndim);
     if (!n) return status_set(err, STATUS_EMALFORMED, "codec: element count above 2^40");
     uint32_t block = codec_get_u32(buf + 24);
-    if (!block_ok(c, block))
+    if (!block_ok(c, shape, ndim, block))
         return status_set(err, STATUS_EMALFORMED, "codec %s: bad block %u", codec_names[c], block);
-    uint64_t plen = codec_get_u64(buf + 28), want = payload_len(c, n, block);
+    uint64_t plen = codec_get_u64(buf + 28), want = payload_len(c, shape, ndim, n, block);
     if (plen != want)
         return status_set(err, STATUS_EMALFORMED,
                           "codec %s: payload length %llu, shape and block need %llu",
@@ -581,6 +605,12 @@ int codec_decode(const uint8_t *buf, size_t len, float *out, size_t out_cap_elem
     case CODEC_INT4:
         if ((rc = decode_int4(out, pay, n, info.block, err))) return rc;
         break;
+    case CODEC_LOWRANK: {
+        uint64_t c = (uint64_t)info.shape[info.ndim - 1];
+        if ((rc = codec_lowrank_check(pay, n / c, c, info.block, err))) return rc;
+        codec_lowrank_decode(out, pay, n / c, c, info.block);
+        break;
+    }
     }
     if (shape_out) memcpy(shape_out, info.shape, sizeof info.shape);
     if (ndim_out) *ndim_out = info.ndim;
@@ -589,13 +619,17 @@ int codec_decode(const uint8_t *buf, size_t len, float *out, size_t out_cap_elem
 
 /* --- payloads made elsewhere -------------------------------------------------------- */
 
-/* Every value rule of section 2.2 on a payload whose length matches (n, block): 0, or
+/* Every value rule of section 2.2 on a payload whose length matches (shape, block): 0, or
  * STATUS_EMALFORMED + err naming the first kind of fault. */
-static int payload_check(codec_id_t c, const uint8_t *p, uint64_t n, uint32_t block, char *err)
+static int payload_check(codec_id_t c, const uint8_t *p, const int64_t *shape, int ndim, uint64_t n,
+                         uint32_t block, char *err)
 {
     uint32_t bad = 0;
     uint64_t nb = is_int_codec(c) ? (n + block - 1) / block : 0;
     switch (c) {
+    case CODEC_LOWRANK:
+        return codec_lowrank_check(p, n / (uint64_t)shape[ndim - 1], (uint64_t)shape[ndim - 1],
+                                   block, err);
     case CODEC_F32:
         for (uint64_t i = 0; i < n; i++)
             bad |= (codec_get_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u;
@@ -640,7 +674,7 @@ int codec_seal(codec_id_t codec, const codec_params_t *params, const int64_t *sh
 {
     if ((int)codec < 0 || (int)codec >= CODEC_COUNT)
         return status_set(err, STATUS_EINVAL, "codec: unknown codec id %d", (int)codec);
-    uint32_t block = params_block(codec, params);
+    uint32_t block = params_block(codec, params, shape, ndim);
     uint64_t n = shape_elems(shape, ndim);
     size_t total = codec_encoded_size(codec, params, shape, ndim);
     if (!n || !total)
@@ -650,7 +684,7 @@ int codec_seal(codec_id_t codec, const codec_params_t *params, const int64_t *sh
         return status_set(err, STATUS_EINVAL, "codec %s: a sealed message is %zu bytes, not %zu",
                           codec_names[codec], total, buf ? len : 0);
     char e2[STATUS_ERR_LEN];
-    if (payload_check(codec, buf + CODEC_HEADER_LEN, n, block, e2))
+    if (payload_check(codec, buf + CODEC_HEADER_LEN, shape, ndim, n, block, e2))
         return status_set(err, STATUS_EINVAL, "refusing to seal: %s (non-finite input?)", e2);
     put_header(buf, codec, shape, ndim, block, total - CODEC_HEADER_LEN);
     return 0;
@@ -667,7 +701,9 @@ int codec_open(const uint8_t *buf, size_t len, codec_info_t *info, const uint8_t
     if (crc != codec_get_u32(buf + 36))
         return status_set(err, STATUS_ECORRUPT, "codec %s: checksum mismatch",
                           codec_names[in.codec]);
-    if ((rc = payload_check(in.codec, buf + CODEC_HEADER_LEN, in.elems, in.block, err))) return rc;
+    if ((rc = payload_check(in.codec, buf + CODEC_HEADER_LEN, in.shape, in.ndim, in.elems, in.block,
+                            err)))
+        return rc;
     if (info) *info = in;
     if (payload) *payload = buf + CODEC_HEADER_LEN;
     return 0;

@@ -1,10 +1,12 @@
 /* codec.h — activation and gradient codecs: float tensors <-> self-describing bytes.
  *
- * One interface, five codecs: raw f32, f16 and bf16 (round to nearest even), blockwise
- * int8 (absmax scaling, one f32 scale per block) and blockwise int4 (two values per
- * byte, one f32 scale per block). The byte format is specified in docs/codec-format.md:
- * a 40-byte little-endian header (magic "STAC", version, codec, shape, block, payload
- * length, CRC-32C) followed by the payload.
+ * One interface, six codecs: raw f32, f16 and bf16 (round to nearest even), blockwise
+ * int8 (absmax scaling, one f32 scale per block), blockwise int4 (two values per
+ * byte, one f32 scale per block) and lowrank (the tensor as M rows of its last dimension
+ * C, sent as a rank-r product: an int8 basis of its top principal subspace and int4
+ * coordinates; by default at most 0.1 byte per element; the block field is the rank). The byte
+ * format is specified in docs/codec-format.md: a 40-byte little-endian header (magic "STAC",
+ * version, codec, shape, block, payload length, CRC-32C) followed by the payload.
  *
  * Promises:
  * - encode refuses non-finite input (STATUS_EINVAL): NaN never goes on the wire; so are
@@ -19,10 +21,13 @@
  * - Error bounds, per element x of a block with absmax a: f16 |e| <= 2^-11 |x| for
  *   normal results (|x| >= 2^-14), else <= 2^-25; bf16 |e| <= 2^-8 |x| for |x| >= FLT_MIN,
  *   else <= 2^-134; int8
- *   |e| <= a/254 and int4 |e| <= a/14 (plus a few float roundings: a relative 1e-5).
+ *   |e| <= a/254 and int4 |e| <= a/14 (plus a few float roundings: a relative 1e-5);
+ *   lowrank has none (what lies outside the sent subspace is lost).
  *
  * Not for: the DeMo gradient messages (compress/demo.h), transport, or any allocation:
- * callers give the buffers (codec_encoded_size, codec_peek say how large).
+ * callers give the buffers (codec_encoded_size, codec_peek say how large); the one
+ * exception is lowrank's encoder, which allocates and frees its O(C*C + C*r) scratch
+ * (STATUS_ENOMEM when it cannot).
  */
 #ifndef SWARMTRAIN_CODEC_H
 #define SWARMTRAIN_CODEC_H
@@ -36,21 +41,26 @@ typedef enum {
     CODEC_BF16 = 2,
     CODEC_INT8 = 3,
     CODEC_INT4 = 4,
+    CODEC_LOWRANK = 5,
 } codec_id_t;
 
-#define CODEC_COUNT         5
+#define CODEC_COUNT         6
 #define CODEC_VERSION       1
 #define CODEC_HEADER_LEN    40
 #define CODEC_MAX_DIMS      4
 #define CODEC_DEFAULT_BLOCK 64
 /* Largest block; int4 blocks must also be even. */
 #define CODEC_MAX_BLOCK (1u << 20)
+/* Largest rank of a lowrank message. */
+#define CODEC_LOWRANK_MAX_RANK 65535u
 /* Largest element count a header may announce (2^40). */
 #define CODEC_MAX_ELEMS (UINT64_C(1) << 40)
 
 /* Codec parameters; a NULL pointer or block 0 means the default block. */
 typedef struct {
-    uint32_t block; /* int8/int4: elements per scale; ignored by the float codecs */
+    uint32_t block; /* int8/int4: elements per scale; lowrank: the rank wished (lowered to
+                       what the shape allows; 0: the largest within 0.1 byte/element);
+                       ignored by the float codecs */
 } codec_params_t;
 
 /* What a valid header says (codec_peek). */
@@ -63,7 +73,7 @@ typedef struct {
     uint64_t payload_len; /* bytes after the header */
 } codec_info_t;
 
-/* The codec named "f32", "f16", "bf16", "int8" or "int4" (ids are >= 0), else
+/* The codec named "f32", "f16", "bf16", "int8", "int4" or "lowrank" (ids are >= 0), else
  * STATUS_ENOTFOUND. */
 int codec_by_name(const char *name);
 /* The name of codec id, or NULL when id is not a codec. */
@@ -73,6 +83,12 @@ const char *codec_name(int id);
  * 0 when the arguments are invalid. Can't fail otherwise. */
 size_t codec_encoded_size(codec_id_t codec, const codec_params_t *params, const int64_t *shape,
                           int ndim);
+
+/* The block field a message of this shape gets with these parameters: the int8/int4
+ * block, lowrank's rank (a wish clamped to what the shape allows; 0 or NULL params: the
+ * largest within 0.1 byte per element), 0 for the float codecs or invalid arguments. */
+uint32_t codec_block_for(codec_id_t codec, const codec_params_t *params, const int64_t *shape,
+                         int ndim);
 
 /* Encodes x (product of shape elements, 1 <= ndim <= CODEC_MAX_DIMS) into out[0, cap).
  * On success returns 0 and sets *written. On failure returns a negative status

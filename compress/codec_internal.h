@@ -18,4 +18,21 @@
 #define codec_f32_bits le_f32_bits
 #define codec_bits_f32 le_bits_f32
 
+/* --- the lowrank codec (lowrank.c); the matrix view is M rows of C (the last dimension),
+ * r the rank; callers have checked the shape, r and the payload length --------------- */
+
+/* Payload bytes of a rank-r message of M x C. */
+uint64_t codec_lowrank_payload_len(uint64_t m, uint64_t c, uint32_t r);
+/* The rank a message of this (valid) shape gets for a wished rank (0: the largest within
+ * 0.1 byte per element, at least 1), clamped to 1..min(M, C, CODEC_LOWRANK_MAX_RANK). */
+uint32_t codec_lowrank_rank(const int64_t *shape, int ndim, uint32_t want);
+/* Encodes finite x into the zeroed payload p. 0, STATUS_ENOMEM, or STATUS_EINVAL for
+ * values too large to scale. */
+int codec_lowrank_encode(uint8_t *p, const float *x, const int64_t *shape, int ndim, uint32_t r,
+                         char *err);
+/* Every value rule of the payload: 0 or STATUS_EMALFORMED + err. */
+int codec_lowrank_check(const uint8_t *p, uint64_t m, uint64_t c, uint32_t r, char *err);
+/* Decodes a checked payload into out[0, M*C). Can't fail. */
+void codec_lowrank_decode(float *out, const uint8_t *p, uint64_t m, uint64_t c, uint32_t r);
+
 #endif

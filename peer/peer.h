@@ -108,6 +108,10 @@ typedef struct {
                                   * and takes that many times as long (0: wall time, as it is) */
     int early_exchange;          /* stage 0: send its exchange message once its own share of
                                   * the step is counted (docs/protocol.md 12.4; default 1) */
+    double copy_budget;          /* CheckFree+ copies (recover.c): fresher copies only while
+                                  * all the copies fetched stay within this share of the
+                                  * activation/gradient bytes this peer sent; 0: the default
+                                  * 0.05; < 0: the first copy only */
 } peer_options_t;
 
 typedef struct {

@@ -22,8 +22,12 @@
  *                    clipped gradients + 1e-4;
  *   stage 0 / S-1:   CheckFree+: the blocks of the only neighbour, copied; the token
  *                    embedding (stage 0) or final norm and LM head (stage S-1) from the
- *                    copy that neighbour's peers fetch ahead of time, every COPY_EVERY
- *                    of their steps.
+ *                    copy that neighbour's peers keep. A copy holds only those tensors
+ *                    (a range of the state, xfer_new_range), not the stage's blocks nor
+ *                    its optimizer state; the first is fetched as soon as the peer serves,
+ *                    a fresher one at most every COPY_EVERY steps and only while all the
+ *                    copies fetched stay within --copy-budget (default 5%) of the
+ *                    activation and gradient bytes this peer has sent.
  * Fresh optimizer state, and the stage's learning rate x1.1 (carried in the state, so a
  * later joiner of the stage takes it too). The step is the swarm's highest.
  * When the peer has its own checkpoint of the stage, state.c restores it instead.
@@ -38,7 +42,8 @@
 #include <string.h>
 
 #define RECOVER_SETTLE_S 1.0 /* a stage must look empty this long (gossip settles) */
-#define COPY_EVERY 25        /* steps between the neighbours' copies of stage 0 / S-1 */
+#define COPY_EVERY 25        /* least steps between the neighbours' copies of stage 0 / S-1 */
+#define COPY_BUDGET 0.05     /* copies' share of the activation/gradient bytes sent */
 #define RECOVER_LR_SCALE 1.1f
 
 /* ---- the layout of any stage's state, from the run's config ---------------------------- */
@@ -174,6 +179,47 @@ static int mover_target(peer_t *p, int s)
 
 /* ---- the neighbours' copies of stage 0 and S-1 (CheckFree+) ----------------------------- */
 
+/* A kept copy, p->copy[c]: this header, then the copied floats: stage 0's embedding
+ * (V*C), or stage S-1's final norm and head (C + V*C), as the state holds them. */
+typedef struct {
+    uint64_t fetched; /* bytes fetched for this copy slot so far, this copy included */
+    uint64_t count;   /* copies fetched */
+} copy_hdr_t;
+
+/* The part of stage t's state (params | m | v | tail) that its copy keeps: the embedding
+ * of stage 0, the final norm and head of the last stage; bytes [*off, *off + *len). */
+static void copy_range(const model_config_t *c, int t, size_t *off, size_t *len)
+{
+    size_t V = (size_t)c->vocab, C = (size_t)c->dim;
+    if (t == 0) {
+        *off = 0;
+        *len = V * C * sizeof(float);
+    } else {
+        *off = (stage_floats(c, t) - C - V * C) * sizeof(float);
+        *len = (C + V * C) * sizeof(float);
+    }
+}
+
+/* The copied floats of copy slot ci, or NULL when none is kept. */
+static const float *copy_floats(const peer_t *p, int ci)
+{
+    return p->copy[ci] ? (const float *)(const void *)(p->copy[ci] + sizeof(copy_hdr_t)) : NULL;
+}
+
+static copy_hdr_t copy_header(const peer_t *p, int ci)
+{
+    copy_hdr_t h = {0, 0};
+    if (p->copy[ci]) memcpy(&h, p->copy[ci], sizeof h);
+    return h;
+}
+
+/* The share of the activation/gradient bytes sent that copies may take. */
+static double copy_budget(const peer_t *p)
+{
+    double b = p->po.copy_budget;
+    return b == 0 ? COPY_BUDGET : b < 0 ? 0 : b;
+}
+
 /* Which copy this peer keeps: [0] of stage 0 (kept by stage 1), [1] of stage S-1 (kept
  * by stage S-2); the stage of copy c, or -1 when this peer keeps none. */
 static int copy_target(const peer_t *p, int c)
@@ -183,14 +229,19 @@ static int copy_target(const peer_t *p, int c)
     return p->stage == p->S - 2 ? p->S - 1 : -1;
 }
 
-/* Starts (or goes on with) the fetch of `stage`'s state into p->aux. 1 when done (the
- * bytes are in p->aux), 0 while under way, negative on error. */
-static int aux_fetch(peer_t *p, int stage)
+/* Starts (or goes on with) the fetch of bytes [off, off + len) of `stage`'s state into
+ * p->aux (len 0: the whole state). 1 when done (the bytes are in p->aux), 0 while under
+ * way, negative on error. */
+static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
 {
     const model_config_t *c = &p->run.cfg;
-    if (p->aux && p->aux_stage != stage) xfer_destroy(&p->aux);
+    size_t total = recover_state_bytes(c, stage);
+    if (!len) off = 0, len = total;
+    if (p->aux && (p->aux_stage != stage || xfer_offset(p->aux) != off ||
+                   xfer_length(p->aux) != len))
+        xfer_destroy(&p->aux);
     if (!p->aux) {
-        if (!(p->aux = xfer_new(stage, recover_state_bytes(c, stage))))
+        if (!(p->aux = xfer_new_range(stage, total, off, len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         p->aux_stage = stage;
         p->aux_t0 = p->now;
@@ -213,6 +264,11 @@ static int aux_fetch(peer_t *p, int stage)
     return 0;
 }
 
+static int aux_fetch(peer_t *p, int stage)
+{
+    return aux_fetch_range(p, stage, 0, 0);
+}
+
 void recover_on_state_rep(peer_t *p, const net_ev_t *ev)
 {
     if (p->aux && ev->nframes == 1 && ev->msg.stage == p->aux_stage)
@@ -227,25 +283,47 @@ void recover_on_refusal(peer_t *p, const uint8_t *from)
 static int copy_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING) return 0;
+    const model_config_t *cfg = &p->run.cfg;
     for (int c = 0; c < 2; c++) {
         int t = copy_target(p, c);
         if (t < 0) continue;
-        int due = !p->copy[c] || p->step - p->copy_step[c] >= COPY_EVERY;
-        if (!due && !(p->aux && p->aux_stage == t)) continue;
+        size_t off, len;
+        copy_range(cfg, t, &off, &len);
+        int fetching = p->aux && p->aux_stage == t;
+        if (!fetching) {
+            /* the first copy at once (a rebuild needs one); then a fresher one after
+             * COPY_EVERY steps, only while every copy fetched, this one included, stays
+             * within the budget's share of the activation/gradient bytes sent */
+            uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
+            int due = !p->copy[c] ||
+                      (p->step - p->copy_step[c] >= COPY_EVERY &&
+                       (double)(spent + len) <= copy_budget(p) * (double)p->act_bytes);
+            if (!due) continue;
+        }
         if (p->aux && p->aux_stage != t) return 0; /* one fetch at a time */
-        int rc = aux_fetch(p, t);
+        int rc = aux_fetch_range(p, t, off, len);
         if (rc <= 0) {
             if (rc == 0 && p->aux && p->now - p->aux_t0 > 60) xfer_destroy(&p->aux); /* retry */
             return rc;
         }
-        size_t len = recover_state_bytes(&p->run.cfg, t);
-        uint8_t *buf = realloc(p->copy[c], len);
+        copy_hdr_t h = copy_header(p, c);
+        h.fetched += len;
+        h.count++;
+        uint8_t *buf = realloc(p->copy[c], sizeof h + len);
         if (!buf) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        memcpy(buf, xfer_data(p->aux), len);
+        memcpy(buf, &h, sizeof h);
+        memcpy(buf + sizeof h, xfer_data(p->aux), len);
         p->copy[c] = buf;
         p->copy_step[c] = xfer_step(p->aux);
-        fprintf(p->log, "copy: stage %d's state at step %" PRId64 " (%zu bytes), kept for CheckFree+\n",
-                t, p->copy_step[c], len);
+        uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
+        fprintf(p->log,
+                "copy: stage %d's %s at step %" PRId64 " (%zu bytes), kept for CheckFree+; "
+                "copies-bytes %" PRIu64 " in %" PRIu64 " copies = %.2f%% of the %" PRIu64
+                " activation/gradient bytes sent (budget %.2f%%)\n",
+                t, t == 0 ? "embedding" : "final norm and head", p->copy_step[c], len, spent,
+                copy_header(p, 0).count + copy_header(p, 1).count,
+                p->act_bytes ? 100.0 * (double)spent / (double)p->act_bytes : 0.0,
+                (uint64_t)p->act_bytes, 100.0 * copy_budget(p));
         xfer_destroy(&p->aux);
         return 0;
     }
@@ -368,23 +446,19 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     }
     int nbs = s == 0 ? 1 : S - 2;
     int ci = s == 0 ? 0 : 1; /* copy[0] is of stage 0, copy[1] of stage S-1 */
-    const float *cp = (const float *)(const void *)p->copy[ci];
+    const float *cp = copy_floats(p, ci); /* the embedding, or the final norm and head */
     if (p->rec_nb[0])
         memcpy(o, (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nbs), bf * sizeof(float));
-    else if (cp) /* the neighbour is gone too: the copy is all there is */
-        memcpy(o, cp + blocks_at(c, s), bf * sizeof(float));
     if (s == 0) {
         if (cp) memcpy(out, cp, V * C * sizeof(float)); /* else: the initial embedding */
     } else {
         size_t tail = C + V * C, at = bf + blocks_at(c, s);
-        if (cp) memcpy(out + at, cp + stage_floats(c, s) - tail, tail * sizeof(float));
+        if (cp) memcpy(out + at, cp, tail * sizeof(float));
     }
     char blocks[64];
     if (p->rec_nb[0]) snprintf(blocks, sizeof blocks, "copied from stage %d", nbs);
-    else
-        snprintf(blocks, sizeof blocks, "%s",
-                 cp ? "from the copy (the neighbour had no live peer)"
-                    : "initial (neither the neighbour nor a copy)");
+    else /* a copy holds no blocks: they stay as the stage was made */
+        snprintf(blocks, sizeof blocks, "initial (the neighbour had no live peer)");
     snprintf(how, howlen, "CheckFree+: blocks %s, %s from %s", blocks,
              s == 0 ? "embedding" : "final norm and head",
              cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");

@@ -52,7 +52,7 @@ typedef struct {
     float outer_mom; /* outer Nesterov momentum, [0, 1) */
     /* the wire between stages, simulated in process */
     int codec;            /* compress/codec.h id; < 0: exact f32 hand-over */
-    uint32_t codec_block; /* int8/int4 block; 0: default */
+    uint32_t codec_block; /* int8/int4 block, lowrank rank; 0: default */
     /* durability */
     const char *db;           /* SQLite store path; NULL: none */
     int checkpoint_every;     /* steps between background checkpoints; 0: none. A due checkpoint is

@@ -39,7 +39,9 @@ int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t
 {
     if (!s->buf || s->step < 0 || (req->step >= 0 && req->step != s->step))
         return status_set(err, STATUS_ENOTFOUND, "state of step %" PRId64 " is gone", req->step);
-    if (req->offset >= s->total || req->offset % XFER_CHUNK)
+    /* any offset inside: whole downloads ask at multiples of XFER_CHUNK, ranged ones
+     * (xfer_new_range: the part of a state CheckFree+ keeps) where their range starts */
+    if (req->offset >= s->total)
         return status_set(err, STATUS_ENOTFOUND, "offset %" PRIu64 " is outside the state",
                           req->offset);
     size_t n = s->total - req->offset;
@@ -59,8 +61,9 @@ int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t
 
 struct xfer {
     int stage;
-    size_t total;
-    int64_t step; /* -1 until the first answer */
+    size_t total;    /* the snapshot's size */
+    size_t off, len; /* the bytes fetched: [off, off + len) of it (whole: 0, total) */
+    int64_t step;    /* -1 until the first answer */
     uint8_t hash[32];
     uint8_t *buf;
     int nchunks;
@@ -76,13 +79,21 @@ struct xfer {
 
 xfer_t *xfer_new(int stage, size_t total)
 {
+    return xfer_new_range(stage, total, 0, total);
+}
+
+xfer_t *xfer_new_range(int stage, size_t total, size_t off, size_t len)
+{
+    if (off > total || len > total - off || (!len && total)) return NULL;
     xfer_t *x = calloc(1, sizeof *x);
     if (!x) return NULL;
     x->stage = stage;
     x->total = total;
+    x->off = off;
+    x->len = len;
     x->step = -1;
-    x->nchunks = (int)((total + XFER_CHUNK - 1) / XFER_CHUNK);
-    x->buf = malloc(total ? total : 1);
+    x->nchunks = (int)((len + XFER_CHUNK - 1) / XFER_CHUNK);
+    x->buf = malloc(len ? len : 1);
     x->got = calloc((size_t)x->nchunks + 1, 1);
     x->asked_at = calloc((size_t)x->nchunks + 1, sizeof(double));
     if (!x->buf || !x->got || !x->asked_at) xfer_destroy(&x);
@@ -125,7 +136,8 @@ int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, do
 {
     (void)now;
     if (x->verified || m->stage != x->stage) return 0;
-    if (m->total != x->total || m->offset % XFER_CHUNK || m->offset >= x->total) {
+    if (m->total != x->total || m->offset < x->off || (m->offset - x->off) % XFER_CHUNK ||
+        m->offset - x->off >= x->len) {
         restart(x);
         return 1;
     }
@@ -139,10 +151,11 @@ int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, do
         x->step = m->step;
         memcpy(x->hash, m->state_hash, 32);
     }
-    int c = (int)(m->offset / XFER_CHUNK);
-    size_t want = x->total - m->offset < XFER_CHUNK ? x->total - m->offset : XFER_CHUNK;
+    size_t at = m->offset - x->off;
+    int c = (int)(at / XFER_CHUNK);
+    size_t want = x->len - at < XFER_CHUNK ? x->len - at : XFER_CHUNK;
     if (len != want || m->length != want || x->got[c]) return 0;
-    memcpy(x->buf + m->offset, data, want);
+    memcpy(x->buf + at, data, want);
     x->got[c] = 1;
     note_donor(x, m->sender);
     return 0;
@@ -162,7 +175,8 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
     if (x->verified || n <= 0 || cap <= 0) return 0;
     if (x->started > 0 && x->step < 0) {
         int there = 0;
-        for (int i = 0; i < n && !there; i++) there = !memcmp(donors[i].id, x->first_to, MSG_ID_LEN);
+        for (int i = 0; i < n && !there; i++)
+            there = !memcmp(donors[i].id, x->first_to, MSG_ID_LEN);
         if (!there || now - x->started > retry_s) restart(x); /* gone, or no answer */
     }
     int k = 0;
@@ -174,8 +188,8 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
         out[k].req = (msg_t){.type = MSG_STATE_REQ,
                              .stage = (int16_t)x->stage,
                              .step = -1,
-                             .offset = 0,
-                             .length = XFER_CHUNK};
+                             .offset = x->off,
+                             .length = x->len < XFER_CHUNK ? (uint32_t)x->len : XFER_CHUNK};
         x->asked_at[0] = now;
         return 1;
     }
@@ -185,11 +199,13 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
     for (int c = 0; c < x->nchunks && outstanding < 2 * n && k < cap; c++) {
         if (x->got[c] || (x->asked_at[c] > 0 && now - x->asked_at[c] < retry_s)) continue;
         memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
-        out[k].req = (msg_t){.type = MSG_STATE_REQ,
-                             .stage = (int16_t)x->stage,
-                             .step = x->step,
-                             .offset = (uint64_t)c * XFER_CHUNK,
-                             .length = XFER_CHUNK};
+        size_t at = (size_t)c * XFER_CHUNK;
+        out[k].req =
+            (msg_t){.type = MSG_STATE_REQ,
+                    .stage = (int16_t)x->stage,
+                    .step = x->step,
+                    .offset = x->off + at,
+                    .length = x->len - at < XFER_CHUNK ? (uint32_t)(x->len - at) : XFER_CHUNK};
         x->asked_at[c] = now;
         outstanding++;
         k++;
@@ -203,6 +219,11 @@ int xfer_done(xfer_t *x)
     if (x->step < 0) return 0;
     for (int c = 0; c < x->nchunks; c++)
         if (!x->got[c]) return 0;
+    if (x->len < x->total) { /* a part: the snapshot's hash covers the whole; every chunk
+                              * came from the one snapshot (step and hash agreed) */
+        x->verified = 1;
+        return 1;
+    }
     uint8_t h[32];
     crypto_generichash(h, 32, x->buf, x->total, NULL, 0);
     if (memcmp(h, x->hash, 32)) {
@@ -228,4 +249,14 @@ int xfer_restarts(const xfer_t *x)
 int xfer_donors(const xfer_t *x)
 {
     return x->ndonors;
+}
+
+size_t xfer_offset(const xfer_t *x)
+{
+    return x->off;
+}
+
+size_t xfer_length(const xfer_t *x)
+{
+    return x->len;
 }

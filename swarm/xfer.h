@@ -57,6 +57,12 @@ typedef struct {
 /* A download of `stage`'s state of `total` bytes (the size both sides derive from the
  * run), at any step the donors offer. NULL on ENOMEM. */
 xfer_t *xfer_new(int stage, size_t total);
+/* A download of bytes [off, off + len) of such a state only (CheckFree+'s copies keep
+ * the embedding, or the final norm and head, of a neighbour's state): the chunks start at
+ * off, every answer must come from one snapshot (its step and hash), and the part is done
+ * when every chunk is in; the snapshot's hash covers the whole state, so a part is not
+ * checked against it. NULL on ENOMEM or a range outside [0, total) or empty. */
+xfer_t *xfer_new_range(int stage, size_t total, size_t off, size_t len);
 void xfer_destroy(xfer_t **x);
 
 /* Takes a STATE_REP (header m, payload data/len). Returns 0 if it was used or ignored,
@@ -77,12 +83,16 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
  * -1 when they are whole but do not match (the download has started over). */
 int xfer_done(xfer_t *x);
 
-/* The snapshot's step (-1 before the first answer), its bytes (whole once done). */
+/* The snapshot's step (-1 before the first answer), its bytes (whole once done; a range
+ * download: the range's len bytes). */
 int64_t xfer_step(const xfer_t *x);
 const uint8_t *xfer_data(const xfer_t *x);
 /* How many times the download started over. */
 int xfer_restarts(const xfer_t *x);
 /* Distinct donors that answered. */
 int xfer_donors(const xfer_t *x);
+/* The range fetched: its offset in the state and its length (a whole download: 0, total). */
+size_t xfer_offset(const xfer_t *x);
+size_t xfer_length(const xfer_t *x);
 
 #endif

@@ -56,13 +56,24 @@ static const uint8_t golden_int4[51] = {
     0x74, 0xb7, 0x6d, 0xdb, 0x3e, 0xa1, 0x0e, 0x6a, 0x3c, 0x2a, 0xf8, 0x0f,
 };
 
+/* lowrank, shape (5): one row, so rank 1 (the block field asked 4 and is clamped). The basis
+ * is x / |x| (|x| = sqrt(16.26)): scale (3/|x|)/127 = 0x3bbff55c, q = round(x * 127/3) =
+ * {42, -106, 0, 127, 4}; the factor u = x . v' = 4.0328 -> scale u/7 = 0x3f137b7b, q = 7
+ * -> nibble 15 with a zero pad nibble. */
+static const uint8_t golden_lowrank[54] = {
+    0x53, 0x54, 0x41, 0x43, 0x01, 0x05, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0x0e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc8, 0xc7, 0xb8, 0xa6, 0x5c, 0xf5,
+    0xbf, 0x3b, 0x2a, 0x96, 0x00, 0x7f, 0x04, 0x7b, 0x7b, 0x13, 0x3f, 0x0f,
+};
+
 static const float golden_x[5] = {1.0f, -2.5f, 0.0f, 3.0f, 0.1f};
 
-static const uint8_t *const golden[CODEC_COUNT] = {golden_f32, golden_f16, golden_bf16, golden_int8,
-                                                   golden_int4};
-static const size_t golden_len[CODEC_COUNT] = {sizeof golden_f32, sizeof golden_f16,
+static const uint8_t *const golden[CODEC_COUNT] = {golden_f32,  golden_f16,  golden_bf16,
+                                                   golden_int8, golden_int4, golden_lowrank};
+static const size_t golden_len[CODEC_COUNT] = {sizeof golden_f32,  sizeof golden_f16,
                                                sizeof golden_bf16, sizeof golden_int8,
-                                               sizeof golden_int4};
+                                               sizeof golden_int4, sizeof golden_lowrank};
 
 /* Rewrites the checksum so that a deliberate change reaches the checks behind it. */
 static void refix_crc(uint8_t *buf, size_t len)
@@ -92,7 +103,7 @@ static uint8_t *encode_alloc(codec_id_t c, uint32_t block, const float *x, const
 static void test_names(void **state)
 {
     (void)state;
-    const char *names[] = {"f32", "f16", "bf16", "int8", "int4"};
+    const char *names[] = {"f32", "f16", "bf16", "int8", "int4", "lowrank"};
     for (int i = 0; i < CODEC_COUNT; i++) {
         assert_int_equal(codec_by_name(names[i]), i);
         assert_string_equal(codec_name(i), names[i]);
@@ -173,6 +184,16 @@ static void test_golden(void **state)
     assert_int_equal(codec_decode(golden_int8, sizeof golden_int8, out, 5, NULL, NULL, err), 0);
     assert_true(out[0] == 42.0f * (3.0f / 127.0f));
     assert_true(out[4] == 127.0f * (0.1f / 127.0f));
+    /* lowrank: x' = (7 * us) * vs * q, summed over the rank in order */
+    assert_int_equal(codec_decode(golden_lowrank, sizeof golden_lowrank, out, 5, NULL, NULL, err),
+                     0);
+    float us, vs;
+    memcpy(&vs, golden_lowrank + 40, 4);
+    memcpy(&us, golden_lowrank + 49, 4);
+    assert_true(out[0] == 7.0f * us * vs * 42.0f);
+    assert_true(out[3] == 7.0f * us * vs * 127.0f);
+    assert_true(out[2] == 0.0f);
+    for (int i = 0; i < 5; i++) assert_true(fabsf(out[i] - golden_x[i]) < 0.01f);
 }
 
 /* Checks a decoded tensor against x within the bound each codec promises. */
@@ -208,6 +229,8 @@ static void check_bounds(codec_id_t c, uint32_t block, const float *x, const flo
             assert_true(e <= bound);
             break;
         }
+        case CODEC_LOWRANK: /* no per-element bound: test_lowrank */
+            break;
         }
     }
 }
@@ -535,6 +558,9 @@ static void test_seal_open(void **state)
         case CODEC_INT4:
             p[len - CODEC_HEADER_LEN - 1] |= 0x10; /* the pad nibble of 37 elements */
             break;
+        case CODEC_LOWRANK:
+            memcpy(p, &(float){NAN}, 4); /* the basis scale */
+            break;
         }
         err[0] = 0;
         assert_int_equal(codec_seal((codec_id_t)c, &cp, shape, 2, t, len, err), STATUS_EINVAL);
@@ -564,6 +590,122 @@ static void test_seal_open(void **state)
     assert_int_equal(codec_seal((codec_id_t)7, NULL, shape, 2, b, sizeof b, err), STATUS_EINVAL);
 }
 
+/* Frobenius ||x - y|| / ||x||. */
+static double rel_l2(const float *x, const float *y, size_t n)
+{
+    double se = 0, sx = 0;
+    for (size_t i = 0; i < n; i++) {
+        se += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        sx += (double)x[i] * x[i];
+    }
+    return sx > 0 ? sqrt(se / sx) : sqrt(se);
+}
+
+/* lowrank: what its rank buys, its default size, determinism and its own value rules. */
+static void test_lowrank(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    /* the default rank keeps the swarm's boundary tensors within 0.1 byte per element */
+    const int64_t tiny[3] = {16, 64, 64}, small[3] = {8, 256, 256}, big[3] = {4, 2048, 2048};
+    assert_int_equal(codec_block_for(CODEC_LOWRANK, NULL, tiny, 3), 10);
+    assert_int_equal(codec_block_for(CODEC_LOWRANK, NULL, small, 3), 37);
+    const int64_t *shapes[3] = {tiny, small, big};
+    for (int i = 0; i < 3; i++) {
+        double n = (double)(shapes[i][0] * shapes[i][1] * shapes[i][2]);
+        size_t sz = codec_encoded_size(CODEC_LOWRANK, NULL, shapes[i], 3);
+        assert_true(sz > 0 && (double)sz <= 0.1 * n);
+    }
+    /* a wish above min(M, C) is clamped; the float codecs have no block */
+    codec_params_t wish = {1000};
+    assert_int_equal(codec_block_for(CODEC_LOWRANK, &wish, tiny, 3), 64);
+    assert_int_equal(codec_block_for(CODEC_F32, NULL, tiny, 3), 0);
+
+    /* a rank-3 matrix (200 x 48) comes back within int4's error on the factors */
+    enum { M = 201, C = 48, K = 3 };
+    float *a = malloc(M * K * sizeof *a), *b = malloc(K * C * sizeof *b);
+    float *x = malloc(M * C * sizeof *x), *y = malloc(M * C * sizeof *y);
+    testutil_fill_normal(a, M * K, 21, 1.0f);
+    testutil_fill_normal(b, K * C, 22, 1.0f);
+    for (int i = 0; i < M; i++)
+        for (int c = 0; c < C; c++) {
+            float v = 0;
+            for (int k = 0; k < K; k++) v += a[i * K + k] * b[k * C + c] * (float)(k + 1);
+            x[i * C + c] = v;
+        }
+    const int64_t shape[2] = {M, C};
+    for (uint32_t r = 1; r <= 6; r++) {
+        size_t len, len2;
+        uint8_t *buf = encode_alloc(CODEC_LOWRANK, r, x, shape, 2, &len);
+        uint8_t *again = encode_alloc(CODEC_LOWRANK, r, x, shape, 2, &len2);
+        assert_memory_equal(buf, again, len); /* deterministic */
+        assert_int_equal(buf[24], r);
+        assert_int_equal(codec_decode(buf, len, y, M * C, NULL, NULL, err), 0);
+        double e = rel_l2(x, y, M * C);
+        print_message("lowrank rank %u of a rank-3 matrix: relative L2 error %.4f\n", r, e);
+        if (r >= K) assert_true(e < 0.12); /* int4 on the factors: ~0.1, as the int4 codec */
+        if (r == 1) assert_true(e > 0.2);
+        free(buf);
+        free(again);
+    }
+    /* zeros give zeros; an odd M keeps its pad nibbles 0 */
+    memset(x, 0, M * C * sizeof *x);
+    size_t len;
+    uint8_t *buf = encode_alloc(CODEC_LOWRANK, 4, x, shape, 2, &len);
+    assert_int_equal(codec_decode(buf, len, y, M * C, NULL, NULL, err), 0);
+    for (int i = 0; i < M * C; i++) assert_true(y[i] == 0.0f);
+    /* value rules, with a valid checksum: rank 0 or above min(M, C) in the header, a basis
+     * scale above 1/127, a -128, a factor scale above 2^100, a nibble 0, a pad nibble */
+    uint8_t *t = malloc(len);
+    const size_t ru = 4 * 4 + 4 * C; /* where the factor scales start (rank 4) */
+    const size_t un = ru + 4 * 4 * ((M + 63) / 64);
+    for (int k = 0; k < 7; k++) {
+        memcpy(t, buf, len);
+        uint8_t *p = t + CODEC_HEADER_LEN;
+        switch (k) {
+        case 0:
+            t[24] = 0;
+            break;
+        case 1:
+            put32(t + 24, C + 1);
+            break;
+        case 2:
+            memcpy(p + 4, &(float){1.0f / 126.0f}, 4);
+            break;
+        case 3:
+            p[16] = 0x80;
+            break;
+        case 4:
+            memcpy(p + ru, &(float){0x1.0p101f}, 4);
+            break;
+        case 5:
+            p[un] = 0x08;
+            break;
+        case 6:
+            p[un + (M + 1) / 2 - 1] = 0x18;
+            break;
+        }
+        refix_crc(t, len);
+        err[0] = 0;
+        assert_int_equal(codec_decode(t, len, y, M * C, NULL, NULL, err), STATUS_EMALFORMED);
+        assert_true(strlen(err) > 0);
+    }
+    free(t);
+    free(buf);
+    /* values whose factors cannot be scaled are refused, not sent as infinities */
+    for (int i = 0; i < M * C; i++) x[i] = (i % 3 ? 1 : -1) * 1e36f;
+    size_t w;
+    uint8_t *o = malloc(codec_encoded_size(CODEC_LOWRANK, NULL, shape, 2));
+    assert_int_equal(codec_encode(CODEC_LOWRANK, NULL, x, shape, 2, o,
+                                  codec_encoded_size(CODEC_LOWRANK, NULL, shape, 2), &w, err),
+                     STATUS_EINVAL);
+    free(o);
+    free(a);
+    free(b);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_header_checks),
         cmocka_unit_test(test_random_corruptions),
         cmocka_unit_test(test_seal_open),
+        cmocka_unit_test(test_lowrank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,9 +49,10 @@ typedef struct {
 } bench_codec_t;
 
 static const bench_codec_t bench_list[] = {
-    {"f32", CODEC_F32, 0},        {"f16", CODEC_F16, 0},        {"bf16", CODEC_BF16, 0},
-    {"int8 b32", CODEC_INT8, 32}, {"int8 b64", CODEC_INT8, 64}, {"int8 b128", CODEC_INT8, 128},
-    {"int4 b32", CODEC_INT4, 32}, {"int4 b64", CODEC_INT4, 64}, {"int4 b128", CODEC_INT4, 128},
+    {"f32", CODEC_F32, 0},         {"f16", CODEC_F16, 0},           {"bf16", CODEC_BF16, 0},
+    {"int8 b32", CODEC_INT8, 32},  {"int8 b64", CODEC_INT8, 64},    {"int8 b128", CODEC_INT8, 128},
+    {"int4 b32", CODEC_INT4, 32},  {"int4 b64", CODEC_INT4, 64},    {"int4 b128", CODEC_INT4, 128},
+    {"lowrank", CODEC_LOWRANK, 0}, {"lowrank/2", CODEC_LOWRANK, 0}, {"lowrank*2", CODEC_LOWRANK, 0},
 };
 #define BENCH_NCODECS ((int)(sizeof bench_list / sizeof bench_list[0]))
 
@@ -216,16 +217,26 @@ static int bench_activation_codecs(const model_config_t *cfg, const capture_t *c
     printf("\n  %-10s %6s | %9s %9s | %9s %9s | %8s %8s %6s %6s\n", "codec", "B/elem", "act relL2",
            "act max", "grad relL2", "grad max", "enc GB/s", "dec GB/s", "enc/mc", "dec/mc");
     int rc = 0;
+    uint32_t rank = codec_block_for(CODEC_LOWRANK, NULL, shape, 3);
     for (int c = 0; c < BENCH_NCODECS && !rc; c++) {
         codec_result_t r[2];
+        bench_codec_t bc = bench_list[c];
+        char label[32];
+        if (bc.id == CODEC_LOWRANK) { /* the default rank, half and twice it */
+            bc.block = strchr(bc.label, '/')   ? (rank + 1) / 2
+                       : strchr(bc.label, '*') ? 2 * rank
+                                               : rank;
+            snprintf(label, sizeof label, "lowrank%u", bc.block);
+            bc.label = label;
+        }
         for (int g = 0; g < 2 && !rc; g++)
-            rc = bench_one(&bench_list[c], cap->x[g], shape, 3, n, buf, bufcap, y, reps, &r[g]);
+            rc = bench_one(&bc, cap->x[g], shape, 3, n, buf, bufcap, y, reps, &r[g]);
         if (rc) break;
         double enc = r[0].enc_s < r[1].enc_s ? r[0].enc_s : r[1].enc_s;
         double dec = r[0].dec_s < r[1].dec_s ? r[0].dec_s : r[1].dec_s;
-        printf("  %-10s %6.3f | %9.2e %9.2e | %9.2e %9.2e | %8.2f %8.2f %6.2f %6.2f\n",
-               bench_list[c].label, r[0].bpe, r[0].rel_l2, r[0].max_rel, r[1].rel_l2, r[1].max_rel,
-               gb / enc, gb / dec, t_mc / enc, t_mc / dec);
+        printf("  %-10s %6.3f | %9.2e %9.2e | %9.2e %9.2e | %8.2f %8.2f %6.2f %6.2f\n", bc.label,
+               r[0].bpe, r[0].rel_l2, r[0].max_rel, r[1].rel_l2, r[1].max_rel, gb / enc, gb / dec,
+               t_mc / enc, t_mc / dec);
     }
     printf("  (B/elem includes the 40-byte header; max = max|x-x'| / absmax of the tensor; "
            "GB/s of float input (encode) or output (decode), best of %d; x/mc = throughput "
@@ -269,14 +280,17 @@ static int bench_demo_bytes(const model_config_t *cfg, int threads)
             size_t p_mat = 0, p_1d = 0, p_emb = 0;
             /* v2 stage messages: one header per stage, bit-packed bodies; the groups
              * are counted by their bodies' bits */
-            demo_cfg_t dc = {DEMO_DEFAULT_CHUNK, ks[ki], fmts[f].f, DEMO_DEFAULT_BETA, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+            demo_cfg_t dc = {DEMO_DEFAULT_CHUNK, ks[ki],        fmts[f].f,
+                             DEMO_DEFAULT_BETA,  DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
             for (int s = 0; s < model_num_stages(m); s++) {
                 int nt;
                 const stage_tensor_t *t = stage_tensors(model_stage(m, s), &nt);
                 total += demo_opt_stage_bytes(t, nt, &dc);
                 for (int i = 0; i < nt; i++) {
                     size_t b = (size_t)((demo_body_bits(t[i].rows, t[i].cols, DEMO_DEFAULT_CHUNK,
-                                                        ks[ki], fmts[f].f) + 7) / 8);
+                                                        ks[ki], fmts[f].f) +
+                                         7) /
+                                        8);
                     if (t[i].ndim == 1) {
                         b_1d += b;
                         p_1d += t[i].numel;
@@ -324,17 +338,20 @@ static int bench_demo_bytes(const model_config_t *cfg, int threads)
 
 int bench_codecs(int argc, char **argv)
 {
-    static const struct option opts[] = {{"steps", required_argument, 0, 'n'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"reps", required_argument, 0, 'r'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"steps", required_argument, 0, 'n'},   {"config", required_argument, 0, 'c'},
+        {"threads", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int steps = 20, threads = 2, reps = 15, c;
+    const char *preset = "small";
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
             steps = atoi(optarg);
+            break;
+        case 'c':
+            preset = optarg;
             break;
         case 't':
             threads = atoi(optarg);
@@ -343,8 +360,10 @@ int bench_codecs(int argc, char **argv)
             reps = atoi(optarg);
             break;
         case 'h':
-            printf("usage: swarmtrain bench codecs [--steps 20] [--threads 2] [--reps 15]\n"
-                   "  trains `small` (2 stages, cpu) --steps AdamW steps on the default corpus,\n"
+            printf("usage: swarmtrain bench codecs [--config small] [--steps 20] [--threads 2]\n"
+                   "                                [--reps 15]\n"
+                   "  trains --config (default small; 2 stages, cpu) --steps AdamW steps on the "
+                   "default corpus,\n"
                    "  measures every activation codec on the last step's boundary activation\n"
                    "  and gradient (--reps timed repetitions, best kept), then prints DeMo\n"
                    "  bytes/param/step for `small` per value format and k.\n");
@@ -359,7 +378,7 @@ int bench_codecs(int argc, char **argv)
     }
     char err[STATUS_ERR_LEN];
     model_config_t cfg;
-    if (config_preset(&cfg, "small", err)) {
+    if (config_preset(&cfg, preset, err)) {
         fprintf(stderr, "bench codecs: %s\n", err);
         return 2;
     }
@@ -367,7 +386,7 @@ int bench_codecs(int argc, char **argv)
     capture_t cap = {0};
     double step_s = 0;
     float loss = 0;
-    printf("bench codecs: model small, 2 stages, cpu, %d threads\n", threads);
+    printf("bench codecs: model %s, 2 stages, cpu, %d threads\n", preset, threads);
     int rc = capture_boundary(&cfg, threads, steps, &cap, &step_s, &loss);
     if (!rc) {
         printf("1. activation codecs on the boundary tensors of the last of %d AdamW steps on "

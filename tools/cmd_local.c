@@ -60,7 +60,8 @@ enum {
     O_SLOWDOWN,
     O_NOREBAL,
     O_REBAL_MARGIN,
-    O_REBAL_COOL
+    O_REBAL_COOL,
+    O_COPY_BUDGET
 };
 
 typedef struct {
@@ -186,6 +187,14 @@ static int local_option(void *ctx, int c, const char *arg)
     case O_SECURE:
         lo->secure = 1;
         return 0;
+    case O_COPY_BUDGET: { /* the peers' option: checked here, passed on as it is */
+        float f;
+        if (run_opts_float("--copy-budget", arg, &f) || !(f >= 0) || f > 100) {
+            fprintf(stderr, "swarmtrain local: --copy-budget P wants 0 <= P <= 100 (percent)\n");
+            return -1;
+        }
+        return 0;
+    }
     case O_RECOVERY: /* the peers' option: checked here, passed on as it is */
         if (strcmp(arg, "auto") && strcmp(arg, "checkfree") && strcmp(arg, "checkpoint")) {
             fprintf(stderr, "swarmtrain local: --stage-recovery auto|checkfree|checkpoint\n");
@@ -498,12 +507,17 @@ static void scan_wire(const char *line, unsigned long long sent[WIRE_KINDS])
 
 static void scan_log(const char *path, double *val, double *tps, unsigned long long *act_bytes,
                      unsigned long long *lost, double *first_reroute_after, double kill_t,
-                     unsigned long long sent[WIRE_KINDS])
+                     unsigned long long sent[WIRE_KINDS], unsigned long long *copy_bytes)
 {
     FILE *f = fopen(path, "r");
     if (!f) return;
     char line[1024];
+    unsigned long long copies = 0; /* the last "copy:" line's running total of this peer */
     while (fgets(line, sizeof line, f)) {
+        char *cb = strstr(line, "copies-bytes ");
+        unsigned long long cv;
+        if (!strncmp(line, "copy: ", 6) && cb && sscanf(cb, "copies-bytes %llu", &cv) == 1)
+            copies = cv;
         double x, t;
         unsigned long long a, l;
         if (sscanf(line, "val_loss %lf", &x) == 1) *val = x;
@@ -517,6 +531,7 @@ static void scan_log(const char *path, double *val, double *tps, unsigned long l
             (*first_reroute_after < 0 || t - kill_t < *first_reroute_after))
             *first_reroute_after = t - kill_t;
     }
+    *copy_bytes += copies;
     fclose(f);
 }
 
@@ -706,6 +721,7 @@ static int local_main(int argc, char **argv, int user0)
                                           {"secure", no_argument, 0, O_SECURE},
                                           {"poison", required_argument, 0, O_POISON},
                                           {"stage-recovery", required_argument, 0, O_RECOVERY},
+                                          {"copy-budget", required_argument, 0, O_COPY_BUDGET},
                                           {"stage-failures", required_argument, 0, O_STAGE_FAILURES},
                                           {"placement", required_argument, 0, O_PLACEMENT},
                                           {"slowdown", required_argument, 0, O_SLOWDOWN},
@@ -757,6 +773,8 @@ static int local_main(int argc, char **argv, int user0)
             "                       run, each a drawn stage; its peers start again with their\n"
             "                       stores S seconds later (default: never)\n"
             "  --stage-recovery M   the peers' --stage-recovery (auto, checkfree, checkpoint)\n"
+            "  --copy-budget P      the peers' --copy-budget: CheckFree+ copies within P%\n"
+            "                       of each keeper's activation/gradient bytes (default 5)\n"
             "  --fault-seed N       the seed of --kill random, --kill-stage and --churn (default:\n"
             "                       the clock)\n"
             "  --kill PEER:STEP     peer PEER is SIGKILLed (it kills itself) when a microbatch of\n"
@@ -1230,9 +1248,10 @@ static int local_main(int argc, char **argv, int user0)
 
     double val = NAN, ltps = 0, reroute_after = -1;
     unsigned long long act = 0, lost = 0;
-    unsigned long long sent[WIRE_KINDS] = {0}, sent_all = 0;
+    unsigned long long sent[WIRE_KINDS] = {0}, sent_all = 0, copy_bytes = 0;
     for (int i = 0; i < n; i++)
-        scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall, sent);
+        scan_log(ch[i].log, &val, &ltps, &act, &lost, &reroute_after, kill_wall, sent,
+                 &copy_bytes);
     for (int k = 0; k < WIRE_KINDS; k++) sent_all += sent[k];
     double tokens = (double)run.steps * tokens_per_step;
     /* every byte is sent by one peer and received by another: the peers' sent bytes (their
@@ -1245,6 +1264,11 @@ static int local_main(int argc, char **argv, int user0)
         printf(" %s %.1f,", transport_wire_name(k), tokens > 0 ? (double)sent[k] / tokens : 0);
     printf(" total %.1f; codec payloads (activations and gradients) %.1f\n", tokens > 0 ? (double)sent_all / tokens : 0,
            tokens > 0 ? (double)act / tokens : 0);
+    /* CheckFree+'s copies ride the state kind: their keepers count what they fetched */
+    printf("local: CheckFree+ copies (the end stages' embedding / final norm and head kept by "
+           "their neighbours): %llu bytes, %.1f per token, %.2f%% of the wire\n",
+           copy_bytes, tokens > 0 ? (double)copy_bytes / tokens : 0,
+           sent_all ? 100.0 * (double)copy_bytes / (double)sent_all : 0);
     if (lo.kill_stage >= 0 && !ks_done)
         printf("local: fault: the run ended before the drawn kill of stage %d (after step %d, "
                "%.2f s on)\n",

@@ -37,7 +37,8 @@ enum {
     O_REBAL_MARGIN,
     O_REBAL_COOL,
     O_SLOWDOWN,
-    O_EARLY
+    O_EARLY,
+    O_COPY_BUDGET
 };
 
 static int peer_option(void *ctx, int c, const char *arg)
@@ -129,6 +130,13 @@ static int peer_option(void *ctx, int c, const char *arg)
         if (run_opts_float("--rebalance-cooldown", arg, &f) || !(f >= 0)) return -1;
         po->rebalance_cooldown_s = f;
         return 0;
+    case O_COPY_BUDGET:
+        if (run_opts_float("--copy-budget", arg, &f) || !(f >= 0) || f > 100) {
+            fprintf(stderr, "swarmtrain peer: --copy-budget P wants 0 <= P <= 100 (percent)\n");
+            return -1;
+        }
+        po->copy_budget = f > 0 ? f / 100.0 : -1;
+        return 0;
     case O_SLOWDOWN:
         if (run_opts_float("--slowdown", arg, &f) || !(f >= 1) || f > 1000) {
             fprintf(stderr, "swarmtrain peer: --slowdown X wants 1 <= X <= 1000\n");
@@ -178,6 +186,7 @@ int cmd_peer(int argc, char **argv)
                                           {"rebalance-margin", required_argument, 0, O_REBAL_MARGIN},
                                           {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL},
                                           {"slowdown", required_argument, 0, O_SLOWDOWN},
+                                          {"copy-budget", required_argument, 0, O_COPY_BUDGET},
                                           {"no-early-exchange", no_argument, 0, O_EARLY}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
@@ -218,6 +227,11 @@ int cmd_peer(int argc, char **argv)
             "                       of the stage restores that), checkfree (never checkpoints),\n"
             "                       checkpoint (nobody moves; whoever comes back restores its\n"
             "                       checkpoint, else initial parameters)\n"
+            "  --copy-budget P      CheckFree+: the copies of the first or last stage's\n"
+            "                       embedding or head that their neighbours keep are\n"
+            "                       refreshed only while they stay within P percent of the\n"
+            "                       activation/gradient bytes the keeper sent (default 5;\n"
+            "                       0: the first copy only)\n"
             "  --stay               keep serving after the run's last step\n"
             "  --wait-peers N       (--new) start training once N peers serve (default 0)\n"
             "security (docs/protocol.md section 15):\n"

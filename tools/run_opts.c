@@ -122,7 +122,9 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
                "  --outer-momentum M   local steps: outer Nesterov momentum (default 0)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
-               "                       (f32, f16, bf16, int8, int4) as the wire would\n"
+               "                       (f32, f16, bf16, int8, int4; lowrank[:RANK]: a per-\n"
+               "                       message rank-RANK product, default <= 0.1 byte/element)\n"
+               "                       as the wire would\n"
                "  --skip RATIO         SkipPipe: each step's microbatches leave out this share\n"
                "                       of their middle-stage visits, balanced per stage\n"
                "                       (0..1, default 0; part of the run)\n"
@@ -393,7 +395,8 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             int block = 0;
             out->codec = codec_by_name(name);
             if (out->codec < 0)
-                bad = complain("--codec", optarg, "f32, f16, bf16, int8 or int4[:BLOCK]");
+                bad = complain("--codec", optarg,
+                               "f32, f16, bf16, int8, int4[:BLOCK] or lowrank[:RANK]");
             else if (colon)
                 bad = run_opts_int("--codec block", colon + 1, 2, &block);
             out->codec_block = (uint32_t)block;

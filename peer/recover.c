@@ -297,7 +297,7 @@ static int copy_tick(peer_t *p)
             uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
             int due = !p->copy[c] ||
                       (p->step - p->copy_step[c] >= COPY_EVERY &&
-                       (double)(spent + len) <= copy_budget(p) * (double)p->act_bytes);
+                       (double)(spent + len) <= copy_budget(p) * (double)p->stats.act_bytes);
             if (!due) continue;
         }
         if (p->aux && p->aux_stage != t) return 0; /* one fetch at a time */
@@ -322,8 +322,8 @@ static int copy_tick(peer_t *p)
                 " activation/gradient bytes sent (budget %.2f%%)\n",
                 t, t == 0 ? "embedding" : "final norm and head", p->copy_step[c], len, spent,
                 copy_header(p, 0).count + copy_header(p, 1).count,
-                p->act_bytes ? 100.0 * (double)spent / (double)p->act_bytes : 0.0,
-                (uint64_t)p->act_bytes, 100.0 * copy_budget(p));
+                p->stats.act_bytes ? 100.0 * (double)spent / (double)p->stats.act_bytes : 0.0,
+                (uint64_t)p->stats.act_bytes, 100.0 * copy_budget(p));
         xfer_destroy(&p->aux);
         return 0;
     }

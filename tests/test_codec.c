@@ -667,7 +667,7 @@ static void test_lowrank(void **state)
             t[24] = 0;
             break;
         case 1:
-            put32(t + 24, C + 1);
+            le_put_u32(t + 24, C + 1);
             break;
         case 2:
             memcpy(p + 4, &(float){1.0f / 126.0f}, 4);

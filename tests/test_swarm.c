@@ -824,6 +824,32 @@ static void test_local_kill_start(void **state)
     }
 }
 
+/* A peer frozen from outside (SIGSTOP) for 8 s at a moment drawn from the fault seed, then
+ * woken (SIGCONT; `local --pause`, issue 24): the others go on without it, it comes back
+ * (its silence across the pause is not taken for the others' death; it re-syncs with its
+ * pool), and the run finishes with nothing lost, exit 0; a peer that woke after the run's
+ * end is stopped by local (stopped_late), not waited for. */
+static void test_local_pause(void **state)
+{
+    (void)state;
+    char sub[128], args[1024];
+    snprintf(sub, sizeof sub, "%s/pz", dir);
+    snprintf(args, sizeof args,
+             "local --peers 4 --stages 2 --steps 400 --threads 1 --pause random:8 --fault-seed 2 "
+             "--dir %s --data %s",
+             sub, testutil_corpus());
+    pid_t p = start("pz", args);
+    assert_int_equal(finish(p, 400), 0);
+    char *sum = slurp("pz/summary.json");
+    assert_non_null(sum);
+    assert_int_equal(json_num(sum, "\"woken\":"), 1);
+    assert_true(json_num(sum, "\"paused\":") >= 0);
+    assert_int_equal(json_num(sum, "\"lost\":"), 0);
+    assert_non_null(strstr(sum, "\"unplanned\":[]"));
+    assert_null(strstr(sum, "\"val_loss\":null"));
+    free(sum);
+}
+
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
 static void test_garbage_rejected(void **state)
 {
@@ -972,6 +998,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_start_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_kill_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_pause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_preset_swarm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revive_from_checkpoint, setup, teardown),

@@ -39,6 +39,7 @@ enum {
     O_DIR,
     O_INFLIGHT,
     O_KILL,
+    O_PAUSE,
     O_JOIN,
     O_JOINSTAGE,
     O_QUIET,
@@ -72,6 +73,8 @@ typedef struct {
     int revive;                /* ... which is the killed peer again, with its store */
     int kill_random;           /* --kill random: one outside SIGKILL at a random moment */
     int kill_start;            /* --kill start: one outside SIGKILL while the swarm starts */
+    int pause_peer;            /* --pause PEER:S (-1: none; -2: random) */
+    double pause_s;            /* ... frozen (SIGSTOP) this long, then SIGCONT */
     double churn_rate;         /* --churn: SIGKILLs per peer per minute, from outside */
     double churn_restart_s;    /* ... and a new peer after this long; < 0: none */
     int churn_kills;           /* at most this many kills (0: no limit) */
@@ -96,6 +99,7 @@ static auth_t *local_auth;
 typedef struct {
     pid_t pid;
     int port, stage, exited, status, killed;
+    int stopped_late; /* told to stop: it missed the run's end */
     double killed_at;
     char log[600];
 } child_t;
@@ -130,6 +134,21 @@ static int local_option(void *ctx, int c, const char *arg)
         return 0;
     case O_INFLIGHT:
         return run_opts_int("--in-flight", arg, 1, &lo->in_flight);
+    case O_PAUSE: {
+        char who[16];
+        double secs = 20.0;
+        int k = sscanf(arg, "%15[^:]:%lf", who, &secs);
+        char *end = NULL;
+        long pk = k >= 1 ? strtol(who, &end, 10) : -1;
+        if (k < 1 || secs <= 0 || secs > 3600 ||
+            (strcmp(who, "random") && (!end || *end || pk < 0 || pk > 1000))) {
+            fprintf(stderr, "swarmtrain local: --pause PEER:SECONDS or --pause random[:SECONDS]\n");
+            return -1;
+        }
+        lo->pause_peer = strcmp(who, "random") ? (int)pk : -2;
+        lo->pause_s = secs;
+        return 0;
+    }
     case O_KILL:
         if (!strcmp(arg, "random")) {
             lo->kill_random = 1;
@@ -326,7 +345,8 @@ static int local_only(const char *a, int *takes_arg)
     static const char *with_arg[] = {"--peers",       "--dir",        "--in-flight",    "--kill",
                                      "--join-at",     "--join-stage", "--peer-timeout", "--churn",
                                      "--churn-kills", "--fault-seed", "--poison",       "--kill-stage",
-                                     "--resume",      "--stage-failures", "--placement", "--slowdown"};
+                                     "--resume",      "--stage-failures", "--placement", "--slowdown",
+                                     "--pause"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -706,6 +726,7 @@ static int local_main(int argc, char **argv, int user0)
                                           {"dir", required_argument, 0, O_DIR},
                                           {"in-flight", required_argument, 0, O_INFLIGHT},
                                           {"kill", required_argument, 0, O_KILL},
+                                          {"pause", required_argument, 0, O_PAUSE},
                                           {"join-at", required_argument, 0, O_JOIN},
                                           {"join-stage", required_argument, 0, O_JOINSTAGE},
                                           {"quiet", no_argument, 0, O_QUIET},
@@ -732,6 +753,7 @@ static int local_main(int argc, char **argv, int user0)
     static local_opts_t lo;
     memset(&lo, 0, sizeof lo);
     lo.peers = 4, lo.in_flight = 2, lo.kill_peer = -1, lo.join_step = -1, lo.poison_peer = -1;
+    lo.pause_peer = -1;
     lo.kill_stage = -1;
     train_options_t run = train_defaults();
     run_opts_extra_t x = {
@@ -755,6 +777,10 @@ static int local_main(int argc, char **argv, int user0)
             "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
             "  --kill random        one peer, any (the founding one too), SIGKILLed from outside\n"
             "                       at a random moment between 10% and 70% of the steps\n"
+            "  --pause PEER:S       freeze peer PEER (SIGSTOP) for S seconds at a moment drawn\n"
+            "                       from --fault-seed (between 10%% and 70%% of the steps),\n"
+            "                       then SIGCONT: it must come back (--pause random[:S]: any\n"
+            "                       peer, the founding one too; S 20 by default)\n"
             "  --kill start         one peer but the founding one, drawn from --fault-seed,\n"
             "                       SIGKILLed from outside 0-3 s (drawn) after it was started,\n"
             "                       while the swarm starts: the others start without it\n"
@@ -902,7 +928,7 @@ static int local_main(int argc, char **argv, int user0)
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, S, threads, lo.dir);
     if (lo.secure) printf("local: CURVE on every connection, swarm key %s\n", lo.swarm_key);
     if (lo.kill_random || lo.kill_start || lo.churn_rate > 0 || lo.kill_stage >= 0 ||
-        lo.stage_failures)
+        lo.stage_failures || lo.pause_peer != -1)
         printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo.fault_seed);
     fflush(stdout);
     double t0 = clock_now(), kill_wall = -1;
@@ -945,6 +971,13 @@ static int local_main(int argc, char **argv, int user0)
     int rk_peer = lo.kill_random ? (int)rng_below(&frng, (uint64_t)n) : -1;
     long long rk_step = lo.kill_random ? run.steps / 10 + (long long)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1)) : -1;
     double rk_delay = rng_uniform(&frng), rk_at = -1;
+    /* --pause: who, at which step (then a second drawn), frozen until when */
+    int pz_peer = lo.pause_peer == -2 ? (int)rng_below(&frng, (uint64_t)n) : lo.pause_peer;
+    if (pz_peer >= n) pz_peer = -1;
+    long long pz_step = pz_peer >= 0 ? run.steps / 10 + (long long)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1)) : -1;
+    double pz_delay = pz_peer >= 0 ? rng_uniform(&frng) : 0, pz_at = -1, pz_until = -1;
+    int pz_state = 0; /* 0 not yet, 1 frozen, 2 woken */
+    double done_seen = -1; /* when a peer first exited 0 on its own: the run is over */
     double ks_delay = rng_uniform(&frng), ks_at = -1; /* --kill-stage */
     if (lo.kill_stage >= 0 && lo.kill_stage_step < 0) /* random: between 10% and 70% */
         lo.kill_stage_step = run.steps / 10 + 1 + (int)rng_below(&frng, (uint64_t)(run.steps * 6 / 10 + 1));
@@ -1031,6 +1064,31 @@ static int local_main(int argc, char **argv, int user0)
             free(ch);
             return 1;
         }
+        /* --pause: SIGCONT once its time is up */
+        if (pz_state == 1 && clock_now() >= pz_until) {
+            pz_state = 2;
+            if (!ch[pz_peer].exited) kill(ch[pz_peer].pid, SIGCONT);
+            printf("local: fault: SIGCONT peer %d after %.1f s frozen\n", pz_peer, lo.pause_s);
+            fflush(stdout);
+        }
+        /* A peer exits 0 on its own when the run is over for it. One still running 10 s
+         * after that, and not frozen, missed the run's end (asleep, cut off; the others
+         * had declared it dead and said their LEAVE to the live ones only): it is told to
+         * stop (a clean leave). */
+        if (done_seen < 0)
+            for (int i = 0; i < n; i++)
+                if (ch[i].exited && !ch[i].killed && WIFEXITED(ch[i].status) &&
+                    WEXITSTATUS(ch[i].status) == 0)
+                    done_seen = clock_now();
+        if (done_seen > 0 && clock_now() - done_seen > 10.0 && pz_state != 1) {
+            for (int i = 0; i < n; i++) {
+                if (ch[i].exited || ch[i].stopped_late) continue;
+                printf("local: the run is over; stopping peer %d, which missed its end\n", i);
+                kill(ch[i].pid, SIGTERM);
+                ch[i].stopped_late = 1;
+            }
+            fflush(stdout);
+        }
         /* the poisoned peer (tests): expelled, it may wait for its pool forever; once every
          * honest peer is done, it is told to stop */
         static int poison_stopped;
@@ -1094,6 +1152,19 @@ static int local_main(int argc, char **argv, int user0)
                 kill_wall = wall();
                 printf("local: fault: SIGKILL peer %d (stage %d) at step %lld, t=%.3f\n",
                        lo.kill_peer, ch[lo.kill_peer].stage, v.step0, kill_wall);
+                fflush(stdout);
+            }
+            if (pz_peer >= 0 && pz_state == 0 && pz_at < 0 && v.step0 >= pz_step)
+                pz_at = now + pz_delay;
+            if (pz_peer >= 0 && pz_state == 0 && pz_at > 0 && now >= pz_at &&
+                !ch[pz_peer].exited && !ch[pz_peer].killed) {
+                kill(ch[pz_peer].pid, SIGSTOP);
+                pz_state = 1;
+                pz_until = now + lo.pause_s;
+                printf("local: fault: SIGSTOP peer %d (stage %d%s) from outside at step %lld for "
+                       "%.1f s\n",
+                       pz_peer, ch[pz_peer].stage, pz_peer == 0 ? ", the founding peer" : "",
+                       v.step0, lo.pause_s);
                 fflush(stdout);
             }
             if (rk_peer >= 0 && rk_at < 0 && v.step0 >= rk_step) rk_at = now + rk_delay;
@@ -1369,7 +1440,15 @@ static int local_main(int argc, char **argv, int user0)
             fprintf(sf, "%s%d", first ? "" : ",", i);
             first = 0;
         }
-        fprintf(sf, "],\"wire_sent\":{");
+        fprintf(sf, "],\"stopped_late\":[");
+        for (int i = 0, first = 1; i < n; i++) {
+            if (!ch[i].stopped_late) continue;
+            fprintf(sf, "%s%d", first ? "" : ",", i);
+            first = 0;
+        }
+        fprintf(sf, "],\"paused\":%d,\"pause_s\":%.1f,\"woken\":%d", pz_state ? pz_peer : -1,
+                pz_state ? lo.pause_s : 0.0, pz_state == 2);
+        fprintf(sf, ",\"wire_sent\":{");
         for (int k = 0; k < WIRE_KINDS; k++)
             fprintf(sf, "%s\"%s\":%llu", k ? "," : "", transport_wire_name(k), sent[k]);
         fprintf(sf, "}}\n");

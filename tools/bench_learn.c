@@ -491,7 +491,11 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     print_json_str(f, lo->codec);
     fprintf(f, ",\"skip\":%g,\"swap\":%g,\"churn\":", lo->skip, lo->swap);
     print_json_str(f, lo->churn);
-    fprintf(f, ",\"kill_stage\":%d,\"ratio\":", lo->kill_stage);
+    fprintf(f, ",\"kill_stage\":%d,\"baseline_schedule\":", lo->kill_stage);
+    print_json_str(f, lo->baseline_schedule);
+    fprintf(f, ",\"demo_lr\":");
+    print_num(f, lo->demo_lr ? atof(lo->demo_lr) : lo->run.opt.lr);
+    fprintf(f, ",\"ratio\":");
     print_num(f, ratio);
     fprintf(f, ",\"ratio_min\":");
     print_num(f, rlo);
@@ -939,12 +943,13 @@ int bench_learn(int argc, char **argv)
         fclose(la);
     }
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
-           "%d replicas; swarm: %d stages, %d peers, sign DeMo, codec %s, skip %g, swap %g, "
-           "churn %s (at most %d kills), stage %d lost at a drawn step; %d seed(s); logs and "
-           "stores in %s; load average %s\n",
+           "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g), codec "
+           "%s, skip %g, swap %g, churn %s (at most %d kills), stage %d lost at a drawn step; "
+           "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
-           lo.replicas, lo.stages, lo.peers, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
-           lo.kill_stage, lo.seeds, lo.dir, load0);
+           lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
+           lo.demo_lr ? atof(lo.demo_lr) : (double)lo.run.opt.lr, lo.codec, lo.skip, lo.swap,
+           lo.churn, lo.churn_kills, lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);

@@ -1,11 +1,13 @@
 /* bench_learn.c — `swarmtrain bench learn`: what the swarm's survival and wire-saving
  * mechanisms cost in learning, all at once and one at a time (issue 27). In one command it
- * runs the single-process AdamW baseline (`swarmtrain train`, exact gradient average over
- * the same replicas) and a local swarm (`swarmtrain local`) with every mechanism on: sign
- * DeMo between a pool's replicas, an activation codec, SkipPipe skipping, CheckFree+ swaps,
- * churn (peers SIGKILLed from outside and replaced) and a whole stage SIGKILLed and rebuilt;
- * then, unless --no-ablations, the swarm with DeMo alone and with each mechanism alone on
- * top of it, so that the total cost is explained. Every run trains the same tokens.
+ * runs, on the same tokens: the single-process AdamW baseline (`swarmtrain train`, the
+ * exact gradient average over the same replicas; `adamw-constant`: at a constant lr, issue
+ * 17's reference), sign DeMo in one process (`demo-train`: the optimizer's own cost), and a
+ * local swarm (`swarmtrain local`) with every mechanism on: sign DeMo between a pool's
+ * replicas, an activation codec, SkipPipe skipping, CheckFree+ swaps, churn (peers
+ * SIGKILLed from outside and replaced) and a whole stage SIGKILLed and rebuilt; then, with
+ * --ablations, the swarm with DeMo alone and with each mechanism alone on top of it, so
+ * that the total cost is explained.
  *
  * What it reads: the runs' own records, not their log wording. Validation losses during a
  * run are the "val_loss" events in the stores (train --db; every peer's --db); the final

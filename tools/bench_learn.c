@@ -1,11 +1,13 @@
 /* bench_learn.c — `swarmtrain bench learn`: what the swarm's survival and wire-saving
  * mechanisms cost in learning, all at once and one at a time (issue 27). In one command it
- * runs the single-process AdamW baseline (`swarmtrain train`, exact gradient average over
- * the same replicas) and a local swarm (`swarmtrain local`) with every mechanism on: sign
- * DeMo between a pool's replicas, an activation codec, SkipPipe skipping, CheckFree+ swaps,
- * churn (peers SIGKILLed from outside and replaced) and a whole stage SIGKILLed and rebuilt;
- * then, unless --no-ablations, the swarm with DeMo alone and with each mechanism alone on
- * top of it, so that the total cost is explained. Every run trains the same tokens.
+ * runs, on the same tokens: the single-process AdamW baseline (`swarmtrain train`, the
+ * exact gradient average over the same replicas; `adamw-constant`: at a constant lr, issue
+ * 17's reference), sign DeMo in one process (`demo-train`: the optimizer's own cost), and a
+ * local swarm (`swarmtrain local`) with every mechanism on: sign DeMo between a pool's
+ * replicas, an activation codec, SkipPipe skipping, CheckFree+ swaps, churn (peers
+ * SIGKILLed from outside and replaced) and a whole stage SIGKILLed and rebuilt; then, with
+ * --ablations, the swarm with DeMo alone and with each mechanism alone on top of it, so
+ * that the total cost is explained.
  *
  * What it reads: the runs' own records, not their log wording. Validation losses during a
  * run are the "val_loss" events in the stores (train --db; every peer's --db); the final
@@ -70,17 +72,24 @@ typedef struct {
     int swarm; /* 0: train (AdamW), 1: local */
     int mechs; /* MECH_* on (swarm only) */
     int ablation;
+    const char *schedule; /* train rows: the lr schedule; NULL: --baseline-schedule */
+    int demo;             /* train rows: sign DeMo between the replicas, the swarm's stages */
 } learn_row_t;
 
 static const learn_row_t learn_rows[] = {
-    {"adamw", 0, 0, 0},
-    {"swarm-full", 1, MECH_ALL, 0},
-    {"swarm-demo", 1, 0, 1},
-    {"swarm+codec", 1, MECH_CODEC, 1},
-    {"swarm+skip", 1, MECH_SKIP, 1},
-    {"swarm+swap", 1, MECH_SWAP, 1},
-    {"swarm+churn", 1, MECH_CHURN, 1},
-    {"swarm+stage-lost", 1, MECH_STAGE, 1},
+    {"adamw", 0, 0, 0, NULL, 0},
+    {"swarm-full", 1, MECH_ALL, 0, NULL, 0},
+    {"swarm-demo", 1, 0, 1, NULL, 0},
+    {"swarm+codec", 1, MECH_CODEC, 1, NULL, 0},
+    {"swarm+skip", 1, MECH_SKIP, 1, NULL, 0},
+    {"swarm+swap", 1, MECH_SWAP, 1, NULL, 0},
+    {"swarm+churn", 1, MECH_CHURN, 1, NULL, 0},
+    {"swarm+stage-lost", 1, MECH_STAGE, 1, NULL, 0},
+    /* the optimizer's own cost, apart from the swarm's: sign DeMo in one process, the
+     * swarm's stages and replicas (its schedule: the preset's cosine) */
+    {"demo-train", 0, 0, 0, NULL, 1},
+    /* issue 17's reference: AdamW at a constant lr (the sign preset runs cosine); last */
+    {"adamw-constant", 0, 0, 0, "constant", 0},
 };
 #define LEARN_NROWS ((int)(sizeof learn_rows / sizeof learn_rows[0]))
 
@@ -101,7 +110,8 @@ typedef struct {
 } learn_result_t;
 
 typedef struct {
-    const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule;
+    const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule, *only;
+    const char *demo_lr; /* --lr of the DeMo runs (swarm and demo-train); NULL: the run's */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
     long long seed;
@@ -324,8 +334,16 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     if (!row->swarm) {
         args_add(&v, "train");
         args_common(&v, lo, seed);
-        args_add(&v, "--optimizer"), args_add(&v, "adamw");
-        args_add(&v, "--schedule"), args_add(&v, lo->baseline_schedule);
+        if (row->demo) {
+            args_add(&v, "--optimizer"), args_add(&v, "demo");
+            args_add(&v, "--demo-values"), args_add(&v, "sign");
+            args_add(&v, "--stages"), args_addf(&v, "%.0f", lo->stages);
+            if (lo->demo_lr) args_add(&v, "--lr"), args_add(&v, lo->demo_lr);
+        } else {
+            args_add(&v, "--optimizer"), args_add(&v, "adamw");
+            args_add(&v, "--schedule");
+            args_add(&v, row->schedule ? row->schedule : lo->baseline_schedule);
+        }
         snprintf(db, sizeof db, "%s/train.db", r->dir);
         unlink(db);
         args_add(&v, "--db"), args_add(&v, db);
@@ -355,6 +373,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         args_add(&v, "--quiet");
         args_add(&v, "--dir"), args_add(&v, r->dir);
         args_common(&v, lo, seed);
+        if (lo->demo_lr) args_add(&v, "--lr"), args_add(&v, lo->demo_lr); /* later words win */
     }
     printf("  %-17s seed %lld ...", row->name, seed);
     fflush(stdout);
@@ -474,7 +493,11 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     print_json_str(f, lo->codec);
     fprintf(f, ",\"skip\":%g,\"swap\":%g,\"churn\":", lo->skip, lo->swap);
     print_json_str(f, lo->churn);
-    fprintf(f, ",\"kill_stage\":%d,\"ratio\":", lo->kill_stage);
+    fprintf(f, ",\"kill_stage\":%d,\"baseline_schedule\":", lo->kill_stage);
+    print_json_str(f, lo->baseline_schedule);
+    fprintf(f, ",\"demo_lr\":");
+    print_num(f, lo->demo_lr ? atof(lo->demo_lr) : lo->run.opt.lr);
+    fprintf(f, ",\"ratio\":");
     print_num(f, ratio);
     fprintf(f, ",\"ratio_min\":");
     print_num(f, rlo);
@@ -619,13 +642,18 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
         char range[40], rdemo[16], exs[16], wts[16], ags[16], fl[32];
         snprintf(range, sizeof range, lo->seeds > 1 ? "%.4f..%.4f" : "-", a, b);
         snprintf(rdemo, sizeof rdemo, isfinite(md) ? "%+.1f%%" : "-", 100 * (md - 1));
-        snprintf(exs, sizeof exs, isfinite(me) ? "%.5f" : "(4, dense)", me);
-        snprintf(wts, sizeof wts, isfinite(mw) ? "%.1f" : "-", mw);
-        snprintf(ags, sizeof ags, isfinite(mg) ? "%.1f" : "-", mg);
+        /* *: peers were SIGKILLed and took their byte counts with them: a lower bound */
+        const char *lb = kills ? "*" : "";
+        snprintf(exs, sizeof exs, isfinite(me) ? "%.5f%s" : "(4, dense)", me, lb);
+        snprintf(wts, sizeof wts, isfinite(mw) ? "%.1f%s" : "-", mw, lb);
+        snprintf(ags, sizeof ags, isfinite(mg) ? "%.1f%s" : "-", mg, lb);
         snprintf(fl, sizeof fl, learn_rows[i].swarm ? "%d/%d/%d" : "-", kills, joins, rebuilt);
         printf("| %-17s | %9.4f | %17s | %+7.1f%% | %8s | %7.0f | %7.0f | %13s | %9s | %9s | %s\n",
                learn_rows[i].name, m, range, 100 * (mb - 1), rdemo, mt, mc, exs, wts, ags, fl);
     }
+    printf("exch B/p/step: exchange bytes one replica sends per parameter per step (every "
+           "peer's, over steps x replicas x parameters); wire B/tok: every kind, sent; * a lower "
+           "bound (peers SIGKILLed take their counts with them: see the rows without kills)\n");
     /* the curves, first seed: validation loss at each point, by steps done */
     printf("\nvalidation loss by steps done (seed %lld; the last column measured here on the "
            "assembled model):\n",
@@ -671,6 +699,7 @@ int bench_learn(int argc, char **argv)
         O_CHURNKILLS,
         O_KILLSTAGE,
         O_NOABL,
+        O_ABL,
         O_ONLY_FULL,
         O_JSON,
         O_SVG,
@@ -678,6 +707,8 @@ int bench_learn(int argc, char **argv)
         O_DATA,
         O_THREADS,
         O_BSCHED,
+        O_ONLY,
+        O_DEMOLR,
         O_HELP
     };
     static const struct option opts[] = {{"config", required_argument, NULL, O_CONFIG},
@@ -696,12 +727,15 @@ int bench_learn(int argc, char **argv)
                                          {"churn-kills", required_argument, NULL, O_CHURNKILLS},
                                          {"kill-stage", required_argument, NULL, O_KILLSTAGE},
                                          {"no-ablations", no_argument, NULL, O_NOABL},
+                                         {"ablations", no_argument, NULL, O_ABL},
                                          {"json", required_argument, NULL, O_JSON},
                                          {"svg", required_argument, NULL, O_SVG},
                                          {"dir", required_argument, NULL, O_DIR},
                                          {"data", required_argument, NULL, O_DATA},
                                          {"threads", required_argument, NULL, O_THREADS},
                                          {"baseline-schedule", required_argument, NULL, O_BSCHED},
+                                         {"only", required_argument, NULL, O_ONLY},
+                                         {"demo-lr", required_argument, NULL, O_DEMOLR},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     static learn_opts_t lo;
@@ -709,7 +743,7 @@ int bench_learn(int argc, char **argv)
     lo.config = "tiny", lo.codec = "int8", lo.churn = "1:3", lo.svg = "bench-learn.svg";
     lo.baseline_schedule = "cosine";
     lo.steps = -1, lo.stages = -1, lo.peers = -1, lo.replicas = 2, lo.val_every = -1;
-    lo.seeds = 1, lo.seed = 1337, lo.ablations = 1, lo.churn_kills = 3, lo.kill_stage = 1;
+    lo.seeds = 1, lo.seed = 1337, lo.ablations = -1, lo.churn_kills = 3, lo.kill_stage = 1;
     lo.val_batches = 20, lo.skip = 0.25, lo.swap = 0.1;
     int c;
     float f;
@@ -771,6 +805,9 @@ int bench_learn(int argc, char **argv)
         case O_NOABL:
             lo.ablations = 0;
             break;
+        case O_ABL:
+            lo.ablations = 1;
+            break;
         case O_JSON:
             lo.json = optarg;
             break;
@@ -789,6 +826,13 @@ int bench_learn(int argc, char **argv)
         case O_BSCHED:
             lo.baseline_schedule = optarg;
             break;
+        case O_ONLY:
+            lo.only = optarg;
+            break;
+        case O_DEMOLR:
+            bad = run_opts_float("--demo-lr", optarg, &f);
+            lo.demo_lr = optarg;
+            break;
         case O_HELP:
         case 'h':
             printf(
@@ -804,7 +848,7 @@ int bench_learn(int argc, char **argv)
                 "per parameter per step (per replica) and wire bytes per token; draws the\n"
                 "curves into --svg.\n\n"
                 "  --config NAME        model (default tiny; small, medium)\n"
-                "  --steps N            steps of every run (tiny 600, small 1200, else 600)\n"
+                "  --steps N            steps of every run (small 2500: 10.2 M tokens; else 600)\n"
                 "  --replicas R         replicas per stage pool = microbatches per step (2)\n"
                 "  --stages S           swarm stages (tiny, small: 4; medium: 4)\n"
                 "  --peers N            swarm peers (default 2 per stage)\n"
@@ -820,7 +864,11 @@ int bench_learn(int argc, char **argv)
                 "                       peer 3 s later)\n"
                 "  --churn-kills N      at most N churn kills (3; 0: no limit)\n"
                 "  --kill-stage S       the stage SIGKILLed whole at a drawn step (1; -1: none)\n"
-                "  --no-ablations       only AdamW and the full swarm (the quick form)\n"
+                "  --ablations          also the one-mechanism rows (default but for tiny)\n"
+                "  --no-ablations       only AdamW and the full swarm (default for tiny: the\n"
+                "                       quick form, a few minutes)\n"
+                "  --only A,B,...       only these ablation rows (swarm-demo, swarm+codec,\n"
+                "                       swarm+skip, swarm+swap, swarm+churn, swarm+stage-lost)\n"
                 "  --baseline-schedule  AdamW's lr schedule (cosine, as the sign preset; "
                 "constant)\n"
                 "  --threads N          train's threads (local divides the cores itself)\n"
@@ -838,11 +886,11 @@ int bench_learn(int argc, char **argv)
     lo.extra = argv + optind;
     lo.nextra = argc - optind;
     int is_tiny = !strcmp(lo.config, "tiny"), is_small = !strcmp(lo.config, "small");
-    if (lo.steps < 0) lo.steps = is_small ? 1200 : 600;
+    if (lo.steps < 0) lo.steps = is_small ? 2500 : 600; /* small: 10.2 M tokens, issue 27 */
     if (lo.stages < 0) lo.stages = 4;
     if (lo.peers < 0) lo.peers = 2 * lo.stages;
     if (lo.val_every < 0) lo.val_every = lo.steps / 6 > 0 ? lo.steps / 6 : 1;
-    (void)is_tiny;
+    if (lo.ablations < 0) lo.ablations = !is_tiny || lo.only;
     if (lo.kill_stage >= lo.stages) {
         fprintf(stderr, "bench learn: --kill-stage %d: the swarm has %d stages\n", lo.kill_stage,
                 lo.stages);
@@ -877,7 +925,18 @@ int bench_learn(int argc, char **argv)
         return 1;
     }
     int on[LEARN_NROWS];
-    for (int i = 0; i < LEARN_NROWS; i++) on[i] = !learn_rows[i].ablation || lo.ablations;
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        on[i] = !learn_rows[i].ablation || lo.ablations;
+        if (on[i] && learn_rows[i].ablation && lo.only) { /* a whole name of the list */
+            size_t k = strlen(learn_rows[i].name);
+            const char *p = lo.only;
+            on[i] = 0;
+            while ((p = strstr(p, learn_rows[i].name)) && !on[i]) {
+                on[i] = (p == lo.only || p[-1] == ',') && (p[k] == 0 || p[k] == ',');
+                p += k;
+            }
+        }
+    }
     char load0[64] = "?";
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
@@ -886,12 +945,13 @@ int bench_learn(int argc, char **argv)
         fclose(la);
     }
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
-           "%d replicas; swarm: %d stages, %d peers, sign DeMo, codec %s, skip %g, swap %g, "
-           "churn %s (at most %d kills), stage %d lost at a drawn step; %d seed(s); logs and "
-           "stores in %s; load average %s\n",
+           "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g), codec "
+           "%s, skip %g, swap %g, churn %s (at most %d kills), stage %d lost at a drawn step; "
+           "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
-           lo.replicas, lo.stages, lo.peers, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
-           lo.kill_stage, lo.seeds, lo.dir, load0);
+           lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
+           lo.demo_lr ? atof(lo.demo_lr) : (double)lo.run.opt.lr, lo.codec, lo.skip, lo.swap,
+           lo.churn, lo.churn_kills, lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);
@@ -905,7 +965,7 @@ int bench_learn(int argc, char **argv)
             }
     free(ev);
     print_table(&lo, res, on);
-    double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi;
+    double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi, rm2, rlo2, rhi2;
     for (int s = 0; s < lo.seeds; s++) ratios[s] = res[1][s].val_final / res[0][s].val_final;
     stats(ratios, lo.seeds, &rm, &rlo, &rhi);
     printf("\nratio swarm/AdamW (final validation loss, equal tokens): %.4f", rm);
@@ -915,19 +975,45 @@ int bench_learn(int argc, char **argv)
         printf(")");
     }
     printf("; target <= 1.05 (quick form), <= 1.03 (small)\n");
-    if (lo.ablations) {
-        /* what the total is made of: each mechanism's own cost over DeMo alone, their sum,
-         * and DeMo's own over AdamW */
-        double sum = 0;
-        printf("cost over AdamW: DeMo alone %+.1f%%;",
-               100 * (res[2][0].val_final / res[0][0].val_final - 1));
-        for (int i = 3; i < LEARN_NROWS; i++) {
-            double x = res[i][0].val_final / res[2][0].val_final - 1;
-            printf(" %s %+.1f%%;", learn_rows[i].name + 5, 100 * x);
-            if (isfinite(x)) sum += x;
+    double rc2[LEARN_MAX_SEEDS], mc2, lc2, hc2;
+    for (int s = 0; s < lo.seeds; s++) {
+        ratios[s] = res[0][s].val_final / res[LEARN_NROWS - 1][s].val_final;
+        rc2[s] = res[1][s].val_final / res[LEARN_NROWS - 1][s].val_final;
+    }
+    stats(ratios, lo.seeds, &rm2, &rlo2, &rhi2);
+    stats(rc2, lo.seeds, &mc2, &lc2, &hc2);
+    printf("AdamW %s over AdamW at a constant lr (issue 17's reference): %.4f; ratio "
+           "swarm/AdamW-constant: %.4f\n",
+           lo.baseline_schedule, rm2, mc2);
+    {
+        /* what the total is made of: DeMo's own cost over AdamW (in one process), the
+         * swarm's execution of it (swarm-demo over demo-train), each mechanism's over
+         * DeMo alone in the swarm, their sum against all of them together (seed means) */
+        const int dt = LEARN_NROWS - 2;
+        double x[LEARN_MAX_SEEDS], m, a, b, sum = 0;
+        for (int s = 0; s < lo.seeds; s++) x[s] = res[dt][s].val_final / res[0][s].val_final;
+        stats(x, lo.seeds, &m, &a, &b);
+        printf("cost: sign DeMo in one process over AdamW %+.1f%%", 100 * (m - 1));
+        for (int s = 0; s < lo.seeds; s++) x[s] = res[1][s].val_final / res[dt][s].val_final;
+        stats(x, lo.seeds, &m, &a, &b);
+        printf("; the full swarm over it %+.1f%%", 100 * (m - 1));
+        if (on[2]) {
+            for (int s = 0; s < lo.seeds; s++) x[s] = res[2][s].val_final / res[dt][s].val_final;
+            stats(x, lo.seeds, &m, &a, &b);
+            printf(", of which the swarm with DeMo alone %+.1f%%; each mechanism over that:",
+                   100 * (m - 1));
+            for (int i = 3; i < dt; i++) {
+                if (!on[i]) continue;
+                for (int s = 0; s < lo.seeds; s++) x[s] = res[i][s].val_final / res[2][s].val_final;
+                stats(x, lo.seeds, &m, &a, &b);
+                printf(" %s %+.1f%%,", learn_rows[i].name + 6, 100 * (m - 1));
+                if (isfinite(m)) sum += m - 1;
+            }
+            for (int s = 0; s < lo.seeds; s++) x[s] = res[1][s].val_final / res[2][s].val_final;
+            stats(x, lo.seeds, &m, &a, &b);
+            printf(" summed %+.1f%%; all together %+.1f%%", 100 * sum, 100 * (m - 1));
         }
-        printf(" mechanisms summed %+.1f%%, all together over DeMo %+.1f%% (first seed)\n",
-               100 * sum, 100 * (res[1][0].val_final / res[2][0].val_final - 1));
+        printf("\n");
     }
     char load1[64] = "?";
     if ((la = fopen("/proc/loadavg", "r"))) {

@@ -41,11 +41,11 @@ int join_setup_stage(peer_t *p)
     p->BT = c->batch * c->seq;
     p->C = c->dim;
     p->wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
-    if (!(p->base_lr > 0)) p->base_lr = p->run.opt.lr; /* once: a move resets the scale */
-    p->lr_scale = 1.0f;
-    p->run.opt.lr = p->base_lr;
-    free(p->empty_since);
-    p->empty_since = NULL;
+    if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->run.opt.lr; /* once: a move resets the scale */
+    p->rec.lr_scale = 1.0f;
+    p->run.opt.lr = p->rec.base_lr;
+    free(p->rec.empty_since);
+    p->rec.empty_since = NULL;
     if (po->stage >= p->S)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
                           p->S);

@@ -41,7 +41,7 @@ void peer_drop_stage(peer_t *p)
     p->host_tok = NULL;
     p->contrib.grad_save = NULL;
     xfer_destroy(&p->trans.xfer);
-    xfer_destroy(&p->aux); /* a fetch for the old stage's neighbourhood */
+    xfer_destroy(&p->rec.aux); /* a fetch for the old stage's neighbourhood */
     xfer_snap_free(&p->trans.snap);
     p->trans.snap.step = -1;
     demo_opt_destroy(&p->dopt);

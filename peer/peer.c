@@ -499,9 +499,9 @@ void peer_destroy(peer_t **pp)
     pool_destroy(&p->moved.pool); /* the stage's own pool, moved there by the drop */
     free(p->pending);
     view_free(&p->view);
-    free(p->copy[0]);
-    free(p->copy[1]);
-    free(p->empty_since);
+    free(p->rec.copy[0]);
+    free(p->rec.copy[1]);
+    free(p->rec.empty_since);
     kern_destroy(&p->k);
     free(p);
     *pp = NULL;

@@ -25,6 +25,7 @@
 #include "peer/peer.h"
 #include "peer/peer_store.h"
 #include "peer/rebal.h"
+#include "peer/recover.h"
 #include "peer/stats.h"
 #include "peer/transfer.h"
 #include "peer/resume.h"
@@ -95,31 +96,7 @@ struct peer {
     int finished;
     float last_loss;
     int32_t *host_tok;
-    /* a lost stage (recover.c) */
-    float last_gnorm;   /* this replica's last gradient norm (DeMo: before clipping) */
-    float stage_gnorm;  /* the stage's, the same on every replica (in the state; step.c) */
-    float lr_scale;     /* this stage's learning rate over the run's (x1.1 once rebuilt) */
-    float base_lr;      /* the run's */
-    double *empty_since; /* per stage: when it was first seen with no peer (0: has one) */
-    xfer_t *aux;        /* a fetch of another stage's state: neighbours, copies */
-    int aux_stage;
-    double aux_t0;
-    uint8_t *copy[2];   /* stage 1 / S-2: the state of stage 0 / S-1, kept ahead of time */
-    int64_t copy_step[2];
-    int rec_mover;      /* moved to rebuild a lost stage: no wait for donors */
-    int rec_active;
-    double rec_t0;
-    uint8_t *rec_nb[2]; /* the neighbours' states */
-    int64_t rec_step[2];
-    int rec_gone[2];       /* a neighbour with no live peer: rebuilt without it */
-    double rec_nb_seen[2]; /* when a neighbour last had a live peer */
-    /* the candidates (--stage-recovery auto): CheckFree's parameters and, when this peer
-     * has a checkpoint of the stage, the checkpoint's (loaded into the stage meanwhile);
-     * judged by their held-out loss with the other stages' parameters (rec_all) */
-    float *rec_cf, *rec_ck;
-    int64_t rec_ck_step;
-    uint8_t **rec_all; /* [S]: the states of the stages that are neither this nor a neighbour */
-    char rec_how[384];
+    recover_state_t rec; /* a lost stage: copies, neighbours, candidates (recover.h) */
     resume_state_t resume; /* resume.h: the agreement on the step to resume from */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */
     rebal_t rebal;             /* rebalancing (rebal.h): when this peer moves */

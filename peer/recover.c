@@ -179,7 +179,7 @@ static int mover_target(peer_t *p, int s)
 
 /* ---- the neighbours' copies of stage 0 and S-1 (CheckFree+) ----------------------------- */
 
-/* A kept copy, p->copy[c]: this header, then the copied floats: stage 0's embedding
+/* A kept copy, p->rec.copy[c]: this header, then the copied floats: stage 0's embedding
  * (V*C), or stage S-1's final norm and head (C + V*C), as the state holds them. */
 typedef struct {
     uint64_t fetched; /* bytes fetched for this copy slot so far, this copy included */
@@ -203,13 +203,13 @@ static void copy_range(const model_config_t *c, int t, size_t *off, size_t *len)
 /* The copied floats of copy slot ci, or NULL when none is kept. */
 static const float *copy_floats(const peer_t *p, int ci)
 {
-    return p->copy[ci] ? (const float *)(const void *)(p->copy[ci] + sizeof(copy_hdr_t)) : NULL;
+    return p->rec.copy[ci] ? (const float *)(const void *)(p->rec.copy[ci] + sizeof(copy_hdr_t)) : NULL;
 }
 
 static copy_hdr_t copy_header(const peer_t *p, int ci)
 {
     copy_hdr_t h = {0, 0};
-    if (p->copy[ci]) memcpy(&h, p->copy[ci], sizeof h);
+    if (p->rec.copy[ci]) memcpy(&h, p->rec.copy[ci], sizeof h);
     return h;
 }
 
@@ -230,23 +230,23 @@ static int copy_target(const peer_t *p, int c)
 }
 
 /* Starts (or goes on with) the fetch of bytes [off, off + len) of `stage`'s state into
- * p->aux (len 0: the whole state). 1 when done (the bytes are in p->aux), 0 while under
+ * p->aux (len 0: the whole state). 1 when done (the bytes are in p->rec.aux), 0 while under
  * way, negative on error. */
 static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
 {
     const model_config_t *c = &p->run.cfg;
     size_t total = recover_state_bytes(c, stage);
     if (!len) off = 0, len = total;
-    if (p->aux && (p->aux_stage != stage || xfer_offset(p->aux) != off ||
-                   xfer_length(p->aux) != len))
-        xfer_destroy(&p->aux);
-    if (!p->aux) {
-        if (!(p->aux = xfer_new_range(stage, total, off, len)))
+    if (p->rec.aux && (p->rec.aux_stage != stage || xfer_offset(p->rec.aux) != off ||
+                   xfer_length(p->rec.aux) != len))
+        xfer_destroy(&p->rec.aux);
+    if (!p->rec.aux) {
+        if (!(p->rec.aux = xfer_new_range(stage, total, off, len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        p->aux_stage = stage;
-        p->aux_t0 = p->now;
+        p->rec.aux_stage = stage;
+        p->rec.aux_t0 = p->now;
     }
-    if (xfer_done(p->aux) == 1) return 1;
+    if (xfer_done(p->rec.aux) == 1) return 1;
     const msg_member_t *mem;
     int n = view_stage(&p->view, stage, 1, &mem), k = 0;
     msg_member_t *donors = p->view.scratch;
@@ -257,9 +257,9 @@ static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
      * may be a step apart, and chunks of two snapshots never make a whole */
     uint64_t me;
     memcpy(&me, p->id, 8);
-    int pick = view_rendezvous(donors, k, me ^ (uint64_t)xfer_restarts(p->aux));
+    int pick = view_rendezvous(donors, k, me ^ (uint64_t)xfer_restarts(p->rec.aux));
     xfer_req_t req[8];
-    int nr = xfer_next_requests(p->aux, p->now, donors + pick, 1, 5.0, req, 8);
+    int nr = xfer_next_requests(p->rec.aux, p->now, donors + pick, 1, 5.0, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
     return 0;
 }
@@ -271,13 +271,13 @@ static int aux_fetch(peer_t *p, int stage)
 
 void recover_on_state_rep(peer_t *p, const net_ev_t *ev)
 {
-    if (p->aux && ev->nframes == 1 && ev->msg.stage == p->aux_stage)
-        xfer_on_reply(p->aux, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
+    if (p->rec.aux && ev->nframes == 1 && ev->msg.stage == p->rec.aux_stage)
+        xfer_on_reply(p->rec.aux, &ev->msg, ev->frame[0], ev->frame_len[0], p->now);
 }
 
 void recover_on_refusal(peer_t *p, const uint8_t *from)
 {
-    if (p->aux) xfer_on_refusal(p->aux, from);
+    if (p->rec.aux) xfer_on_refusal(p->rec.aux, from);
 }
 
 static int copy_tick(peer_t *p)
@@ -289,42 +289,42 @@ static int copy_tick(peer_t *p)
         if (t < 0) continue;
         size_t off, len;
         copy_range(cfg, t, &off, &len);
-        int fetching = p->aux && p->aux_stage == t;
+        int fetching = p->rec.aux && p->rec.aux_stage == t;
         if (!fetching) {
             /* the first copy at once (a rebuild needs one); then a fresher one after
              * COPY_EVERY steps, only while every copy fetched, this one included, stays
              * within the budget's share of the activation/gradient bytes sent */
             uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
-            int due = !p->copy[c] ||
-                      (p->step - p->copy_step[c] >= COPY_EVERY &&
+            int due = !p->rec.copy[c] ||
+                      (p->step - p->rec.copy_step[c] >= COPY_EVERY &&
                        (double)(spent + len) <= copy_budget(p) * (double)p->stats.act_bytes);
             if (!due) continue;
         }
-        if (p->aux && p->aux_stage != t) return 0; /* one fetch at a time */
+        if (p->rec.aux && p->rec.aux_stage != t) return 0; /* one fetch at a time */
         int rc = aux_fetch_range(p, t, off, len);
         if (rc <= 0) {
-            if (rc == 0 && p->aux && p->now - p->aux_t0 > 60) xfer_destroy(&p->aux); /* retry */
+            if (rc == 0 && p->rec.aux && p->now - p->rec.aux_t0 > 60) xfer_destroy(&p->rec.aux); /* retry */
             return rc;
         }
         copy_hdr_t h = copy_header(p, c);
         h.fetched += len;
         h.count++;
-        uint8_t *buf = realloc(p->copy[c], sizeof h + len);
+        uint8_t *buf = realloc(p->rec.copy[c], sizeof h + len);
         if (!buf) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         memcpy(buf, &h, sizeof h);
-        memcpy(buf + sizeof h, xfer_data(p->aux), len);
-        p->copy[c] = buf;
-        p->copy_step[c] = xfer_step(p->aux);
+        memcpy(buf + sizeof h, xfer_data(p->rec.aux), len);
+        p->rec.copy[c] = buf;
+        p->rec.copy_step[c] = xfer_step(p->rec.aux);
         uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
         fprintf(p->log,
                 "copy: stage %d's %s at step %" PRId64 " (%zu bytes), kept for CheckFree+; "
                 "copies-bytes %" PRIu64 " in %" PRIu64 " copies = %.2f%% of the %" PRIu64
                 " activation/gradient bytes sent (budget %.2f%%)\n",
-                t, t == 0 ? "embedding" : "final norm and head", p->copy_step[c], len, spent,
+                t, t == 0 ? "embedding" : "final norm and head", p->rec.copy_step[c], len, spent,
                 copy_header(p, 0).count + copy_header(p, 1).count,
                 p->stats.act_bytes ? 100.0 * (double)spent / (double)p->stats.act_bytes : 0.0,
                 (uint64_t)p->stats.act_bytes, 100.0 * copy_budget(p));
-        xfer_destroy(&p->aux);
+        xfer_destroy(&p->rec.aux);
         return 0;
     }
     return 0;
@@ -341,17 +341,17 @@ int recover_tick(peer_t *p)
      * (were that word lost, this peer could rebuild a stage nobody needs before end_tick
      * ends its run). */
     if (p->finished) return 0;
-    if (!p->empty_since && !(p->empty_since = calloc((size_t)p->S, sizeof(double))))
+    if (!p->rec.empty_since && !(p->rec.empty_since = calloc((size_t)p->S, sizeof(double))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     int handled = 0;
     for (int s = 0; s < p->S; s++) {
         const msg_member_t *m;
         if (s == p->stage || view_stage(&p->view, s, 0, &m) > 0) {
-            p->empty_since[s] = 0;
+            p->rec.empty_since[s] = 0;
             continue;
         }
-        if (!p->empty_since[s]) {
-            p->empty_since[s] = p->now;
+        if (!p->rec.empty_since[s]) {
+            p->rec.empty_since[s] = p->now;
             fprintf(p->log, "lost-stage: t=%.3f stage %d has no live peer; its microbatches wait "
                     "in custody\n", p->now, s);
             fflush(p->log);
@@ -366,13 +366,13 @@ int recover_tick(peer_t *p)
          * seed 9004). Waiting a failure timeout longer hid it, but then the lost peers,
          * back after a few seconds, rebuilt before the neighbour's mover came, without
          * its copy of the first or last stage's embedding or head (bench_checkfree). */
-        if (p->now - p->empty_since[s] < RECOVER_SETTLE_S) continue;
+        if (p->now - p->rec.empty_since[s] < RECOVER_SETTLE_S) continue;
         int to = mover_target(p, s);
         if (to < 0 || to == p->stage) continue;
         char why[96];
         if (to == s) {
             snprintf(why, sizeof why, "stage %d had no live peer: rebuilding it", s);
-            p->rec_mover = 1;
+            p->rec.mover = 1;
         } else {
             snprintf(why, sizeof why, "stage %d had no live peer and stage %d none to spare", s,
                      to);
@@ -392,23 +392,23 @@ int recover_possible(const peer_t *p)
 static void free_nb(peer_t *p)
 {
     for (int i = 0; i < 2; i++) {
-        free(p->rec_nb[i]);
-        p->rec_nb[i] = NULL;
+        free(p->rec.nb[i]);
+        p->rec.nb[i] = NULL;
     }
-    for (int s = 0; p->rec_all && s < p->S; s++) free(p->rec_all[s]);
-    free(p->rec_all);
-    free(p->rec_cf);
-    free(p->rec_ck);
-    p->rec_all = NULL;
-    p->rec_cf = p->rec_ck = NULL;
+    for (int s = 0; p->rec.all && s < p->S; s++) free(p->rec.all[s]);
+    free(p->rec.all);
+    free(p->rec.cf);
+    free(p->rec.ck);
+    p->rec.all = NULL;
+    p->rec.cf = p->rec.ck = NULL;
 }
 
 void recover_abort(peer_t *p)
 {
-    if (!p->rec_active) return;
-    p->rec_active = 0;
+    if (!p->rec.active) return;
+    p->rec.active = 0;
     free_nb(p);
-    xfer_destroy(&p->aux);
+    xfer_destroy(&p->rec.aux);
 }
 
 /* Builds the stage from the fetched neighbours into host params; 0 or a status. */
@@ -420,7 +420,7 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     size_t V = (size_t)c->vocab, C = (size_t)c->dim;
     float *o = out + blocks_at(c, s);
     if (s > 0 && s < S - 1) {
-        const uint8_t *na = p->rec_nb[0], *nb = p->rec_nb[1];
+        const uint8_t *na = p->rec.nb[0], *nb = p->rec.nb[1];
         if (na && nb) {
             const float *wa = (const float *)(const void *)na + blocks_at(c, s - 1);
             const float *wb = (const float *)(const void *)nb + blocks_at(c, s + 1);
@@ -447,8 +447,8 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
     int nbs = s == 0 ? 1 : S - 2;
     int ci = s == 0 ? 0 : 1; /* copy[0] is of stage 0, copy[1] of stage S-1 */
     const float *cp = copy_floats(p, ci); /* the embedding, or the final norm and head */
-    if (p->rec_nb[0])
-        memcpy(o, (const float *)(const void *)p->rec_nb[0] + blocks_at(c, nbs), bf * sizeof(float));
+    if (p->rec.nb[0])
+        memcpy(o, (const float *)(const void *)p->rec.nb[0] + blocks_at(c, nbs), bf * sizeof(float));
     if (s == 0) {
         if (cp) memcpy(out, cp, V * C * sizeof(float)); /* else: the initial embedding */
     } else {
@@ -456,14 +456,14 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
         if (cp) memcpy(out + at, cp, tail * sizeof(float));
     }
     char blocks[64];
-    if (p->rec_nb[0]) snprintf(blocks, sizeof blocks, "copied from stage %d", nbs);
+    if (p->rec.nb[0]) snprintf(blocks, sizeof blocks, "copied from stage %d", nbs);
     else /* a copy holds no blocks: they stay as the stage was made */
         snprintf(blocks, sizeof blocks, "initial (the neighbour had no live peer)");
     snprintf(how, howlen, "CheckFree+: blocks %s, %s from %s", blocks,
              s == 0 ? "embedding" : "final norm and head",
              cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");
     if (cp)
-        snprintf(how + strlen(how), howlen - strlen(how), " at step %" PRId64, p->copy_step[ci]);
+        snprintf(how + strlen(how), howlen - strlen(how), " at step %" PRId64, p->rec.copy_step[ci]);
     return 0;
 }
 
@@ -483,10 +483,10 @@ static int own_candidate(peer_t *p, size_t P)
         if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
         return 0;
     }
-    if (!(p->rec_ck = malloc(P * sizeof(float))))
+    if (!(p->rec.ck = malloc(P * sizeof(float))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    kern_download(p->k, p->rec_ck, stage_params(p->st), P * sizeof(float));
-    p->rec_ck_step = ck;
+    kern_download(p->k, p->rec.ck, stage_params(p->st), P * sizeof(float));
+    p->rec.ck_step = ck;
     return 0;
 }
 
@@ -494,8 +494,8 @@ static int own_candidate(peer_t *p, size_t P)
 static const float *params_of(const peer_t *p, const int want[2], int t)
 {
     for (int i = 0; i < 2; i++)
-        if (want[i] == t && p->rec_nb[i]) return (const float *)(const void *)p->rec_nb[i];
-    return p->rec_all && p->rec_all[t] ? (const float *)(const void *)p->rec_all[t] : NULL;
+        if (want[i] == t && p->rec.nb[i]) return (const float *)(const void *)p->rec.nb[i];
+    return p->rec.all && p->rec.all[t] ? (const float *)(const void *)p->rec.all[t] : NULL;
 }
 
 /* The mean loss of the whole model on JUDGE_BATCHES held-out microbatches, with each
@@ -522,7 +522,7 @@ static int judge_losses(peer_t *p, const int want[2], double losses[2])
     }
     int nb = p->run.val_batches < JUDGE_BATCHES ? p->run.val_batches : JUDGE_BATCHES;
     for (int k = 0; !rc && k < 2; k++) {
-        kern_upload(p->k, stage_params(st[s]), k ? p->rec_ck : p->rec_cf,
+        kern_upload(p->k, stage_params(st[s]), k ? p->rec.ck : p->rec.cf,
                      stage_num_params(st[s]) * sizeof(float));
         double sum = 0;
         for (int i = 0; !rc && i < nb; i++) {
@@ -558,12 +558,12 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
     int S = p->S;
     const char *why = NULL;
     char whybuf[96];
-    if (!p->rec_all && !(p->rec_all = calloc((size_t)S, sizeof *p->rec_all)))
+    if (!p->rec.all && !(p->rec.all = calloc((size_t)S, sizeof *p->rec.all)))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     for (int t = 0; t < S && !why; t++) {
         if (t == p->stage || params_of(p, want, t)) continue;
         int live = live_others(p, t);
-        if (!live || p->now - p->rec_t0 > JUDGE_MAX_S) {
+        if (!live || p->now - p->rec.t0 > JUDGE_MAX_S) {
             snprintf(whybuf, sizeof whybuf, live ? "stage %d's state did not come in time"
                                                  : "stage %d has no live peer", t);
             why = whybuf;
@@ -572,10 +572,10 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         int rc = aux_fetch(p, t);
         if (rc <= 0) return rc;
         size_t len = recover_state_bytes(&p->run.cfg, t);
-        if (!(p->rec_all[t] = malloc(len)))
+        if (!(p->rec.all[t] = malloc(len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        memcpy(p->rec_all[t], xfer_data(p->aux), len);
-        xfer_destroy(&p->aux);
+        memcpy(p->rec.all[t], xfer_data(p->rec.aux), len);
+        xfer_destroy(&p->rec.aux);
     }
     double l[2] = {NAN, NAN};
     if (!why && judge_losses(p, want, l)) {
@@ -584,25 +584,25 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
     }
     if (!why && !(isfinite(l[0]) || isfinite(l[1]))) why = "neither loss is finite";
     char cf[200];
-    snprintf(cf, sizeof cf, "%.199s", p->rec_how);
+    snprintf(cf, sizeof cf, "%.199s", p->rec.how);
     if (why) {
         *use_ck = 1;
-        snprintf(p->rec_how, sizeof p->rec_how,
+        snprintf(p->rec.how, sizeof p->rec.how,
                  "its own checkpoint of step %" PRId64 " (not judged against CheckFree: %s)",
-                 p->rec_ck_step, why);
+                 p->rec.ck_step, why);
     } else {
         *use_ck = !(l[0] <= l[1]); /* a NaN loses */
         char num[128];
         snprintf(num, sizeof num, "held-out loss %.4f against %.4f for ", *use_ck ? l[1] : l[0],
                  *use_ck ? l[0] : l[1]);
         if (*use_ck)
-            snprintf(p->rec_how, sizeof p->rec_how,
-                     "its own checkpoint of step %" PRId64 " (%sCheckFree)", p->rec_ck_step, num);
+            snprintf(p->rec.how, sizeof p->rec.how,
+                     "its own checkpoint of step %" PRId64 " (%sCheckFree)", p->rec.ck_step, num);
         else
-            snprintf(p->rec_how, sizeof p->rec_how, "%s (%sits checkpoint of step %" PRId64 ")",
-                     cf, num, p->rec_ck_step);
+            snprintf(p->rec.how, sizeof p->rec.how, "%s (%sits checkpoint of step %" PRId64 ")",
+                     cf, num, p->rec.ck_step);
     }
-    fprintf(p->log, "lost-stage: candidates for stage %d judged: %s\n", p->stage, p->rec_how);
+    fprintf(p->log, "lost-stage: candidates for stage %d judged: %s\n", p->stage, p->rec.how);
     return 1;
 }
 
@@ -611,57 +611,57 @@ int recover_download_tick(peer_t *p)
     const model_config_t *c = &p->run.cfg;
     int s = p->stage, S = p->S;
     int want[2] = {s > 0 ? s - 1 : s + 1, s > 0 && s < S - 1 ? s + 1 : -1};
-    if (!p->rec_active) {
-        p->rec_active = 1;
-        p->rec_t0 = p->now;
+    if (!p->rec.active) {
+        p->rec.active = 1;
+        p->rec.t0 = p->now;
         free_nb(p);
-        p->rec_gone[0] = p->rec_gone[1] = 0;
-        p->rec_nb_seen[0] = p->rec_nb_seen[1] = 0;
+        p->rec.gone[0] = p->rec.gone[1] = 0;
+        p->rec.nb_seen[0] = p->rec.nb_seen[1] = 0;
         fprintf(p->log, "lost-stage: rebuilding stage %d from stage%s %d%s%.0d\n", s,
                 want[1] >= 0 ? "s" : "", want[0], want[1] >= 0 ? " and " : "",
                 want[1] >= 0 ? want[1] : 0);
         fflush(p->log);
     }
     for (int i = 0; i < 2; i++) {
-        if (want[i] < 0 || p->rec_nb[i] || p->rec_gone[i]) continue;
+        if (want[i] < 0 || p->rec.nb[i] || p->rec.gone[i]) continue;
         /* a neighbour with no live peer either: after two failure timeouts without one,
          * the rebuild goes on without it (rebuild() says how) */
         int live = live_others(p, want[i]);
-        if (live) p->rec_nb_seen[i] = p->now;
-        else if (p->now - (p->rec_nb_seen[i] > 0 ? p->rec_nb_seen[i] : p->rec_t0) >
+        if (live) p->rec.nb_seen[i] = p->now;
+        else if (p->now - (p->rec.nb_seen[i] > 0 ? p->rec.nb_seen[i] : p->rec.t0) >
                  2 * p->po.peer_timeout_s) {
-            p->rec_gone[i] = 1;
-            xfer_destroy(&p->aux);
+            p->rec.gone[i] = 1;
+            xfer_destroy(&p->rec.aux);
             continue;
         }
         int rc = aux_fetch(p, want[i]);
         if (rc < 0) return rc;
         if (rc == 0) return 0;
         size_t len = recover_state_bytes(c, want[i]);
-        if (!(p->rec_nb[i] = malloc(len)))
+        if (!(p->rec.nb[i] = malloc(len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        memcpy(p->rec_nb[i], xfer_data(p->aux), len);
-        p->rec_step[i] = xfer_step(p->aux);
-        xfer_destroy(&p->aux);
+        memcpy(p->rec.nb[i], xfer_data(p->rec.aux), len);
+        p->rec.nb_step[i] = xfer_step(p->rec.aux);
+        xfer_destroy(&p->rec.aux);
     }
     size_t P = stage_num_params(p->st);
     if (P != stage_floats(c, s))
         return status_set(p->err, STATUS_EINVAL, "recover: stage %d layout differs", s);
-    if (!p->rec_cf) { /* the candidates, once the neighbours are here */
-        if (!(p->rec_cf = malloc(P * sizeof(float))))
+    if (!p->rec.cf) { /* the candidates, once the neighbours are here */
+        if (!(p->rec.cf = malloc(P * sizeof(float))))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        kern_download(p->k, p->rec_cf, stage_params(p->st), P * sizeof(float));
-        int rc = rebuild(p, p->rec_cf, p->rec_how, sizeof p->rec_how);
+        kern_download(p->k, p->rec.cf, stage_params(p->st), P * sizeof(float));
+        int rc = rebuild(p, p->rec.cf, p->rec.how, sizeof p->rec.how);
         if (rc) return rc;
         if (p->po.stage_recovery == PEER_RECOVER_AUTO && (rc = own_candidate(p, P)) < 0) return rc;
     }
     int use_ck = 0;
-    if (p->rec_ck) {
+    if (p->rec.ck) {
         int rc = judge(p, want, &use_ck);
         if (rc <= 0) return rc;
     }
     if (!use_ck) {
-        kern_upload(p->k, stage_params(p->st), p->rec_cf, P * sizeof(float));
+        kern_upload(p->k, stage_params(p->st), p->rec.cf, P * sizeof(float));
         /* fresh optimizer state */
         float *z = calloc(P, sizeof(float));
         if (!z) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
@@ -677,23 +677,23 @@ int recover_download_tick(peer_t *p)
     for (int i = 0; i < p->view.n; i++)
         if (p->view.m[i].step > step) step = p->view.m[i].step;
     for (int i = 0; i < 2; i++)
-        if (want[i] >= 0 && p->rec_nb[i] && p->rec_step[i] > step) step = p->rec_step[i];
+        if (want[i] >= 0 && p->rec.nb[i] && p->rec.nb_step[i] > step) step = p->rec.nb_step[i];
     p->step = step < 0 ? 0 : step;
     if (use_ck) {
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
-                p->now - p->rec_t0, p->rec_how);
+                p->now - p->rec.t0, p->rec.how);
     } else {
-        p->lr_scale = RECOVER_LR_SCALE;
-        p->run.opt.lr = p->base_lr * p->lr_scale;
+        p->rec.lr_scale = RECOVER_LR_SCALE;
+        p->run.opt.lr = p->rec.base_lr * p->rec.lr_scale;
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
                 "optimizer state, learning rate x%.2f\n",
-                s, p->step, p->now - p->rec_t0, p->rec_how, (double)p->lr_scale);
+                s, p->step, p->now - p->rec.t0, p->rec.how, (double)p->rec.lr_scale);
     }
     fflush(p->log);
     peer_store_event(p->ps, "recovered_stage", "stage %d at step %" PRId64 ": %s", s, p->step,
-                     p->rec_how);
-    p->rec_active = 0;
-    p->rec_mover = 0;
+                     p->rec.how);
+    p->rec.active = 0;
+    p->rec.mover = 0;
     free_nb(p);
     return 1;
 }

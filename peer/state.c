@@ -31,8 +31,8 @@ static int take_snapshot(peer_t *p)
     kern_download(p->k, p->trans.snap.buf + P, stage_opt_m(p->st), P);
     kern_download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->st), P);
     memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->st), 8);
-    memcpy(p->trans.snap.buf + 3 * P + 8, &p->stage_gnorm, 4);
-    memcpy(p->trans.snap.buf + 3 * P + 12, &p->lr_scale, 4);
+    memcpy(p->trans.snap.buf + 3 * P + 8, &p->rec.stage_gnorm, 4);
+    memcpy(p->trans.snap.buf + 3 * P + 12, &p->rec.lr_scale, 4);
     xfer_snap_seal(&p->trans.snap, p->step);
     return 0;
 }
@@ -56,11 +56,11 @@ static void load_state(peer_t *p, const uint8_t *buf)
     kern_upload(p->k, stage_opt_m(p->st), buf + P, P);
     kern_upload(p->k, stage_opt_v(p->st), buf + 2 * P, P);
     memcpy(stage_opt_step(p->st), buf + 3 * P, 8);
-    memcpy(&p->stage_gnorm, buf + 3 * P + 8, 4);
+    memcpy(&p->rec.stage_gnorm, buf + 3 * P + 8, 4);
     float scale;
     memcpy(&scale, buf + 3 * P + 12, 4);
-    if (isfinite(scale) && scale > 0 && scale < 16) p->lr_scale = scale;
-    p->run.opt.lr = p->base_lr * p->lr_scale;
+    if (isfinite(scale) && scale > 0 && scale < 16) p->rec.lr_scale = scale;
+    p->run.opt.lr = p->rec.base_lr * p->rec.lr_scale;
 }
 
 void state_on_request(peer_t *p, const msg_t *m)
@@ -190,7 +190,7 @@ static int another_takes_it(peer_t *p)
 {
     /* the mover every peer chose (recover.c) never waits: it holds the copy an end stage
      * needs, and the lost peers coming back wait for it anyway (2 failure timeouts) */
-    if (p->rec_mover || p->now - p->trans.xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
+    if (p->rec.mover || p->now - p->trans.xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
     uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
@@ -252,7 +252,7 @@ int state_download_tick(peer_t *p)
             }
         }
         int started = peer_swarm_started(p);
-        if (started && !p->rec_mover && !p->rec_active &&
+        if (started && !p->rec.mover && !p->rec.active &&
             p->now - p->trans.xfer_t0 < 2 * p->po.peer_timeout_s)
             return 0;
         if (started && another_takes_it(p)) { /* it will be a donor once it serves */
@@ -269,7 +269,7 @@ int state_download_tick(peer_t *p)
         } else if (!restore_own(p)) {
             initial_state(p);
         }
-        p->rec_mover = 0;
+        p->rec.mover = 0;
         xfer_destroy(&p->trans.xfer);
         begin_serving(p);
         announce(p);

@@ -126,7 +126,7 @@ static int make_exchange(peer_t *p, int part)
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         float scale = 1.0f / (float)(count ? count : 1);
         if (!rc)
-            rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, &p->last_gnorm, p->err);
+            rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
     } else if (p->dopt) {
         rc = fold_into_momentum(p, count);
     } else {
@@ -335,7 +335,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
          * 0.5 seed 7225 re-synced forever) */
         demo_opt_decay(p->dopt, &p->run.opt, p->step);
         rc = demo_opt_apply(p->dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
-        gnorm = p->last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
+        gnorm = p->rec.last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
     } else {
         size_t P = stage_num_params(p->st);
         float *sum = calloc(P, sizeof(float));
@@ -361,9 +361,9 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
      * same on every replica, so that any member's snapshot has the same bytes: AdamW's
      * clipped norm of the pool's summed gradient; DeMo's norm of the pool's update */
-    p->stage_gnorm = p->dopt ? demo_opt_update_norm(p->dopt) : gnorm;
-    if (!p->dopt && p->run.opt.clip > 0 && p->stage_gnorm > p->run.opt.clip)
-        p->stage_gnorm = p->run.opt.clip;
+    p->rec.stage_gnorm = p->dopt ? demo_opt_update_norm(p->dopt) : gnorm;
+    if (!p->dopt && p->run.opt.clip > 0 && p->rec.stage_gnorm > p->run.opt.clip)
+        p->rec.stage_gnorm = p->run.opt.clip;
     log_step(p, gnorm, now);
     /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
      * slow a pace gives too few steps for gossip to tell every mate when it starts

@@ -24,7 +24,7 @@ void peer_drop_stage(peer_t *p)
     free(p->cust.mbs);
     p->cust.mbs = NULL;
     p->cust.nmbs = 0;
-    while (p->npending) serve_dequeue(p, p->npending - 1);
+    while (p->queue.n) serve_dequeue(p, p->queue.n - 1);
     /* its exchange messages stay answerable: a mate that missed one (a connection reset)
      * asks the member that moved, which no longer holds the stage */
     pool_destroy(&p->moved.pool);

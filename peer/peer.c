@@ -497,7 +497,7 @@ void peer_destroy(peer_t **pp)
     recover_abort(p);
     peer_drop_stage(p);
     pool_destroy(&p->moved.pool); /* the stage's own pool, moved there by the drop */
-    free(p->pending);
+    free(p->queue.msgs);
     view_free(&p->view);
     free(p->rec.copy[0]);
     free(p->rec.copy[1]);

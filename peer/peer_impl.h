@@ -24,6 +24,7 @@
 #include "peer/move.h"
 #include "peer/peer.h"
 #include "peer/peer_store.h"
+#include "peer/queue.h"
 #include "peer/rebal.h"
 #include "peer/recover.h"
 #include "peer/stats.h"
@@ -41,12 +42,6 @@
 #include <stdio.h>
 
 
-/* A data message waiting for compute (payloads copied out of the transport's buffers). */
-typedef struct {
-    msg_t m;
-    uint8_t *pl[2];
-    size_t pl_len[2];
-} inmsg_t;
 
 
 
@@ -80,9 +75,8 @@ struct peer {
     int nslots;
     int wire_codec;
     view_t view;
+    serve_queue_t queue; /* FWD and BWD waiting for compute (queue.h) */
     custody_t cust; /* the microbatch records it holds, custody of what it sent (custody.h) */
-    inmsg_t *pending;
-    int npending, pending_cap;
     /* the pool's step */
     contrib_t contrib; /* this member's side of it (contrib.h) */
     pool_t *pool;

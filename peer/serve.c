@@ -436,18 +436,18 @@ int serve_enqueue(peer_t *p, const net_ev_t *ev)
     if (ev->msg.type == MSG_FWD && fwd_seen(p, &ev->msg)) return 0;
     /* forwards beyond MAX_PENDING are refused (the sender re-routes); gradients are
      * always kept: they finish work already done */
-    if (p->npending >= MAX_PENDING && ev->msg.type == MSG_FWD) {
+    if (p->queue.n >= MAX_PENDING && ev->msg.type == MSG_FWD) {
         peer_send_nack(p, ev->msg.sender, &ev->msg, "busy");
         return 0;
     }
-    if (p->npending == p->pending_cap) {
-        int cap = p->pending_cap ? 2 * p->pending_cap : 64;
-        inmsg_t *q = realloc(p->pending, (size_t)cap * sizeof *q);
+    if (p->queue.n == p->queue.cap) {
+        int cap = p->queue.cap ? 2 * p->queue.cap : 64;
+        inmsg_t *q = realloc(p->queue.msgs, (size_t)cap * sizeof *q);
         if (!q) return STATUS_ENOMEM;
-        p->pending = q;
-        p->pending_cap = cap;
+        p->queue.msgs = q;
+        p->queue.cap = cap;
     }
-    inmsg_t *in = &p->pending[p->npending];
+    inmsg_t *in = &p->queue.msgs[p->queue.n];
     memset(in, 0, sizeof *in);
     in->m = ev->msg;
     for (int i = 0; i < ev->nframes && i < 2; i++) {
@@ -456,31 +456,31 @@ int serve_enqueue(peer_t *p, const net_ev_t *ev)
         memcpy(in->pl[i], ev->frame[i], ev->frame_len[i]);
         in->pl_len[i] = ev->frame_len[i];
     }
-    p->npending++;
+    p->queue.n++;
     return 0;
 }
 
 void serve_dequeue(peer_t *p, int i)
 {
-    free(p->pending[i].pl[0]);
-    free(p->pending[i].pl[1]);
-    memmove(&p->pending[i], &p->pending[i + 1], (size_t)(p->npending - i - 1) * sizeof *p->pending);
-    p->npending--;
+    free(p->queue.msgs[i].pl[0]);
+    free(p->queue.msgs[i].pl[1]);
+    memmove(&p->queue.msgs[i], &p->queue.msgs[i + 1], (size_t)(p->queue.n - i - 1) * sizeof *p->queue.msgs);
+    p->queue.n--;
 }
 
 /* One unit of compute: a gradient to pass back, else a forward of this step. */
 int serve_one(peer_t *p, int *did)
 {
     *did = 0;
-    for (int i = 0; i < p->npending; i++)
-        if (p->pending[i].m.type == MSG_BWD) {
-            int rc = on_bwd(p, &p->pending[i]);
+    for (int i = 0; i < p->queue.n; i++)
+        if (p->queue.msgs[i].m.type == MSG_BWD) {
+            int rc = on_bwd(p, &p->queue.msgs[i]);
             serve_dequeue(p, i);
             *did = 1;
             return rc;
         }
-    for (int i = 0; i < p->npending; i++) {
-        inmsg_t *in = &p->pending[i];
+    for (int i = 0; i < p->queue.n; i++) {
+        inmsg_t *in = &p->queue.msgs[i];
         if (in->m.type != MSG_FWD) continue;
         if (in->m.mb.step > p->step) continue; /* its pool step is not here yet */
         int rc = on_fwd(p, in);

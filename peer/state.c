@@ -127,7 +127,7 @@ int peer_start_download(peer_t *p, const char *why)
         if (!peer_is_self(p, r->prev)) custody_nack_back(p, r, "re-syncing");
         custody_drop(r);
     }
-    while (p->npending) serve_dequeue(p, p->npending - 1);
+    while (p->queue.n) serve_dequeue(p, p->queue.n - 1);
     xfer_destroy(&p->trans.xfer);
     if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");

@@ -453,7 +453,7 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
              !complete      ? "waiting for microbatches"
              : exch_missing ? "waiting for exchange messages"
                             : "ready",
-             held, p->npending, view_max_step(&p->view, 0));
+             held, p->queue.n, view_max_step(&p->view, 0));
 }
 
 /* Sends the request q to every serving member of the pool (whoever holds a message

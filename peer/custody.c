@@ -29,7 +29,7 @@ int custody_hops(const peer_t *p, const mbrec_t *r, path_hop_t *h)
 
 int custody_free_slot(const peer_t *p)
 {
-    for (int s = 0; s < p->nslots; s++) {
+    for (int s = 0; s < p->held.nslots; s++) {
         int taken = 0;
         for (int i = 0; i < p->cust.nmbs && !taken; i++) taken = p->cust.mbs[i].used && p->cust.mbs[i].slot == s;
         if (!taken) return s;
@@ -131,8 +131,8 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
             if (all[i].serving_from <= r->mb.step || r->mb.kind == 1)
                 cand[k++] = all[i];
         if (k) n = k;
-        pick = wiring_pick(p->wiring, cand, n, avoid, 1.0);
-        if (pick < 0 && avoid) pick = wiring_pick(p->wiring, cand, n, NULL, 1.0);
+        pick = wiring_pick(p->held.wiring, cand, n, avoid, 1.0);
+        if (pick < 0 && avoid) pick = wiring_pick(p->held.wiring, cand, n, NULL, 1.0);
         if (pick < 0) {
             r->sent = 0;
             return -1;
@@ -176,7 +176,7 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
 
 void custody_on_view(peer_t *p)
 {
-    for (int i = 0; p->st && i < p->cust.nmbs; i++) {
+    for (int i = 0; p->held.st && i < p->cust.nmbs; i++) {
         mbrec_t *r = &p->cust.mbs[i];
         if (!r->used || !r->sent) continue;
         const msg_member_t *nx = view_find(&p->view, r->next);

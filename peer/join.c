@@ -40,7 +40,7 @@ int join_setup_stage(peer_t *p)
     p->M = p->run.replicas * p->run.accum;
     p->BT = c->batch * c->seq;
     p->C = c->dim;
-    p->wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
+    p->held.wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
     if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->run.opt.lr; /* once: a move resets the scale */
     p->rec.lr_scale = 1.0f;
     p->run.opt.lr = p->rec.base_lr;
@@ -54,36 +54,36 @@ int join_setup_stage(peer_t *p)
                : po->stage >= 0 ? po->stage
                                 : view_weakest_stage(&p->view, p->S, p->id);
     if ((!p->k && !(p->k = kern_new(po->device, po->threads, p->err))) ||
-        !(p->st = stage_new(c, p->stage, p->k, p->nslots, p->run.seed, p->err)))
+        !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->run.seed, p->err)))
         return STATUS_EINVAL;
     if (p->run.demo_local > 0) /* docs/design-notes.md, issue 17: one exchange per step */
         return status_set(p->err, STATUS_EINVAL,
                           "the run has DeMo local steps (demo_local=%d), which the swarm's pools "
                           "do not run yet: train only",
                           p->run.demo_local);
-    if (p->run.optimizer == TRAIN_DEMO && !(p->dopt = demo_opt_new(p->st, &p->run.demo, p->err)))
+    if (p->run.optimizer == TRAIN_DEMO && !(p->held.dopt = demo_opt_new(p->held.st, &p->run.demo, p->err)))
         return STATUS_EINVAL;
-    if (p->dopt) demo_opt_defer_decay(p->dopt, 1); /* decayed at apply: step.c */
+    if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: step.c */
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
-        int rc = join_open_corpus(p, &p->data);
+        int rc = join_open_corpus(p, &p->held.data);
         if (rc) return rc;
     }
     size_t nb = ((size_t)p->M + 7) / 8;
     /* records: one per slot, one more per slot for a revisit in it (CheckFree+ swaps: a
      * revisit must always find one, or stage 0 or S-1 waits on itself), and slotless
      * ones (validation at the source) */
-    p->cust.nmbs = 2 * p->nslots + 2 * po->in_flight + 8;
+    p->cust.nmbs = 2 * p->held.nslots + 2 * po->in_flight + 8;
     p->cust.mbs = calloc((size_t)p->cust.nmbs, sizeof *p->cust.mbs);
     p->contrib.ubuf = calloc(nb, 1);
     p->contrib.redo_for = calloc(nb, 1);
     p->contrib.sent_bits = calloc(nb, 1);
     p->pool = pool_new(p->M);
     if (p->pool) pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
-    p->host_tok = malloc((size_t)p->BT * sizeof(int32_t));
-    p->wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->cust.mbs || !p->contrib.ubuf || !p->contrib.redo_for || !p->contrib.sent_bits || !p->pool || !p->host_tok ||
-        !p->wiring)
+    p->held.host_tok = malloc((size_t)p->BT * sizeof(int32_t));
+    p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
+    if (!p->cust.mbs || !p->contrib.ubuf || !p->contrib.redo_for || !p->contrib.sent_bits || !p->pool || !p->held.host_tok ||
+        !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
     peer_push_self(p);

@@ -35,19 +35,19 @@ void peer_drop_stage(peer_t *p)
     free(p->contrib.redo_for);
     free(p->contrib.sent_bits);
     val_reset(&p->val);
-    free(p->host_tok);
+    free(p->held.host_tok);
     free(p->contrib.grad_save);
     p->contrib.ubuf = p->contrib.redo_for = p->contrib.sent_bits = NULL;
-    p->host_tok = NULL;
+    p->held.host_tok = NULL;
     p->contrib.grad_save = NULL;
     xfer_destroy(&p->trans.xfer);
     xfer_destroy(&p->rec.aux); /* a fetch for the old stage's neighbourhood */
     xfer_snap_free(&p->trans.snap);
     p->trans.snap.step = -1;
-    demo_opt_destroy(&p->dopt);
-    stage_destroy(&p->st);
-    data_destroy(&p->data);
-    wiring_destroy(&p->wiring);
+    demo_opt_destroy(&p->held.dopt);
+    stage_destroy(&p->held.st);
+    data_destroy(&p->held.data);
+    wiring_destroy(&p->held.wiring);
     p->contrib.redo_step = -1;
     p->join.go = 0;
     p->contrib.loss_sum = 0;

@@ -58,7 +58,7 @@ const char *peer_idhex(const uint8_t *id, char buf[9])
 /* The parameters' fingerprint (kernels.h hash64: the same on every backend). */
 uint64_t peer_param_hash(peer_t *p)
 {
-    return kern_hash64(p->k, stage_params(p->st), stage_num_params(p->st));
+    return kern_hash64(p->k, stage_params(p->held.st), stage_num_params(p->held.st));
 }
 
 int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
@@ -126,7 +126,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     join_state_init(&p->join);
     follow_init(&p->follow);
     p->trans.snap.step = -1;
-    p->nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
+    p->held.nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
     p->self.state = MEMBER_JOINING;
     return p;
@@ -168,13 +168,13 @@ static int on_view(peer_t *p, const net_ev_t *ev)
         return STATUS_ENOMEM;
     }
     p->stats.net_rejected = ev->rejected;
-    if (p->st) custody_on_view(p);
+    if (p->held.st) custody_on_view(p);
     return 0;
 }
 
 static int on_data(peer_t *p, const net_ev_t *ev)
 {
-    if (!p->st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
+    if (!p->held.st || ev->nframes != msg_payloads(ev->msg.type)) return 0;
     if (ev->msg.type == MSG_BWD) custody_on_gradient(p, &ev->msg); /* a round trip */
     if (p->phase == PHASE_DOWNLOAD) { /* the sender re-routes at once */
         if (ev->msg.type == MSG_FWD)
@@ -187,13 +187,13 @@ static int on_data(peer_t *p, const net_ev_t *ev)
 
 static int on_nack(peer_t *p, const net_ev_t *ev)
 {
-    if (p->st) custody_on_nack(p, &ev->msg);
+    if (p->held.st) custody_on_nack(p, &ev->msg);
     return 0;
 }
 
 static int on_progress(peer_t *p, const net_ev_t *ev)
 {
-    if (p->st) step_on_progress(p, ev);
+    if (p->held.st) step_on_progress(p, ev);
     return 0;
 }
 
@@ -224,25 +224,25 @@ static int on_leave(peer_t *p, const net_ev_t *ev)
 
 static int on_exch(peer_t *p, const net_ev_t *ev)
 {
-    return p->st ? step_on_exch(p, ev) : 0;
+    return p->held.st ? step_on_exch(p, ev) : 0;
 }
 
 static int on_exch_req(peer_t *p, const net_ev_t *ev)
 {
     if (p->moved.pool && ev->msg.stage != p->stage) move_on_exch_req(p, &ev->msg); /* moved */
-    if (p->st) step_on_exch_req(p, &ev->msg);
+    if (p->held.st) step_on_exch_req(p, &ev->msg);
     return 0;
 }
 
 static int on_redo(peer_t *p, const net_ev_t *ev)
 {
-    if (p->st) step_on_redo(p, ev);
+    if (p->held.st) step_on_redo(p, ev);
     return 0;
 }
 
 static int on_state_req_ev(peer_t *p, const net_ev_t *ev)
 {
-    if (p->st) state_on_request(p, &ev->msg);
+    if (p->held.st) state_on_request(p, &ev->msg);
     return 0;
 }
 
@@ -287,7 +287,7 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
     case NET_EV_VIEW:
         return on_view(p, ev);
     case NET_EV_UNDELIV:
-        if (ev->msg.type == MSG_FWD && p->st) {
+        if (ev->msg.type == MSG_FWD && p->held.st) {
             mbrec_t *r = custody_find(p, &ev->msg.mb, ev->msg.nroute - 1);
             if (r && r->sent && !memcmp(r->next, ev->dest, MSG_ID_LEN))
                 custody_reroute(p, r, "undeliverable");
@@ -462,7 +462,7 @@ void peer_info(const peer_t *p, peer_info_t *out)
     out->stage = p->stage;
     out->state = p->stage < 0 ? -1 : p->self.state;
     out->step = p->step;
-    out->hash = p->st ? peer_param_hash((peer_t *)p) : 0;
+    out->hash = p->held.st ? peer_param_hash((peer_t *)p) : 0;
     out->served = p->stats.served;
     out->retries = p->stats.retries;
     out->lost = p->stats.lost;
@@ -476,7 +476,7 @@ const char *peer_error(const peer_t *p)
 
 void peer_finish(peer_t *p, const char *why)
 {
-    if (!p->st) return;
+    if (!p->held.st) return;
     fprintf(p->log,
             "peer: done: stage %d step %" PRId64 " hash %016" PRIx64 " served %" PRIu64
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
@@ -485,7 +485,7 @@ void peer_finish(peer_t *p, const char *why)
             p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale, (double)p->self.throughput,
             p->stats.revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
-    peer_store_step(p->ps, p->st, p->dopt, p->step, 1); /* the state it leaves with */
+    peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, 1); /* the state it leaves with */
     peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);
 }
 

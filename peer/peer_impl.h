@@ -20,6 +20,7 @@
 #include "peer/demo_opt.h"
 #include "peer/follow.h"
 #include "peer/guard.h"
+#include "peer/held.h"
 #include "peer/join.h"
 #include "peer/move.h"
 #include "peer/peer.h"
@@ -66,14 +67,9 @@ struct peer {
     join_state_t join; /* HELLO retries, the phase's start, stage 0's start (join.h) */
     double now;       /* the time of the event or step being handled */
     kern_t *k;
-    stage_t *st;
-    demo_opt_t *dopt;
-    data_t *data;
-    wiring_t *wiring;
+    stage_held_t held; /* the stage it holds: model, optimizer, corpus, wiring (held.h) */
     peer_store_t *ps; /* the peer's store; NULL without --db */
     int S, stage, M, BT, C;
-    int nslots;
-    int wire_codec;
     view_t view;
     serve_queue_t queue; /* FWD and BWD waiting for compute (queue.h) */
     custody_t cust; /* the microbatch records it holds, custody of what it sent (custody.h) */
@@ -88,8 +84,6 @@ struct peer {
     double last_self_push;
     follow_t follow; /* following the pool, its pace, the join margin (follow.h) */
     int finished;
-    float last_loss;
-    int32_t *host_tok;
     recover_state_t rec; /* a lost stage: copies, neighbours, candidates (recover.h) */
     resume_state_t resume; /* resume.h: the agreement on the step to resume from */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */

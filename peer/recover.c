@@ -478,14 +478,14 @@ static int own_candidate(peer_t *p, size_t P)
 {
     char e2[STATUS_ERR_LEN] = "";
     int64_t ck = -1;
-    int rr = p->ps ? peer_store_restore(p->ps, p->st, p->dopt, &ck, e2) : STATUS_ENOTFOUND;
+    int rr = p->ps ? peer_store_restore(p->ps, p->held.st, p->held.dopt, &ck, e2) : STATUS_ENOTFOUND;
     if (rr) {
         if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
         return 0;
     }
     if (!(p->rec.ck = malloc(P * sizeof(float))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    kern_download(p->k, p->rec.ck, stage_params(p->st), P * sizeof(float));
+    kern_download(p->k, p->rec.ck, stage_params(p->held.st), P * sizeof(float));
     p->rec.ck_step = ck;
     return 0;
 }
@@ -507,7 +507,7 @@ static int judge_losses(peer_t *p, const int want[2], double losses[2])
     const model_config_t *c = &p->run.cfg;
     int S = p->S, s = p->stage, rc = 0;
     size_t BT = (size_t)c->batch * c->seq, BTC = BT * (size_t)c->dim;
-    data_t *own = NULL, *d = p->data;
+    data_t *own = NULL, *d = p->held.data;
     if (!d && (rc = join_open_corpus(p, &own))) return rc;
     if (!d) d = own;
     stage_t **st = calloc((size_t)S, sizeof *st);
@@ -644,13 +644,13 @@ int recover_download_tick(peer_t *p)
         p->rec.nb_step[i] = xfer_step(p->rec.aux);
         xfer_destroy(&p->rec.aux);
     }
-    size_t P = stage_num_params(p->st);
+    size_t P = stage_num_params(p->held.st);
     if (P != stage_floats(c, s))
         return status_set(p->err, STATUS_EINVAL, "recover: stage %d layout differs", s);
     if (!p->rec.cf) { /* the candidates, once the neighbours are here */
         if (!(p->rec.cf = malloc(P * sizeof(float))))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        kern_download(p->k, p->rec.cf, stage_params(p->st), P * sizeof(float));
+        kern_download(p->k, p->rec.cf, stage_params(p->held.st), P * sizeof(float));
         int rc = rebuild(p, p->rec.cf, p->rec.how, sizeof p->rec.how);
         if (rc) return rc;
         if (p->po.stage_recovery == PEER_RECOVER_AUTO && (rc = own_candidate(p, P)) < 0) return rc;
@@ -661,14 +661,14 @@ int recover_download_tick(peer_t *p)
         if (rc <= 0) return rc;
     }
     if (!use_ck) {
-        kern_upload(p->k, stage_params(p->st), p->rec.cf, P * sizeof(float));
+        kern_upload(p->k, stage_params(p->held.st), p->rec.cf, P * sizeof(float));
         /* fresh optimizer state */
         float *z = calloc(P, sizeof(float));
         if (!z) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-        kern_upload(p->k, stage_opt_m(p->st), z, P * sizeof(float));
-        kern_upload(p->k, stage_opt_v(p->st), z, P * sizeof(float));
-        *stage_opt_step(p->st) = 0;
-        if (p->dopt) demo_opt_set_momentum(p->dopt, z);
+        kern_upload(p->k, stage_opt_m(p->held.st), z, P * sizeof(float));
+        kern_upload(p->k, stage_opt_v(p->held.st), z, P * sizeof(float));
+        *stage_opt_step(p->held.st) = 0;
+        if (p->held.dopt) demo_opt_set_momentum(p->held.dopt, z);
         free(z);
     }
     /* the swarm's step: the highest any member gossips, a neighbour's, or this peer's own

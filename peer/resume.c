@@ -115,7 +115,7 @@ int resume_tick(peer_t *p)
     }
     int64_t got = -1;
     char err[STATUS_ERR_LEN] = "";
-    int rc = peer_store_restore_step(p->ps, p->st, p->dopt, s, &got, err);
+    int rc = peer_store_restore_step(p->ps, p->held.st, p->held.dopt, s, &got, err);
     if (rc == 0) {
         p->step = got;
         p->trans.downloaded = 0;

@@ -50,12 +50,12 @@ static double pass_seconds(peer_t *p, double t0)
  * slot < 0 dL/dx_in of the last backward pass. *out is a fresh buffer the caller owns. */
 static int encode_act(peer_t *p, int slot, uint8_t **out, size_t *len)
 {
-    size_t cap = stage_wire_size(p->st, p->wire_codec, p->run.codec_block);
+    size_t cap = stage_wire_size(p->held.st, p->held.wire_codec, p->run.codec_block);
     *out = malloc(cap ? cap : 1);
     if (!*out) return STATUS_ENOMEM;
-    int rc = slot >= 0 ? stage_wire_encode_output(p->st, slot, p->wire_codec, p->run.codec_block,
+    int rc = slot >= 0 ? stage_wire_encode_output(p->held.st, slot, p->held.wire_codec, p->run.codec_block,
                                                   *out, cap, len, p->err)
-                       : stage_wire_encode_dx(p->st, p->wire_codec, p->run.codec_block, *out, cap,
+                       : stage_wire_encode_dx(p->held.st, p->held.wire_codec, p->run.codec_block, *out, cap,
                                               len, p->err);
     if (rc) {
         free(*out);
@@ -73,14 +73,14 @@ static int backward(peer_t *p, mbrec_t *r)
     int revisit = r->hop != r->first;
     int count = !revisit && step_counts(p, &r->mb, r->flags);
     size_t off, n;
-    stage_part_params(p->st, r->part, &off, &n);
-    float *g = stage_grads(p->st) + off;
+    stage_part_params(p->held.st, r->part, &off, &n);
+    float *g = stage_grads(p->held.st) + off;
     /* host scratch: the gradient kept while a pass that does not count runs, or the one a
      * revisit's gradient is added to */
-    if (!p->contrib.grad_save && !(p->contrib.grad_save = malloc(stage_num_params(p->st) * sizeof(float))))
+    if (!p->contrib.grad_save && !(p->contrib.grad_save = malloc(stage_num_params(p->held.st) * sizeof(float))))
         return STATUS_ENOMEM;
     if (!count) kern_download(p->k, p->contrib.grad_save, g, n * sizeof(float));
-    int rc = stage_backward_part(p->st, r->slot, r->part, NULL, NULL, p->err);
+    int rc = stage_backward_part(p->held.st, r->slot, r->part, NULL, NULL, p->err);
     mbrec_t *f = revisit ? custody_find(p, &r->mb, r->first) : NULL;
     if (!rc && f) { /* the revisit's own gradient: after - before */
         free(f->gdelta);
@@ -93,7 +93,7 @@ static int backward(peer_t *p, mbrec_t *r)
     if (!count) kern_upload(p->k, g, p->contrib.grad_save, n * sizeof(float));
     if (rc) return rc;
     if (count && r->gdelta) { /* this microbatch's revisit, counted with it */
-        float *d = stage_grads(p->st) + r->gdelta_off;
+        float *d = stage_grads(p->held.st) + r->gdelta_off;
         kern_download(p->k, p->contrib.grad_save, d, r->gdelta_n * sizeof(float));
         for (size_t i = 0; i < r->gdelta_n; i++) p->contrib.grad_save[i] += r->gdelta[i];
         kern_upload(p->k, d, p->contrib.grad_save, r->gdelta_n * sizeof(float));
@@ -226,15 +226,15 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     if (!r->targets) return STATUS_ENOMEM;
     if (kind == 0) {
         int A = p->run.accum;
-        data_train_batch(p->data, p->run.seed, index / A, step * A + index % A, p->run.cfg.batch,
-                         p->host_tok, r->targets);
+        data_train_batch(p->held.data, p->run.seed, index / A, step * A + index % A, p->run.cfg.batch,
+                         p->held.host_tok, r->targets);
     } else {
-        data_val_batch(p->data, (int)index % p->run.val_batches, p->run.val_batches,
-                       p->run.cfg.batch, p->host_tok, r->targets);
+        data_val_batch(p->held.data, (int)index % p->run.val_batches, p->run.val_batches,
+                       p->run.cfg.batch, p->held.host_tok, r->targets);
     }
     double t0 = compute_clock(p);
     float loss;
-    int rc = stage_forward_part(p->st, slot, r->part, p->host_tok, NULL,
+    int rc = stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
                                 p->S == 1 ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) return rc;
     p->stats.served++;
@@ -304,7 +304,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         if (r) r->used = 0;
         return 1;
     }
-    if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
+    if (stage_wire_decode(p->held.st, in->pl[0], in->pl_len[0], p->err)) {
         p->stats.rejected++;
         peer_send_nack(p, m->sender, m, p->err);
         r->used = 0;
@@ -329,7 +329,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     int last = hop == nh - 1; /* the loss is here */
     double t0 = compute_clock(p);
     float loss = NAN;
-    int rc = stage_forward_part(p->st, slot, r->part, NULL, NULL, last ? r->targets : NULL, NULL,
+    int rc = stage_forward_part(p->held.st, slot, r->part, NULL, NULL, last ? r->targets : NULL, NULL,
                                 &loss, p->err);
     if (rc && kern_status(p->k)) { /* the device failed: nothing it computes is trusted */
         custody_drop(r);
@@ -352,7 +352,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         if (m->mb.kind == 1) custody_drop(r); /* validation: the last stage answers the source */
         return 0;
     }
-    p->last_loss = loss;
+    p->held.last_loss = loss;
     if (m->mb.kind == 1) {
         msg_t b = {
             .type = MSG_BWD, .mb = m->mb, .stage = 0, .loss = loss, .nroute = 1, .skip = m->skip};
@@ -392,7 +392,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         custody_drop(r);
         return 0;
     }
-    if (stage_wire_decode(p->st, in->pl[0], in->pl_len[0], p->err)) {
+    if (stage_wire_decode(p->held.st, in->pl[0], in->pl_len[0], p->err)) {
         p->stats.rejected++;
         custody_reroute(p, r, "its gradient was malformed");
         return 0;
@@ -403,7 +403,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     serve_note_throughput(p, r->fwd_s + pass_seconds(p, t0));
     if (r->hop == 0) { /* the source */
         if (rc == 1) p->contrib.loss_sum += m->loss, p->contrib.loss_n++;
-        p->last_loss = m->loss;
+        p->held.last_loss = m->loss;
     } else {
         rc = send_grad(p, r, m->loss);
     }

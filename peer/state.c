@@ -25,12 +25,12 @@ static size_t state_bytes(const peer_t *p)
  * step (handlers run between steps, never inside one). */
 static int take_snapshot(peer_t *p)
 {
-    size_t P = stage_num_params(p->st) * sizeof(float);
+    size_t P = stage_num_params(p->held.st) * sizeof(float);
     if (xfer_snap_reserve(&p->trans.snap, state_bytes(p))) return STATUS_ENOMEM;
-    kern_download(p->k, p->trans.snap.buf, stage_params(p->st), P);
-    kern_download(p->k, p->trans.snap.buf + P, stage_opt_m(p->st), P);
-    kern_download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->st), P);
-    memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->st), 8);
+    kern_download(p->k, p->trans.snap.buf, stage_params(p->held.st), P);
+    kern_download(p->k, p->trans.snap.buf + P, stage_opt_m(p->held.st), P);
+    kern_download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->held.st), P);
+    memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->held.st), 8);
     memcpy(p->trans.snap.buf + 3 * P + 8, &p->rec.stage_gnorm, 4);
     memcpy(p->trans.snap.buf + 3 * P + 12, &p->rec.lr_scale, 4);
     xfer_snap_seal(&p->trans.snap, p->step);
@@ -40,7 +40,7 @@ static int take_snapshot(peer_t *p)
 /* Whether a state blob's parameters and moments are all finite numbers. */
 static int state_finite(const peer_t *p, const uint8_t *buf)
 {
-    size_t n = 3 * stage_num_params(p->st);
+    size_t n = 3 * stage_num_params(p->held.st);
     for (size_t i = 0; i < n; i++) {
         float f;
         memcpy(&f, buf + i * sizeof f, sizeof f);
@@ -51,11 +51,11 @@ static int state_finite(const peer_t *p, const uint8_t *buf)
 
 static void load_state(peer_t *p, const uint8_t *buf)
 {
-    size_t P = stage_num_params(p->st) * sizeof(float);
-    kern_upload(p->k, stage_params(p->st), buf, P);
-    kern_upload(p->k, stage_opt_m(p->st), buf + P, P);
-    kern_upload(p->k, stage_opt_v(p->st), buf + 2 * P, P);
-    memcpy(stage_opt_step(p->st), buf + 3 * P, 8);
+    size_t P = stage_num_params(p->held.st) * sizeof(float);
+    kern_upload(p->k, stage_params(p->held.st), buf, P);
+    kern_upload(p->k, stage_opt_m(p->held.st), buf + P, P);
+    kern_upload(p->k, stage_opt_v(p->held.st), buf + 2 * P, P);
+    memcpy(stage_opt_step(p->held.st), buf + 3 * P, 8);
     memcpy(&p->rec.stage_gnorm, buf + 3 * P + 8, 4);
     float scale;
     memcpy(&scale, buf + 3 * P + 12, 4);
@@ -147,7 +147,7 @@ static int restore_own(peer_t *p)
 {
     int64_t step = view_max_step(&p->view, -1), ck_step = -1;
     char e2[STATUS_ERR_LEN] = "";
-    int rr = p->ps && step > 0 ? peer_store_restore(p->ps, p->st, p->dopt, &ck_step, e2)
+    int rr = p->ps && step > 0 ? peer_store_restore(p->ps, p->held.st, p->held.dopt, &ck_step, e2)
                                : STATUS_ENOTFOUND;
     if (rr) {
         if (rr != STATUS_ENOTFOUND) log_warn("peer: checkpoint not used: %s", e2);
@@ -214,7 +214,7 @@ static void announce(peer_t *p)
     fprintf(p->log,
             "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step "
             "%" PRId64 "\n",
-            p->stage, p->S, stage_num_params(p->st), kern_name(p->k), kern_threads(p->k),
+            p->stage, p->S, stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
             p->self.serving_from);
     fflush(p->log);
 }

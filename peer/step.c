@@ -63,7 +63,7 @@ void step_count(peer_t *p, uint32_t index)
 void step_on_progress(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
-    if (!p->st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 ||
+    if (!p->held.st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 ||
         ev->frame_len[0] != pool_bitmap_bytes(p->pool)) {
         p->stats.rejected++;
         return;
@@ -82,7 +82,7 @@ void step_reset(peer_t *p)
     p->contrib.exch_wait_since = 0;
     p->contrib.redo_suspect_at = 0;
     p->contrib.gone_asked = 0;
-    stage_zero_grads(p->st);
+    stage_zero_grads(p->held.st);
 }
 
 /* Folds the gradient counted since this member's message into its DeMo momentum (D +=
@@ -90,17 +90,17 @@ void step_reset(peer_t *p)
  * residual, reach the pool through the next steps' messages. */
 static int fold_into_momentum(peer_t *p, uint32_t n)
 {
-    size_t P = stage_num_params(p->st);
+    size_t P = stage_num_params(p->held.st);
     float *d = malloc(P * sizeof *d), *g = malloc(P * sizeof *g);
     if (!d || !g) {
         free(d), free(g);
         return STATUS_ENOMEM;
     }
-    demo_opt_get_momentum(p->dopt, d);
-    kern_download(p->k, g, stage_grads(p->st), P * sizeof *g);
+    demo_opt_get_momentum(p->held.dopt, d);
+    kern_download(p->k, g, stage_grads(p->held.st), P * sizeof *g);
     float a = optim_lr(&p->run.opt, p->step) / (float)(n ? n : 1);
     for (size_t i = 0; i < P; i++) d[i] += a * g[i];
-    demo_opt_set_momentum(p->dopt, d);
+    demo_opt_set_momentum(p->held.dopt, d);
     free(d), free(g);
     return 0;
 }
@@ -121,18 +121,18 @@ static int make_exchange(peer_t *p, int part)
     for (int i = 0; i < p->M; i++) count += (uint32_t)pool_bit(fresh, i);
     size_t len = 0;
     int rc = 0;
-    if (p->dopt && part == 0) {
-        len = demo_opt_msg_size(p->dopt);
+    if (p->held.dopt && part == 0) {
+        len = demo_opt_msg_size(p->held.dopt);
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         float scale = 1.0f / (float)(count ? count : 1);
         if (!rc)
-            rc = demo_opt_prepare(p->dopt, &p->run.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
-    } else if (p->dopt) {
+            rc = demo_opt_prepare(p->held.dopt, &p->run.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
+    } else if (p->held.dopt) {
         rc = fold_into_momentum(p, count);
     } else {
-        len = stage_num_params(p->st) * sizeof(float);
+        len = stage_num_params(p->held.st) * sizeof(float);
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
-        if (!rc) kern_download(p->k, msg, stage_grads(p->st), len);
+        if (!rc) kern_download(p->k, msg, stage_grads(p->held.st), len);
     }
     /* part 0 names the exchange members this member expects (its view): a mate that did
      * not know of one of them waits for its message too */
@@ -161,8 +161,8 @@ static int make_exchange(peer_t *p, int part)
         const msg_member_t *mem;
         int n = pool_members(p, &mem);
         /* tests only: mates get a well-framed poisoned copy; this peer applies its own */
-        if (p->po.poison && p->dopt && part == 0 && msg)
-            demo_opt_poison(p->dopt, msg, len,
+        if (p->po.poison && p->held.dopt && part == 0 && msg)
+            demo_opt_poison(p->held.dopt, msg, len,
                             p->po.poison != PEER_POISON_MIX ? p->po.poison
                             : p->step % 2                   ? PEER_POISON_HUGE
                                                             : PEER_POISON_NAN,
@@ -171,7 +171,7 @@ static int make_exchange(peer_t *p, int part)
         size_t lens[3] = {len, nb, claims_len};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
         for (size_t i = 0; i < nb; i++) p->contrib.sent_bits[i] |= fresh[i];
-        stage_zero_grads(p->st); /* what is counted from now on goes into a supplement */
+        stage_zero_grads(p->held.st); /* what is counted from now on goes into a supplement */
     }
     free(msg);
     free(fresh);
@@ -182,7 +182,7 @@ static int make_exchange(peer_t *p, int part)
 /* A dense AdamW message: the right size, every value finite. */
 static int dense_ok(const peer_t *p, const pool_msg_t *e)
 {
-    size_t P = stage_num_params(p->st);
+    size_t P = stage_num_params(p->held.st);
     if (e->len != P * sizeof(float)) return 0;
     const float *g = (const float *)(const void *)e->data;
     for (size_t i = 0; i < P; i++)
@@ -202,7 +202,7 @@ static void log_step(peer_t *p, float gnorm, double now)
         fflush(p->log);
         p->self.loss = (float)(p->contrib.loss_sum / p->contrib.loss_n);
     } else if (p->stage == p->S - 1) {
-        p->self.loss = p->last_loss;
+        p->self.loss = p->held.last_loss;
     }
 }
 
@@ -249,16 +249,16 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
         return STATUS_ENOMEM;
     }
-    for (int i = 0; p->dopt && i < n; i++) {
+    for (int i = 0; p->held.dopt && i < n; i++) {
         char why[STATUS_ERR_LEN];
         if (msgs[i]->part == 0 &&
             (msgs[i]->len == 0 ||
-             demo_opt_check_norm(p->dopt, p->step, msgs[i]->data, msgs[i]->len, &norm[i], why)))
+             demo_opt_check_norm(p->held.dopt, p->step, msgs[i]->data, msgs[i]->len, &norm[i], why)))
             out[i] = 1;
         else if (msgs[i]->part == 0 && peer_is_self(p, msgs[i]->origin))
             guard_norm_note(&p->guard, norm[i], counted_by(p, msgs[i])); /* its own update is a reference */
     }
-    for (int i = 0; p->dopt && i < n; i++) {
+    for (int i = 0; p->held.dopt && i < n; i++) {
         if (msgs[i]->part != 0 || out[i] || peer_is_self(p, msgs[i]->origin)) continue;
         if (!guard_norm_ok(&p->guard, norm[i])) {
             char h[9];
@@ -290,7 +290,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     int twice = 0; /* stays 0: an overlapping message is left out (the simulator checks) */
     for (int i = 0; i < n; i++) {
         if (out[i]) continue;
-        if (!p->dopt && !dense_ok(p, msgs[i])) {
+        if (!p->held.dopt && !dense_ok(p, msgs[i])) {
             p->stats.rejected++;
             continue;
         }
@@ -310,34 +310,34 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         for (int b = 0; b < p->M; b++)
             if (pool_bit(msgs[i]->counted, b)) pool_set_bit(counted, b);
         for (int b = 0; b < p->M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
-        if (p->dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
+        if (p->held.dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
-        if (p->dopt && !peer_is_self(p, msgs[i]->origin))
+        if (p->held.dopt && !peer_is_self(p, msgs[i]->origin))
             guard_norm_note(&p->guard, norm[i], counted_by(p, msgs[i])); /* the pool's recent updates */
     }
     free(out);
     free(norm);
     int rc = 0;
     float gnorm = 0;
-    if (p->dopt && m == 0) {
+    if (p->held.dopt && m == 0) {
         /* every message of the step was refused (a follower: its only mates are bad): no
          * update here; the hash vote of the next step repairs this replica if the pool
          * applied one */
         char h[9];
         log_warn("peer: step %" PRId64 ": no update taken (every message refused), e.g. %s's",
                  p->step, n ? peer_idhex(msgs[0]->origin, h) : "none");
-    } else if (p->dopt) {
+    } else if (p->held.dopt) {
         /* the weight decay too, on every member, not in demo_opt_prepare: until the pool's
          * update the parameters stay those of the step's start, and so does a state this
          * member serves in between (a joiner's hash once differed: it downloaded decayed
          * parameters labelled with the step, and decayed them again; sim mild 4x2 --swap
          * 0.5 seed 7225 re-synced forever) */
-        demo_opt_decay(p->dopt, &p->run.opt, p->step);
-        rc = demo_opt_apply(p->dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
+        demo_opt_decay(p->held.dopt, &p->run.opt, p->step);
+        rc = demo_opt_apply(p->held.dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
         gnorm = p->rec.last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
     } else {
-        size_t P = stage_num_params(p->st);
+        size_t P = stage_num_params(p->held.st);
         float *sum = calloc(P, sizeof(float));
         if (!sum) rc = STATUS_ENOMEM;
         for (int j = 0; sum && j < m; j++) {
@@ -345,8 +345,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
             for (size_t i = 0; i < P; i++) sum[i] += g[i];
         }
         if (sum) {
-            kern_upload(p->k, stage_grads(p->st), sum, P * sizeof(float));
-            optim_adamw_step(p->st, &p->run.opt, p->step, 1.0f / (float)(total ? total : 1),
+            kern_upload(p->k, stage_grads(p->held.st), sum, P * sizeof(float));
+            optim_adamw_step(p->held.st, &p->run.opt, p->step, 1.0f / (float)(total ? total : 1),
                              &gnorm);
         }
         free(sum);
@@ -361,8 +361,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
      * same on every replica, so that any member's snapshot has the same bytes: AdamW's
      * clipped norm of the pool's summed gradient; DeMo's norm of the pool's update */
-    p->rec.stage_gnorm = p->dopt ? demo_opt_update_norm(p->dopt) : gnorm;
-    if (!p->dopt && p->run.opt.clip > 0 && p->rec.stage_gnorm > p->run.opt.clip)
+    p->rec.stage_gnorm = p->held.dopt ? demo_opt_update_norm(p->held.dopt) : gnorm;
+    if (!p->held.dopt && p->run.opt.clip > 0 && p->rec.stage_gnorm > p->run.opt.clip)
         p->rec.stage_gnorm = p->run.opt.clip;
     log_step(p, gnorm, now);
     /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
@@ -430,7 +430,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         double loss = p->stage == 0 || p->stage == p->S - 1 ? p->self.loss : NAN;
         peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->BT * p->M / step_s : 0,
                           me ? me->bytes_out : 0, me ? me->bytes_in : 0);
-        peer_store_step(p->ps, p->st, p->dopt, p->step, p->step == p->run.steps);
+        peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->run.steps);
     }
     return 0;
 }
@@ -811,16 +811,16 @@ static void guard_refusal(peer_t *p, const uint8_t *origin, int64_t step, int di
 int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
-    if (!p->st || m->stage != p->stage || ev->nframes != 3) return 0;
+    if (!p->held.st || m->stage != p->stage || ev->nframes != 3) return 0;
     if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
-    if (p->dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
+    if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
         p->stats.rejected++;
         return 0;
     }
     double norm = 0;
-    if (p->dopt && m->flags == 0 &&
-        (demo_opt_check_norm(p->dopt, m->step, ev->frame[0], ev->frame_len[0], &norm, why) ||
+    if (p->held.dopt && m->flags == 0 &&
+        (demo_opt_check_norm(p->held.dopt, m->step, ev->frame[0], ev->frame_len[0], &norm, why) ||
          (!guard_norm_ok(&p->guard, norm) &&
           snprintf(why, sizeof why, "norm %.3g is above %.0f x the pool's recent updates", norm,
                    GUARD_NORM_FACTOR)))) {
@@ -880,7 +880,7 @@ static void answer_one(peer_t *p, pool_t *pool, int stage, const msg_t *m, const
 
 void step_on_exch_req(peer_t *p, const msg_t *m)
 {
-    if (!p->st || m->stage != p->stage) return;
+    if (!p->held.st || m->stage != p->stage) return;
     step_answer_exch_req(p, p->pool, p->stage, m);
 }
 
@@ -888,7 +888,7 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
     size_t nb = pool_bitmap_bytes(p->pool);
-    if (!p->st || p->stage != 0 || ev->nframes != 1 || ev->frame_len[0] != nb ||
+    if (!p->held.st || p->stage != 0 || ev->nframes != 1 || ev->frame_len[0] != nb ||
         m->count != (uint32_t)p->M || m->step > p->step) {
         p->stats.rejected++;
         return;

@@ -24,8 +24,8 @@ struct handshake_watch {
     void *ctx;
     double t0; /* when it began: the refusal says how long it took */
     int secured, n, ok;
-    int auth_code;     /* the ZAP status of a refusal (400), 0: none */
-    int mismatch;      /* the server speaks another mechanism */
+    int auth_code;      /* the ZAP status of a refusal (400), 0: none */
+    int mismatch;       /* the server speaks another mechanism */
     int other_protocol; /* a protocol error that is neither (its ZMQ_PROTOCOL_ERROR_*) */
     watched_t w[HANDSHAKE_WATCH_MAX];
 };
@@ -135,8 +135,10 @@ handshake_verdict_t handshake_watch_update(handshake_watch_t *w, const char *end
             zmq_msg_close(&head);
             while (more) { /* the endpoint frame */
                 zmq_msg_init(&addr);
-                if (zmq_msg_recv(&addr, x->mon, 0) < 0) more = 0;
-                else more = zmq_msg_more(&addr);
+                if (zmq_msg_recv(&addr, x->mon, 0) < 0)
+                    more = 0;
+                else
+                    more = zmq_msg_more(&addr);
                 zmq_msg_close(&addr);
             }
         }

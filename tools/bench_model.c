@@ -161,8 +161,9 @@ static double torch_reference(const model_config_t *cfg, int threads, int steps,
         snprintf(version, vn, "%s", ver);
         return tps;
     }
-    snprintf(why, n, "%s", no_torch ? "torch is not importable by the python that runs it"
-                                    : "the PyTorch reference failed");
+    snprintf(why, n, "%s",
+             no_torch ? "torch is not importable by the python that runs it"
+                      : "the PyTorch reference failed");
     return 0;
 }
 

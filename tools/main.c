@@ -29,9 +29,8 @@ static const subcommand_t subcommands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: swarmtrain <command> [options]   (swarmtrain <command> --help)\n"
-            "       swarmtrain --version\n\ncommands:\n");
+    fprintf(f, "usage: swarmtrain <command> [options]   (swarmtrain <command> --help)\n"
+               "       swarmtrain --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].help);
 }

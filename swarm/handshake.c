@@ -22,9 +22,10 @@ typedef struct {
 
 struct handshake_watch {
     void *ctx;
+    double t0; /* when it began: the refusal says how long it took */
     int secured, n, ok;
-    int auth_code;     /* the ZAP status of a refusal (400), 0: none */
-    int mismatch;      /* the server speaks another mechanism */
+    int auth_code;      /* the ZAP status of a refusal (400), 0: none */
+    int mismatch;       /* the server speaks another mechanism */
     int other_protocol; /* a protocol error that is neither (its ZMQ_PROTOCOL_ERROR_*) */
     watched_t w[HANDSHAKE_WATCH_MAX];
 };
@@ -34,6 +35,7 @@ handshake_watch_t *handshake_watch_new(void *ctx, int secured)
     handshake_watch_t *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->ctx = ctx;
+    w->t0 = clock_now();
     w->secured = secured != 0;
     return w;
 }
@@ -133,35 +135,42 @@ handshake_verdict_t handshake_watch_update(handshake_watch_t *w, const char *end
             zmq_msg_close(&head);
             while (more) { /* the endpoint frame */
                 zmq_msg_init(&addr);
-                if (zmq_msg_recv(&addr, x->mon, 0) < 0) more = 0;
-                else more = zmq_msg_more(&addr);
+                if (zmq_msg_recv(&addr, x->mon, 0) < 0)
+                    more = 0;
+                else
+                    more = zmq_msg_more(&addr);
                 zmq_msg_close(&addr);
             }
         }
     }
     if (w->ok) return HANDSHAKE_OK;
+    /* A mechanism mismatch is not always reported as one: when the server closes the
+     * connection before this side has read its greeting, this side sees "no detail". So
+     * for a client without CURVE every kind of failure means a secured swarm. */
+    static const char *const secured_swarm =
+        "the swarm is secured: it requires a swarm key (--swarm-key FILE) or a key on its "
+        "allowlist (--key FILE --allow FILE)";
     const char *why = NULL;
+    int all = w->n > 0;
+    for (int i = 0; i < w->n; i++) all &= w->w[i].fails >= HANDSHAKE_FAILS;
     if (w->auth_code)
         why = "this peer's key is not on the swarm's allowlist";
     else if (w->mismatch)
         why = w->secured ? "this peer uses CURVE (--swarm-key or --allow) and the swarm does not"
-                         : "the swarm is secured: it requires a swarm key (--swarm-key FILE) or a "
-                           "key on its allowlist (--key FILE --allow FILE)";
-    else if (w->n > 0) {
-        int all = 1;
-        for (int i = 0; i < w->n; i++) all &= w->w[i].fails >= HANDSHAKE_FAILS;
-        if (all)
-            why = w->secured ? "its CURVE handshake fails: this peer's swarm key is not the "
-                               "swarm's, or the endpoint's key is not on this peer's allowlist"
-                             : "its handshake fails (is it a swarmtrain peer?)";
-    }
+                         : secured_swarm;
+    else if (all)
+        why = w->secured ? "its CURVE handshake fails: this peer's swarm key is not the swarm's, "
+                           "or the endpoint's key is not on this peer's allowlist (or the swarm "
+                           "is not secured)"
+                         : secured_swarm;
     if (!why) return HANDSHAKE_PENDING;
+    double took = clock_now() - w->t0;
     if (w->auth_code)
-        status_set(err, STATUS_EDENIED, "%s: %s refused the handshake (ZAP %d): %s", HANDSHAKE_TOKEN,
-                   endpoint, w->auth_code, why);
+        status_set(err, STATUS_EDENIED, "%s: %s refused the handshake (ZAP %d, after %.2f s): %s",
+                   HANDSHAKE_TOKEN, endpoint, w->auth_code, took, why);
     else
-        status_set(err, STATUS_EDENIED, "%s: %s refused the handshake: %s", HANDSHAKE_TOKEN,
-                   endpoint, why);
+        status_set(err, STATUS_EDENIED, "%s: %s refused the handshake (after %.2f s): %s",
+                   HANDSHAKE_TOKEN, endpoint, took, why);
     return HANDSHAKE_REFUSED;
 }
 

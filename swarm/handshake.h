@@ -18,6 +18,8 @@
  *
  * The machine-readable token of a refusal is HANDSHAKE_TOKEN ("handshake-refused"): the
  * error text of a refusal starts with it, and the tools exit with HANDSHAKE_EXIT_REFUSED.
+ * The text also says how long the watch took to decide: "(after S s)" or "(ZAP N, after
+ * S s)", S counted from handshake_watch_new.
  * Not for: the server side's count of refusals (net.c), keys (auth.h). */
 #ifndef SWARMTRAIN_HANDSHAKE_H
 #define SWARMTRAIN_HANDSHAKE_H

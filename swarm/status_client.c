@@ -95,8 +95,8 @@ int status_client_fetch_auth(const char *endpoint, const auth_t *auth, int timeo
         }
         long wait = (long)((end - clock_now()) * 1000);
         if (wait <= 0 || zmq_poll(items, ns + nm, wait) < 0) {
-            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms",
-                            endpoint, timeout_ms);
+            rc = status_set(err, STATUS_ETIMEOUT, "no status answer from %s within %d ms", endpoint,
+                            timeout_ms);
             goto done;
         }
         for (int i = 0; i < ns; i++)
@@ -121,8 +121,7 @@ int status_client_fetch(const char *endpoint, int timeout_ms, char **json, char 
 }
 
 int status_client_fetch_many(const char *const *endpoints, const uint8_t (*ids)[32], int n,
-                             const auth_t *auth, int timeout_ms, char **jsons, int *rcs,
-                             char *err)
+                             const auth_t *auth, int timeout_ms, char **jsons, int *rcs, char *err)
 {
     int zero = 0, answered = 0, waiting = 0;
     for (int i = 0; i < n; i++) jsons[i] = NULL, rcs[i] = STATUS_ETIMEOUT;
@@ -146,7 +145,8 @@ int status_client_fetch_many(const char *const *endpoints, const uint8_t (*ids)[
             continue;
         }
         zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
-        if ((auth && auth_client(auth, d, ids ? ids[i] : NULL)) || zmq_connect(d, endpoints[i]) < 0) {
+        if ((auth && auth_client(auth, d, ids ? ids[i] : NULL)) ||
+            zmq_connect(d, endpoints[i]) < 0) {
             rcs[i] = STATUS_EINVAL; /* no key for it, or not an endpoint */
             zmq_close(d);
             continue;

@@ -427,9 +427,8 @@ static void test_plot_swarm(void **state)
     assert_non_null(strstr(j, "step 20 val_loss ")); /* the run's end */
     free(j);
     snprintf(svg, sizeof svg, "%s/swarm.svg", dir);
-    assert_int_equal(run("status --db %s/swarm/peer0.db --db %s/swarm/peer1.db --plot %s", dir,
-                         dir, svg),
-                     0);
+    assert_int_equal(
+        run("status --db %s/swarm/peer0.db --db %s/swarm/peer1.db --plot %s", dir, dir, svg), 0);
     char *t = read_text(svg);
     assert_non_null(t);
     const char *v = strstr(t, "validation loss (held-out data)");

@@ -499,9 +499,27 @@ static void test_judged(void **state)
     free(out);
 }
 
+/* Prints, for a failure of test_resume, what each peer of the cut run logged from the
+ * resumed run's start on (its log is appended to), and the resumed run's own output. */
+static void resume_dump(const char *resumed_out)
+{
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "cut/peer%d.log", i);
+        char *pl = slurp(name);
+        const char *r = pl ? strstr(pl, "resume: stage ") : NULL;
+        if (!r && pl) r = pl + (strlen(pl) > 3000 ? strlen(pl) - 3000 : 0);
+        printf("---- %s (from the resumed run's start)\n%.6000s\n", name, r ? r : "");
+        free(pl);
+    }
+    printf("---- resumed.log\n%s\n", resumed_out ? resumed_out : "");
+}
+
 /* A whole swarm stopped with Ctrl-C (SIGINT to `local` at a moment drawn from the clock's
  * seed) and started again with --resume continues from the newest step every stage has a
- * checkpoint of, and ends within 2% of the held-out loss of the same run uninterrupted. */
+ * checkpoint of, and ends within 2% of the held-out loss of the same run uninterrupted.
+ * The seed replays the drawn moment (ST_TEST_SEED=seed); where in a step the signal lands
+ * also depends on the machine's load. */
 static void test_resume(void **state)
 {
     (void)state;
@@ -515,16 +533,18 @@ static void test_resume(void **state)
     snprintf(args, sizeof args, "%s --quiet --dir %s/whole --data %s", common, dir,
              testutil_corpus());
     pid_t l = start("whole", args);
-    assert_int_equal(finish(l, 600), 0);
+    /* Ctrl-C once the run's progress line shows the drawn step, and a drawn moment later */
+    int target = 15 + rand() % 50;
+    double extra = (double)rand() / RAND_MAX;
+    printf("Ctrl-C at step %d + %.2f s (seed %u: ST_TEST_SEED=%u replays the moment)\n", target,
+           extra, seed, seed);
+    int rc = finish(l, 600);
+    if (rc != 0) fail_msg("the uninterrupted run exited %d (seed %u)", rc, seed);
     char *out = slurp("whole.log");
     double whole = value_after(out, "val_loss ");
     free(out);
     snprintf(args, sizeof args, "%s --dir %s/cut --data %s", common, dir, testutil_corpus());
     l = start("cut", args);
-    /* Ctrl-C once the run's progress line shows the drawn step, and a drawn moment later */
-    int target = 15 + rand() % 50;
-    double extra = (double)rand() / RAND_MAX;
-    printf("Ctrl-C at step %d + %.2f s (seed %u)\n", target, extra, seed);
     for (double end = clock_now() + 300; clock_now() < end;) {
         char *o = slurp("cut.log");
         const char *last = NULL, *q = o;
@@ -536,12 +556,12 @@ static void test_resume(void **state)
     }
     clock_sleep(extra);
     kill(l, SIGINT);
-    int rc = finish(l, 60);
+    rc = finish(l, 60);
     out = slurp("cut.log");
     if (rc != 130) {
         printf("%s", out ? out : "");
         free(out); /* fail_msg does not return */
-        fail_msg("the interrupted run exited %d", rc);
+        fail_msg("the interrupted run exited %d (seed %u)", rc, seed);
     }
     free(out);
     snprintf(args, sizeof args, "local --resume %s/cut --quiet", dir);
@@ -549,32 +569,66 @@ static void test_resume(void **state)
     rc = finish(l, 300);
     out = slurp("resumed.log");
     if (rc != 0) {
-        for (int i = 0; i < 4; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "cut/peer%d.log", i);
-            char *pl = slurp(name);
-            size_t n = pl ? strlen(pl) : 0;
-            printf("---- %s (end)\n%s\n", name, pl ? pl + (n > 3000 ? n - 3000 : 0) : "");
-            free(pl);
-        }
-        printf("%s", out ? out : "");
+        resume_dump(out);
         free(out); /* fail_msg does not return */
-        fail_msg("the resumed run failed (%d)", rc);
+        fail_msg("the resumed run failed (%d) (seed %u)", rc, seed);
     }
     double resumed = value_after(out, "val_loss ");
+    /* The swarm resumed at one step S, the newest every stage has a checkpoint of: in each
+     * stage a peer restored its own checkpoint of S. A mate whose store has none of S took
+     * the state of S from that peer instead ("state: downloaded"): the members of a pool
+     * leave a step apart when Ctrl-C lands between one applying step S's update (and
+     * writing S as its last checkpoint) and the other doing so; and a mate that has not
+     * decided yet when the other serves downloads from it (resume.c, state.c). Peer 0 is
+     * not always the one that restores. */
+    long long agreed = -1;
+    int restored[2] = {0, 0}, ok = 1;
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "cut/peer%d.log", i);
+        char *pl = slurp(name);
+        const char *r = pl ? strstr(pl, "resume: stage ") : NULL;
+        const char *own = r ? strstr(r, "resumed: stage ") : NULL;
+        const char *dl = r ? strstr(r, "state: downloaded stage ") : NULL;
+        int st = -1;
+        long long step = -1;
+        /* what it had and what it was told: "resume: stage S, N checkpoint(s) in DB at step
+         * A, B, C; ..." and, when the agreed step is not among them, "resume: agreed on ..." */
+        for (const char *q = r; q && (q = strstr(q, "resume: ")) && q < (dl ? dl : q + 1);
+             q++) {
+            const char *e = strchr(q, '\n');
+            printf("peer %d: %.*s\n", i, e ? (int)(e - q) : 200, q);
+        }
+        if (own && (!dl || own < dl) &&
+            sscanf(own, "resumed: stage %d from this peer's checkpoint of step %lld", &st,
+                   &step) == 2 && st >= 0 && st < 2) {
+            restored[st]++;
+            if (agreed >= 0 && step != agreed) ok = 0;
+            agreed = step;
+            printf("peer %d: stage %d from its own checkpoint of step %lld\n", i, st, step);
+        } else if (dl && sscanf(dl, "state: downloaded stage %d at step %lld", &st, &step) == 2) {
+            printf("peer %d: stage %d downloaded from a mate at step %lld\n", i, st, step);
+        } else {
+            printf("peer %d: neither its own checkpoint nor a mate's state\n", i);
+            ok = 0;
+        }
+        free(pl);
+    }
+    if (!ok || !restored[0] || !restored[1]) {
+        resume_dump(out);
+        free(out); /* fail_msg does not return */
+        fail_msg("the swarm did not resume from its checkpoints at one step (seed %u)", seed);
+    }
     free(out);
-    char *log = slurp("cut/peer0.log");
-    const char *r = log ? strstr(log, "resumed: stage 0 from this peer's checkpoint of step ") : NULL;
-    if (!r) fail_msg("peer 0 did not resume from its checkpoint:\n%s", log ? log : "");
-    long long step = -1;
-    assert_int_equal(sscanf(r, "resumed: stage 0 from this peer's checkpoint of step %lld", &step), 1);
-    printf("resumed at step %lld: val_loss %.4f; uninterrupted: %.4f (%+.2f%%)\n", step, resumed,
-           whole, 100 * (resumed / whole - 1));
-    free(log);
+    printf("resumed at step %lld: val_loss %.4f; uninterrupted: %.4f (%+.2f%%)\n", agreed,
+           resumed, whole, 100 * (resumed / whole - 1));
     /* the state each peer left with at Ctrl-C, or the newest periodic checkpoint when the
      * stages stopped a step apart: never older than the last multiple of 10 */
-    assert_true(step >= target / 10 * 10 && step <= target + 20);
-    assert_true(fabs(resumed / whole - 1) < 0.02);
+    if (!(agreed >= target / 10 * 10 && agreed <= target + 20))
+        fail_msg("resumed at step %lld, Ctrl-C was at step %d (seed %u)", agreed, target, seed);
+    if (!(fabs(resumed / whole - 1) < 0.02))
+        fail_msg("val_loss %.4f resumed against %.4f uninterrupted (seed %u)", resumed, whole,
+                 seed);
 }
 
 /* A preempted peer comes back with its disk: the only peer of stage 1 is killed, and the

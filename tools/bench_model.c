@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Best GFLOP/s of OpenBLAS's own threaded sgemm over shapes the model uses and one
  * large square product: the ceiling a model step could hope for on this machine. */
@@ -85,6 +86,87 @@ static double device_peak(kern_t *k, char *what, size_t n)
     return 0;
 }
 
+/* Where tools/ref_llama.py is: SWARMTRAIN_REF_LLAMA, else SWARMTRAIN_SOURCE/tools/, else
+ * two folders above this binary (a build tree: build/tools/swarmtrain), else the package's
+ * /usr/share/swarmtrain/. 0 when found. */
+static int find_ref_script(char *path, size_t n)
+{
+    const char *env = getenv("SWARMTRAIN_REF_LLAMA"), *src = getenv("SWARMTRAIN_SOURCE");
+    if (env && *env) {
+        snprintf(path, n, "%s", env);
+        return access(path, R_OK);
+    }
+    if (src && *src) {
+        int w = snprintf(path, n, "%s/tools/ref_llama.py", src);
+        if (w > 0 && (size_t)w < n && !access(path, R_OK)) return 0;
+    }
+    char exe[2048];
+    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (l > 0) {
+        exe[l] = 0;
+        for (int up = 0; up < 2; up++) {
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = 0;
+        }
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            int w = snprintf(path, n, "%s/tools/ref_llama.py", exe);
+            if (w > 0 && (size_t)w < n && !access(path, R_OK)) return 0;
+        }
+    }
+    snprintf(path, n, "/usr/share/swarmtrain/ref_llama.py");
+    return access(path, R_OK);
+}
+
+/* The speed reference measured in this command: the same model and threads in PyTorch
+ * (tools/ref_llama.py --bench, run by /usr/bin/python3 or SWARMTRAIN_PYTHON). Its tokens/s
+ * and torch's version, or 0 and why not. */
+static double torch_reference(const model_config_t *cfg, int threads, int steps, char *version,
+                              size_t vn, char *why, size_t n)
+{
+    const char *py = getenv("SWARMTRAIN_PYTHON");
+    if (!py || !*py) py = "/usr/bin/python3";
+    char script[2048], cmd[4096], line[512];
+    if (access(py, X_OK)) {
+        snprintf(why, n, "%s not found", py);
+        return 0;
+    }
+    if (find_ref_script(script, sizeof script) || strchr(script, '\'') || strchr(py, '\'')) {
+        snprintf(why, n, "tools/ref_llama.py not found (SWARMTRAIN_REF_LLAMA=PATH names it)");
+        return 0;
+    }
+    snprintf(cmd, sizeof cmd,
+             "'%s' '%s' --bench --dim %d --layers %d --heads %d --ffn %d --seq %d --batch %d "
+             "--vocab %d --norm-eps %g --rope-theta %g --threads %d --steps %d 2>&1",
+             py, script, cfg->dim, cfg->n_layers, cfg->n_heads, cfg->ffn, cfg->seq, cfg->batch,
+             cfg->vocab, (double)cfg->norm_eps, (double)cfg->rope_theta, threads, steps);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        snprintf(why, n, "cannot run %s", py);
+        return 0;
+    }
+    double tps = 0;
+    int no_torch = 0;
+    char ver[64] = "";
+    while (fgets(line, sizeof line, f)) {
+        double t;
+        if (sscanf(line, "ref_llama bench: tokens/s %lf torch %63s", &t, ver) == 2 && t > 0)
+            tps = t;
+        no_torch |= strstr(line, "torch not importable") != NULL;
+    }
+    int st = pclose(f);
+    if (tps > 0 && st == 0) {
+        snprintf(version, vn, "%s", ver);
+        return tps;
+    }
+    snprintf(why, n, "%s",
+             no_torch ? "torch is not importable by the python that runs it"
+                      : "the PyTorch reference failed");
+    return 0;
+}
+
 #define BENCH_MAX_SETS 32
 
 int bench_model(int argc, char **argv)
@@ -96,10 +178,11 @@ int bench_model(int argc, char **argv)
                                          {"stages", required_argument, 0, 's'},
                                          {"set", required_argument, 0, 'S'},
                                          {"peak-tflops", required_argument, 0, 'p'},
+                                         {"no-reference", no_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *config = "small", *device = "cpu", *sets[BENCH_MAX_SETS];
-    int threads = 2, steps = 8, stages = 0, nsets = 0, c;
+    int threads = 2, steps = 8, stages = 0, nsets = 0, c, reference = 1;
     double peak = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -137,14 +220,22 @@ int bench_model(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'R':
+            reference = 0;
+            break;
         case 'h':
             printf("usage: swarmtrain bench model [--config tiny|small|large] [--set key=value]... "
                    "[--threads 2] [--steps 8] [--stages 1] [--device cpu|cuda|ref|auto] "
-                   "[--peak-tflops X]\n"
+                   "[--peak-tflops X] [--no-reference]\n"
                    "  --set          overrides a field of the config (dim, layers, heads, ffn, "
                    "seq, batch, vocab, stages, norm_eps, rope_theta); repeatable\n"
                    "  --peak-tflops  the device's peak for model FLOP utilization (MFU); known "
-                   "for H100/H200 (TF32 or fp32 as the backend runs)\n");
+                   "for H100/H200 (TF32 or fp32 as the backend runs)\n"
+                   "  reference: on the CPU, the same model and threads in PyTorch, measured in "
+                   "this command (tools/ref_llama.py --bench by /usr/bin/python3, or "
+                   "SWARMTRAIN_PYTHON; the script: SWARMTRAIN_REF_LLAMA) when torch is "
+                   "importable, and this run's ratio to it; else no ratio. --no-reference: skip "
+                   "it\n");
             return 0;
         default:
             return 2;
@@ -270,10 +361,22 @@ int bench_model(int argc, char **argv)
     }
     printf("    %-10s %7.1f ms  %5.1f%%  (copies, zeroing, loss download)\n", "untimed",
            (fb - acc) * 1e3, 100 * (fb - acc) / fb);
-    if (!strcmp(config, "small") && !nsets && host)
-        printf("  reference (ANCHORS.md, PyTorch 1.13, same model, not measured here): ~1300-1430 "
-               "tok/s on 2 threads -> this run is %.2fx of 1300\n",
-               tps / 1300.0);
+    /* A ratio only against a reference measured in this command on this machine: a figure
+     * from another CPU (ANCHORS.md's) says nothing about this one. */
+    if (!reference) {
+        printf("  reference        none (--no-reference): no ratio\n");
+    } else if (!host) {
+        printf("  reference        none: the PyTorch reference runs on the CPU: no ratio\n");
+    } else {
+        char why[256] = "", ver[64] = "";
+        double ref = torch_reference(&cfg, threads, steps, ver, sizeof ver, why, sizeof why);
+        if (ref > 0)
+            printf("  reference        %.0f tok/s: PyTorch %s, same model, %d threads, measured "
+                   "now (tools/ref_llama.py --bench) -> this run is %.2fx of it\n",
+                   ref, ver, threads, tps / ref);
+        else
+            printf("  reference        none measured here (%s): no ratio\n", why);
+    }
     int rc = 0;
 #ifdef SWARMTRAIN_HAVE_CUDA
     const char *cerr = strncmp(kern_name(k), "cuda:", 5) ? NULL : kern_cuda_last_error(k);

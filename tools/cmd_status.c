@@ -127,7 +127,8 @@ static void peer_wire_row(void *ctx, const json_obj_t *o)
     json_text(w->f, w->addr);
     fprintf(w->f, ",\"kind\":");
     json_text(w->f, json_get(o, "kind"));
-    fprintf(w->f, ",\"in\":%lld,\"out\":%lld}", atoll(json_get(o, "in")), atoll(json_get(o, "out")));
+    fprintf(w->f, ",\"in\":%lld,\"out\":%lld}", atoll(json_get(o, "in")),
+            atoll(json_get(o, "out")));
     *w->first = 0;
 }
 
@@ -151,8 +152,8 @@ static char *with_peer_wire(const char *json, const auth_t *auth, int timeout_ms
     if (!answers || !rcs || !eps) goto done;
     for (int i = 0; i < m->n; i++) eps[i] = m->addr[i];
     char err[STATUS_ERR_LEN] = "";
-    if (status_client_fetch_many(eps, (const uint8_t(*)[32])m->key, m->n, auth, timeout_ms,
-                                 answers, rcs, err) < 0)
+    if (status_client_fetch_many(eps, (const uint8_t(*)[32])m->key, m->n, auth, timeout_ms, answers,
+                                 rcs, err) < 0)
         goto done;
     FILE *f = open_memstream(&out, &olen);
     if (!f) goto done;
@@ -226,7 +227,8 @@ static int show_peer_wire(const char *json)
         return -1;
     }
     printf("wire by peer (MB in/out, since each started, as each peer counts it; headers "
-           "included):\n  %-16s", "id");
+           "included):\n  %-16s",
+           "id");
     for (int k = 0; k < WIRE_KINDS; k++) printf(" %17s", transport_wire_name(k));
     printf(" %17s\n", "total");
     for (int i = 0; i < t->n; i++) {

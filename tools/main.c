@@ -2,6 +2,7 @@
 #include "common/log.h"
 #include "kernels/kernels.h"
 #include "tools/cmd.h"
+#include "st_version.h" /* written at build time (tools/version.cmake) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +29,8 @@ static const subcommand_t subcommands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: swarmtrain <command> [options]   (swarmtrain <command> --help)\n\ncommands:\n");
+    fprintf(f, "usage: swarmtrain <command> [options]   (swarmtrain <command> --help)\n"
+               "       swarmtrain --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].help);
 }
@@ -68,6 +69,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version")) {
+        printf("swarmtrain %s (git %s)\n", ST_VERSION, ST_GIT_COMMIT);
         return 0;
     }
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)

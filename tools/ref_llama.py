@@ -14,6 +14,12 @@ LlamaForCausalLM.from_pretrained and compares its logits and greedy output the s
 Not part of the build or the tests (it needs numpy and safetensors from pip):
   python3 tools/ref_llama.py --bin build/tools/swarmtrain --model DIR --prompt 'And God'
 Exit status 0 when logits agree within --tol (default 1e-4) and the texts are equal.
+
+--bench: the speed reference of `swarmtrain bench model`, which runs it in the same
+command: the same model (sizes given as options) written in PyTorch, trained on random
+tokens with AdamW on the CPU with --threads threads (ANCHORS.md's reference); prints
+"ref_llama bench: tokens/s X torch VERSION threads N steps S". Exit 3 when torch is not
+importable.
 """
 import argparse
 import json
@@ -22,8 +28,11 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-from safetensors.numpy import load_file
+try:  # the export check needs both; --bench needs only torch
+    import numpy as np
+    from safetensors.numpy import load_file
+except ImportError:
+    np = load_file = None
 
 
 def rms_norm(x, w, eps):
@@ -86,7 +95,92 @@ def text(ids):
     return bytes(i if i < 256 else ord("?") for i in ids).decode("latin-1")
 
 
+def bench(a):
+    """Training-step tokens/s of the model in PyTorch on the CPU: forward, backward, AdamW."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        print("ref_llama bench: torch not importable", file=sys.stderr)
+        return 3
+    import time
+    torch.manual_seed(0)
+    torch.set_num_threads(a.threads)
+    D, L, H, FF, T, B, V = a.dim, a.layers, a.heads, a.ffn, a.seq, a.batch, a.vocab
+    hd = D // H
+
+    def mat(*shape):
+        return torch.nn.Parameter(torch.randn(*shape) * 0.02)
+
+    def ones(n):
+        return torch.nn.Parameter(torch.ones(n))
+
+    emb, head, norm = mat(V, D), mat(V, D), ones(D)
+    blocks = [dict(n1=ones(D), wqkv=mat(3 * D, D), wo=mat(D, D), n2=ones(D),
+                   w13=mat(2 * FF, D), w2=mat(D, FF)) for _ in range(L)]
+    inv = 1.0 / (a.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
+    fr = torch.outer(torch.arange(T).float(), inv)
+    cos, sin = torch.cat([fr.cos()] * 2, -1), torch.cat([fr.sin()] * 2, -1)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + a.norm_eps) * w
+
+    def rot(x):
+        h = x.shape[-1] // 2
+        return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+    def attend(q, k, v):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        s = q @ k.transpose(-1, -2) / hd ** 0.5 + mask
+        return s.softmax(-1) @ v
+
+    def loss_of(tok, tgt):
+        x = emb[tok]
+        for b in blocks:
+            q, k, v = (rms(x, b["n1"]) @ b["wqkv"].T).split(D, -1)
+            q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
+            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+            x = x + attend(q, k, v).transpose(1, 2).reshape(B, T, D) @ b["wo"].T
+            g, u = (rms(x, b["n2"]) @ b["w13"].T).chunk(2, -1)
+            x = x + (F.silu(g) * u) @ b["w2"].T
+        return F.cross_entropy((rms(x, norm) @ head.T).view(-1, V), tgt.view(-1))
+
+    decay = [emb, head] + [b[n] for b in blocks for n in ("wqkv", "wo", "w13", "w2")]
+    other = [norm] + [b[n] for b in blocks for n in ("n1", "n2")]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    tok = torch.randint(0, V, (B, T))
+    tgt = torch.randint(0, V, (B, T))
+    for s in range(-2, a.steps):  # two untimed warm-up steps, as bench model
+        if s == 0:
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_of(tok, tgt).backward()
+        opt.step()
+    dt = time.perf_counter() - t0
+    print(f"ref_llama bench: tokens/s {B * T * a.steps / dt:.1f} torch {torch.__version__} "
+          f"threads {a.threads} steps {a.steps}")
+    return 0
+
+
 def main():
+    if "--bench" in sys.argv[1:]:
+        bp = argparse.ArgumentParser(description="the PyTorch speed reference of bench model")
+        bp.add_argument("--bench", action="store_true")
+        for name, default in (("dim", 256), ("layers", 8), ("heads", 4), ("ffn", 688),
+                              ("seq", 256), ("batch", 8), ("vocab", 256), ("threads", 2),
+                              ("steps", 8)):
+            bp.add_argument("--" + name, type=int, default=default)
+        bp.add_argument("--norm-eps", type=float, default=1e-5)
+        bp.add_argument("--rope-theta", type=float, default=10000.0)
+        return bench(bp.parse_args())
+    if np is None:
+        print("ref_llama: numpy and safetensors are needed (pip install numpy safetensors)",
+              file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True, help="the swarmtrain binary")
     ap.add_argument("--model", required=True, help="an export directory")

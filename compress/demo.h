@@ -25,7 +25,7 @@
  * (~2-3% of a sign k=4 message of a 256x256 matrix) buy: senders weighted by how much momentum
  * they hold in the mean (a replica with a tiny D cannot flip a coefficient the others
  * agree on with large D), and decoded coefficients on the scale of the real ones, so
- * the same aggregate works when the update rule is not sign(Q) (peer/demo_opt.h, rms). One
+ * the same aggregate works when the update rule is not sign(Q) (model/demo_opt.h, rms). One
  * bit cannot say zero: in a v1 message an exactly-zero value decodes as +scale; in a body
  * it gets a sign drawn from the step's seed (so a tile with no momentum, such as unused
  * embedding rows, sends no fixed direction); the scale is 0 when the whole tensor's
@@ -57,7 +57,7 @@
  * Two wire forms of the same selection: the self-describing v1 message above (one per
  * tensor, 32 header bytes each), and the version-2 BODY (below): the same entries with no
  * header, indices in ceil(log2(tile size)) bits, the sign scale as a bf16, meant to be
- * concatenated into one stage message (peer/demo_opt.h) whose single header and tensor
+ * concatenated into one stage message (model/demo_opt.h) whose single header and tensor
  * table supply everything a body leaves out. On the tiny model (39 tensors, 234 k
  * params) v1 headers alone were 0.006 bytes/param/step; v2 spends 32 bytes per stage.
  * Bodies have a second index mode, shared indices (below): no index bits and no scale
@@ -110,10 +110,10 @@ typedef struct {
     demo_vfmt_t vfmt;   /* value format */
     float beta;         /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
-    int update;         /* peer/demo_opt.h: DEMO_UPDATE_* */
+    int update;         /* model/demo_opt.h: DEMO_UPDATE_* */
 } demo_cfg_t;
 
-/* How a replica turns the pool's aggregated direction Q into a step (peer/demo_opt.h). */
+/* How a replica turns the pool's aggregated direction Q into a step (model/demo_opt.h). */
 enum {
     DEMO_UPDATE_SIGN = 0,    /* p -= lr * sign(Q) */
     DEMO_UPDATE_RMS = 1,     /* p -= lr * Q / rms(Q), rms over each tensor */
@@ -198,7 +198,7 @@ int demo_msg_parse(const uint8_t *buf, size_t len, demo_msg_info_t *info, char *
 int demo_msg_unpack(const uint8_t *buf, size_t len, demo_msg_info_t *info, uint16_t *idx,
                     float *val, size_t cap, char *err) __attribute__((warn_unused_result));
 
-/* --- version-2 bodies: one tensor's part of a stage message (peer/demo_opt.h) -------
+/* --- version-2 bodies: one tensor's part of a stage message (model/demo_opt.h) -------
  *
  * A body is what a v1 message carries minus its 32-byte header, bit-packed
  * (docs/codec-format.md, "DeMo stage messages"): sign scale (sign only, bf16), then
@@ -250,7 +250,7 @@ void demo_topk(uint16_t *idx, const float *x, int n, int k, uint64_t *keys);
  *
  * In DEMO_IDX_SHARED mode every replica transmits the SAME coefficients of each tile: kt
  * of its tn drawn uniformly without replacement, ascending, from a seed all replicas
- * derive alike (peer/demo_opt.c: the step and the tensor's place in the stage), so no
+ * derive alike (model/demo_opt.c: the step and the tensor's place in the stage), so no
  * index travels and a body is one value per entry (sign: +-1, no scale). Tile t of `tiles`
  * uses its own stream, rng_seed(rng_mix(seed, t)) (common/rng.h), and Floyd's algorithm:
  * for j = tn-kt .. tn-1, x = (next >> 32) * (j+1) >> 32; mark x, or j if x is marked;

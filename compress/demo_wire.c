@@ -1,7 +1,7 @@
 /* demo_wire.c — the octets of a DeMo stage message's frame: header, checksum, table
  * fingerprint, padding (demo_wire.h, docs/codec-format.md 4). Readers check the length
  * before every read.
- * Not for: the bodies (demo.c) or what a stage does with a message (peer/demo_opt.c). */
+ * Not for: the bodies (demo.c) or what a stage does with a message (model/demo_opt.c). */
 #include "compress/demo_wire.h"
 #include "common/le.h"
 #include "common/status.h"

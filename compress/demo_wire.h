@@ -15,12 +15,12 @@
  *   28      4     crc u32: CRC-32C of octets 0..27 and 32..end
  *   32      ...   the bodies (compress/demo.h), back to back, zero bits to the last octet
  *
- * The bodies and their lengths follow from a stage's tensor table (peer/demo_opt.c), so
+ * The bodies and their lengths follow from a stage's tensor table (model/demo_opt.c), so
  * this file checks what the header alone can: the caller checks chunk, k's range, the
  * tensor count, the table, the step and the length against its own stage, in that order,
  * then the checksum and the padding here.
  *
- * Not for: the bodies (demo.h), the tensor table (peer/stage.h), applying messages.
+ * Not for: the bodies (demo.h), the tensor table (model/stage.h), applying messages.
  */
 #ifndef SWARMTRAIN_DEMO_WIRE_H
 #define SWARMTRAIN_DEMO_WIRE_H

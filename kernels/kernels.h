@@ -165,7 +165,7 @@ void kern_adamw(kern_t *k, float *p, const float *g, float *m, float *v, size_t 
 /* --- compression: the DeMo transform and blockwise quantization ----------------
  * The math of kernels/dct.h, compress/demo.h and compress/codec.h's int8/int4 codecs,
  * here so that a device backend compresses where its tensors live and only what goes
- * on the wire crosses PCIe (peer/demo_opt.c, peer/stage.c). compress/ keeps the
+ * on the wire crosses PCIe (model/demo_opt.c, model/stage.c). compress/ keeps the
  * formats, checks and aggregation on the host; these ops only compute.
  * Exactness: "ref" and "cpu" are bit-identical to kernels/dct.c's dct_forward and
  * dct_inverse, to demo_topk's selection, to the removal step of demo_extract, to

@@ -5,9 +5,9 @@
 #ifndef SWARMTRAIN_HELD_H
 #define SWARMTRAIN_HELD_H
 
-#include "peer/data.h"
-#include "peer/demo_opt.h"
-#include "peer/stage.h"
+#include "model/data.h"
+#include "model/demo_opt.h"
+#include "model/stage.h"
 #include "swarm/wiring.h"
 
 #include <stdint.h>

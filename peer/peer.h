@@ -20,7 +20,7 @@
 #ifndef SWARMTRAIN_PEER_H
 #define SWARMTRAIN_PEER_H
 
-#include "peer/train.h"
+#include "model/train.h"
 #include "swarm/transport.h"
 
 #include <signal.h>

@@ -2,7 +2,7 @@
 #include "peer/peer_store.h"
 #include "common/log.h"
 #include "common/rng.h"
-#include "peer/stage_ckpt.h"
+#include "model/stage_ckpt.h"
 
 #include <inttypes.h>
 #include <math.h>

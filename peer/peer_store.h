@@ -9,9 +9,9 @@
 #ifndef SWARMTRAIN_PEER_STORE_H
 #define SWARMTRAIN_PEER_STORE_H
 
-#include "peer/demo_opt.h"
-#include "peer/stage.h"
-#include "peer/train.h"
+#include "model/demo_opt.h"
+#include "model/stage.h"
+#include "model/train.h"
 #include "store/store.h"
 
 typedef struct peer_store peer_store_t;
@@ -33,7 +33,7 @@ void peer_store_bind(peer_store_t *ps, int stage, const train_options_t *run, in
 
 /* sync != 0: every due checkpoint is written at once on the caller's thread
  * (store_ckpt_save), whether or not the writer would take one now. A checkpoint then
- * depends only on the steps, not on the writer's timing: the simulator (peer/simrun.c)
+ * depends only on the steps, not on the writer's timing: the simulator (sim/simrun.c)
  * uses it so that a schedule replays exactly. Default 0 (the background writer). */
 void peer_store_set_sync(peer_store_t *ps, int sync);
 

@@ -1,7 +1,7 @@
 /* run.c — peer_run: one peer driven by the ZeroMQ network thread (swarm/net.c) on the
  * machine's monotonic clock. The peer itself is the state machine of peer.c; this file
  * only delivers its events, calls its step and waits for the network when it is idle.
- * Not for: the simulator, which drives peers on a virtual clock (peer/simrun.c). */
+ * Not for: the simulator, which drives peers on a virtual clock (sim/simrun.c). */
 #include "common/clock.h"
 #include "peer/peer_impl.h"
 #include "swarm/auth.h"

@@ -6,7 +6,7 @@
  * Not for: the bitmaps and the message store themselves (swarm/pool.c). */
 #include "common/log.h"
 #include "common/rng.h"
-#include "peer/optim.h"
+#include "model/optim.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>

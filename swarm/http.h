@@ -2,7 +2,7 @@
  * cache (resumed with Range requests after an interruption, checked against a SHA-256,
  * renamed into place only once verified), a manifest of shards assembled into one corpus,
  * and a bootstrap list of peer endpoints. Formats: docs/http-data.md.
- * Not for: the peer-to-peer wire (ZeroMQ, swarm/net.h) or reading the corpus (peer/data.h).
+ * Not for: the peer-to-peer wire (ZeroMQ, swarm/net.h) or reading the corpus (model/data.h).
  *
  * Checksums are SHA-256 (libsodium's crypto_hash_sha256), written as 64 lowercase hex
  * digits, so that `sha256sum FILE` on any machine gives the value a manifest or a

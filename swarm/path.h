@@ -3,7 +3,7 @@
  * mask leaves in, in increasing order; bit s of the mask set means stage s is skipped.
  *
  * The training schedule is a pure function of (run seed, step, microbatch index, M, S,
- * skip ratio), so that the single-process baseline (peer/train.c), the source of a
+ * skip ratio), so that the single-process baseline (model/train.c), the source of a
  * microbatch (stage 0) and every pool that must know which microbatches of a step it
  * will see compute the same paths without a word on the wire. It is balanced: over the
  * M microbatches of a step every middle stage is skipped round(ratio * (S-2) * M) / (S-2)
@@ -56,7 +56,7 @@ uint32_t path_expected(uint64_t seed, int64_t step, int M, int S, double ratio, 
 #define PATH_SWAP_END 2
 #define PATH_HOPS_MAX (PATH_STAGES_MAX + 2)
 
-/* What a hop runs of its stage (the values of peer/stage.h's STAGE_PART_*). */
+/* What a hop runs of its stage (the values of model/stage.h's STAGE_PART_*). */
 enum { PATH_PART_ALL, PATH_PART_EMBED, PATH_PART_BLOCKS, PATH_PART_HEAD };
 
 typedef struct {

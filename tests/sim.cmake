@@ -1,6 +1,6 @@
 # tests/sim.cmake — `swarmtrain sim` schedules in CI (label sim): real peers on the
 # simulated network, every fault drawn from the seed, invariants after every event
-# (peer/simrun.h). More than 2,000 schedules over seed ranges split into entries that
+# (sim/simrun.h). More than 2,000 schedules over seed ranges split into entries that
 # ctest can run side by side; each prints `sim: N schedules, F failed` and fails when
 # F > 0, with the failing seeds and their replay command in its output. The long soak
 # is one command (README.md, "Simulator").
@@ -36,7 +36,7 @@ set_tests_properties(sim_replay PROPERTIES LABELS sim TIMEOUT 300
   ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE;OMP_NUM_THREADS=1")
 
 # SkipPipe paths (issue 13): middle stages skipped per the run's schedule; every pool must
-# count exactly the microbatches whose path visits it (peer/simrun.c checks it).
+# count exactly the microbatches whose path visits it (sim/simrun.c checks it).
 st_add_sim(skip_4x2   --faults mild  --peers 8  --stages 4 --skip 0.5  --first-seed 1 --seeds 150)
 st_add_sim(skip_3x2   --faults none  --peers 6  --stages 3 --skip 0.25 --first-seed 1 --seeds 100)
 # Moves (issue 12): an unbalanced start (4 peers on stage 0, 1 on stage 1) that the peers
@@ -63,7 +63,7 @@ st_add_sim(stage_2x2  --faults stage --peers 4 --stages 2 --steps 12 --first-see
 # steps), all crash at a drawn step, and come back with --resume after a drawn pause, with
 # a drawn store fault (a disk lost, a stage's newest checkpoint torn, a stage's disks
 # lost); they must agree on the newest step every stage has a checkpoint of (the driver
-# reads the files), go on from exactly it, and finish (peer/simrun.h).
+# reads the files), go on from exactly it, and finish (sim/simrun.h).
 st_add_sim(restart_3x2 --faults restart --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 100)
 st_add_sim(restart_2x2 --faults restart --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 100)
 # ... and a restart schedule replays exactly, stores and all (the same trace hash twice).

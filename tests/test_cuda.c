@@ -45,9 +45,9 @@ int main(void)
 #include "common/status.h"
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/kernels.h"
-#include "peer/config.h"
-#include "peer/optim.h"
-#include "peer/stage.h"
+#include "model/config.h"
+#include "model/optim.h"
+#include "model/stage.h"
 #include "testutil.h"
 
 static kern_t *gk;    /* the backend under test ("cuda" unless SWARMTRAIN_TEST_BACKEND) */
@@ -484,7 +484,7 @@ static void test_adamw(void **state)
 
 /* --- a whole stage: forward, backward and AdamW against the "cpu" backend ---------------
  *
- * The `small` preset (peer/config.c: dim 256, 8 layers, 4 heads, ffn 688, seq 256,
+ * The `small` preset (model/config.c: dim 256, 8 layers, 4 heads, ffn 688, seq 256,
  * batch 8, vocab 256) is built from one seed as one stage and as both halves of a
  * 2-stage split, on the backend under test and on the oracle, and both are fed the same
  * tokens, targets, stage input x_in and output gradient dy. Compared: the loss, the

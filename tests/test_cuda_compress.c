@@ -1,7 +1,7 @@
 /* test_cuda_compress.c — compression on the device: the "cuda" backend's compression ops
  * (kernels.h: tile DCT, top-k, scatter, apply_sign, quantize, dequantize) against "ref",
  * and the device paths built on them against the host paths: DeMo steps of a cuda-backed
- * stage (peer/demo_opt.c keeps D on the device) against a cpu-backed one, and the
+ * stage (model/demo_opt.c keeps D on the device) against a cpu-backed one, and the
  * stage boundary's messages (stage_wire_*) against codec_encode / codec_decode.
  *
  * Skips (exit 77) when the build has no CUDA or no usable device is found, saying why.
@@ -42,8 +42,8 @@
 #include "compress/demo.h"
 #include "kernels/dct.h"
 #include "kernels/kern_impl.h" /* a host backend posing as a device (main) */
-#include "peer/demo_opt.h"
-#include "peer/stage.h"
+#include "model/demo_opt.h"
+#include "model/stage.h"
 #include "testutil.h"
 #ifdef SWARMTRAIN_HAVE_CUDA
 #include "kernels/cuda/kern_cuda.h"

@@ -10,10 +10,10 @@
 #include <cmocka.h>
 
 #include "common/status.h"
-#include "peer/assemble.h"
-#include "peer/hf_model.h"
-#include "peer/safetensors.h"
-#include "peer/stage_ckpt.h"
+#include "model/assemble.h"
+#include "model/hf_model.h"
+#include "model/safetensors.h"
+#include "model/stage_ckpt.h"
 #include "store/store.h"
 #include "testutil.h"
 

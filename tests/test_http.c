@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/status.h"
-#include "peer/train.h"
+#include "model/train.h"
 #include "swarm/http.h"
 #include "testutil.h"
 

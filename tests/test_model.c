@@ -9,9 +9,9 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "compress/codec.h"
-#include "peer/data.h"
-#include "peer/model.h"
-#include "peer/train.h"
+#include "model/data.h"
+#include "model/model.h"
+#include "model/train.h"
 #include "swarm/path.h"
 #include "testutil.h"
 

@@ -18,10 +18,10 @@
 #include "common/status.h"
 #include "compress/demo_wire.h"
 #include "kernels/kernels.h"
-#include "peer/config.h"
+#include "model/config.h"
 #include "peer/peer_impl.h"
-#include "peer/stage.h"
-#include "peer/train.h"
+#include "model/stage.h"
+#include "model/train.h"
 #include "swarm/msg.h"
 
 #include <math.h>

@@ -10,10 +10,10 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "common/rng.h"
-#include "peer/data.h"
-#include "peer/demo_opt.h"
-#include "peer/model.h"
-#include "peer/train.h"
+#include "model/data.h"
+#include "model/demo_opt.h"
+#include "model/model.h"
+#include "model/train.h"
 #include "testutil.h"
 
 #include <math.h>

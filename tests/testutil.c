@@ -1,7 +1,7 @@
 /* testutil.c — small helpers shared by the cmocka suites. */
 #include "testutil.h"
 #include "common/rng.h"
-#include "peer/data.h"
+#include "model/data.h"
 
 #include <math.h>
 #include <stdio.h>

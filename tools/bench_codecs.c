@@ -14,9 +14,9 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "compress/demo.h"
-#include "peer/data.h"
-#include "peer/demo_opt.h"
-#include "peer/model.h"
+#include "model/data.h"
+#include "model/demo_opt.h"
+#include "model/model.h"
 
 #include <getopt.h>
 #include <math.h>

@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "compress/demo.h"
-#include "peer/train.h"
+#include "model/train.h"
 #include "tools/run_opts.h"
 
 #include <getopt.h>

@@ -12,7 +12,7 @@
  * What it reads: the runs' own records, not their log wording. Validation losses during a
  * run are the "val_loss" events in the stores (train --db; every peer's --db); the final
  * validation loss of every run is measured here, the same way for all: the model is
- * assembled from the stores' last checkpoints (peer/assemble.h) and run on the same
+ * assembled from the stores' last checkpoints (model/assemble.h) and run on the same
  * held-out batches in f32 (no codec, no skipping). Kills, joins and rebuilt stages are
  * counted from the stores (a peer store without a "left" event was killed; "recovered_stage"
  * events). Only the swarm's wire bytes by kind come from `local`'s summary line (no store
@@ -29,10 +29,10 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "peer/assemble.h"
-#include "peer/config.h"
-#include "peer/data.h"
-#include "peer/model.h"
+#include "model/assemble.h"
+#include "model/config.h"
+#include "model/data.h"
+#include "model/model.h"
 #include "store/store.h"
 #include "swarm/transport.h"
 #include "tools/plot.h"

@@ -6,7 +6,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/status.h"
-#include "peer/model.h"
+#include "model/model.h"
 #include "tools/cmd.h"
 #ifdef SWARMTRAIN_HAVE_CUDA
 #include "kernels/cuda/kern_cuda.h"

@@ -11,9 +11,9 @@
  * first two ratios; what they cost shows in the whole model's loss.
  * Not for: the swarm's wall-clock under failures (tools/bench_checkfree.sh). */
 #include "common/status.h"
-#include "peer/data.h"
-#include "peer/model.h"
-#include "peer/train.h"
+#include "model/data.h"
+#include "model/model.h"
+#include "model/train.h"
 #include "swarm/path.h"
 #include "tools/cmd.h"
 

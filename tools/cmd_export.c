@@ -1,12 +1,12 @@
 /* cmd_export.c — `swarmtrain export`: a whole model from stage checkpoints in stores,
  * written as model.safetensors + config.json in the Hugging Face LLaMA layout.
- * Not for: the format (peer/safetensors.c), the names (peer/hf_model.c) or finding the
- * checkpoints (peer/assemble.c). */
+ * Not for: the format (model/safetensors.c), the names (model/hf_model.c) or finding the
+ * checkpoints (model/assemble.c). */
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "peer/assemble.h"
-#include "peer/hf_model.h"
-#include "peer/safetensors.h"
+#include "model/assemble.h"
+#include "model/hf_model.h"
+#include "model/safetensors.h"
 #include "tools/cmd.h"
 
 #include <getopt.h>

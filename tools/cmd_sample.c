@@ -7,8 +7,8 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "peer/assemble.h"
-#include "peer/hf_model.h"
+#include "model/assemble.h"
+#include "model/hf_model.h"
 #include "swarm/path.h"
 #include "tools/cmd.h"
 

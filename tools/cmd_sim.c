@@ -1,13 +1,13 @@
 /* cmd_sim.c — `swarmtrain sim`: runs N fault schedules of real peers on the simulated
- * network (peer/simrun.h), seeds X, X+1, ...; prints a line per failed schedule (and its
+ * network (sim/simrun.h), seeds X, X+1, ...; prints a line per failed schedule (and its
  * last events on stderr) and ends with exactly one line `sim: N schedules, F failed`.
  * `--seed X` replays one schedule exactly; with --trace it prints every event.
- * Not for: the simulator (swarm/sim.c) or the invariants (peer/simrun.c). */
+ * Not for: the simulator (swarm/sim.c) or the invariants (sim/simrun.c). */
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "peer/simrun.h"
-#include "peer/train.h"
+#include "sim/simrun.h"
+#include "model/train.h"
 #include "tools/cmd.h"
 
 #include <getopt.h>

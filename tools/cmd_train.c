@@ -1,5 +1,5 @@
 /* cmd_train.c — `swarmtrain train`: single-process training, the baseline.
- * Not for: the loop itself (peer/train.c). */
+ * Not for: the loop itself (model/train.c). */
 #include "common/status.h"
 #include "tools/cmd.h"
 #include "tools/run_opts.h"

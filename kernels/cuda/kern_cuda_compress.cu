@@ -1,7 +1,7 @@
 /* kern_cuda_compress.cu — the compression ops of the "cuda" backend (kernels.h: tile DCT,
  * per-tile top-k, scatter, apply_sign, blockwise int8/int4 quantize and dequantize), so
  * that DeMo and the activation codecs run where the tensors live and only what goes on
- * the wire crosses PCIe (peer/demo_opt.c, peer/stage.c).
+ * the wire crosses PCIe (model/demo_opt.c, model/stage.c).
  *
  * Numerics, against "ref" (which is bit-identical to kernels/dct.c and compress/):
  * - DCT: every output is the same sum in the same ascending order as dct.c, but each

@@ -1,4 +1,4 @@
-/* fuzz_demo_opt.c — fuzz target: the DeMo stage message "STDX" (peer/demo_opt.c,
+/* fuzz_demo_opt.c — fuzz target: the DeMo stage message "STDX" (model/demo_opt.c,
  * docs/codec-format.md "DeMo stage messages"), as a pool member receives it: the frame,
  * then every tensor's body against this stage's tensor table (demo_opt_check), then the
  * update (demo_opt_apply).
@@ -15,9 +15,9 @@
 
 #include "common/status.h"
 #include "kernels/kernels.h"
-#include "peer/demo_opt.h"
-#include "peer/model.h"
-#include "peer/optim.h"
+#include "model/demo_opt.h"
+#include "model/model.h"
+#include "model/optim.h"
 
 #include <math.h>
 #include <string.h>

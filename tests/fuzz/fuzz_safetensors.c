@@ -1,5 +1,5 @@
 /* fuzz_safetensors.c — fuzz target: safetensors files as `--init` reads them
- * (peer/safetensors.c): the length prefix, the JSON header, dtypes, shapes, offsets and
+ * (model/safetensors.c): the length prefix, the JSON header, dtypes, shapes, offsets and
  * the coverage rule.
  *
  * Input: the file's bytes (written to a memory file that safetensors_open reads).
@@ -7,12 +7,12 @@
  * of shape x dtype size bytes, found again by name; float tensors convert; a file of F32
  * tensors written back (safetensors_write) reads back to the same names, shapes and bytes.
  *
- * Not for: what the tensors mean (peer/hf_model.c). */
+ * Not for: what the tensors mean (model/hf_model.c). */
 #define _GNU_SOURCE
 #include "fuzz.h"
 
 #include "common/status.h"
-#include "peer/safetensors.h"
+#include "model/safetensors.h"
 
 #include <string.h>
 #include <sys/mman.h>

@@ -1,5 +1,5 @@
 /* fuzz_stage.c — fuzz target: activations and gradients as a serving peer takes them off
- * the wire (stage_wire_decode, peer/stage.c) and computes with them: FWD into the last
+ * the wire (stage_wire_decode, model/stage.c) and computes with them: FWD into the last
  * stage of a small two-stage model (forward with the loss, backward), BWD into the first
  * stage (backward from the decoded dL/dy).
  *
@@ -17,8 +17,8 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "kernels/kernels.h"
-#include "peer/model.h"
-#include "peer/stage.h"
+#include "model/model.h"
+#include "model/stage.h"
 
 #include <math.h>
 #include <string.h>
@@ -123,7 +123,7 @@ void fuzz_seeds(fuzz_emit_fn emit, void *ctx)
         }
         free(buf);
     }
-    /* the largest values a boundary tensor may hold (peer/stage.c, WIRE_MAX_ABS) */
+    /* the largest values a boundary tensor may hold (model/stage.c, WIRE_MAX_ABS) */
     int64_t shape[3] = {1, (int64_t)bt, 16};
     size_t n = bt * 16, cap = codec_encoded_size(CODEC_F32, NULL, shape, 3), w = 0;
     float *x = malloc(n * sizeof *x);

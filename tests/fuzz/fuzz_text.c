@@ -1,6 +1,6 @@
 /* fuzz_text.c — fuzz target: the run description a joiner receives in WELCOME
- * (train_options_from_text, peer/train.c) and the model config text inside it
- * (config_from_text, peer/config.c).
+ * (train_options_from_text, model/train.c) and the model config text inside it
+ * (config_from_text, model/config.c).
  *
  * Input: the text (cut at the first NUL, as the peer's C string is).
  * Invariants: an accepted run text describes a valid model (config_validate) with finite
@@ -13,8 +13,8 @@
 
 #include "common/status.h"
 #include "compress/codec.h"
-#include "peer/config.h"
-#include "peer/train.h"
+#include "model/config.h"
+#include "model/train.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * names, model.safetensors and config.json, written and read.
  *
  * The mapping is one to one, with no transposition or permutation, because the stage's
- * conventions are already those of the HF code (kernels.h, peer/stage.c):
+ * conventions are already those of the HF code (kernels.h, model/stage.c):
  * - linear weights are (out, in), y = x W^T, like torch.nn.Linear;
  * - RoPE rotates halves (x[i], x[i + HS/2]) with frequency theta^(-2i/HS), which is HF's
  *   rotate_half, so q and k rows keep their order (no permute() as for Meta checkpoints);
@@ -22,7 +22,7 @@
 #ifndef SWARMTRAIN_HF_MODEL_H
 #define SWARMTRAIN_HF_MODEL_H
 
-#include "peer/model.h"
+#include "model/model.h"
 
 #include <stddef.h>
 #include <stdint.h>

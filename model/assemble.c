@@ -1,7 +1,7 @@
 /* assemble.c — a whole model from the newest stage checkpoints of several stores. */
-#include "peer/assemble.h"
+#include "model/assemble.h"
 #include "common/status.h"
-#include "peer/stage_ckpt.h"
+#include "model/stage_ckpt.h"
 #include "store/store.h"
 
 #include <inttypes.h>

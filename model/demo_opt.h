@@ -39,8 +39,8 @@
 
 #include "compress/demo.h"
 #include "compress/demo_wire.h"
-#include "peer/optim.h"
-#include "peer/stage.h"
+#include "model/optim.h"
+#include "model/stage.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* safetensors.c — the safetensors format: a writer of float32/bfloat16 tensors and a
  * strict reader (its own small JSON parser for the header; nothing from the file is
  * trusted before it is checked against the file's size). */
-#include "peer/safetensors.h"
+#include "model/safetensors.h"
 #include "common/le.h"
 #include "common/status.h"
 

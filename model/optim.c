@@ -1,5 +1,5 @@
 /* optim.c — learning-rate schedule and AdamW over a stage's tensor table. */
-#include "peer/optim.h"
+#include "model/optim.h"
 
 #include <math.h>
 

@@ -4,8 +4,8 @@
 #ifndef SWARMTRAIN_MODEL_H
 #define SWARMTRAIN_MODEL_H
 
-#include "peer/optim.h"
-#include "peer/stage.h"
+#include "model/optim.h"
+#include "model/stage.h"
 
 typedef struct model model_t;
 

@@ -8,7 +8,7 @@
  * where demo_body_pack writes the same bodies, and only sign(Q) goes back (2 bits per
  * parameter) after the HOST aggregation (demo_body_add / demo_body_finish), which must
  * stay bit-identical on every replica of a pool, whatever its backend. */
-#include "peer/demo_opt.h"
+#include "model/demo_opt.h"
 #include "common/status.h"
 #include "common/rng.h"
 #include "kernels/dct.h"

@@ -3,7 +3,7 @@
 #ifndef SWARMTRAIN_OPTIM_H
 #define SWARMTRAIN_OPTIM_H
 
-#include "peer/stage.h"
+#include "model/stage.h"
 
 typedef enum { OPTIM_SCHEDULE_CONSTANT = 0, OPTIM_SCHEDULE_COSINE = 1 } optim_schedule_t;
 

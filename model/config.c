@@ -1,5 +1,5 @@
 /* config.c — model presets, overrides, validation, canonical text and hash. */
-#include "peer/config.h"
+#include "model/config.h"
 #include "common/rng.h"
 #include "common/status.h"
 

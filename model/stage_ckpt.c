@@ -1,5 +1,5 @@
 /* stage_ckpt.c — a stage's training state in and out of checkpoint blobs. */
-#include "peer/stage_ckpt.h"
+#include "model/stage_ckpt.h"
 #include "common/status.h"
 
 #include <inttypes.h>

@@ -3,17 +3,17 @@
  * all-reduce) or DeMo stage messages, an optional codec on every stage boundary, and
  * background checkpoints to a store with exact resume.
  * Not for: argument parsing (tools/cmd_train.c) or the network. */
-#include "peer/train.h"
+#include "model/train.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "compress/codec.h"
-#include "peer/data.h"
-#include "peer/demo_opt.h"
-#include "peer/hf_model.h"
-#include "peer/model.h"
-#include "peer/stage_ckpt.h"
+#include "model/data.h"
+#include "model/demo_opt.h"
+#include "model/hf_model.h"
+#include "model/model.h"
+#include "model/stage_ckpt.h"
 #include "store/store.h"
 #include "swarm/path.h"
 

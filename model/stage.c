@@ -1,7 +1,7 @@
 /* stage.c — a pipeline stage: tensor table, initialization, forward and backward.
  * The passes read like the model: each line is one op of kernels.h.
  * Not for: optimizers (optim.c) or anything that crosses a process boundary. */
-#include "peer/stage.h"
+#include "model/stage.h"
 #include "common/clock.h"
 #include "common/le.h"
 #include "common/rng.h"

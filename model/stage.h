@@ -20,7 +20,7 @@
 #define SWARMTRAIN_STAGE_H
 
 #include "kernels/kernels.h"
-#include "peer/config.h"
+#include "model/config.h"
 
 #include <stddef.h>
 #include <stdint.h>

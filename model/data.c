@@ -1,5 +1,5 @@
 /* data.c — byte corpus, deterministic sampling and the held-out tail. */
-#include "peer/data.h"
+#include "model/data.h"
 #include "common/rng.h"
 #include "common/status.h"
 

@@ -1,7 +1,7 @@
 /* model.c — S stages chained in one process. With a codec on the boundaries and no tap,
  * the hand-over is what peers do on the wire: stage_wire_encode_* on one stage,
  * stage_wire_decode on the next (on a device, int8/int4 never leave it but as payloads). */
-#include "peer/model.h"
+#include "model/model.h"
 #include "common/status.h"
 #include "compress/codec.h"
 #include "swarm/path.h"

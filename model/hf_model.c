@@ -1,8 +1,8 @@
 /* hf_model.c — our tensors under their Hugging Face LLaMA names, in and out of
  * model.safetensors, and config.json. */
-#include "peer/hf_model.h"
+#include "model/hf_model.h"
 #include "common/status.h"
-#include "peer/safetensors.h"
+#include "model/safetensors.h"
 
 #include <errno.h>
 #include <inttypes.h>

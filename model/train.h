@@ -6,8 +6,8 @@
 #define SWARMTRAIN_TRAIN_H
 
 #include "compress/demo.h"
-#include "peer/config.h"
-#include "peer/optim.h"
+#include "model/config.h"
+#include "model/optim.h"
 
 #include <stdint.h>
 #include <stdio.h>

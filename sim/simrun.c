@@ -1,7 +1,7 @@
 /* simrun.c — real peers on the simulated network, with the invariants of simrun.h
  * checked after every event. The peers are driven exactly as peer_run drives one on the
  * ZeroMQ thread: events in, peer_step, wake_at. */
-#include "peer/simrun.h"
+#include "sim/simrun.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "peer/peer.h"

@@ -8,8 +8,8 @@
 #ifndef SWARMTRAIN_STAGE_CKPT_H
 #define SWARMTRAIN_STAGE_CKPT_H
 
-#include "peer/demo_opt.h"
-#include "peer/stage.h"
+#include "model/demo_opt.h"
+#include "model/stage.h"
 #include "store/store.h"
 
 /* Adds st's parameters and AdamW state (a device backend's buffers are downloaded).

@@ -13,7 +13,7 @@
 #ifndef SWARMTRAIN_ASSEMBLE_H
 #define SWARMTRAIN_ASSEMBLE_H
 
-#include "peer/model.h"
+#include "model/model.h"
 
 #include <stdint.h>
 

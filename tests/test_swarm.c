@@ -765,12 +765,12 @@ static void test_status_json(void **state)
     assert_non_null(strstr(json, "{\"stage\":0,\"peers\":1,"));
     assert_non_null(strstr(json, "{\"stage\":1,\"peers\":2,"));
     assert_int_equal(count(json, "\"state\":\"serving\""), 3);
-    /* the answering peer's own traffic, by kind: gossip at least, both ways */
+    /* the answering peer's own traffic, by kind: gossip at least (membership), both ways */
     assert_non_null(strstr(json, "\"wire\":[{\"kind\":\"activations\",\"in\":"));
-    const char *ctl = strstr(json, "{\"kind\":\"control\",\"in\":");
-    assert_non_null(ctl);
-    assert_true(atoll(ctl + strlen("{\"kind\":\"control\",\"in\":")) > 0);
-    assert_true(json_num(ctl, "\"out\":") > 0);
+    const char *memb = strstr(json, "{\"kind\":\"membership\",\"in\":");
+    assert_non_null(memb);
+    assert_true(atoll(memb + strlen("{\"kind\":\"membership\",\"in\":")) > 0);
+    assert_true(json_num(memb, "\"out\":") > 0);
     /* every member's traffic by kind, as each member answered for itself */
     const char *pw = strstr(json, "\"peer_wire\":[");
     assert_non_null(pw);
@@ -779,9 +779,9 @@ static void test_status_json(void **state)
         snprintf(row, sizeof row, "{\"peer\":\"%s\",", ids[i]);
         const char *r = strstr(pw, row);
         if (!r) fail_msg("no wire counts of peer %s:\n%s", ids[i], pw);
-        const char *c = strstr(r, "\"kind\":\"control\",\"in\":");
+        const char *c = strstr(r, "\"kind\":\"membership\",\"in\":");
         assert_non_null(c);
-        assert_true(atoll(c + strlen("\"kind\":\"control\",\"in\":")) > 0);
+        assert_true(atoll(c + strlen("\"kind\":\"membership\",\"in\":")) > 0);
     }
     assert_int_equal(count(pw, "\"kind\":\"exchange\""), 3);
     free(json);
@@ -1010,7 +1010,7 @@ static void test_wire_by_kind(void **state)
     printf("%.*s\n", (int)strcspn(line, "\n"), line);
     double act = value_after(line, "activations "), grad = value_after(line, "gradients "),
            exch = value_after(line, "exchange "), ctl = value_after(line, "control "),
-           total = value_after(line, "total ");
+           memb = value_after(line, "membership "), total = value_after(line, "total ");
     int64_t shape[3] = {B, T, C};
     codec_params_t cp = {0};
     double enc = (double)codec_encoded_size(CODEC_INT8, &cp, shape, 3);
@@ -1025,7 +1025,8 @@ static void test_wire_by_kind(void **state)
     assert_true(grad >= 0.99 * want_grad && grad <= 1.2 * want_grad);
     assert_true(exch > 0);
     assert_true(ctl > 0);
-    double sum = act + grad + exch + value_after(line, "state ") + ctl;
+    assert_true(memb > 0); /* gossip, HELLO, WELCOME, LEAVE: a kind of its own */
+    double sum = act + grad + exch + value_after(line, "state ") + ctl + memb;
     assert_true(total >= sum - 0.5 && total <= sum + 0.5);
     assert_true(value_after(out, "wire ") == total); /* the done line says the same total */
     /* every peer logged its own counts, sent and received */

@@ -934,8 +934,8 @@ static void on_deliver(sim_t *s, smsg_t *m)
     const void *data[SMSG_FRAMES];
     for (int i = 0; i < m->nframes; i++) data[i] = m->frame[i];
     n->delivering = m->corrupt[0] ? m->corrupt : NULL;
-    int nin = 0;
-    for (const item_t *it = n->in_head; it; it = it->next) nin++;
+    int nin = 0; /* a corrupted message: the inbox's length, to see whether it was queued */
+    for (const item_t *it = n->delivering ? n->in_head : NULL; it; it = it->next) nin++;
     int rc = dispatch_on_frames(n->core, src->id, MSG_ID_LEN, 0, NULL, m->nframes, data, m->len,
                                 s->now, err);
     n->delivering = NULL;

@@ -904,6 +904,27 @@ static void test_local_pause(void **state)
     free(sum);
 }
 
+/* A stage that nobody can rebuild (issue 24): 3 peers, 3 stages, every peer of stage 1
+ * SIGKILLed from outside at a drawn moment; its neighbouring pools have one member each,
+ * so none may move. local says so and stops within ~30 s of the loss, exit 3, and its
+ * summary.json names the stage. */
+static void test_local_orphan_stage(void **state)
+{
+    (void)state;
+    char sub[128], args[1024];
+    snprintf(sub, sizeof sub, "%s/orphan", dir);
+    snprintf(args, sizeof args,
+             "local --peers 3 --stages 3 --layers 6 --steps 300 --threads 1 --kill-stage 1:random "
+             "--fault-seed 1 --quiet --dir %s --data %s",
+             sub, testutil_corpus());
+    pid_t p = start("orphan", args);
+    assert_int_equal(finish(p, 300), 3);
+    char *sum = slurp("orphan/summary.json");
+    assert_non_null(sum);
+    assert_int_equal(json_num(sum, "\"orphan_stage\":"), 1);
+    free(sum);
+}
+
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
 static void test_garbage_rejected(void **state)
 {
@@ -1054,6 +1075,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_local_start_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_kill_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_pause, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_orphan_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_preset_swarm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revive_from_checkpoint, setup, teardown),

@@ -1011,6 +1011,7 @@ static int local_main(int argc, char **argv, int user0)
     int npm = 0;
 
     int joined = 0, start_failed = 0;
+    double orphan_since = -1; /* a stage nobody can rebuild, since */
     static view_t last_view;
     int have_last_view = 0;
     long long last_step = -1;
@@ -1119,6 +1120,42 @@ static int local_main(int argc, char **argv, int user0)
                         ch[i].stage = v.port_stage[k];
             int all_held = v.pools >= S;
             for (int s = 0; s < S && all_held; s++) all_held = v.peers_per[s] > 0;
+            /* A stage with no peer whose neighbouring pools have one member each: no member
+             * may move to rebuild it (recover.c), and no joiner comes unless local starts
+             * one (a churn restart due, --join-at). After 30 s of that the run cannot end:
+             * say which stage and how to go on, and stop. */
+            int orphan = -1;
+            for (int s = 0; s < S && s < v.pools; s++) {
+                int spare = (s > 0 && v.peers_per[s - 1] >= 2) ||
+                            (s + 1 < S && v.peers_per[s + 1] >= 2);
+                if (v.peers_per[s] == 0 && !spare) orphan = s;
+            }
+            int joiner_due = nrestart > 0 || (lo.join_step >= 0 && !joined);
+            if (orphan < 0 || joiner_due || v.step0 >= run.steps) {
+                orphan_since = -1;
+            } else if (orphan_since < 0) {
+                orphan_since = now;
+            } else if (now - orphan_since > 30.0) {
+                printf("local: stage %d has no peer, and no neighbouring pool can spare one to "
+                       "rebuild it: it waits for a joiner, which local does not start; "
+                       "stopping the peers\n",
+                       orphan);
+                stop_all(ch, n);
+                printf("local: go on with: swarmtrain local --resume %s (or join a peer to stage "
+                       "%d)\n",
+                       lo.dir, orphan);
+                fflush(stdout);
+                char op[1200];
+                snprintf(op, sizeof op, "%s/summary.json", lo.dir);
+                FILE *of = fopen(op, "w");
+                if (of) {
+                    fprintf(of, "{\"val_loss\":null,\"orphan_stage\":%d,\"step\":%lld}\n",
+                            orphan, v.step0);
+                    fclose(of);
+                }
+                free(ch);
+                return 3;
+            }
             if (all_held && v.step0 < run.steps - 1) { /* while it trains, not as it leaves */
                 last_view = v;
                 have_last_view = 1;

@@ -745,9 +745,7 @@ int net_send(net_t *n, const uint8_t dest[MSG_ID_LEN], msg_t *m, int nframes,
     m->swarm = n->c_swarm;
     memcpy(m->sender, n->id, MSG_ID_LEN);
     if (msg_signed(m->type)) { /* a signed control message from the peer: its own counter */
-        struct timeval tv;
-        gettimeofday(&tv, NULL);
-        uint64_t us = (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+        uint64_t us = wall_us();
         n->c_ctl_seq = us > n->c_ctl_seq ? us : n->c_ctl_seq + 1;
         m->seq = n->c_ctl_seq;
     }

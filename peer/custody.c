@@ -209,6 +209,13 @@ void custody_on_nack(peer_t *p, const msg_t *m)
  * re-sent by stage 1 and, at the same moment, by stage 0 (whose gradient had not come
  * back either): two members counted it, the pool left one's exchange message out and
  * lost its other microbatches (sim mild 3x2 seed 1140). */
+double custody_settle_time(const peer_t *p)
+{
+    if (p->cust.fb_rtt.n == 0) return p->po.custody_s;
+    double t = 1.5 * rtt_rto(&p->cust.fb_rtt);
+    return t < p->po.custody_s ? t : p->po.custody_s;
+}
+
 double custody_time(const peer_t *p, const mbrec_t *r)
 {
     int later = p->S - 1 - p->stage, span = p->S - 1;

@@ -4,9 +4,10 @@
 #include <math.h>
 #include <string.h>
 
-void follow_init(follow_t *f)
+void follow_init(follow_t *f, double gossip_s)
 {
     memset(f, 0, sizeof *f);
+    f->gossip_s = gossip_s;
     f->gather = timeout_make("follow.gather", 1.0);
     f->at_step = -1;
 }
@@ -61,7 +62,7 @@ void follow_pace(follow_t *f, double step_s, int follower, int at_head)
 int64_t follow_join_margin(const follow_t *f)
 {
     double sps = f->pace > 0 ? f->pace : 1.0;
-    double steps = ceil(3.0 / sps);
+    double steps = ceil((f->gossip_s + 1.0) / sps);
     return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
 }
 
@@ -80,7 +81,7 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
             *named = 1;
             return want;
         }
-    } else if (serving_from == step && f->followed && now - f->named_at < FOLLOW_GOSSIP_S) {
+    } else if (serving_from == step && f->followed && now - f->named_at < f->gossip_s) {
         /* about to contribute, but its mates may not have heard from when: a mate that
          * applies without this member's message while it applies with it would hold
          * other parameters */

@@ -21,11 +21,15 @@
 #include <stdint.h>
 
 #define FOLLOW_PACE_KEEP  8    /* a follower's timed steps at the pool's head kept */
-#define FOLLOW_GOSSIP_S   1.0  /* a named first step is gossiped at least this long first */
 #define FOLLOW_STALL_S    10.0 /* no update this long while the pool is ahead: re-sync */
 #define FOLLOW_GATHER_MAX 2    /* asks for every message of a step, a second apart */
 
 typedef struct {
+    double gossip_s;     /* a named first step is gossiped this long before it is taken: the
+                          * failure timeout, by which every live mate has heard the member
+                          * (a mate that has not takes it for dead). 1 s was too short: a
+                          * link stalled 0.8 s, a mate sourced the step without it, and the
+                          * two both started a microbatch (sim heavy 4x2 seed 20056) */
     double pace;         /* the pool's seconds per step as seen here: a contributor's EMA of
                           * its own steps, a follower's median of pace_s; 0: unknown */
     double pace_s[FOLLOW_PACE_KEEP]; /* a follower's last timed steps at the pool's head */
@@ -44,7 +48,7 @@ typedef struct {
     int gather_n;
 } follow_t;
 
-void follow_init(follow_t *f);
+void follow_init(follow_t *f, double gossip_s);
 /* Serving begins at now (the state in place): a mover's pace counts as one sample. */
 void follow_begin(follow_t *f, double now);
 /* The member leaves its stage; contributed: it was contributing (its pace is the pool's). */
@@ -55,13 +59,14 @@ void follow_downloaded(follow_t *f);
 /* A step applied that took step_s (< 0: unknown); follower: it does not contribute yet;
  * at_head: the pool is at most a step ahead (a replayed step is no pace). */
 void follow_pace(follow_t *f, double step_s, int follower, int at_head);
-/* Steps a newcomer follows before it contributes: 3 s of pool steps, 2 to 1000. */
+/* Steps a newcomer follows before it contributes: gossip_s + 1 s of pool steps, 2 to
+ * 1000. */
 int64_t follow_join_margin(const follow_t *f);
 /* After a step applied (step is the new one): the first step it contributes from, given
  * its current one (serving_from) and the pool's head. A follower that has followed enough
  * steps (3 with a mover's pace, else 4) with 3 paces timed names head + margin (when
  * earlier than its current one; *named: 1); one about to contribute whose naming is newer
- * than FOLLOW_GOSSIP_S names again further on (the pool ran faster than its pace). */
+ * than gossip_s names again further on (the pool ran faster than its pace). */
 int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
                     int *named);
 

@@ -124,7 +124,8 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->contrib.redo_step = -1;
     rebal_init(&p->rebal);
     join_state_init(&p->join);
-    follow_init(&p->follow);
+    follow_init(&p->follow, po->peer_timeout_s);
+    source_init(&p->source);
     p->trans.snap.step = -1;
     p->held.nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
@@ -158,6 +159,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
                              "left) at step %" PRId64,
                              peer_idhex(p->view.m[i].id, h), p->view.m[i].stage, p->step);
     }
+    source_on_view(&p->source, p->view.m, p->view.n, ev->members, ev->nmembers, p->now);
     if (guard_any(&p->guard)) { /* expelled members stay out of the view (guard.c) */
         msg_member_t *v = malloc((size_t)(ev->nmembers ? ev->nmembers : 1) * sizeof *v);
         if (!v) return STATUS_ENOMEM;

@@ -31,6 +31,7 @@
 #include "peer/stats.h"
 #include "peer/transfer.h"
 #include "peer/resume.h"
+#include "peer/source.h"
 #include "peer/val.h"
 #include "model/stage.h"
 #include "swarm/path.h"
@@ -72,6 +73,7 @@ struct peer {
     int S, stage, M, BT, C;
     view_t view;
     serve_queue_t queue; /* FWD and BWD waiting for compute (queue.h) */
+    source_t source;     /* stage 0: who starts which microbatch; owners gone (source.h) */
     custody_t cust; /* the microbatch records it holds, custody of what it sent (custody.h) */
     /* the pool's step */
     contrib_t contrib; /* this member's side of it (contrib.h) */
@@ -171,6 +173,10 @@ void custody_tick(peer_t *p);
 void custody_on_gradient(peer_t *p, const msg_t *m);
 /* How long a forward waits for its gradient (custody_s, adapted to measured round trips). */
 double custody_time(const peer_t *p, const mbrec_t *r);
+/* How long what a member sent downstream may take to be served and counted there, its
+ * count to reach the pool: 1.5 x the round trips this peer's forwards took (srtt + 4
+ * rttvar), at most custody_s; custody_s before any is known (source.h). */
+double custody_settle_time(const peer_t *p);
 
 /* serve.c */
 int serve_one(peer_t *p, int *did);

@@ -588,11 +588,14 @@ int serve_source(peer_t *p)
         if (custody_in_flight(p, 0) >= p->po.in_flight) return me == 0 ? val_round_tick(p) : 0;
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
+        double settle = custody_settle_time(p);
         for (int i = 0; i < p->M; i++) {
-            /* microbatch i of this step belongs to one owner; when an owner dies only its
-             * microbatches pass on (rendezvous hashing), so no two start the same one */
-            if (view_rendezvous(own, n, rng_mix((uint64_t)p->step, (uint64_t)i)) != me ||
-                pool_bit(p->contrib.ubuf, i))
+            /* microbatch i of this step belongs to one owner; when an owner is gone only
+             * its microbatches pass on, once what it sent had time to be counted
+             * (source.h), so no two start the same one */
+            if (pool_bit(p->contrib.ubuf, i) ||
+                source_owner(&p->source, own, n, me, rng_mix((uint64_t)p->step, (uint64_t)i),
+                             p->step, p->now, settle) != SOURCE_MINE)
                 continue;
             msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
             if (custody_find(p, &mb, 0)) continue;

@@ -110,6 +110,10 @@ struct drv {
     double lose_delay, lose_at;
     int rebuilt;         /* the lost stage served again */
     int lose_spare;      /* some other pool had a member to spare when the stage was lost */
+    int also_gone;       /* 1 + another stage left with no serving peer alive before the
+                          * lost one served again: two stages' state gone, beyond what
+                          * rebuilding from neighbours promises (a crash the mover's pool
+                          * had not noticed yet when the mover left it) */
     /* rebalancing */
     int *placed; /* [node] stage of the first peers (--placement), -1: in turn */
     double next_move_at;
@@ -858,6 +862,12 @@ static int d_check(void *ctx, double now, char *err)
             if (!d->lose_spare) sim_note(d->sim, "lose  no other pool has a member to spare");
         }
     }
+    for (int t = 0; d->lose == 2 && !d->rebuilt && !d->also_gone && t < d->S; t++)
+        if (t != d->lose_stage && serving_in(d, t, -1) == 0) {
+            d->also_gone = 1 + t;
+            sim_note(d->sim, "lose  stage %d has no serving peer either: two stages' state is "
+                             "gone", t);
+        }
     if (d->lose == 2 && !d->rebuilt && serving_in(d, d->lose_stage, -1) > 0) {
         d->rebuilt = 1;
         sim_note(d->sim, "stage %d serves again", d->lose_stage);
@@ -1132,7 +1142,7 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     char e2[STATUS_ERR_LEN] = "";
     int r = sim_run(d->sim, o->budget_s > 0 ? o->budget_s : 600, e2);
     if (r == 1 && !d->failed) {
-        if (d->lose)
+        if (d->lose && !d->also_gone)
             failf(d, "liveness: stage %d was lost at step %lld and the swarm %s within %.0f "
                      "virtual seconds (step %lld applied, %d peers finished)",
                   d->lose_stage, (long long)d->lose_step,
@@ -1148,10 +1158,10 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
         failf(d, "%s", e2);
     }
     /* without a whole stage lost for good (heavy; or "stage" with no pool to spare a
-     * member for it: its run may end unvalidated, as it may never end), the run must end
-     * validated */
+     * member for it, or a second stage gone before the first was rebuilt: its run may end
+     * unvalidated, as it may never end), the run must end validated */
     if (r == 0 && !d->failed && !isfinite(d->val_loss) &&
-        !(d->stage_gone && (!d->lose || !d->lose_spare)))
+        !(d->stage_gone && (!d->lose || !d->lose_spare || d->also_gone)))
         failf(d, "the run finished without a held-out loss");
     res->failed = d->failed;
     snprintf(res->why, sizeof res->why, "%s", d->why);

@@ -73,14 +73,19 @@ int view_owners(view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LE
     return k;
 }
 
+uint64_t view_rendezvous_weight(const uint8_t id[MSG_ID_LEN], uint64_t key)
+{
+    uint64_t v;
+    memcpy(&v, id, sizeof v);
+    return rng_mix(v, key);
+}
+
 int view_rendezvous(const msg_member_t *own, int n, uint64_t key)
 {
     int best = -1;
     uint64_t best_h = 0;
     for (int i = 0; i < n; i++) {
-        uint64_t id;
-        memcpy(&id, own[i].id, sizeof id);
-        uint64_t h = rng_mix(id, key);
+        uint64_t h = view_rendezvous_weight(own[i].id, key);
         if (best < 0 || h > best_h) best = i, best_h = h;
     }
     return best;

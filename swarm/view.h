@@ -37,6 +37,8 @@ int view_owners(view_t *v, int stage, int64_t step, const uint8_t self[MSG_ID_LE
 /* Which of own[0, n) owns `key` (rendezvous hashing: the highest hash of (member, key)
  * wins). When a member leaves, only the keys it owned move; -1 when n is 0. */
 int view_rendezvous(const msg_member_t *own, int n, uint64_t key);
+/* The weight of (member id, key) in that hashing. */
+uint64_t view_rendezvous_weight(const uint8_t id[MSG_ID_LEN], uint64_t key);
 
 /* The stage a newcomer should take among S: the one with the least serving throughput
  * (then the fewest members), not counting self. */

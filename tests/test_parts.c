@@ -6,7 +6,9 @@
 #include "peer/guard.h"
 #include "peer/join.h"
 #include "peer/rebal.h"
+#include "peer/source.h"
 #include "peer/val.h"
+#include "swarm/view.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -272,15 +274,15 @@ static void test_val_rounds(void **state)
 }
 
 /* The join margin (sim, rebal_no-thrash): a follower names its first contributing step
- * head + 3 s of pool steps, from the median of its paces timed at the pool's head (one
+ * head + gossip_s + 1 s of pool steps (here 3 s), from the median of its paces timed at the pool's head (one
  * step timed at ~0 s after a stall does not make the margin 1000 steps), after 4 steps
  * followed (3 with a mover's pace) and 3 paces; named again further on when the pool ran
- * faster than the pace and the naming is younger than FOLLOW_GOSSIP_S. */
+ * faster than the pace and the naming is younger than gossip_s. */
 static void test_follow_join_margin(void **state)
 {
     (void)state;
     follow_t f;
-    follow_init(&f);
+    follow_init(&f, 2.0);
     assert_int_equal(follow_join_margin(&f), 3); /* no pace: 1 s a step */
     follow_begin(&f, 0.0);
     int named;
@@ -310,10 +312,10 @@ static void test_follow_join_margin(void **state)
     assert_int_equal(again, 44 + 30);
     /* ... not once the naming is old enough */
     h = f;
-    assert_int_equal(follow_name(&h, 44, 44, 44, 13.0 + FOLLOW_GOSSIP_S + 0.1, &named), 44);
+    assert_int_equal(follow_name(&h, 44, 44, 44, 13.0 + f.gossip_s + 0.1, &named), 44);
     /* a contributor's pace is an EMA of its own steps */
     follow_t c;
-    follow_init(&c);
+    follow_init(&c, 2.0);
     follow_pace(&c, 1.0, 0, 1);
     follow_pace(&c, 2.0, 0, 1);
     assert_true(fabs(c.pace - 1.2) < 1e-9);
@@ -333,7 +335,7 @@ static void test_follow_gather(void **state)
 {
     (void)state;
     follow_t f;
-    follow_init(&f);
+    follow_init(&f, 2.0);
     double T = 3.0;
     assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 100.0), 0); /* alone from now */
     assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 102.9), 0);
@@ -344,14 +346,14 @@ static void test_follow_gather(void **state)
     assert_int_equal(follow_alone(&f, 0, 7, 7, 1, T, 106.1), FOLLOW_TAKE_OVER);
     /* not the first: waits; behind a mate: re-syncs */
     follow_t g;
-    follow_init(&g);
+    follow_init(&g, 2.0);
     follow_alone(&g, 0, 7, 7, 0, T, 0.0);
     for (double t = 3.5; t < 20; t += 1.0)
         assert_false(follow_alone(&g, 0, 7, 7, 0, T, t) & (FOLLOW_TAKE_OVER | FOLLOW_RESYNC));
     assert_true(follow_alone(&g, 0, 7, 9, 0, T, 20.0) & FOLLOW_RESYNC);
     /* a contributor again: nothing, and the wait starts anew */
     follow_t h;
-    follow_init(&h);
+    follow_init(&h, 2.0);
     follow_alone(&h, 0, 7, 7, 1, T, 0.0);
     assert_int_equal(follow_alone(&h, 1, 7, 7, 1, T, 5.0), 0);
     assert_int_equal(follow_alone(&h, 0, 7, 7, 1, T, 6.5), 0);
@@ -364,13 +366,13 @@ static void test_follow_behind(void **state)
 {
     (void)state;
     follow_t f;
-    follow_init(&f);
+    follow_init(&f, 2.0);
     assert_int_equal(follow_behind(&f, 0, 5, 7, 8, 0.0), 1); /* 7 > 8 - 2 */
     assert_int_equal(follow_behind(&f, 0, 6, 3, 8, 1.0), 0);
     assert_int_equal(follow_behind(&f, 0, 6, 3, 8, 1.0 + FOLLOW_STALL_S + 0.1), 1);
     assert_int_equal(follow_behind(&f, 0, 6, 1, 8, 30.0), 0); /* one behind: fine */
     follow_t c;
-    follow_init(&c);
+    follow_init(&c, 2.0);
     assert_int_equal(follow_behind(&c, 1, 9, 2, 8, 0.0), 0);
     assert_int_equal(follow_behind(&c, 1, 9, 2, 8, FOLLOW_STALL_S + 0.1), 1);
     assert_int_equal(follow_behind(&c, 1, 10, 2, 8, FOLLOW_STALL_S + 0.2), 0); /* moved on */
@@ -402,6 +404,55 @@ static void test_join_start(void **state)
     assert_int_equal(join_may_start(&k, 2, 0, 1, 2, 100.0), 0);
 }
 
+/* Stage 0's sourcing (sim heavy 4x2 seed 20081): an owner that stops with LEAVE mid-step
+ * may have forwards still being served downstream; its microbatches wait `settle` after
+ * it left the view before a live owner starts them again, and then move only to the owner
+ * rendezvous hashing gives them. One that comes back is forgotten at once. */
+static void test_source_gone_owner(void **state)
+{
+    (void)state;
+    msg_member_t m[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        id_of(m[i].id, i + 1);
+        m[i].stage = 0;
+        m[i].state = MEMBER_SERVING;
+    }
+    source_t s;
+    source_init(&s);
+    /* which keys member 2 (index 1) owns among all three */
+    int owned_by_gone = -1;
+    for (uint64_t k = 0; k < 64 && owned_by_gone < 0; k++)
+        if (view_rendezvous(m, 3, k) == 1) owned_by_gone = (int)k;
+    assert_true(owned_by_gone >= 0);
+    uint64_t key = (uint64_t)owned_by_gone;
+    msg_member_t live[2] = {m[0], m[2]};
+    int heir = view_rendezvous(live, 2, key);
+    source_on_view(&s, m, 3, live, 2, 10.0); /* member 2 leaves at t=10 */
+    assert_int_equal(s.n, 1);
+    assert_int_equal(source_owner(&s, live, 2, heir, key, 5, 10.5, 2.0), SOURCE_WAIT);
+    assert_int_equal(source_owner(&s, live, 2, 1 - heir, key, 5, 10.5, 2.0), SOURCE_WAIT);
+    /* keys it did not own are not held up */
+    for (uint64_t k = 0; k < 64; k++)
+        if (view_rendezvous(m, 3, k) != 1)
+            assert_int_equal(source_owner(&s, live, 2, 0, k, 5, 10.5, 2.0),
+                             view_rendezvous(live, 2, k) == 0 ? SOURCE_MINE : SOURCE_OTHER);
+    /* a step it never contributed to is not held up */
+    s.gone[0].from = 9;
+    assert_int_equal(source_owner(&s, live, 2, heir, key, 5, 10.5, 2.0), SOURCE_MINE);
+    s.gone[0].from = 0;
+    /* settled: the heir starts it, the other does not; the entry is gone */
+    assert_int_equal(source_owner(&s, live, 2, heir, key, 5, 12.0, 2.0), SOURCE_MINE);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(source_owner(&s, live, 2, 1 - heir, key, 5, 12.0, 2.0), SOURCE_OTHER);
+    /* back in the view before settling: forgotten; members of other stages never noted */
+    source_on_view(&s, m, 3, live, 2, 20.0);
+    source_on_view(&s, live, 2, m, 3, 20.1);
+    assert_int_equal(s.n, 0);
+    m[1].stage = 1;
+    source_on_view(&s, m, 3, live, 2, 21.0);
+    assert_int_equal(s.n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -416,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_follow_gather),
         cmocka_unit_test(test_follow_behind),
         cmocka_unit_test(test_join_start),
+        cmocka_unit_test(test_source_gone_owner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

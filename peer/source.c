@@ -1,0 +1,60 @@
+/* source.c — stage 0's sourcing part: see source.h. */
+#include "peer/source.h"
+
+#include "swarm/view.h"
+
+#include <string.h>
+
+void source_init(source_t *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+static int find(const msg_member_t *m, int n, const uint8_t *id)
+{
+    for (int i = 0; i < n; i++)
+        if (!memcmp(m[i].id, id, MSG_ID_LEN)) return i;
+    return -1;
+}
+
+static void forget(source_t *s, int i)
+{
+    s->gone[i] = s->gone[--s->n];
+}
+
+void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_member_t *now,
+                    int nnow, double t)
+{
+    for (int i = s->n - 1; i >= 0; i--)
+        if (find(now, nnow, s->gone[i].id) >= 0) forget(s, i);
+    for (int i = 0; i < nold; i++) {
+        if (old[i].stage != 0 || old[i].state != MEMBER_SERVING || find(now, nnow, old[i].id) >= 0)
+            continue;
+        if (s->n == SOURCE_GONE_MAX) { /* the oldest goes */
+            int o = 0;
+            for (int k = 1; k < s->n; k++)
+                if (s->gone[k].at < s->gone[o].at) o = k;
+            forget(s, o);
+        }
+        source_gone_t *g = &s->gone[s->n++];
+        memcpy(g->id, old[i].id, MSG_ID_LEN);
+        g->from = old[i].serving_from;
+        g->at = t;
+    }
+}
+
+int source_owner(source_t *s, const msg_member_t *own, int n, int me, uint64_t key,
+                 int64_t step, double now, double settle)
+{
+    int best = view_rendezvous(own, n, key);
+    uint64_t best_w = best >= 0 ? view_rendezvous_weight(own[best].id, key) : 0;
+    for (int i = s->n - 1; i >= 0; i--) {
+        if (now - s->gone[i].at >= settle) {
+            forget(s, i);
+            continue;
+        }
+        if (s->gone[i].from <= step && (best < 0 || view_rendezvous_weight(s->gone[i].id, key) > best_w))
+            return SOURCE_WAIT;
+    }
+    return best >= 0 && best == me ? SOURCE_MINE : SOURCE_OTHER;
+}

@@ -14,6 +14,7 @@ void timeout_start(timeout_t *t, double now)
 {
     t->attempts = 0;
     t->wait_s = t->after_s;
+    t->started_at = now;
     t->deadline = now + t->wait_s;
 }
 
@@ -37,11 +38,17 @@ int timeout_fired(const timeout_t *t, double now)
     return timeout_running(t) && now >= t->deadline;
 }
 
+int timeout_due(const timeout_t *t, double now)
+{
+    return !timeout_running(t) || now >= t->deadline;
+}
+
 void timeout_retry(timeout_t *t, double now)
 {
     t->attempts++;
     t->wait_s *= t->backoff > 0 ? t->backoff : 1.0;
     if (t->max_s > 0 && t->wait_s > t->max_s) t->wait_s = t->max_s;
+    t->started_at = now;
     t->deadline = now + t->wait_s;
 }
 

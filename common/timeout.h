@@ -17,6 +17,7 @@ typedef struct {
     double max_s;     /* the wait's ceiling (0: none) */
     double wait_s;    /* the current wait */
     double deadline;  /* when it fires; INFINITY while stopped */
+    double started_at; /* when it was last started or retried */
     int attempts;     /* times it fired and was retried since started */
 } timeout_t;
 
@@ -30,6 +31,8 @@ void timeout_stop(timeout_t *t);
 int timeout_running(const timeout_t *t);
 /* Whether it runs and its deadline has come. */
 int timeout_fired(const timeout_t *t, double now);
+/* Whether it is stopped or fired: a periodic action that is due at once the first time. */
+int timeout_due(const timeout_t *t, double now);
 /* After it fired: another attempt, the wait multiplied by the backoff (up to max_s), due
  * at now + that wait. */
 void timeout_retry(timeout_t *t, double now);

@@ -111,7 +111,7 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
     p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
     p->phase = PHASE_VIEW;
-    p->join.phase_at = p->now;
+    timeout_start(&p->join.table, p->now);
     return 0;
 }
 
@@ -132,11 +132,10 @@ int join_hello_tick(peer_t *p)
         p->trans.download_why = NULL;
         return peer_start_download(p, NULL);
     }
-    if (p->join.hello_at > 0 && p->now - p->join.hello_at < 3.0) return 0;
-    if (p->join.hello_tries == 10)
+    int due = join_hello_due(&p->join, p->now);
+    if (due == JOIN_HELLO_WAIT) return 0;
+    if (due == JOIN_HELLO_GIVE_UP)
         return status_set(p->err, STATUS_ETIMEOUT, "no answer from %s", p->po.join);
-    p->join.hello_tries++;
-    p->join.hello_at = p->now;
     if (p->tp.hello(p->tp.ctx, p->po.join, p->po.stage, p->err)) return STATUS_ENET;
     return 0;
 }

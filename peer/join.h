@@ -13,15 +13,18 @@
 
 #include "common/timeout.h"
 
-#define JOIN_START_S 15.0 /* a stable table this long starts the swarm short of wait_peers */
+#define JOIN_START_S  15.0 /* a stable table this long starts the swarm short of wait_peers */
+#define JOIN_HELLO_S  3.0  /* join.hello: a HELLO unanswered this long is sent again ... */
+#define JOIN_HELLOS   10   /* ... this many times in all, then the peer gives up */
+#define JOIN_TABLE_S  0.6  /* join.table: after WELCOME, the member table comes with the next view */
+#define JOIN_SETTLE_S 1.0  /* join.settle: the start decided, gossip settles this long (4 rounds) */
 
 typedef struct {
     int wait_peers;  /* the run's swarm.wait_peers: stage 0 starts once this many serve */
-    double phase_at; /* when the phase began */
-    double hello_at; /* last HELLO */
-    int hello_tries;
-    int go;          /* stage 0: the first step may start */
-    double go_at;
+    timeout_t hello; /* join.hello: the next HELLO (attempts: those sent but the first) */
+    timeout_t table; /* join.table: welcomed, waiting for the member table */
+    int go;          /* stage 0: the first step may start (again after a move: 0) */
+    timeout_t settle; /* join.settle: from the decision to start to the first step */
     timeout_t start; /* join.start: the table unchanged this long starts the swarm */
     int seen_serving, seen_joining, seen_stages; /* the table as join.start last saw it */
 } join_state_t;
@@ -33,5 +36,16 @@ void join_state_init(join_state_t *j);
  * tick while it waits. Returns 1 to start (after the gossip settles: the caller's). */
 int join_may_start(join_state_t *j, int serving, int joining, int stages_served, int stages,
                    double now);
+/* Once join_may_start said so: whether gossip has settled (join.settle, started at the
+ * first call); then the first step may start (j->go). */
+int join_settled(join_state_t *j, double now);
+
+/* The member leaves its stage: a first step is decided afresh where it goes. */
+void join_left_stage(join_state_t *j);
+
+enum { JOIN_HELLO_WAIT = 0, JOIN_HELLO_SEND = 1, JOIN_HELLO_GIVE_UP = -1 };
+/* The HELLO part: send one now (the first at once), wait, or give up (JOIN_HELLOS sent
+ * and the last unanswered for JOIN_HELLO_S). */
+int join_hello_due(join_state_t *j, double now);
 
 #endif

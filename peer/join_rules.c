@@ -8,6 +8,9 @@ void join_state_init(join_state_t *j)
 {
     memset(j, 0, sizeof *j);
     j->start = timeout_make("join.start", JOIN_START_S);
+    j->hello = timeout_make("join.hello", JOIN_HELLO_S);
+    j->table = timeout_make("join.table", JOIN_TABLE_S);
+    j->settle = timeout_make("join.settle", JOIN_SETTLE_S);
     j->seen_serving = j->seen_joining = j->seen_stages = -1;
 }
 
@@ -27,4 +30,29 @@ int join_may_start(join_state_t *j, int serving, int joining, int stages_served,
         return 0;
     }
     return stages_served == stages && timeout_fired(&j->start, now);
+}
+
+int join_settled(join_state_t *j, double now)
+{
+    timeout_ensure(&j->settle, now);
+    if (!timeout_fired(&j->settle, now)) return 0;
+    j->go = 1;
+    return 1;
+}
+
+int join_hello_due(join_state_t *j, double now)
+{
+    if (!timeout_running(&j->hello)) {
+        timeout_start(&j->hello, now);
+        return JOIN_HELLO_SEND;
+    }
+    if (!timeout_fired(&j->hello, now)) return JOIN_HELLO_WAIT;
+    if (j->hello.attempts + 1 >= JOIN_HELLOS) return JOIN_HELLO_GIVE_UP;
+    timeout_retry(&j->hello, now);
+    return JOIN_HELLO_SEND;
+}
+
+void join_left_stage(join_state_t *j)
+{
+    j->go = 0;
 }

@@ -49,7 +49,7 @@ void peer_drop_stage(peer_t *p)
     data_destroy(&p->held.data);
     wiring_destroy(&p->held.wiring);
     p->contrib.redo_step = -1;
-    p->join.go = 0;
+    join_left_stage(&p->join);
     p->contrib.loss_sum = 0;
     p->contrib.loss_n = 0;
     /* its speed is measured again on the new stage's work (the old stage's may differ a

@@ -413,7 +413,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         rc = join_hello_tick(p);
         break;
     case PHASE_VIEW:
-        if (now - p->join.phase_at < 0.6) break; /* the member table comes with the next view */
+        if (!timeout_fired(&p->join.table, now)) break;
         if ((rc = join_setup_stage(p))) break;
         rc = peer_start_download(p, NULL);
         break;

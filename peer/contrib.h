@@ -1,17 +1,30 @@
 /* contrib.h — a member's side of its pool's step (step.c): what it counted and sourced
- * this step, which parts of its exchange message went out and to whom, when it last
- * sent PROGRESS, asked for a redo or for missing messages, and the scratch the pool's
- * union and a redo's backward need. Lifetime: the stage held (join.c allocates the
- * buffers with the stage, move.c frees them); the per-step fields are reset by
- * step_reset at each new step. */
+ * this step, which parts of its exchange message went out and to whom, the re-runs asked
+ * of it, and the step's timers (the waits of docs/protocol.md 12.4). Its state is made
+ * and reset here, in one place: contrib_init per process, contrib_alloc/contrib_free
+ * with the stage held, contrib_reset_step at each new step, contrib_begin_serving each
+ * time serving begins.
+ *
+ * Not for: the pool's bookkeeping (swarm/pool.h), applying the update (step.c). */
 #ifndef SWARMTRAIN_CONTRIB_H
 #define SWARMTRAIN_CONTRIB_H
 
+#include "common/timeout.h"
 #include "swarm/msg.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
+#define CONTRIB_PROGRESS_S 0.5  /* step.progress: PROGRESS again, also with nothing counted */
+#define CONTRIB_STALL_S    10.0 /* step.stall: a step that has not moved is reported */
+#define CONTRIB_ASK_S      1.0  /* step.exch_req, step.gone_ask: EXCH_REQ at most this often */
+#define CONTRIB_RELAY_S    1.0  /* step.relay: a named member's message asked of every mate */
+#define CONTRIB_DEADLINE_S 30.0 /* step.deadline: contributors step without missing messages */
+#define CONTRIB_SUSPECT_S  1.0  /* step.redo_suspect: a missing microbatch before it is lost */
+#define CONTRIB_REDO_S     2.0  /* step.redo_ask: REDO again while still missing */
+
 typedef struct {
+    size_t nb;          /* octets of a microbatch bitmap */
     uint8_t *ubuf;      /* scratch: the pool's union */
     uint8_t *redo_for;  /* stage 0: indices of `redo_step` re-run on request */
     int64_t redo_step;
@@ -22,14 +35,44 @@ typedef struct {
     int nearly_to;      /* ... to these mates (-1: more than fit) */
     uint8_t early_to[64][MSG_ID_LEN];
     uint8_t *sent_bits; /* microbatches those parts counted */
-    double exch_wait_since, progress_at, redo_asked_at, redo_suspect_at, exch_req_at;
     int64_t exch_req_step; /* the step of the last EXCH_REQ round (a follower catching up) */
     uint64_t my_hash;   /* parameter hash at the start of this step */
     double step_t0;     /* when this step began here */
-    double stall_logged_at;
     float *grad_save;   /* a redo's backward leaves the counted gradient as it was */
-    double gone_req_at; /* its last ask for the messages of mates gone mid-step */
-    int gone_asked;     /* how many such mates it knew of then */
+    int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */
+    /* timers (docs/protocol.md 12.11) */
+    timeout_t progress;  /* step.progress: the next PROGRESS re-send */
+    timeout_t stall;     /* step.stall: the next report of a step that has not moved */
+    timeout_t exch_req;  /* step.exch_req: the next round of EXCH_REQ for missing messages */
+    timeout_t gone_ask;  /* step.gone_ask: the next ask for the messages of mates gone */
+    timeout_t relay;     /* step.relay: from the step's waits beginning (12.4) */
+    timeout_t unknown;   /* step.unknown: ... a member named but unknown here is waited for */
+    timeout_t deadline;  /* step.deadline: ... a contributor steps without what is missing */
+    timeout_t suspect;   /* step.redo_suspect: a microbatch missing since (started_at) */
+    timeout_t redo_ask;  /* step.redo_ask: the next REDO */
 } contrib_t;
+
+/* peer_timeout_s: the member timeout (step.unknown waits twice that). */
+void contrib_init(contrib_t *c, double peer_timeout_s);
+/* The stage's buffers for M microbatches; 0 or STATUS_ENOMEM. */
+int contrib_alloc(contrib_t *c, int M);
+/* The stage is left: its buffers freed, its re-runs and losses forgotten. */
+void contrib_free(contrib_t *c);
+/* A new step: nothing counted, sent or waited for. */
+void contrib_reset_step(contrib_t *c);
+/* Serving begins at now with parameters whose hash is my_hash. */
+void contrib_begin_serving(contrib_t *c, double now, uint64_t my_hash);
+/* The waits of a step's exchange begin now (restart: again, from now). */
+void contrib_waits(contrib_t *c, double now, int restart);
+/* Stage 0: a microbatch it sourced counted, with its loss. */
+void contrib_note_loss(contrib_t *c, double loss);
+/* The host scratch of n floats a backward that does not count keeps its gradient in;
+ * NULL when out of memory. */
+float *contrib_grad_save(contrib_t *c, size_t n);
+/* A REDO for `step` asks for the indices in bits (nb octets); later steps replace earlier
+ * asks, earlier ones are ignored; indices >= M are cleared. */
+void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M);
+/* Re-run i of redo_step has started. */
+void contrib_redo_started(contrib_t *c, int i);
 
 #endif

@@ -69,20 +69,17 @@ int join_setup_stage(peer_t *p)
         int rc = join_open_corpus(p, &p->held.data);
         if (rc) return rc;
     }
-    size_t nb = ((size_t)p->M + 7) / 8;
     /* records: one per slot, one more per slot for a revisit in it (CheckFree+ swaps: a
      * revisit must always find one, or stage 0 or S-1 waits on itself), and slotless
      * ones (validation at the source) */
     p->cust.nmbs = 2 * p->held.nslots + 2 * po->in_flight + 8;
     p->cust.mbs = calloc((size_t)p->cust.nmbs, sizeof *p->cust.mbs);
-    p->contrib.ubuf = calloc(nb, 1);
-    p->contrib.redo_for = calloc(nb, 1);
-    p->contrib.sent_bits = calloc(nb, 1);
+    int nomem = contrib_alloc(&p->contrib, p->M);
     p->pool = pool_new(p->M);
     if (p->pool) pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
     p->held.host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->cust.mbs || !p->contrib.ubuf || !p->contrib.redo_for || !p->contrib.sent_bits || !p->pool || !p->held.host_tok ||
+    if (!p->cust.mbs || nomem || !p->pool || !p->held.host_tok ||
         !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;

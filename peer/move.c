@@ -31,15 +31,10 @@ void peer_drop_stage(peer_t *p)
     p->moved.pool = p->pool;
     p->moved.stage = p->stage;
     p->pool = NULL;
-    free(p->contrib.ubuf);
-    free(p->contrib.redo_for);
-    free(p->contrib.sent_bits);
+    contrib_free(&p->contrib);
     val_reset(&p->val);
     free(p->held.host_tok);
-    free(p->contrib.grad_save);
-    p->contrib.ubuf = p->contrib.redo_for = p->contrib.sent_bits = NULL;
     p->held.host_tok = NULL;
-    p->contrib.grad_save = NULL;
     xfer_destroy(&p->trans.xfer);
     xfer_destroy(&p->rec.aux); /* a fetch for the old stage's neighbourhood */
     xfer_snap_free(&p->trans.snap);
@@ -48,10 +43,7 @@ void peer_drop_stage(peer_t *p)
     stage_destroy(&p->held.st);
     data_destroy(&p->held.data);
     wiring_destroy(&p->held.wiring);
-    p->contrib.redo_step = -1;
     join_left_stage(&p->join);
-    p->contrib.loss_sum = 0;
-    p->contrib.loss_n = 0;
     /* its speed is measured again on the new stage's work (the old stage's may differ a
      * lot: the embedding, the LM head); until then the swarm sees it as unmeasured */
     p->stats.tp_ema = 0;

@@ -121,7 +121,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->stage = -1;
     p->self.loss = NAN;
     val_init(&p->val);
-    p->contrib.redo_step = -1;
+    contrib_init(&p->contrib, po->peer_timeout_s);
     rebal_init(&p->rebal);
     join_state_init(&p->join);
     follow_init(&p->follow, po->peer_timeout_s);

@@ -77,8 +77,7 @@ static int backward(peer_t *p, mbrec_t *r)
     float *g = stage_grads(p->held.st) + off;
     /* host scratch: the gradient kept while a pass that does not count runs, or the one a
      * revisit's gradient is added to */
-    if (!p->contrib.grad_save && !(p->contrib.grad_save = malloc(stage_num_params(p->held.st) * sizeof(float))))
-        return STATUS_ENOMEM;
+    if (!contrib_grad_save(&p->contrib, stage_num_params(p->held.st))) return STATUS_ENOMEM;
     if (!count) kern_download(p->k, p->contrib.grad_save, g, n * sizeof(float));
     int rc = stage_backward_part(p->held.st, r->slot, r->part, NULL, NULL, p->err);
     mbrec_t *f = revisit ? custody_find(p, &r->mb, r->first) : NULL;
@@ -241,7 +240,7 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     if (p->S == 1) { /* the whole model here */
         if (kind == 0) {
             if ((rc = backward(p, r)) < 0) return rc;
-            if (rc == 1) p->contrib.loss_sum += loss, p->contrib.loss_n++;
+            if (rc == 1) contrib_note_loss(&p->contrib, loss);
         } else if (val_round_running(&p->val.end)) {
             val_end_loss(p, index, loss);
         } else {
@@ -402,7 +401,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
     if (rc < 0) return rc;
     serve_note_throughput(p, r->fwd_s + pass_seconds(p, t0));
     if (r->hop == 0) { /* the source */
-        if (rc == 1) p->contrib.loss_sum += m->loss, p->contrib.loss_n++;
+        if (rc == 1) contrib_note_loss(&p->contrib, m->loss);
         p->held.last_loss = m->loss;
     } else {
         rc = send_grad(p, r, m->loss);
@@ -548,7 +547,7 @@ int serve_source(peer_t *p)
         int rc = start_mb(p, p->contrib.redo_step, (uint32_t)i, 0, MSG_FLAG_REDO);
         if (rc < 0) return rc;
         if (rc == 1) break;
-        p->contrib.redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+        contrib_redo_started(&p->contrib, i);
         return 1;
     }
     if (p->self.serving_from > p->step) return 0; /* a follower sources nothing */

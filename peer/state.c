@@ -102,7 +102,7 @@ void state_on_request(peer_t *p, const msg_t *m)
 /* Serving begins: the state is in place (downloaded, restored or initial). */
 static void begin_serving(peer_t *p)
 {
-    p->contrib.my_hash = peer_param_hash(p);
+    contrib_begin_serving(&p->contrib, p->now, peer_param_hash(p));
     p->self.state = MEMBER_SERVING;
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
@@ -111,7 +111,6 @@ static void begin_serving(peer_t *p)
     p->self.serving_from = p->trans.downloaded && started ? p->step + 1000 : p->step;
     /* a mover's pace counts as one sample: two timed steps of the new pool are enough */
     follow_begin(&p->follow, p->now);
-    p->contrib.step_t0 = p->now;
     p->stats.serve_t0 = p->now;
     p->phase = PHASE_SERVING;
     step_reset(p);

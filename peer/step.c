@@ -51,7 +51,7 @@ static void send_progress(peer_t *p)
     size_t len = pool_bitmap_bytes(p->pool);
     const void *pl[1] = {pool_mine(p->pool)};
     for (int i = 0; i < n; i++) peer_send(p, mem[i].id, &m, 1, pl, &len);
-    p->contrib.progress_at = p->now;
+    timeout_start(&p->contrib.progress, p->now);
 }
 
 void step_count(peer_t *p, uint32_t index)
@@ -74,14 +74,7 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
 void step_reset(peer_t *p)
 {
     pool_begin(p->pool, p->step, STEP_KEEP);
-    p->contrib.loss_sum = 0, p->contrib.loss_n = 0;
-    p->contrib.exch_sent = 0;
-    p->contrib.exch_early = 0;
-    p->contrib.nearly_to = 0;
-    memset(p->contrib.sent_bits, 0, pool_bitmap_bytes(p->pool));
-    p->contrib.exch_wait_since = 0;
-    p->contrib.redo_suspect_at = 0;
-    p->contrib.gone_asked = 0;
+    contrib_reset_step(&p->contrib);
     stage_zero_grads(p->held.st);
 }
 
@@ -206,7 +199,6 @@ static void log_step(peer_t *p, float gnorm, double now)
     }
 }
 
-#define MOVED_WAIT_S  1.0 /* a named member that moved away: how long its message is awaited */
 
 static int msg_order(const void *a, const void *b)
 {
@@ -379,6 +371,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     double step_s = p->contrib.step_t0 > 0 ? now - p->contrib.step_t0 : 0;
     follow_pace(&p->follow, p->contrib.step_t0 > 0 ? step_s : -1, follower, at_head);
     p->contrib.step_t0 = now;
+    timeout_start(&p->contrib.stall, now);
     int64_t applied = p->step;
     p->step++;
     int named;
@@ -438,9 +431,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
 /* One line on what this member waits for, when its pool has not stepped for 10 s. */
 static void report_stall(peer_t *p, int complete, int exch_missing)
 {
-    if (p->now - p->contrib.step_t0 < 10.0 || p->now - p->contrib.stall_logged_at < 10.0 || !peer_swarm_started(p))
-        return;
-    p->contrib.stall_logged_at = p->now;
+    if (!timeout_fired(&p->contrib.stall, p->now) || !peer_swarm_started(p)) return;
+    timeout_retry(&p->contrib.stall, p->now);
     char bits[65];
     int k = 0;
     for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->contrib.ubuf, i) ? '1' : '0';
@@ -505,7 +497,8 @@ static void ask_for_gone(peer_t *p, int always)
         if (i != gone) memcpy(ids[gone], ids[i], MSG_ID_LEN);
         gone++;
     }
-    int send = gone && (always || gone != p->contrib.gone_asked || p->now - p->contrib.gone_req_at >= 1.0);
+    int send = gone && (always || gone != p->contrib.gone_asked ||
+                        timeout_due(&p->contrib.gone_ask, p->now));
     p->contrib.gone_asked = gone;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     for (int i = 0; send && i < gone; i++) {
@@ -514,7 +507,7 @@ static void ask_for_gone(peer_t *p, int always)
         ask_mates(p, &q);
         if (view_find(&p->view, ids[i])) peer_send(p, ids[i], &q, 0, NULL, NULL);
     }
-    if (send) p->contrib.gone_req_at = p->now;
+    if (send) timeout_start(&p->contrib.gone_ask, p->now);
     free(ids);
 }
 
@@ -531,7 +524,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
      * never contributed"). */
     int catching_up = !contributing(p) && p->contrib.exch_req_step != p->step &&
                       view_max_step(&p->view, p->stage) >= p->step + 2;
-    int missing = 0, ask = p->now - p->contrib.exch_req_at >= 1.0 || catching_up;
+    int missing = 0, ask = timeout_due(&p->contrib.exch_req, p->now) || catching_up;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     /* the exchange members: this member's view, and everyone a mate's message names */
     int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;
@@ -568,9 +561,9 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
          * was at, and sends none for later steps (rebal.c): a mate whose view still showed
          * it here named it for the next step, and the pool waited 2 x timeout_s for
          * nothing after each move. It answers for what it left behind (move.c) within a
-         * round trip: MOVED_WAIT_S after the wait began, it is not waited for. */
-        double wait = moved ? MOVED_WAIT_S : 2 * p->po.peer_timeout_s;
-        if (!mem && !self && need == 0 && p->now - p->contrib.exch_wait_since > wait) continue;
+         * round trip: step.relay after the wait began, it is not waited for. */
+        const timeout_t *wait = moved ? &p->contrib.relay : &p->contrib.unknown;
+        if (!mem && !self && need == 0 && timeout_fired(wait, p->now)) continue;
         missing++;
         if (!ask || self) continue;
         if (!mem) { /* named by a mate, unknown here: a mate may relay its message */
@@ -588,7 +581,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
          * calls it dead, its PROGRESS stays in the union and nothing is run again, and when
          * it does, its share is run again while a mate held its message all along (sim
          * 5x2 mild seed 1136). Any holder relays. */
-        if (need == 0 && p->contrib.exch_wait_since > 0 && p->now - p->contrib.exch_wait_since >= 1.0)
+        if (need == 0 && timeout_fired(&p->contrib.relay, p->now))
             ask_mates(p, &q);
     }
     /* a message of a mate's may have later parts (supplements) this member has not seen:
@@ -606,7 +599,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
     free(ids);
     pool_msg_union(p->pool, p->contrib.ubuf);
     if (!pool_all(p->pool, p->contrib.ubuf) && ask) ask_for_gone(p, 1);
-    if (ask) p->contrib.exch_req_at = p->now, p->contrib.exch_req_step = p->step;
+    if (ask) timeout_start(&p->contrib.exch_req, p->now), p->contrib.exch_req_step = p->step;
     return missing + !pool_all(p->pool, p->contrib.ubuf);
 }
 
@@ -615,21 +608,22 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
 static int ask_redo(peer_t *p)
 {
     if (p->stage == 0 || !contributing(p) || view_max_step(&p->view, 0) <= p->step) {
-        p->contrib.redo_suspect_at = 0;
+        timeout_stop(&p->contrib.suspect);
         return 0;
     }
     /* A microbatch is lost only if no live member reports it in a report sent after the
      * suspicion began (progress in flight is not a loss): wait for a fresh report from
      * every live mate, then ask (again every 2 s while still missing). */
-    if (!p->contrib.redo_suspect_at) p->contrib.redo_suspect_at = p->now;
-    if (p->now - p->contrib.redo_suspect_at < 1.0 || p->now - p->contrib.redo_asked_at <= 2.0) return 0;
+    timeout_ensure(&p->contrib.suspect, p->now);
+    if (!timeout_fired(&p->contrib.suspect, p->now) || !timeout_due(&p->contrib.redo_ask, p->now))
+        return 0;
     const msg_member_t *mem;
     int nm = pool_members(p, &mem);
     for (int i = 0; i < nm; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].serving_from <= p->step &&
-            pool_heard_at(p->pool, mem[i].id) < p->contrib.redo_suspect_at)
+            pool_heard_at(p->pool, mem[i].id) < p->contrib.suspect.started_at)
             return 0;
-    p->contrib.redo_asked_at = p->now;
+    timeout_start(&p->contrib.redo_ask, p->now);
     const msg_member_t *s0;
     int n0 = view_stage(&p->view, 0, 1, &s0), pick = -1;
     for (int i = 0; i < n0; i++)
@@ -695,7 +689,7 @@ int step_tick(peer_t *p)
     int rc;
     /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
      * live member before they call a microbatch lost (ask_redo) */
-    if (contributing(p) && p->now - p->contrib.progress_at > 0.5) send_progress(p);
+    if (contributing(p) && timeout_due(&p->contrib.progress, p->now)) send_progress(p);
     step_seen(p);
     /* a follower goes by the messages alone: it may be catching up on steps the pool
      * finished before it arrived, whose progress it never heard */
@@ -731,7 +725,7 @@ int step_tick(peer_t *p)
          * from the view (it died with its message held by that mate only) is asked for
          * through the mates for 2 x timeout_s from now (sim 5x2 mild moves seed 1106:
          * waited for ever); sending its part 0 at completion starts them again */
-        if (!p->contrib.exch_wait_since) p->contrib.exch_wait_since = p->now;
+        contrib_waits(&p->contrib, p->now, 0);
         (void)missing_messages(p, own, n);
     }
     if (!complete) {
@@ -745,7 +739,7 @@ int step_tick(peer_t *p)
         report_stall(p, 0, 0);
         return ask_redo(p);
     }
-    p->contrib.redo_suspect_at = 0;
+    timeout_stop(&p->contrib.suspect);
     if (contributing(p) && p->contrib.exch_early && !p->contrib.exch_sent) {
         /* N is complete: the early part 0 counts as sent now; mates that came into view
          * since it went out get it too, as they would have at completion */
@@ -755,9 +749,9 @@ int step_tick(peer_t *p)
     if (contributing(p) &&
         (!p->contrib.exch_sent || memcmp(pool_mine(p->pool), p->contrib.sent_bits, pool_bitmap_bytes(p->pool)))) {
         if ((rc = make_exchange(p, p->contrib.exch_sent))) return rc;
-        if (!p->contrib.exch_sent++) p->contrib.exch_wait_since = p->now;
+        if (!p->contrib.exch_sent++) contrib_waits(&p->contrib, p->now, 1);
     }
-    if (!p->contrib.exch_wait_since) p->contrib.exch_wait_since = p->now;
+    contrib_waits(&p->contrib, p->now, 0);
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
     int missing = missing_messages(p, own, n);
@@ -768,7 +762,7 @@ int step_tick(peer_t *p)
     }
     if (missing && !(p->po.plant_bug == 1 && p->step == 1)) {
         report_stall(p, 1, missing);
-        if (p->now - p->contrib.exch_wait_since < 30.0 || !contributing(p)) return 0;
+        if (!timeout_fired(&p->contrib.deadline, p->now) || !contributing(p)) return 0;
         log_warn("peer: step %" PRId64 ": %d pool message(s) missing after 30 s; stepping "
                  "without them",
                  p->step, missing);
@@ -893,12 +887,5 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
         p->stats.rejected++;
         return;
     }
-    if (m->step > p->contrib.redo_step) {
-        p->contrib.redo_step = m->step;
-        memset(p->contrib.redo_for, 0, nb);
-    }
-    if (m->step < p->contrib.redo_step) return;
-    for (size_t i = 0; i < nb; i++) p->contrib.redo_for[i] |= ev->frame[0][i];
-    /* bits past M in the last byte are not microbatches */
-    for (int i = p->M; i < (int)(nb * 8); i++) p->contrib.redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->M);
 }

@@ -13,6 +13,21 @@
 /* The adapted custody time is at most this many times the fixed one (custody_time). */
 #define CUSTODY_RTO_CAP 3.0
 
+int custody_alloc(peer_t *p, int n)
+{
+    p->cust.nmbs = n;
+    p->cust.mbs = calloc((size_t)n, sizeof *p->cust.mbs);
+    return p->cust.mbs ? 0 : STATUS_ENOMEM;
+}
+
+void custody_free(peer_t *p)
+{
+    for (int i = 0; i < p->cust.nmbs; i++) custody_drop(&p->cust.mbs[i]);
+    free(p->cust.mbs);
+    p->cust.mbs = NULL;
+    p->cust.nmbs = 0;
+}
+
 mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb, int hop)
 {
     for (int i = 0; i < p->cust.nmbs; i++)

@@ -41,11 +41,7 @@ int join_setup_stage(peer_t *p)
     p->BT = c->batch * c->seq;
     p->C = c->dim;
     p->held.wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
-    if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->run.opt.lr; /* once: a move resets the scale */
-    p->rec.lr_scale = 1.0f;
-    p->run.opt.lr = p->rec.base_lr;
-    free(p->rec.empty_since);
-    p->rec.empty_since = NULL;
+    recover_stage_setup(p);
     if (po->stage >= p->S)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
                           p->S);
@@ -72,20 +68,26 @@ int join_setup_stage(peer_t *p)
     /* records: one per slot, one more per slot for a revisit in it (CheckFree+ swaps: a
      * revisit must always find one, or stage 0 or S-1 waits on itself), and slotless
      * ones (validation at the source) */
-    p->cust.nmbs = 2 * p->held.nslots + 2 * po->in_flight + 8;
-    p->cust.mbs = calloc((size_t)p->cust.nmbs, sizeof *p->cust.mbs);
-    int nomem = contrib_alloc(&p->contrib, p->M);
-    p->pool = pool_new(p->M);
-    if (p->pool) pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
+    int nomem = custody_alloc(p, 2 * p->held.nslots + 2 * po->in_flight + 8);
+    nomem |= step_open(p);
     p->held.host_tok = malloc((size_t)p->BT * sizeof(int32_t));
     p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
-    if (!p->cust.mbs || nomem || !p->pool || !p->held.host_tok ||
-        !p->held.wiring)
+    if (nomem || !p->held.host_tok || !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->self.stage = (int16_t)p->stage;
     peer_push_self(p);
     return 0;
 }
+void join_free_held(peer_t *p)
+{
+    free(p->held.host_tok);
+    p->held.host_tok = NULL;
+    demo_opt_destroy(&p->held.dopt);
+    stage_destroy(&p->held.st);
+    data_destroy(&p->held.data);
+    wiring_destroy(&p->held.wiring);
+}
+
 int join_on_welcome(peer_t *p, const net_ev_t *ev)
 {
     if (p->phase != PHASE_HELLO) return 0;
@@ -126,7 +128,6 @@ int join_hello_tick(peer_t *p)
         fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->swarm);
         int rc = join_setup_stage(p);
         if (rc) return rc;
-        p->trans.download_why = NULL;
         return peer_start_download(p, NULL);
     }
     int due = join_hello_due(&p->join, p->now);

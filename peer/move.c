@@ -20,29 +20,17 @@
 void peer_drop_stage(peer_t *p)
 {
     guard_forget_norms(&p->guard); /* another stage's updates have another scale */
-    for (int i = 0; i < p->cust.nmbs; i++) custody_drop(&p->cust.mbs[i]);
-    free(p->cust.mbs);
-    p->cust.mbs = NULL;
-    p->cust.nmbs = 0;
+    custody_free(p);
     while (p->queue.n) serve_dequeue(p, p->queue.n - 1);
     /* its exchange messages stay answerable: a mate that missed one (a connection reset)
      * asks the member that moved, which no longer holds the stage */
     pool_destroy(&p->moved.pool);
-    p->moved.pool = p->pool;
+    p->moved.pool = step_close(p);
     p->moved.stage = p->stage;
-    p->pool = NULL;
-    contrib_free(&p->contrib);
     val_reset(&p->val);
-    free(p->held.host_tok);
-    p->held.host_tok = NULL;
-    xfer_destroy(&p->trans.xfer);
-    xfer_destroy(&p->rec.aux); /* a fetch for the old stage's neighbourhood */
-    xfer_snap_free(&p->trans.snap);
-    p->trans.snap.step = -1;
-    demo_opt_destroy(&p->held.dopt);
-    stage_destroy(&p->held.st);
-    data_destroy(&p->held.data);
-    wiring_destroy(&p->held.wiring);
+    state_drop(p);
+    recover_drop_stage(p); /* a fetch for the old stage's neighbourhood */
+    join_free_held(p);
     join_left_stage(&p->join);
     /* its speed is measured again on the new stage's work (the old stage's may differ a
      * lot: the embedding, the LM head); until then the swarm sees it as unmeasured */

@@ -126,7 +126,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     join_state_init(&p->join);
     follow_init(&p->follow, po->peer_timeout_s);
     source_init(&p->source);
-    p->trans.snap.step = -1;
+    state_init(p);
     p->held.nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
     memcpy(p->self.id, id, MSG_ID_LEN);
     p->self.state = MEMBER_JOINING;

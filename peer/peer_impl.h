@@ -118,10 +118,21 @@ int join_hello_tick(peer_t *p);
 int peer_move(peer_t *p, int stage, const char *why);
 /* Frees what belongs to the peer's stage (peer_move, peer_destroy). */
 void peer_drop_stage(peer_t *p);
+/* join.c: frees the stage held (held.h) that join_setup_stage built. */
+void join_free_held(peer_t *p);
 
 /* recover.c: a stage with no live peer */
 #define RECOVER_TAIL 8 /* state blob tail: last clipped gradient norm, lr scale (f32 each) */
 size_t recover_state_bytes(const model_config_t *c, int stage);
+/* A stage is set up: the learning rate unscaled, nothing seen lost yet. */
+void recover_stage_setup(peer_t *p);
+/* The stage's learning-rate scale (from a downloaded state, or a rebuild's fresh
+ * optimizer); an implausible one (not in (0, 16)) keeps the current scale. */
+void recover_set_lr_scale(peer_t *p, float scale);
+/* The stage's state is in place: a mover rebuilding a stage is done. */
+void recover_mover_done(peer_t *p);
+/* The stage is left: a fetch for its neighbourhood is dropped. */
+void recover_drop_stage(peer_t *p);
 int recover_tick(peer_t *p);
 int recover_possible(const peer_t *p);
 int recover_download_tick(peer_t *p);
@@ -149,11 +160,21 @@ void move_on_exch_req(peer_t *p, const msg_t *m);
 int move_rebal_tick(peer_t *p);
 
 /* state.c */
+void state_init(peer_t *p);
+/* The stage is left: its download and snapshot go. */
+void state_drop(peer_t *p);
+/* Resumed from its own checkpoint: nothing was downloaded. */
+void state_restored_own(peer_t *p);
+/* The wait for a donor starts again now (a resumed swarm's agreed step). */
+void state_wait_again(peer_t *p);
 int peer_start_download(peer_t *p, const char *why);
 void state_on_request(peer_t *p, const msg_t *m);
 int state_download_tick(peer_t *p);
 
 /* custody.c */
+/* n records for the stage held; 0 or STATUS_ENOMEM. custody_free drops them all. */
+int custody_alloc(peer_t *p, int n);
+void custody_free(peer_t *p);
 mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb, int hop);
 /* The hops of a held microbatch's path (swarm/path.h) into h[PATH_HOPS_MAX]; how many. */
 int custody_hops(const peer_t *p, const mbrec_t *r, path_hop_t *h);
@@ -191,6 +212,11 @@ void step_seen(peer_t *p);
 void step_count(peer_t *p, uint32_t index);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 int step_tick(peer_t *p);
+/* The pool step of the stage taken: the contributor's buffers, the pool's bookkeeping;
+ * 0 or STATUS_ENOMEM. step_close frees them but the pool, which it returns (a member that
+ * moved still answers for its messages). */
+int step_open(peer_t *p);
+pool_t *step_close(peer_t *p);
 void step_reset(peer_t *p);
 int step_on_exch(peer_t *p, const net_ev_t *ev);
 void step_on_exch_req(peer_t *p, const msg_t *m);

@@ -384,6 +384,31 @@ int recover_tick(peer_t *p)
 
 /* ---- rebuilding ------------------------------------------------------------------------ */
 
+void recover_stage_setup(peer_t *p)
+{
+    if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->run.opt.lr; /* once: a move resets the scale */
+    p->rec.lr_scale = 1.0f;
+    p->run.opt.lr = p->rec.base_lr;
+    free(p->rec.empty_since);
+    p->rec.empty_since = NULL;
+}
+
+void recover_set_lr_scale(peer_t *p, float scale)
+{
+    if (isfinite(scale) && scale > 0 && scale < 16) p->rec.lr_scale = scale;
+    p->run.opt.lr = p->rec.base_lr * p->rec.lr_scale;
+}
+
+void recover_mover_done(peer_t *p)
+{
+    p->rec.mover = 0;
+}
+
+void recover_drop_stage(peer_t *p)
+{
+    xfer_destroy(&p->rec.aux);
+}
+
 int recover_possible(const peer_t *p)
 {
     return p->S >= 2 && nblocks(&p->run.cfg) >= 1;
@@ -683,8 +708,7 @@ int recover_download_tick(peer_t *p)
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
                 p->now - p->rec.t0, p->rec.how);
     } else {
-        p->rec.lr_scale = RECOVER_LR_SCALE;
-        p->run.opt.lr = p->rec.base_lr * p->rec.lr_scale;
+        recover_set_lr_scale(p, RECOVER_LR_SCALE);
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
                 "optimizer state, learning rate x%.2f\n",
                 s, p->step, p->now - p->rec.t0, p->rec.how, (double)p->rec.lr_scale);

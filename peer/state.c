@@ -59,8 +59,29 @@ static void load_state(peer_t *p, const uint8_t *buf)
     memcpy(&p->rec.stage_gnorm, buf + 3 * P + 8, 4);
     float scale;
     memcpy(&scale, buf + 3 * P + 12, 4);
-    if (isfinite(scale) && scale > 0 && scale < 16) p->rec.lr_scale = scale;
-    p->run.opt.lr = p->rec.base_lr * p->rec.lr_scale;
+    recover_set_lr_scale(p, scale);
+}
+
+void state_init(peer_t *p)
+{
+    p->trans.snap.step = -1;
+}
+
+void state_drop(peer_t *p)
+{
+    xfer_destroy(&p->trans.xfer);
+    xfer_snap_free(&p->trans.snap);
+    p->trans.snap.step = -1;
+}
+
+void state_restored_own(peer_t *p)
+{
+    p->trans.downloaded = 0;
+}
+
+void state_wait_again(peer_t *p)
+{
+    p->trans.xfer_t0 = p->now;
 }
 
 void state_on_request(peer_t *p, const msg_t *m)
@@ -268,7 +289,7 @@ int state_download_tick(peer_t *p)
         } else if (!restore_own(p)) {
             initial_state(p);
         }
-        p->rec.mover = 0;
+        recover_mover_done(p);
         xfer_destroy(&p->trans.xfer);
         begin_serving(p);
         announce(p);

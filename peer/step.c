@@ -71,6 +71,22 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
     pool_on_progress(p->pool, m->sender, m->step, ev->frame[0], p->now);
 }
 
+int step_open(peer_t *p)
+{
+    int rc = contrib_alloc(&p->contrib, p->M);
+    if (!(p->pool = pool_new(p->M))) return STATUS_ENOMEM;
+    pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
+    return rc;
+}
+
+pool_t *step_close(peer_t *p)
+{
+    pool_t *pool = p->pool;
+    p->pool = NULL;
+    contrib_free(&p->contrib);
+    return pool;
+}
+
 void step_reset(peer_t *p)
 {
     pool_begin(p->pool, p->step, STEP_KEEP);

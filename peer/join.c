@@ -46,10 +46,10 @@ int join_setup_stage(peer_t *p)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
                           p->S);
     int rs = resume_stage(p);
-    p->stage = rs >= 0 && rs < p->S ? rs
-               : po->stage >= 0 ? po->stage
-                                : view_weakest_stage(&p->view, p->S, p->id);
-    if ((!p->k && !(p->k = kern_new(po->device, po->threads, p->err))) ||
+    peer_take_stage(p, rs >= 0 && rs < p->S ? rs
+                       : po->stage >= 0 ? po->stage
+                                        : view_weakest_stage(&p->view, p->S, p->id));
+    if (!peer_kernels(p) ||
         !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->run.seed, p->err)))
         return STATUS_EINVAL;
     if (p->run.demo_local > 0) /* docs/design-notes.md, issue 17: one exchange per step */
@@ -74,7 +74,6 @@ int join_setup_stage(peer_t *p)
     p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
     if (nomem || !p->held.host_tok || !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
-    p->self.stage = (int16_t)p->stage;
     peer_push_self(p);
     return 0;
 }
@@ -109,7 +108,7 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
     p->swarm = ev->msg.swarm;
     p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
-    p->phase = PHASE_VIEW;
+    peer_enter(p, PHASE_VIEW);
     timeout_start(&p->join.table, p->now);
     return 0;
 }

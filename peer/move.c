@@ -34,11 +34,15 @@ void peer_drop_stage(peer_t *p)
     join_left_stage(&p->join);
     /* its speed is measured again on the new stage's work (the old stage's may differ a
      * lot: the embedding, the LM head); until then the swarm sees it as unmeasured */
-    p->stats.tp_ema = 0;
-    p->stats.tp_n = 0;
-    p->self.throughput = 0;
-    p->self.loss = NAN;
+    stats_forget_throughput(&p->stats);
+    peer_self_throughput(p, 0);
+    peer_self_loss(p, NAN);
     rebal_reset(&p->rebal);
+}
+
+void move_free(peer_t *p)
+{
+    pool_destroy(&p->moved.pool);
 }
 
 void move_on_exch_req(peer_t *p, const msg_t *m)

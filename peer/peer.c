@@ -45,6 +45,53 @@ int peer_swarm_started(const peer_t *p)
     return p->step > 0 || p->stats.served > 0;
 }
 
+void peer_attach_store(peer_t *p, peer_store_t *ps)
+{
+    p->ps = ps;
+}
+
+kern_t *peer_kernels(peer_t *p)
+{
+    if (!p->k) p->k = kern_new(p->po.device, p->po.threads, p->err);
+    return p->k;
+}
+
+void peer_enter(peer_t *p, int phase)
+{
+    p->phase = phase;
+}
+
+void peer_take_stage(peer_t *p, int stage)
+{
+    p->stage = stage;
+    p->self.stage = (int16_t)stage;
+}
+
+void peer_self_state(peer_t *p, int state)
+{
+    p->self.state = (uint8_t)state;
+}
+
+void peer_self_serving_from(peer_t *p, int64_t step)
+{
+    p->self.serving_from = step;
+}
+
+void peer_self_loss(peer_t *p, float loss)
+{
+    p->self.loss = loss;
+}
+
+void peer_self_throughput(peer_t *p, float tp)
+{
+    p->self.throughput = tp;
+}
+
+void peer_run_over(peer_t *p)
+{
+    p->finished = 1;
+}
+
 int peer_is_self(const peer_t *p, const uint8_t *id)
 {
     return !memcmp(p->id, id, MSG_ID_LEN);
@@ -498,12 +545,10 @@ void peer_destroy(peer_t **pp)
     peer_store_close(&p->ps); /* waits for the checkpoint being written */
     recover_abort(p);
     peer_drop_stage(p);
-    pool_destroy(&p->moved.pool); /* the stage's own pool, moved there by the drop */
-    free(p->queue.msgs);
+    move_free(p); /* the stage's own pool, moved there by the drop */
+    serve_free(p);
     view_free(&p->view);
-    free(p->rec.copy[0]);
-    free(p->rec.copy[1]);
-    free(p->rec.empty_since);
+    recover_free(p);
     kern_destroy(&p->k);
     free(p);
     *pp = NULL;

@@ -94,7 +94,23 @@ struct peer {
     end_state_t ending;        /* the run's end as seen here (move.h) */
 };
 
-/* peer.c */
+/* peer.c: the composition's own state, written here only */
+void peer_enter(peer_t *p, int phase); /* PHASE_* */
+/* The compute device, opened at the first stage taken (kept across moves); NULL and
+ * p->err on failure. */
+kern_t *peer_kernels(peer_t *p);
+/* run.c: the peer's store (opened before the peer, for its identity); closed by
+ * peer_destroy. */
+void peer_attach_store(peer_t *p, peer_store_t *ps);
+/* The stage taken (and the member entry's). */
+void peer_take_stage(peer_t *p, int stage);
+/* The member entry's fields others read in gossip (pushed with peer_push_self). */
+void peer_self_state(peer_t *p, int state); /* MEMBER_* */
+void peer_self_serving_from(peer_t *p, int64_t step);
+void peer_self_loss(peer_t *p, float loss);
+void peer_self_throughput(peer_t *p, float tp);
+/* The run is over for this peer (its validation said, or it heard so). */
+void peer_run_over(peer_t *p);
 int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
               const size_t *len);
 int peer_is_self(const peer_t *p, const uint8_t *id);
@@ -133,6 +149,11 @@ void recover_set_lr_scale(peer_t *p, float scale);
 void recover_mover_done(peer_t *p);
 /* The stage is left: a fetch for its neighbourhood is dropped. */
 void recover_drop_stage(peer_t *p);
+/* peer_destroy: the copies kept for CheckFree+ and the rest. */
+void recover_free(peer_t *p);
+/* The stage's gradient norm (the same on every replica; recover.c weighs neighbours by
+ * it): from an update applied, or a downloaded state. */
+void recover_set_stage_gnorm(peer_t *p, float gnorm);
 int recover_tick(peer_t *p);
 int recover_possible(const peer_t *p);
 int recover_download_tick(peer_t *p);
@@ -154,6 +175,8 @@ void resume_downloaded(peer_t *p);
 int resume_begun(const peer_t *p);
 /* move.c: an EXCH_REQ for the stage it left: answered from the pool it kept */
 void move_on_exch_req(peer_t *p, const msg_t *m);
+/* peer_destroy: the pool of the stage it left. */
+void move_free(peer_t *p);
 
 /* move.c: the rebalancing part's tick (rebal.h decides): records each stage's peers and
  * throughput now and then, and makes a decided move at a clean moment (peer_move) */
@@ -204,9 +227,13 @@ int serve_one(peer_t *p, int *did);
 int serve_source(peer_t *p);
 int serve_enqueue(peer_t *p, const net_ev_t *ev);
 void serve_dequeue(peer_t *p, int i);
+/* peer_destroy: the queue's storage. */
+void serve_free(peer_t *p);
 void serve_note_throughput(peer_t *p, double seconds);
 
 /* step.c */
+/* The pool's step this member is at (a restore, a download, a rebuild, an update). */
+void step_set(peer_t *p, int64_t step);
 #define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */
 void step_seen(peer_t *p);
 void step_count(peer_t *p, uint32_t index);

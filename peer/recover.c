@@ -393,6 +393,20 @@ void recover_stage_setup(peer_t *p)
     p->rec.empty_since = NULL;
 }
 
+void recover_free(peer_t *p)
+{
+    free(p->rec.copy[0]);
+    free(p->rec.copy[1]);
+    free(p->rec.empty_since);
+    p->rec.copy[0] = p->rec.copy[1] = NULL;
+    p->rec.empty_since = NULL;
+}
+
+void recover_set_stage_gnorm(peer_t *p, float gnorm)
+{
+    p->rec.stage_gnorm = gnorm;
+}
+
 void recover_set_lr_scale(peer_t *p, float scale)
 {
     if (isfinite(scale) && scale > 0 && scale < 16) p->rec.lr_scale = scale;
@@ -703,7 +717,7 @@ int recover_download_tick(peer_t *p)
         if (p->view.m[i].step > step) step = p->view.m[i].step;
     for (int i = 0; i < 2; i++)
         if (want[i] >= 0 && p->rec.nb[i] && p->rec.nb_step[i] > step) step = p->rec.nb_step[i];
-    p->step = step < 0 ? 0 : step;
+    step_set(p, step < 0 ? 0 : step);
     if (use_ck) {
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
                 p->now - p->rec.t0, p->rec.how);

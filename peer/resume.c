@@ -117,7 +117,7 @@ int resume_tick(peer_t *p)
     char err[STATUS_ERR_LEN] = "";
     int rc = peer_store_restore_step(p->ps, p->held.st, p->held.dopt, s, &got, err);
     if (rc == 0) {
-        p->step = got;
+        step_set(p, got);
         state_restored_own(p);
         fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
                 " (the newest step every stage has a checkpoint of; %d peers seen)\n",
@@ -133,7 +133,7 @@ int resume_tick(peer_t *p)
      * starts now; after it the stage is one nobody holds in a started swarm (its own
      * checkpoint, else CheckFree). Not the initial parameters at step 0, which is what a
      * swarm that has not started would take: its mates would download that. */
-    p->step = s;
+    step_set(p, s);
     state_wait_again(p);
     peer_push_self(p);
     return 0;

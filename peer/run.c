@@ -83,7 +83,7 @@ int peer_run(const peer_options_t *po, char *err)
         auth_destroy(&auth);
         return STATUS_EINVAL;
     }
-    p->ps = ps;
+    peer_attach_store(p, ps);
     fprintf(p->log, "peer: listening on %s%s\n", endpoint,
             !auth                               ? ""
             : auth_mode(auth) == AUTH_SWARM_KEY ? " (CURVE, swarm key)"

@@ -21,12 +21,8 @@
  * such outlier would weigh on the estimate for dozens of microbatches. */
 void serve_note_throughput(peer_t *p, double seconds)
 {
-    if (p->stats.tp_n++ == 0) return;
-    double tp = p->run.cfg.batch / (seconds > 1e-6 ? seconds : 1e-6);
-    double a = 0.1;
-    p->stats.tp_ema = a * tp + (1 - a) * p->stats.tp_ema;
-    /* bias-corrected EMA (SWARM): divide by 1 - (1-a)^n */
-    p->self.throughput = (float)(p->stats.tp_ema / (1 - pow(1 - a, p->stats.tp_n - 1)));
+    float tp = stats_note_throughput(&p->stats, p->run.cfg.batch, seconds);
+    if (tp >= 0) peer_self_throughput(p, tp);
 }
 
 /* Compute time for the throughput estimate, on the driver's compute clock (po.clock);
@@ -121,7 +117,7 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     int rc = encode_act(p, -1, &g, &glen);
     if (rc) return rc;
     const void *pl[1] = {g};
-    p->stats.act_bytes += glen;
+    stats_note_act_bytes(&p->stats, glen);
     peer_send(p, r->prev, &b, 1, pl, &glen);
     free(g);
     return 0;
@@ -279,12 +275,12 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     }
     if (train &&
         m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->M, p->S, p->run.skip)) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, "not the run's path");
         return 0;
     }
     if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, "targets of the wrong size");
         return 0;
     }
@@ -304,7 +300,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 1;
     }
     if (stage_wire_decode(p->held.st, in->pl[0], in->pl_len[0], p->err)) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, p->err);
         r->used = 0;
         return 0;
@@ -336,7 +332,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
                           kern_error(p->k));
     }
     if (rc) { /* bad targets from the wire: refuse, keep going */
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, p->err);
         custody_drop(r);
         return 0;
@@ -392,7 +388,7 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     if (stage_wire_decode(p->held.st, in->pl[0], in->pl_len[0], p->err)) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         custody_reroute(p, r, "its gradient was malformed");
         return 0;
     }
@@ -428,6 +424,12 @@ static int fwd_seen(peer_t *p, const msg_t *m)
     e->seq = m->seq;
     e->at = p->now;
     return 0;
+}
+
+void serve_free(peer_t *p)
+{
+    free(p->queue.msgs);
+    p->queue.msgs = NULL;
 }
 
 int serve_enqueue(peer_t *p, const net_ev_t *ev)
@@ -522,7 +524,7 @@ static int validate(peer_t *p)
         peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->step, p->val.loss);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
-        p->finished = 1;
+        peer_run_over(p);
         return 0;
     }
     int next = val_round_next(e);

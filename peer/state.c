@@ -56,7 +56,9 @@ static void load_state(peer_t *p, const uint8_t *buf)
     kern_upload(p->k, stage_opt_m(p->held.st), buf + P, P);
     kern_upload(p->k, stage_opt_v(p->held.st), buf + 2 * P, P);
     memcpy(stage_opt_step(p->held.st), buf + 3 * P, 8);
-    memcpy(&p->rec.stage_gnorm, buf + 3 * P + 8, 4);
+    float gnorm;
+    memcpy(&gnorm, buf + 3 * P + 8, 4);
+    recover_set_stage_gnorm(p, gnorm);
     float scale;
     memcpy(&scale, buf + 3 * P + 12, 4);
     recover_set_lr_scale(p, scale);
@@ -124,16 +126,16 @@ void state_on_request(peer_t *p, const msg_t *m)
 static void begin_serving(peer_t *p)
 {
     contrib_begin_serving(&p->contrib, p->now, peer_param_hash(p));
-    p->self.state = MEMBER_SERVING;
+    peer_self_state(p, MEMBER_SERVING);
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
      * (gossip) before the first exchange that counts it; until then it follows the pool.
      * Before the run has started there is nothing to miss. */
     int started = resume_begun(p) || p->trans.donor_started;
-    p->self.serving_from = p->trans.downloaded && started ? p->step + 1000 : p->step;
+    peer_self_serving_from(p, p->trans.downloaded && started ? p->step + 1000 : p->step);
     /* a mover's pace counts as one sample: two timed steps of the new pool are enough */
     follow_begin(&p->follow, p->now);
     p->stats.serve_t0 = p->now;
-    p->phase = PHASE_SERVING;
+    peer_enter(p, PHASE_SERVING);
     step_reset(p);
     peer_push_self(p);
 }
@@ -153,8 +155,8 @@ int peer_start_download(peer_t *p, const char *why)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->trans.download_why = why;
     p->trans.xfer_t0 = p->now;
-    p->phase = PHASE_DOWNLOAD;
-    p->self.state = MEMBER_JOINING;
+    peer_enter(p, PHASE_DOWNLOAD);
+    peer_self_state(p, MEMBER_JOINING);
     peer_push_self(p);
     return 0;
 }
@@ -180,7 +182,7 @@ static int restore_own(peer_t *p)
     peer_store_event(p->ps, "restored",
                      "stage %d from the checkpoint of step %" PRId64 "; the swarm is at step %" PRId64,
                      p->stage, ck_step, step);
-    p->step = step;
+    step_set(p, step);
     p->trans.downloaded = 0;
     return 1;
 }
@@ -196,7 +198,7 @@ static void initial_state(peer_t *p)
                  p->stage, step);
     peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
                      p->stage, step);
-    p->step = step;
+    step_set(p, step);
     p->trans.downloaded = 0;
 }
 
@@ -299,7 +301,7 @@ int state_download_tick(peer_t *p)
     if (rc == 1 && !state_finite(p, xfer_data(p->trans.xfer))) {
         /* the hash proves only that the bytes are the donors'; a faulty donor's NaN
          * parameters never reach this replica: refused, fetched again */
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         log_warn("peer: stage %d's state from the pool holds non-finite values: refused",
                  p->stage);
         xfer_destroy(&p->trans.xfer);
@@ -309,7 +311,7 @@ int state_download_tick(peer_t *p)
     }
     if (rc == 1) {
         load_state(p, xfer_data(p->trans.xfer));
-        p->step = xfer_step(p->trans.xfer);
+        step_set(p, xfer_step(p->trans.xfer));
         resume_downloaded(p);
         p->trans.downloaded = 1;
         follow_downloaded(&p->follow);

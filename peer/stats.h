@@ -19,4 +19,15 @@ typedef struct {
     double serve_t0;   /* serving began (state in place): a follower's time to contribute */
 } peer_stats_t;
 
+/* A pass of `batch` samples took `seconds`: the throughput estimate (samples per second,
+ * a bias-corrected EMA; SWARM), or -1 for the very first pass, left out: it pays for
+ * first-touch allocations and cold caches, and would weigh on dozens of estimates. */
+float stats_note_throughput(peer_stats_t *s, int batch, double seconds);
+/* A new stage held: its throughput is measured again. */
+void stats_forget_throughput(peer_stats_t *s);
+/* A message refused (malformed, unexpected, over a limit). */
+void stats_note_rejected(peer_stats_t *s);
+/* Activation or gradient octets sent. */
+void stats_note_act_bytes(peer_stats_t *s, uint64_t n);
+
 #endif

@@ -65,10 +65,15 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
     const msg_t *m = &ev->msg;
     if (!p->held.st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 ||
         ev->frame_len[0] != pool_bitmap_bytes(p->pool)) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         return;
     }
     pool_on_progress(p->pool, m->sender, m->step, ev->frame[0], p->now);
+}
+
+void step_set(peer_t *p, int64_t step)
+{
+    p->step = step;
 }
 
 int step_open(peer_t *p)
@@ -209,9 +214,9 @@ static void log_step(peer_t *p, float gnorm, double now)
                     p->contrib.loss_sum / p->contrib.loss_n, optim_lr(&p->run.opt, s), gnorm,
                     p->contrib.step_t0 > 0 && now > p->contrib.step_t0 ? tok / (now - p->contrib.step_t0) : 0.0);
         fflush(p->log);
-        p->self.loss = (float)(p->contrib.loss_sum / p->contrib.loss_n);
+        peer_self_loss(p, (float)(p->contrib.loss_sum / p->contrib.loss_n));
     } else if (p->stage == p->S - 1) {
-        p->self.loss = p->held.last_loss;
+        peer_self_loss(p, p->held.last_loss);
     }
 }
 
@@ -271,7 +276,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         if (!guard_norm_ok(&p->guard, norm[i])) {
             char h[9];
             out[i] = 1;
-            p->stats.rejected++;
+            stats_note_rejected(&p->stats);
             log_warn("peer: step %" PRId64 ": left out %s's message: norm %.3g is above %.0f x "
                      "the pool's recent updates",
                      p->step, peer_idhex(msgs[i]->origin, h), norm[i], GUARD_NORM_FACTOR);
@@ -299,7 +304,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     for (int i = 0; i < n; i++) {
         if (out[i]) continue;
         if (!p->held.dopt && !dense_ok(p, msgs[i])) {
-            p->stats.rejected++;
+            stats_note_rejected(&p->stats);
             continue;
         }
         /* A message that counts a microbatch already counted (a member's share was run
@@ -369,9 +374,9 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
      * same on every replica, so that any member's snapshot has the same bytes: AdamW's
      * clipped norm of the pool's summed gradient; DeMo's norm of the pool's update */
-    p->rec.stage_gnorm = p->held.dopt ? demo_opt_update_norm(p->held.dopt) : gnorm;
-    if (!p->held.dopt && p->run.opt.clip > 0 && p->rec.stage_gnorm > p->run.opt.clip)
-        p->rec.stage_gnorm = p->run.opt.clip;
+    float sg = p->held.dopt ? demo_opt_update_norm(p->held.dopt) : gnorm;
+    if (!p->held.dopt && p->run.opt.clip > 0 && sg > p->run.opt.clip) sg = p->run.opt.clip;
+    recover_set_stage_gnorm(p, sg);
     log_step(p, gnorm, now);
     /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
      * slow a pace gives too few steps for gossip to tell every mate when it starts
@@ -389,10 +394,10 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     p->contrib.step_t0 = now;
     timeout_start(&p->contrib.stall, now);
     int64_t applied = p->step;
-    p->step++;
+    step_set(p, p->step + 1);
     int named;
     int64_t head = view_max_step(&p->view, p->stage);
-    p->self.serving_from = follow_name(&p->follow, p->step, p->self.serving_from, head, now, &named);
+    peer_self_serving_from(p, follow_name(&p->follow, p->step, p->self.serving_from, head, now, &named));
     if (named && !p->follow.named_logged) {
         p->follow.named_logged = 1;
         fprintf(p->log,
@@ -825,7 +830,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         return 0;
     }
     double norm = 0;
@@ -836,7 +841,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
                    GUARD_NORM_FACTOR)))) {
         /* Refused: held without its body, so that its counted microbatches count as left
          * out at once (12.5) instead of being waited for; the pool steps without it. */
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         char h[9];
         log_warn("peer: refused the step %" PRId64 " exchange message of %s: %s", m->step,
                  peer_idhex(m->origin, h), why);
@@ -848,7 +853,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     int rc = pool_store(p->pool, m, ev->frame[0], ev->frame_len[0], ev->frame[1], ev->frame_len[1],
                         ev->frame[2], ev->frame_len[2]);
     if (rc == STATUS_EMALFORMED) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         return 0;
     }
     return rc;
@@ -900,7 +905,7 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
     size_t nb = pool_bitmap_bytes(p->pool);
     if (!p->held.st || p->stage != 0 || ev->nframes != 1 || ev->frame_len[0] != nb ||
         m->count != (uint32_t)p->M || m->step > p->step) {
-        p->stats.rejected++;
+        stats_note_rejected(&p->stats);
         return;
     }
     contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->M);

@@ -37,6 +37,8 @@ typedef struct {
     uint8_t *sent_bits; /* microbatches those parts counted */
     int64_t exch_req_step; /* the step of the last EXCH_REQ round (a follower catching up) */
     uint64_t my_hash;   /* parameter hash at the start of this step */
+    float stage_gnorm;  /* the stage's gradient norm, the same on every replica (in the
+                         * state served; recover.c weighs neighbours by it) */
     double step_t0;     /* when this step began here */
     float *grad_save;   /* a redo's backward leaves the counted gradient as it was */
     int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */

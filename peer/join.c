@@ -8,7 +8,6 @@
 #include "common/rng.h"
 #include "compress/codec.h"
 #include "peer/peer_impl.h"
-#include "swarm/http.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,21 +16,6 @@
 
 /* Takes a stage and builds it: kernels, the stage, the optimizer, data (stage 0), the
  * pool's bookkeeping. The run is known by now. */
-int join_open_corpus(peer_t *p, data_t **out)
-{
-    /* the run's corpus: this peer's --data checked against the run's checksum, or the
-     * run's URL fetched (once, into the cache; the only wait of the peer's life, at
-     * set-up; the network thread keeps it alive meanwhile) */
-    char corpus[4096];
-    int rc = http_data_for_run(p->po.data_path, p->run.data_url, p->run.data_sha256, p->log,
-                               corpus, sizeof corpus, p->err);
-    if (rc) return rc;
-    if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
-    if (!(*out = data_open(corpus[0] ? corpus : data_default_path(), p->run.cfg.seq, 0.05, p->err)))
-        return STATUS_EINVAL;
-    return 0;
-}
-
 int join_setup_stage(peer_t *p)
 {
     const model_config_t *c = &p->run.cfg;
@@ -62,7 +46,7 @@ int join_setup_stage(peer_t *p)
     if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: step.c */
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
-        int rc = join_open_corpus(p, &p->held.data);
+        int rc = peer_open_corpus(p, &p->held.data);
         if (rc) return rc;
     }
     /* records: one per slot, one more per slot for a revisit in it (CheckFree+ swaps: a

@@ -6,6 +6,7 @@
  * Not for: sockets (swarm/net.c), launching peers (tools/). */
 #include "common/log.h"
 #include "peer/peer_impl.h"
+#include "swarm/http.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -43,6 +44,21 @@ int peer_swarm_started(const peer_t *p)
         if (!peer_is_self(p, p->view.m[i].id) && (p->view.m[i].step > 0 || p->view.m[i].served > 0))
             return 1;
     return p->step > 0 || p->stats.served > 0;
+}
+
+int peer_open_corpus(peer_t *p, data_t **out)
+{
+    /* the run's corpus: this peer's --data checked against the run's checksum, or the
+     * run's URL fetched (once, into the cache; the only wait of the peer's life, at
+     * set-up; the network thread keeps it alive meanwhile) */
+    char corpus[4096];
+    int rc = http_data_for_run(p->po.data_path, p->run.data_url, p->run.data_sha256, p->log,
+                               corpus, sizeof corpus, p->err);
+    if (rc) return rc;
+    if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
+    if (!(*out = data_open(corpus[0] ? corpus : data_default_path(), p->run.cfg.seq, 0.05, p->err)))
+        return STATUS_EINVAL;
+    return 0;
 }
 
 void peer_attach_store(peer_t *p, peer_store_t *ps)
@@ -480,7 +496,10 @@ int peer_step(peer_t *p, double now, double *wake_at)
         }
         if (rc) break;
         if ((rc = follow_tick(p))) break;
-        if ((rc = recover_tick(p))) break;
+        int to;
+        char why[96];
+        if ((rc = recover_tick(p, &to, why, sizeof why))) break;
+        if (to >= 0 && (rc = peer_move(p, to, why))) break;
         if (p->phase != PHASE_SERVING) break; /* moved to rebuild a lost stage */
         custody_tick(p);
         if ((rc = move_rebal_tick(p))) break; /* may move this peer to another stage */

@@ -99,6 +99,8 @@ void peer_enter(peer_t *p, int phase); /* PHASE_* */
 /* The compute device, opened at the first stage taken (kept across moves); NULL and
  * p->err on failure. */
 kern_t *peer_kernels(peer_t *p);
+/* Opens the run's corpus (this peer's --data or the run's URL, checked) into *out. */
+int peer_open_corpus(peer_t *p, data_t **out);
 /* run.c: the peer's store (opened before the peer, for its identity); closed by
  * peer_destroy. */
 void peer_attach_store(peer_t *p, peer_store_t *ps);
@@ -124,8 +126,6 @@ void peer_push_self(peer_t *p);
 
 /* join.c */
 int join_setup_stage(peer_t *p);
-/* Opens the run's corpus (this peer's --data or the run's URL, checked) into *out. */
-int join_open_corpus(peer_t *p, data_t **out);
 int join_on_welcome(peer_t *p, const net_ev_t *ev);
 int join_hello_tick(peer_t *p);
 
@@ -151,10 +151,10 @@ void recover_mover_done(peer_t *p);
 void recover_drop_stage(peer_t *p);
 /* peer_destroy: the copies kept for CheckFree+ and the rest. */
 void recover_free(peer_t *p);
-/* The stage's gradient norm (the same on every replica; recover.c weighs neighbours by
- * it): from an update applied, or a downloaded state. */
-void recover_set_stage_gnorm(peer_t *p, float gnorm);
-int recover_tick(peer_t *p);
+
+/* The lost-stage watch: *move_to >= 0 (and why) when this peer must move to rebuild a
+ * stage (or to free a neighbour that rebuilds it); the composition moves it. */
+int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen);
 int recover_possible(const peer_t *p);
 int recover_download_tick(peer_t *p);
 void recover_abort(peer_t *p);
@@ -163,7 +163,10 @@ void recover_on_refusal(peer_t *p, const uint8_t *from);
 
 /* resume.c: a whole swarm restarts from its stores */
 int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -1 */
-int resume_tick(peer_t *p);  /* 1 restored, 2 start afresh, 0 wait; <0 error */
+/* 1 restored (nothing downloaded), 2 start afresh, 3 agreed on a step this peer has no
+ * checkpoint of (its state comes from a mate: the wait for one starts now), 0 wait; <0
+ * error */
+int resume_tick(peer_t *p);
 /* A resuming peer that downloaded its stage's state from a mate has resumed at that step
  * (po.resume cleared, resume.agreed set). */
 void resume_downloaded(peer_t *p);
@@ -186,10 +189,6 @@ int move_rebal_tick(peer_t *p);
 void state_init(peer_t *p);
 /* The stage is left: its download and snapshot go. */
 void state_drop(peer_t *p);
-/* Resumed from its own checkpoint: nothing was downloaded. */
-void state_restored_own(peer_t *p);
-/* The wait for a donor starts again now (a resumed swarm's agreed step). */
-void state_wait_again(peer_t *p);
 int peer_start_download(peer_t *p, const char *why);
 void state_on_request(peer_t *p, const msg_t *m);
 int state_download_tick(peer_t *p);
@@ -234,6 +233,9 @@ void serve_note_throughput(peer_t *p, double seconds);
 /* step.c */
 /* The pool's step this member is at (a restore, a download, a rebuild, an update). */
 void step_set(peer_t *p, int64_t step);
+/* The stage's gradient norm in its state (the same on every replica; recover.c weighs
+ * neighbours by it): from a downloaded state (an applied update sets it here). */
+void step_set_stage_gnorm(peer_t *p, float gnorm);
 #define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */
 void step_seen(peer_t *p);
 void step_count(peer_t *p, uint32_t index);

@@ -330,8 +330,9 @@ static int copy_tick(peer_t *p)
     return 0;
 }
 
-int recover_tick(peer_t *p)
+int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
 {
+    *move_to = -1;
     if (p->po.stage_recovery == PEER_RECOVER_CHECKPOINT) return 0; /* no copies, no movers */
     if (p->phase != PHASE_SERVING || !peer_swarm_started(p)) return copy_tick(p);
     /* At the run's end peers leave once stage 0's leader has validated and said so
@@ -369,15 +370,15 @@ int recover_tick(peer_t *p)
         if (p->now - p->rec.empty_since[s] < RECOVER_SETTLE_S) continue;
         int to = mover_target(p, s);
         if (to < 0 || to == p->stage) continue;
-        char why[96];
         if (to == s) {
-            snprintf(why, sizeof why, "stage %d had no live peer: rebuilding it", s);
+            snprintf(why, whylen, "stage %d had no live peer: rebuilding it", s);
             p->rec.mover = 1;
         } else {
-            snprintf(why, sizeof why, "stage %d had no live peer and stage %d none to spare", s,
+            snprintf(why, whylen, "stage %d had no live peer and stage %d none to spare", s,
                      to);
         }
-        return peer_move(p, to, why);
+        *move_to = to;
+        return 0;
     }
     return copy_tick(p);
 }
@@ -400,11 +401,6 @@ void recover_free(peer_t *p)
     free(p->rec.empty_since);
     p->rec.copy[0] = p->rec.copy[1] = NULL;
     p->rec.empty_since = NULL;
-}
-
-void recover_set_stage_gnorm(peer_t *p, float gnorm)
-{
-    p->rec.stage_gnorm = gnorm;
 }
 
 void recover_set_lr_scale(peer_t *p, float scale)
@@ -547,7 +543,7 @@ static int judge_losses(peer_t *p, const int want[2], double losses[2])
     int S = p->S, s = p->stage, rc = 0;
     size_t BT = (size_t)c->batch * c->seq, BTC = BT * (size_t)c->dim;
     data_t *own = NULL, *d = p->held.data;
-    if (!d && (rc = join_open_corpus(p, &own))) return rc;
+    if (!d && (rc = peer_open_corpus(p, &own))) return rc;
     if (!d) d = own;
     stage_t **st = calloc((size_t)S, sizeof *st);
     int32_t *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt);

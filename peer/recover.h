@@ -14,7 +14,6 @@
 
 typedef struct {
     float last_gnorm;   /* this replica's last gradient norm (DeMo: before clipping) */
-    float stage_gnorm;  /* the stage's, the same on every replica (in the state; step.c) */
     float lr_scale;     /* this stage's learning rate over the run's (x1.1 once rebuilt) */
     float base_lr;      /* the run's */
     double *empty_since; /* per stage: when it was first seen with no peer (0: has one) */

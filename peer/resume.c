@@ -118,7 +118,6 @@ int resume_tick(peer_t *p)
     int rc = peer_store_restore_step(p->ps, p->held.st, p->held.dopt, s, &got, err);
     if (rc == 0) {
         step_set(p, got);
-        state_restored_own(p);
         fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
                 " (the newest step every stage has a checkpoint of; %d peers seen)\n",
                 p->stage, got, present);
@@ -134,9 +133,8 @@ int resume_tick(peer_t *p)
      * checkpoint, else CheckFree). Not the initial parameters at step 0, which is what a
      * swarm that has not started would take: its mates would download that. */
     step_set(p, s);
-    state_wait_again(p);
     peer_push_self(p);
-    return 0;
+    return 3;
 }
 
 void resume_downloaded(peer_t *p)

@@ -31,7 +31,7 @@ static int take_snapshot(peer_t *p)
     kern_download(p->k, p->trans.snap.buf + P, stage_opt_m(p->held.st), P);
     kern_download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->held.st), P);
     memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->held.st), 8);
-    memcpy(p->trans.snap.buf + 3 * P + 8, &p->rec.stage_gnorm, 4);
+    memcpy(p->trans.snap.buf + 3 * P + 8, &p->contrib.stage_gnorm, 4);
     memcpy(p->trans.snap.buf + 3 * P + 12, &p->rec.lr_scale, 4);
     xfer_snap_seal(&p->trans.snap, p->step);
     return 0;
@@ -58,7 +58,7 @@ static void load_state(peer_t *p, const uint8_t *buf)
     memcpy(stage_opt_step(p->held.st), buf + 3 * P, 8);
     float gnorm;
     memcpy(&gnorm, buf + 3 * P + 8, 4);
-    recover_set_stage_gnorm(p, gnorm);
+    step_set_stage_gnorm(p, gnorm);
     float scale;
     memcpy(&scale, buf + 3 * P + 12, 4);
     recover_set_lr_scale(p, scale);
@@ -74,16 +74,6 @@ void state_drop(peer_t *p)
     xfer_destroy(&p->trans.xfer);
     xfer_snap_free(&p->trans.snap);
     p->trans.snap.step = -1;
-}
-
-void state_restored_own(peer_t *p)
-{
-    p->trans.downloaded = 0;
-}
-
-void state_wait_again(peer_t *p)
-{
-    p->trans.xfer_t0 = p->now;
 }
 
 void state_on_request(peer_t *p, const msg_t *m)
@@ -265,8 +255,10 @@ int state_download_tick(peer_t *p)
         if (p->po.resume) { /* a whole swarm restarting: agree on a step first */
             int r = resume_tick(p);
             if (r < 0) return r;
-            if (r == 0) return 0;
+            if (r == 3) p->trans.xfer_t0 = p->now; /* a mate serves the agreed step soon */
+            if (r == 0 || r == 3) return 0;
             if (r == 1) {
+                p->trans.downloaded = 0;
                 xfer_destroy(&p->trans.xfer);
                 begin_serving(p);
                 announce(p);

@@ -76,6 +76,11 @@ void step_set(peer_t *p, int64_t step)
     p->step = step;
 }
 
+void step_set_stage_gnorm(peer_t *p, float gnorm)
+{
+    p->contrib.stage_gnorm = gnorm;
+}
+
 int step_open(peer_t *p)
 {
     int rc = contrib_alloc(&p->contrib, p->M);
@@ -376,7 +381,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
      * clipped norm of the pool's summed gradient; DeMo's norm of the pool's update */
     float sg = p->held.dopt ? demo_opt_update_norm(p->held.dopt) : gnorm;
     if (!p->held.dopt && p->run.opt.clip > 0 && sg > p->run.opt.clip) sg = p->run.opt.clip;
-    recover_set_stage_gnorm(p, sg);
+    p->contrib.stage_gnorm = sg;
     log_step(p, gnorm, now);
     /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
      * slow a pace gives too few steps for gossip to tell every mate when it starts

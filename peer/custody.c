@@ -39,7 +39,7 @@ mbrec_t *custody_find(peer_t *p, const msg_mb_t *mb, int hop)
 
 int custody_hops(const peer_t *p, const mbrec_t *r, path_hop_t *h)
 {
-    return path_hops(r->skip, r->swap, p->S, h);
+    return path_hops(r->skip, r->swap, p->dims.S, h);
 }
 
 int custody_free_slot(const peer_t *p)
@@ -162,7 +162,7 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     m.mb.attempt = r->out_attempt;
     memcpy(m.route, r->route, (size_t)r->nroute * MSG_ID_LEN);
     const void *pl[2] = {r->act, r->targets};
-    size_t len[2] = {r->act_len, (size_t)p->BT * sizeof(int32_t)};
+    size_t len[2] = {r->act_len, (size_t)p->dims.BT * sizeof(int32_t)};
     memcpy(r->next, back >= 0 ? r->route[back] : cand[pick].id, MSG_ID_LEN);
     r->sent = 1;
     r->sent_at = p->now;
@@ -233,7 +233,7 @@ double custody_settle_time(const peer_t *p)
 
 double custody_time(const peer_t *p, const mbrec_t *r)
 {
-    int later = p->S - 1 - p->stage, span = p->S - 1;
+    int later = p->dims.S - 1 - p->stage, span = p->dims.S - 1;
     if (r->swap) { /* CheckFree+: by the hops still to come, each allowed what a hop of an
                     * unswapped path is (the last stage may hold one too). Scaled to the
                     * longer path's own length instead, a swapped hop re-sent sooner than an

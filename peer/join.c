@@ -20,19 +20,19 @@ int join_setup_stage(peer_t *p)
 {
     const model_config_t *c = &p->run.cfg;
     const peer_options_t *po = &p->po;
-    p->S = c->stages;
-    p->M = p->run.replicas * p->run.accum;
-    p->BT = c->batch * c->seq;
-    p->C = c->dim;
+    p->dims.S = c->stages;
+    p->dims.M = p->run.replicas * p->run.accum;
+    p->dims.BT = c->batch * c->seq;
+    p->dims.C = c->dim;
     p->held.wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
     recover_stage_setup(p);
-    if (po->stage >= p->S)
+    if (po->stage >= p->dims.S)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
-                          p->S);
+                          p->dims.S);
     int rs = resume_stage(p);
-    peer_take_stage(p, rs >= 0 && rs < p->S ? rs
+    peer_take_stage(p, rs >= 0 && rs < p->dims.S ? rs
                        : po->stage >= 0 ? po->stage
-                                        : view_weakest_stage(&p->view, p->S, p->id));
+                                        : view_weakest_stage(&p->view, p->dims.S, p->self.id));
     if (!peer_kernels(p) ||
         !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->run.seed, p->err)))
         return STATUS_EINVAL;
@@ -54,8 +54,8 @@ int join_setup_stage(peer_t *p)
      * ones (validation at the source) */
     int nomem = custody_alloc(p, 2 * p->held.nslots + 2 * po->in_flight + 8);
     nomem |= step_open(p);
-    p->held.host_tok = malloc((size_t)p->BT * sizeof(int32_t));
-    p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->id));
+    p->held.host_tok = malloc((size_t)p->dims.BT * sizeof(int32_t));
+    p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->self.id));
     if (nomem || !p->held.host_tok || !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     peer_push_self(p);
@@ -105,7 +105,7 @@ int join_hello_tick(peer_t *p)
         p->join.wait_peers = p->po.wait_peers;
         snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->join.wait_peers);
         uint64_t salt;
-        memcpy(&salt, p->id, 8);
+        memcpy(&salt, p->self.id, 8);
         p->swarm = rng_mix(rng_hash_str(p->run_text), salt);
         p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
         fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->swarm);

@@ -53,7 +53,7 @@ void move_on_exch_req(peer_t *p, const msg_t *m)
 
 int peer_move(peer_t *p, int stage, const char *why)
 {
-    if (stage < 0 || stage >= p->S || stage == p->stage)
+    if (stage < 0 || stage >= p->dims.S || stage == p->stage)
         return status_set(p->err, STATUS_EINVAL, "peer: cannot move from stage %d to %d",
                           p->stage, stage);
     int from = p->stage;
@@ -78,7 +78,7 @@ int peer_move(peer_t *p, int stage, const char *why)
 
 int peer_request_move(peer_t *p, int stage, const char *why)
 {
-    if (p->phase != PHASE_SERVING || stage < 0 || stage >= p->S || stage == p->stage)
+    if (p->phase != PHASE_SERVING || stage < 0 || stage >= p->dims.S || stage == p->stage)
         return status_set(p->err, STATUS_EINVAL, "peer: no move from stage %d to %d", p->stage,
                           stage);
     rebal_ask(&p->rebal, stage, p->view.m, p->view.n, why);
@@ -88,7 +88,7 @@ int peer_request_move(peer_t *p, int stage, const char *why)
 int move_rebal_tick(peer_t *p)
 {
     rebal_t *r = &p->rebal;
-    if (p->S < 2 || p->finished || p->phase != PHASE_SERVING) return 0;
+    if (p->dims.S < 2 || p->ending.over || p->phase != PHASE_SERVING) return 0;
     /* A decided move waits for a clean moment: right after this member has sent its
      * exchange message of the pool's current step (its share of the step is then in
      * every mate's hands, and mates that count it as an exchange member do not wait for
@@ -106,16 +106,16 @@ int move_rebal_tick(peer_t *p)
         int cnt[REBALANCE_MAX_STAGES];
         char line[512];
         size_t n = 0;
-        rebalance_totals(p->view.m, p->view.n, p->S < REBALANCE_MAX_STAGES ? p->S : 1, tp, cnt);
-        for (int s = 0; s < p->S && s < REBALANCE_MAX_STAGES && n + 64 < sizeof line; s++)
+        rebalance_totals(p->view.m, p->view.n, p->dims.S < REBALANCE_MAX_STAGES ? p->dims.S : 1, tp, cnt);
+        for (int s = 0; s < p->dims.S && s < REBALANCE_MAX_STAGES && n + 64 < sizeof line; s++)
             n += (size_t)snprintf(line + n, sizeof line - n, "%sstage %d: %d peers %.1f samples/s",
                                   s ? "; " : "", s, cnt[s], tp[s]);
         peer_store_event(p->ps, "stages", "%s", line);
     }
     rebal_in_t in = {.view = p->view.m,
                      .n = p->view.n,
-                     .S = p->S,
-                     .self = p->id,
+                     .S = p->dims.S,
+                     .self = p->self.id,
                      .stage = p->stage,
                      .step = p->step,
                      .steps = p->run.steps,

@@ -15,6 +15,7 @@ typedef struct {
 } move_state_t;
 
 typedef struct {
+    int over;      /* the run is over for this peer (its validation said, or it heard so) */
     double since;  /* past the last step with no stage-0 member in view, since */
     uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
 } end_state_t;

@@ -105,12 +105,12 @@ void peer_self_throughput(peer_t *p, float tp)
 
 void peer_run_over(peer_t *p)
 {
-    p->finished = 1;
+    p->ending.over = 1;
 }
 
 int peer_is_self(const peer_t *p, const uint8_t *id)
 {
-    return !memcmp(p->id, id, MSG_ID_LEN);
+    return !memcmp(p->self.id, id, MSG_ID_LEN);
 }
 
 const char *peer_idhex(const uint8_t *id, char buf[9])
@@ -150,7 +150,7 @@ void peer_push_self(peer_t *p)
     p->self.rejected = p->stats.rejected; /* the transport adds its own */
     p->self.stage = (int16_t)p->stage;
     p->tp.set_self(p->tp.ctx, &p->self);
-    p->last_self_push = p->now;
+    timeout_start(&p->push, p->now);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
@@ -179,12 +179,12 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->po = *po;
     p->tp = *tp;
     p->log = po->log ? po->log : stdout;
-    memcpy(p->id, id, MSG_ID_LEN);
     p->phase = PHASE_HELLO;
     p->stage = -1;
     p->self.loss = NAN;
     val_init(&p->val);
     contrib_init(&p->contrib, po->peer_timeout_s);
+    p->push = timeout_make("member.push", PEER_PUSH_S);
     rebal_init(&p->rebal);
     join_state_init(&p->join);
     follow_init(&p->follow, po->peer_timeout_s);
@@ -264,8 +264,8 @@ static int on_progress(peer_t *p, const net_ev_t *ev)
 
 static int on_step_done(peer_t *p, const net_ev_t *ev)
 {
-    if (!(ev->msg.flags & 1) || p->finished) return 0;
-    p->finished = 1;
+    if (!(ev->msg.flags & 1) || p->ending.over) return 0;
+    p->ending.over = 1;
     /* The word that the run is over goes on to every member this peer knows: one copy
      * lost on the way, and a member that missed it would take the stages others leave
      * for lost and rebuild one nobody needs (recover_tick). */
@@ -280,10 +280,10 @@ static int on_step_done(peer_t *p, const net_ev_t *ev)
  * a member that missed the run's end (asleep, cut off) learns it so, as from STEP_DONE. */
 static int on_leave(peer_t *p, const net_ev_t *ev)
 {
-    if (ev->msg.code != MSG_LEAVE_RUN_OVER || p->finished) return 0;
+    if (ev->msg.code != MSG_LEAVE_RUN_OVER || p->ending.over) return 0;
     fprintf(p->log, "peer: the run is over (said by a member that finished it); leaving at step "
                     "%" PRId64 "\n", p->step);
-    p->finished = 1;
+    p->ending.over = 1;
     return 0;
 }
 
@@ -395,14 +395,14 @@ static int follow_tick(peer_t *p)
      * (several at once would not agree on who counts). One behind a mate that is ahead
      * downloads the state: the step it is at will never have a contributor. */
     const msg_member_t *own, *mem;
-    int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+    int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
     int nm = view_stage(&p->view, p->stage, 1, &mem), first = 1;
     int64_t top = p->step;
     for (int i = 0; i < nm; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].step > top) top = mem[i].step;
     for (int i = 0; i < nm; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].step == top &&
-            memcmp(mem[i].id, p->id, MSG_ID_LEN) < 0)
+            memcmp(mem[i].id, p->self.id, MSG_ID_LEN) < 0)
             first = 0;
     int todo = follow_alone(&p->follow, n - (me >= 0), p->step, top, first,
                             p->po.peer_timeout_s, p->now);
@@ -436,7 +436,7 @@ static void end_tick(peer_t *p)
     for (int i = 0; i < p->view.n; i++)
         if (p->view.m[i].step >= p->run.steps && p->view.m[i].stage < 64)
             p->ending.seen |= 1ull << p->view.m[i].stage;
-    if (p->finished) return;
+    if (p->ending.over) return;
     int alone = 1; /* no other member at all: nothing left to follow or download from */
     for (int i = 0; i < p->view.n && alone; i++) alone = peer_is_self(p, p->view.m[i].id);
     if (p->step < p->run.steps && !(p->ending.seen && alone)) {
@@ -444,7 +444,7 @@ static void end_tick(peer_t *p)
         return;
     }
     int gone = -1, others = 0;
-    for (int s = 0; s < p->S && s < 64; s++) {
+    for (int s = 0; s < p->dims.S && s < 64; s++) {
         const msg_member_t *m;
         if (s == p->stage) continue;
         int here = view_stage(&p->view, s, 0, &m) > 0;
@@ -453,7 +453,7 @@ static void end_tick(peer_t *p)
     }
     /* every other stage gone: they finished before this peer saw their last step, or
      * left for good; either way nobody is left to train or validate with */
-    if (gone < 0 && !others && p->S > 1) gone = p->stage == 0 ? 1 : 0;
+    if (gone < 0 && !others && p->dims.S > 1) gone = p->stage == 0 ? 1 : 0;
     if (gone < 0 && p->ending.seen && alone) gone = p->stage == 0 ? 1 : 0;
     if (gone < 0) {
         p->ending.since = 0;
@@ -463,7 +463,7 @@ static void end_tick(peer_t *p)
     if (p->now - p->ending.since < 2 * p->po.peer_timeout_s) return;
     fprintf(p->log, "peer: at the last step, and stage %d has left after it: the run is over\n",
             gone);
-    p->finished = 1;
+    p->ending.over = 1;
 }
 
 int peer_step(peer_t *p, double now, double *wake_at)
@@ -483,7 +483,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
     case PHASE_DOWNLOAD:
         rc = state_download_tick(p);
         end_tick(p); /* a re-sync with every donor gone after the run's end */
-        if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
+        if (p->ending.over && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
     case PHASE_SERVING:
         if ((rc = serve_one(p, &did))) break;
@@ -504,7 +504,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         custody_tick(p);
         if ((rc = move_rebal_tick(p))) break; /* may move this peer to another stage */
         end_tick(p);
-        if (p->finished && p->po.exit_when_done) p->phase = PHASE_DONE;
+        if (p->ending.over && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
     default:
         break;
@@ -515,7 +515,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         rc = status_set(p->err, kern_status(p->k), "the compute device failed: %s",
                         kern_error(p->k));
     if (rc < 0) return rc;
-    if (p->stage >= 0 && now - p->last_self_push > 0.25) peer_push_self(p);
+    if (p->stage >= 0 && timeout_due(&p->push, now)) peer_push_self(p);
     if (did) *wake_at = now;
     return 0;
 }

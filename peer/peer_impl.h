@@ -47,6 +47,16 @@
 
 
 
+#define PEER_PUSH_S 0.25 /* member.push: a serving member's entry is pushed this often */
+
+/* The run's shape as the member uses it, set when it takes its first stage (join.c). */
+typedef struct {
+    int S;  /* pipeline stages */
+    int M;  /* microbatches per step (replicas x accumulation) */
+    int BT; /* tokens per microbatch (batch x sequence) */
+    int C;  /* model width */
+} run_dims_t;
+
 enum {
     PHASE_HELLO,    /* asked a bootstrap peer for the swarm; waiting for WELCOME */
     PHASE_VIEW,     /* welcomed; waiting for the member table */
@@ -61,7 +71,6 @@ struct peer {
     transport_t tp;
     FILE *log;
     char err[STATUS_ERR_LEN];
-    uint8_t id[MSG_ID_LEN];
     uint64_t swarm;
     char run_text[4096];
     int phase;
@@ -70,7 +79,8 @@ struct peer {
     kern_t *k;
     stage_held_t held; /* the stage it holds: model, optimizer, corpus, wiring (held.h) */
     peer_store_t *ps; /* the peer's store; NULL without --db */
-    int S, stage, M, BT, C;
+    run_dims_t dims;  /* the run's shape: stages, microbatches, tokens, width */
+    int stage;
     view_t view;
     serve_queue_t queue; /* FWD and BWD waiting for compute (queue.h) */
     source_t source;     /* stage 0: who starts which microbatch; owners gone (source.h) */
@@ -82,10 +92,9 @@ struct peer {
     transfer_t trans; /* the snapshot served, the download (transfer.h) */
     val_t val; /* validation rounds (val.h): the leader of stage 0 */
     peer_stats_t stats; /* its counts and times (stats.h) */
-    msg_member_t self;
-    double last_self_push;
+    msg_member_t self; /* its own member entry (its id is the peer's), as gossiped */
+    timeout_t push;    /* member.push: its entry to the transport again (gossip) */
     follow_t follow; /* following the pool, its pace, the join margin (follow.h) */
-    int finished;
     recover_state_t rec; /* a lost stage: copies, neighbours, candidates (recover.h) */
     resume_state_t resume; /* resume.h: the agreement on the step to resume from */
     guard_t guard; /* bounded updates (guard.h): norms, refusals, expulsions */

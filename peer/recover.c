@@ -128,7 +128,7 @@ static int picked(peer_t *p, uint64_t key, int (*ok)(const peer_t *, const msg_m
 
 static int in_spare_pool(const peer_t *p, const msg_member_t *m, int not_stage)
 {
-    return m->stage >= 0 && m->stage < p->S && m->stage != not_stage &&
+    return m->stage >= 0 && m->stage < p->dims.S && m->stage != not_stage &&
            pool_serving((peer_t *)p, m->stage) >= 2;
 }
 
@@ -153,7 +153,7 @@ static int spare_neighbour_contributor(const peer_t *p, const msg_member_t *m, i
  * on (a cascade of two moves). */
 static int mover_target(peer_t *p, int s)
 {
-    int S = p->S;
+    int S = p->dims.S;
     uint64_t key = rng_mix(p->swarm, (uint64_t)s + 0x5157);
     int end = s == 0 || s == S - 1;
     int nb = s == 0 ? 1 : S - 2; /* the neighbour of an end stage */
@@ -224,9 +224,9 @@ static double copy_budget(const peer_t *p)
  * by stage S-2); the stage of copy c, or -1 when this peer keeps none. */
 static int copy_target(const peer_t *p, int c)
 {
-    if (p->S < 2) return -1;
+    if (p->dims.S < 2) return -1;
     if (c == 0) return p->stage == 1 ? 0 : -1;
-    return p->stage == p->S - 2 ? p->S - 1 : -1;
+    return p->stage == p->dims.S - 2 ? p->dims.S - 1 : -1;
 }
 
 /* Starts (or goes on with) the fetch of bytes [off, off + len) of `stage`'s state into
@@ -256,7 +256,7 @@ static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
     /* one donor (another after a refusal or silence: xfer moves on): members of a pool
      * may be a step apart, and chunks of two snapshots never make a whole */
     uint64_t me;
-    memcpy(&me, p->id, 8);
+    memcpy(&me, p->self.id, 8);
     int pick = view_rendezvous(donors, k, me ^ (uint64_t)xfer_restarts(p->rec.aux));
     xfer_req_t req[8];
     int nr = xfer_next_requests(p->rec.aux, p->now, donors + pick, 1, 5.0, req, 8);
@@ -341,11 +341,11 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
      * training. A stage whose peers left is empty only after this peer heard the end too
      * (were that word lost, this peer could rebuild a stage nobody needs before end_tick
      * ends its run). */
-    if (p->finished) return 0;
-    if (!p->rec.empty_since && !(p->rec.empty_since = calloc((size_t)p->S, sizeof(double))))
+    if (p->ending.over) return 0;
+    if (!p->rec.empty_since && !(p->rec.empty_since = calloc((size_t)p->dims.S, sizeof(double))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     int handled = 0;
-    for (int s = 0; s < p->S; s++) {
+    for (int s = 0; s < p->dims.S; s++) {
         const msg_member_t *m;
         if (s == p->stage || view_stage(&p->view, s, 0, &m) > 0) {
             p->rec.empty_since[s] = 0;
@@ -421,7 +421,7 @@ void recover_drop_stage(peer_t *p)
 
 int recover_possible(const peer_t *p)
 {
-    return p->S >= 2 && nblocks(&p->run.cfg) >= 1;
+    return p->dims.S >= 2 && nblocks(&p->run.cfg) >= 1;
 }
 
 static void free_nb(peer_t *p)
@@ -430,7 +430,7 @@ static void free_nb(peer_t *p)
         free(p->rec.nb[i]);
         p->rec.nb[i] = NULL;
     }
-    for (int s = 0; p->rec.all && s < p->S; s++) free(p->rec.all[s]);
+    for (int s = 0; p->rec.all && s < p->dims.S; s++) free(p->rec.all[s]);
     free(p->rec.all);
     free(p->rec.cf);
     free(p->rec.ck);
@@ -450,7 +450,7 @@ void recover_abort(peer_t *p)
 static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
 {
     const model_config_t *c = &p->run.cfg;
-    int s = p->stage, S = p->S;
+    int s = p->stage, S = p->dims.S;
     size_t bf = (size_t)nblocks(c) * block_floats(c);
     size_t V = (size_t)c->vocab, C = (size_t)c->dim;
     float *o = out + blocks_at(c, s);
@@ -540,7 +540,7 @@ static const float *params_of(const peer_t *p, const int want[2], int t)
 static int judge_losses(peer_t *p, const int want[2], double losses[2])
 {
     const model_config_t *c = &p->run.cfg;
-    int S = p->S, s = p->stage, rc = 0;
+    int S = p->dims.S, s = p->stage, rc = 0;
     size_t BT = (size_t)c->batch * c->seq, BTC = BT * (size_t)c->dim;
     data_t *own = NULL, *d = p->held.data;
     if (!d && (rc = peer_open_corpus(p, &own))) return rc;
@@ -590,7 +590,7 @@ static int judge_losses(peer_t *p, const int want[2], double losses[2])
  * had). 1 when decided (*use_ck), 0 while fetching, negative on error. */
 static int judge(peer_t *p, const int want[2], int *use_ck)
 {
-    int S = p->S;
+    int S = p->dims.S;
     const char *why = NULL;
     char whybuf[96];
     if (!p->rec.all && !(p->rec.all = calloc((size_t)S, sizeof *p->rec.all)))
@@ -644,7 +644,7 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
 int recover_download_tick(peer_t *p)
 {
     const model_config_t *c = &p->run.cfg;
-    int s = p->stage, S = p->S;
+    int s = p->stage, S = p->dims.S;
     int want[2] = {s > 0 ? s - 1 : s + 1, s > 0 && s < S - 1 ? s + 1 : -1};
     if (!p->rec.active) {
         p->rec.active = 1;

@@ -47,7 +47,7 @@ static int64_t agreed_step(const peer_t *p)
             int64_t s = p->view.m[i].ckpt[c];
             if (s <= best) continue;
             int ok = 1;
-            for (int st = 0; st < p->S && ok; st++) {
+            for (int st = 0; st < p->dims.S && ok; st++) {
                 int any = 0, at = 0;
                 for (int j = 0; j < p->view.n; j++) {
                     const msg_member_t *m = &p->view.m[j];

@@ -205,19 +205,19 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->flags = flags;
     /* its SkipPipe path: the run's schedule for training; for validation none, or (the
      * second round of batches, with the run's val_skip) the stages it leaves out */
-    r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->M, p->S, p->run.skip)
+    r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->dims.M, p->dims.S, p->run.skip)
               : (int)index >= p->run.val_batches ? p->run.val_skip
                                                  : 0;
     /* and its CheckFree+ swap (training only): hop 0 is then the embedding alone */
-    r->swap = kind == 0 ? path_swap(p->run.seed, step, index, p->M, p->S, p->run.swap, r->skip) : 0;
+    r->swap = kind == 0 ? path_swap(p->run.seed, step, index, p->dims.M, p->dims.S, p->run.swap, r->skip) : 0;
     path_hop_t h[PATH_HOPS_MAX];
     custody_hops(p, r, h);
     r->part = h[0].part;
     r->slot = slot;
-    memcpy(r->prev, p->id, MSG_ID_LEN);
-    memcpy(r->route[0], p->id, MSG_ID_LEN);
+    memcpy(r->prev, p->self.id, MSG_ID_LEN);
+    memcpy(r->route[0], p->self.id, MSG_ID_LEN);
     r->nroute = 1;
-    r->targets = malloc((size_t)p->BT * sizeof(int32_t));
+    r->targets = malloc((size_t)p->dims.BT * sizeof(int32_t));
     if (!r->targets) return STATUS_ENOMEM;
     if (kind == 0) {
         int A = p->run.accum;
@@ -230,10 +230,10 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     double t0 = compute_clock(p);
     float loss;
     int rc = stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
-                                p->S == 1 ? r->targets : NULL, NULL, &loss, p->err);
+                                p->dims.S == 1 ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) return rc;
     p->stats.served++;
-    if (p->S == 1) { /* the whole model here */
+    if (p->dims.S == 1) { /* the whole model here */
         if (kind == 0) {
             if ((rc = backward(p, r)) < 0) return rc;
             if (rc == 1) contrib_note_loss(&p->contrib, loss);
@@ -263,23 +263,23 @@ static int on_fwd(peer_t *p, inmsg_t *in)
      * most one step stale, counted as `stale` in the member's stats. */
     /* a training microbatch goes by the run's schedule, which this stage's pool counts by:
      * its skip mask, and its swap (CheckFree+), which says the hops of its path */
-    int train = m->mb.kind == 0, valid = path_valid(m->skip, p->S);
-    int swap = train && valid ? path_swap(p->run.seed, m->mb.step, m->mb.index, p->M, p->S,
+    int train = m->mb.kind == 0, valid = path_valid(m->skip, p->dims.S);
+    int swap = train && valid ? path_swap(p->run.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S,
                                           p->run.swap, m->skip)
                               : 0;
     path_hop_t h[PATH_HOPS_MAX];
-    int nh = valid ? path_hops(m->skip, swap, p->S, h) : 0;
+    int nh = valid ? path_hops(m->skip, swap, p->dims.S, h) : 0;
     if (m->stage != p->stage || m->nroute < 1 || m->nroute >= nh || h[m->nroute].stage != p->stage) {
         peer_send_nack(p, m->sender, m, "wrong stage");
         return 0;
     }
     if (train &&
-        m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->M, p->S, p->run.skip)) {
+        m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S, p->run.skip)) {
         stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, "not the run's path");
         return 0;
     }
-    if (in->pl_len[1] != (size_t)p->BT * sizeof(int32_t)) {
+    if (in->pl_len[1] != (size_t)p->dims.BT * sizeof(int32_t)) {
         stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, "targets of the wrong size");
         return 0;
@@ -317,7 +317,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     memcpy(r->prev, m->sender, MSG_ID_LEN);
     r->nroute = m->nroute + 1;
     memcpy(r->route, m->route, (size_t)m->nroute * MSG_ID_LEN);
-    memcpy(r->route[m->nroute], p->id, MSG_ID_LEN);
+    memcpy(r->route[m->nroute], p->self.id, MSG_ID_LEN);
     r->targets = malloc(in->pl_len[1]);
     if (!r->targets) return STATUS_ENOMEM;
     memcpy(r->targets, in->pl[1], in->pl_len[1]);
@@ -508,10 +508,10 @@ static int validate(peer_t *p)
         int64_t half_steps = p->run.steps - p->run.steps / 2;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
                 /* the whole swarm's tokens: every stage-0 peer sources its share */
-                span > 0 ? (double)p->run.steps * p->M * p->BT / span : 0.0, p->val.loss);
+                span > 0 ? (double)p->run.steps * p->dims.M * p->dims.BT / span : 0.0, p->val.loss);
         if (p->stats.t_half > 0 && half > 0)
             fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps,
-                    (double)half_steps * p->M * p->BT / half);
+                    (double)half_steps * p->dims.M * p->dims.BT / half);
         if (p->run.val_skip) {
             char list[256];
             double vs = val_round_mean_skip(e);
@@ -542,7 +542,7 @@ int serve_source(peer_t *p)
 {
     if (p->stage != 0 || p->self.state != MEMBER_SERVING) return 0;
     /* re-runs first: another pool lost these and waits for them */
-    for (int i = 0; i < p->M && p->contrib.redo_step >= 0; i++) {
+    for (int i = 0; i < p->dims.M && p->contrib.redo_step >= 0; i++) {
         if (!pool_bit(p->contrib.redo_for, i)) continue;
         msg_mb_t mb = {.step = p->contrib.redo_step, .index = (uint32_t)i};
         if (custody_find(p, &mb, 0)) continue;
@@ -554,7 +554,7 @@ int serve_source(peer_t *p)
     }
     if (p->self.serving_from > p->step) return 0; /* a follower sources nothing */
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
+    int me, n = view_owners(&p->view, 0, p->step, p->self.id, &own, &me);
     if (me < 0) return 0;
     if (p->step < p->run.steps) {
         /* a swarm that resumed from its stores (resume.c) starts again at the agreed step:
@@ -572,7 +572,7 @@ int serve_source(peer_t *p)
                 joining += p->view.m[i].state == MEMBER_JOINING;
                 if (sv && st >= 0 && st < 64) served |= 1ULL << st;
             }
-            for (int s = 0; s < p->S && s < 64; s++) staged += (int)((served >> s) & 1);
+            for (int s = 0; s < p->dims.S && s < 64; s++) staged += (int)((served >> s) & 1);
             /* nobody half-way in: a member still downloading would not know whether it
              * missed step 0 (it learns it from its donor, STATE_REP flag 1); a resumed
              * one: nobody still deciding, downloading or rebuilding. wait_peers is a
@@ -580,7 +580,7 @@ int serve_source(peer_t *p)
              * never serves */
             if (resumed ? joining > 0
                         : !peer_swarm_started(p) &&
-                              !join_may_start(&p->join, serving, joining, staged, p->S, p->now))
+                              !join_may_start(&p->join, serving, joining, staged, p->dims.S, p->now))
                 return 0;
             if (!join_settled(&p->join, p->now)) return 0; /* let gossip settle */
         }
@@ -588,7 +588,7 @@ int serve_source(peer_t *p)
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
         double settle = custody_settle_time(p);
-        for (int i = 0; i < p->M; i++) {
+        for (int i = 0; i < p->dims.M; i++) {
             /* microbatch i of this step belongs to one owner; when an owner is gone only
              * its microbatches pass on, once what it sent had time to be counted
              * (source.h), so no two start the same one */
@@ -603,6 +603,6 @@ int serve_source(peer_t *p)
         }
         return me == 0 ? val_round_tick(p) : 0;
     }
-    if (me != 0 || p->finished) return 0;
+    if (me != 0 || p->ending.over) return 0;
     return validate(p);
 }

@@ -206,7 +206,7 @@ static int another_takes_it(peer_t *p)
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
     uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
-    memcpy(&mine, p->id, 8);
+    memcpy(&mine, p->self.id, 8);
     mine = rng_mix(key, mine);
     for (int i = 0; i < n; i++) {
         if (m[i].state != MEMBER_JOINING || peer_is_self(p, m[i].id)) continue;
@@ -221,12 +221,12 @@ static int another_takes_it(peer_t *p)
 static void announce(peer_t *p)
 {
     char hex[2 * MSG_ID_LEN + 1];
-    for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->id[i]);
+    for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->self.id[i]);
     fprintf(p->log, "peer: id %s\n", hex);
     fprintf(p->log,
             "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step "
             "%" PRId64 "\n",
-            p->stage, p->S, stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
+            p->stage, p->dims.S, stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
             p->self.serving_from);
     fflush(p->log);
 }

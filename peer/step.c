@@ -45,7 +45,7 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
 static void send_progress(peer_t *p)
 {
     msg_t m = {
-        .type = MSG_PROGRESS, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
+        .type = MSG_PROGRESS, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->dims.M};
     const msg_member_t *mem;
     int n = pool_members(p, &mem);
     size_t len = pool_bitmap_bytes(p->pool);
@@ -63,7 +63,7 @@ void step_count(peer_t *p, uint32_t index)
 void step_on_progress(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
-    if (!p->held.st || m->stage != p->stage || m->count != (uint32_t)p->M || ev->nframes != 1 ||
+    if (!p->held.st || m->stage != p->stage || m->count != (uint32_t)p->dims.M || ev->nframes != 1 ||
         ev->frame_len[0] != pool_bitmap_bytes(p->pool)) {
         stats_note_rejected(&p->stats);
         return;
@@ -83,9 +83,9 @@ void step_set_stage_gnorm(peer_t *p, float gnorm)
 
 int step_open(peer_t *p)
 {
-    int rc = contrib_alloc(&p->contrib, p->M);
-    if (!(p->pool = pool_new(p->M))) return STATUS_ENOMEM;
-    pool_set_path(p->pool, p->run.seed, p->S, p->run.skip, p->stage);
+    int rc = contrib_alloc(&p->contrib, p->dims.M);
+    if (!(p->pool = pool_new(p->dims.M))) return STATUS_ENOMEM;
+    pool_set_path(p->pool, p->run.seed, p->dims.S, p->run.skip, p->stage);
     return rc;
 }
 
@@ -137,7 +137,7 @@ static int make_exchange(peer_t *p, int part)
     if (!fresh) return STATUS_ENOMEM;
     uint32_t count = 0;
     for (size_t i = 0; i < nb; i++) fresh[i] = (uint8_t)(pool_mine(p->pool)[i] & ~p->contrib.sent_bits[i]);
-    for (int i = 0; i < p->M; i++) count += (uint32_t)pool_bit(fresh, i);
+    for (int i = 0; i < p->dims.M; i++) count += (uint32_t)pool_bit(fresh, i);
     size_t len = 0;
     int rc = 0;
     if (p->held.dopt && part == 0) {
@@ -159,7 +159,7 @@ static int make_exchange(peer_t *p, int part)
     size_t claims_len = 0;
     if (rc == 0 && part == 0) {
         const msg_member_t *own;
-        int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+        int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
         claims_len = (size_t)n * MSG_ID_LEN;
         if (!(claims = malloc(claims_len ? claims_len : 1))) rc = STATUS_ENOMEM;
         for (int i = 0; claims && i < n; i++) memcpy(claims + (size_t)i * MSG_ID_LEN, own[i].id, MSG_ID_LEN);
@@ -172,8 +172,8 @@ static int make_exchange(peer_t *p, int part)
                    .count = count,
                    .hash = p->contrib.my_hash,
                    .since = p->self.serving_from};
-        memcpy(m.origin, p->id, MSG_ID_LEN);
-        memcpy(m.sender, p->id, MSG_ID_LEN);
+        memcpy(m.origin, p->self.id, MSG_ID_LEN);
+        memcpy(m.sender, p->self.id, MSG_ID_LEN);
         const uint8_t *body = msg ? msg : (const uint8_t *)"";
         const uint8_t *cl = claims ? claims : (const uint8_t *)"";
         rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
@@ -213,14 +213,14 @@ static void log_step(peer_t *p, float gnorm, double now)
 {
     if (p->stage == 0 && p->contrib.loss_n) {
         int64_t s = p->step;
-        double tok = (double)p->BT * p->M;
+        double tok = (double)p->dims.BT * p->dims.M;
         if (s % p->po.log_every == 0 || s == p->run.steps - 1)
             fprintf(p->log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", s,
                     p->contrib.loss_sum / p->contrib.loss_n, optim_lr(&p->run.opt, s), gnorm,
                     p->contrib.step_t0 > 0 && now > p->contrib.step_t0 ? tok / (now - p->contrib.step_t0) : 0.0);
         fflush(p->log);
         peer_self_loss(p, (float)(p->contrib.loss_sum / p->contrib.loss_n));
-    } else if (p->stage == p->S - 1) {
+    } else if (p->stage == p->dims.S - 1) {
         peer_self_loss(p, p->held.last_loss);
     }
 }
@@ -237,7 +237,7 @@ static int msg_order(const void *a, const void *b)
 static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
 {
     uint32_t c = 0;
-    for (int b = 0; b < p->M; b++) c += (uint32_t)pool_bit(e->counted, b);
+    for (int b = 0; b < p->dims.M; b++) c += (uint32_t)pool_bit(e->counted, b);
     return c;
 }
 
@@ -299,7 +299,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
             !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->contrib.my_hash) &&
             (peer_is_self(p, msgs[i]->origin) || view_find(&p->view, msgs[i]->origin)))
             voters[nv++] = msgs[i];
-    if (pool_vote_lost(voters, nv, p->contrib.my_hash, p->self.serving_from, p->id)) {
+    if (pool_vote_lost(voters, nv, p->contrib.my_hash, p->self.serving_from, p->self.id)) {
         free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
         log_warn("peer: my parameters differ from the pool's at step %" PRId64, p->step);
         return STATUS_ECORRUPT; /* the caller re-syncs */
@@ -317,7 +317,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
          * a gradient sum cannot be taken apart. The same on every member that holds the
          * same messages; its other microbatches show as lost. */
         int overlap = 0;
-        for (int b = 0; b < p->M; b++) overlap |= pool_bit(msgs[i]->counted, b) && pool_bit(counted, b);
+        for (int b = 0; b < p->dims.M; b++) overlap |= pool_bit(msgs[i]->counted, b) && pool_bit(counted, b);
         if (overlap) {
             char h[9];
             log_warn("peer: step %" PRId64 ": left out part %d of %s's message (it counts "
@@ -325,9 +325,9 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                      p->step, msgs[i]->part, peer_idhex(msgs[i]->origin, h));
             continue;
         }
-        for (int b = 0; b < p->M; b++)
+        for (int b = 0; b < p->dims.M; b++)
             if (pool_bit(msgs[i]->counted, b)) pool_set_bit(counted, b);
-        for (int b = 0; b < p->M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
+        for (int b = 0; b < p->dims.M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
         if (p->held.dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         m++;
@@ -426,7 +426,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     if (p->po.hooks.applied) {
         peer_applied_t a = {.stage = p->stage,
                             .step = applied,
-                            .M = p->M,
+                            .M = p->dims.M,
                             .counted = counted,
                             .expected = pool_expected(p->pool),
                             .counted_twice = twice,
@@ -434,7 +434,7 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                             .hash_after = p->contrib.my_hash};
         p->po.hooks.applied(p->po.hooks.ctx, p, &a);
     }
-    for (int b = 0; b < p->M; b++)
+    for (int b = 0; b < p->dims.M; b++)
         if (!pool_bit(counted, b) && pool_bit(pool_expected(p->pool), b)) {
             p->stats.lost++;
             fprintf(p->log, "lost: step %" PRId64 " microbatch %d: not in stage %d's update\n",
@@ -445,9 +445,9 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     free(counted);
     step_reset(p);
     if (p->ps) {
-        const msg_member_t *me = view_find(&p->view, p->id);
-        double loss = p->stage == 0 || p->stage == p->S - 1 ? p->self.loss : NAN;
-        peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->BT * p->M / step_s : 0,
+        const msg_member_t *me = view_find(&p->view, p->self.id);
+        double loss = p->stage == 0 || p->stage == p->dims.S - 1 ? p->self.loss : NAN;
+        peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->dims.BT * p->dims.M / step_s : 0,
                           me ? me->bytes_out : 0, me ? me->bytes_in : 0);
         peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->run.steps);
     }
@@ -461,7 +461,7 @@ static void report_stall(peer_t *p, int complete, int exch_missing)
     timeout_retry(&p->contrib.stall, p->now);
     char bits[65];
     int k = 0;
-    for (int i = 0; i < p->M && k < 64; i++) bits[k++] = pool_bit(p->contrib.ubuf, i) ? '1' : '0';
+    for (int i = 0; i < p->dims.M && k < 64; i++) bits[k++] = pool_bit(p->contrib.ubuf, i) ? '1' : '0';
     bits[k] = 0;
     int held = 0;
     for (int i = 0; i < p->cust.nmbs; i++) held += p->cust.mbs[i].used;
@@ -660,7 +660,7 @@ static int ask_redo(peer_t *p)
     if (!want) return STATUS_ENOMEM;
     const uint8_t *expect = pool_expected(p->pool); /* SkipPipe: only what visits here */
     for (size_t i = 0; i < nb; i++) want[i] = (uint8_t)(expect[i] & ~p->contrib.ubuf[i]);
-    msg_t r = {.type = MSG_REDO, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->M};
+    msg_t r = {.type = MSG_REDO, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->dims.M};
     const void *pl[1] = {want};
     memcpy(to, s0[pick].id, MSG_ID_LEN);
     peer_send(p, to, &r, 1, pl, &nb);
@@ -681,7 +681,7 @@ static void resend_early(peer_t *p)
         for (int j = 0; j < p->contrib.nearly_to && !had; j++) had = !memcmp(p->contrib.early_to[j], mem[i].id, MSG_ID_LEN);
         if (had || peer_is_self(p, mem[i].id)) continue;
         msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step, .flags = 0};
-        memcpy(q.origin, p->id, MSG_ID_LEN);
+        memcpy(q.origin, p->self.id, MSG_ID_LEN);
         memcpy(q.sender, mem[i].id, MSG_ID_LEN); /* answered as if it had asked */
         step_answer_exch_req(p, p->pool, p->stage, &q);
     }
@@ -694,14 +694,14 @@ static void resend_early(peer_t *p)
 static int own_share_done(peer_t *p)
 {
     if (!p->po.early_exchange || p->stage != 0 || !contributing(p)) return 0;
-    for (int i = 0; p->contrib.redo_step == p->step && i < p->M; i++)
+    for (int i = 0; p->contrib.redo_step == p->step && i < p->dims.M; i++)
         if (pool_bit(p->contrib.redo_for, i)) return 0;
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, 0, p->step, p->id, &own, &me);
+    int me, n = view_owners(&p->view, 0, p->step, p->self.id, &own, &me);
     if (me < 0) return 0;
     const uint8_t *mine = pool_mine(p->pool);
     int share = 0;
-    for (int i = 0; i < p->M; i++)
+    for (int i = 0; i < p->dims.M; i++)
         if (view_rendezvous(own, n, rng_mix((uint64_t)p->step, (uint64_t)i)) == me) {
             if (!pool_bit(mine, i)) return 0;
             share++;
@@ -722,7 +722,7 @@ int step_tick(peer_t *p)
     int complete = !contributing(p) || pool_all(p->pool, p->contrib.ubuf);
     if (!complete && p->po.plant_bug == 1 && p->step == 1) {
         int missing = 0;
-        for (int i = 0; i < p->M; i++) missing += !pool_bit(p->contrib.ubuf, i);
+        for (int i = 0; i < p->dims.M; i++) missing += !pool_bit(p->contrib.ubuf, i);
         complete = missing == 1; /* the planted bug: a pool that steps one microbatch short */
     }
     /* Stage 0 sends its message as soon as its own share is counted, without waiting to
@@ -745,7 +745,7 @@ int step_tick(peer_t *p)
          * REDO) this member would wait for ever. It asks for the messages it lacks
          * instead; their counted bits complete N. */
         const msg_member_t *own;
-        int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+        int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
         (void)me;
         /* the waits of 12.4 start here: a member named by a mate's message and gone
          * from the view (it died with its message held by that mate only) is asked for
@@ -779,7 +779,7 @@ int step_tick(peer_t *p)
     }
     contrib_waits(&p->contrib, p->now, 0);
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, p->stage, p->step, p->id, &own, &me);
+    int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
     int missing = missing_messages(p, own, n);
     if (!contributing(p)) { /* a follower needs someone's update to follow */
         int others = 0;
@@ -909,9 +909,9 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
     const msg_t *m = &ev->msg;
     size_t nb = pool_bitmap_bytes(p->pool);
     if (!p->held.st || p->stage != 0 || ev->nframes != 1 || ev->frame_len[0] != nb ||
-        m->count != (uint32_t)p->M || m->step > p->step) {
+        m->count != (uint32_t)p->dims.M || m->step > p->step) {
         stats_note_rejected(&p->stats);
         return;
     }
-    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->M);
+    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M);
 }

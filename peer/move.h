@@ -5,6 +5,7 @@
 #ifndef SWARMTRAIN_MOVE_H
 #define SWARMTRAIN_MOVE_H
 
+#include "common/timeout.h"
 #include "swarm/pool.h"
 
 #include <stdint.h>
@@ -16,7 +17,7 @@ typedef struct {
 
 typedef struct {
     int over;      /* the run is over for this peer (its validation said, or it heard so) */
-    double since;  /* past the last step with no stage-0 member in view, since */
+    timeout_t gone; /* end.gone: at the last step, a stage seen there gone from the view, since */
     uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
 } end_state_t;
 

@@ -184,6 +184,9 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->self.loss = NAN;
     val_init(&p->val);
     contrib_init(&p->contrib, po->peer_timeout_s);
+    recover_init(&p->rec, po->peer_timeout_s);
+    resume_init(&p->resume);
+    p->ending.gone = timeout_make("end.gone", 2 * po->peer_timeout_s);
     p->push = timeout_make("member.push", PEER_PUSH_S);
     rebal_init(&p->rebal);
     join_state_init(&p->join);
@@ -440,7 +443,7 @@ static void end_tick(peer_t *p)
     int alone = 1; /* no other member at all: nothing left to follow or download from */
     for (int i = 0; i < p->view.n && alone; i++) alone = peer_is_self(p, p->view.m[i].id);
     if (p->step < p->run.steps && !(p->ending.seen && alone)) {
-        p->ending.since = 0;
+        timeout_stop(&p->ending.gone);
         return;
     }
     int gone = -1, others = 0;
@@ -456,11 +459,11 @@ static void end_tick(peer_t *p)
     if (gone < 0 && !others && p->dims.S > 1) gone = p->stage == 0 ? 1 : 0;
     if (gone < 0 && p->ending.seen && alone) gone = p->stage == 0 ? 1 : 0;
     if (gone < 0) {
-        p->ending.since = 0;
+        timeout_stop(&p->ending.gone);
         return;
     }
-    if (!p->ending.since) p->ending.since = p->now;
-    if (p->now - p->ending.since < 2 * p->po.peer_timeout_s) return;
+    timeout_ensure(&p->ending.gone, p->now);
+    if (!timeout_fired(&p->ending.gone, p->now)) return;
     fprintf(p->log, "peer: at the last step, and stage %d has left after it: the run is over\n",
             gone);
     p->ending.over = 1;

@@ -41,7 +41,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RECOVER_SETTLE_S 1.0 /* a stage must look empty this long (gossip settles) */
+#define RECOVER_SETTLE_S 1.0 /* recover.empty: a stage must look empty this long (gossip settles) */
+#define JUDGE_MAX_S 60.0  /* recover.judge: the other stages' states must arrive within this */
+#define RECOVER_CHUNK_RETRY_S 5.0 /* a neighbour's chunk asked again after this */
+#define RECOVER_COPY_WAIT_S 60.0 /* recover.copy: a copy's fetch is dropped and retried after this */
 #define COPY_EVERY 25        /* least steps between the neighbours' copies of stage 0 / S-1 */
 #define COPY_BUDGET 0.05     /* copies' share of the activation/gradient bytes sent */
 #define RECOVER_LR_SCALE 1.1f
@@ -244,7 +247,7 @@ static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
         if (!(p->rec.aux = xfer_new_range(stage, total, off, len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         p->rec.aux_stage = stage;
-        p->rec.aux_t0 = p->now;
+        timeout_start(&p->rec.aux_wait, p->now);
     }
     if (xfer_done(p->rec.aux) == 1) return 1;
     const msg_member_t *mem;
@@ -259,7 +262,7 @@ static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
     memcpy(&me, p->self.id, 8);
     int pick = view_rendezvous(donors, k, me ^ (uint64_t)xfer_restarts(p->rec.aux));
     xfer_req_t req[8];
-    int nr = xfer_next_requests(p->rec.aux, p->now, donors + pick, 1, 5.0, req, 8);
+    int nr = xfer_next_requests(p->rec.aux, p->now, donors + pick, 1, RECOVER_CHUNK_RETRY_S, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
     return 0;
 }
@@ -303,7 +306,7 @@ static int copy_tick(peer_t *p)
         if (p->rec.aux && p->rec.aux_stage != t) return 0; /* one fetch at a time */
         int rc = aux_fetch_range(p, t, off, len);
         if (rc <= 0) {
-            if (rc == 0 && p->rec.aux && p->now - p->rec.aux_t0 > 60) xfer_destroy(&p->rec.aux); /* retry */
+            if (rc == 0 && p->rec.aux && timeout_fired(&p->rec.aux_wait, p->now)) xfer_destroy(&p->rec.aux); /* retry */
             return rc;
         }
         copy_hdr_t h = copy_header(p, c);
@@ -342,17 +345,21 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
      * (were that word lost, this peer could rebuild a stage nobody needs before end_tick
      * ends its run). */
     if (p->ending.over) return 0;
-    if (!p->rec.empty_since && !(p->rec.empty_since = calloc((size_t)p->dims.S, sizeof(double))))
-        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    if (!p->rec.empty) {
+        if (!(p->rec.empty = calloc((size_t)p->dims.S, sizeof *p->rec.empty)))
+            return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+        for (int s = 0; s < p->dims.S; s++)
+            p->rec.empty[s] = timeout_make("recover.empty", RECOVER_SETTLE_S);
+    }
     int handled = 0;
     for (int s = 0; s < p->dims.S; s++) {
         const msg_member_t *m;
         if (s == p->stage || view_stage(&p->view, s, 0, &m) > 0) {
-            p->rec.empty_since[s] = 0;
+            timeout_stop(&p->rec.empty[s]);
             continue;
         }
-        if (!p->rec.empty_since[s]) {
-            p->rec.empty_since[s] = p->now;
+        if (!timeout_running(&p->rec.empty[s])) {
+            timeout_start(&p->rec.empty[s], p->now);
             fprintf(p->log, "lost-stage: t=%.3f stage %d has no live peer; its microbatches wait "
                     "in custody\n", p->now, s);
             fflush(p->log);
@@ -367,7 +374,7 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
          * seed 9004). Waiting a failure timeout longer hid it, but then the lost peers,
          * back after a few seconds, rebuilt before the neighbour's mover came, without
          * its copy of the first or last stage's embedding or head (bench_checkfree). */
-        if (p->now - p->rec.empty_since[s] < RECOVER_SETTLE_S) continue;
+        if (!timeout_fired(&p->rec.empty[s], p->now)) continue;
         int to = mover_target(p, s);
         if (to < 0 || to == p->stage) continue;
         if (to == s) {
@@ -385,22 +392,30 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
 
 /* ---- rebuilding ------------------------------------------------------------------------ */
 
+void recover_init(recover_state_t *r, double peer_timeout_s)
+{
+    memset(r, 0, sizeof *r);
+    r->aux_wait = timeout_make("recover.copy", RECOVER_COPY_WAIT_S);
+    r->judge = timeout_make("recover.judge", JUDGE_MAX_S);
+    for (int i = 0; i < 2; i++) r->nb_wait[i] = timeout_make("recover.neighbour", 2 * peer_timeout_s);
+}
+
 void recover_stage_setup(peer_t *p)
 {
     if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->run.opt.lr; /* once: a move resets the scale */
     p->rec.lr_scale = 1.0f;
     p->run.opt.lr = p->rec.base_lr;
-    free(p->rec.empty_since);
-    p->rec.empty_since = NULL;
+    free(p->rec.empty);
+    p->rec.empty = NULL;
 }
 
 void recover_free(peer_t *p)
 {
     free(p->rec.copy[0]);
     free(p->rec.copy[1]);
-    free(p->rec.empty_since);
+    free(p->rec.empty);
     p->rec.copy[0] = p->rec.copy[1] = NULL;
-    p->rec.empty_since = NULL;
+    p->rec.empty = NULL;
 }
 
 void recover_set_lr_scale(peer_t *p, float scale)
@@ -505,7 +520,6 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
 /* ---- judging the candidates (--stage-recovery auto) ------------------------------------ */
 
 #define JUDGE_BATCHES 4   /* held-out microbatches each candidate is judged on */
-#define JUDGE_MAX_S 60.0  /* the other stages' states must arrive within this */
 
 /* This peer's own newest checkpoint of the stage as the second candidate: loaded into
  * the stage (parameters, moments, DeMo momentum), its parameters kept in rec_ck. */
@@ -598,7 +612,7 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
     for (int t = 0; t < S && !why; t++) {
         if (t == p->stage || params_of(p, want, t)) continue;
         int live = live_others(p, t);
-        if (!live || p->now - p->rec.t0 > JUDGE_MAX_S) {
+        if (!live || timeout_fired(&p->rec.judge, p->now)) {
             snprintf(whybuf, sizeof whybuf, live ? "stage %d's state did not come in time"
                                                  : "stage %d has no live peer", t);
             why = whybuf;
@@ -648,10 +662,11 @@ int recover_download_tick(peer_t *p)
     int want[2] = {s > 0 ? s - 1 : s + 1, s > 0 && s < S - 1 ? s + 1 : -1};
     if (!p->rec.active) {
         p->rec.active = 1;
-        p->rec.t0 = p->now;
+        timeout_start(&p->rec.judge, p->now);
         free_nb(p);
         p->rec.gone[0] = p->rec.gone[1] = 0;
-        p->rec.nb_seen[0] = p->rec.nb_seen[1] = 0;
+        timeout_start(&p->rec.nb_wait[0], p->now);
+        timeout_start(&p->rec.nb_wait[1], p->now);
         fprintf(p->log, "lost-stage: rebuilding stage %d from stage%s %d%s%.0d\n", s,
                 want[1] >= 0 ? "s" : "", want[0], want[1] >= 0 ? " and " : "",
                 want[1] >= 0 ? want[1] : 0);
@@ -662,9 +677,8 @@ int recover_download_tick(peer_t *p)
         /* a neighbour with no live peer either: after two failure timeouts without one,
          * the rebuild goes on without it (rebuild() says how) */
         int live = live_others(p, want[i]);
-        if (live) p->rec.nb_seen[i] = p->now;
-        else if (p->now - (p->rec.nb_seen[i] > 0 ? p->rec.nb_seen[i] : p->rec.t0) >
-                 2 * p->po.peer_timeout_s) {
+        if (live) timeout_start(&p->rec.nb_wait[i], p->now);
+        else if (timeout_fired(&p->rec.nb_wait[i], p->now)) {
             p->rec.gone[i] = 1;
             xfer_destroy(&p->rec.aux);
             continue;
@@ -716,12 +730,12 @@ int recover_download_tick(peer_t *p)
     step_set(p, step < 0 ? 0 : step);
     if (use_ck) {
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
-                p->now - p->rec.t0, p->rec.how);
+                p->now - p->rec.judge.started_at, p->rec.how);
     } else {
         recover_set_lr_scale(p, RECOVER_LR_SCALE);
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
                 "optimizer state, learning rate x%.2f\n",
-                s, p->step, p->now - p->rec.t0, p->rec.how, (double)p->rec.lr_scale);
+                s, p->step, p->now - p->rec.judge.started_at, p->rec.how, (double)p->rec.lr_scale);
     }
     fflush(p->log);
     peer_store_event(p->ps, "recovered_stage", "stage %d at step %" PRId64 ": %s", s, p->step,

@@ -18,8 +18,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define RESUME_WAIT_S 30.0
-#define RESUME_SETTLE_S 2.0 /* the least wait: the others' entries arrive by gossip */
 
 int resume_stage(peer_t *p)
 {
@@ -81,10 +79,18 @@ static uint64_t table_hash(const peer_t *p)
     return h;
 }
 
+void resume_init(resume_state_t *r)
+{
+    r->decide = timeout_make("resume.decide", RESUME_WAIT_S);
+    r->settle = timeout_make("resume.settle", RESUME_SETTLE_S);
+    r->agreed = 0;
+    r->table = 0;
+}
+
 int resume_tick(peer_t *p)
 {
-    if (!p->resume.t0) {
-        p->resume.t0 = p->now;
+    if (!timeout_running(&p->resume.decide)) {
+        timeout_start(&p->resume.decide, p->now);
         int n = peer_store_ckpt_steps(p->ps, p->stage, p->self.ckpt, MSG_CKPT_MAX);
         fprintf(p->log, "resume: stage %d, %d checkpoint(s) in %s", p->stage, n, p->po.db);
         for (int i = 0; i < n; i++) fprintf(p->log, "%s%" PRId64, i ? ", " : " at step ", p->self.ckpt[i]);
@@ -95,13 +101,12 @@ int resume_tick(peer_t *p)
     int present = 0;
     for (int i = 0; i < p->view.n; i++) present += p->view.m[i].state != MEMBER_DEAD;
     uint64_t table = table_hash(p);
-    if (table != p->resume.table || !p->resume.changed_at) {
+    if (table != p->resume.table || !timeout_running(&p->resume.settle)) {
         p->resume.table = table;
-        p->resume.changed_at = p->now;
+        timeout_start(&p->resume.settle, p->now);
     }
-    double waited = p->now - p->resume.t0;
-    if (waited < RESUME_WAIT_S &&
-        (p->now - p->resume.changed_at < RESUME_SETTLE_S || present < p->join.wait_peers))
+    if (!timeout_fired(&p->resume.decide, p->now) &&
+        (!timeout_fired(&p->resume.settle, p->now) || present < p->join.wait_peers))
         return 0;
     int64_t s = agreed_step(p);
     /* decided: from here on as any joiner. Its entry keeps the checkpoint steps, so that

@@ -5,14 +5,21 @@
 #ifndef SWARMTRAIN_RESUME_H
 #define SWARMTRAIN_RESUME_H
 
+#include "common/timeout.h"
+
 #include <stdint.h>
 
+#define RESUME_WAIT_S   30.0 /* resume.decide: decide with whoever is there after this */
+#define RESUME_SETTLE_S 2.0  /* resume.settle: the least wait: the others' entries arrive by gossip */
+
 typedef struct {
-    double t0;         /* when this peer began to wait for the agreement (0: not yet) */
+    timeout_t decide;  /* resume.decide: from the first wait for the agreement */
     int64_t agreed;    /* the step it agreed on (0: none), once po.resume is cleared; the
                         * simulator checks it (simrun.c) */
     uint64_t table;    /* the table it would decide on (a hash) ... */
-    double changed_at; /* ... and when that last changed */
+    timeout_t settle;  /* resume.settle: ... unchanged since this started */
 } resume_state_t;
+
+void resume_init(resume_state_t *r);
 
 #endif

@@ -8,10 +8,14 @@
 #include "common/rng.h"
 #include "peer/peer_impl.h"
 
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define STATE_SNAP_REUSE_S  5.0  /* a snapshot younger than this serves a fresh request */
+#define STATE_CHUNK_RETRY_S 10.0 /* a chunk (or the first answer) asked again after this */
 
 /* params | adam m | adam v | adam step (8) | last clipped gradient norm (f32) | the
  * stage's learning-rate scale (f32) */
@@ -67,6 +71,15 @@ static void load_state(peer_t *p, const uint8_t *buf)
 void state_init(peer_t *p)
 {
     p->trans.snap.step = -1;
+    p->trans.nobody = timeout_make("download.nobody", 2 * p->po.peer_timeout_s);
+    p->trans.another = timeout_make("download.another", 4 * p->po.peer_timeout_s);
+}
+
+/* The download's waits start (again) now. */
+static void waits_start(peer_t *p)
+{
+    timeout_start(&p->trans.nobody, p->now);
+    timeout_start(&p->trans.another, p->now);
 }
 
 void state_drop(peer_t *p)
@@ -94,7 +107,7 @@ void state_on_request(peer_t *p, const msg_t *m)
      * same two steps, so the bytes and the hash are the same. */
     int fresh = m->step < 0 && p->trans.snap.step != p->step &&
                 (p->trans.snap.step < 0 || p->trans.snap.step < p->step - (STEP_KEEP - 4) ||
-                 p->now - p->trans.snap_at > 5.0);
+                 p->now - p->trans.snap_at > STATE_SNAP_REUSE_S);
     if (fresh || (m->step >= 0 && m->step == p->step && p->trans.snap.step != p->step)) {
         if (take_snapshot(p)) return;
         p->trans.snap_at = p->now;
@@ -144,7 +157,7 @@ int peer_start_download(peer_t *p, const char *why)
     if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->trans.download_why = why;
-    p->trans.xfer_t0 = p->now;
+    waits_start(p);
     peer_enter(p, PHASE_DOWNLOAD);
     peer_self_state(p, MEMBER_JOINING);
     peer_push_self(p);
@@ -202,7 +215,7 @@ static int another_takes_it(peer_t *p)
 {
     /* the mover every peer chose (recover.c) never waits: it holds the copy an end stage
      * needs, and the lost peers coming back wait for it anyway (2 failure timeouts) */
-    if (p->rec.mover || p->now - p->trans.xfer_t0 > 4 * p->po.peer_timeout_s) return 0;
+    if (p->rec.mover || timeout_fired(&p->trans.another, p->now)) return 0;
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
     uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
@@ -255,7 +268,7 @@ int state_download_tick(peer_t *p)
         if (p->po.resume) { /* a whole swarm restarting: agree on a step first */
             int r = resume_tick(p);
             if (r < 0) return r;
-            if (r == 3) p->trans.xfer_t0 = p->now; /* a mate serves the agreed step soon */
+            if (r == 3) waits_start(p); /* a mate serves the agreed step soon */
             if (r == 0 || r == 3) return 0;
             if (r == 1) {
                 p->trans.downloaded = 0;
@@ -267,7 +280,7 @@ int state_download_tick(peer_t *p)
         }
         int started = peer_swarm_started(p);
         if (started && !p->rec.mover && !p->rec.active &&
-            p->now - p->trans.xfer_t0 < 2 * p->po.peer_timeout_s)
+            !timeout_fired(&p->trans.nobody, p->now))
             return 0;
         if (started && another_takes_it(p)) { /* it will be a donor once it serves */
             recover_abort(p);
@@ -310,7 +323,7 @@ int state_download_tick(peer_t *p)
         fprintf(p->log,
                 "state: downloaded stage %d at step %" PRId64
                 " (%.1f MB in %.2f s from %d peer(s)), hash verified\n",
-                p->stage, p->step, state_bytes(p) / 1e6, p->now - p->trans.xfer_t0,
+                p->stage, p->step, state_bytes(p) / 1e6, p->now - p->trans.nobody.started_at,
                 xfer_donors(p->trans.xfer));
         fflush(p->log);
         xfer_destroy(&p->trans.xfer);
@@ -334,7 +347,7 @@ int state_download_tick(peer_t *p)
      * 10 fresh starts one donor serves the whole snapshot (it keeps it while asked) */
     if (xfer_restarts(p->trans.xfer) >= 10 && k > 1) k = 1;
     xfer_req_t req[8];
-    int nr = xfer_next_requests(p->trans.xfer, p->now, donors, k, 10.0, req, 8);
+    int nr = xfer_next_requests(p->trans.xfer, p->now, donors, k, STATE_CHUNK_RETRY_S, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
     return 0;
 }

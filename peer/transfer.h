@@ -4,6 +4,7 @@
 #ifndef SWARMTRAIN_TRANSFER_H
 #define SWARMTRAIN_TRANSFER_H
 
+#include "common/timeout.h"
 #include "swarm/xfer.h"
 
 typedef struct {
@@ -13,7 +14,8 @@ typedef struct {
     int downloaded;      /* the state came from the pool */
     int donor_started;   /* a donor said training had begun (STATE_REP flag 1) */
     const char *download_why; /* why it downloads (a re-sync's reason), for the log */
-    double xfer_t0;      /* when the download began */
+    timeout_t nobody;    /* download.nobody: from its start, no donor in a started swarm */
+    timeout_t another;   /* download.another: ... a joiner waiting for another to take it */
 } transfer_t;
 
 #endif

@@ -7,11 +7,14 @@
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* The adapted custody time is at most this many times the fixed one (custody_time). */
 #define CUSTODY_RTO_CAP 3.0
+/* A forward with no next peer to take it is tried again this often. */
+#define CUSTODY_RETRY_S 0.05
 
 int custody_alloc(peer_t *p, int n)
 {
@@ -224,6 +227,19 @@ void custody_on_nack(peer_t *p, const msg_t *m)
  * re-sent by stage 1 and, at the same moment, by stage 0 (whose gradient had not come
  * back either): two members counted it, the pool left one's exchange message out and
  * lost its other microbatches (sim mild 3x2 seed 1140). */
+double custody_next_deadline(const peer_t *p)
+{
+    double at = INFINITY;
+    for (int i = 0; i < p->cust.nmbs; i++) {
+        const mbrec_t *r = &p->cust.mbs[i];
+        if (!r->used || !r->act) continue;
+        /* one not sent yet (no next peer to take it) is tried again soon */
+        double d = r->sent ? r->sent_at + custody_time(p, r) : p->now + CUSTODY_RETRY_S;
+        if (d < at) at = d;
+    }
+    return at;
+}
+
 double custody_settle_time(const peer_t *p)
 {
     if (p->cust.fb_rtt.n == 0) return p->po.custody_s;
@@ -271,7 +287,7 @@ void custody_tick(peer_t *p)
         if (!r->used || !r->act) continue;
         if (!r->sent)
             custody_forward(p, r, NULL);
-        else if (p->now - r->sent_at > custody_time(p, r))
+        else if (p->now - r->sent_at >= custody_time(p, r))
             custody_reroute(p, r, "no gradient back in time");
     }
 }

@@ -469,10 +469,33 @@ static void end_tick(peer_t *p)
     p->ending.over = 1;
 }
 
+/* When the member wants to run again without an event: at the earliest deadline ahead of
+ * its parts' timers and its forwards' custody, and at the latest PEER_IDLE_S from now
+ * (the parts' conditions that are not timers look at seconds: a follower's stall, the
+ * pace, a validation round). A deadline already passed was handled by this step. */
+static double next_wake(const peer_t *p, double now)
+{
+    double at = now + PEER_IDLE_S;
+    const timeout_t *t[] = {
+        &p->push,           &p->join.hello,       &p->join.table,      &p->join.settle,
+        &p->join.start,     &p->contrib.progress, &p->contrib.stall,   &p->contrib.exch_req,
+        &p->contrib.gone_ask, &p->contrib.relay,  &p->contrib.unknown, &p->contrib.deadline,
+        &p->contrib.suspect, &p->contrib.redo_ask, &p->follow.gather,  &p->rebal.decide,
+        &p->rebal.record,   &p->rebal.reverse,    &p->ending.gone,     &p->resume.decide,
+        &p->resume.settle,  &p->trans.nobody,     &p->trans.another,   &p->rec.aux_wait,
+        &p->rec.judge,      &p->rec.nb_wait[0],   &p->rec.nb_wait[1]};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i]->deadline > now) at = timeout_earliest(at, t[i]);
+    for (int s = 0; p->rec.empty && s < p->dims.S; s++)
+        if (p->rec.empty[s].deadline > now) at = timeout_earliest(at, &p->rec.empty[s]);
+    double c = custody_next_deadline(p);
+    if (c > now && c < at) at = c;
+    return at;
+}
+
 int peer_step(peer_t *p, double now, double *wake_at)
 {
     p->now = now;
-    *wake_at = now + 0.02;
     int rc = 0, did = 0;
     switch (p->phase) {
     case PHASE_HELLO:
@@ -519,7 +542,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
                         kern_error(p->k));
     if (rc < 0) return rc;
     if (p->stage >= 0 && timeout_due(&p->push, now)) peer_push_self(p);
-    if (did) *wake_at = now;
+    *wake_at = did ? now : next_wake(p, now);
     return 0;
 }
 

@@ -48,6 +48,7 @@
 
 
 #define PEER_PUSH_S 0.25 /* member.push: a serving member's entry is pushed this often */
+#define PEER_IDLE_S 0.1  /* the longest a member sleeps without an event or a timer due */
 
 /* The run's shape as the member uses it, set when it takes its first stage (join.c). */
 typedef struct {
@@ -225,6 +226,8 @@ void custody_tick(peer_t *p);
 void custody_on_gradient(peer_t *p, const msg_t *m);
 /* How long a forward waits for its gradient (custody_s, adapted to measured round trips). */
 double custody_time(const peer_t *p, const mbrec_t *r);
+/* The earliest moment a forward it holds custody of is due to be re-sent (INFINITY: none). */
+double custody_next_deadline(const peer_t *p);
 /* How long what a member sent downstream may take to be served and counted there, its
  * count to reach the pool: 1.5 x the round trips this peer's forwards took (srtt + 4
  * rttvar), at most custody_s; custody_s before any is known (source.h). */

@@ -115,8 +115,8 @@ int peer_run(const peer_options_t *po, char *err)
         if ((rc = peer_step(p, t0, &wake))) break;
         if (emulated) busy_until = t0 + po->slowdown * (clock_thread_cpu() - cpu0);
         double idle = wake - clock_now();
-        if (idle > 0) { /* idle: wait for the network */
-            int r = net_recv(net, idle > 0.005 ? 5 : (int)(idle * 1000) + 1, &ev);
+        if (idle > 0) { /* idle: wait for the network until the earliest timer (peer_step) */
+            int r = net_recv(net, (int)(idle * 1000) + 1, &ev);
             if (r == 0 && (rc = peer_on_event(p, &ev, clock_now()))) break;
         }
     }

@@ -27,7 +27,6 @@ peer_options_t peer_defaults(void)
     po.exit_when_done = 1;
     po.device = "cpu";
     po.log_every = 1;
-    po.die_at_step = -1;
     po.rebalance_margin = 0.2;
     po.rebalance_cooldown_s = 10.0;
     po.slowdown = 0; /* a real device: compute timed on the wall clock */
@@ -201,17 +200,6 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
 
 /* ---- events ---------------------------------------------------------------------------- */
 
-/* Fault drills (`local --kill`): the peer SIGKILLs itself when a microbatch of step >=
- * die_at_step reaches it, so that it dies holding work its sender must re-route. */
-static void fault_point(peer_t *p, const msg_t *m)
-{
-    if (p->po.die_at_step < 0 || m->mb.step < p->po.die_at_step) return;
-    fprintf(p->log, "fault: t=%.3f dying on purpose at step %" PRId64 " holding microbatch %u\n",
-            p->now, m->mb.step, m->mb.index);
-    fflush(p->log);
-    raise(SIGKILL);
-}
-
 static int on_view(peer_t *p, const net_ev_t *ev)
 {
     char h[9];
@@ -249,7 +237,8 @@ static int on_data(peer_t *p, const net_ev_t *ev)
             peer_send_nack(p, ev->msg.sender, &ev->msg, "re-syncing");
         return 0;
     }
-    fault_point(p, &ev->msg);
+    if (p->po.faults.fwd_arrived) /* a drill may end the process here */
+        p->po.faults.fwd_arrived(p->po.faults.ctx, ev->msg.mb.step, ev->msg.mb.index, p->now);
     return serve_enqueue(p, ev);
 }
 

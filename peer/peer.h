@@ -23,20 +23,14 @@
 #include "model/train.h"
 #include "swarm/transport.h"
 
+#include "model/demo_opt.h"
+
 #include <signal.h>
 
 #include <stdio.h>
 
 typedef struct peer peer_t;
 
-/* Poisoned DeMo messages a test peer sends (peer_options_t.poison). */
-enum {
-    PEER_POISON_NONE,
-    PEER_POISON_NAN,
-    PEER_POISON_HUGE,
-    PEER_POISON_INDEX,
-    PEER_POISON_MIX /* NaN at even steps, values of 1e29 at odd ones */
-};
 
 /* What a peer tells its driver (the simulator checks its invariants with these). */
 typedef struct {
@@ -50,6 +44,23 @@ typedef struct {
     int following;          /* applied the pool's update without contributing */
     uint64_t hash_after;    /* parameter hash after the update */
 } peer_applied_t;
+
+/* Fault injection: the simulator, `local`'s drills and the tests install these; each is
+ * NULL in production, where nothing of them runs (tools/peer_faults.c, sim/simrun.c). */
+typedef struct {
+    void *ctx;
+    /* A FWD of microbatch (step, index) arrived at `now`: a drill may end the process
+     * here (it dies holding work its sender must re-route). */
+    void (*fwd_arrived)(void *ctx, int64_t step, uint32_t index, double now);
+    /* Part 0 of this member's DeMo exchange message of `step` goes out in the format of o:
+     * the bytes its mates get may be altered here (poisoned, yet well-framed); the member
+     * itself applies its honest copy. */
+    void (*exchange_out)(void *ctx, const demo_opt_t *o, int64_t step, uint8_t *msg,
+                         size_t len);
+    /* The pool's step lacks `missing` microbatches: 1 lets it complete anyway (a planted
+     * bug the simulator's checker must catch). */
+    int (*step_short_ok)(void *ctx, int64_t step, int missing);
+} peer_faults_t;
 
 typedef struct {
     void *ctx;
@@ -89,11 +100,7 @@ typedef struct {
     int log_every;
     FILE *log;          /* NULL: stdout */
     peer_hooks_t hooks; /* optional */
-    int64_t die_at_step;  /* fault drills: SIGKILL itself when a microbatch of this step or
-                           * later reaches it; < 0: never */
-    int plant_bug;        /* simulator self-test: 1 = a pool steps without one microbatch */
-    int poison;           /* tests only: send well-framed but poisoned DeMo messages
-                           * (PEER_POISON_*); the peer applies its own honest one */
+    peer_faults_t faults; /* fault injection (tests, drills, the simulator); none: zero */
     const char *key_file; /* identity from `swarmtrain keygen` (default: the store's) */
     const char *swarm_key;       /* CURVE with a shared swarm key (swarm/auth.h) */
     const char *allow;           /* CURVE, admitting only these public keys (swarm/auth.h) */

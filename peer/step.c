@@ -179,13 +179,9 @@ static int make_exchange(peer_t *p, int part)
         rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
         const msg_member_t *mem;
         int n = pool_members(p, &mem);
-        /* tests only: mates get a well-framed poisoned copy; this peer applies its own */
-        if (p->po.poison && p->held.dopt && part == 0 && msg)
-            demo_opt_poison(p->held.dopt, msg, len,
-                            p->po.poison != PEER_POISON_MIX ? p->po.poison
-                            : p->step % 2                   ? PEER_POISON_HUGE
-                                                            : PEER_POISON_NAN,
-                            NULL);
+        /* fault injection: mates may get an altered copy; this peer applies its own */
+        if (p->po.faults.exchange_out && p->held.dopt && part == 0 && msg)
+            p->po.faults.exchange_out(p->po.faults.ctx, p->held.dopt, p->step, msg, len);
         const void *pl[3] = {body, fresh, cl};
         size_t lens[3] = {len, nb, claims_len};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
@@ -720,10 +716,11 @@ int step_tick(peer_t *p)
     /* a follower goes by the messages alone: it may be catching up on steps the pool
      * finished before it arrived, whose progress it never heard */
     int complete = !contributing(p) || pool_all(p->pool, p->contrib.ubuf);
-    if (!complete && p->po.plant_bug == 1 && p->step == 1) {
+    int planted = 0; /* fault injection: a pool that steps short (the checker must see it) */
+    if (!complete && p->po.faults.step_short_ok) {
         int missing = 0;
         for (int i = 0; i < p->dims.M; i++) missing += !pool_bit(p->contrib.ubuf, i);
-        complete = missing == 1; /* the planted bug: a pool that steps one microbatch short */
+        complete = planted = p->po.faults.step_short_ok(p->po.faults.ctx, p->step, missing);
     }
     /* Stage 0 sends its message as soon as its own share is counted, without waiting to
      * hear (PROGRESS) that its mates counted theirs: the pool's exchange then takes one
@@ -786,7 +783,7 @@ int step_tick(peer_t *p)
         for (int i = 0; i < n; i++) others += !peer_is_self(p, own[i].id);
         if (!others) missing = 1;
     }
-    if (missing && !(p->po.plant_bug == 1 && p->step == 1)) {
+    if (missing && !planted) {
         report_stall(p, 1, missing);
         if (!timeout_fired(&p->contrib.deadline, p->now) || !contributing(p)) return 0;
         log_warn("peer: step %" PRId64 ": %d pool message(s) missing after 30 s; stepping "

@@ -203,6 +203,13 @@ static dnode_t *node_of(drv_t *d, const peer_t *p)
 
 /* ---- peer hooks --------------------------------------------------------------------------- */
 
+/* --plant-bug: a pool steps one microbatch short at step 1 (the checker must catch it). */
+static int planted_bug(void *ctx, int64_t step, int missing)
+{
+    (void)ctx;
+    return step == 1 && missing == 1;
+}
+
 static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
 {
     drv_t *d = ctx;
@@ -480,7 +487,7 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     po.threads = 1;
     po.log = d->o->trace ? d->o->trace : d->devnull;
     po.hooks = (peer_hooks_t){.ctx = d, .applied = on_applied, .lost = on_lost};
-    po.plant_bug = d->o->plant_bug;
+    if (d->o->plant_bug) po.faults = (peer_faults_t){.step_short_ok = planted_bug};
     peer_store_t *ps = NULL;
     if (d->ck_every) {
         int k = disk_for(d, node, restart_of, err);

@@ -80,7 +80,7 @@ typedef struct {
                             * and one whole stage crashes at once (recover.c rebuilds it) */
     const char *knobs;     /* then "key=value,..." (sim_config_set), or NULL */
     int optimizer;         /* -1: drawn from the seed; else train_optimizer_t */
-    int plant_bug;         /* peer_options_t.plant_bug: the checker must catch it */
+    int plant_bug;         /* a pool steps one microbatch short at step 1 (a fault hook, peer_faults_t): the checker must catch it */
     double skip;           /* SkipPipe skip ratio of the run (train_options_t.skip); 0: none */
     double swap;           /* CheckFree+ swap share of the run (train_options_t.swap); 0: none */
     const char *data_path; /* the corpus (simrun_corpus) */

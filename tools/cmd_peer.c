@@ -5,6 +5,7 @@
 #include "swarm/handshake.h"
 #include "swarm/http.h"
 #include "tools/cmd.h"
+#include "tools/peer_faults.h"
 #include "tools/run_opts.h"
 
 #include <signal.h>
@@ -40,6 +41,9 @@ enum {
     O_EARLY,
     O_COPY_BUDGET
 };
+
+/* This process's fault drills (--poison, SWARMTRAIN_FAULT_DIE_AT_STEP): tests only. */
+static peer_drills_t drills = {.die_at_step = -1};
 
 static int peer_option(void *ctx, int c, const char *arg)
 {
@@ -105,16 +109,8 @@ static int peer_option(void *ctx, int c, const char *arg)
     case O_ALLOW:
         po->allow = arg;
         return 0;
-    case O_POISON: /* tests only */
-        if (!strcmp(arg, "nan"))
-            po->poison = PEER_POISON_NAN;
-        else if (!strcmp(arg, "huge"))
-            po->poison = PEER_POISON_HUGE;
-        else if (!strcmp(arg, "index"))
-            po->poison = PEER_POISON_INDEX;
-        else if (!strcmp(arg, "mix"))
-            po->poison = PEER_POISON_MIX;
-        else {
+    case O_POISON: /* tests only: a drill (tools/peer_faults.h) */
+        if ((drills.poison = peer_poison_kind(arg)) < 0) {
             fprintf(stderr, "swarmtrain peer: --poison: nan, huge, index or mix\n");
             return 2;
         }
@@ -271,7 +267,9 @@ int cmd_peer(int argc, char **argv)
     po.stop = &stop_requested;
     /* fault drills (local --kill): die on purpose when a microbatch of this step arrives */
     const char *die = getenv("SWARMTRAIN_FAULT_DIE_AT_STEP");
-    if (die && *die) po.die_at_step = atoll(die);
+    if (die && *die) drills.die_at_step = atoll(die);
+    drills.log = po.log;
+    po.faults = peer_drills_hooks(&drills);
     signal(SIGPIPE, SIG_IGN);
     char err[STATUS_ERR_LEN];
     /* --join URL: a bootstrap list; the first endpoint that answers is joined through. As

@@ -88,6 +88,8 @@ typedef struct {
     int threads;
     int log_every;
     FILE *log;          /* NULL: stdout */
+    struct events *events; /* --events: the record of what happened, JSON lines
+                            * (peer_event.h); NULL: none. Not owned. */
     peer_hooks_t hooks; /* optional */
     int64_t die_at_step;  /* fault drills: SIGKILL itself when a microbatch of this step or
                            * later reaches it; < 0: never */

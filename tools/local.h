@@ -168,7 +168,7 @@ int local_launch_dir(local_t *L);
 int local_launch_all(local_t *L);
 /* Starts L->ch[idx] (its log and events files DIR/peer<idx>.*) with the store
  * DIR/peer<db_idx>.db, joining through join_port (< 0: it starts the swarm). 0 or -1. */
-int local_spawn(local_t *L, int idx, int db_idx, int join_port);
+int local_launch_spawn(local_t *L, int idx, int db_idx, int join_port);
 /* A new peer L->ch[L->n] of `stage` with the store of db_idx, joining through a live
  * peer: 0 (L->n grows), 1 when no peer is live to join through, -1 when it could not
  * be started. */
@@ -176,18 +176,18 @@ int local_launch_one(local_t *L, int stage, int db_idx);
 /* After a failed start: says so, SIGKILLs every peer started; returns local's exit 1. */
 int local_launch_failed(local_t *L);
 /* The port of a live peer to join through (0: none). */
-int local_live_port(const local_t *L);
+int local_launch_live_port(const local_t *L);
 /* How many of the first n peers have exited (their status is left for waitpid). */
-int local_exited_count(const local_t *L, int n);
+int local_launch_exited(const local_t *L, int n);
 /* SIGTERM to every running peer (they leave cleanly); SIGKILL to any still running 10 s on. */
-void local_stop_all(local_t *L);
+void local_launch_stop_all(local_t *L);
 
 /* local_watch.c */
 /* Whether an exited peer died otherwise than planned: not killed by local (or by its own
  * --kill drill), and not a clean exit. */
-int local_died_unplanned(const local_child_t *c);
+int local_watch_died_unplanned(const local_child_t *c);
 /* Fills v from the first live peer's status answer. 0, or -1 when none answered. */
-int local_fetch_view(const local_t *L, local_view_t *v);
+int local_watch_view(const local_t *L, local_view_t *v);
 /* Watches the run until every peer has exited: 0 then, else local's exit status (Ctrl-C,
  * a swarm that cannot start or finish, a peer that could not be started). */
 int local_watch(local_t *L);
@@ -214,9 +214,9 @@ int local_fault_restart_tick(local_t *L, double now);
 /* local_summary.c */
 /* The stage peer i serves now by its events of this run (its last move), else the one
  * it was started on or last seen at. */
-int local_events_stage(const local_t *L, int i);
+int local_summary_stage(const local_t *L, int i);
 /* The wall-clock moment peer i's "fault" event gives (the --kill drill); now when none. */
-double local_events_fault_time(const local_t *L, int i);
+double local_summary_fault_time(const local_t *L, int i);
 /* The summary of the finished run on stdout and in DIR/summary.json; local's exit status
  * (0: a held-out loss and nothing lost). */
 int local_summary(local_t *L);

@@ -114,7 +114,7 @@ void local_fault_on_exit(local_t *L, int i, int st)
     local_child_t *c = &L->ch[i];
     if (i != L->lo.kill_peer || c->killed || !WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) return;
     c->killed = 1; /* the planned fault: it killed itself holding a microbatch */
-    L->f.kill_wall = local_events_fault_time(L, i);
+    L->f.kill_wall = local_summary_fault_time(L, i);
     note(L, i, c->stage, L->lo.kill_step, L->f.kill_wall, "drill");
     printf("local: fault: SIGKILL peer %d (stage %d) on receiving a microbatch of step %d, "
            "t=%.3f\n",
@@ -206,7 +206,7 @@ static int kill_stage_peers(local_t *L, int s, long long step, const char *cause
     for (int i = 0; i < L->n; i++) {
         local_child_t *c = &L->ch[i];
         if (c->exited || c->killed) continue;
-        c->stage = local_events_stage(L, i);
+        c->stage = local_summary_stage(L, i);
         if (c->stage != s) continue;
         sigkill(L, i, step, cause);
         L->f.kills++;

@@ -169,7 +169,7 @@ static void exec_peer(const local_t *L, int idx, int db_idx, char **args, pid_t 
     _exit(127);
 }
 
-int local_spawn(local_t *L, int idx, int db_idx, int join_port)
+int local_launch_spawn(local_t *L, int idx, int db_idx, int join_port)
 {
     local_child_t *c = &L->ch[idx];
     char *args[256];
@@ -188,12 +188,12 @@ int local_spawn(local_t *L, int idx, int db_idx, int join_port)
 
 int local_launch_one(local_t *L, int stage, int db_idx)
 {
-    int via = local_live_port(L);
+    int via = local_launch_live_port(L);
     if (!via || L->n >= LOCAL_MAX_PEERS) return 1;
     local_child_t *c = &L->ch[L->n];
     c->port = free_port(L, L->n);
     c->stage = stage;
-    if (local_spawn(L, L->n, db_idx, via)) return -1;
+    if (local_launch_spawn(L, L->n, db_idx, via)) return -1;
     L->n++;
     return 0;
 }
@@ -230,8 +230,8 @@ static void wait_serving(local_t *L, int n)
             return;
         }
         local_fault_start_tick(L);
-        int live = n - local_exited_count(L, n);
-        if (live <= 0 || (local_fetch_view(L, &v) == 0 && v.serving >= live)) return;
+        int live = n - local_launch_exited(L, n);
+        if (live <= 0 || (local_watch_view(L, &v) == 0 && v.serving >= live)) return;
         clock_sleep(0.1);
     }
 }
@@ -256,25 +256,25 @@ int local_launch_all(local_t *L)
     L->t0 = clock_now();
     L->t0_wall = clock_wall();
     L->n = 1;
-    if (local_spawn(L, 0, 0, -1)) return local_launch_failed(L);
+    if (local_launch_spawn(L, 0, 0, -1)) return local_launch_failed(L);
     wait_first(L); /* the others join once the first answers */
     local_fault_plan_start(L);
     for (int i = 1; i < n && !local_interrupted; i++) { /* one at a time */
-        if (local_spawn(L, i, i, L->ch[0].port)) return local_launch_failed(L);
+        if (local_launch_spawn(L, i, i, L->ch[0].port)) return local_launch_failed(L);
         L->n = i + 1;
         wait_serving(L, i + 1);
     }
     return 0; /* L->n: fewer on Ctrl-C while they started */
 }
 
-int local_live_port(const local_t *L)
+int local_launch_live_port(const local_t *L)
 {
     for (int i = 0; i < L->n; i++)
         if (!L->ch[i].exited && !L->ch[i].killed && L->ch[i].pid > 0) return L->ch[i].port;
     return 0;
 }
 
-int local_exited_count(const local_t *L, int n)
+int local_launch_exited(const local_t *L, int n)
 {
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -288,7 +288,7 @@ int local_exited_count(const local_t *L, int n)
     return k;
 }
 
-void local_stop_all(local_t *L)
+void local_launch_stop_all(local_t *L)
 {
     for (int i = 0; i < L->n; i++)
         if (!L->ch[i].exited && L->ch[i].pid > 0) kill(L->ch[i].pid, SIGTERM);

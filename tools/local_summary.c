@@ -118,7 +118,7 @@ static void on_stage(void *ctx, const json_obj_t *o)
         f->stage = (int)json_num(o, "to");
 }
 
-int local_events_stage(const local_t *L, int i)
+int local_summary_stage(const local_t *L, int i)
 {
     find_t f = {L, L->ch[i].stage, -1};
     each_event(L, i, on_stage, &f);
@@ -132,7 +132,7 @@ static void on_fault(void *ctx, const json_obj_t *o)
         f->fault_t = json_num(o, "t");
 }
 
-double local_events_fault_time(const local_t *L, int i)
+double local_summary_fault_time(const local_t *L, int i)
 {
     find_t f = {L, -1, -1};
     each_event(L, i, on_fault, &f);
@@ -394,7 +394,7 @@ static void print_story(const sum_t *s)
     int unplanned = 0;
     for (int i = 0; i < L->n; i++) {
         int st = L->ch[i].status;
-        if (!local_died_unplanned(&L->ch[i])) continue;
+        if (!local_watch_died_unplanned(&L->ch[i])) continue;
         unplanned++;
         printf("local: peer %d (stage %d) died unplanned: %s %d; see %s\n", i, L->ch[i].stage,
                WIFEXITED(st) ? "exit status" : "signal",
@@ -479,7 +479,7 @@ static void put_processes(FILE *f, const sum_t *s)
     const local_t *L = s->L;
     fprintf(f, ",\"unplanned\":[");
     for (int i = 0, first = 1; i < L->n; i++) {
-        if (!local_died_unplanned(&L->ch[i])) continue;
+        if (!local_watch_died_unplanned(&L->ch[i])) continue;
         fprintf(f, "%s{\"peer\":%d,\"stage\":%d", first ? "" : ",", i, L->ch[i].stage);
         put_end(f, &L->ch[i]);
         fprintf(f, "}");
@@ -496,7 +496,7 @@ static void put_processes(FILE *f, const sum_t *s)
                 "%s{\"peer\":%d,\"stage\":%d,\"store\":%d,\"killed\":%d,\"stopped_late\":%d,"
                 "\"unplanned\":%d",
                 i ? "," : "", i, c->stage, c->store, c->killed, c->stopped_late,
-                local_died_unplanned(c));
+                local_watch_died_unplanned(c));
         put_end(f, c);
         fprintf(f, ",\"id\":");
         put_str(f, r->id);

@@ -45,7 +45,7 @@ static void on_peer(void *ctx, const json_obj_t *o)
     }
 }
 
-int local_fetch_view(const local_t *L, local_view_t *v)
+int local_watch_view(const local_t *L, local_view_t *v)
 {
     for (int i = 0; i < L->n; i++) {
         if (L->ch[i].exited || L->ch[i].killed) continue;
@@ -62,7 +62,7 @@ int local_fetch_view(const local_t *L, local_view_t *v)
     return -1;
 }
 
-int local_died_unplanned(const local_child_t *c)
+int local_watch_died_unplanned(const local_child_t *c)
 {
     return c->exited && !c->killed && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0);
 }
@@ -112,7 +112,7 @@ static int reap(local_t *L, int *start_failed)
         c->exited = 1;
         c->status = st;
         local_fault_on_exit(L, i, st);
-        if (local_died_unplanned(c)) {
+        if (local_watch_died_unplanned(c)) {
             printf("local: peer %d (stage %d) died unplanned (%s %d); the end of %s:\n", i,
                    c->stage, WIFEXITED(st) ? "exit status" : "signal",
                    WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), c->log);
@@ -186,7 +186,7 @@ static int orphan_check(local_t *L, const local_view_t *v, double now)
     printf("local: stage %d has no peer, and no neighbouring pool can spare one to rebuild it: "
            "it waits for a joiner, which local does not start; stopping the peers\n",
            orphan);
-    local_stop_all(L);
+    local_launch_stop_all(L);
     printf("local: go on with: swarmtrain local --resume %s (or join a peer to stage %d)\n",
            L->lo.dir, orphan);
     fflush(stdout);
@@ -243,19 +243,19 @@ int local_watch(local_t *L)
         if (start_failed) {
             printf("local: the swarm cannot start: a stage has no peer left; stopping the other "
                    "peers\n");
-            local_stop_all(L);
+            local_launch_stop_all(L);
             return 1;
         }
         stop_late_ones(L, local_fault_pause_tick(L));
         stop_poisoned(L, running);
         if (local_interrupted) {
             fprintf(stderr, "local: stopping %d peers\n", running);
-            local_stop_all(L);
+            local_launch_stop_all(L);
             printf("local: interrupted; logs in %s; go on with: swarmtrain local --resume %s\n",
                    L->lo.dir, L->lo.dir);
             return 130;
         }
-        int have_view = local_fetch_view(L, &v) == 0;
+        int have_view = local_watch_view(L, &v) == 0;
         double now = clock_now();
         int rc = have_view ? on_view(L, &v, now) : 0;
         if (rc) return rc;

@@ -8,8 +8,9 @@
  * Fields are given as a printf format of space-separated key=%conversion items, so that
  * the compiler checks the arguments: "from=%d to=%d why=%s". Integer conversions (d i u)
  * become JSON numbers; f e g numbers, null when not finite; x X o strings of their digits
- * (hashes, ids); s strings, escaped (null for NULL). Flags, width, precision and length
- * modifiers apply as in printf. A key is [a-z0-9_]+.
+ * (hashes, ids); s strings, escaped (null for NULL). Precision and length modifiers apply
+ * as in printf, flags and width to the strings only (a padded number is not JSON); no '*'.
+ * A key is [a-z0-9_]+.
  * Not for: messages to people (common/log.h). */
 #ifndef SWARMTRAIN_EVENTS_H
 #define SWARMTRAIN_EVENTS_H

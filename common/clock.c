@@ -1,4 +1,4 @@
-/* clock.c — monotonic time in seconds. */
+/* clock.c — monotonic time in seconds, and the wall clock for records. */
 #include "common/clock.h"
 
 #include <time.h>
@@ -7,6 +7,13 @@ double clock_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double clock_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 

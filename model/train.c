@@ -5,6 +5,7 @@
  * Not for: argument parsing (tools/cmd_train.c) or the network. */
 #include "model/train.h"
 #include "common/clock.h"
+#include "common/events.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/status.h"
@@ -19,6 +20,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,14 +295,24 @@ static int validate(run_t *run, float *val, char *err)
     return validate_skip(run, 0, val, err);
 }
 
-/* A validation loss into the store as a "val_loss" event ("step N val_loss X", N the
- * 0-based step after which it was measured), which `status --plot` draws. */
-static void record_val(run_t *run, int64_t step, float v)
+/* An event of the run into the --events file (common/events.h; stage null: all of them);
+ * with to_store also into the store's event table, the same fields as its detail: the
+ * "val_loss" events (val_step: the 0-based step after which it was measured), which
+ * `status --plot` draws. */
+static void record(run_t *run, int to_store, const char *kind, int64_t step, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void record(run_t *run, int to_store, const char *kind, int64_t step, const char *fmt, ...)
 {
-    char detail[96], err[STATUS_ERR_LEN];
-    if (!run->db) return;
-    snprintf(detail, sizeof detail, "step %" PRId64 " val_loss %.6f", step, (double)v);
-    if (store_event_add(run->db, "val_loss", detail, err)) log_warn("events: %s", err);
+    if (!run->o->events && !(to_store && run->db)) return;
+    char fields[1024], detail[1100], err[STATUS_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    events_fields(fields, sizeof fields, fmt, ap);
+    va_end(ap);
+    events_put(run->o->events, kind, -1, step, fields);
+    if (!to_store || !run->db) return;
+    events_object(detail, sizeof detail, -1, step, fields);
+    if (store_event_add(run->db, kind, detail, err)) log_warn("events: %s", err);
 }
 
 /* Forward and backward of every replica's microbatches for `step`; mean loss out.
@@ -712,6 +724,9 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
             P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "DeMo" : "AdamW", kern_name(run.k),
             kern_threads(run.k), o->data_path ? o->data_path : data_default_path(),
             data_train_bytes(run.d), data_val_bytes(run.d), o->skip > 0 ? ", skipping" : "");
+    record(&run, 0, "train", -1, "params=%zu stages=%d replicas=%d optimizer=%s device=%s threads=%d",
+           P, c->stages, run.R, o->optimizer == TRAIN_DEMO ? "demo" : "adamw", kern_name(run.k),
+           kern_threads(run.k));
     if (o->swap > 0)
         fprintf(log,
                 "swap: a share %.3g of microbatches swap the end stages' blocks (CheckFree+)\n",
@@ -731,6 +746,12 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                 o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                 o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
                 bytes, H, r.demo_bytes_per_param);
+        record(&run, 0, "demo",
+               -1, "chunk=%d k=%d values=%s beta=%g indices=%s update=%s bytes=%zu every=%d "
+               "bytes_per_param=%.5f",
+               o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
+               o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
+               bytes, H, r.demo_bytes_per_param);
         if (o->demo_local > 0)
             fprintf(log,
                     "local steps: %d AdamW steps per replica between exchanges; outer step rms "
@@ -773,6 +794,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         if (step % o->log_every == 0 || step == o->steps - 1)
             fprintf(log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", step, loss,
                     optim_lr(&o->opt, step), gnorm, tps);
+        record(&run, 0, "step", step, "loss=%.6f lr=%.3e gnorm=%.3f tokens_per_s=%.0f", loss,
+               optim_lr(&o->opt, step), gnorm, tps);
         if (run.db) {
             /* bytes_sent: encoded stage-boundary bytes so far (all replicas), as a peer
              * reports what it sent */
@@ -802,7 +825,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
             float v;
             if ((rc = validate(&run, &v, err))) goto done;
             fprintf(log, "step %" PRId64 " val_loss %.4f\n", step, v);
-            record_val(&run, step, v);
+            record(&run, 1, "val_loss", step, "val_step=%" PRId64 " val_loss=%.6f final=%d", step,
+                   (double)v, 0);
         }
         fflush(log);
         if (o->stop_after && step + 1 - start >= o->stop_after) {
@@ -814,7 +838,9 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         r.tokens_per_s = (double)BT * o->accum * run.R * (double)(o->steps - timed_from) /
                          (clock_now() - t_start);
     if ((rc = validate(&run, &r.val_loss, err))) goto done;
-    record_val(&run, o->steps - 1, r.val_loss);
+    record(&run, 1, "val_loss", o->steps - 1,
+           "val_step=%" PRId64 " val_loss=%.6f final=%d tokens_per_s=%.0f", (int64_t)o->steps - 1,
+           (double)r.val_loss, 1, r.tokens_per_s);
     uint64_t wb, we;
     model_wire_stats(run.rep[0], &wb, &we);
     r.wire_bytes_per_elem = we ? (double)wb / (double)we : 0;
@@ -827,6 +853,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         fprintf(log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
                 r.val_loss_skip, path_format(o->val_skip, list, sizeof list), r.val_loss,
                 100.0 * (r.val_loss_skip - r.val_loss) / r.val_loss);
+        record(&run, 0, "val_loss_skip", o->steps - 1, "val_loss_skip=%.4f skipped=%s",
+               (double)r.val_loss_skip, list);
     }
 finish:
     if (run.db) {

@@ -1,6 +1,7 @@
 /* train.h — single-process training: the baseline every swarm result is compared with.
  * Prints one line per step ("step N loss X lr X gnorm X tok/s X") and a last line
- * "val_loss X" to the log stream, so logs are easy to grep and plot.
+ * "val_loss X" to the log stream for people, and with --events the same as JSON lines
+ * for programs (docs/events.md).
  * Not for: argument parsing (tools/cmd_train.c). */
 #ifndef SWARMTRAIN_TRAIN_H
 #define SWARMTRAIN_TRAIN_H
@@ -35,6 +36,8 @@ typedef struct {
     int log_every;   /* print every this many steps (the last step always) */
     double val_frac; /* held-out fraction, 0.05 */
     FILE *log;       /* NULL: stdout */
+    struct events *events; /* --events: the run's record as JSON lines (common/events.h);
+                            * NULL: none. Not owned; not part of the run. */
     /* data parallelism in one process */
     int optimizer;   /* train_optimizer_t */
     int replicas;    /* R data-parallel replicas, each its own data stream */

@@ -4,6 +4,7 @@
  * stage (a failure costs one hop of work, never the microbatch).
  * Not for: computing anything (serve.c) or counting microbatches (step.c). */
 #include "common/log.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -115,6 +116,8 @@ static void drop_revisit(peer_t *p, mbrec_t *r, const char *why)
     fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; a revisit goes only to "
             "its first visit's peer: dropped here\n", p->now, r->mb.step, r->mb.index, why);
     fflush(p->log);
+    peer_event(p, "reroute", "mb=%u mb_step=%" PRId64 " why=%s dropped=%d", r->mb.index,
+               r->mb.step, why, 1);
     custody_nack_back(p, r, "its way back is gone");
     custody_drop(r);
 }
@@ -184,9 +187,8 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
         fprintf(p->log, "reroute: t=%.3f step %" PRId64 " microbatch %u: %s; re-sent from %s to %s\n",
                 p->now, r->mb.step, r->mb.index, why, peer_idhex(failed, a), peer_idhex(r->next, b));
         fflush(p->log);
-        peer_store_event(p->ps, "recovered",
-                         "step %" PRId64 " microbatch %u: %s; re-sent from %s to %s", r->mb.step,
-                         r->mb.index, why, peer_idhex(failed, a), peer_idhex(r->next, b));
+        peer_event(p, "reroute", "mb=%u mb_step=%" PRId64 " why=%s from=%s to=%s dropped=%d",
+                   r->mb.index, r->mb.step, why, peer_idhex(failed, a), peer_idhex(r->next, b), 0);
     }
     /* else: retried when the next stage has a peer again (custody_tick), or dropped (a
      * revisit whose peer is gone: drop_revisit logged it) */

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "compress/codec.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -92,6 +93,7 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
     p->swarm = ev->msg.swarm;
     p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
+    peer_event(p, "swarm", "swarm=%016" PRIx64 " through=%s", p->swarm, p->po.join);
     peer_enter(p, PHASE_VIEW);
     timeout_start(&p->join.table, p->now);
     return 0;
@@ -109,6 +111,7 @@ int join_hello_tick(peer_t *p)
         p->swarm = rng_mix(rng_hash_str(p->run_text), salt);
         p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
         fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->swarm);
+        peer_event(p, "swarm", "swarm=%016" PRIx64 " new=%d", p->swarm, 1);
         int rc = join_setup_stage(p);
         if (rc) return rc;
         return peer_start_download(p, NULL);

@@ -6,6 +6,7 @@
  * Rebalancing's decision is rebal.h's; here the peer records each stage's throughput and
  * makes a decided move at a clean moment (move_rebal_tick).
  * Not for: deciding who moves (rebal.h, recover.c). */
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 #include "swarm/rebalance.h"
 
@@ -69,8 +70,7 @@ int peer_move(peer_t *p, int stage, const char *why)
     if (rc) return rc;
     fprintf(p->log, "moved: stage %d -> %d (%s)\n", from, stage, why);
     fflush(p->log);
-    peer_store_event(p->ps, "moved", "stage %d -> %d at step %" PRId64 ": %s", from, stage,
-                     p->step, why);
+    peer_event(p, "moved", "from=%d to=%d why=%s", from, stage, why);
     return peer_start_download(p, NULL);
 }
 
@@ -104,13 +104,9 @@ int move_rebal_tick(peer_t *p)
     if (p->ps && rebal_record_due(r, p->now)) {
         double tp[REBALANCE_MAX_STAGES];
         int cnt[REBALANCE_MAX_STAGES];
-        char line[512];
-        size_t n = 0;
         rebalance_totals(p->view.m, p->view.n, p->dims.S < REBALANCE_MAX_STAGES ? p->dims.S : 1, tp, cnt);
-        for (int s = 0; s < p->dims.S && s < REBALANCE_MAX_STAGES && n + 64 < sizeof line; s++)
-            n += (size_t)snprintf(line + n, sizeof line - n, "%sstage %d: %d peers %.1f samples/s",
-                                  s ? "; " : "", s, cnt[s], tp[s]);
-        peer_store_event(p->ps, "stages", "%s", line);
+        for (int s = 0; s < p->dims.S && s < REBALANCE_MAX_STAGES; s++)
+            peer_event(p, "stage_load", "of=%d peers=%d samples_per_s=%.1f", s, cnt[s], tp[s]);
     }
     rebal_in_t in = {.view = p->view.m,
                      .n = p->view.n,

@@ -5,6 +5,7 @@
  * swarm/xfer.c, swarm/view.c. run.c drives it with the ZeroMQ network thread.
  * Not for: sockets (swarm/net.c), launching peers (tools/). */
 #include "common/log.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 #include "swarm/http.h"
 
@@ -207,11 +208,9 @@ static int on_view(peer_t *p, const net_ev_t *ev)
         int still = 0;
         for (int j = 0; j < ev->nmembers && !still; j++)
             still = !memcmp(ev->members[j].id, p->view.m[i].id, MSG_ID_LEN);
-        if (!still)
-            peer_store_event(p->ps, "failed",
-                             "peer %s of stage %d left the view (silent past the timeout, or "
-                             "left) at step %" PRId64,
-                             peer_idhex(p->view.m[i].id, h), p->view.m[i].stage, p->step);
+        if (!still) /* silent past the timeout, or left */
+            peer_event(p, "failed", "peer=%s peer_stage=%d", peer_idhex(p->view.m[i].id, h),
+                       p->view.m[i].stage);
     }
     source_on_view(&p->source, p->view.m, p->view.n, ev->members, ev->nmembers, p->now);
     if (guard_any(&p->guard)) { /* expelled members stay out of the view (guard.c) */
@@ -275,6 +274,7 @@ static int on_leave(peer_t *p, const net_ev_t *ev)
     if (ev->msg.code != MSG_LEAVE_RUN_OVER || p->ending.over) return 0;
     fprintf(p->log, "peer: the run is over (said by a member that finished it); leaving at step "
                     "%" PRId64 "\n", p->step);
+    peer_event(p, "run_over", "why=%s", "leave");
     p->ending.over = 1;
     return 0;
 }
@@ -410,6 +410,7 @@ static int follow_tick(peer_t *p)
                 "peer: no contributor left in stage %d's pool: contributing from step %" PRId64
                 "\n",
                 p->stage, p->step);
+        peer_event(p, "takes_over", "from=%" PRId64, p->step);
         peer_push_self(p);
         return 0;
     }
@@ -455,6 +456,7 @@ static void end_tick(peer_t *p)
     if (!timeout_fired(&p->ending.gone, p->now)) return;
     fprintf(p->log, "peer: at the last step, and stage %d has left after it: the run is over\n",
             gone);
+    peer_event(p, "run_over", "why=%s gone=%d", "stage_left", gone);
     p->ending.over = 1;
 }
 
@@ -569,7 +571,13 @@ void peer_finish(peer_t *p, const char *why)
             p->stats.revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
     peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, 1); /* the state it leaves with */
-    peer_store_event(p->ps, "left", "stage %d at step %" PRId64 " (%s)", p->stage, p->step, why);
+    peer_event(p, "left",
+               "why=%s hash=%016" PRIx64 " served=%" PRIu64 " resent=%" PRIu64 " lost=%" PRIu64
+               " rejected=%" PRIu64 " act_bytes=%" PRIu64 " stale=%" PRIu64
+               " throughput=%.1f revisits=%" PRIu64 " moves=%d",
+               why, peer_param_hash(p), p->stats.served, p->stats.retries, p->stats.lost,
+               p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale,
+               (double)p->self.throughput, p->stats.revisits, p->rebal.moves);
 }
 
 void peer_destroy(peer_t **pp)

@@ -99,6 +99,8 @@ typedef struct {
     int threads;
     int log_every;
     FILE *log;          /* NULL: stdout */
+    struct events *events; /* --events: the record of what happened, JSON lines
+                            * (peer_event.h); NULL: none. Not owned. */
     peer_hooks_t hooks; /* optional */
     peer_faults_t faults; /* fault injection (tests, drills, the simulator); none: zero */
     const char *key_file; /* identity from `swarmtrain keygen` (default: the store's) */

@@ -34,6 +34,7 @@
  * Not for: moving (move.c), the transfer itself (swarm/xfer.c). */
 #include "common/log.h"
 #include "common/rng.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -327,6 +328,12 @@ static int copy_tick(peer_t *p)
                 copy_header(p, 0).count + copy_header(p, 1).count,
                 p->stats.act_bytes ? 100.0 * (double)spent / (double)p->stats.act_bytes : 0.0,
                 (uint64_t)p->stats.act_bytes, 100.0 * copy_budget(p));
+        peer_event(p, "copy",
+                   "of=%d part=%s copy_step=%" PRId64 " bytes=%zu copies_bytes=%" PRIu64
+                   " copies=%" PRIu64 " act_bytes=%" PRIu64 " budget=%.4f",
+                   t, t == 0 ? "embedding" : "head", p->rec.copy_step[c], len, spent,
+                   copy_header(p, 0).count + copy_header(p, 1).count,
+                   (uint64_t)p->stats.act_bytes, copy_budget(p));
         xfer_destroy(&p->rec.aux);
         return 0;
     }
@@ -363,7 +370,7 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
             fprintf(p->log, "lost-stage: t=%.3f stage %d has no live peer; its microbatches wait "
                     "in custody\n", p->now, s);
             fflush(p->log);
-            peer_store_event(p->ps, "stage_lost", "stage %d has no live peer", s);
+            peer_event(p, "stage_lost", "lost=%d", s);
         }
         /* one lost stage at a time, the lowest first: two movers deciding for two stages
          * at once could both come from one pool and empty it */
@@ -483,14 +490,18 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
             snprintf(how, howlen,
                      "CheckFree: weighted average of stages %d (gradient norm %.4g) and %d (%.4g)",
                      s - 1, ga, s + 1, gb);
+            peer_event(p, "rebuilt", "method=%s from=%d gnorm_from=%.4g and=%d gnorm_and=%.4g",
+                       "checkfree", s - 1, ga, s + 1, gb);
         } else if (na || nb) {
             int from = na ? s - 1 : s + 1;
             memcpy(o, (const float *)(const void *)(na ? na : nb) + blocks_at(c, from),
                    bf * sizeof(float));
             snprintf(how, howlen, "CheckFree with one neighbour: blocks copied from stage %d "
                      "(stage %d had no live peer either)", from, na ? s + 1 : s - 1);
+            peer_event(p, "rebuilt", "method=%s from=%d", "checkfree_one", from);
         } else {
             snprintf(how, howlen, "its initial parameters (neither neighbour had a live peer)");
+            peer_event(p, "rebuilt", "method=%s", "initial");
         }
         return 0;
     }
@@ -514,6 +525,9 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
              cp ? "the copy kept by that stage" : "the initial parameters (no copy was kept)");
     if (cp)
         snprintf(how + strlen(how), howlen - strlen(how), " at step %" PRId64, p->rec.copy_step[ci]);
+    peer_event(p, "rebuilt", "method=%s blocks_from=%d part=%s part_from=%s copy_step=%" PRId64,
+               "checkfree_plus", p->rec.nb[0] ? nbs : -1, s == 0 ? "embedding" : "head",
+               cp ? "copy" : "initial", cp ? p->rec.copy_step[ci] : -1);
     return 0;
 }
 
@@ -639,6 +653,8 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         snprintf(p->rec.how, sizeof p->rec.how,
                  "its own checkpoint of step %" PRId64 " (not judged against CheckFree: %s)",
                  p->rec.ck_step, why);
+        peer_event(p, "judged", "chosen=%s judged=%d ckpt_step=%" PRId64 " why=%s", "checkpoint", 0,
+                   p->rec.ck_step, why);
     } else {
         *use_ck = !(l[0] <= l[1]); /* a NaN loses */
         char num[128];
@@ -650,6 +666,10 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         else
             snprintf(p->rec.how, sizeof p->rec.how, "%s (%sits checkpoint of step %" PRId64 ")",
                      cf, num, p->rec.ck_step);
+        peer_event(p, "judged",
+                   "chosen=%s judged=%d ckpt_step=%" PRId64 " chosen_loss=%.4f other_loss=%.4f",
+                   *use_ck ? "checkpoint" : "rebuilt", 1, p->rec.ck_step, *use_ck ? l[1] : l[0],
+                   *use_ck ? l[0] : l[1]);
     }
     fprintf(p->log, "lost-stage: candidates for stage %d judged: %s\n", p->stage, p->rec.how);
     return 1;
@@ -671,6 +691,7 @@ int recover_download_tick(peer_t *p)
                 want[1] >= 0 ? "s" : "", want[0], want[1] >= 0 ? " and " : "",
                 want[1] >= 0 ? want[1] : 0);
         fflush(p->log);
+        peer_event(p, "rebuilding", "from=%d and=%d", want[0], want[1]);
     }
     for (int i = 0; i < 2; i++) {
         if (want[i] < 0 || p->rec.nb[i] || p->rec.gone[i]) continue;
@@ -738,8 +759,8 @@ int recover_download_tick(peer_t *p)
                 s, p->step, p->now - p->rec.judge.started_at, p->rec.how, (double)p->rec.lr_scale);
     }
     fflush(p->log);
-    peer_store_event(p->ps, "recovered_stage", "stage %d at step %" PRId64 ": %s", s, p->step,
-                     p->rec.how);
+    peer_event(p, "recovered_stage", "seconds=%.2f by=%s lr_scale=%.2f how=%s", p->now - p->rec.judge.started_at,
+               use_ck ? "checkpoint" : "rebuilt", use_ck ? 1.0 : (double)p->rec.lr_scale, p->rec.how);
     p->rec.active = 0;
     p->rec.mover = 0;
     free_nb(p);

@@ -13,6 +13,7 @@
  * Not for: choosing who rebuilds a stage (recover.c), the store itself (peer_store.c). */
 #include "common/log.h"
 #include "common/rng.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -22,9 +23,12 @@
 int resume_stage(peer_t *p)
 {
     int s = p->po.resume ? peer_store_newest_stage(p->ps) : -1;
-    if (s >= 0 && p->po.stage >= 0 && s != p->po.stage)
+    if (s >= 0 && p->po.stage >= 0 && s != p->po.stage) {
         fprintf(p->log, "resume: --stage %d, but the store's newest checkpoint is of stage %d: "
                 "taking stage %d\n", p->po.stage, s, s);
+        peer_event(p, "resume", "decision=%s store_stage=%d asked=%d", "store_stage", s,
+                   p->po.stage);
+    }
     return s;
 }
 
@@ -96,6 +100,8 @@ int resume_tick(peer_t *p)
         for (int i = 0; i < n; i++) fprintf(p->log, "%s%" PRId64, i ? ", " : " at step ", p->self.ckpt[i]);
         fprintf(p->log, "; waiting for the others to agree on a step\n");
         fflush(p->log);
+        peer_event(p, "resume", "decision=%s ckpts=%d newest=%" PRId64, "wait", n,
+                   n > 0 ? p->self.ckpt[0] : -1);
         peer_push_self(p);
     }
     int present = 0;
@@ -116,6 +122,7 @@ int resume_tick(peer_t *p)
     if (s <= 0) {
         fprintf(p->log, "resume: no step every stage has a checkpoint of (%d peers seen): "
                 "starting from the initial parameters\n", present);
+        peer_event(p, "resume", "decision=%s present=%d", "initial", present);
         return 2;
     }
     int64_t got = -1;
@@ -126,12 +133,13 @@ int resume_tick(peer_t *p)
         fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
                 " (the newest step every stage has a checkpoint of; %d peers seen)\n",
                 p->stage, got, present);
-        peer_store_event(p->ps, "resumed", "stage %d from the checkpoint of step %" PRId64,
-                         p->stage, got);
+        peer_event(p, "resumed", "source=%s ckpt_step=%" PRId64 " present=%d", "own_checkpoint",
+                   got, present);
         return 1;
     }
     fprintf(p->log, "resume: agreed on step %" PRId64 ", which this peer has no checkpoint of "
             "(%s): its stage's state comes from a mate or the neighbours\n", s, err);
+    peer_event(p, "resume", "decision=%s agreed=%" PRId64 " error=%s", "elsewhere", s, err);
     /* The swarm resumes at s: so does this stage. A mate holding s serves it within a
      * moment (it decides on the same table); the wait for one (2 x timeout, state.c)
      * starts now; after it the stage is one nobody holds in a started swarm (its own

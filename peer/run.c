@@ -3,6 +3,7 @@
  * only delivers its events, calls its step and waits for the network when it is idle.
  * Not for: the simulator, which drives peers on a virtual clock (sim/simrun.c). */
 #include "common/clock.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 #include "swarm/auth.h"
 #include "swarm/handshake.h"
@@ -46,7 +47,7 @@ int peer_run(const peer_options_t *po, char *err)
     /* refused at the handshake (no key, another swarm key, not on the allowlist): say
      * so and stop, instead of waiting for a HELLO answer that cannot come */
     if (po->join && handshake_check(po->join, auth, 4000, err) == STATUS_EDENIED) {
-        peer_store_event(ps, "refused", "%s", err);
+        peer_event_to(po->events, ps, "refused", -1, -1, "error=%s", err);
         goto fail_denied;
     }
     char endpoint[256];
@@ -88,6 +89,8 @@ int peer_run(const peer_options_t *po, char *err)
             !auth                               ? ""
             : auth_mode(auth) == AUTH_SWARM_KEY ? " (CURVE, swarm key)"
                                                 : " (CURVE, allowlist)");
+    peer_event(p, "listening", "endpoint=%s curve=%s", endpoint,
+               !auth ? "off" : auth_mode(auth) == AUTH_SWARM_KEY ? "swarm_key" : "allowlist");
     int rc = 0;
     double busy_until = 0;
     while (!(po->stop && *po->stop) && !peer_done(p)) {
@@ -143,6 +146,9 @@ int peer_run(const peer_options_t *po, char *err)
     }
     fprintf(log, " total %" PRIu64 "\n", tin);
     fflush(log);
+    for (int k = 0; k < WIRE_KINDS; k++) /* after the store closed: the events file only */
+        peer_event_to(po->events, NULL, "wire", -1, -1, "of=%s sent=%" PRIu64 " received=%" PRIu64,
+                      transport_wire_name(k), w.out[k], w.in[k]);
     net_stop(&net);
     auth_destroy(&auth);
     return rc;

@@ -5,6 +5,7 @@
  * Not for: custody of what was sent on (custody.c), the pool's step (step.c). */
 #include "common/log.h"
 #include "common/rng.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -147,6 +148,8 @@ static void val_round_drop(peer_t *p, const char *why)
     if (!val_round_running(r)) return;
     fprintf(p->log, "val: step %" PRId64 ": round given up, %d of %d losses back (%s)\n",
             r->step, r->done, r->total, why);
+    peer_event(p, "val_given_up", "val_step=%" PRId64 " back=%d of=%d why=%s", r->step, r->done,
+               r->total, why);
     for (int i = 0; i < p->cust.nmbs; i++)
         if (p->cust.mbs[i].used && p->cust.mbs[i].mb.kind == 1 && p->cust.mbs[i].mb.step == r->step)
             custody_drop(&p->cust.mbs[i]);
@@ -181,7 +184,7 @@ static void val_round_loss(peer_t *p, const msg_mb_t *mb, float loss)
     double v = val_round_mean(r);
     fprintf(p->log, "val: step %" PRId64 " val_loss %.4f at %.3f\n", r->step, v, p->now);
     fflush(p->log);
-    peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", r->step, v);
+    peer_event(p, "val_loss", "val_step=%" PRId64 " val_loss=%.4f final=%d", r->step, v, 0);
     val_round_end(r);
 }
 
@@ -506,22 +509,27 @@ static int validate(peer_t *p)
         p->val.loss = val_round_mean(e);
         double span = p->stats.t_train1 - p->stats.t_train0, half = p->stats.t_train1 - p->stats.t_half;
         int64_t half_steps = p->run.steps - p->run.steps / 2;
-        fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n",
-                /* the whole swarm's tokens: every stage-0 peer sources its share */
-                span > 0 ? (double)p->run.steps * p->dims.M * p->dims.BT / span : 0.0, p->val.loss);
-        if (p->stats.t_half > 0 && half > 0)
-            fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps,
-                    (double)half_steps * p->dims.M * p->dims.BT / half);
+        /* the whole swarm's tokens: every stage-0 peer sources its share */
+        double tps = span > 0 ? (double)p->run.steps * p->dims.M * p->dims.BT / span : 0.0;
+        double tps_half = p->stats.t_half > 0 && half > 0 ? (double)half_steps * p->dims.M * p->dims.BT / half : NAN;
+        fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n", tps, p->val.loss);
+        if (isfinite(tps_half))
+            fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps, tps_half);
         if (p->run.val_skip) {
             char list[256];
             double vs = val_round_mean_skip(e);
             fprintf(p->log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
                     vs, path_format(p->run.val_skip, list, sizeof list), p->val.loss,
                     100.0 * (vs - p->val.loss) / p->val.loss);
+            peer_event(p, "val_loss_skip", "val_step=%" PRId64 " val_loss_skip=%.4f skipped=%s",
+                       p->step, vs, list);
         }
         fflush(p->log);
         /* as the rounds during the run: status --plot draws the store's val_loss events */
-        peer_store_event(p->ps, "val_loss", "step %" PRId64 " val_loss %.4f", p->step, p->val.loss);
+        peer_event(p, "val_loss",
+                   "val_step=%" PRId64 " val_loss=%.4f final=%d tokens_per_s=%.0f "
+                   "tokens_per_s_half=%.0f half_steps=%" PRId64,
+                   p->step, p->val.loss, 1, tps, tps_half, half_steps);
         msg_t d = {.type = MSG_STEP_DONE, .flags = 1, .step = p->step};
         for (int i = 0; i < p->view.n; i++) peer_send(p, p->view.m[i].id, &d, 0, NULL, NULL);
         peer_run_over(p);

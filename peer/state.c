@@ -6,6 +6,7 @@
  * Not for: what the pool does with the state (step.c). */
 #include "common/log.h"
 #include "common/rng.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 
@@ -182,10 +183,8 @@ static int restore_own(peer_t *p)
             "restored: stage %d from this peer's checkpoint of step %" PRId64
             " in %s; the swarm is at step %" PRId64 "\n",
             p->stage, ck_step, p->po.db, step);
-    peer_store_event(p->ps, "restored",
-                     "stage %d from the checkpoint of step %" PRId64 "; the swarm is at step %" PRId64,
-                     p->stage, ck_step, step);
     step_set(p, step);
+    peer_event(p, "restored", "source=%s ckpt_step=%" PRId64, "own_checkpoint", ck_step);
     p->trans.downloaded = 0;
     return 1;
 }
@@ -199,9 +198,8 @@ static void initial_state(peer_t *p)
         log_warn("stage %d has no live replica and no checkpoint: it starts from its "
                  "initial parameters at step %" PRId64,
                  p->stage, step);
-    peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": initial parameters",
-                     p->stage, step);
     step_set(p, step);
+    peer_event(p, "joined", "source=%s", "initial");
     p->trans.downloaded = 0;
 }
 
@@ -236,6 +234,9 @@ static void announce(peer_t *p)
     char hex[2 * MSG_ID_LEN + 1];
     for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->self.id[i]);
     fprintf(p->log, "peer: id %s\n", hex);
+    peer_event(p, "serving", "id=%s params=%zu device=%s threads=%d from=%" PRId64, hex,
+               stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
+               p->self.serving_from);
     fprintf(p->log,
             "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step "
             "%" PRId64 "\n",
@@ -326,13 +327,11 @@ int state_download_tick(peer_t *p)
                 p->stage, p->step, state_bytes(p) / 1e6, p->now - p->trans.nobody.started_at,
                 xfer_donors(p->trans.xfer));
         fflush(p->log);
+        peer_event(p, first ? "joined" : "resynced",
+                   "source=%s why=%s mb=%.1f seconds=%.2f donors=%d", "pool",
+                   p->trans.download_why /* NULL when first */, state_bytes(p) / 1e6,
+                   p->now - p->trans.nobody.started_at, xfer_donors(p->trans.xfer));
         xfer_destroy(&p->trans.xfer);
-        if (first)
-            peer_store_event(p->ps, "joined", "stage %d at step %" PRId64 ": state from the pool",
-                             p->stage, p->step);
-        else
-            peer_store_event(p->ps, "resynced", "stage %d at step %" PRId64 ": %s", p->stage,
-                             p->step, p->trans.download_why);
         begin_serving(p);
         if (first) announce(p);
         else

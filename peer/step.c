@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "model/optim.h"
+#include "peer/peer_event.h"
 #include "peer/peer_impl.h"
 
 #include <inttypes.h>
@@ -219,6 +220,10 @@ static void log_step(peer_t *p, float gnorm, double now)
     } else if (p->stage == p->dims.S - 1) {
         peer_self_loss(p, p->held.last_loss);
     }
+    /* every step, in the events file only (the store keeps a metrics row per step) */
+    peer_event_to(p->po.events, NULL, "step", p->stage, p->step, "loss=%.6f lr=%.3e gnorm=%.3f",
+                  p->stage == 0 && p->contrib.loss_n ? p->contrib.loss_sum / p->contrib.loss_n : NAN,
+                  optim_lr(&p->run.opt, p->step), gnorm);
 }
 
 
@@ -406,6 +411,10 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                 ", %.3f s per step%s)\n",
                 p->self.serving_from, p->follow.followed, head, p->follow.pace,
                 p->follow.pace_known ? ", pace known" : "");
+        peer_event(p, "following",
+                   "from=%" PRId64 " followed=%d head=%" PRId64 " pace_s=%.3f pace_known=%d",
+                   p->self.serving_from, p->follow.followed, head, p->follow.pace,
+                   p->follow.pace_known);
     }
     if (p->self.serving_from == p->step && p->follow.followed && !p->follow.contrib_logged) {
         /* what a newcomer's or mover's following cost (bench_rebalance.sh reads it) */
@@ -415,6 +424,10 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                 "steps followed, join margin %" PRId64 "%s)\n",
                 p->step, now - p->stats.serve_t0, p->follow.followed, p->follow.margin,
                 p->follow.pace_known ? ", pace known" : "");
+        peer_event(p, "contributing",
+                   "after_s=%.1f followed=%d margin=%" PRId64 " pace_known=%d",
+                   now - p->stats.serve_t0, p->follow.followed, p->follow.margin,
+                   p->follow.pace_known);
     }
     if (p->step == p->run.steps / 2) p->stats.t_half = now;
     if (p->step == p->run.steps) p->stats.t_train1 = now;
@@ -435,6 +448,8 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
             p->stats.lost++;
             fprintf(p->log, "lost: step %" PRId64 " microbatch %d: not in stage %d's update\n",
                     applied, b, p->stage);
+            peer_event(p, "lost", "mb=%d mb_step=%" PRId64 " why=%s", b, applied,
+                       "not in the update");
             if (p->po.hooks.lost)
                 p->po.hooks.lost(p->po.hooks.ctx, p, applied, (uint32_t)b, "not in the update");
         }
@@ -814,9 +829,7 @@ static void guard_refusal(peer_t *p, const uint8_t *origin, int64_t step, int di
     int n = guard_refusals(&p->guard, origin);
     log_warn("peer: expelled %s from stage %d's pool: %d of its updates refused (last: %s)",
              peer_idhex(origin, h), p->stage, n, why);
-    if (p->ps)
-        peer_store_event(p->ps, "expelled", "peer %s: %d updates refused, last: %s",
-                         peer_idhex(origin, h), n, why);
+    peer_event(p, "expelled", "peer=%s refused=%d why=%s", peer_idhex(origin, h), n, why);
     msg_member_t *v = malloc((size_t)(p->view.n ? p->view.n : 1) * sizeof *v);
     if (v) {
         int k = guard_view(&p->guard, p->view.m, p->view.n, v);

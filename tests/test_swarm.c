@@ -5,6 +5,9 @@
  *   lost, the pool keeps stepping) and a new peer joins and ends with the pool's hash;
  * - status --json lists exactly the live peers and pools;
  * - garbage on a peer's socket is rejected and counted while the peer keeps training.
+ * What happened is read from the record the programs keep for programs: local's
+ * DIR/summary.json, the peers' and train's events files (JSON lines, docs/events.md) and
+ * status --json; never from the wording of their logs, which are for people.
  * Argument: the name of one test to run alone (ctest registers them one by one). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +20,10 @@
 #include "compress/codec.h"
 #include "swarm/msg.h"
 #include "swarm/status_client.h"
+#include "swarm/transport.h"
+#include "common/status.h"
 #include "testutil.h"
+#include "tools/json.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -95,25 +101,94 @@ static char *slurp(const char *name)
     return s;
 }
 
-/* "step N loss X" lines of a log into loss[N]; returns how many. */
-static int losses(const char *text, double *loss, int max)
+/* ---- the record: summary.json, events files, status --json --------------------------- */
+
+typedef struct {
+    const char *kind; /* events only: the kind kept (NULL: every object) */
+    json_obj_t *o;    /* the objects kept (realloc'd) */
+    int n;
+} rows_t;
+
+static void add_row(void *ctx, const json_obj_t *o)
 {
-    int n = 0;
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        int step;
-        double x;
-        if (sscanf(p, "step %d loss %lf", &step, &x) == 2 && step >= 0 && step < max) {
-            loss[step] = x;
-            n++;
-        }
-    }
+    rows_t *r = ctx;
+    if (r->kind && strcmp(json_get(o, "kind"), r->kind)) return;
+    json_obj_t *g = realloc(r->o, (size_t)(r->n + 1) * sizeof *g);
+    assert_non_null(g);
+    r->o = g;
+    r->o[r->n++] = *o;
+}
+
+/* The objects of the array `array` of a JSON document (caller frees); *n: how many. */
+static json_obj_t *rows(const char *json, const char *array, int *n)
+{
+    rows_t r = {NULL, NULL, 0};
+    if (json_each(json, array, add_row, &r) < 0) fail_msg("no array \"%s\" in:\n%s", array, json);
+    *n = r.n;
+    return r.o;
+}
+
+/* The events of `kind` (NULL: all) in the JSON lines file DIR/<name>, in order (caller
+ * frees); *n: how many (0 when there is no such file). Every line must read. */
+static json_obj_t *events(const char *name, const char *kind, int *n)
+{
+    char *text = slurp(name);
+    rows_t r = {kind, NULL, 0};
+    if (text) assert_int_equal(json_lines(text, add_row, &r), 0);
+    free(text);
+    *n = r.n;
+    return r.o;
+}
+
+/* DIR/<run>/summary.json: its text (caller frees) and its top-level scalars into top. */
+static char *summary(const char *run, json_obj_t *top)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s/summary.json", run);
+    char *s = slurp(name);
+    if (!s) fail_msg("no %s", name);
+    assert_int_equal(json_object(s, NULL, top), 0);
+    return s;
+}
+
+/* How many objects of the summary's array `array` there are. */
+static int count_rows(const char *json, const char *array)
+{
+    int n;
+    free(rows(json, array, &n));
     return n;
 }
 
-static double value_after(const char *text, const char *key)
+/* The "step" events' losses of DIR/<name> into loss[step]; how many steps had one. */
+static int step_losses(const char *name, double *loss, int max)
 {
-    const char *p = text ? strstr(text, key) : NULL;
-    return p ? atof(p + strlen(key)) : NAN;
+    int n, k = 0;
+    json_obj_t *ev = events(name, "step", &n);
+    for (int i = 0; i < n; i++) {
+        double l = json_num(&ev[i], "loss"), s = json_num(&ev[i], "step");
+        if (isfinite(l) && s >= 0 && s < max) loss[(int)s] = l, k++;
+    }
+    free(ev);
+    return k;
+}
+
+/* The last event of `kind` in DIR/<name> into o; 0 when there is none. */
+static int last_event(const char *name, const char *kind, json_obj_t *o)
+{
+    int n;
+    json_obj_t *ev = events(name, kind, &n);
+    if (n) *o = ev[n - 1];
+    free(ev);
+    return n > 0;
+}
+
+/* The final held-out loss of train's events (DIR/<name>): its last "val_loss" with final 1. */
+static double train_val(const char *name)
+{
+    json_obj_t v;
+    if (!last_event(name, "val_loss", &v) || json_num(&v, "final") != 1)
+        fail_msg("%s: no final val_loss event", name);
+    return json_num(&v, "val_loss");
 }
 
 /* One peer per stage, AdamW, raw f32 on the wire, one microbatch in flight: the same
@@ -122,8 +197,10 @@ static void equivalent_with(int S, const char *more)
 {
     enum { STEPS = 12 };
     char args[1024];
-    snprintf(args, sizeof args, "train --stages %d --steps %d --batch 8 --threads 1 %s --data %s",
-             S, STEPS, more, testutil_corpus());
+    snprintf(args, sizeof args,
+             "train --stages %d --steps %d --batch 8 --threads 1 %s --events %s/train.events.jsonl "
+             "--data %s",
+             S, STEPS, more, dir, testutil_corpus());
     pid_t t = start("train", args);
     snprintf(args, sizeof args,
              "local --peers %d --stages %d --steps %d --batch 8 --in-flight 1 --replicas 1 "
@@ -133,40 +210,38 @@ static void equivalent_with(int S, const char *more)
     pid_t l = start("local", args);
     assert_int_equal(finish(t, 300), 0);
     assert_int_equal(finish(l, 300), 0);
-    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
     double la[STEPS], lb[STEPS];
-    assert_int_equal(losses(a, la, STEPS), STEPS);
-    assert_int_equal(losses(b, lb, STEPS), STEPS);
+    assert_int_equal(step_losses("train.events.jsonl", la, STEPS), STEPS);
+    assert_int_equal(step_losses("local/peer0.events.jsonl", lb, STEPS), STEPS);
     for (int i = 0; i < STEPS; i++) {
         double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
         if (rel > 1e-5) fail_msg("S=%d step %d: train %.6f swarm %.6f", S, i, la[i], lb[i]);
     }
+    json_obj_t sum;
+    free(summary("local", &sum));
     printf("S=%d %s: %d steps, swarm loss = train loss (last %.6f); val_loss train %.4f swarm "
            "%.4f\n",
-           S, more, STEPS, la[STEPS - 1], value_after(a, "val_loss "), value_after(b, "val_loss "));
-    free(a);
-    free(b);
+           S, more, STEPS, la[STEPS - 1], train_val("train.events.jsonl"),
+           json_num(&sum, "val_loss"));
 }
 
-/* The swarm run just made (local/peer0.log, 4 stages, accum 4) had other losses in its
- * first `steps` steps than `train` without `what` (an option that changes the paths). */
+/* The swarm run just made (local/peer0's events, 4 stages, accum 4) had other losses in
+ * its first `steps` steps than `train` without `what` (an option that changes the paths). */
 static void assert_changed(int steps, const char *what)
 {
     char args[1024];
     snprintf(args, sizeof args,
-             "train --stages 4 --steps %d --batch 8 --threads 1 --accum 4 --data %s", steps,
-             testutil_corpus());
-    pid_t t = start("train", args);
+             "train --stages 4 --steps %d --batch 8 --threads 1 --accum 4 --events "
+             "%s/train2.events.jsonl --data %s",
+             steps, dir, testutil_corpus());
+    pid_t t = start("train2", args);
     assert_int_equal(finish(t, 300), 0);
-    char *a = slurp("train.log"), *b = slurp("local/peer0.log");
     double la[4] = {0}, lb[4] = {0};
-    assert_int_equal(losses(a, la, steps), steps);
-    assert_int_equal(losses(b, lb, steps), steps);
+    assert_int_equal(step_losses("train2.events.jsonl", la, steps), steps);
+    assert_int_equal(step_losses("local/peer0.events.jsonl", lb, steps), steps);
     int same = 1;
     for (int i = 0; i < steps; i++) same &= fabs(la[i] - lb[i]) < 1e-6;
     if (same) fail_msg("%s changed nothing: loss %.6f at step 0", what, la[0]);
-    free(a);
-    free(b);
 }
 
 static void equivalent(int S)
@@ -182,16 +257,16 @@ static void test_equivalent_skip(void **state)
     (void)state;
     equivalent_with(4, "--accum 4 --skip 0.25 --skip-stages 1");
     /* validation without stage 1 gives the same loss in both, and another than whole */
-    char *va = slurp("train.log"), *vb = slurp("local/peer0.log");
-    double sa = value_after(va, "val_loss_skip "), sb = value_after(vb, "val_loss_skip ");
-    double wa = value_after(va, "val_loss ");
+    json_obj_t ts, sum;
+    assert_true(last_event("train.events.jsonl", "val_loss_skip", &ts));
+    free(summary("local", &sum));
+    double sa = json_num(&ts, "val_loss_skip"), sb = json_num(&sum, "val_loss_skip");
+    double wa = train_val("train.events.jsonl");
     printf("val_loss_skip (stage 1 left out): train %.4f swarm %.4f (whole model %.4f)\n", sa, sb,
            wa);
     assert_true(isfinite(sa) && isfinite(sb) && isfinite(wa));
     assert_true(fabs(sa - sb) <= 1e-4 * fabs(sa));
     assert_true(fabs(sa - wa) > 1e-5);
-    free(va);
-    free(vb);
     /* and the paths were taken: the same run without skipping has other losses */
     assert_changed(1, "--skip 0.25");
 }
@@ -218,23 +293,24 @@ static void test_equivalent_4(void **state)
     equivalent(4);
 }
 
-/* Stage-1 hashes from the peers' closing lines must all be equal. */
-static void same_hashes(const char *text, int stage, int want)
+/* The processes of a summary that ended the run on `stage` (their "left" event) all end
+ * with one parameter hash, and there are `want` of them. */
+static void same_hashes(const char *sum, int stage, int want)
 {
-    char needle[64], first[17] = "";
-    int n = 0;
-    snprintf(needle, sizeof needle, "peer: done: stage %d step ", stage);
-    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) {
-        char hash[17];
-        const char *h = strstr(p, " hash ");
-        assert_non_null(h);
-        assert_int_equal(sscanf(h, " hash %16s", hash), 1);
-        if (!n++)
-            strcpy(first, hash);
-        else if (strcmp(first, hash))
-            fail_msg("stage %d: replicas end with hashes %s and %s", stage, first, hash);
+    int n, k = 0;
+    json_obj_t *p = rows(sum, "processes", &n);
+    const char *first = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!json_has(&p[i], "done_stage") || json_num(&p[i], "done_stage") != stage) continue;
+        const char *h = json_get(&p[i], "hash");
+        assert_int_equal(strlen(h), 16);
+        if (!k++)
+            first = h;
+        else if (strcmp(first, h))
+            fail_msg("stage %d: replicas end with hashes %s and %s", stage, first, h);
     }
-    assert_int_equal(n, want);
+    free(p);
+    assert_int_equal(k, want);
 }
 
 /* 2 stages x 2 peers, DeMo, int8 activations; peer 3 (stage 1) is killed at step 40 and
@@ -247,9 +323,9 @@ static void test_demo_swarm_with_fault(void **state)
     char args[1024];
     snprintf(args, sizeof args,
              "train --stages 2 --batch 8 --replicas 2 --optimizer demo --steps %d --threads 2 "
-             "--log-every 50 "
+             "--log-every 50 --events %s/train.events.jsonl "
              "--data %s",
-             STEPS, testutil_corpus());
+             STEPS, dir, testutil_corpus());
     pid_t t = start("train", args);
     assert_int_equal(finish(t, 900), 0);
     snprintf(args, sizeof args,
@@ -260,39 +336,42 @@ static void test_demo_swarm_with_fault(void **state)
              STEPS, dir, testutil_corpus());
     pid_t l = start("local", args);
     int rc = finish(l, 900);
-    char *a = slurp("train.log"), *out = slurp("local.log");
+    char *out = slurp("local.log");
     assert_non_null(out);
     if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
-    double vt = value_after(a, "val_loss "), vs = value_after(out, "val_loss ");
-    const char *summary = strstr(out, "local: done");
-    printf("%s", summary ? summary : out);
+    printf("%s", out);
+    json_obj_t sum;
+    char *js = summary("local", &sum);
+    double vt = train_val("train.events.jsonl"), vs = json_num(&sum, "val_loss");
     printf(
         "DeMo R=2: single process val_loss %.4f, swarm (int8, one kill, one join) %.4f (%+.1f%%)\n",
         vt, vs, 100 * (vs - vt) / vt);
     assert_true(isfinite(vt) && isfinite(vs));
     assert_true(vs <= vt * 1.05);
     /* the kill happened, something was re-routed, and nothing was lost */
-    assert_non_null(strstr(out, "local: fault: SIGKILL peer 3 (stage 1)"));
-    assert_non_null(strstr(out, "first microbatch re-routed"));
-    assert_non_null(strstr(out, "lost microbatches 0"));
-    /* every survivor and the newcomer finished the run; each pool ends identical */
-    char all[65536] = "";
+    int n;
+    json_obj_t *f = rows(js, "faults", &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(json_get(&f[0], "cause"), "drill");
+    assert_int_equal((int)json_num(&f[0], "peer"), 3);
+    assert_int_equal((int)json_num(&f[0], "stage"), 1);
+    free(f);
+    assert_true(json_num(&sum, "reroute_after_kill") >= 0);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    /* every survivor and the newcomer finished the run at its last step; each pool ends
+     * identical */
+    json_obj_t *p = rows(js, "processes", &n);
+    assert_int_equal(n, 5);
     for (int i = 0; i < 5; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "local/peer%d.log", i);
-        char *s = slurp(name);
-        if (i != 3 && !(s && strstr(s, "peer: done: stage")))
-            fail_msg("peer %d did not finish:\n%s", i, s ? s : "");
-        if (s && i != 3) strncat(all, strstr(s, "peer: done:"), sizeof all - strlen(all) - 1);
-        free(s);
+        if (i == 3) continue;
+        if (json_num(&p[i], "done_step") != STEPS)
+            fail_msg("peer %d did not finish (done at step %s):\n%s", i,
+                     json_get(&p[i], "done_step"), js);
     }
-    char needle[64];
-    snprintf(needle, sizeof needle, "step %d hash", STEPS);
-    for (const char *p = strstr(all, "peer: done:"); p; p = strstr(p + 1, "peer: done:"))
-        assert_true(strncmp(strstr(p, "step "), needle, strlen(needle)) == 0);
-    same_hashes(all, 0, 2);
-    same_hashes(all, 1, 2); /* the survivor and the newcomer */
-    free(a);
+    free(p);
+    same_hashes(js, 0, 2);
+    same_hashes(js, 1, 2); /* the survivor and the newcomer */
+    free(js);
     free(out);
 }
 
@@ -307,8 +386,8 @@ static void test_demo_preset_swarm(void **state)
     char args[1024];
     snprintf(args, sizeof args,
              "train --stages 2 --batch 8 --replicas 2 --optimizer demo --demo-values sign "
-             "--steps %d --threads 1 --log-every 10 --data %s",
-             STEPS, testutil_corpus());
+             "--steps %d --threads 1 --log-every 10 --events %s/train.events.jsonl --data %s",
+             STEPS, dir, testutil_corpus());
     pid_t t = start("train", args);
     snprintf(args, sizeof args,
              "local --peers 4 --stages 2 --batch 8 --replicas 2 --optimizer demo --demo-values "
@@ -318,31 +397,30 @@ static void test_demo_preset_swarm(void **state)
     pid_t l = start("local", args);
     assert_int_equal(finish(t, 600), 0);
     int rc = finish(l, 600);
-    char *a = slurp("train.log"), *out = slurp("local.log");
+    char *out = slurp("local.log");
     assert_non_null(out);
     if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
-    assert_non_null(strstr(a, "update rmsprop"));
-    double vt = value_after(a, "val_loss "), vs = value_after(out, "val_loss ");
+    json_obj_t demo, sum;
+    assert_true(last_event("train.events.jsonl", "demo", &demo));
+    assert_string_equal(json_get(&demo, "update"), "rmsprop");
+    char *js = summary("local", &sum);
+    double vt = train_val("train.events.jsonl"), vs = json_num(&sum, "val_loss");
     printf("sign preset, 2 stages x 2 replicas, %d steps: train val_loss %.4f, swarm %.4f "
            "(%+.2f%%)\n",
            STEPS, vt, vs, 100 * (vs - vt) / vt);
     assert_true(isfinite(vt) && isfinite(vs));
     assert_true(fabs(vs - vt) <= 0.02 * vt);
-    char all[16384] = "";
-    for (int i = 0; i < 4; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "local/peer%d.log", i);
-        char *s = slurp(name);
-        const char *d = s ? strstr(s, "peer: done:") : NULL;
-        if (!d) fail_msg("peer %d did not finish:\n%s", i, s ? s : "");
-        strncat(all, d, sizeof all - strlen(all) - 1);
-        free(s);
-    }
-    same_hashes(all, 0, 2);
-    same_hashes(all, 1, 2);
-    free(a);
+    int n;
+    json_obj_t *p = rows(js, "processes", &n);
+    for (int i = 0; i < n; i++)
+        if (!json_has(&p[i], "done_step")) fail_msg("peer %d did not finish:\n%s", i, js);
+    free(p);
+    same_hashes(js, 0, 2);
+    same_hashes(js, 1, 2);
+    free(js);
     free(out);
-    /* local steps: refused by the peers with a clear reason */
+    /* local steps: refused on the command line with a clear reason (its usage error, exit
+     * 2), before any peer starts */
     snprintf(args, sizeof args,
              "local --peers 2 --stages 2 --batch 8 --replicas 1 --optimizer demo --demo-values "
              "sign --demo-local 4 --steps 8 --threads 1 --quiet --dir %s/local2 --data %s",
@@ -351,8 +429,27 @@ static void test_demo_preset_swarm(void **state)
     assert_int_equal(finish(l2, 60), 2);
     char *p0 = slurp("local2.log");
     assert_non_null(p0);
-    assert_non_null(strstr(p0, "runs in train only"));
+    assert_non_null(strstr(p0, "runs in train only")); /* the command's error, not a log */
     free(p0);
+    assert_null(slurp("local2/peer0.log"));
+}
+
+/* The summary's faults of `cause`, each checked to be of `stage` (>= 0) and, with
+ * peer >= 0, of that peer; how many there were. */
+static int faults_of(const char *sum, const char *cause, int stage, int peer)
+{
+    int n, k = 0;
+    json_obj_t *f = rows(sum, "faults", &n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(json_get(&f[i], "cause"), cause)) continue;
+        printf("fault: %s peer %s (stage %s) at step %s\n", cause, json_get(&f[i], "peer"),
+               json_get(&f[i], "stage"), json_get(&f[i], "step"));
+        if (stage >= 0) assert_int_equal((int)json_num(&f[i], "stage"), stage);
+        if (peer >= 0) assert_int_equal((int)json_num(&f[i], "peer"), peer);
+        k++;
+    }
+    free(f);
+    return k;
 }
 
 /* Kills from outside at a random moment (local --kill random): a 6-peer, 3-stage swarm
@@ -360,8 +457,8 @@ static void test_demo_preset_swarm(void **state)
  * then a stage-2 peer (seed 102); the moment within the run is random (its step is drawn
  * from the seed, its instant falls wherever the peers are then). Each run finishes with
  * a held-out loss, exit 0, nothing lost, and the summary shows the kill and the pool
- * stepping again after it. */
-static void outside_kill(const char *name, int seed, const char *victim)
+ * stepping again after it. peer < 0: any peer of the stage. */
+static void outside_kill(const char *name, int seed, int peer, int stage)
 {
     char args[1024];
     snprintf(args, sizeof args,
@@ -375,29 +472,53 @@ static void outside_kill(const char *name, int seed, const char *victim)
     char *out = slurp(logname);
     assert_non_null(out);
     if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
-    const char *k = strstr(out, "local: fault: SIGKILL ");
-    printf("%s", k ? k : out);
-    assert_non_null(k);
-    assert_non_null(strstr(k, victim));
-    assert_non_null(strstr(out, "lost microbatches 0"));
-    assert_non_null(strstr(out, "1 kills, 0 restarts"));
-    assert_non_null(strstr(out, "MTTR"));
-    assert_non_null(strstr(out, "no peer died unplanned"));
+    printf("%s", out);
+    json_obj_t sum;
+    char *js = summary(name, &sum);
+    assert_int_equal(faults_of(js, "random", stage, peer), 1);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_int_equal((int)json_num(&sum, "kills"), 1);
+    assert_int_equal((int)json_num(&sum, "restarts"), 0);
+    assert_true(json_num(&sum, "mttr_n") >= 1); /* the pool stepped again */
+    assert_int_equal(count_rows(js, "unplanned"), 0);
+    free(js);
     free(out);
 }
 
 static void test_outside_kills(void **state)
 {
     (void)state;
-    outside_kill("founder", 104, "peer 0 (stage 0, the founding peer)");
-    outside_kill("stage2", 102, "(stage 2)");
+    outside_kill("founder", 104, 0, 0); /* peer 0 (stage 0, the founding peer) */
+    outside_kill("stage2", 102, -1, 2);
+}
+
+/* How a lost stage is expected back (a row of the summary's "recoveries"). */
+typedef struct {
+    const char *method; /* "checkfree" (from = s - 1, and = s + 1), "checkfree_plus" */
+    int blocks_from;    /* checkfree_plus: the neighbour whose blocks are copied */
+    const char *part;   /* checkfree_plus: "embedding" or "head", from the copy */
+} rebuilt_t;
+
+/* The first recovery of `stage` in the summary into r (0: there is none). */
+static int recovery_of(const char *sum, int stage, json_obj_t *r)
+{
+    int n, found = 0;
+    json_obj_t *rec = rows(sum, "recoveries", &n);
+    for (int i = 0; i < n && !found; i++)
+        if (json_num(&rec[i], "stage") == stage) *r = rec[i], found = 1;
+    free(rec);
+    if (found)
+        printf("recovered: peer %s stage %d at step %s by %s (%s): %s\n", json_get(r, "peer"),
+               stage, json_get(r, "step"), json_get(r, "by"), json_get(r, "method"),
+               json_get(r, "how"));
+    return found;
 }
 
 /* Every peer of one stage SIGKILLed from outside at a step and moment drawn from a seed
  * (the clock's, printed): a peer of a neighbouring pool of two moves there and rebuilds
  * it (CheckFree in the middle, CheckFree+ at the ends), and the run ends with a held-out
  * loss and nothing lost. `more`: further run options. */
-static void kill_stage(int stage, unsigned seed, const char *how, const char *more)
+static void kill_stage(int stage, unsigned seed, rebuilt_t how, const char *more)
 {
     char name[32], args[1024], logname[64];
     snprintf(name, sizeof name, "stage%d", stage);
@@ -412,29 +533,38 @@ static void kill_stage(int stage, unsigned seed, const char *how, const char *mo
     char *out = slurp(logname);
     assert_non_null(out);
     if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
-    char want[64];
-    snprintf(want, sizeof want, "SIGKILL every peer of stage %d from outside", stage);
-    if (!strstr(out, want)) fail_msg("no kill:\n%s", out);
-    snprintf(want, sizeof want, "recovered: stage %d at step", stage);
-    const char *r = strstr(out, want);
-    if (!r || !strstr(r, how)) fail_msg("stage %d not rebuilt by %s:\n%s", stage, how, out);
-    printf("%.*s", (int)(strchr(r, '\n') - r + 1), r);
-    assert_non_null(strstr(out, "lost microbatches 0"));
-    assert_non_null(strstr(out, "2 kills"));
-    assert_non_null(strstr(out, "no peer died unplanned"));
-    assert_true(value_after(out, "val_loss ") < 3.5); /* it learned: the initial is ~5.5 */
-    free(out);
-    if (!*more) return;
-    /* the swaps were taken: peers of the stage served second visits before the kill */
-    long revisits = 0;
-    for (int i = 0; i < 6; i++) {
-        char pl[96];
-        snprintf(pl, sizeof pl, "%s/peer%d.log", name, i);
-        char *log = slurp(pl);
-        for (const char *q = log; q && (q = strstr(q, " revisits ")); q++) revisits += atol(q + 10);
-        free(log);
+    json_obj_t sum, r;
+    char *js = summary(name, &sum);
+    if (!faults_of(js, "stage", stage, -1)) fail_msg("no kill:\n%s", out);
+    if (!recovery_of(js, stage, &r)) fail_msg("stage %d not rebuilt:\n%s", stage, out);
+    if (strcmp(json_get(&r, "by"), "rebuilt") || strcmp(json_get(&r, "method"), how.method))
+        fail_msg("stage %d not rebuilt by %s:\n%s", stage, how.method, out);
+    if (!strcmp(how.method, "checkfree")) { /* weighted average of its neighbours */
+        assert_int_equal((int)json_num(&r, "from"), stage - 1);
+        assert_int_equal((int)json_num(&r, "and"), stage + 1);
+    } else {
+        assert_int_equal((int)json_num(&r, "blocks_from"), how.blocks_from);
+        assert_string_equal(json_get(&r, "part"), how.part);
+        assert_string_equal(json_get(&r, "part_from"), "copy");
     }
-    printf("revisits served (the peers that lived to the end): %ld\n", revisits);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_int_equal((int)json_num(&sum, "kills"), 2);
+    assert_int_equal(count_rows(js, "unplanned"), 0);
+    assert_true(json_num(&sum, "val_loss") < 3.5); /* it learned: the initial is ~5.5 */
+    free(out);
+    if (!*more) {
+        free(js);
+        return;
+    }
+    /* the swaps were taken: peers of the stage served second visits before the kill */
+    int n;
+    double revisits = 0;
+    json_obj_t *p = rows(js, "processes", &n);
+    for (int i = 0; i < n; i++)
+        if (json_has(&p[i], "revisits")) revisits += json_num(&p[i], "revisits");
+    free(p);
+    free(js);
+    printf("revisits served (the peers that lived to the end): %.0f\n", revisits);
     assert_true(revisits > 0);
 }
 
@@ -445,14 +575,24 @@ static void test_lost_stages(void **state)
 {
     (void)state;
     unsigned seed = testutil_seed();
-    kill_stage(1, seed, "by CheckFree: weighted average of stages 0", "");
-    if (seed % 2)
-        kill_stage(0, seed + 1, "by CheckFree+: blocks copied from stage 1, embedding from the copy",
-                   "--swap 0.5");
-    else
-        kill_stage(2, seed + 1,
-                   "by CheckFree+: blocks copied from stage 1, final norm and head from the copy",
-                   "--swap 0.5");
+    kill_stage(1, seed, (rebuilt_t){"checkfree", -1, NULL}, "");
+    if (seed % 2) /* blocks copied from stage 1, embedding from the copy */
+        kill_stage(0, seed + 1, (rebuilt_t){"checkfree_plus", 1, "embedding"}, "--swap 0.5");
+    else /* blocks copied from stage 1, final norm and head from the copy */
+        kill_stage(2, seed + 1, (rebuilt_t){"checkfree_plus", 1, "head"}, "--swap 0.5");
+}
+
+/* A recovery that was judged: both candidates' held-out losses, the lower one chosen
+ * (the rebuilder's own checkpoint or the CheckFree(+) rebuild). */
+static void assert_judged(const json_obj_t *r)
+{
+    double chosen = json_num(r, "chosen_loss"), other = json_num(r, "other_loss");
+    if (json_num(r, "judged") != 1)
+        fail_msg("the candidates were not judged: %s", json_get(r, "how"));
+    assert_true(isfinite(chosen) && isfinite(other));
+    assert_true(chosen <= other); /* the lower loss wins */
+    const char *by = json_get(r, "by");
+    assert_true(!strcmp(by, "checkpoint") || !strcmp(by, "rebuilt"));
 }
 
 /* One peer per stage: a stage lost at a seeded random step has nobody to move over, so
@@ -474,45 +614,78 @@ static void test_judged(void **state)
     char *out = slurp("judged.log");
     assert_non_null(out);
     if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
-    assert_non_null(strstr(out, "lost microbatches 0"));
-    assert_non_null(strstr(out, "no peer died unplanned"));
-    /* the judgement, in the rebuilt stage's peer log: "held-out loss A against B for ..." */
-    const char *r = strstr(out, "recovered: stage ");
-    if (!r) fail_msg("no recovery:\n%s", out);
-    printf("%.*s", (int)(strchr(r, '\n') - r + 1), r);
-    const char *h = strstr(r, "held-out loss ");
-    if (!h || h > strchr(r, '\n')) fail_msg("the candidates were not judged:\n%s", out);
-    double chosen = NAN, other = NAN;
-    assert_int_equal(sscanf(h, "held-out loss %lf against %lf", &chosen, &other), 2);
-    assert_true(isfinite(chosen) && isfinite(other));
-    assert_true(chosen <= other); /* the lower loss wins */
-    assert_true(strstr(r, "its own checkpoint of step") != NULL || strstr(r, "CheckFree") != NULL);
+    json_obj_t sum;
+    char *js = summary("judged", &sum);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_int_equal(count_rows(js, "unplanned"), 0);
+    /* the judgement, by the rebuilt stage's peer */
+    int n;
+    json_obj_t *rec = rows(js, "recoveries", &n);
+    if (!n) fail_msg("no recovery:\n%s", out);
+    printf("recovered: stage %s at step %s by %s: %s\n", json_get(&rec[0], "stage"),
+           json_get(&rec[0], "step"), json_get(&rec[0], "by"), json_get(&rec[0], "how"));
+    assert_judged(&rec[0]);
+    free(rec);
     /* validation during the run: steps 15, 30 and 45 (a round a kill cut short is given up) */
-    int nval = 0;
-    for (const char *q = out; (q = strstr(q, "local: val step ")); q++) {
-        double v = value_after(q, "val_loss ");
-        assert_true(isfinite(v) && v > 0 && v < 10);
-        nval++;
+    json_obj_t *v = rows(js, "vals", &n);
+    for (int i = 0; i < n; i++) {
+        double x = json_num(&v[i], "val_loss");
+        assert_true(isfinite(x) && x > 0 && x < 10);
     }
-    if (nval < 2) fail_msg("%d validations during the run:\n%s", nval, out);
-    assert_true(value_after(out, "done in ") > 0);
+    free(v);
+    if (n < 2) fail_msg("%d validations during the run:\n%s", n, out);
+    assert_true(json_num(&sum, "seconds") > 0);
+    free(js);
     free(out);
 }
 
-/* Prints, for a failure of test_resume, what each peer of the cut run logged from the
- * resumed run's start on (its log is appended to), and the resumed run's own output. */
+/* Prints, for a failure of test_resume, the end of what each peer of the cut run logged
+ * (its log goes on across the resumed run) and its events of the resume, and the resumed
+ * run's own output. */
 static void resume_dump(const char *resumed_out)
 {
     for (int i = 0; i < 4; i++) {
         char name[64];
         snprintf(name, sizeof name, "cut/peer%d.log", i);
         char *pl = slurp(name);
-        const char *r = pl ? strstr(pl, "resume: stage ") : NULL;
-        if (!r && pl) r = pl + (strlen(pl) > 3000 ? strlen(pl) - 3000 : 0);
-        printf("---- %s (from the resumed run's start)\n%.6000s\n", name, r ? r : "");
+        size_t len = pl ? strlen(pl) : 0;
+        printf("---- %s (its end)\n%s\n", name, pl ? pl + (len > 3000 ? len - 3000 : 0) : "");
         free(pl);
     }
     printf("---- resumed.log\n%s\n", resumed_out ? resumed_out : "");
+}
+
+/* Stage 0's steps done as its peer's events say (peer 0 of a run: stage 0). */
+static int steps_done(const char *events_name)
+{
+    json_obj_t s;
+    return last_event(events_name, "step", &s) ? (int)json_num(&s, "step") + 1 : 0;
+}
+
+/* What peer i of the cut run did when the swarm resumed: from its first "resume" event on
+ * (the resumed run's), the first of "resumed" (its own checkpoint) and a download of its
+ * stage's state from a mate ("joined" or "resynced" from the pool), into o. 0: neither. */
+static int resume_decision(int i, json_obj_t *o)
+{
+    char name[64];
+    snprintf(name, sizeof name, "cut/peer%d.events.jsonl", i);
+    int n, from = -1, found = 0;
+    json_obj_t *ev = events(name, NULL, &n);
+    for (int k = 0; k < n && !found; k++) {
+        const char *kind = json_get(&ev[k], "kind");
+        if (!strcmp(kind, "resume")) {
+            if (from < 0) from = k;
+            printf("peer %d: resume: decision %s, checkpoints %s newest %s agreed %s\n", i,
+                   json_get(&ev[k], "decision"), json_get(&ev[k], "ckpts"),
+                   json_get(&ev[k], "newest"), json_get(&ev[k], "agreed"));
+        }
+        if (from < 0) continue;
+        int pool = (!strcmp(kind, "joined") || !strcmp(kind, "resynced")) &&
+                   !strcmp(json_get(&ev[k], "source"), "pool");
+        if (!strcmp(kind, "resumed") || pool) *o = ev[k], found = 1;
+    }
+    free(ev);
+    return found;
 }
 
 /* A whole swarm stopped with Ctrl-C (SIGINT to `local` at a moment drawn from the clock's
@@ -533,31 +706,26 @@ static void test_resume(void **state)
     snprintf(args, sizeof args, "%s --quiet --dir %s/whole --data %s", common, dir,
              testutil_corpus());
     pid_t l = start("whole", args);
-    /* Ctrl-C once the run's progress line shows the drawn step, and a drawn moment later */
+    /* Ctrl-C once stage 0 has done the drawn step, and a drawn moment later */
     int target = 15 + rand() % 50;
     double extra = (double)rand() / RAND_MAX;
     printf("Ctrl-C at step %d + %.2f s (seed %u: ST_TEST_SEED=%u replays the moment)\n", target,
            extra, seed, seed);
     int rc = finish(l, 600);
     if (rc != 0) fail_msg("the uninterrupted run exited %d (seed %u)", rc, seed);
-    char *out = slurp("whole.log");
-    double whole = value_after(out, "val_loss ");
-    free(out);
+    json_obj_t sum;
+    free(summary("whole", &sum));
+    double whole = json_num(&sum, "val_loss");
     snprintf(args, sizeof args, "%s --dir %s/cut --data %s", common, dir, testutil_corpus());
     l = start("cut", args);
     for (double end = clock_now() + 300; clock_now() < end;) {
-        char *o = slurp("cut.log");
-        const char *last = NULL, *q = o;
-        while (q && (q = strstr(q, "] step "))) last = q++;
-        int now = last ? atoi(last + 7) : 0;
-        free(o);
-        if (now >= target) break;
+        if (steps_done("cut/peer0.events.jsonl") >= target) break;
         clock_sleep(0.1);
     }
     clock_sleep(extra);
     kill(l, SIGINT);
     rc = finish(l, 60);
-    out = slurp("cut.log");
+    char *out = slurp("cut.log");
     if (rc != 130) {
         printf("%s", out ? out : "");
         free(out); /* fail_msg does not return */
@@ -573,46 +741,35 @@ static void test_resume(void **state)
         free(out); /* fail_msg does not return */
         fail_msg("the resumed run failed (%d) (seed %u)", rc, seed);
     }
-    double resumed = value_after(out, "val_loss ");
+    free(summary("cut", &sum)); /* the resumed run's */
+    double resumed = json_num(&sum, "val_loss");
     /* The swarm resumed at one step S, the newest every stage has a checkpoint of: in each
      * stage a peer restored its own checkpoint of S. A mate whose store has none of S took
-     * the state of S from that peer instead ("state: downloaded"): the members of a pool
-     * leave a step apart when Ctrl-C lands between one applying step S's update (and
+     * the state of S from that peer instead (a download from the pool): the members of a
+     * pool leave a step apart when Ctrl-C lands between one applying step S's update (and
      * writing S as its last checkpoint) and the other doing so; and a mate that has not
      * decided yet when the other serves downloads from it (resume.c, state.c). Peer 0 is
      * not always the one that restores. */
     long long agreed = -1;
     int restored[2] = {0, 0}, ok = 1;
     for (int i = 0; i < 4; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "cut/peer%d.log", i);
-        char *pl = slurp(name);
-        const char *r = pl ? strstr(pl, "resume: stage ") : NULL;
-        const char *own = r ? strstr(r, "resumed: stage ") : NULL;
-        const char *dl = r ? strstr(r, "state: downloaded stage ") : NULL;
-        int st = -1;
-        long long step = -1;
-        /* what it had and what it was told: "resume: stage S, N checkpoint(s) in DB at step
-         * A, B, C; ..." and, when the agreed step is not among them, "resume: agreed on ..." */
-        for (const char *q = r; q && (q = strstr(q, "resume: ")) && q < (dl ? dl : q + 1);
-             q++) {
-            const char *e = strchr(q, '\n');
-            printf("peer %d: %.*s\n", i, e ? (int)(e - q) : 200, q);
+        json_obj_t d;
+        if (!resume_decision(i, &d)) {
+            printf("peer %d: neither its own checkpoint nor a mate's state\n", i);
+            ok = 0;
+            continue;
         }
-        if (own && (!dl || own < dl) &&
-            sscanf(own, "resumed: stage %d from this peer's checkpoint of step %lld", &st,
-                   &step) == 2 && st >= 0 && st < 2) {
+        int st = (int)json_num(&d, "stage");
+        long long step = (long long)json_num(&d, "ckpt_step");
+        if (!strcmp(json_get(&d, "kind"), "resumed") && st >= 0 && st < 2) {
             restored[st]++;
             if (agreed >= 0 && step != agreed) ok = 0;
             agreed = step;
             printf("peer %d: stage %d from its own checkpoint of step %lld\n", i, st, step);
-        } else if (dl && sscanf(dl, "state: downloaded stage %d at step %lld", &st, &step) == 2) {
-            printf("peer %d: stage %d downloaded from a mate at step %lld\n", i, st, step);
         } else {
-            printf("peer %d: neither its own checkpoint nor a mate's state\n", i);
-            ok = 0;
+            printf("peer %d: stage %d downloaded from a mate at step %s\n", i, st,
+                   json_get(&d, "step"));
         }
-        free(pl);
     }
     if (!ok || !restored[0] || !restored[1]) {
         resume_dump(out);
@@ -635,8 +792,9 @@ static void test_resume(void **state)
  * same peer (same store, so the same identity) joins again once the swarm noticed. Nobody
  * else holds stage 1: with checkpoints it judges its newest one against CheckFree(+) on
  * held-out batches and keeps the lower loss; without, it rebuilds by CheckFree+. The run
- * finishes with nothing lost and its store shows the checkpoints and the events. */
-static double revive(const char *name, const char *extra, char **out)
+ * finishes with nothing lost and its store shows the checkpoints and the events. The
+ * summary of the run into *sum (caller frees). */
+static double revive(const char *name, const char *extra, char **sum)
 {
     char args[1024];
     snprintf(args, sizeof args,
@@ -647,12 +805,37 @@ static double revive(const char *name, const char *extra, char **out)
     snprintf(logname, sizeof logname, "%s.log", name);
     pid_t l = start(name, args);
     int rc = finish(l, 600);
-    *out = slurp(logname);
-    assert_non_null(*out);
-    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, *out);
-    assert_non_null(strstr(*out, "(the killed peer again, with its store)"));
-    assert_non_null(strstr(*out, "lost microbatches 0"));
-    return value_after(*out, "val_loss ");
+    char *out = slurp(logname);
+    assert_non_null(out);
+    if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
+    free(out);
+    json_obj_t top;
+    *sum = summary(name, &top);
+    int n;
+    json_obj_t *p = rows(*sum, "processes", &n);
+    assert_int_equal(n, 3);
+    assert_int_equal((int)json_num(&p[2], "store"), 1); /* the killed peer again, with its store */
+    free(p);
+    assert_int_equal((int)json_num(&top, "lost"), 0);
+    return json_num(&top, "val_loss");
+}
+
+typedef struct {
+    int joined, recovered, left, ck80;
+} store_seen_t;
+
+static void on_store_event(void *ctx, const json_obj_t *o)
+{
+    store_seen_t *s = ctx;
+    s->joined += !strcmp(json_get(o, "kind"), "joined");
+    s->recovered += !strcmp(json_get(o, "kind"), "recovered_stage");
+    s->left += !strcmp(json_get(o, "kind"), "left");
+}
+
+static void on_store_ckpt(void *ctx, const json_obj_t *o)
+{
+    store_seen_t *s = ctx;
+    s->ck80 += json_num(o, "stage") == 1 && json_num(o, "step") == 80;
 }
 
 static void test_revive_from_checkpoint(void **state)
@@ -662,30 +845,24 @@ static void test_revive_from_checkpoint(void **state)
     double v_ck = revive("ck", "--checkpoint-every 10", &with);
     double v_init = revive("init", "--checkpoint-every 0", &without);
     printf("stage 1 revived with checkpoints: val_loss %.4f; without: %.4f\n", v_ck, v_init);
-    char *log = slurp("ck/peer2.log");
-    assert_non_null(log);
-    const char *r = strstr(log, "recovered: stage 1 at step ");
-    if (!r || !strstr(r, "held-out loss ")) fail_msg("the revived peer did not judge:\n%s", log);
-    printf("%.*s", (int)(strchr(r, '\n') - r + 1), r);
-    long long at = -1, ck_step = -1;
-    double chosen = NAN, other = NAN;
-    assert_int_equal(sscanf(r, "recovered: stage 1 at step %lld", &at), 1);
-    const char *c = strstr(r, "checkpoint of step ");
-    assert_non_null(c);
-    assert_int_equal(sscanf(c, "checkpoint of step %lld", &ck_step), 1);
+    json_obj_t r, left;
+    if (!recovery_of(with, 1, &r) || json_num(&r, "peer") != 2)
+        fail_msg("the revived peer did not rebuild stage 1:\n%s", with);
+    assert_judged(&r);
+    long long at = (long long)json_num(&r, "step"), ck_step = (long long)json_num(&r, "ckpt_step");
     assert_true(ck_step >= 10 && ck_step % 10 == 0 && ck_step <= at);
-    assert_int_equal(sscanf(strstr(r, "held-out loss "), "held-out loss %lf against %lf", &chosen,
-                            &other),
-                     2);
-    assert_true(chosen <= other);
-    assert_non_null(strstr(log, "peer: done: stage 1 step 80"));
-    free(log);
-    /* without checkpoints the same peer rebuilds stage 1 from stage 0 and the copy */
-    log = slurp("init/peer2.log");
-    assert_non_null(log);
-    assert_null(strstr(log, "held-out loss"));
-    assert_non_null(strstr(log, "by CheckFree+: blocks copied from stage 0"));
-    free(log);
+    assert_true(last_event("ck/peer2.events.jsonl", "left", &left));
+    assert_int_equal((int)json_num(&left, "stage"), 1);
+    assert_int_equal((int)json_num(&left, "step"), 80);
+    /* without checkpoints the same peer rebuilds stage 1 from stage 0 and the copy, and
+     * judges nothing */
+    json_obj_t judged;
+    assert_false(last_event("init/peer2.events.jsonl", "judged", &judged));
+    if (!recovery_of(without, 1, &r) || json_num(&r, "peer") != 2)
+        fail_msg("the revived peer did not rebuild stage 1:\n%s", without);
+    assert_int_equal((int)json_num(&r, "judged"), 0);
+    assert_string_equal(json_get(&r, "method"), "checkfree_plus");
+    assert_int_equal((int)json_num(&r, "blocks_from"), 0);
     /* the store, as the status tool shows it */
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s status --db %s/ck/peer1.db --json > %s/ck/status.json",
@@ -693,31 +870,29 @@ static void test_revive_from_checkpoint(void **state)
     assert_int_equal(system(cmd), 0);
     char *js = slurp("ck/status.json");
     assert_non_null(js);
-    assert_non_null(strstr(js, "\"kind\":\"joined\""));
-    assert_non_null(strstr(js, "\"kind\":\"recovered_stage\""));
-    assert_non_null(strstr(js, "\"kind\":\"left\""));
-    assert_non_null(strstr(js, "\"stage\":1,\"step\":80,")); /* the last step's checkpoint */
+    store_seen_t seen = {0};
+    assert_true(json_each(js, "events", on_store_event, &seen) > 0);
+    assert_true(json_each(js, "checkpoints", on_store_ckpt, &seen) > 0);
+    assert_true(seen.joined && seen.recovered && seen.left);
+    assert_true(seen.ck80 >= 1); /* the last step's checkpoint */
     free(js);
     assert_true(isfinite(v_ck) && isfinite(v_init) && v_ck < 3.5 && v_init < 3.5);
     free(with);
     free(without);
 }
 
-/* ids printed by each peer ("peer: id HEX") */
-static void peer_id(const char *log, char *hex)
+/* The id a peer started with `--events DIR/<events>` records once it serves (its
+ * "serving" event), waited for up to 10 s. */
+static void peer_id(const char *events_name, char *hex)
 {
-    char *s = NULL;
+    json_obj_t o;
     for (int tries = 0; tries < 200; tries++) {
-        free(s);
-        s = slurp(log);
-        if (s && strstr(s, "peer: id ")) break;
+        if (last_event(events_name, "serving", &o)) break;
         clock_sleep(0.05);
     }
-    assert_non_null(s);
-    const char *p = strstr(s, "peer: id ");
-    assert_non_null(p);
-    assert_int_equal(sscanf(p, "peer: id %64s", hex), 1);
-    free(s);
+    if (!last_event(events_name, "serving", &o)) fail_msg("%s: the peer never served", events_name);
+    snprintf(hex, 65, "%s", json_get(&o, "id"));
+    assert_int_equal(strlen(hex), 64);
 }
 
 static int count(const char *s, const char *needle)
@@ -727,10 +902,28 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
-static long long json_num(const char *json, const char *key)
+/* The row of `array` in a status document whose `key` is `val`, into o; how many there
+ * are. */
+static int status_rows(const char *json, const char *array, const char *key, const char *val,
+                       json_obj_t *o)
 {
-    const char *p = strstr(json, key);
-    return p ? atoll(p + strlen(key)) : -1;
+    int n, k = 0;
+    json_obj_t *r = rows(json, array, &n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(json_get(&r[i], key), val)) {
+            if (!k++ && o) *o = r[i];
+        }
+    free(r);
+    return k;
+}
+
+/* The number of peers in stage s's pool of a status document (-1: no such pool). */
+static int pool_peers(const char *json, int s)
+{
+    char st[16];
+    json_obj_t o;
+    snprintf(st, sizeof st, "%d", s);
+    return status_rows(json, "pools", "stage", st, &o) ? (int)json_num(&o, "peers") : -1;
 }
 
 /* status --json of a live swarm: exactly the peers that run, and their pools. */
@@ -741,18 +934,23 @@ static void test_status_json(void **state)
     int port = 20000 + (int)(getpid() % 20000);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     snprintf(args, sizeof args,
-             "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 --data %s", ep,
-             testutil_corpus());
+             "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 "
+             "--events %s/p0.events.jsonl --data %s",
+             ep, dir, testutil_corpus());
     pid_t p0 = start("p0", args);
-    peer_id("p0.log", ids[0]);
-    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1",
-             ep, port + 1);
+    peer_id("p0.events.jsonl", ids[0]);
+    snprintf(args, sizeof args,
+             "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
+             "%s/p1.events.jsonl",
+             ep, port + 1, dir);
     pid_t p1 = start("p1", args);
-    peer_id("p1.log", ids[1]);
-    snprintf(args, sizeof args, "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1",
-             ep, port + 2);
+    peer_id("p1.events.jsonl", ids[1]);
+    snprintf(args, sizeof args,
+             "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
+             "%s/p2.events.jsonl",
+             ep, port + 2, dir);
     pid_t p2 = start("p2", args);
-    peer_id("p2.log", ids[2]);
+    peer_id("p2.events.jsonl", ids[2]);
     clock_sleep(1.5); /* a few gossip rounds */
     char cmd[512], *json;
     snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
@@ -760,32 +958,34 @@ static void test_status_json(void **state)
     assert_int_equal(system(cmd), 0);
     json = slurp("status.json");
     assert_non_null(json);
-    assert_int_equal(count(json, "\"id\":"), 3);
-    for (int i = 0; i < 3; i++) assert_non_null(strstr(json, ids[i]));
-    assert_non_null(strstr(json, "{\"stage\":0,\"peers\":1,"));
-    assert_non_null(strstr(json, "{\"stage\":1,\"peers\":2,"));
-    assert_int_equal(count(json, "\"state\":\"serving\""), 3);
+    assert_int_equal(count_rows(json, "peers"), 3);
+    for (int i = 0; i < 3; i++) assert_int_equal(status_rows(json, "peers", "id", ids[i], NULL), 1);
+    assert_int_equal(pool_peers(json, 0), 1);
+    assert_int_equal(pool_peers(json, 1), 2);
+    assert_int_equal(status_rows(json, "peers", "state", "serving", NULL), 3);
     /* the answering peer's own traffic, by kind: gossip at least (membership), both ways */
-    assert_non_null(strstr(json, "\"wire\":[{\"kind\":\"activations\",\"in\":"));
-    const char *memb = strstr(json, "{\"kind\":\"membership\",\"in\":");
-    assert_non_null(memb);
-    assert_true(atoll(memb + strlen("{\"kind\":\"membership\",\"in\":")) > 0);
-    assert_true(json_num(memb, "\"out\":") > 0);
+    json_obj_t w;
+    assert_int_equal(status_rows(json, "wire", "kind", "activations", NULL), 1);
+    assert_int_equal(status_rows(json, "wire", "kind", "membership", &w), 1);
+    assert_true(json_num(&w, "in") > 0);
+    assert_true(json_num(&w, "out") > 0);
     /* every member's traffic by kind, as each member answered for itself */
-    const char *pw = strstr(json, "\"peer_wire\":[");
-    assert_non_null(pw);
+    int n;
+    json_obj_t *pw = rows(json, "peer_wire", &n);
     for (int i = 0; i < 3; i++) {
-        char row[256];
-        snprintf(row, sizeof row, "{\"peer\":\"%s\",", ids[i]);
-        const char *r = strstr(pw, row);
-        if (!r) fail_msg("no wire counts of peer %s:\n%s", ids[i], pw);
-        const char *c = strstr(r, "\"kind\":\"membership\",\"in\":");
-        assert_non_null(c);
-        assert_true(atoll(c + strlen("\"kind\":\"membership\",\"in\":")) > 0);
+        int memb = 0;
+        for (int k = 0; k < n; k++)
+            if (!strcmp(json_get(&pw[k], "peer"), ids[i]) &&
+                !strcmp(json_get(&pw[k], "kind"), "membership")) {
+                assert_true(json_num(&pw[k], "in") > 0);
+                memb++;
+            }
+        if (memb != 1) fail_msg("no membership counts of peer %s:\n%s", ids[i], json);
     }
-    assert_int_equal(count(pw, "\"kind\":\"exchange\""), 3);
+    free(pw);
+    assert_int_equal(status_rows(json, "peer_wire", "kind", "exchange", NULL), 3);
     free(json);
-    /* the table form too */
+    /* the table form too (status's output for people: what it shows is its purpose) */
     snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep,
              dir);
     assert_int_equal(system(cmd), 0);
@@ -810,9 +1010,9 @@ static void test_status_json(void **state)
              ep, dir);
     assert_int_equal(system(cmd), 0);
     json = slurp("status.json");
-    assert_int_equal(count(json, "\"id\":"), 2);
-    assert_null(strstr(json, ids[2]));
-    assert_non_null(strstr(json, "{\"stage\":1,\"peers\":1,"));
+    assert_int_equal(count_rows(json, "peers"), 2);
+    assert_int_equal(status_rows(json, "peers", "id", ids[2], NULL), 0);
+    assert_int_equal(pool_peers(json, 1), 1);
     free(json);
     kill(p1, SIGTERM);
     kill(p0, SIGTERM);
@@ -823,7 +1023,7 @@ static void test_status_json(void **state)
 /* `local` whose peer cannot start (its store's path is a directory) while the swarm
  * starts (issue 24): the others start without it once the table has settled (join.h:
  * wait_peers is a minimum with a timeout) and finish the run, exit 0; local's summary
- * (DIR/summary.json) names the peer that died, and its log its own words. */
+ * (DIR/summary.json) names the peer that died, and its events its own reason. */
 static void test_local_start_failure(void **state)
 {
     (void)state;
@@ -838,16 +1038,25 @@ static void test_local_start_failure(void **state)
     pid_t p = start("lf", args);
     /* the start waits JOIN_START_S (15 s) of a settled table, then 5 steps */
     assert_int_equal(finish(p, 120), 0);
-    char *sum = slurp("run/summary.json");
-    assert_non_null(sum);
-    assert_non_null(strstr(sum, "\"unplanned\":[{\"peer\":2,\"stage\":0,\"exit\":1}]"));
-    assert_null(strstr(sum, "\"val_loss\":null"));
-    assert_int_equal(json_num(sum, "\"lost\":"), 0);
-    free(sum);
-    char *log = slurp("run/peer2.log");
-    assert_non_null(log);
-    assert_non_null(strstr(log, "peer2.db: open:")); /* its own reason */
-    free(log);
+    json_obj_t sum, u, ex;
+    char *js = summary("run", &sum);
+    int n;
+    json_obj_t *un = rows(js, "unplanned", &n);
+    assert_int_equal(n, 1);
+    u = un[0];
+    free(un);
+    assert_int_equal((int)json_num(&u, "peer"), 2);
+    assert_int_equal((int)json_num(&u, "stage"), 0);
+    assert_int_equal((int)json_num(&u, "exit"), 1);
+    assert_true(isfinite(json_num(&sum, "val_loss")));
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    free(js);
+    /* its own reason: its store could not be opened (an I/O error, said in its exit) */
+    assert_true(last_event("run/peer2.events.jsonl", "exit", &ex));
+    printf("peer 2 exited: %s\n", json_get(&ex, "error"));
+    assert_int_equal((int)json_num(&ex, "code"), 1);
+    assert_int_equal((int)json_num(&ex, "status"), STATUS_EIO);
+    assert_true(strlen(json_get(&ex, "error")) > 0);
 }
 
 /* A peer SIGKILLed from outside at a moment drawn from the fault seed while the swarm
@@ -858,7 +1067,7 @@ static void test_local_kill_start(void **state)
 {
     (void)state;
     for (int seed = 1; seed <= 2; seed++) {
-        char sub[128], args[1024], name[32], sj[64];
+        char sub[128], args[1024], name[32];
         snprintf(sub, sizeof sub, "%s/ks%d", dir, seed);
         snprintf(args, sizeof args,
                  "local --peers 4 --stages 2 --steps 5 --threads 1 --kill start --fault-seed %d "
@@ -867,14 +1076,14 @@ static void test_local_kill_start(void **state)
         snprintf(name, sizeof name, "ks%d", seed);
         pid_t p = start(name, args);
         if (finish(p, 120) != 0) fail_msg("local --kill start --fault-seed %d failed", seed);
-        snprintf(sj, sizeof sj, "ks%d/summary.json", seed);
-        char *sum = slurp(sj);
-        assert_non_null(sum);
-        assert_int_equal(json_num(sum, "\"kills\":"), 1);
-        assert_int_equal(json_num(sum, "\"lost\":"), 0);
-        assert_non_null(strstr(sum, "\"unplanned\":[]"));
-        assert_null(strstr(sum, "\"val_loss\":null"));
-        free(sum);
+        json_obj_t sum;
+        char *js = summary(name, &sum);
+        assert_int_equal((int)json_num(&sum, "kills"), 1);
+        assert_int_equal(faults_of(js, "start", -1, -1), 1);
+        assert_int_equal((int)json_num(&sum, "lost"), 0);
+        assert_int_equal(count_rows(js, "unplanned"), 0);
+        assert_true(isfinite(json_num(&sum, "val_loss")));
+        free(js);
     }
 }
 
@@ -894,14 +1103,14 @@ static void test_local_pause(void **state)
              sub, testutil_corpus());
     pid_t p = start("pz", args);
     assert_int_equal(finish(p, 400), 0);
-    char *sum = slurp("pz/summary.json");
-    assert_non_null(sum);
-    assert_int_equal(json_num(sum, "\"woken\":"), 1);
-    assert_true(json_num(sum, "\"paused\":") >= 0);
-    assert_int_equal(json_num(sum, "\"lost\":"), 0);
-    assert_non_null(strstr(sum, "\"unplanned\":[]"));
-    assert_null(strstr(sum, "\"val_loss\":null"));
-    free(sum);
+    json_obj_t sum;
+    char *js = summary("pz", &sum);
+    assert_int_equal((int)json_num(&sum, "woken"), 1);
+    assert_true(json_num(&sum, "paused") >= 0);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_int_equal(count_rows(js, "unplanned"), 0);
+    assert_true(isfinite(json_num(&sum, "val_loss")));
+    free(js);
 }
 
 /* A stage that nobody can rebuild (issue 24): 3 peers, 3 stages, every peer of stage 1
@@ -919,10 +1128,19 @@ static void test_local_orphan_stage(void **state)
              sub, testutil_corpus());
     pid_t p = start("orphan", args);
     assert_int_equal(finish(p, 300), 3);
-    char *sum = slurp("orphan/summary.json");
-    assert_non_null(sum);
-    assert_int_equal(json_num(sum, "\"orphan_stage\":"), 1);
-    free(sum);
+    json_obj_t sum;
+    free(summary("orphan", &sum));
+    assert_int_equal((int)json_num(&sum, "orphan_stage"), 1);
+}
+
+/* A status document's only peer row into o. */
+static void only_peer(const char *json, json_obj_t *o)
+{
+    int n;
+    json_obj_t *p = rows(json, "peers", &n);
+    assert_int_equal(n, 1);
+    *o = p[0];
+    free(p);
 }
 
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
@@ -933,14 +1151,17 @@ static void test_garbage_rejected(void **state)
     int port = 20000 + (int)((getpid() + 7777) % 20000);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     snprintf(args, sizeof args,
-             "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 --data %s", ep,
-             testutil_corpus());
+             "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 "
+             "--events %s/g0.events.jsonl --data %s",
+             ep, dir, testutil_corpus());
     pid_t p0 = start("g0", args);
     char hex[65], *json = NULL, err[256];
-    peer_id("g0.log", hex);
+    peer_id("g0.events.jsonl", hex);
     clock_sleep(0.5);
+    json_obj_t me;
     assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    long long step0 = json_num(json, "\"step\":");
+    only_peer(json, &me);
+    long long step0 = (long long)json_num(&me, "step");
     free(json);
 
     void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
@@ -989,7 +1210,9 @@ static void test_garbage_rejected(void **state)
     clock_sleep(1.0);
     json = NULL;
     assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    long long rejected = json_num(json, "\"rejected\":"), step1 = json_num(json, "\"step\":");
+    only_peer(json, &me);
+    long long rejected = (long long)json_num(&me, "rejected"),
+              step1 = (long long)json_num(&me, "step");
     printf("garbage: %d bad messages sent, %lld rejected; step %lld -> %lld\n", sent, rejected,
            step0, step1);
     free(json);
@@ -997,7 +1220,8 @@ static void test_garbage_rejected(void **state)
     clock_sleep(1.0);
     json = NULL;
     assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    long long step2 = json_num(json, "\"step\":");
+    only_peer(json, &me);
+    long long step2 = (long long)json_num(&me, "step");
     free(json);
     assert_true(step2 > step1 && step1 >= step0); /* still training */
     zmq_close(s);
@@ -1026,18 +1250,24 @@ static void test_wire_by_kind(void **state)
     char *out = slurp("local.log");
     assert_non_null(out);
     if (rc != 0) fail_msg("local failed (%d):\n%s", rc, out);
-    const char *line = strstr(out, "local: wire bytes per token");
-    if (!line) fail_msg("no wire line:\n%s", out);
-    printf("%.*s\n", (int)strcspn(line, "\n"), line);
-    double act = value_after(line, "activations "), grad = value_after(line, "gradients "),
-           exch = value_after(line, "exchange "), ctl = value_after(line, "control "),
-           memb = value_after(line, "membership "), total = value_after(line, "total ");
-    int64_t shape[3] = {B, T, C};
-    codec_params_t cp = {0};
-    double enc = (double)codec_encoded_size(CODEC_INT8, &cp, shape, 3);
+    printf("%s", out);
+    free(out);
+    json_obj_t sum, w;
+    char *js = summary("local", &sum);
+    assert_int_equal(json_object(js, "wire_sent", &w), 0);
     /* per training token; the validation batches at the end go forward too (a BWD of a
      * validation batch carries no gradient, only a loss in its header) */
     double tokens = (double)STEPS * M * B * T;
+    assert_true(json_num(&sum, "tokens") == tokens);
+    double act = json_num(&w, "activations") / tokens, grad = json_num(&w, "gradients") / tokens,
+           exch = json_num(&w, "exchange") / tokens, ctl = json_num(&w, "control") / tokens,
+           memb = json_num(&w, "membership") / tokens, total = json_num(&w, "total") / tokens;
+    printf("wire bytes per token: activations %.1f gradients %.1f exchange %.1f state %.1f "
+           "control %.1f membership %.1f total %.1f\n",
+           act, grad, exch, json_num(&w, "state") / tokens, ctl, memb, total);
+    int64_t shape[3] = {B, T, C};
+    codec_params_t cp = {0};
+    double enc = (double)codec_encoded_size(CODEC_INT8, &cp, shape, 3);
     double want_act = (STEPS * M + VAL) * (enc + 4.0 * B * T + 86 + 32) / tokens,
            want_grad = STEPS * M * (enc + 86 + 32) / tokens;
     printf("expected about: activations %.1f, gradients %.1f bytes per token\n", want_act,
@@ -1047,20 +1277,20 @@ static void test_wire_by_kind(void **state)
     assert_true(exch > 0);
     assert_true(ctl > 0);
     assert_true(memb > 0); /* gossip, HELLO, WELCOME, LEAVE: a kind of its own */
-    double sum = act + grad + exch + value_after(line, "state ") + ctl + memb;
-    assert_true(total >= sum - 0.5 && total <= sum + 0.5);
-    assert_true(value_after(out, "wire ") == total); /* the done line says the same total */
-    /* every peer logged its own counts, sent and received */
+    double sum_kinds = act + grad + exch + json_num(&w, "state") / tokens + ctl + memb;
+    assert_true(total >= sum_kinds - 0.5 && total <= sum_kinds + 0.5);
+    free(js);
+    /* every peer recorded its own counts, sent and received, of every kind */
     for (int i = 0; i < 4; i++) {
         char name[64];
-        snprintf(name, sizeof name, "local/peer%d.log", i);
-        char *s = slurp(name);
-        const char *w = s ? strstr(s, "wire: sent activations ") : NULL;
-        if (!w) fail_msg("peer %d logged no wire line:\n%s", i, s ? s : "");
-        assert_true(value_after(w, "; received activations ") >= 0);
-        free(s);
+        snprintf(name, sizeof name, "local/peer%d.events.jsonl", i);
+        int n;
+        json_obj_t *ev = events(name, "wire", &n);
+        if (n != WIRE_KINDS) fail_msg("peer %d recorded %d wire counts, not %d", i, n, WIRE_KINDS);
+        for (int k = 0; k < n; k++)
+            assert_true(json_num(&ev[k], "sent") >= 0 && json_num(&ev[k], "received") >= 0);
+        free(ev);
     }
-    free(out);
 }
 
 int main(int argc, char **argv)

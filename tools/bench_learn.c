@@ -35,6 +35,7 @@
 #include "model/model.h"
 #include "store/store.h"
 #include "swarm/transport.h"
+#include "tools/json.h"
 #include "tools/plot.h"
 #include "tools/run_opts.h"
 
@@ -219,8 +220,7 @@ static int read_store(const char *path, int is_train, learn_result_t *r, store_e
         if (!strcmp(ev[i].kind, "left")) left = 1;
         if (!strcmp(ev[i].kind, "recovered_stage")) r->rebuilt++;
         if (!strcmp(ev[i].kind, "moved")) r->moves++;
-        if (strcmp(ev[i].kind, "val_loss") ||
-            sscanf(ev[i].detail, "step %lld val_loss %lf", &step, &v) != 2 || !isfinite(v))
+        if (strcmp(ev[i].kind, "val_loss") || !json_val_loss_detail(ev[i].detail, &step, &v))
             continue;
         if (is_train) step++;
         int dup = 0;

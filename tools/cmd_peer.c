@@ -1,5 +1,6 @@
 /* cmd_peer.c — `swarmtrain peer`: run one peer and join (or start) a swarm.
  * Not for: the peer itself (peer/peer.c). */
+#include "common/events.h"
 #include "common/status.h"
 #include "peer/peer.h"
 #include "swarm/handshake.h"
@@ -39,11 +40,13 @@ enum {
     O_REBAL_COOL,
     O_SLOWDOWN,
     O_EARLY,
-    O_COPY_BUDGET
+    O_COPY_BUDGET,
+    O_EVENTS
 };
 
 /* This process's fault drills (--poison, SWARMTRAIN_FAULT_DIE_AT_STEP): tests only. */
 static peer_drills_t drills = {.die_at_step = -1};
+static const char *events_path; /* --events FILE */
 
 static int peer_option(void *ctx, int c, const char *arg)
 {
@@ -143,6 +146,9 @@ static int peer_option(void *ctx, int c, const char *arg)
     case O_EARLY:
         po->early_exchange = 0;
         return 0;
+    case O_EVENTS:
+        events_path = arg;
+        return 0;
     default:
         return -1;
     }
@@ -183,7 +189,8 @@ int cmd_peer(int argc, char **argv)
                                           {"rebalance-cooldown", required_argument, 0, O_REBAL_COOL},
                                           {"slowdown", required_argument, 0, O_SLOWDOWN},
                                           {"copy-budget", required_argument, 0, O_COPY_BUDGET},
-                                          {"no-early-exchange", no_argument, 0, O_EARLY}};
+                                          {"no-early-exchange", no_argument, 0, O_EARLY},
+                                          {"events", required_argument, 0, O_EVENTS}};
     peer_options_t po = peer_defaults();
     run_opts_extra_t x = {
         .opts = extra,
@@ -207,6 +214,8 @@ int cmd_peer(int argc, char **argv)
             "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
             "  --custody-timeout S  re-send a microbatch with no gradient back (default 60)\n"
             "  --db PATH            this peer's store: identity, metrics, events, checkpoints\n"
+            "  --events FILE        append what happens (joined, moved, recovered, re-routes,\n"
+            "                       each step, the end) to FILE as JSON lines (docs/events.md)\n"
             "  --checkpoint-every N checkpoint the stage into --db every N steps; a stage\n"
             "                       nobody else holds is restored from it (default 0: no)\n"
             "  --checkpoint-budget P percent of one CPU the checkpoint writer may use\n"
@@ -268,8 +277,6 @@ int cmd_peer(int argc, char **argv)
     /* fault drills (local --kill): die on purpose when a microbatch of this step arrives */
     const char *die = getenv("SWARMTRAIN_FAULT_DIE_AT_STEP");
     if (die && *die) drills.die_at_step = atoll(die);
-    drills.log = po.log;
-    po.faults = peer_drills_hooks(&drills);
     signal(SIGPIPE, SIG_IGN);
     char err[STATUS_ERR_LEN];
     /* --join URL: a bootstrap list; the first endpoint that answers is joined through. As
@@ -283,14 +290,25 @@ int cmd_peer(int argc, char **argv)
         }
         po.join = picked;
     }
+    if (events_path && !(po.events = events_open(events_path, err))) {
+        fprintf(stderr, "swarmtrain peer: --events: %s\n", err);
+        return 1;
+    }
+    drills.log = po.log;
+    drills.events = po.events;
+    po.faults = peer_drills_hooks(&drills);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    int code = 0;
     if ((rc = peer_run(&po, err))) {
         fprintf(stderr, "swarmtrain peer: %s\n", err);
-        return rc == STATUS_EDENIED ? HANDSHAKE_EXIT_REFUSED : 1;
+        code = rc == STATUS_EDENIED ? HANDSHAKE_EXIT_REFUSED : 1;
     }
-    return 0;
+    /* how it ended, and why when it failed (after the store has closed) */
+    events_add(po.events, "exit", -1, -1, "code=%d status=%d error=%s", code, rc, rc ? err : NULL);
+    events_close(&po.events);
+    return code;
 }

@@ -406,8 +406,7 @@ static int store_data_load(const char *path, store_data_t *d, char *err)
     for (int i = 0; i < nev; i++) {
         long long step;
         double v;
-        if (!strcmp(ev[i].kind, "val_loss") &&
-            sscanf(ev[i].detail, "step %lld val_loss %lf", &step, &v) == 2 && isfinite(v)) {
+        if (!strcmp(ev[i].kind, "val_loss") && json_val_loss_detail(ev[i].detail, &step, &v)) {
             d->val_step[d->nval] = (double)step;
             d->val_loss[d->nval++] = v;
         }

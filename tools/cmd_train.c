@@ -1,12 +1,15 @@
 /* cmd_train.c — `swarmtrain train`: single-process training, the baseline.
  * Not for: the loop itself (model/train.c). */
+#include "common/events.h"
 #include "common/status.h"
 #include "tools/cmd.h"
 #include "tools/run_opts.h"
 
 #include <stdio.h>
 
-enum { O_DB = RUN_OPTS_EXTRA, O_CKEVERY, O_KEEP, O_RESUME, O_STOP, O_CKBUDGET, O_INIT };
+enum { O_DB = RUN_OPTS_EXTRA, O_CKEVERY, O_KEEP, O_RESUME, O_STOP, O_CKBUDGET, O_INIT, O_EVENTS };
+
+static const char *events_path; /* --events FILE */
 
 static int train_option(void *ctx, int c, const char *arg)
 {
@@ -29,6 +32,9 @@ static int train_option(void *ctx, int c, const char *arg)
     case O_INIT:
         o->init = arg;
         return 0;
+    case O_EVENTS:
+        events_path = arg;
+        return 0;
     default:
         return -1;
     }
@@ -42,7 +48,8 @@ int cmd_train(int argc, char **argv)
                                           {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
                                           {"resume", no_argument, 0, O_RESUME},
                                           {"stop-after", required_argument, 0, O_STOP},
-                                          {"init", required_argument, 0, O_INIT}};
+                                          {"init", required_argument, 0, O_INIT},
+                                          {"events", required_argument, 0, O_EVENTS}};
     train_options_t o = train_defaults();
     /* the handler writes into the options being parsed, which start as a copy of o */
     run_opts_extra_t x = {
@@ -61,14 +68,22 @@ int cmd_train(int argc, char **argv)
                  "  --resume             continue from the newest good checkpoint in --db\n"
                  "  --stop-after N       stop after N steps of this process (tests resume)\n"
                  "  --init FILE          start from this model.safetensors (an export, or any\n"
-                 "                       file in its layout and of this model's shape)\n"};
+                 "                       file in its layout and of this model's shape)\n"
+                 "record:\n"
+                 "  --events FILE        append the run's steps, settings and validation losses\n"
+                 "                       to FILE as JSON lines (docs/events.md)\n"};
     int rc = run_opts_parse("train", argc, argv, &o, &x);
     if (rc) return rc == 1 ? 0 : 2;
     char err[STATUS_ERR_LEN];
-    train_result_t r;
-    if (train_run(&o, &r, err)) {
-        fprintf(stderr, "swarmtrain train: %s\n", err);
+    if (events_path && !(o.events = events_open(events_path, err))) {
+        fprintf(stderr, "swarmtrain train: --events: %s\n", err);
         return 1;
     }
-    return 0;
+    train_result_t r;
+    rc = train_run(&o, &r, err);
+    if (rc) fprintf(stderr, "swarmtrain train: %s\n", err);
+    events_add(o.events, "exit", -1, -1, "code=%d status=%d error=%s", rc ? 1 : 0, rc,
+               rc ? err : NULL);
+    events_close(&o.events);
+    return rc ? 1 : 0;
 }

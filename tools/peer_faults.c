@@ -1,6 +1,8 @@
 /* peer_faults.c — a peer process's own fault drills (peer_faults.h). */
 #include "tools/peer_faults.h"
 
+#include "common/events.h"
+
 #include <inttypes.h>
 #include <signal.h>
 #include <string.h>
@@ -22,6 +24,7 @@ static void die_at(void *ctx, int64_t step, uint32_t index, double now)
     fprintf(log, "fault: t=%.3f dying on purpose at step %" PRId64 " holding microbatch %u\n",
             now, step, index);
     fflush(log);
+    events_add(d->events, "fault", -1, step, "mb=%u mb_step=%" PRId64, index, step);
     raise(SIGKILL);
 }
 

@@ -23,7 +23,8 @@ enum {
 typedef struct {
     int64_t die_at_step; /* < 0: never */
     int poison;          /* PEER_POISON_* */
-    FILE *log;           /* where the drill says what it does (the peer's log) */
+    FILE *log;           /* where the drill says what it does (the peer's log) ... */
+    struct events *events; /* ... and its record (a "fault" event; NULL: none) */
 } peer_drills_t;
 
 /* --poison's word (nan, huge, index, mix) as PEER_POISON_*, or -1. */

@@ -8,6 +8,7 @@
 #include "swarm/http.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,96 +139,277 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --threads N          threads (default: all cores)\n");
 }
 
-int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
-                   const run_opts_extra_t *x)
-{
-    enum {
-        O_DIM = 256,
-        O_LAYERS,
-        O_HEADS,
-        O_FFN,
-        O_SEQ,
-        O_VOCAB,
-        O_BATCH,
-        O_STAGES,
-        O_WARMUP,
-        O_SCHED,
-        O_WD,
-        O_BETA2,
-        O_CLIP,
-        O_VALB,
-        O_VALE,
-        O_LOGE,
-        O_ACCUM,
-        O_DEVICE,
-        O_REPL,
-        O_OPTIM,
-        O_DK,
-        O_DCHUNK,
-        O_DVAL,
-        O_DBETA,
-        O_DIDX,
-        O_DUPD,
-        O_DLOCAL,
-        O_OLR,
-        O_OMOM,
-        O_CODEC,
-        O_DCACHE,
-        O_SKIP,
-        O_SKIPST,
-        O_SWAP
-    };
-    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
-                                         {"data", required_argument, 0, 'd'},
-                                         {"steps", required_argument, 0, 'n'},
-                                         {"lr", required_argument, 0, 'l'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"dim", required_argument, 0, O_DIM},
-                                         {"layers", required_argument, 0, O_LAYERS},
-                                         {"heads", required_argument, 0, O_HEADS},
-                                         {"ffn", required_argument, 0, O_FFN},
-                                         {"seq", required_argument, 0, O_SEQ},
-                                         {"vocab", required_argument, 0, O_VOCAB},
-                                         {"batch", required_argument, 0, O_BATCH},
-                                         {"stages", required_argument, 0, O_STAGES},
-                                         {"warmup", required_argument, 0, O_WARMUP},
-                                         {"schedule", required_argument, 0, O_SCHED},
-                                         {"wd", required_argument, 0, O_WD},
-                                         {"beta2", required_argument, 0, O_BETA2},
-                                         {"clip", required_argument, 0, O_CLIP},
-                                         {"val-batches", required_argument, 0, O_VALB},
-                                         {"val-every", required_argument, 0, O_VALE},
-                                         {"log-every", required_argument, 0, O_LOGE},
-                                         {"accum", required_argument, 0, O_ACCUM},
-                                         {"device", required_argument, 0, O_DEVICE},
-                                         {"replicas", required_argument, 0, O_REPL},
-                                         {"optimizer", required_argument, 0, O_OPTIM},
-                                         {"demo-k", required_argument, 0, O_DK},
-                                         {"demo-chunk", required_argument, 0, O_DCHUNK},
-                                         {"demo-values", required_argument, 0, O_DVAL},
-                                         {"demo-beta", required_argument, 0, O_DBETA},
-                                         {"demo-index", required_argument, 0, O_DIDX},
-                                         {"demo-update", required_argument, 0, O_DUPD},
-                                         {"demo-local", required_argument, 0, O_DLOCAL},
-                                         {"outer-lr", required_argument, 0, O_OLR},
-                                         {"outer-momentum", required_argument, 0, O_OMOM},
-                                         {"codec", required_argument, 0, O_CODEC},
-                                         {"data-cache", required_argument, 0, O_DCACHE},
-                                         {"skip", required_argument, 0, O_SKIP},
-                                         {"skip-stages", required_argument, 0, O_SKIPST},
-                                         {"swap", required_argument, 0, O_SWAP}};
-    enum { NCOMMON = sizeof opts / sizeof opts[0], MAXOPTS = NCOMMON + 32 };
-    struct option all[MAXOPTS + 1];
-    int nx = x && x->opts ? x->n : 0;
-    if (nx > 32) nx = 32;
-    memcpy(all, opts, sizeof opts);
-    for (int i = 0; i < nx; i++) all[NCOMMON + i] = x->opts[i];
-    memset(&all[NCOMMON + nx], 0, sizeof all[0]);
-    char err[STATUS_ERR_LEN];
+/* ---- run_opts_parse: the options by group ------------------------------------------------ */
 
-    /* The preset first, so that field overrides win whatever their order. */
+enum {
+    O_DIM = 256,
+    O_LAYERS,
+    O_HEADS,
+    O_FFN,
+    O_SEQ,
+    O_VOCAB,
+    O_BATCH,
+    O_STAGES,
+    O_WARMUP,
+    O_SCHED,
+    O_WD,
+    O_BETA2,
+    O_CLIP,
+    O_VALB,
+    O_VALE,
+    O_LOGE,
+    O_ACCUM,
+    O_DEVICE,
+    O_REPL,
+    O_OPTIM,
+    O_DK,
+    O_DCHUNK,
+    O_DVAL,
+    O_DBETA,
+    O_DIDX,
+    O_DUPD,
+    O_DLOCAL,
+    O_OLR,
+    O_OMOM,
+    O_CODEC,
+    O_DCACHE,
+    O_SKIP,
+    O_SKIPST,
+    O_SWAP
+};
+
+static const struct option common_opts[] = {{"config", required_argument, 0, 'c'},
+                                            {"data", required_argument, 0, 'd'},
+                                            {"steps", required_argument, 0, 'n'},
+                                            {"lr", required_argument, 0, 'l'},
+                                            {"seed", required_argument, 0, 's'},
+                                            {"threads", required_argument, 0, 't'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {"dim", required_argument, 0, O_DIM},
+                                            {"layers", required_argument, 0, O_LAYERS},
+                                            {"heads", required_argument, 0, O_HEADS},
+                                            {"ffn", required_argument, 0, O_FFN},
+                                            {"seq", required_argument, 0, O_SEQ},
+                                            {"vocab", required_argument, 0, O_VOCAB},
+                                            {"batch", required_argument, 0, O_BATCH},
+                                            {"stages", required_argument, 0, O_STAGES},
+                                            {"warmup", required_argument, 0, O_WARMUP},
+                                            {"schedule", required_argument, 0, O_SCHED},
+                                            {"wd", required_argument, 0, O_WD},
+                                            {"beta2", required_argument, 0, O_BETA2},
+                                            {"clip", required_argument, 0, O_CLIP},
+                                            {"val-batches", required_argument, 0, O_VALB},
+                                            {"val-every", required_argument, 0, O_VALE},
+                                            {"log-every", required_argument, 0, O_LOGE},
+                                            {"accum", required_argument, 0, O_ACCUM},
+                                            {"device", required_argument, 0, O_DEVICE},
+                                            {"replicas", required_argument, 0, O_REPL},
+                                            {"optimizer", required_argument, 0, O_OPTIM},
+                                            {"demo-k", required_argument, 0, O_DK},
+                                            {"demo-chunk", required_argument, 0, O_DCHUNK},
+                                            {"demo-values", required_argument, 0, O_DVAL},
+                                            {"demo-beta", required_argument, 0, O_DBETA},
+                                            {"demo-index", required_argument, 0, O_DIDX},
+                                            {"demo-update", required_argument, 0, O_DUPD},
+                                            {"demo-local", required_argument, 0, O_DLOCAL},
+                                            {"outer-lr", required_argument, 0, O_OLR},
+                                            {"outer-momentum", required_argument, 0, O_OMOM},
+                                            {"codec", required_argument, 0, O_CODEC},
+                                            {"data-cache", required_argument, 0, O_DCACHE},
+                                            {"skip", required_argument, 0, O_SKIP},
+                                            {"skip-stages", required_argument, 0, O_SKIPST},
+                                            {"swap", required_argument, 0, O_SWAP}};
+
+enum { NCOMMON = sizeof common_opts / sizeof common_opts[0], MAXEXTRA = 32 };
+#define NOT_COMMON (-2) /* an option handler's answer: not one of its options */
+
+/* What parsing remembers besides the options themselves. */
+typedef struct {
+    int demo_set[4]; /* --demo-chunk, --demo-k, --demo-index, --demo-update given */
+    int schedule_set;
+    const char *data_cache, *skip_stages;
+} parse_state_t;
+
+/* The integer and real options: each sets one int or float field of the options,
+ * checked. */
+enum { NUM_INT, NUM_REAL };
+static const struct {
+    int c;
+    const char *name;
+    int kind; /* NUM_INT: an int field, >= min; NUM_REAL: a float field, >= 0 */
+    int min;
+    size_t off; /* the field in train_options_t */
+    int set;    /* parse_state_t.demo_set index to mark, -1: none */
+} numbers[] = {
+    {'n', "--steps", NUM_INT, 0, offsetof(train_options_t, steps), -1},
+    {'t', "--threads", NUM_INT, 1, offsetof(train_options_t, threads), -1},
+    {O_WARMUP, "--warmup", NUM_INT, 0, offsetof(train_options_t, opt.warmup), -1},
+    {O_VALB, "--val-batches", NUM_INT, 1, offsetof(train_options_t, val_batches), -1},
+    {O_VALE, "--val-every", NUM_INT, 0, offsetof(train_options_t, val_every), -1},
+    {O_LOGE, "--log-every", NUM_INT, 1, offsetof(train_options_t, log_every), -1},
+    {O_ACCUM, "--accum", NUM_INT, 1, offsetof(train_options_t, accum), -1},
+    {O_REPL, "--replicas", NUM_INT, 1, offsetof(train_options_t, replicas), -1},
+    {O_DCHUNK, "--demo-chunk", NUM_INT, 1, offsetof(train_options_t, demo.chunk), 0},
+    {O_DK, "--demo-k", NUM_INT, 1, offsetof(train_options_t, demo.k), 1},
+    {O_DLOCAL, "--demo-local", NUM_INT, 0, offsetof(train_options_t, demo_local), -1},
+    {'l', "--lr", NUM_REAL, 0, offsetof(train_options_t, opt.lr), -1},
+    {O_WD, "--wd", NUM_REAL, 0, offsetof(train_options_t, opt.wd), -1},
+    {O_CLIP, "--clip", NUM_REAL, 0, offsetof(train_options_t, opt.clip), -1},
+    {O_DBETA, "--demo-beta", NUM_REAL, 0, offsetof(train_options_t, demo.beta), -1},
+    {O_OLR, "--outer-lr", NUM_REAL, 0, offsetof(train_options_t, outer_lr), -1},
+    {O_OMOM, "--outer-momentum", NUM_REAL, 0, offsetof(train_options_t, outer_mom), -1},
+};
+
+static int number_option(train_options_t *out, parse_state_t *st, int c, const char *arg)
+{
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        if (numbers[i].c != c) continue;
+        char *field = (char *)out + numbers[i].off;
+        if (numbers[i].set >= 0) st->demo_set[numbers[i].set] = 1;
+        if (numbers[i].kind == NUM_REAL)
+            return run_opts_float(numbers[i].name, arg, (float *)(void *)field);
+        return run_opts_int(numbers[i].name, arg, numbers[i].min, (int *)(void *)field);
+    }
+    if (c == 's') { /* --seed: an int, into a uint64_t */
+        int seed = 0;
+        int bad = run_opts_int("--seed", arg, 0, &seed);
+        out->seed = (uint64_t)seed;
+        return bad;
+    }
+    if (c == O_BETA2) {
+        if (run_opts_float("--beta2", arg, &out->opt.beta2)) return -1;
+        if (out->opt.beta2 >= 0 && out->opt.beta2 < 1) return 0;
+        return complain("--beta2", arg, "a decay in [0, 1)");
+    }
+    return NOT_COMMON;
+}
+
+/* The model's shape: one field of the config (the preset was applied before). */
+static int model_option(const char *cmd, train_options_t *out, int c, const char *arg)
+{
+    static const char *keys[] = {"dim", "layers", "heads", "ffn",
+                                 "seq", "vocab",  "batch", "stages"};
+    char err[STATUS_ERR_LEN];
+    if (c == 'c') return 0; /* --config: applied first (apply_preset) */
+    if (c < O_DIM || c > O_STAGES) return NOT_COMMON;
+    if (!config_set(&out->cfg, keys[c - O_DIM], arg, err)) return 0;
+    fprintf(stderr, "swarmtrain %s: %s\n", cmd, err);
+    return -1;
+}
+
+/* The index of arg among words (NULL-terminated), or -1 after complaining. */
+static int pick(const char *opt, const char *arg, const char *const *words, const char *expected)
+{
+    for (int i = 0; words[i]; i++)
+        if (!strcmp(arg, words[i])) return i;
+    return complain(opt, arg, expected);
+}
+
+/* The options that name one of a few choices: the schedule, the optimizer, DeMo's value
+ * format, indices and update. */
+static int choice_option(train_options_t *out, parse_state_t *st, int c, const char *arg)
+{
+    static const char *const schedules[] = {"constant", "cosine", NULL};
+    static const char *const optimizers[] = {"adamw", "demo", NULL};
+    static const char *const vfmts[] = {"f32", "bf16", "sign", NULL};
+    static const char *const indices[] = {"topk", "shared", NULL};
+    static const char *const updates[] = {"sign", "rms", "rmsprop", "adam", NULL};
+    static const int schedule_of[] = {OPTIM_SCHEDULE_CONSTANT, OPTIM_SCHEDULE_COSINE},
+                     optimizer_of[] = {TRAIN_ADAMW, TRAIN_DEMO},
+                     update_of[] = {DEMO_UPDATE_SIGN, DEMO_UPDATE_RMS, DEMO_UPDATE_RMSPROP,
+                                    DEMO_UPDATE_ADAM};
+    static const demo_vfmt_t vfmt_of[] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
+    static const demo_imode_t index_of[] = {DEMO_IDX_TOPK, DEMO_IDX_SHARED};
+    int k;
+    switch (c) {
+    case O_SCHED:
+        st->schedule_set = 1;
+        if ((k = pick("--schedule", arg, schedules, "constant or cosine")) >= 0)
+            out->opt.schedule = schedule_of[k];
+        return k < 0 ? -1 : 0;
+    case O_OPTIM:
+        if ((k = pick("--optimizer", arg, optimizers, "adamw or demo")) >= 0)
+            out->optimizer = optimizer_of[k];
+        return k < 0 ? -1 : 0;
+    case O_DVAL:
+        if ((k = pick("--demo-values", arg, vfmts, "f32, bf16 or sign")) >= 0)
+            out->demo.vfmt = vfmt_of[k];
+        return k < 0 ? -1 : 0;
+    case O_DIDX:
+        st->demo_set[2] = 1;
+        if ((k = pick("--demo-index", arg, indices, "topk or shared")) >= 0)
+            out->demo.imode = index_of[k];
+        return k < 0 ? -1 : 0;
+    case O_DUPD:
+        st->demo_set[3] = 1;
+        if ((k = pick("--demo-update", arg, updates, "sign, rms, rmsprop or adam")) >= 0)
+            out->demo.update = update_of[k];
+        return k < 0 ? -1 : 0;
+    default:
+        return NOT_COMMON;
+    }
+}
+
+/* --codec NAME[:BLOCK] */
+static int codec_option(train_options_t *out, const char *arg)
+{
+    char name[16];
+    const char *colon = strchr(arg, ':');
+    size_t len = colon ? (size_t)(colon - arg) : strlen(arg);
+    snprintf(name, sizeof name, "%.*s", (int)(len < 15 ? len : 15), arg);
+    int block = 0, bad = 0;
+    out->codec = codec_by_name(name);
+    if (out->codec < 0)
+        bad = complain("--codec", arg, "f32, f16, bf16, int8, int4[:BLOCK] or lowrank[:RANK]");
+    else if (colon)
+        bad = run_opts_int("--codec block", colon + 1, 2, &block);
+    out->codec_block = (uint32_t)block;
+    return bad;
+}
+
+/* Data, device, the wire and the paths. */
+static int run_option(train_options_t *out, parse_state_t *st, int c, const char *arg)
+{
+    switch (c) {
+    case 'd':
+        out->data_path = arg;
+        return 0;
+    case O_DCACHE:
+        st->data_cache = arg;
+        return 0;
+    case O_DEVICE:
+        out->device = arg;
+        return 0;
+    case O_CODEC:
+        return codec_option(out, arg);
+    case O_SKIP:
+        return share("--skip", arg, "middle-stage visits", &out->skip);
+    case O_SKIPST:
+        st->skip_stages = arg;
+        return 0;
+    case O_SWAP:
+        return share("--swap", arg, "microbatches", &out->swap);
+    default:
+        return NOT_COMMON;
+    }
+}
+
+/* One common option: 0, -1 after printing why, or NOT_COMMON. */
+static int common_option(const char *cmd, train_options_t *out, parse_state_t *st, int c,
+                         const char *arg)
+{
+    int rc = number_option(out, st, c, arg);
+    if (rc == NOT_COMMON) rc = model_option(cmd, out, c, arg);
+    if (rc == NOT_COMMON) rc = choice_option(out, st, c, arg);
+    if (rc == NOT_COMMON) rc = run_option(out, st, c, arg);
+    return rc;
+}
+
+/* The preset (--config) first, so that field overrides win whatever their order. 0, or 2
+ * after printing why. */
+static int apply_preset(const char *cmd, int argc, char **argv, train_options_t *out)
+{
+    char err[STATUS_ERR_LEN];
     for (int i = 1; i < argc; i++) {
         const char *name = NULL;
         if (!strcmp(argv[i], "--config") && i + 1 < argc)
@@ -239,199 +421,22 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
             return 2;
         }
     }
-    int c, seed = 0, demo_set[4] = {0}; /* chunk, k, index, update given */
-    int schedule_set = 0;
-    const char *data_cache = NULL, *skip_stages = NULL;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'c':
-            break;
-        case 'd':
-            out->data_path = optarg;
-            break;
-        case 'n':
-            bad = run_opts_int("--steps", optarg, 0, &out->steps);
-            break;
-        case 'l':
-            bad = run_opts_float("--lr", optarg, &out->opt.lr);
-            break;
-        case 's':
-            bad = run_opts_int("--seed", optarg, 0, &seed);
-            out->seed = (uint64_t)seed;
-            break;
-        case 't':
-            bad = run_opts_int("--threads", optarg, 1, &out->threads);
-            break;
-        case 'h':
-            run_opts_usage(stdout, cmd, x);
-            return 1;
-        case O_DIM:
-        case O_LAYERS:
-        case O_HEADS:
-        case O_FFN:
-        case O_SEQ:
-        case O_VOCAB:
-        case O_BATCH:
-        case O_STAGES: {
-            static const char *keys[] = {"dim", "layers", "heads", "ffn",
-                                         "seq", "vocab",  "batch", "stages"};
-            if (config_set(&out->cfg, keys[c - O_DIM], optarg, err)) {
-                fprintf(stderr, "swarmtrain %s: %s\n", cmd, err);
-                bad = 1;
-            }
-            break;
-        }
-        case O_WARMUP:
-            bad = run_opts_int("--warmup", optarg, 0, &out->opt.warmup);
-            break;
-        case O_SCHED:
-            schedule_set = 1;
-            if (!strcmp(optarg, "constant"))
-                out->opt.schedule = OPTIM_SCHEDULE_CONSTANT;
-            else if (!strcmp(optarg, "cosine"))
-                out->opt.schedule = OPTIM_SCHEDULE_COSINE;
-            else
-                bad = complain("--schedule", optarg, "constant or cosine");
-            break;
-        case O_BETA2:
-            bad = run_opts_float("--beta2", optarg, &out->opt.beta2);
-            if (!bad && !(out->opt.beta2 >= 0 && out->opt.beta2 < 1))
-                bad = complain("--beta2", optarg, "a decay in [0, 1)");
-            break;
-        case O_WD:
-            bad = run_opts_float("--wd", optarg, &out->opt.wd);
-            break;
-        case O_CLIP:
-            bad = run_opts_float("--clip", optarg, &out->opt.clip);
-            break;
-        case O_VALB:
-            bad = run_opts_int("--val-batches", optarg, 1, &out->val_batches);
-            break;
-        case O_VALE:
-            bad = run_opts_int("--val-every", optarg, 0, &out->val_every);
-            break;
-        case O_LOGE:
-            bad = run_opts_int("--log-every", optarg, 1, &out->log_every);
-            break;
-        case O_ACCUM:
-            bad = run_opts_int("--accum", optarg, 1, &out->accum);
-            break;
-        case O_DEVICE:
-            out->device = optarg;
-            break;
-        case O_DCACHE:
-            data_cache = optarg;
-            break;
-        case O_REPL:
-            bad = run_opts_int("--replicas", optarg, 1, &out->replicas);
-            break;
-        case O_OPTIM:
-            if (!strcmp(optarg, "adamw"))
-                out->optimizer = TRAIN_ADAMW;
-            else if (!strcmp(optarg, "demo"))
-                out->optimizer = TRAIN_DEMO;
-            else
-                bad = complain("--optimizer", optarg, "adamw or demo");
-            break;
-        case O_DK:
-            bad = run_opts_int("--demo-k", optarg, 1, &out->demo.k);
-            demo_set[1] = 1;
-            break;
-        case O_DCHUNK:
-            bad = run_opts_int("--demo-chunk", optarg, 1, &out->demo.chunk);
-            demo_set[0] = 1;
-            break;
-        case O_DVAL:
-            if (!strcmp(optarg, "f32"))
-                out->demo.vfmt = DEMO_VAL_F32;
-            else if (!strcmp(optarg, "bf16"))
-                out->demo.vfmt = DEMO_VAL_BF16;
-            else if (!strcmp(optarg, "sign"))
-                out->demo.vfmt = DEMO_VAL_SIGN;
-            else
-                bad = complain("--demo-values", optarg, "f32, bf16 or sign");
-            break;
-        case O_DBETA:
-            bad = run_opts_float("--demo-beta", optarg, &out->demo.beta);
-            break;
-        case O_DIDX:
-            demo_set[2] = 1;
-            if (!strcmp(optarg, "topk"))
-                out->demo.imode = DEMO_IDX_TOPK;
-            else if (!strcmp(optarg, "shared"))
-                out->demo.imode = DEMO_IDX_SHARED;
-            else
-                bad = complain("--demo-index", optarg, "topk or shared");
-            break;
-        case O_DLOCAL:
-            bad = run_opts_int("--demo-local", optarg, 0, &out->demo_local);
-            break;
-        case O_OLR:
-            bad = run_opts_float("--outer-lr", optarg, &out->outer_lr);
-            break;
-        case O_OMOM:
-            bad = run_opts_float("--outer-momentum", optarg, &out->outer_mom);
-            break;
-        case O_DUPD:
-            demo_set[3] = 1;
-            if (!strcmp(optarg, "sign"))
-                out->demo.update = DEMO_UPDATE_SIGN;
-            else if (!strcmp(optarg, "rms"))
-                out->demo.update = DEMO_UPDATE_RMS;
-            else if (!strcmp(optarg, "rmsprop"))
-                out->demo.update = DEMO_UPDATE_RMSPROP;
-            else if (!strcmp(optarg, "adam"))
-                out->demo.update = DEMO_UPDATE_ADAM;
-            else
-                bad = complain("--demo-update", optarg, "sign, rms, rmsprop or adam");
-            break;
-        case O_CODEC: {
-            char name[16];
-            const char *colon = strchr(optarg, ':');
-            size_t len = colon ? (size_t)(colon - optarg) : strlen(optarg);
-            snprintf(name, sizeof name, "%.*s", (int)(len < 15 ? len : 15), optarg);
-            int block = 0;
-            out->codec = codec_by_name(name);
-            if (out->codec < 0)
-                bad = complain("--codec", optarg,
-                               "f32, f16, bf16, int8, int4[:BLOCK] or lowrank[:RANK]");
-            else if (colon)
-                bad = run_opts_int("--codec block", colon + 1, 2, &block);
-            out->codec_block = (uint32_t)block;
-            break;
-        }
-        case O_SKIP:
-            bad = share("--skip", optarg, "middle-stage visits", &out->skip);
-            break;
-        case O_SKIPST:
-            skip_stages = optarg;
-            break;
-        case O_SWAP:
-            bad = share("--swap", optarg, "microbatches", &out->swap);
-            break;
-        default:
-            if (c >= RUN_OPTS_EXTRA && x && x->handle) {
-                bad = x->handle(x->ctx, c, optarg);
-                break;
-            }
-            run_opts_usage(stderr, cmd, x);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "swarmtrain %s: unexpected argument '%s'\n", cmd, argv[optind]);
-        return 2;
-    }
+    return 0;
+}
+
+/* After the words: the sign preset's defaults, what this command refuses, the schedule's
+ * length, the config checked, the stages to validate without, the data fetched. 0, or 2
+ * after printing why. */
+static int finish(const char *cmd, train_options_t *out, const parse_state_t *st)
+{
+    char err[STATUS_ERR_LEN];
     if (out->demo.vfmt == DEMO_VAL_SIGN) { /* the sign preset, where not told otherwise */
-        if (!demo_set[0]) out->demo.chunk = DEMO_SIGN_CHUNK;
-        if (!demo_set[1]) out->demo.k = DEMO_SIGN_K;
-        if (!demo_set[2]) out->demo.imode = DEMO_SIGN_INDEX;
-        if (!demo_set[3]) out->demo.update = DEMO_SIGN_UPDATE;
+        if (!st->demo_set[0]) out->demo.chunk = DEMO_SIGN_CHUNK;
+        if (!st->demo_set[1]) out->demo.k = DEMO_SIGN_K;
+        if (!st->demo_set[2]) out->demo.imode = DEMO_SIGN_INDEX;
+        if (!st->demo_set[3]) out->demo.update = DEMO_SIGN_UPDATE;
         /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) */
-        if (out->optimizer == TRAIN_DEMO && !schedule_set)
+        if (out->optimizer == TRAIN_DEMO && !st->schedule_set)
             out->opt.schedule = OPTIM_SCHEDULE_COSINE;
     }
     if (out->demo_local > 0 && strcmp(cmd, "train")) {
@@ -447,12 +452,47 @@ int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
         fprintf(stderr, "swarmtrain %s: invalid config: %s\n", cmd, err);
         return 2;
     }
-    if (skip_stages && path_parse_stages(skip_stages, out->cfg.stages, &out->val_skip, err)) {
+    if (st->skip_stages &&
+        path_parse_stages(st->skip_stages, out->cfg.stages, &out->val_skip, err)) {
         fprintf(stderr, "swarmtrain %s: --%s\n", cmd, err);
         return 2;
     }
-    if (http_is_url(out->data_path) && run_opts_fetch_data(cmd, out, data_cache)) return 2;
+    if (http_is_url(out->data_path) && run_opts_fetch_data(cmd, out, st->data_cache)) return 2;
     return 0;
+}
+
+int run_opts_parse(const char *cmd, int argc, char **argv, train_options_t *out,
+                   const run_opts_extra_t *x)
+{
+    struct option all[NCOMMON + MAXEXTRA + 1];
+    int nx = x && x->opts ? x->n : 0;
+    if (nx > MAXEXTRA) nx = MAXEXTRA;
+    memcpy(all, common_opts, sizeof common_opts);
+    for (int i = 0; i < nx; i++) all[NCOMMON + i] = x->opts[i];
+    memset(&all[NCOMMON + nx], 0, sizeof all[0]);
+    if (apply_preset(cmd, argc, argv, out)) return 2;
+    parse_state_t st = {0};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
+        if (c == 'h') {
+            run_opts_usage(stdout, cmd, x);
+            return 1;
+        }
+        int rc = common_option(cmd, out, &st, c, optarg);
+        if (rc == NOT_COMMON && c >= RUN_OPTS_EXTRA && x && x->handle)
+            rc = x->handle(x->ctx, c, optarg);
+        if (rc == NOT_COMMON) {
+            run_opts_usage(stderr, cmd, x);
+            return 2;
+        }
+        if (rc) return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "swarmtrain %s: unexpected argument '%s'\n", cmd, argv[optind]);
+        return 2;
+    }
+    return finish(cmd, out, &st);
 }
 
 int run_opts_fetch_data(const char *cmd, train_options_t *o, const char *cache_dir)

@@ -1,8 +1,10 @@
-/* fuzz_json.c — fuzz target: the status document reader of `swarmtrain status`
- * (tools/json.c), which reads the JSON a peer sends in STATUS_REP.
+/* fuzz_json.c — fuzz target: the JSON reader of `swarmtrain status` and `local`
+ * (tools/json.c), which reads the JSON a peer sends in STATUS_REP and the events files
+ * and summary the peers and local write.
  *
  * Input: the document (cut at the first NUL). The arrays asked for are the ones
- * cmd_status.c reads ("peers", "pools").
+ * cmd_status.c reads ("peers", "pools"); then the document as one object (json_object,
+ * its own and the one at "wire_sent") and as JSON lines (json_lines).
  * Invariants: the count returned is the number of objects handed over; every object has
  * at most JSON_MAX_FIELDS fields, each key and value a terminated string within its
  * buffer, found again by json_get.
@@ -40,6 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(n == -1 || n == calls);
         fuzz_accepted += n > 0;
     }
+    json_obj_t o;
+    static const char *keys[] = {NULL, "wire_sent"};
+    for (int k = 0; k < 2; k++)
+        if (json_object(text, keys[k], &o) == 0) {
+            int one = 0;
+            on_obj(&one, &o);
+            fuzz_accepted++;
+        }
+    int lines = 0;
+    FUZZ_CHECK(json_lines(text, on_obj, &lines) >= 0);
+    fuzz_accepted += lines > 0;
     free(text);
     return 0;
 }
@@ -52,6 +65,10 @@ void fuzz_seeds(fuzz_emit_fn emit, void *ctx)
         "{\"id\":\"e5f6\",\"stage\":1,\"note\":\"a \\\"quoted\\\" \\\\ \\u00e9 text\"}],"
         "\"pools\":[{\"stage\":0,\"peers\":2,\"step\":12}],\"nested\":{\"x\":[1,2,{}]}}";
     emit(ctx, "status", (const uint8_t *)doc, sizeof doc - 1);
+    static const char lines[] =
+        "{\"t\":1.5,\"kind\":\"moved\",\"stage\":1,\"step\":4,\"from\":0,\"to\":1,\"why\":\"x\"}\n"
+        "\n{\"t\":2,\"kind\":\"left\",\"stage\":null,\"step\":null}\n";
+    emit(ctx, "lines", (const uint8_t *)lines, sizeof lines - 1);
     static const char empty[] = "{\"peers\":[],\"pools\":[]}";
     emit(ctx, "empty", (const uint8_t *)empty, sizeof empty - 1);
 }

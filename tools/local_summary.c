@@ -1,0 +1,637 @@
+/* local_summary.c — what a `swarmtrain local` run did (local.h), from one record: the
+ * peers' events files (DIR/peerN.events.jsonl, docs/events.md; this run's events only,
+ * a resumed run's files holding the run before too) and what local itself did (kills,
+ * restarts, MTTR). Said on stdout for people and written to DIR/summary.json for
+ * programs (the tests, the benchmarks); docs/events.md gives its keys.
+ * Not for: reading the peers' logs, which are for people. */
+#include "common/clock.h"
+#include "swarm/transport.h"
+#include "tools/json.h"
+#include "tools/local.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+enum { MAX_RECOVERIES = 256, MAX_MOVES = 512, MAX_VALS = 512 };
+
+/* What one peer's events say. */
+typedef struct {
+    char id[65];
+    int left; /* its "left" event: the run's end for it, with its counts */
+    int done_stage;
+    long long done_step;
+    char hash[17];
+    double served, resent, lost, throughput, revisits, act_bytes, moves;
+    double copies_bytes; /* the last "copy" event's running total */
+} peer_rec_t;
+
+/* A stage rebuilt: its "recovered_stage" event with the "rebuilt" and "judged" events
+ * before it. */
+typedef struct {
+    int peer, stage;
+    long long step;
+    double seconds, lr_scale;
+    char by[16], method[16], part[16], part_from[16];
+    int from, and_, blocks_from, judged;
+    long long copy_step, ckpt_step;
+    double chosen_loss, other_loss;
+    char how[256];
+} recovery_t;
+
+typedef struct {
+    int peer, from, to;
+    long long step;
+    double t;
+    char why[128];
+} move_t;
+
+typedef struct {
+    double t, loss;
+    long long step;
+} valpt_t;
+
+typedef struct {
+    const local_t *L;
+    int peer;     /* whose events are read now */
+    double since; /* this run's: t >= since */
+    double val, val_skip, tps, reroute_after;
+    unsigned long long act, lost, rerouted, sent[WIRE_KINDS];
+    peer_rec_t *peers; /* [L->n] */
+    recovery_t cur;    /* the recovery being read */
+    recovery_t rec[MAX_RECOVERIES];
+    int nrec;
+    move_t mv[MAX_MOVES];
+    int nmv, moves;
+    int order[MAX_RECOVERIES + MAX_MOVES]; /* recoveries (k + 1) and moves (-k - 1) as read */
+    int norder;
+    valpt_t vals[MAX_VALS];
+    int nvals;
+} sum_t;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    size_t n = 0, cap = 1 << 16;
+    char *s = malloc(cap);
+    for (size_t got; s && (got = fread(s + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t) free(s);
+            s = t;
+        }
+    }
+    fclose(f);
+    if (s) s[n] = 0;
+    return s;
+}
+
+/* Calls fn for each event of peer i from this run on. */
+static void each_event(const local_t *L, int i, void (*fn)(void *ctx, const json_obj_t *o),
+                       void *ctx)
+{
+    char *text = slurp(L->ch[i].events);
+    if (text) json_lines(text, fn, ctx);
+    free(text);
+}
+
+/* Whether o is an event of this run (the events files of a resumed run go on). */
+static int this_run(const local_t *L, const json_obj_t *o)
+{
+    return json_num(o, "t") >= L->t0_wall - 0.01;
+}
+
+typedef struct {
+    const local_t *L;
+    int stage;
+    double fault_t;
+} find_t;
+
+static void on_stage(void *ctx, const json_obj_t *o)
+{
+    find_t *f = ctx;
+    if (this_run(f->L, o) && !strcmp(json_get(o, "kind"), "moved"))
+        f->stage = (int)json_num(o, "to");
+}
+
+int local_summary_stage(const local_t *L, int i)
+{
+    find_t f = {L, L->ch[i].stage, -1};
+    each_event(L, i, on_stage, &f);
+    return f.stage;
+}
+
+static void on_fault(void *ctx, const json_obj_t *o)
+{
+    find_t *f = ctx;
+    if (f->fault_t < 0 && this_run(f->L, o) && !strcmp(json_get(o, "kind"), "fault"))
+        f->fault_t = json_num(o, "t");
+}
+
+double local_summary_fault_time(const local_t *L, int i)
+{
+    find_t f = {L, -1, -1};
+    each_event(L, i, on_fault, &f);
+    return f.fault_t > 0 ? f.fault_t : clock_wall();
+}
+
+/* ---- reading the events ---------------------------------------------------------------- */
+
+static void copy_text(char *out, size_t n, const json_obj_t *o, const char *key)
+{
+    snprintf(out, n, "%s", json_get(o, key));
+}
+
+static void on_left(sum_t *s, const json_obj_t *o)
+{
+    peer_rec_t *r = &s->peers[s->peer];
+    r->left = 1;
+    r->done_stage = (int)json_num(o, "stage");
+    r->done_step = (long long)json_num(o, "step");
+    copy_text(r->hash, sizeof r->hash, o, "hash");
+    r->served = json_num(o, "served"), r->resent = json_num(o, "resent");
+    r->lost = json_num(o, "lost"), r->throughput = json_num(o, "throughput");
+    r->revisits = json_num(o, "revisits"), r->act_bytes = json_num(o, "act_bytes");
+    r->moves = json_num(o, "moves");
+    if (r->lost > 0) s->lost += (unsigned long long)r->lost;
+    if (r->act_bytes > 0) s->act += (unsigned long long)r->act_bytes;
+}
+
+static void on_val(sum_t *s, const json_obj_t *o)
+{
+    if (json_num(o, "final") == 1) {
+        s->val = json_num(o, "val_loss");
+        s->tps = json_num(o, "tokens_per_s");
+    } else if (s->nvals < MAX_VALS) {
+        valpt_t *v = &s->vals[s->nvals++];
+        v->t = json_num(o, "t") - s->L->t0_wall;
+        v->loss = json_num(o, "val_loss");
+        v->step = (long long)json_num(o, "val_step");
+    }
+}
+
+static void on_wire(sum_t *s, const json_obj_t *o)
+{
+    for (int k = 0; k < WIRE_KINDS; k++)
+        if (!strcmp(json_get(o, "of"), transport_wire_name(k)) && json_num(o, "sent") > 0)
+            s->sent[k] += (unsigned long long)json_num(o, "sent");
+}
+
+static void on_reroute(sum_t *s, const json_obj_t *o)
+{
+    double t = json_num(o, "t"), kill_t = s->L->f.kill_wall;
+    s->rerouted++;
+    if (kill_t > 0 && t >= kill_t && (s->reroute_after < 0 || t - kill_t < s->reroute_after))
+        s->reroute_after = t - kill_t;
+}
+
+static void on_moved(sum_t *s, const json_obj_t *o)
+{
+    s->moves++;
+    if (s->nmv >= MAX_MOVES) return;
+    move_t *m = &s->mv[s->nmv];
+    m->peer = s->peer;
+    m->from = (int)json_num(o, "from"), m->to = (int)json_num(o, "to");
+    m->step = (long long)json_num(o, "step");
+    m->t = json_num(o, "t") - s->L->t0_wall;
+    copy_text(m->why, sizeof m->why, o, "why");
+    s->order[s->norder++] = -(++s->nmv);
+}
+
+/* The CheckFree(+) candidate built ("rebuilt"), and how it was judged ("judged"). */
+static void on_rebuilt(sum_t *s, const json_obj_t *o)
+{
+    recovery_t *c = &s->cur;
+    copy_text(c->method, sizeof c->method, o, "method");
+    c->from = json_has(o, "from") ? (int)json_num(o, "from") : -1;
+    c->and_ = json_has(o, "and") ? (int)json_num(o, "and") : -1;
+    c->blocks_from = json_has(o, "blocks_from") ? (int)json_num(o, "blocks_from") : -1;
+    copy_text(c->part, sizeof c->part, o, "part");
+    copy_text(c->part_from, sizeof c->part_from, o, "part_from");
+    c->copy_step = json_has(o, "copy_step") ? (long long)json_num(o, "copy_step") : -1;
+}
+
+static void on_judged(sum_t *s, const json_obj_t *o)
+{
+    recovery_t *c = &s->cur;
+    c->judged = json_num(o, "judged") == 1;
+    c->ckpt_step = (long long)json_num(o, "ckpt_step");
+    c->chosen_loss = json_num(o, "chosen_loss");
+    c->other_loss = json_num(o, "other_loss");
+}
+
+static void on_recovered(sum_t *s, const json_obj_t *o)
+{
+    recovery_t *c = &s->cur;
+    c->peer = s->peer;
+    c->stage = (int)json_num(o, "stage");
+    c->step = (long long)json_num(o, "step");
+    c->seconds = json_num(o, "seconds");
+    c->lr_scale = json_num(o, "lr_scale");
+    copy_text(c->by, sizeof c->by, o, "by");
+    copy_text(c->how, sizeof c->how, o, "how");
+    if (s->nrec < MAX_RECOVERIES) {
+        s->rec[s->nrec] = *c;
+        s->order[s->norder++] = ++s->nrec;
+    }
+    memset(c, 0, sizeof *c);
+    c->from = c->and_ = c->blocks_from = -1;
+    c->copy_step = c->ckpt_step = -1;
+    c->chosen_loss = c->other_loss = NAN;
+}
+
+static void on_event(void *ctx, const json_obj_t *o)
+{
+    sum_t *s = ctx;
+    if (!this_run(s->L, o)) return;
+    const char *k = json_get(o, "kind");
+    peer_rec_t *r = &s->peers[s->peer];
+    if (!strcmp(k, "val_loss"))
+        on_val(s, o);
+    else if (!strcmp(k, "val_loss_skip"))
+        s->val_skip = json_num(o, "val_loss_skip");
+    else if (!strcmp(k, "left"))
+        on_left(s, o);
+    else if (!strcmp(k, "wire"))
+        on_wire(s, o);
+    else if (!strcmp(k, "reroute"))
+        on_reroute(s, o);
+    else if (!strcmp(k, "copy"))
+        r->copies_bytes = json_num(o, "copies_bytes");
+    else if (!strcmp(k, "serving"))
+        copy_text(r->id, sizeof r->id, o, "id");
+    else if (!strcmp(k, "moved"))
+        on_moved(s, o);
+    else if (!strcmp(k, "rebuilt"))
+        on_rebuilt(s, o);
+    else if (!strcmp(k, "judged"))
+        on_judged(s, o);
+    else if (!strcmp(k, "recovered_stage"))
+        on_recovered(s, o);
+}
+
+static void read_all(sum_t *s)
+{
+    s->val = s->val_skip = NAN;
+    s->tps = 0;
+    s->reroute_after = -1;
+    for (int i = 0; i < s->L->n; i++) {
+        s->peer = i;
+        memset(&s->cur, 0, sizeof s->cur);
+        s->cur.chosen_loss = s->cur.other_loss = NAN;
+        s->cur.from = s->cur.and_ = s->cur.blocks_from = -1;
+        s->cur.copy_step = s->cur.ckpt_step = -1;
+        each_event(s->L, i, on_event, s);
+    }
+}
+
+/* ---- on stdout ----------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_val(const void *a, const void *b)
+{
+    return cmp_double(&((const valpt_t *)a)->t, &((const valpt_t *)b)->t);
+}
+
+static unsigned long long sent_total(const sum_t *s)
+{
+    unsigned long long all = 0;
+    for (int k = 0; k < WIRE_KINDS; k++) all += s->sent[k];
+    return all;
+}
+
+static double copy_bytes(const sum_t *s)
+{
+    double c = 0;
+    for (int i = 0; i < s->L->n; i++)
+        if (s->peers[i].copies_bytes > 0) c += s->peers[i].copies_bytes;
+    return c;
+}
+
+/* The run's numbers: loss, speed, the wire by kind per training token, CheckFree+'s
+ * copies. Every byte is sent by one peer and received by another: the peers' sent bytes
+ * (their "wire" events; a peer killed with SIGKILL has none) are the swarm's traffic. */
+static void print_totals(const sum_t *s)
+{
+    const local_t *L = s->L;
+    double tokens = (double)L->run.steps * L->tokens_per_step;
+    double all = (double)sent_total(s), per = tokens > 0 ? 1 / tokens : 0;
+    printf("local: done in %.1f s: val_loss %.4f, tokens/s %.0f, wire %.1f bytes per token, lost "
+           "microbatches %llu\n",
+           clock_now() - L->t0, s->val, s->tps, all * per, s->lost);
+    printf("local: wire bytes per token (sent, all peers, headers included):");
+    for (int k = 0; k < WIRE_KINDS; k++)
+        printf(" %s %.1f,", transport_wire_name(k), (double)s->sent[k] * per);
+    printf(" total %.1f; codec payloads (activations and gradients) %.1f\n", all * per,
+           (double)s->act * per);
+    /* CheckFree+'s copies ride the state kind: their keepers count what they fetched */
+    printf("local: CheckFree+ copies (the end stages' embedding / final norm and head kept by "
+           "their neighbours): %.0f bytes, %.1f per token, %.2f%% of the wire\n",
+           copy_bytes(s), copy_bytes(s) * per, all > 0 ? 100.0 * copy_bytes(s) / all : 0);
+}
+
+static void print_faults(const sum_t *s)
+{
+    const local_t *L = s->L;
+    const local_faults_t *f = &L->f;
+    if (L->lo.kill_stage >= 0 && !f->ks_done)
+        printf("local: fault: the run ended before the drawn kill of stage %d (after step %d, "
+               "%.2f s on)\n",
+               L->lo.kill_stage, L->lo.kill_stage_step, f->ks_delay);
+    if (f->kill_wall > 0) {
+        if (s->reroute_after >= 0)
+            printf("local: fault: first microbatch re-routed %.3f s after the kill\n",
+                   s->reroute_after);
+        else
+            printf("local: fault: no microbatch needed re-routing after the kill\n");
+    }
+    if (!f->kills && !(L->lo.churn_rate > 0)) return;
+    printf("local: faults: %d kills, %d restarts, %llu microbatches re-routed, %llu lost", f->kills,
+           f->restarts, s->rerouted, s->lost);
+    if (f->nmttr)
+        printf(", MTTR (kill to the pool's next step) min %.2f s median %.2f s max %.2f s over %d",
+               f->mttr[0], f->mttr[f->nmttr / 2], f->mttr[f->nmttr - 1], f->nmttr);
+    if (f->npm) printf(", %d kill(s) the pool never stepped after", f->npm);
+    printf("\n");
+}
+
+/* Every recovery and move, peer by peer as they happened; validation during the run in
+ * time order; the placement at the end; every unplanned death. */
+static void print_story(const sum_t *s)
+{
+    const local_t *L = s->L;
+    for (int k = 0; k < s->norder; k++) {
+        if (s->order[k] > 0) {
+            const recovery_t *r = &s->rec[s->order[k] - 1];
+            printf("local: peer %d recovered: stage %d at step %lld in %.2f s by %s", r->peer,
+                   r->stage, r->step, r->seconds, r->how);
+            if (strcmp(r->by, "checkpoint"))
+                printf("; fresh optimizer state, learning rate x%.2f", r->lr_scale);
+            printf("\n");
+        } else {
+            const move_t *m = &s->mv[-s->order[k] - 1];
+            printf("local: peer %d moved: stage %d -> %d (%s)\n", m->peer, m->from, m->to, m->why);
+        }
+    }
+    for (int i = 0; i < s->nvals; i++)
+        printf("local: val step %lld val_loss %.4f at %.1f s\n", s->vals[i].step, s->vals[i].loss,
+               s->vals[i].t);
+    if (L->have_last_view) {
+        printf("local: %d move(s); placement at the end (peers per stage):", s->moves);
+        for (int st = 0; st < L->S; st++)
+            printf("%s%d", st ? "," : " ", L->last_view.peers_per[st]);
+        printf("\n");
+    }
+    int unplanned = 0;
+    for (int i = 0; i < L->n; i++) {
+        int st = L->ch[i].status;
+        if (!local_watch_died_unplanned(&L->ch[i])) continue;
+        unplanned++;
+        printf("local: peer %d (stage %d) died unplanned: %s %d; see %s\n", i, L->ch[i].stage,
+               WIFEXITED(st) ? "exit status" : "signal",
+               WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), L->ch[i].log);
+    }
+    if (!unplanned) printf("local: no peer died unplanned\n");
+    fflush(stdout);
+}
+
+/* ---- DIR/summary.json ---------------------------------------------------------------------- */
+
+static void put_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    fputc('"', f);
+}
+
+/* ",\"key\":x" with null for a number that is not finite */
+static void put_num(FILE *f, const char *key, double x, const char *fmt)
+{
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(x))
+        fprintf(f, fmt, x);
+    else
+        fprintf(f, "null");
+}
+
+/* How peer i ended: "exit":N or "signal":N (nothing while it runs). */
+static void put_end(FILE *f, const local_child_t *c)
+{
+    if (!c->exited) return;
+    fprintf(f, ",\"%s\":%d", WIFEXITED(c->status) ? "exit" : "signal",
+            WIFEXITED(c->status) ? WEXITSTATUS(c->status) : WTERMSIG(c->status));
+}
+
+static void put_scalars(FILE *f, const sum_t *s)
+{
+    const local_t *L = s->L;
+    const local_faults_t *fl = &L->f;
+    fprintf(f, "{\"val_loss\":");
+    fprintf(f, isfinite(s->val) ? "%.6f" : "null", s->val);
+    put_num(f, "val_loss_skip", s->val_skip, "%.6f");
+    fprintf(f,
+            ",\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"tokens\":%.0f,\"lost\":%llu,\"kills\":%d,"
+            "\"restarts\":%d,\"peers\":%d,\"rerouted\":%llu",
+            clock_now() - L->t0, s->tps, (double)L->run.steps * L->tokens_per_step, s->lost,
+            fl->kills, fl->restarts, L->n, s->rerouted);
+    put_num(f, "reroute_after_kill", s->reroute_after >= 0 ? s->reroute_after : NAN, "%.3f");
+    fprintf(f, ",\"moves\":%d,\"act_bytes\":%llu,\"copy_bytes\":%.0f", s->moves, s->act,
+            copy_bytes(s));
+    fprintf(f, ",\"mttr_n\":%d", fl->nmttr);
+    put_num(f, "mttr_min", fl->nmttr ? fl->mttr[0] : NAN, "%.3f");
+    put_num(f, "mttr_median", fl->nmttr ? fl->mttr[fl->nmttr / 2] : NAN, "%.3f");
+    put_num(f, "mttr_max", fl->nmttr ? fl->mttr[fl->nmttr - 1] : NAN, "%.3f");
+    fprintf(f, ",\"mttr_pending\":%d,\"kill_stage_missed\":%d", fl->npm,
+            L->lo.kill_stage >= 0 && !fl->ks_done);
+    fprintf(f, ",\"paused\":%d,\"pause_s\":%.1f,\"woken\":%d", fl->pz_state ? fl->pz_peer : -1,
+            fl->pz_state ? L->lo.pause_s : 0.0, fl->pz_state == 2);
+}
+
+/* "name":[i,...] of the peers for which pick says so */
+static void put_peer_list(FILE *f, const local_t *L, const char *name, int which)
+{
+    fprintf(f, ",\"%s\":[", name);
+    for (int i = 0, first = 1; i < L->n; i++) {
+        if (!(which ? L->ch[i].stopped_late : L->ch[i].killed)) continue;
+        fprintf(f, "%s%d", first ? "" : ",", i);
+        first = 0;
+    }
+    fprintf(f, "]");
+}
+
+static void put_processes(FILE *f, const sum_t *s)
+{
+    const local_t *L = s->L;
+    fprintf(f, ",\"unplanned\":[");
+    for (int i = 0, first = 1; i < L->n; i++) {
+        if (!local_watch_died_unplanned(&L->ch[i])) continue;
+        fprintf(f, "%s{\"peer\":%d,\"stage\":%d", first ? "" : ",", i, L->ch[i].stage);
+        put_end(f, &L->ch[i]);
+        fprintf(f, "}");
+        first = 0;
+    }
+    fprintf(f, "]");
+    put_peer_list(f, L, "killed", 0);
+    put_peer_list(f, L, "stopped_late", 1);
+    fprintf(f, ",\"processes\":[");
+    for (int i = 0; i < L->n; i++) {
+        const local_child_t *c = &L->ch[i];
+        const peer_rec_t *r = &s->peers[i];
+        fprintf(f,
+                "%s{\"peer\":%d,\"stage\":%d,\"store\":%d,\"killed\":%d,\"stopped_late\":%d,"
+                "\"unplanned\":%d",
+                i ? "," : "", i, c->stage, c->store, c->killed, c->stopped_late,
+                local_watch_died_unplanned(c));
+        put_end(f, c);
+        fprintf(f, ",\"id\":");
+        put_str(f, r->id);
+        if (r->left) {
+            fprintf(f, ",\"done_stage\":%d,\"done_step\":%lld,\"hash\":\"%s\"", r->done_stage,
+                    r->done_step, r->hash);
+            put_num(f, "served", r->served, "%.0f");
+            put_num(f, "resent", r->resent, "%.0f");
+            put_num(f, "lost", r->lost, "%.0f");
+            put_num(f, "throughput", r->throughput, "%.1f");
+            put_num(f, "moves", r->moves, "%.0f");
+            put_num(f, "revisits", r->revisits, "%.0f");
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
+static void put_wire(FILE *f, const sum_t *s)
+{
+    fprintf(f, ",\"wire_sent\":{");
+    for (int k = 0; k < WIRE_KINDS; k++)
+        fprintf(f, "%s\"%s\":%llu", k ? "," : "", transport_wire_name(k), s->sent[k]);
+    fprintf(f, ",\"total\":%llu}", sent_total(s));
+}
+
+static void put_faults(FILE *f, const local_t *L)
+{
+    fprintf(f, ",\"faults\":[");
+    for (int k = 0; k < L->f.nlog; k++) {
+        const local_fault_t *x = &L->f.log[k];
+        fprintf(f, "%s{\"peer\":%d,\"stage\":%d,\"step\":%lld,\"t\":%.3f,\"cause\":\"%s\"}",
+                k ? "," : "", x->peer, x->stage, x->step, x->t, x->cause);
+    }
+    fprintf(f, "]");
+    if (!L->have_last_view) return;
+    fprintf(f, ",\"placement\":[");
+    for (int st = 0; st < L->S; st++) fprintf(f, "%s%d", st ? "," : "", L->last_view.peers_per[st]);
+    fprintf(f, "]");
+}
+
+static void put_recoveries(FILE *f, const sum_t *s)
+{
+    fprintf(f, ",\"recoveries\":[");
+    for (int k = 0; k < s->nrec; k++) {
+        const recovery_t *r = &s->rec[k];
+        fprintf(f, "%s{\"peer\":%d,\"stage\":%d,\"step\":%lld", k ? "," : "", r->peer, r->stage,
+                r->step);
+        put_num(f, "seconds", r->seconds, "%.2f");
+        fprintf(f, ",\"by\":");
+        put_str(f, r->by);
+        fprintf(f, ",\"method\":");
+        put_str(f, r->method);
+        fprintf(f, ",\"from\":%d,\"and\":%d,\"blocks_from\":%d,\"part\":", r->from, r->and_,
+                r->blocks_from);
+        put_str(f, r->part);
+        fprintf(f, ",\"part_from\":");
+        put_str(f, r->part_from);
+        fprintf(f, ",\"copy_step\":%lld,\"judged\":%d,\"ckpt_step\":%lld", r->copy_step, r->judged,
+                r->ckpt_step);
+        put_num(f, "chosen_loss", r->chosen_loss, "%.4f");
+        put_num(f, "other_loss", r->other_loss, "%.4f");
+        put_num(f, "lr_scale", r->lr_scale, "%.2f");
+        fprintf(f, ",\"how\":");
+        put_str(f, r->how);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+}
+
+static void put_moves_vals(FILE *f, const sum_t *s)
+{
+    fprintf(f, ",\"moved\":[");
+    for (int k = 0; k < s->nmv; k++) {
+        const move_t *m = &s->mv[k];
+        fprintf(f, "%s{\"peer\":%d,\"from\":%d,\"to\":%d,\"step\":%lld,\"at\":%.1f,\"why\":",
+                k ? "," : "", m->peer, m->from, m->to, m->step, m->t);
+        put_str(f, m->why);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\"vals\":[");
+    for (int k = 0; k < s->nvals; k++)
+        fprintf(f, "%s{\"step\":%lld,\"val_loss\":%.4f,\"at\":%.1f}", k ? "," : "", s->vals[k].step,
+                s->vals[k].loss, s->vals[k].t);
+    fprintf(f, "]");
+}
+
+static void write_json(const sum_t *s)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/summary.json", s->L->lo.dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    put_scalars(f, s);
+    put_processes(f, s);
+    put_wire(f, s);
+    put_faults(f, s->L);
+    put_recoveries(f, s);
+    put_moves_vals(f, s);
+    fprintf(f, "}\n");
+    fclose(f);
+}
+
+int local_summary(local_t *L)
+{
+    sum_t *s = calloc(1, sizeof *s);
+    peer_rec_t *peers = calloc((size_t)(L->n ? L->n : 1), sizeof *peers);
+    if (!s || !peers) {
+        free(s);
+        free(peers);
+        fprintf(stderr, "swarmtrain local: out of memory for the summary\n");
+        return 1;
+    }
+    s->L = L;
+    s->peers = peers;
+    read_all(s);
+    qsort(L->f.mttr, (size_t)L->f.nmttr, sizeof *L->f.mttr, cmp_double);
+    qsort(s->vals, (size_t)s->nvals, sizeof *s->vals, cmp_val);
+    print_totals(s);
+    print_faults(s);
+    print_story(s);
+    write_json(s);
+    /* a poisoned member's refused messages lose its microbatches by design */
+    int rc = isnan(s->val) || (s->lost && !L->lo.poison_kind[0]) ? 1 : 0;
+    free(peers);
+    free(s);
+    return rc;
+}
+
+void local_summary_orphan(const local_t *L, int stage, long long step)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/summary.json", L->lo.dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "{\"val_loss\":null,\"orphan_stage\":%d,\"step\":%lld}\n", stage, step);
+    fclose(f);
+}

@@ -44,7 +44,8 @@ int join_setup_stage(peer_t *p)
                           p->run.demo_local);
     if (p->run.optimizer == TRAIN_DEMO && !(p->held.dopt = demo_opt_new(p->held.st, &p->run.demo, p->err)))
         return STATUS_EINVAL;
-    if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: step.c */
+    if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: update.c */
+    p->held.update = update_rule(p->held.st, p->k, p->held.dopt, &p->run.opt);
     peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
         int rc = peer_open_corpus(p, &p->held.data);

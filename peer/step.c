@@ -245,9 +245,29 @@ static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
 /* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
  * The messages are taken in one order on every member (origin, then part): float sums
  * in arrival order would differ in their last bits from member to member. */
-static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
+/* The pool's messages of the step that enter its update (the pool's rules, the same on
+ * every member that holds the same messages): DeMo bodies whose norm is far above the
+ * pool's recent updates are left out (the update guard), the hash vote may find this
+ * replica diverged (STATUS_ECORRUPT: the caller re-syncs), and a message that counts a
+ * microbatch already counted is left out whole. */
+typedef struct {
+    const uint8_t **bodies; /* the bodies that enter the update */
+    size_t *lens;
+    int m;
+    uint8_t *counted; /* the microbatches they count (M bits) */
+    uint32_t total;
+    int twice;        /* stays 0: an overlapping message is left out (the simulator checks) */
+} chosen_t;
+
+static void chosen_free(chosen_t *c)
+{
+    free(c->bodies), free(c->lens), free(c->counted);
+}
+
+static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *c)
 {
     qsort(msgs, (size_t)n, sizeof *msgs, msg_order);
+    memset(c, 0, sizeof *c);
     uint32_t total = 0;
     int m = 0, nv = 0;
     size_t nb = pool_bitmap_bytes(p->pool);
@@ -306,7 +326,6 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
     free(voters);
-    int twice = 0; /* stays 0: an overlapping message is left out (the simulator checks) */
     for (int i = 0; i < n; i++) {
         if (out[i]) continue;
         if (!p->held.dopt && !dense_ok(p, msgs[i])) {
@@ -337,52 +356,21 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     }
     free(out);
     free(norm);
-    int rc = 0;
-    float gnorm = 0;
-    if (p->held.dopt && m == 0) {
-        /* every message of the step was refused (a follower: its only mates are bad): no
-         * update here; the hash vote of the next step repairs this replica if the pool
-         * applied one */
-        char h[9];
-        log_warn("peer: step %" PRId64 ": no update taken (every message refused), e.g. %s's",
-                 p->step, n ? peer_idhex(msgs[0]->origin, h) : "none");
-    } else if (p->held.dopt) {
-        /* the weight decay too, on every member, not in demo_opt_prepare: until the pool's
-         * update the parameters stay those of the step's start, and so does a state this
-         * member serves in between (a joiner's hash once differed: it downloaded decayed
-         * parameters labelled with the step, and decayed them again; sim mild 4x2 --swap
-         * 0.5 seed 7225 re-synced forever) */
-        demo_opt_decay(p->held.dopt, &p->run.opt, p->step);
-        rc = demo_opt_apply(p->held.dopt, &p->run.opt, p->step, bodies, lens, m, p->err);
-        gnorm = p->rec.last_gnorm; /* this replica's, from demo_opt_prepare (logged) */
-    } else {
-        size_t P = stage_num_params(p->held.st);
-        float *sum = calloc(P, sizeof(float));
-        if (!sum) rc = STATUS_ENOMEM;
-        for (int j = 0; sum && j < m; j++) {
-            const float *g = (const float *)(const void *)bodies[j];
-            for (size_t i = 0; i < P; i++) sum[i] += g[i];
-        }
-        if (sum) {
-            kern_upload(p->k, stage_grads(p->held.st), sum, P * sizeof(float));
-            optim_adamw_step(p->held.st, &p->run.opt, p->step, 1.0f / (float)(total ? total : 1),
-                             &gnorm);
-        }
-        free(sum);
-    }
-    free(bodies);
-    free(lens);
-    if (rc) {
-        free(counted);
-        return rc;
-    }
+    *c = (chosen_t){.bodies = bodies, .lens = lens, .m = m, .counted = counted, .total = total};
+    return 0;
+}
+
+/* What follows an update: the stage's gradient norm, the log line, the pool's pace, the
+ * next step (and the join margin), the simulator's hooks, lost microbatches, the store. */
+static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, int following)
+{
+    float gnorm = r->gnorm;
+    const uint8_t *counted = c->counted;
+    int twice = c->twice;
     double now = p->now;
     /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
-     * same on every replica, so that any member's snapshot has the same bytes: AdamW's
-     * clipped norm of the pool's summed gradient; DeMo's norm of the pool's update */
-    float sg = p->held.dopt ? demo_opt_update_norm(p->held.dopt) : gnorm;
-    if (!p->held.dopt && p->run.opt.clip > 0 && sg > p->run.opt.clip) sg = p->run.opt.clip;
-    p->contrib.stage_gnorm = sg;
+     * same on every replica, so that any member's snapshot has the same bytes */
+    p->contrib.stage_gnorm = r->stage_gnorm;
     log_step(p, gnorm, now);
     /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
      * slow a pace gives too few steps for gossip to tell every mate when it starts
@@ -453,7 +441,6 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
             if (p->po.hooks.lost)
                 p->po.hooks.lost(p->po.hooks.ctx, p, applied, (uint32_t)b, "not in the update");
         }
-    free(counted);
     step_reset(p);
     if (p->ps) {
         const msg_member_t *me = view_find(&p->view, p->self.id);
@@ -463,6 +450,36 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
         peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->run.steps);
     }
     return 0;
+}
+
+/* The step's update from the pool's messages: the pool chooses them, the stage's update
+ * rule (model/update.h) applies their bodies, then what follows an update (after_update). */
+static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
+{
+    chosen_t c;
+    int rc = choose_messages(p, msgs, n, &c);
+    if (rc) return rc;
+    update_result_t r = {0};
+    if (p->held.dopt && c.m == 0) {
+        /* every message of the step was refused (a follower: its only mates are bad): no
+         * update here; the hash vote of the next step repairs this replica if the pool
+         * applied one */
+        char h[9];
+        log_warn("peer: step %" PRId64 ": no update taken (every message refused), e.g. %s's",
+                 p->step, n ? peer_idhex(msgs[0]->origin, h) : "none");
+        r.stage_gnorm = demo_opt_update_norm(p->held.dopt);
+    } else {
+        update_batch_t b = {.step = p->step,
+                            .bodies = c.bodies,
+                            .lens = c.lens,
+                            .n = c.m,
+                            .counted = c.total,
+                            .replica_gnorm = p->rec.last_gnorm};
+        rc = p->held.update.apply(&p->held.update, &b, &r, p->err);
+    }
+    if (!rc) rc = after_update(p, &c, &r, following);
+    chosen_free(&c);
+    return rc;
 }
 
 /* One line on what this member waits for, when its pool has not stepped for 10 s. */

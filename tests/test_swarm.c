@@ -723,6 +723,9 @@ static void test_resume(void **state)
         clock_sleep(0.1);
     }
     clock_sleep(extra);
+    /* the steps done when the signal goes (the drawn moment is late by the poll and the
+     * machine's load: the bound below is from what the run reached, not the target) */
+    int at_kill = steps_done("cut/peer0.events.jsonl");
     kill(l, SIGINT);
     rc = finish(l, 60);
     char *out = slurp("cut.log");
@@ -781,8 +784,9 @@ static void test_resume(void **state)
            resumed, whole, 100 * (resumed / whole - 1));
     /* the state each peer left with at Ctrl-C, or the newest periodic checkpoint when the
      * stages stopped a step apart: never older than the last multiple of 10 */
-    if (!(agreed >= target / 10 * 10 && agreed <= target + 20))
-        fail_msg("resumed at step %lld, Ctrl-C was at step %d (seed %u)", agreed, target, seed);
+    if (!(agreed >= target / 10 * 10 && agreed <= at_kill + 10))
+        fail_msg("resumed at step %lld, Ctrl-C was at step %d (%d steps done) (seed %u)", agreed,
+                 target, at_kill, seed);
     if (!(fabs(resumed / whole - 1) < 0.02))
         fail_msg("val_loss %.4f resumed against %.4f uninterrupted (seed %u)", resumed, whole,
                  seed);

@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The adapted custody time is at most this many times the fixed one (custody_time). */
-#define CUSTODY_RTO_CAP 3.0
 /* A forward with no next peer to take it is tried again this often. */
 #define CUSTODY_RETRY_S 0.05
 
@@ -194,17 +192,37 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
      * revisit whose peer is gone: drop_revisit logged it) */
 }
 
+/* The record's case for custody_act, with a NACK's reason or none. */
+static custody_case_t case_of(const peer_t *p, const mbrec_t *r, const char *nack)
+{
+    int back = -1, to = next_stage(p, r, &back);
+    return (custody_case_t){.sent = r->sent,
+                            .sent_at = r->sent_at,
+                            .wait_s = r->sent ? custody_time(p, r) : 0,
+                            .next = r->sent ? view_find(&p->view, r->next) : NULL,
+                            .next_stage = to,
+                            .revisit = back >= 0,
+                            .nack = nack};
+}
+
+/* Acts on custody_act's answer for r; `timeouts`: a re-send for time is taken too. */
+static void act_on(peer_t *p, mbrec_t *r, const char *nack, int timeouts)
+{
+    custody_case_t c = case_of(p, r, nack);
+    if (!timeouts) c.wait_s = INFINITY;
+    const char *why;
+    int a = custody_act(&c, p->now, &why);
+    if (a == CUSTODY_DROP)
+        drop_revisit(p, r, why);
+    else if (a == CUSTODY_REROUTE)
+        custody_reroute(p, r, why);
+}
+
 void custody_on_view(peer_t *p)
 {
     for (int i = 0; p->held.st && i < p->cust.nmbs; i++) {
         mbrec_t *r = &p->cust.mbs[i];
-        if (!r->used || !r->sent) continue;
-        const msg_member_t *nx = view_find(&p->view, r->next);
-        int back = -1, to = next_stage(p, r, &back);
-        if (!nx || (back < 0 && nx->stage != to))
-            custody_reroute(p, r, "its next peer is gone");
-        else if (back < 0 && nx->state != MEMBER_SERVING)
-            custody_reroute(p, r, "its next peer is re-syncing"); /* a revisit's refuses */
+        if (r->used && r->sent) act_on(p, r, NULL, 0);
     }
 }
 
@@ -214,13 +232,16 @@ void custody_on_nack(peer_t *p, const msg_t *m)
     if (!r || !r->sent || memcmp(r->next, m->sender, MSG_ID_LEN)) return;
     char why[MSG_TEXT_MAX + 32];
     snprintf(why, sizeof why, "refused (%s)", m->text);
-    int back = -1;
-    next_stage(p, r, &back);
-    if (back >= 0 && strcmp(m->text, "busy")) { /* a revisit has nowhere else to go */
+    custody_case_t c = case_of(p, r, why);
+    c.wait_s = INFINITY;
+    const char *w;
+    /* "busy" is told by the text itself: the rule keeps a busy refusal re-sendable */
+    c.nack = strcmp(m->text, "busy") ? why : "busy";
+    int a = custody_act(&c, p->now, &w);
+    if (a == CUSTODY_DROP)
         drop_revisit(p, r, why);
-        return;
-    }
-    custody_reroute(p, r, why);
+    else
+        custody_reroute(p, r, why);
 }
 
 /* How long a forward waits for its gradient: the custody time on stage 0, less on each
@@ -260,17 +281,7 @@ double custody_time(const peer_t *p, const mbrec_t *r)
         path_hop_t h[PATH_HOPS_MAX];
         later = custody_hops(p, r, h) - 1 - r->hop;
     }
-    double base = span > 0 ? p->po.custody_s * later / span : p->po.custody_s;
-    /* Adapted to the round trips its forwards took (network both ways, the later stages'
-     * compute and queues), as TCP's retransmission timeout: srtt + 4 rttvar. The fixed
-     * time is the floor, never undercut; and at most CUSTODY_RTO_CAP times it, so that one
-     * very late gradient does not stall re-routing for long. */
-    if (p->cust.fb_rtt.n > 0) {
-        double rto = rtt_rto(&p->cust.fb_rtt);
-        if (rto > CUSTODY_RTO_CAP * base) rto = CUSTODY_RTO_CAP * base;
-        if (rto > base) base = rto;
-    }
-    return base;
+    return custody_wait(p->po.custody_s, later, span, &p->cust.fb_rtt);
 }
 
 void custody_on_gradient(peer_t *p, const msg_t *m)
@@ -287,9 +298,13 @@ void custody_tick(peer_t *p)
     for (int i = 0; i < p->cust.nmbs; i++) {
         mbrec_t *r = &p->cust.mbs[i];
         if (!r->used || !r->act) continue;
-        if (!r->sent)
+        if (!r->sent) {
             custody_forward(p, r, NULL);
-        else if (p->now - r->sent_at >= custody_time(p, r))
-            custody_reroute(p, r, "no gradient back in time");
+            continue;
+        }
+        custody_case_t c = case_of(p, r, NULL);
+        c.next = &(msg_member_t){.stage = c.next_stage, .state = MEMBER_SERVING}; /* time only */
+        const char *why;
+        if (custody_act(&c, p->now, &why) == CUSTODY_REROUTE) custody_reroute(p, r, why);
     }
 }

@@ -4,8 +4,10 @@
  * re-sends elsewhere); plus the round trips of its forwards (the custody timeout) and
  * the FWDs delivered lately (a FWD delivered twice is dropped, serve.c).
  *
- * Lifetime: the records, the stage held (join.c allocates them with the stage's slots,
- * move.c frees them); the round trips and the FWDs seen, the process. */
+ * Lifetime: the records, the stage held (custody_alloc with the stage's slots,
+ * custody_free when it is left); the round trips and the FWDs seen, the process. Its
+ * rules (the wait, what to do with a record sent on) are pure functions below, which
+ * custody.c applies to its records. */
 #ifndef SWARMTRAIN_CUSTODY_H
 #define SWARMTRAIN_CUSTODY_H
 
@@ -63,5 +65,30 @@ typedef struct {
     fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
     unsigned fwd_seen_next;
 } custody_t;
+
+/* ---- custody's rules, pure (custody_rules.c; tests/test_parts.c drives them alone) ---- */
+
+/* How long a forward waits for its gradient: custody_s on the first stage, less on each
+ * later stage in proportion to the hops still to come (`later` of `span`), so that the
+ * hop nearest a loss re-sends first (two hops re-sending one loss at once made two
+ * members count it: sim mild 3x2 seed 1140). Adapted to the round trips the forwards took
+ * (srtt + 4 rttvar, as TCP's RTO): never below that fixed time, at most
+ * CUSTODY_RTO_CAP times it. */
+#define CUSTODY_RTO_CAP 3.0
+double custody_wait(double custody_s, int later, int span, const rtt_t *fb_rtt);
+
+/* What to do with a record it sent on (custody_act): keep waiting, re-send it elsewhere,
+ * or drop it (a revisit, which only its first visit's peer may take, refused by it). */
+enum { CUSTODY_KEEP = 0, CUSTODY_REROUTE = 1, CUSTODY_DROP = 2 };
+typedef struct {
+    int sent;                  /* sent on and waiting for its gradient */
+    double sent_at, wait_s;    /* when, and its custody time (custody_wait) */
+    const msg_member_t *next;  /* the next peer's entry in the view; NULL: gone */
+    int next_stage;            /* the stage its next hop is on */
+    int revisit;               /* the next hop goes back to its first visit's peer */
+    const char *nack;          /* a refusal from the next peer (its reason), or NULL */
+} custody_case_t;
+/* The rule for one record at `now`; *why says the reason (static text, or the NACK's). */
+int custody_act(const custody_case_t *c, double now, const char **why);
 
 #endif

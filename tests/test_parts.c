@@ -2,6 +2,7 @@
  * each rule on the part's own state (peer/guard.h, peer/rebal.h), and the timeout type
  * the parts keep their timers in (common/timeout.h). */
 #include "common/timeout.h"
+#include "peer/custody.h"
 #include "peer/follow.h"
 #include "peer/guard.h"
 #include "peer/join.h"
@@ -453,6 +454,64 @@ static void test_source_gone_owner(void **state)
     assert_int_equal(s.n, 0);
 }
 
+/* Custody's wait (sim mild 3x2 seed 1140): the hop nearest a loss re-sends first, so two
+ * hops never re-send one loss at once; the wait adapts to the forwards' round trips but
+ * never undercuts the fixed time, and one very late gradient does not raise it past
+ * CUSTODY_RTO_CAP times that. */
+static void test_custody_wait(void **state)
+{
+    (void)state;
+    /* 3 stages: stage 0 waits for both later hops, stage 1 for one */
+    assert_true(fabs(custody_wait(60, 2, 2, NULL) - 60) < 1e-9);
+    assert_true(fabs(custody_wait(60, 1, 2, NULL) - 30) < 1e-9);
+    assert_true(custody_wait(60, 1, 2, NULL) < custody_wait(60, 2, 2, NULL));
+    rtt_t r;
+    memset(&r, 0, sizeof r);
+    rtt_note(&r, 0.5); /* fast round trips: the fixed time is the floor */
+    assert_true(fabs(custody_wait(10, 1, 1, &r) - 10) < 1e-9);
+    for (int i = 0; i < 8; i++) rtt_note(&r, 20.0); /* slow ones: the wait follows ... */
+    double w = custody_wait(10, 1, 1, &r);
+    assert_true(w > 10 && w <= 30 + 1e-9);
+    rtt_note(&r, 1000.0); /* ... up to the cap */
+    assert_true(fabs(custody_wait(10, 1, 1, &r) - CUSTODY_RTO_CAP * 10) < 1e-9);
+}
+
+/* Custody's re-route rules: a forward whose next peer is gone (or moved to another
+ * stage), re-syncing, refused, or silent past its wait is sent elsewhere; a revisit,
+ * which only its first visit's peer may take, is dropped when that peer refuses it (not
+ * when it is busy), and neither its stage nor its state is asked (its entry may lag). */
+static void test_custody_reroute(void **state)
+{
+    (void)state;
+    msg_member_t nx = {.stage = 1, .state = MEMBER_SERVING};
+    custody_case_t c = {.sent = 1, .sent_at = 100, .wait_s = 5, .next = &nx, .next_stage = 1};
+    const char *why;
+    assert_int_equal(custody_act(&c, 104.9, &why), CUSTODY_KEEP);
+    assert_int_equal(custody_act(&c, 105.0, &why), CUSTODY_REROUTE);
+    assert_string_equal(why, "no gradient back in time");
+    c.next = NULL;
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_REROUTE);
+    assert_string_equal(why, "its next peer is gone");
+    nx.stage = 2; /* moved away */
+    c.next = &nx;
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_REROUTE);
+    nx.stage = 1, nx.state = MEMBER_JOINING;
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_REROUTE);
+    assert_string_equal(why, "its next peer is re-syncing");
+    c.revisit = 1; /* a revisit: its first visit's peer, whatever its entry says */
+    nx.stage = 0;
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_KEEP);
+    c.nack = "refused (not serving)";
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_DROP);
+    c.nack = "busy";
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_REROUTE);
+    c.revisit = 0, c.nack = "refused (stale step)";
+    nx.stage = 1, nx.state = MEMBER_SERVING;
+    assert_int_equal(custody_act(&c, 101, &why), CUSTODY_REROUTE);
+    c.sent = 0; /* not sent yet: nothing to decide here */
+    assert_int_equal(custody_act(&c, 1e9, &why), CUSTODY_KEEP);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +527,8 @@ int main(void)
         cmocka_unit_test(test_follow_behind),
         cmocka_unit_test(test_join_start),
         cmocka_unit_test(test_source_gone_owner),
+        cmocka_unit_test(test_custody_wait),
+        cmocka_unit_test(test_custody_reroute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,9 @@ typedef struct {
     int over;      /* the run is over for this peer (its validation said, or it heard so) */
     timeout_t gone; /* end.gone: at the last step, a stage seen there gone from the view, since */
     uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
+    double last_step_at; /* the loop's last turn (peer_step) ... */
+    double woke_at;      /* ... and when it last ran again after a pause longer than the
+                          * member timeout (SIGSTOP, a suspended laptop): 0, never */
 } end_state_t;
 
 #endif

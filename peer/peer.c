@@ -432,6 +432,22 @@ static void end_tick(peer_t *p)
     if (p->ending.over) return;
     int alone = 1; /* no other member at all: nothing left to follow or download from */
     for (int i = 0; i < p->view.n && alone; i++) alone = peer_is_self(p, p->view.m[i].id);
+    /* Woken from a pause to find every member it knew gone: the run ended, or moved on,
+     * without it (those that finished told only the members alive to them, and to them
+     * this peer was dead). It says so and leaves instead of waiting for a joiner to train
+     * a fork of the run with (sim --faults pause seed 60076). A peer that was not paused
+     * and outlives the others waits for joiners: its stage's state is the swarm's. */
+    if (p->ending.woke_at > 0 && alone && p->step < p->run.steps) {
+        timeout_ensure(&p->ending.gone, p->now);
+        if (!timeout_fired(&p->ending.gone, p->now)) return;
+        fprintf(p->log, "peer: left behind: every member it knew is gone since it was paused "
+                        "(at step %" PRId64 " of %d); the run ended or moved on "
+                        "without it\n",
+                p->step, p->run.steps);
+        peer_event(p, "run_over", "why=%s", "left_behind");
+        p->ending.over = 1;
+        return;
+    }
     if (p->step < p->run.steps && !(p->ending.seen && alone)) {
         timeout_stop(&p->ending.gone);
         return;
@@ -487,6 +503,15 @@ static double next_wake(const peer_t *p, double now)
 int peer_step(peer_t *p, double now, double *wake_at)
 {
     p->now = now;
+    /* a loop that did not run for longer than the member timeout: this process was
+     * paused (its network thread too: the others took it for dead) */
+    if (p->ending.last_step_at > 0 && now - p->ending.last_step_at > p->po.peer_timeout_s) {
+        p->ending.woke_at = now;
+        fprintf(p->log, "peer: paused for %.1f s (its loop did not run) at step %" PRId64 "\n",
+                now - p->ending.last_step_at, p->step);
+        peer_event(p, "woke", "paused_s=%.1f", now - p->ending.last_step_at);
+    }
+    p->ending.last_step_at = now;
     int rc = 0, did = 0;
     switch (p->phase) {
     case PHASE_HELLO:

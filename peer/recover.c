@@ -363,6 +363,7 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
         const msg_member_t *m;
         if (s == p->stage || view_stage(&p->view, s, 0, &m) > 0) {
             timeout_stop(&p->rec.empty[s]);
+            p->rec.orphan_said &= ~(1ull << (s & 63));
             continue;
         }
         if (!timeout_running(&p->rec.empty[s])) {
@@ -382,6 +383,18 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
          * back after a few seconds, rebuilt before the neighbour's mover came, without
          * its copy of the first or last stage's embedding or head (bench_checkfree). */
         if (!timeout_fired(&p->rec.empty[s], p->now)) continue;
+        int spare = 0; /* pools a member may move from: two or more serving */
+        for (int t = 0; t < p->dims.S; t++) spare += t != s && pool_serving(p, t) >= 2;
+        if (!spare && !((p->rec.orphan_said >> (s & 63)) & 1)) {
+            /* nobody may move to rebuild it: it waits for a joiner, and says so (once) */
+            p->rec.orphan_said |= 1ull << (s & 63);
+            fprintf(p->log, "lost-stage: stage %d has no peer, and no pool can spare one to "
+                            "rebuild it: waiting for a joiner\n", s);
+            fflush(p->log);
+            peer_event(p, "stage_orphan", "lost=%d", s);
+        } else if (spare) {
+            p->rec.orphan_said &= ~(1ull << (s & 63));
+        }
         int to = mover_target(p, s);
         if (to < 0 || to == p->stage) continue;
         if (to == s) {

@@ -18,6 +18,7 @@ typedef struct {
     float lr_scale;     /* this stage's learning rate over the run's (x1.1 once rebuilt) */
     float base_lr;      /* the run's */
     timeout_t *empty;   /* [S] recover.empty: a stage seen with no peer, since (stopped: has one) */
+    uint64_t orphan_said; /* bit s: said that stage s waits for a joiner (nobody can move) */
     xfer_t *aux;        /* a fetch of another stage's state: neighbours, copies */
     int aux_stage;
     timeout_t aux_wait; /* recover.copy: a fetch of a copy, dropped (retried) after this */

@@ -293,6 +293,14 @@ static char *status_json(void *ctx, size_t *len)
         first = 0;
     }
     fprintf(f, "],\"pools\":[");
+    int spare = 0; /* pools with a member to spare: more than one serving */
+    for (int s = 0; s <= maxstage; s++) {
+        int k = 0;
+        for (int i = 0; i < members_count(mem); i++)
+            k += members_at(mem, i)->alive && members_at(mem, i)->m.stage == s &&
+                 members_at(mem, i)->m.state == MEMBER_SERVING;
+        spare += k >= 2;
+    }
     for (int s = 0; s <= maxstage; s++) {
         int peers = 0;
         double tp = 0;
@@ -306,8 +314,13 @@ static char *status_json(void *ctx, size_t *len)
             if (m->step > step) step = m->step;
             if (isfinite(m->loss)) loss = m->loss;
         }
-        fprintf(f, "%s{\"stage\":%d,\"peers\":%d,\"throughput\":%.3f,\"step\":%lld,\"loss\":",
-                s ? "," : "", s, peers, tp, step < 0 ? 0 : step);
+        /* a stage with no peer that no pool can spare one for (recover.c moves a member of
+         * a pool of two or more): it waits for a joiner */
+        int orphan = !peers && !spare;
+        fprintf(f,
+                "%s{\"stage\":%d,\"peers\":%d,\"orphan\":%s,\"throughput\":%.3f,\"step\":%lld,"
+                "\"loss\":",
+                s ? "," : "", s, peers, orphan ? "true" : "false", tp, step < 0 ? 0 : step);
         if (isfinite(loss))
             fprintf(f, "%.5f}", loss);
         else

@@ -1135,6 +1135,15 @@ static void test_local_orphan_stage(void **state)
     json_obj_t sum;
     free(summary("orphan", &sum));
     assert_int_equal((int)json_num(&sum, "orphan_stage"), 1);
+    /* the peers left say so too (and status: its pools' "orphan"): stage 1 waits for a
+     * joiner, nobody may move to rebuild it */
+    for (int i = 0; i < 3; i += 2) {
+        char name[64];
+        snprintf(name, sizeof name, "orphan/peer%d.events.jsonl", i);
+        json_obj_t o;
+        if (!last_event(name, "stage_orphan", &o)) fail_msg("peer %d did not say stage 1 waits", i);
+        assert_int_equal((int)json_num(&o, "lost"), 1);
+    }
 }
 
 /* A status document's only peer row into o. */

@@ -36,6 +36,20 @@ static void pool_row(void *ctx, const json_obj_t *o)
            json_get(o, "throughput"), json_get(o, "step"), json_get(o, "loss"));
 }
 
+/* A stage with no peer: rebuilt by a member another pool spares, or waiting for a joiner. */
+static void pool_note(void *ctx, const json_obj_t *o)
+{
+    (void)ctx;
+    if (atoi(json_get(o, "peers")) > 0) return;
+    if (!strcmp(json_get(o, "orphan"), "true"))
+        printf("  stage %s has no peer, and no pool can spare one to rebuild it: waiting for a "
+               "joiner\n",
+               json_get(o, "stage"));
+    else
+        printf("  stage %s has no peer: a pool with a member to spare sends one to rebuild it\n",
+               json_get(o, "stage"));
+}
+
 static void peer_row(void *ctx, const json_obj_t *o)
 {
     (void)ctx;
@@ -254,6 +268,7 @@ static int show(const char *json)
 {
     printf("pools:\n  %-6s %-6s %-12s %-8s %-8s\n", "stage", "peers", "samples/s", "step", "loss");
     if (json_each(json, "pools", pool_row, NULL) < 0) return -1;
+    json_each(json, "pools", pool_note, NULL);
     printf("peers:\n  %-16s %-24s %-5s %-8s %-7s %-7s %-9s %9s %9s %-7s %-8s\n", "id", "address",
            "stage", "state", "uptime", "step", "served", "MB in", "MB out", "retries", "rejected");
     if (json_each(json, "peers", peer_row, NULL) < 0) return -1;

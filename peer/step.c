@@ -821,6 +821,7 @@ int step_tick(peer_t *p)
         log_warn("peer: step %" PRId64 ": %d pool message(s) missing after 30 s; stepping "
                  "without them",
                  p->step, missing);
+        peer_event(p, "step_deadline", "missing=%d", missing);
     }
     int cap = pool_messages(p->pool, p->step, NULL, 0);
     const pool_msg_t **msgs = malloc((size_t)(cap ? cap : 1) * sizeof *msgs);

@@ -1,7 +1,7 @@
 # The swarm suite runs real peer processes; each case is its own ctest entry so that
 # labels say what kind of test it is (integration or fault).
 add_executable(test_swarm ${CMAKE_CURRENT_SOURCE_DIR}/test_swarm.c ${CMAKE_CURRENT_SOURCE_DIR}/testutil.c
-  ${CMAKE_SOURCE_DIR}/tools/json.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/record.c ${CMAKE_SOURCE_DIR}/tools/json.c)
 target_link_libraries(test_swarm PRIVATE st_peer PkgConfig::CMOCKA)
 st_include_root(test_swarm tools PRIVATE)
 foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:integration

@@ -22,6 +22,7 @@
 #include "swarm/status_client.h"
 #include "swarm/transport.h"
 #include "common/status.h"
+#include "record.h"
 #include "testutil.h"
 #include "tools/json.h"
 
@@ -89,66 +90,30 @@ static char *slurp(const char *name)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
+    return record_slurp(path);
 }
 
-/* ---- the record: summary.json, events files, status --json --------------------------- */
+/* ---- the record: summary.json, events files, status --json (record.h) ----------------- */
 
-typedef struct {
-    const char *kind; /* events only: the kind kept (NULL: every object) */
-    json_obj_t *o;    /* the objects kept (realloc'd) */
-    int n;
-} rows_t;
-
-static void add_row(void *ctx, const json_obj_t *o)
-{
-    rows_t *r = ctx;
-    if (r->kind && strcmp(json_get(o, "kind"), r->kind)) return;
-    json_obj_t *g = realloc(r->o, (size_t)(r->n + 1) * sizeof *g);
-    assert_non_null(g);
-    r->o = g;
-    r->o[r->n++] = *o;
-}
-
-/* The objects of the array `array` of a JSON document (caller frees); *n: how many. */
 static json_obj_t *rows(const char *json, const char *array, int *n)
 {
-    rows_t r = {NULL, NULL, 0};
-    if (json_each(json, array, add_row, &r) < 0) fail_msg("no array \"%s\" in:\n%s", array, json);
-    *n = r.n;
-    return r.o;
+    return record_rows(json, array, n);
 }
 
-/* The events of `kind` (NULL: all) in the JSON lines file DIR/<name>, in order (caller
- * frees); *n: how many (0 when there is no such file). Every line must read. */
+/* The events of `kind` (NULL: all) in the JSON lines file DIR/<name>. */
 static json_obj_t *events(const char *name, const char *kind, int *n)
 {
-    char *text = slurp(name);
-    rows_t r = {kind, NULL, 0};
-    if (text) assert_int_equal(json_lines(text, add_row, &r), 0);
-    free(text);
-    *n = r.n;
-    return r.o;
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return record_events(path, kind, n);
 }
 
 /* DIR/<run>/summary.json: its text (caller frees) and its top-level scalars into top. */
 static char *summary(const char *run, json_obj_t *top)
 {
-    char name[128];
-    snprintf(name, sizeof name, "%s/summary.json", run);
-    char *s = slurp(name);
-    if (!s) fail_msg("no %s", name);
-    assert_int_equal(json_object(s, NULL, top), 0);
-    return s;
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, run);
+    return record_summary(path, top);
 }
 
 /* How many objects of the summary's array `array` there are. */
@@ -175,11 +140,9 @@ static int step_losses(const char *name, double *loss, int max)
 /* The last event of `kind` in DIR/<name> into o; 0 when there is none. */
 static int last_event(const char *name, const char *kind, json_obj_t *o)
 {
-    int n;
-    json_obj_t *ev = events(name, kind, &n);
-    if (n) *o = ev[n - 1];
-    free(ev);
-    return n > 0;
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return record_last_event(path, kind, o);
 }
 
 /* The final held-out loss of train's events (DIR/<name>): its last "val_loss" with final 1. */

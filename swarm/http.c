@@ -2,6 +2,8 @@
  * shard manifests and bootstrap lists (http.h, docs/http-data.md).
  * Not for: the peer-to-peer wire or reading the corpus. */
 #include "swarm/http.h"
+
+#include "common/events.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -1006,7 +1008,8 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err)
 
 /* One pass over the list at url: the first endpoint that answers, or STATUS_ENET with
  * every endpoint and its reason in err. */
-static int bootstrap_pick_once(const char *url, int timeout_ms, FILE *log, char *endpoint,
+static int bootstrap_pick_once(const char *url, int timeout_ms, FILE *log, events_t *ev,
+                               char *endpoint,
                                size_t n, char *err)
 {
     char **eps = NULL;
@@ -1019,12 +1022,15 @@ static int bootstrap_pick_once(const char *url, int timeout_ms, FILE *log, char 
         if (!http_bootstrap_probe(eps[i], timeout_ms, why)) {
             if (log)
                 fprintf(log, "join: %s answers (entry %d of %d in %s)\n", eps[i], i + 1, k, url);
+            events_add(ev, "join_answers", -1, -1, "endpoint=%s entry=%d of=%d url=%s", eps[i],
+                       i + 1, k, url);
             rc = snprintf(endpoint, n, "%s", eps[i]) < (int)n
                      ? 0
                      : status_set(err, STATUS_EINVAL, "endpoint longer than the buffer");
             break;
         }
         if (log) fprintf(log, "join: tried %s: %s\n", eps[i], why);
+        events_add(ev, "join_tried", -1, -1, "endpoint=%s error=%s", eps[i], why);
         int w =
             snprintf(tried + used, sizeof tried - used, "%s%s: %s", used ? "; " : "", eps[i], why);
         if (w > 0) used = used + (size_t)w < sizeof tried ? used + (size_t)w : sizeof tried - 1;
@@ -1035,18 +1041,19 @@ static int bootstrap_pick_once(const char *url, int timeout_ms, FILE *log, char 
     return rc;
 }
 
-int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log, char *endpoint,
-                        size_t n, char *err)
+int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log,
+                        events_t *ev, char *endpoint, size_t n, char *err)
 {
     double until = clock_now() + wait_ms / 1000.0;
     for (int round = 1;; round++) {
-        int rc = bootstrap_pick_once(url, timeout_ms, log, endpoint, n, err);
+        int rc = bootstrap_pick_once(url, timeout_ms, log, ev, endpoint, n, err);
         /* only "nobody answers" is worth waiting out: a peer still starting, a list not yet
          * updated; a missing or malformed list is not */
         if (rc != STATUS_ENET || clock_now() + 1.0 > until) return rc;
         if (log)
             fprintf(log, "join: nothing to join through yet (round %d: %s); again in 1 s\n",
                     round, err);
+        events_add(ev, "join_wait", -1, -1, "round=%d error=%s", round, err);
         clock_sleep(1.0);
     }
 }

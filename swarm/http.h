@@ -97,7 +97,10 @@ int http_bootstrap_probe(const char *endpoint, int timeout_ms, char *err);
  * malformed fails at once. A caller that wants
  * the HELLO/WELCOME itself to choose should loop over http_bootstrap_list with
  * http_bootstrap_probe instead. */
-int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log, char *endpoint,
-                        size_t n, char *err);
+struct events;
+/* ev (may be NULL): the same as events for programs (docs/events.md: join_tried,
+ * join_wait, join_answers). */
+int http_bootstrap_pick(const char *url, int timeout_ms, int wait_ms, FILE *log,
+                        struct events *ev, char *endpoint, size_t n, char *err);
 
 #endif

@@ -1,6 +1,8 @@
 # swarm/http: downloads, manifests and bootstrap lists against tests/http_server.py on
 # 127.0.0.1, and `swarmtrain train --data http://...` end to end.
 st_add_test(test_http integration TIMEOUT 60)
+target_sources(test_http PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/record.c ${CMAKE_SOURCE_DIR}/tools/json.c)
+st_include_root(test_http tools PRIVATE)
 # The thin-link harness end to end: 2 namespaced hosts, tbf + delay relay, --data over HTTP
 # with a cut download (root only; skipped elsewhere).
 add_test(NAME http_thin_swarm COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/thin_smoke.sh)

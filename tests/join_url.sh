@@ -30,21 +30,30 @@ printf '# bootstrap list\ntcp://127.0.0.1:%s  # nobody there\ntcp://127.0.0.1:%s
 "$PY" -m http.server "$http" --bind 127.0.0.1 --directory "$dir/www" >"$dir/http.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$http/peers.txt')" 2>/dev/null && break; sleep 0.1; done
-"$BIN" peer --join "http://127.0.0.1:$http/peers.txt" --stage 1 --threads 1 >"$dir/peer1.log" 2>&1 &
+"$BIN" peer --join "http://127.0.0.1:$http/peers.txt" --stage 1 --threads 1 \
+    --events "$dir/peer1.events.jsonl" >"$dir/peer1.log" 2>&1 &
 j=$!
 pids+=($j)
-for _ in $(seq 50); do grep -q "nothing to join through yet" "$dir/peer1.log" && break; sleep 0.1; done
-grep -q "nothing to join through yet" "$dir/peer1.log" || fail "the joiner did not say it waits for the list's peers"
+# what the peers recorded (docs/events.md): the events of a kind, one JSON object a line
+kind() { "$PY" -c 'import json,sys
+for l in open(sys.argv[1]):
+    e=json.loads(l)
+    if e["kind"]==sys.argv[2]: print(json.dumps(e))' "$@" 2>/dev/null; }
+for _ in $(seq 50); do [ -n "$(kind "$dir/peer1.events.jsonl" join_wait)" ] && break; sleep 0.1; done
+[ -n "$(kind "$dir/peer1.events.jsonl" join_wait)" ] || fail "the joiner did not wait for the list's peers"
 "$BIN" peer --new --listen "tcp://127.0.0.1:$p0" --stage 0 --stages 2 --steps 8 --threads 1 \
-    --wait-peers 2 --data "$corpus" >"$dir/peer0.log" 2>&1 &
+    --wait-peers 2 --data "$corpus" --events "$dir/peer0.events.jsonl" >"$dir/peer0.log" 2>&1 &
 p0pid=$!
 pids+=($p0pid)
 for _ in $(seq 600); do kill -0 "$j" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$j" 2>/dev/null && fail "the joiner did not finish in 60 s"
 wait "$j" || fail "the joiner exited $?"
 wait "$p0pid" || fail "the founding peer exited $?"
-grep -q "127.0.0.1:$dead" "$dir/peer1.log" || fail "the joiner did not say why the dead endpoint failed"
-grep -q "swarm: joined .* through tcp://127.0.0.1:$p0" "$dir/peer1.log" || fail "the joiner did not join through the live endpoint"
-grep -q '^val_loss ' "$dir/peer0.log" || fail "no val_loss"
-grep -h "127.0.0.1:$dead\|joined\|^val_loss" "$dir"/peer*.log
+kind "$dir/peer1.events.jsonl" join_tried | grep -q "\"endpoint\": \"tcp://127.0.0.1:$dead\", \"error\": \"[^\"]" ||
+    fail "the joiner did not record why the dead endpoint failed"
+kind "$dir/peer1.events.jsonl" swarm | grep -q "\"through\": \"tcp://127.0.0.1:$p0\"" ||
+    fail "the joiner did not join through the live endpoint"
+kind "$dir/peer0.events.jsonl" val_loss | grep -q '"final": 1' || fail "no final val_loss"
+kind "$dir/peer1.events.jsonl" join_tried; kind "$dir/peer1.events.jsonl" swarm
+kind "$dir/peer0.events.jsonl" val_loss
 exit 0

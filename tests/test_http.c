@@ -23,6 +23,8 @@
 #include "common/status.h"
 #include "model/train.h"
 #include "swarm/http.h"
+#include "common/events.h"
+#include "record.h"
 #include "testutil.h"
 
 #include <arpa/inet.h>
@@ -429,24 +431,30 @@ static void test_bootstrap_list(void **state)
     FILE *f = fopen(p, "w");
     fprintf(f, "%s  # gone\ntcp://127.0.0.1:%d\n", ep, port);
     fclose(f);
-    snprintf(tried, sizeof tried, "%s/tried.log", dir);
-    FILE *lg = fopen(tried, "w");
+    snprintf(tried, sizeof tried, "%s/tried.jsonl", dir);
+    FILE *lg = fopen("/dev/null", "w");
+    events_t *ev = events_open(tried, err);
+    assert_non_null(ev);
     url_of(url, sizeof url, "pick.txt");
-    assert_int_equal(http_bootstrap_pick(url, 2000, 0, lg, pick, sizeof pick, err), 0);
+    assert_int_equal(http_bootstrap_pick(url, 2000, 0, lg, ev, pick, sizeof pick, err), 0);
     fclose(lg);
+    events_close(&ev);
     snprintf(p, sizeof p, "tcp://127.0.0.1:%d", port);
     assert_string_equal(pick, p);
-    char *said = slurp(tried);
-    assert_non_null(strstr(said, "join: tried "));
-    assert_non_null(strstr(said, "refused"));
-    free(said);
+    /* the record: the dead endpoint tried, with its reason; the live one answers */
+    json_obj_t o;
+    assert_true(record_last_event(tried, "join_tried", &o));
+    assert_string_equal(json_get(&o, "endpoint"), ep);
+    assert_non_null(strstr(json_get(&o, "error"), "refused"));
+    assert_true(record_last_event(tried, "join_answers", &o));
+    assert_string_equal(json_get(&o, "endpoint"), p);
     srv_file(p, sizeof p, "dead.txt");
     f = fopen(p, "w");
     fprintf(f, "%s\n", ep);
     fclose(f);
     url_of(url, sizeof url, "dead.txt");
     double t0 = clock_now();
-    assert_int_equal(http_bootstrap_pick(url, 2000, 0, NULL, pick, sizeof pick, err), STATUS_ENET);
+    assert_int_equal(http_bootstrap_pick(url, 2000, 0, NULL, NULL, pick, sizeof pick, err), STATUS_ENET);
     assert_non_null(strstr(err, ep));
     assert_true(clock_now() - t0 < 1.0); /* no wait asked for, none taken */
     /* a wait: nobody answers for 1.5 s, then the list is rewritten to name a live peer; the
@@ -457,7 +465,7 @@ static void test_bootstrap_list(void **state)
     pthread_t th;
     pthread_create(&th, NULL, rewrite_later, &rw);
     t0 = clock_now();
-    assert_int_equal(http_bootstrap_pick(url, 2000, 10000, NULL, pick, sizeof pick, err), 0);
+    assert_int_equal(http_bootstrap_pick(url, 2000, 10000, NULL, NULL, pick, sizeof pick, err), 0);
     pthread_join(th, NULL);
     assert_true(clock_now() - t0 >= 0.7);
     snprintf(p, sizeof p, "tcp://127.0.0.1:%d", port);
@@ -468,7 +476,7 @@ static void test_bootstrap_list(void **state)
     fprintf(f, "%s\n", ep);
     fclose(f);
     t0 = clock_now();
-    assert_int_equal(http_bootstrap_pick(url, 2000, 1500, NULL, pick, sizeof pick, err),
+    assert_int_equal(http_bootstrap_pick(url, 2000, 1500, NULL, NULL, pick, sizeof pick, err),
                      STATUS_ENET);
     double took = clock_now() - t0;
     assert_true(took >= 0.9 && took < 5.0);

@@ -279,20 +279,22 @@ int cmd_peer(int argc, char **argv)
     if (die && *die) drills.die_at_step = atoll(die);
     signal(SIGPIPE, SIG_IGN);
     char err[STATUS_ERR_LEN];
+    /* the record first: joining through a bootstrap list is recorded too */
+    if (events_path && !(po.events = events_open(events_path, err))) {
+        fprintf(stderr, "swarmtrain peer: --events: %s\n", err);
+        return 1;
+    }
     /* --join URL: a bootstrap list; the first endpoint that answers is joined through. As
      * with --join tcp://, whose HELLO is tried for 30 s, the peers named get 30 s to come up
      * (before the handlers below: Ctrl-C meanwhile ends the process at once) */
     char picked[256];
     if (po.join && http_is_url(po.join)) {
-        if (http_bootstrap_pick(po.join, 2000, 30000, stderr, picked, sizeof picked, err)) {
+        if (http_bootstrap_pick(po.join, 2000, 30000, stderr, po.events, picked, sizeof picked, err)) {
             fprintf(stderr, "swarmtrain peer: --join %s: %s\n", po.join, err);
+            events_close(&po.events);
             return 1;
         }
         po.join = picked;
-    }
-    if (events_path && !(po.events = events_open(events_path, err))) {
-        fprintf(stderr, "swarmtrain peer: --events: %s\n", err);
-        return 1;
     }
     drills.log = po.log;
     drills.events = po.events;

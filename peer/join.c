@@ -19,13 +19,13 @@
  * pool's bookkeeping. The run is known by now. */
 int join_setup_stage(peer_t *p)
 {
-    const model_config_t *c = &p->run.cfg;
+    const model_config_t *c = &p->def.train.cfg;
     const peer_options_t *po = &p->po;
     p->dims.S = c->stages;
-    p->dims.M = p->run.replicas * p->run.accum;
+    p->dims.M = p->def.train.replicas * p->def.train.accum;
     p->dims.BT = c->batch * c->seq;
     p->dims.C = c->dim;
-    p->held.wire_codec = p->run.codec >= 0 ? p->run.codec : CODEC_F32;
+    p->held.wire_codec = p->def.train.codec >= 0 ? p->def.train.codec : CODEC_F32;
     recover_stage_setup(p);
     if (po->stage >= p->dims.S)
         return status_set(p->err, STATUS_EINVAL, "--stage %d: the run has %d stages", po->stage,
@@ -35,18 +35,18 @@ int join_setup_stage(peer_t *p)
                        : po->stage >= 0 ? po->stage
                                         : view_weakest_stage(&p->view, p->dims.S, p->self.id));
     if (!peer_kernels(p) ||
-        !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->run.seed, p->err)))
+        !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->def.train.seed, p->err)))
         return STATUS_EINVAL;
-    if (p->run.demo_local > 0) /* docs/design-notes.md, issue 17: one exchange per step */
+    if (p->def.train.demo_local > 0) /* docs/design-notes.md, issue 17: one exchange per step */
         return status_set(p->err, STATUS_EINVAL,
                           "the run has DeMo local steps (demo_local=%d), which the swarm's pools "
                           "do not run yet: train only",
-                          p->run.demo_local);
-    if (p->run.optimizer == TRAIN_DEMO && !(p->held.dopt = demo_opt_new(p->held.st, &p->run.demo, p->err)))
+                          p->def.train.demo_local);
+    if (p->def.train.optimizer == TRAIN_DEMO && !(p->held.dopt = demo_opt_new(p->held.st, &p->def.train.demo, p->err)))
         return STATUS_EINVAL;
     if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: update.c */
-    p->held.update = update_rule(p->held.st, p->k, p->held.dopt, &p->run.opt);
-    peer_store_bind(p->ps, p->stage, &p->run, po->checkpoint_every, po->checkpoint_budget);
+    p->held.update = update_rule(p->held.st, p->k, p->held.dopt, &p->def.train.opt);
+    peer_store_bind(p->ps, p->stage, &p->def.train, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
         int rc = peer_open_corpus(p, &p->held.data);
         if (rc) return rc;
@@ -57,7 +57,7 @@ int join_setup_stage(peer_t *p)
     int nomem = custody_alloc(p, 2 * p->held.nslots + 2 * po->in_flight + 8);
     nomem |= step_open(p);
     p->held.host_tok = malloc((size_t)p->dims.BT * sizeof(int32_t));
-    p->held.wiring = wiring_new(rng_mix(p->run.seed, *(uint64_t *)(void *)p->self.id));
+    p->held.wiring = wiring_new(rng_mix(p->def.train.seed, *(uint64_t *)(void *)p->self.id));
     if (nomem || !p->held.host_tok || !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     peer_push_self(p);
@@ -76,25 +76,14 @@ void join_free_held(peer_t *p)
 int join_on_welcome(peer_t *p, const net_ev_t *ev)
 {
     if (p->phase != PHASE_HELLO) return 0;
-    if (ev->nframes != 2 || ev->frame_len[0] >= sizeof p->run_text)
+    if (ev->nframes != 2)
         return status_set(p->err, STATUS_EMALFORMED, "malformed WELCOME from %s", p->po.join);
-    memcpy(p->run_text, ev->frame[0], ev->frame_len[0]);
-    p->run_text[ev->frame_len[0]] = 0;
-    /* the swarm's own settings follow the training run's, as "swarm.key=value" lines */
-    char train_text[sizeof p->run_text];
-    memcpy(train_text, p->run_text, sizeof train_text);
-    char *sw = strstr(train_text, "swarm.");
-    if (sw && (sw == train_text || sw[-1] == '\n')) {
-        if (sscanf(sw, "swarm.wait_peers=%d", &p->join.wait_peers) != 1 || p->join.wait_peers < 0)
-            return status_set(p->err, STATUS_EMALFORMED, "run text: bad swarm settings");
-        *sw = 0;
-    }
-    p->run = train_defaults();
-    if (train_options_from_text(&p->run, train_text, p->err)) return STATUS_EMALFORMED;
-    p->swarm = ev->msg.swarm;
-    p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
-    fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->swarm, p->po.join);
-    peer_event(p, "swarm", "swarm=%016" PRIx64 " through=%s", p->swarm, p->po.join);
+    if (run_def_read(&p->def, ev->frame[0], ev->frame_len[0], ev->msg.swarm, p->err))
+        return STATUS_EMALFORMED;
+    p->join.wait_peers = p->def.wait_peers;
+    p->tp.set_run(p->tp.ctx, p->def.swarm, p->def.text);
+    fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->def.swarm, p->po.join);
+    peer_event(p, "swarm", "swarm=%016" PRIx64 " through=%s", p->def.swarm, p->po.join);
     peer_enter(p, PHASE_VIEW);
     timeout_start(&p->join.table, p->now);
     return 0;
@@ -103,17 +92,13 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
 int join_hello_tick(peer_t *p)
 {
     if (p->po.is_new) {
-        p->run = p->po.run;
-        size_t n = train_options_to_text(&p->run, p->run_text, sizeof p->run_text);
-        p->join.wait_peers = p->po.wait_peers;
-        snprintf(p->run_text + n, sizeof p->run_text - n, "swarm.wait_peers=%d\n", p->join.wait_peers);
-        uint64_t salt;
-        memcpy(&salt, p->self.id, 8);
-        p->swarm = rng_mix(rng_hash_str(p->run_text), salt);
-        p->tp.set_run(p->tp.ctx, p->swarm, p->run_text);
-        fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->swarm);
-        peer_event(p, "swarm", "swarm=%016" PRIx64 " new=%d", p->swarm, 1);
-        int rc = join_setup_stage(p);
+        int rc = run_def_found(&p->def, &p->po.run, p->po.wait_peers, p->self.id, p->err);
+        if (rc) return rc;
+        p->join.wait_peers = p->def.wait_peers;
+        p->tp.set_run(p->tp.ctx, p->def.swarm, p->def.text);
+        fprintf(p->log, "swarm: new swarm %016" PRIx64 "\n", p->def.swarm);
+        peer_event(p, "swarm", "swarm=%016" PRIx64 " new=%d", p->def.swarm, 1);
+        rc = join_setup_stage(p);
         if (rc) return rc;
         return peer_start_download(p, NULL);
     }

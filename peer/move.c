@@ -114,7 +114,7 @@ int move_rebal_tick(peer_t *p)
                      .self = p->self.id,
                      .stage = p->stage,
                      .step = p->step,
-                     .steps = p->run.steps,
+                     .steps = p->def.train.steps,
                      .cooldown_s = p->po.rebalance_cooldown_s,
                      .margin = p->po.rebalance_margin,
                      .off = p->po.no_rebalance};

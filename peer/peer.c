@@ -52,11 +52,11 @@ int peer_open_corpus(peer_t *p, data_t **out)
      * run's URL fetched (once, into the cache; the only wait of the peer's life, at
      * set-up; the network thread keeps it alive meanwhile) */
     char corpus[4096];
-    int rc = http_data_for_run(p->po.data_path, p->run.data_url, p->run.data_sha256, p->log,
+    int rc = http_data_for_run(p->po.data_path, p->def.train.data_url, p->def.train.data_sha256, p->log,
                                corpus, sizeof corpus, p->err);
     if (rc) return rc;
     if (!corpus[0] && (rc = data_ensure_default(p->err))) return rc;
-    if (!(*out = data_open(corpus[0] ? corpus : data_default_path(), p->run.cfg.seq, 0.05, p->err)))
+    if (!(*out = data_open(corpus[0] ? corpus : data_default_path(), p->def.train.cfg.seq, 0.05, p->err)))
         return STATUS_EINVAL;
     return 0;
 }
@@ -427,7 +427,7 @@ static int follow_tick(peer_t *p)
 static void end_tick(peer_t *p)
 {
     for (int i = 0; i < p->view.n; i++)
-        if (p->view.m[i].step >= p->run.steps && p->view.m[i].stage < 64)
+        if (p->view.m[i].step >= p->def.train.steps && p->view.m[i].stage < 64)
             p->ending.seen |= 1ull << p->view.m[i].stage;
     if (p->ending.over) return;
     int alone = 1; /* no other member at all: nothing left to follow or download from */
@@ -437,18 +437,18 @@ static void end_tick(peer_t *p)
      * this peer was dead). It says so and leaves instead of waiting for a joiner to train
      * a fork of the run with (sim --faults pause seed 60076). A peer that was not paused
      * and outlives the others waits for joiners: its stage's state is the swarm's. */
-    if (p->ending.woke_at > 0 && alone && p->step < p->run.steps) {
+    if (p->ending.woke_at > 0 && alone && p->step < p->def.train.steps) {
         timeout_ensure(&p->ending.gone, p->now);
         if (!timeout_fired(&p->ending.gone, p->now)) return;
         fprintf(p->log, "peer: left behind: every member it knew is gone since it was paused "
                         "(at step %" PRId64 " of %d); the run ended or moved on "
                         "without it\n",
-                p->step, p->run.steps);
+                p->step, p->def.train.steps);
         peer_event(p, "run_over", "why=%s", "left_behind");
         p->ending.over = 1;
         return;
     }
-    if (p->step < p->run.steps && !(p->ending.seen && alone)) {
+    if (p->step < p->def.train.steps && !(p->ending.seen && alone)) {
         timeout_stop(&p->ending.gone);
         return;
     }

@@ -31,6 +31,7 @@
 #include "peer/stats.h"
 #include "peer/transfer.h"
 #include "peer/resume.h"
+#include "peer/run_def.h"
 #include "peer/source.h"
 #include "peer/val.h"
 #include "model/stage.h"
@@ -68,12 +69,10 @@ enum {
 
 struct peer {
     peer_options_t po;
-    train_options_t run;
+    run_def_t def;     /* the run every member shares, its text and the swarm id (run_def.h) */
     transport_t tp;
     FILE *log;
     char err[STATUS_ERR_LEN];
-    uint64_t swarm;
-    char run_text[4096];
     int phase;
     join_state_t join; /* HELLO retries, the phase's start, stage 0's start (join.h) */
     double now;       /* the time of the event or step being handled */

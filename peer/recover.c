@@ -158,7 +158,7 @@ static int spare_neighbour_contributor(const peer_t *p, const msg_member_t *m, i
 static int mover_target(peer_t *p, int s)
 {
     int S = p->dims.S;
-    uint64_t key = rng_mix(p->swarm, (uint64_t)s + 0x5157);
+    uint64_t key = rng_mix(p->def.swarm, (uint64_t)s + 0x5157);
     int end = s == 0 || s == S - 1;
     int nb = s == 0 ? 1 : S - 2; /* the neighbour of an end stage */
     int any_nb = 0;
@@ -238,7 +238,7 @@ static int copy_target(const peer_t *p, int c)
  * way, negative on error. */
 static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
 {
-    const model_config_t *c = &p->run.cfg;
+    const model_config_t *c = &p->def.train.cfg;
     size_t total = recover_state_bytes(c, stage);
     if (!len) off = 0, len = total;
     if (p->rec.aux && (p->rec.aux_stage != stage || xfer_offset(p->rec.aux) != off ||
@@ -287,7 +287,7 @@ void recover_on_refusal(peer_t *p, const uint8_t *from)
 static int copy_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING) return 0;
-    const model_config_t *cfg = &p->run.cfg;
+    const model_config_t *cfg = &p->def.train.cfg;
     for (int c = 0; c < 2; c++) {
         int t = copy_target(p, c);
         if (t < 0) continue;
@@ -422,9 +422,9 @@ void recover_init(recover_state_t *r, double peer_timeout_s)
 
 void recover_stage_setup(peer_t *p)
 {
-    if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->run.opt.lr; /* once: a move resets the scale */
+    if (!(p->rec.base_lr > 0)) p->rec.base_lr = p->def.train.opt.lr; /* once: a move resets the scale */
     p->rec.lr_scale = 1.0f;
-    p->run.opt.lr = p->rec.base_lr;
+    p->def.train.opt.lr = p->rec.base_lr;
     free(p->rec.empty);
     p->rec.empty = NULL;
 }
@@ -441,7 +441,7 @@ void recover_free(peer_t *p)
 void recover_set_lr_scale(peer_t *p, float scale)
 {
     if (isfinite(scale) && scale > 0 && scale < 16) p->rec.lr_scale = scale;
-    p->run.opt.lr = p->rec.base_lr * p->rec.lr_scale;
+    p->def.train.opt.lr = p->rec.base_lr * p->rec.lr_scale;
 }
 
 void recover_mover_done(peer_t *p)
@@ -456,7 +456,7 @@ void recover_drop_stage(peer_t *p)
 
 int recover_possible(const peer_t *p)
 {
-    return p->dims.S >= 2 && nblocks(&p->run.cfg) >= 1;
+    return p->dims.S >= 2 && nblocks(&p->def.train.cfg) >= 1;
 }
 
 static void free_nb(peer_t *p)
@@ -484,7 +484,7 @@ void recover_abort(peer_t *p)
 /* Builds the stage from the fetched neighbours into host params; 0 or a status. */
 static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
 {
-    const model_config_t *c = &p->run.cfg;
+    const model_config_t *c = &p->def.train.cfg;
     int s = p->stage, S = p->dims.S;
     size_t bf = (size_t)nblocks(c) * block_floats(c);
     size_t V = (size_t)c->vocab, C = (size_t)c->dim;
@@ -580,7 +580,7 @@ static const float *params_of(const peer_t *p, const int want[2], int t)
  * checkpoint's. */
 static int judge_losses(peer_t *p, const int want[2], double losses[2])
 {
-    const model_config_t *c = &p->run.cfg;
+    const model_config_t *c = &p->def.train.cfg;
     int S = p->dims.S, s = p->stage, rc = 0;
     size_t BT = (size_t)c->batch * c->seq, BTC = BT * (size_t)c->dim;
     data_t *own = NULL, *d = p->held.data;
@@ -591,18 +591,18 @@ static int judge_losses(peer_t *p, const int want[2], double losses[2])
     float *x = malloc(BTC * sizeof *x), *y = malloc(BTC * sizeof *y);
     if (!st || !tok || !tgt || !x || !y) rc = status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     for (int t = 0; !rc && t < S; t++) {
-        if (!(st[t] = stage_new(c, t, p->k, 1, p->run.seed, p->err))) rc = STATUS_EINVAL;
+        if (!(st[t] = stage_new(c, t, p->k, 1, p->def.train.seed, p->err))) rc = STATUS_EINVAL;
         else if (t != s)
             kern_upload(p->k, stage_params(st[t]), params_of(p, want, t),
                          stage_num_params(st[t]) * sizeof(float));
     }
-    int nb = p->run.val_batches < JUDGE_BATCHES ? p->run.val_batches : JUDGE_BATCHES;
+    int nb = p->def.train.val_batches < JUDGE_BATCHES ? p->def.train.val_batches : JUDGE_BATCHES;
     for (int k = 0; !rc && k < 2; k++) {
         kern_upload(p->k, stage_params(st[s]), k ? p->rec.ck : p->rec.cf,
                      stage_num_params(st[s]) * sizeof(float));
         double sum = 0;
         for (int i = 0; !rc && i < nb; i++) {
-            data_val_batch(d, 2 * i + 1, 2 * p->run.val_batches, c->batch, tok, tgt);
+            data_val_batch(d, 2 * i + 1, 2 * p->def.train.val_batches, c->batch, tok, tgt);
             float loss = NAN;
             rc = stage_forward(st[0], 0, tok, NULL, NULL, x, NULL, p->err);
             for (int t = 1; !rc && t < S - 1; t++) {
@@ -647,7 +647,7 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         }
         int rc = aux_fetch(p, t);
         if (rc <= 0) return rc;
-        size_t len = recover_state_bytes(&p->run.cfg, t);
+        size_t len = recover_state_bytes(&p->def.train.cfg, t);
         if (!(p->rec.all[t] = malloc(len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         memcpy(p->rec.all[t], xfer_data(p->rec.aux), len);
@@ -690,7 +690,7 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
 
 int recover_download_tick(peer_t *p)
 {
-    const model_config_t *c = &p->run.cfg;
+    const model_config_t *c = &p->def.train.cfg;
     int s = p->stage, S = p->dims.S;
     int want[2] = {s > 0 ? s - 1 : s + 1, s > 0 && s < S - 1 ? s + 1 : -1};
     if (!p->rec.active) {

@@ -22,7 +22,7 @@
  * such outlier would weigh on the estimate for dozens of microbatches. */
 void serve_note_throughput(peer_t *p, double seconds)
 {
-    float tp = stats_note_throughput(&p->stats, p->run.cfg.batch, seconds);
+    float tp = stats_note_throughput(&p->stats, p->def.train.cfg.batch, seconds);
     if (tp >= 0) peer_self_throughput(p, tp);
 }
 
@@ -47,12 +47,12 @@ static double pass_seconds(peer_t *p, double t0)
  * slot < 0 dL/dx_in of the last backward pass. *out is a fresh buffer the caller owns. */
 static int encode_act(peer_t *p, int slot, uint8_t **out, size_t *len)
 {
-    size_t cap = stage_wire_size(p->held.st, p->held.wire_codec, p->run.codec_block);
+    size_t cap = stage_wire_size(p->held.st, p->held.wire_codec, p->def.train.codec_block);
     *out = malloc(cap ? cap : 1);
     if (!*out) return STATUS_ENOMEM;
-    int rc = slot >= 0 ? stage_wire_encode_output(p->held.st, slot, p->held.wire_codec, p->run.codec_block,
+    int rc = slot >= 0 ? stage_wire_encode_output(p->held.st, slot, p->held.wire_codec, p->def.train.codec_block,
                                                   *out, cap, len, p->err)
-                       : stage_wire_encode_dx(p->held.st, p->held.wire_codec, p->run.codec_block, *out, cap,
+                       : stage_wire_encode_dx(p->held.st, p->held.wire_codec, p->def.train.codec_block, *out, cap,
                                               len, p->err);
     if (rc) {
         free(*out);
@@ -128,7 +128,7 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
  * the run's val_skip as many again without those stages (SkipPipe at inference). */
 static int val_total(const peer_t *p)
 {
-    return p->run.val_batches * (p->run.val_skip ? 2 : 1);
+    return p->def.train.val_batches * (p->def.train.val_skip ? 2 : 1);
 }
 
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags);
@@ -159,9 +159,9 @@ static void val_round_drop(peer_t *p, const char *why)
 /* 1 when it started a microbatch. */
 static int val_round_tick(peer_t *p)
 {
-    int n = p->run.val_batches, every = p->run.val_every;
+    int n = p->def.train.val_batches, every = p->def.train.val_every;
     if (every <= 0) return 0;
-    if (p->step > 0 && p->step < p->run.steps && p->step / every > p->val.last / every) {
+    if (p->step > 0 && p->step < p->def.train.steps && p->step / every > p->val.last / every) {
         val_round_drop(p, "the next round is due");
         if (val_round_begin(&p->val.during, p->step, n, n)) return STATUS_ENOMEM;
         p->val.last = p->step;
@@ -208,11 +208,11 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->flags = flags;
     /* its SkipPipe path: the run's schedule for training; for validation none, or (the
      * second round of batches, with the run's val_skip) the stages it leaves out */
-    r->skip = kind == 0 ? path_skip(p->run.seed, step, index, p->dims.M, p->dims.S, p->run.skip)
-              : (int)index >= p->run.val_batches ? p->run.val_skip
+    r->skip = kind == 0 ? path_skip(p->def.train.seed, step, index, p->dims.M, p->dims.S, p->def.train.skip)
+              : (int)index >= p->def.train.val_batches ? p->def.train.val_skip
                                                  : 0;
     /* and its CheckFree+ swap (training only): hop 0 is then the embedding alone */
-    r->swap = kind == 0 ? path_swap(p->run.seed, step, index, p->dims.M, p->dims.S, p->run.swap, r->skip) : 0;
+    r->swap = kind == 0 ? path_swap(p->def.train.seed, step, index, p->dims.M, p->dims.S, p->def.train.swap, r->skip) : 0;
     path_hop_t h[PATH_HOPS_MAX];
     custody_hops(p, r, h);
     r->part = h[0].part;
@@ -223,12 +223,12 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->targets = malloc((size_t)p->dims.BT * sizeof(int32_t));
     if (!r->targets) return STATUS_ENOMEM;
     if (kind == 0) {
-        int A = p->run.accum;
-        data_train_batch(p->held.data, p->run.seed, index / A, step * A + index % A, p->run.cfg.batch,
+        int A = p->def.train.accum;
+        data_train_batch(p->held.data, p->def.train.seed, index / A, step * A + index % A, p->def.train.cfg.batch,
                          p->held.host_tok, r->targets);
     } else {
-        data_val_batch(p->held.data, (int)index % p->run.val_batches, p->run.val_batches,
-                       p->run.cfg.batch, p->held.host_tok, r->targets);
+        data_val_batch(p->held.data, (int)index % p->def.train.val_batches, p->def.train.val_batches,
+                       p->def.train.cfg.batch, p->held.host_tok, r->targets);
     }
     double t0 = compute_clock(p);
     float loss;
@@ -267,8 +267,8 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     /* a training microbatch goes by the run's schedule, which this stage's pool counts by:
      * its skip mask, and its swap (CheckFree+), which says the hops of its path */
     int train = m->mb.kind == 0, valid = path_valid(m->skip, p->dims.S);
-    int swap = train && valid ? path_swap(p->run.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S,
-                                          p->run.swap, m->skip)
+    int swap = train && valid ? path_swap(p->def.train.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S,
+                                          p->def.train.swap, m->skip)
                               : 0;
     path_hop_t h[PATH_HOPS_MAX];
     int nh = valid ? path_hops(m->skip, swap, p->dims.S, h) : 0;
@@ -277,7 +277,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     if (train &&
-        m->skip != path_skip(p->run.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S, p->run.skip)) {
+        m->skip != path_skip(p->def.train.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S, p->def.train.skip)) {
         stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, "not the run's path");
         return 0;
@@ -503,23 +503,23 @@ static int validate(peer_t *p)
     val_round_t *e = &p->val.end;
     if (!val_round_running(e)) {
         val_round_drop(p, "the run's validation begins");
-        if (val_round_begin(e, p->step, val_total(p), p->run.val_batches)) return STATUS_ENOMEM;
+        if (val_round_begin(e, p->step, val_total(p), p->def.train.val_batches)) return STATUS_ENOMEM;
     }
     if (val_round_complete(e)) {
         p->val.loss = val_round_mean(e);
         double span = p->stats.t_train1 - p->stats.t_train0, half = p->stats.t_train1 - p->stats.t_half;
-        int64_t half_steps = p->run.steps - p->run.steps / 2;
+        int64_t half_steps = p->def.train.steps - p->def.train.steps / 2;
         /* the whole swarm's tokens: every stage-0 peer sources its share */
-        double tps = span > 0 ? (double)p->run.steps * p->dims.M * p->dims.BT / span : 0.0;
+        double tps = span > 0 ? (double)p->def.train.steps * p->dims.M * p->dims.BT / span : 0.0;
         double tps_half = p->stats.t_half > 0 && half > 0 ? (double)half_steps * p->dims.M * p->dims.BT / half : NAN;
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n", tps, p->val.loss);
         if (isfinite(tps_half))
             fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps, tps_half);
-        if (p->run.val_skip) {
+        if (p->def.train.val_skip) {
             char list[256];
             double vs = val_round_mean_skip(e);
             fprintf(p->log, "val_loss_skip %.4f (stages %s left out; whole model %.4f, %+.1f%%)\n",
-                    vs, path_format(p->run.val_skip, list, sizeof list), p->val.loss,
+                    vs, path_format(p->def.train.val_skip, list, sizeof list), p->val.loss,
                     100.0 * (vs - p->val.loss) / p->val.loss);
             peer_event(p, "val_loss_skip", "val_step=%" PRId64 " val_loss_skip=%.4f skipped=%s",
                        p->step, vs, list);
@@ -564,7 +564,7 @@ int serve_source(peer_t *p)
     const msg_member_t *own;
     int me, n = view_owners(&p->view, 0, p->step, p->self.id, &own, &me);
     if (me < 0) return 0;
-    if (p->step < p->run.steps) {
+    if (p->step < p->def.train.steps) {
         /* a swarm that resumed from its stores (resume.c) starts again at the agreed step:
          * the same wait as a new swarm's, else two stage-0 members that began serving a
          * moment apart each source the whole step before they see each other */

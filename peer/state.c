@@ -22,7 +22,7 @@
  * stage's learning-rate scale (f32) */
 static size_t state_bytes(const peer_t *p)
 {
-    return recover_state_bytes(&p->run.cfg, p->stage);
+    return recover_state_bytes(&p->def.train.cfg, p->stage);
 }
 
 
@@ -216,7 +216,7 @@ static int another_takes_it(peer_t *p)
     if (p->rec.mover || timeout_fired(&p->trans.another, p->now)) return 0;
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
-    uint64_t key = rng_mix(p->swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
+    uint64_t key = rng_mix(p->def.swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
     memcpy(&mine, p->self.id, 8);
     mine = rng_mix(key, mine);
     for (int i = 0; i < n; i++) {

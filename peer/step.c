@@ -86,7 +86,7 @@ int step_open(peer_t *p)
 {
     int rc = contrib_alloc(&p->contrib, p->dims.M);
     if (!(p->pool = pool_new(p->dims.M))) return STATUS_ENOMEM;
-    pool_set_path(p->pool, p->run.seed, p->dims.S, p->run.skip, p->stage);
+    pool_set_path(p->pool, p->def.train.seed, p->dims.S, p->def.train.skip, p->stage);
     return rc;
 }
 
@@ -118,7 +118,7 @@ static int fold_into_momentum(peer_t *p, uint32_t n)
     }
     demo_opt_get_momentum(p->held.dopt, d);
     kern_download(p->k, g, stage_grads(p->held.st), P * sizeof *g);
-    float a = optim_lr(&p->run.opt, p->step) / (float)(n ? n : 1);
+    float a = optim_lr(&p->def.train.opt, p->step) / (float)(n ? n : 1);
     for (size_t i = 0; i < P; i++) d[i] += a * g[i];
     demo_opt_set_momentum(p->held.dopt, d);
     free(d), free(g);
@@ -146,7 +146,7 @@ static int make_exchange(peer_t *p, int part)
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         float scale = 1.0f / (float)(count ? count : 1);
         if (!rc)
-            rc = demo_opt_prepare(p->held.dopt, &p->run.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
+            rc = demo_opt_prepare(p->held.dopt, &p->def.train.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
     } else if (p->held.dopt) {
         rc = fold_into_momentum(p, count);
     } else {
@@ -211,9 +211,9 @@ static void log_step(peer_t *p, float gnorm, double now)
     if (p->stage == 0 && p->contrib.loss_n) {
         int64_t s = p->step;
         double tok = (double)p->dims.BT * p->dims.M;
-        if (s % p->po.log_every == 0 || s == p->run.steps - 1)
+        if (s % p->po.log_every == 0 || s == p->def.train.steps - 1)
             fprintf(p->log, "step %" PRId64 " loss %.6f lr %.3e gnorm %.3f tok/s %.0f\n", s,
-                    p->contrib.loss_sum / p->contrib.loss_n, optim_lr(&p->run.opt, s), gnorm,
+                    p->contrib.loss_sum / p->contrib.loss_n, optim_lr(&p->def.train.opt, s), gnorm,
                     p->contrib.step_t0 > 0 && now > p->contrib.step_t0 ? tok / (now - p->contrib.step_t0) : 0.0);
         fflush(p->log);
         peer_self_loss(p, (float)(p->contrib.loss_sum / p->contrib.loss_n));
@@ -223,7 +223,7 @@ static void log_step(peer_t *p, float gnorm, double now)
     /* every step, in the events file only (the store keeps a metrics row per step) */
     peer_event_to(p->po.events, NULL, "step", p->stage, p->step, "loss=%.6f lr=%.3e gnorm=%.3f",
                   p->stage == 0 && p->contrib.loss_n ? p->contrib.loss_sum / p->contrib.loss_n : NAN,
-                  optim_lr(&p->run.opt, p->step), gnorm);
+                  optim_lr(&p->def.train.opt, p->step), gnorm);
 }
 
 
@@ -417,8 +417,8 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
                    now - p->stats.serve_t0, p->follow.followed, p->follow.margin,
                    p->follow.pace_known);
     }
-    if (p->step == p->run.steps / 2) p->stats.t_half = now;
-    if (p->step == p->run.steps) p->stats.t_train1 = now;
+    if (p->step == p->def.train.steps / 2) p->stats.t_half = now;
+    if (p->step == p->def.train.steps) p->stats.t_train1 = now;
     p->contrib.my_hash = peer_param_hash(p);
     if (p->po.hooks.applied) {
         peer_applied_t a = {.stage = p->stage,
@@ -447,7 +447,7 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
         double loss = p->stage == 0 || p->stage == p->dims.S - 1 ? p->self.loss : NAN;
         peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->dims.BT * p->dims.M / step_s : 0,
                           me ? me->bytes_out : 0, me ? me->bytes_in : 0);
-        peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->run.steps);
+        peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->def.train.steps);
     }
     return 0;
 }
@@ -739,7 +739,7 @@ static int own_share_done(peer_t *p)
 
 int step_tick(peer_t *p)
 {
-    if (p->phase != PHASE_SERVING || p->step >= p->run.steps) return 0;
+    if (p->phase != PHASE_SERVING || p->step >= p->def.train.steps) return 0;
     int rc;
     /* every 0.5 s, also with nothing counted: mates wait for a fresh report from every
      * live member before they call a microbatch lost (ask_redo) */

@@ -1,12 +1,14 @@
 /* test_parts.c — the member's parts driven alone, without a swarm and without a peer:
  * each rule on the part's own state (peer/guard.h, peer/rebal.h), and the timeout type
  * the parts keep their timers in (common/timeout.h). */
+#include "common/status.h"
 #include "common/timeout.h"
 #include "peer/custody.h"
 #include "peer/follow.h"
 #include "peer/guard.h"
 #include "peer/join.h"
 #include "peer/rebal.h"
+#include "peer/run_def.h"
 #include "peer/source.h"
 #include "peer/val.h"
 #include "swarm/view.h"
@@ -512,6 +514,33 @@ static void test_custody_reroute(void **state)
     assert_int_equal(custody_act(&c, 1e9, &why), CUSTODY_KEEP);
 }
 
+/* The run's definition (docs/protocol.md 7.6): a founder's text carries the training
+ * options and swarm.wait_peers; a joiner reads back the same; the swarm id follows the
+ * text and the founder; a malformed swarm line and an unknown key are refused. */
+static void test_run_def(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    uint8_t founder[32] = {7}, other[32] = {8};
+    train_options_t t = train_defaults();
+    t.steps = 123;
+    run_def_t a, b, c;
+    assert_int_equal(run_def_found(&a, &t, 3, founder, err), 0);
+    assert_non_null(strstr(a.text, "swarm.wait_peers=3\n"));
+    assert_int_equal(run_def_read(&b, (const uint8_t *)a.text, strlen(a.text), a.swarm, err), 0);
+    assert_int_equal(b.wait_peers, 3);
+    assert_int_equal(b.train.steps, 123);
+    assert_true(b.swarm == a.swarm);
+    assert_int_equal(run_def_found(&c, &t, 3, other, err), 0);
+    assert_true(c.swarm != a.swarm); /* another founder: another swarm */
+    char bad[RUN_DEF_TEXT_MAX];
+    snprintf(bad, sizeof bad, "%.*sswarm.wait_peers=-1\n",
+             (int)(strstr(a.text, "swarm.") - a.text), a.text);
+    assert_int_equal(run_def_read(&b, (const uint8_t *)bad, strlen(bad), 1, err), STATUS_EMALFORMED);
+    snprintf(bad, sizeof bad, "no_such_key=1\n%s", a.text);
+    assert_int_equal(run_def_read(&b, (const uint8_t *)bad, strlen(bad), 1, err), STATUS_EMALFORMED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -529,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_source_gone_owner),
         cmocka_unit_test(test_custody_wait),
         cmocka_unit_test(test_custody_reroute),
+        cmocka_unit_test(test_run_def),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

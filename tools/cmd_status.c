@@ -114,20 +114,6 @@ static void member_row(void *ctx, const json_obj_t *o)
     m->n++;
 }
 
-static void json_text(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 typedef struct {
     FILE *f;
     const char *id, *addr;
@@ -138,9 +124,9 @@ static void peer_wire_row(void *ctx, const json_obj_t *o)
 {
     wire_out_t *w = ctx;
     fprintf(w->f, "%s{\"peer\":\"%s\",\"addr\":", *w->first ? "" : ",", w->id);
-    json_text(w->f, w->addr);
+    json_put_string(w->f, w->addr);
     fprintf(w->f, ",\"kind\":");
-    json_text(w->f, json_get(o, "kind"));
+    json_put_string(w->f, json_get(o, "kind"));
     fprintf(w->f, ",\"in\":%lld,\"out\":%lld}", atoll(json_get(o, "in")),
             atoll(json_get(o, "out")));
     *w->first = 0;
@@ -177,9 +163,9 @@ static char *with_peer_wire(const char *json, const auth_t *auth, int timeout_ms
         wire_out_t w = {f, m->id[i], m->addr[i], &first};
         if (!answers[i] || json_each(answers[i], "wire", peer_wire_row, &w) <= 0) {
             fprintf(f, "%s{\"peer\":\"%s\",\"addr\":", first ? "" : ",", m->id[i]);
-            json_text(f, m->addr[i]);
+            json_put_string(f, m->addr[i]);
             fprintf(f, ",\"error\":");
-            json_text(f, answers[i] ? "its answer has no wire counts" : status_str(rcs[i]));
+            json_put_string(f, answers[i] ? "its answer has no wire counts" : status_str(rcs[i]));
             fprintf(f, "}");
             first = 0;
         }

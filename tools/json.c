@@ -195,3 +195,16 @@ int json_val_loss_detail(const char *detail, long long *step, double *loss)
     *loss = v;
     return 1;
 }
+
+void json_put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    fputc('"', f);
+}

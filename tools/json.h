@@ -8,6 +8,7 @@
 #define SWARMTRAIN_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define JSON_MAX_FIELDS 64
 
@@ -40,6 +41,10 @@ double json_num(const json_obj_t *o, const char *key);
 
 /* Whether o has the key (with any value, null too). */
 int json_has(const json_obj_t *o, const char *key);
+
+/* Writes s to f as a JSON string: quoted, '"' and '\\' escaped, control characters as
+ * \\u00XX. */
+void json_put_string(FILE *f, const char *s);
 
 /* A "val_loss" event's detail from a store (store_event_t.detail): the fields the peers
  * and train write as a JSON object (val_step, val_loss; docs/events.md), or the text

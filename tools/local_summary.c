@@ -406,19 +406,6 @@ static void print_story(const sum_t *s)
 
 /* ---- DIR/summary.json ---------------------------------------------------------------------- */
 
-static void put_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++)
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
-    fputc('"', f);
-}
-
 /* ",\"key\":x" with null for a number that is not finite */
 static void put_num(FILE *f, const char *key, double x, const char *fmt)
 {
@@ -499,7 +486,7 @@ static void put_processes(FILE *f, const sum_t *s)
                 local_watch_died_unplanned(c));
         put_end(f, c);
         fprintf(f, ",\"id\":");
-        put_str(f, r->id);
+        json_put_string(f, r->id);
         if (r->left) {
             fprintf(f, ",\"done_stage\":%d,\"done_step\":%lld,\"hash\":\"%s\"", r->done_stage,
                     r->done_step, r->hash);
@@ -547,21 +534,21 @@ static void put_recoveries(FILE *f, const sum_t *s)
                 r->step);
         put_num(f, "seconds", r->seconds, "%.2f");
         fprintf(f, ",\"by\":");
-        put_str(f, r->by);
+        json_put_string(f, r->by);
         fprintf(f, ",\"method\":");
-        put_str(f, r->method);
+        json_put_string(f, r->method);
         fprintf(f, ",\"from\":%d,\"and\":%d,\"blocks_from\":%d,\"part\":", r->from, r->and_,
                 r->blocks_from);
-        put_str(f, r->part);
+        json_put_string(f, r->part);
         fprintf(f, ",\"part_from\":");
-        put_str(f, r->part_from);
+        json_put_string(f, r->part_from);
         fprintf(f, ",\"copy_step\":%lld,\"judged\":%d,\"ckpt_step\":%lld", r->copy_step, r->judged,
                 r->ckpt_step);
         put_num(f, "chosen_loss", r->chosen_loss, "%.4f");
         put_num(f, "other_loss", r->other_loss, "%.4f");
         put_num(f, "lr_scale", r->lr_scale, "%.2f");
         fprintf(f, ",\"how\":");
-        put_str(f, r->how);
+        json_put_string(f, r->how);
         fprintf(f, "}");
     }
     fprintf(f, "]");
@@ -574,7 +561,7 @@ static void put_moves_vals(FILE *f, const sum_t *s)
         const move_t *m = &s->mv[k];
         fprintf(f, "%s{\"peer\":%d,\"from\":%d,\"to\":%d,\"step\":%lld,\"at\":%.1f,\"why\":",
                 k ? "," : "", m->peer, m->from, m->to, m->step, m->t);
-        put_str(f, m->why);
+        json_put_string(f, m->why);
         fprintf(f, "}");
     }
     fprintf(f, "],\"vals\":[");

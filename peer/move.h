@@ -15,6 +15,13 @@ typedef struct {
     int stage;    /* its stage */
 } move_state_t;
 
+/* end.gone, in member timeouts: a stage seen at the run's last step that has left the
+ * view this long has finished (its LEAVE "run over" lost on the way). Long enough for a
+ * partition to heal first: at 2 timeouts both sides of a 13.5 s partition at the last
+ * step took the other stage for finished and ended the run unvalidated (sim heavy 4x2
+ * seed 2000928). */
+#define END_GONE_TIMEOUTS 8
+
 typedef struct {
     int over;      /* the run is over for this peer (its validation said, or it heard so) */
     timeout_t gone; /* end.gone: at the last step, a stage seen there gone from the view, since */

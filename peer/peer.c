@@ -186,7 +186,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     contrib_init(&p->contrib, po->peer_timeout_s);
     recover_init(&p->rec, po->peer_timeout_s);
     resume_init(&p->resume);
-    p->ending.gone = timeout_make("end.gone", 2 * po->peer_timeout_s);
+    p->ending.gone = timeout_make("end.gone", END_GONE_TIMEOUTS * po->peer_timeout_s);
     p->push = timeout_make("member.push", PEER_PUSH_S);
     rebal_init(&p->rebal);
     join_state_init(&p->join);
@@ -420,7 +420,7 @@ static int follow_tick(peer_t *p)
 }
 
 /* The run is over for a peer at the last step once a stage it saw at the last step is
- * gone from its view for two failure timeouts: finished peers leave. The leader says so
+ * gone from its view for END_GONE_TIMEOUTS failure timeouts: finished peers leave. The leader says so
  * (STEP_DONE flag 1) to everyone it knows, but that message may not arrive, and a peer
  * that joined late may wait on a validation whose stages have left. Seen at the last
  * step: 64 stages at most tracked (bit per stage). */

@@ -52,7 +52,7 @@ shares-slow | shares-equal)
     # as equal (or as unequal) as said whatever else runs on the machine's cores
     slow=(--slowdown '*:2')
     [ "$what" = shares-slow ] && slow=(--slowdown 2:4)
-    "$BIN" local --placement 1,2 --threads 1 --steps 80 --accum 4 --quiet --no-rebalance \
+    "$BIN" local --placement 1,2 --threads 1 --steps 40 --accum 4 --quiet --no-rebalance \
         --log-every 40 --dir "$dir" "${slow[@]}" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
     cat "$dir/out.txt"
     # the stage-1 peers that ended the run there: served, throughput
@@ -77,7 +77,7 @@ for p in summary["processes"]:
         }' || fail "shares out of bounds"
     ;;
 no-thrash)
-    "$BIN" local --placement 3,1 --threads 1 --steps 100 --accum 4 --quiet --rebalance-cooldown 3 \
+    "$BIN" local --placement 3,1 --threads 1 --steps 60 --accum 4 --quiet --rebalance-cooldown 3 \
         --log-every 50 --dir "$dir" > "$dir/out.txt" 2>&1 || fail "local failed: $(tail -3 "$dir/out.txt")"
     cat "$dir/out.txt"
     moves=$(record 'print(summary["moves"])') || fail "no summary"

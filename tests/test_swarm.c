@@ -1065,7 +1065,7 @@ static void test_local_pause(void **state)
     char sub[128], args[1024];
     snprintf(sub, sizeof sub, "%s/pz", dir);
     snprintf(args, sizeof args,
-             "local --peers 4 --stages 2 --steps 400 --threads 1 --pause random:8 --fault-seed 2 "
+             "local --peers 4 --stages 2 --steps 180 --threads 1 --pause random:8 --fault-seed 2 "
              "--dir %s --data %s",
              sub, testutil_corpus());
     pid_t p = start("pz", args);
@@ -1090,7 +1090,7 @@ static void test_local_orphan_stage(void **state)
     char sub[128], args[1024];
     snprintf(sub, sizeof sub, "%s/orphan", dir);
     snprintf(args, sizeof args,
-             "local --peers 3 --stages 3 --layers 6 --steps 300 --threads 1 --kill-stage 1:random "
+             "local --peers 3 --stages 3 --layers 6 --steps 140 --threads 1 --kill-stage 1:random "
              "--fault-seed 1 --quiet --dir %s --data %s",
              sub, testutil_corpus());
     pid_t p = start("orphan", args);

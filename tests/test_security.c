@@ -647,7 +647,7 @@ static void seed_stores(const char *name)
  * first steps (here: the poisoned member's share of steps 0 and 1) moves the final loss by
  * up to 2% either way; with shared indices by 0.1-0.5%. */
 #define RUN                                                                                        \
-    "--stages 1 --optimizer demo --demo-index shared --steps 80 --batch 8 --replicas 4 "          \
+    "--stages 1 --optimizer demo --demo-index shared --steps 50 --batch 8 --replicas 4 "          \
     "--log-every 20"
 
 static void check_refused(const char *name)

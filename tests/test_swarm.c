@@ -425,7 +425,7 @@ static void outside_kill(const char *name, int seed, int peer, int stage)
 {
     char args[1024];
     snprintf(args, sizeof args,
-             "local --peers 6 --stages 3 --layers 6 --steps 60 --log-every 20 --kill random "
+             "local --peers 6 --stages 3 --layers 6 --steps 45 --log-every 20 --kill random "
              "--fault-seed %d --quiet --dir %s/%s --data %s",
              seed, dir, name, testutil_corpus());
     char logname[64];

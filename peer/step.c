@@ -326,19 +326,22 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
         return STATUS_ECORRUPT; /* the caller re-syncs */
     }
     free(voters);
+    for (int i = 0; i < n; i++)
+        if (!out[i] && !p->held.dopt && !dense_ok(p, msgs[i])) {
+            stats_note_rejected(&p->stats);
+            out[i] = 1;
+        }
+    /* A message that counts a microbatch already counted (a member's share was run again
+     * while its message was on the way) is left out whole (pool_pick: the heavier origin
+     * first); its other microbatches show as lost. */
+    int *take = calloc((size_t)(n ? n : 1), sizeof *take);
+    if (!take || pool_pick(msgs, n, out, p->dims.M, take)) {
+        free(counted), free(bodies), free(lens), free(out), free(norm), free(take);
+        return STATUS_ENOMEM;
+    }
     for (int i = 0; i < n; i++) {
         if (out[i]) continue;
-        if (!p->held.dopt && !dense_ok(p, msgs[i])) {
-            stats_note_rejected(&p->stats);
-            continue;
-        }
-        /* A message that counts a microbatch already counted (a member's share was run
-         * again while its message was on the way to some members) is left out whole:
-         * a gradient sum cannot be taken apart. The same on every member that holds the
-         * same messages; its other microbatches show as lost. */
-        int overlap = 0;
-        for (int b = 0; b < p->dims.M; b++) overlap |= pool_bit(msgs[i]->counted, b) && pool_bit(counted, b);
-        if (overlap) {
+        if (!take[i]) {
             char h[9];
             log_warn("peer: step %" PRId64 ": left out part %d of %s's message (it counts "
                      "microbatches already counted)",
@@ -354,6 +357,7 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
         if (p->held.dopt && !peer_is_self(p, msgs[i]->origin))
             guard_norm_note(&p->guard, norm[i], counted_by(p, msgs[i])); /* the pool's recent updates */
     }
+    free(take);
     free(out);
     free(norm);
     *c = (chosen_t){.bodies = bodies, .lens = lens, .m = m, .counted = counted, .total = total};

@@ -320,3 +320,40 @@ int pool_vote_lost(const pool_msg_t *const *msgs, int n, uint64_t my_hash, int64
                  (d_since == a_since && memcmp(d_id, a_id, MSG_ID_LEN) < 0));
     return disagree > agree || (disagree && disagree == agree && senior_disagrees);
 }
+
+int pool_pick(const pool_msg_t *const *msgs, int n, const int *out, int M, int *take)
+{
+    uint8_t *counted = calloc((size_t)(M + 7) / 8 + 1, 1);
+    int *done = calloc((size_t)(n ? n : 1), sizeof *done);
+    if (!counted || !done) {
+        free(counted), free(done);
+        return STATUS_ENOMEM;
+    }
+    for (int i = 0; i < n; i++) take[i] = 0;
+    /* An origin's messages are a run of consecutive entries, considered whole: the run
+     * not yet considered that counts the most, the first of equals (the smaller id). */
+    for (;;) {
+        int best = -1;
+        uint32_t best_w = 0;
+        for (int i = 0, j; i < n; i = j) {
+            uint32_t w = 0;
+            for (j = i; j < n && !memcmp(msgs[j]->origin, msgs[i]->origin, MSG_ID_LEN); j++)
+                if (!out[j])
+                    for (int b = 0; b < M; b++) w += (uint32_t)pool_bit(msgs[j]->counted, b);
+            if (!done[i] && (best < 0 || w > best_w)) best = i, best_w = w;
+        }
+        if (best < 0) break;
+        done[best] = 1;
+        for (int j = best; j < n && !memcmp(msgs[j]->origin, msgs[best]->origin, MSG_ID_LEN); j++) {
+            int overlap = 0;
+            for (int b = 0; b < M && !out[j]; b++)
+                overlap |= pool_bit(msgs[j]->counted, b) && pool_bit(counted, b);
+            if (out[j] || overlap) continue;
+            take[j] = 1;
+            for (int b = 0; b < M; b++)
+                if (pool_bit(msgs[j]->counted, b)) pool_set_bit(counted, b);
+        }
+    }
+    free(counted), free(done);
+    return 0;
+}

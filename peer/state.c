@@ -27,19 +27,33 @@ static size_t state_bytes(const peer_t *p)
 
 
 /* The state a member serves: params | adam m | adam v | adam step, as of its current
- * step (handlers run between steps, never inside one). */
+ * step (handlers run between steps, never inside one). A new snapshot each time: the
+ * network thread may still be answering chunks of the last one (transport.h). */
 static int take_snapshot(peer_t *p)
 {
     size_t P = stage_num_params(p->held.st) * sizeof(float);
-    if (xfer_snap_reserve(&p->trans.snap, state_bytes(p))) return STATUS_ENOMEM;
-    kern_download(p->k, p->trans.snap.buf, stage_params(p->held.st), P);
-    kern_download(p->k, p->trans.snap.buf + P, stage_opt_m(p->held.st), P);
-    kern_download(p->k, p->trans.snap.buf + 2 * P, stage_opt_v(p->held.st), P);
-    memcpy(p->trans.snap.buf + 3 * P, stage_opt_step(p->held.st), 8);
-    memcpy(p->trans.snap.buf + 3 * P + 8, &p->contrib.stage_gnorm, 4);
-    memcpy(p->trans.snap.buf + 3 * P + 12, &p->rec.lr_scale, 4);
-    xfer_snap_seal(&p->trans.snap, p->step);
+    xfer_shared_t *s = xfer_shared_new(p->stage, state_bytes(p));
+    if (!s) return STATUS_ENOMEM;
+    uint8_t *buf = s->snap.buf;
+    kern_download(p->k, buf, stage_params(p->held.st), P);
+    kern_download(p->k, buf + P, stage_opt_m(p->held.st), P);
+    kern_download(p->k, buf + 2 * P, stage_opt_v(p->held.st), P);
+    memcpy(buf + 3 * P, stage_opt_step(p->held.st), 8);
+    memcpy(buf + 3 * P + 8, &p->contrib.stage_gnorm, 4);
+    memcpy(buf + 3 * P + 12, &p->rec.lr_scale, 4);
+    xfer_snap_seal(&s->snap, p->step);
+    s->flags = p->join.go || resume_begun(p) ? 1 : 0; /* training has begun: follow first */
+    xfer_shared_unref(&p->trans.snap);
+    p->trans.snap = s;
+    if (p->tp.serve_state) p->tp.serve_state(p->tp.ctx, s);
     return 0;
+}
+
+/* The snapshot is served no more (the stage is left, or this replica re-syncs). */
+static void unserve(peer_t *p)
+{
+    if (p->trans.snap && p->tp.serve_state) p->tp.serve_state(p->tp.ctx, NULL);
+    xfer_shared_unref(&p->trans.snap);
 }
 
 /* Whether a state blob's parameters and moments are all finite numbers. */
@@ -71,7 +85,7 @@ static void load_state(peer_t *p, const uint8_t *buf)
 
 void state_init(peer_t *p)
 {
-    p->trans.snap.step = -1;
+    p->trans.snap = NULL;
     p->trans.nobody = timeout_make("download.nobody", 2 * p->po.peer_timeout_s);
     p->trans.another = timeout_make("download.another", 4 * p->po.peer_timeout_s);
 }
@@ -86,8 +100,7 @@ static void waits_start(peer_t *p)
 void state_drop(peer_t *p)
 {
     xfer_destroy(&p->trans.xfer);
-    xfer_snap_free(&p->trans.snap);
-    p->trans.snap.step = -1;
+    unserve(p);
 }
 
 void state_on_request(peer_t *p, const msg_t *m)
@@ -106,17 +119,24 @@ void state_on_request(peer_t *p, const msg_t *m)
     /* A chunk of the current step's state is served from a snapshot taken now: the
      * joiner learned the step from another member, who took its snapshot between the
      * same two steps, so the bytes and the hash are the same. */
-    int fresh = m->step < 0 && p->trans.snap.step != p->step &&
-                (p->trans.snap.step < 0 || p->trans.snap.step < p->step - (STEP_KEEP - 4) ||
+    int64_t held = p->trans.snap ? p->trans.snap->snap.step : -1;
+    int fresh = m->step < 0 && held != p->step &&
+                (held < 0 || held < p->step - (STEP_KEEP - 4) ||
                  p->now - p->trans.snap_at > STATE_SNAP_REUSE_S);
-    if (fresh || (m->step >= 0 && m->step == p->step && p->trans.snap.step != p->step)) {
+    if (fresh || (m->step >= 0 && m->step == p->step && held != p->step)) {
         if (take_snapshot(p)) return;
         p->trans.snap_at = p->now;
     }
     const uint8_t *data;
     size_t len;
     msg_t rep;
-    if (xfer_serve(&p->trans.snap, m, &rep, &data, &len, p->err)) {
+    if (!p->trans.snap) {
+        snprintf(r.text, sizeof r.text, "no snapshot of step %" PRId64 "; now at step %" PRId64,
+                 m->step, p->step);
+        peer_send(p, m->sender, &r, 0, NULL, NULL);
+        return;
+    }
+    if (xfer_serve(&p->trans.snap->snap, m, &rep, &data, &len, p->err)) {
         snprintf(r.text, sizeof r.text, "%s; now at step %" PRId64, p->err, p->step);
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
@@ -155,6 +175,7 @@ int peer_start_download(peer_t *p, const char *why)
     }
     while (p->queue.n) serve_dequeue(p, p->queue.n - 1);
     xfer_destroy(&p->trans.xfer);
+    unserve(p); /* its state is about to be replaced */
     if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->trans.download_why = why;

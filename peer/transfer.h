@@ -9,7 +9,7 @@
 
 typedef struct {
     xfer_t *xfer;        /* its download, while one runs */
-    xfer_snap_t snap;    /* the snapshot it serves (step -1: none) */
+    xfer_shared_t *snap; /* the snapshot it serves (NULL: none), shared with the transport */
     double snap_at;      /* when that was taken */
     int downloaded;      /* the state came from the pool */
     int donor_started;   /* a donor said training had begun (STATE_REP flag 1) */

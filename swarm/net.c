@@ -72,6 +72,8 @@ struct net {
     uint64_t view_rejected;
     wire_count_t view_wire;
     int halted; /* net_halt: the thread is gone */
+    /* network thread: the snapshot whose chunks it answers itself (net_serve_state) */
+    xfer_shared_t *served;
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -192,10 +194,34 @@ static int io_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes
 }
 
 /* A data message (or WELCOME): to the compute thread, header and payloads as they came. */
+/* A chunk request for the step of the snapshot this thread holds is answered here, at
+ * once, whatever the compute thread is doing (1); anything else goes to the peer (0): a
+ * fresh request (step -1) or another step, which it answers between two passes. */
+static int serve_chunk(struct net *n, const msg_t *m)
+{
+    xfer_shared_t *s = n->served;
+    if (m->type != MSG_STATE_REQ || !s || m->stage != s->stage || m->step < 0 ||
+        m->step != s->snap.step)
+        return 0;
+    msg_t rep;
+    const uint8_t *chunk;
+    size_t clen, hlen;
+    char err[STATUS_ERR_LEN];
+    if (xfer_serve(&s->snap, m, &rep, &chunk, &clen, err)) return 0;
+    rep.flags |= s->flags;
+    uint8_t hdr[MSG_HEADER_MAX];
+    if (!(hlen = dispatch_header(n->core, &rep, wall_us(), hdr, sizeof hdr, err))) return 0;
+    const void *fr[2] = {hdr, chunk};
+    size_t frl[2] = {hlen, clen};
+    dispatch_send(n->core, m->sender, 2, fr, frl); /* not a live member: it asks again */
+    return 1;
+}
+
 static void io_deliver(void *ctx, const msg_t *m, int nframes, const void *const *data,
                        const size_t *len)
 {
     struct net *n = ctx;
+    if (serve_chunk(n, m)) return;
     const void *out[6] = {"m"};
     size_t olen[6] = {1};
     for (int i = 0; i < nframes && i < 5; i++) out[i + 1] = data[i], olen[i + 1] = len[i];
@@ -524,6 +550,14 @@ static void on_compute(struct net *n)
             free(run);
         }
         break;
+    case 'P': /* the snapshot to serve from (net_serve_state): a reference moves here */
+        if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(xfer_shared_t *)) {
+            xfer_shared_t *s;
+            memcpy(&s, zmq_msg_data(&parts[1]), sizeof s);
+            xfer_shared_unref(&n->served);
+            n->served = s;
+        }
+        break;
     case 'Q':
         n->quit = 1;
         if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(int))
@@ -740,6 +774,7 @@ void net_stop(net_t **np)
     zmq_close(n->pair_c);
     zmq_ctx_term(n->ctx);
     dispatch_destroy(&n->core);
+    xfer_shared_unref(&n->served);
     free(n->view);
     sodium_memzero(n->sk, sizeof n->sk);
     free(n);
@@ -854,6 +889,15 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
     return 0;
 }
 
+void net_serve_state(net_t *n, xfer_shared_t *s)
+{
+    if (n->halted) return;
+    xfer_shared_t *ref = s ? xfer_shared_ref(s) : NULL;
+    const void *data[2] = {"P", &ref};
+    size_t len[2] = {1, sizeof ref};
+    if (send_frames(n->pair_c, 2, data, len, 0)) xfer_shared_unref(&ref);
+}
+
 uint64_t net_rejected(const net_t *n)
 {
     return n->view_rejected;
@@ -882,8 +926,17 @@ static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)
     net_set_run(ctx, swarm, run_text);
 }
 
+static void tp_serve_state(void *ctx, xfer_shared_t *s)
+{
+    net_serve_state(ctx, s);
+}
+
 transport_t net_transport(net_t *n)
 {
-    return (transport_t){
-        .ctx = n, .send = tp_send, .hello = tp_hello, .set_self = tp_set_self, .set_run = tp_set_run};
+    return (transport_t){.ctx = n,
+                         .send = tp_send,
+                         .hello = tp_hello,
+                         .set_self = tp_set_self,
+                         .set_run = tp_set_run,
+                         .serve_state = tp_serve_state};
 }

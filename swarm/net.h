@@ -76,6 +76,11 @@ void net_set_self(net_t *n, const msg_member_t *self);
 /* Tells the network thread the swarm id and run text (a joiner, after WELCOME). */
 void net_set_run(net_t *n, uint64_t swarm, const char *run_text);
 
+/* From now on the network thread answers chunk requests (STATE_REQ) for s's stage and
+ * step from s itself, at once, while the compute thread runs a pass (it takes a
+ * reference); NULL: it answers none (they go to the compute thread again). */
+void net_serve_state(net_t *n, xfer_shared_t *s);
+
 /* Waits up to timeout_ms for an event; *ev is valid until the next call. 0 on an event,
  * 1 on timeout, negative on failure. */
 int net_recv(net_t *n, int timeout_ms, net_ev_t *ev);

@@ -14,6 +14,7 @@
 #define SWARMTRAIN_TRANSPORT_H
 
 #include "swarm/msg.h"
+#include "swarm/xfer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -97,6 +98,11 @@ typedef struct {
     void (*set_self)(void *ctx, const msg_member_t *self);
     /* The swarm id and run text, once known (sent in WELCOME to joiners). */
     void (*set_run)(void *ctx, uint64_t swarm, const char *run_text);
+    /* From now on chunk requests for s's stage and step are answered by the transport
+     * itself from s (it takes a reference), whatever the peer is computing; others still
+     * come to the peer. NULL: none any more. NULL hook (the simulator): the peer answers
+     * every request. */
+    void (*serve_state)(void *ctx, xfer_shared_t *s);
 } transport_t;
 
 #endif

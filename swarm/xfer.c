@@ -34,6 +34,36 @@ void xfer_snap_free(xfer_snap_t *s)
     s->step = -1;
 }
 
+xfer_shared_t *xfer_shared_new(int stage, size_t total)
+{
+    xfer_shared_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->snap.step = -1;
+    if (xfer_snap_reserve(&s->snap, total)) {
+        free(s);
+        return NULL;
+    }
+    s->stage = stage;
+    atomic_init(&s->refs, 1);
+    return s;
+}
+
+xfer_shared_t *xfer_shared_ref(xfer_shared_t *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+    return s;
+}
+
+void xfer_shared_unref(xfer_shared_t **s)
+{
+    if (!*s) return;
+    if (atomic_fetch_sub(&(*s)->refs, 1) == 1) {
+        xfer_snap_free(&(*s)->snap);
+        free(*s);
+    }
+    *s = NULL;
+}
+
 int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t **data,
                size_t *len, char *err)
 {

@@ -19,6 +19,7 @@
 
 #include "swarm/msg.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,25 @@ void xfer_snap_free(xfer_snap_t *s);
  * asked for or the range is outside it. */
 int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t **data,
                size_t *len, char *err);
+
+/* A sealed snapshot shared by the compute thread, which takes it between two steps, and
+ * the thread that owns the sockets, which answers chunk requests for its step from it
+ * while the compute thread runs a pass (transport.h, serve_state). Nobody writes it once
+ * sealed; the last holder's unref frees it. */
+typedef struct {
+    xfer_snap_t snap;
+    int stage;
+    uint8_t flags;    /* STATE_REP flags as of sealing (bit 0: training had begun) */
+    _Atomic int refs;
+} xfer_shared_t;
+
+/* A snapshot of `stage`'s state of `total` bytes to fill (snap.buf), then seal with
+ * xfer_snap_seal; one reference. NULL on ENOMEM. */
+xfer_shared_t *xfer_shared_new(int stage, size_t total);
+/* One more holder; returns s. */
+xfer_shared_t *xfer_shared_ref(xfer_shared_t *s);
+/* A holder lets go (*s set to NULL); the last frees it. NULL-safe. */
+void xfer_shared_unref(xfer_shared_t **s);
 
 /* ---- downloading ---- */
 

@@ -1,2 +1,3 @@
 st_add_test(test_msg unit)
 st_add_test(test_xfer unit)
+st_add_test(test_net_serve unit)

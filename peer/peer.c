@@ -43,7 +43,8 @@ int peer_swarm_started(const peer_t *p)
     for (int i = 0; i < p->view.n; i++)
         if (!peer_is_self(p, p->view.m[i].id) && (p->view.m[i].step > 0 || p->view.m[i].served > 0))
             return 1;
-    return p->step > 0 || p->stats.served > 0;
+    /* a swarm that showed a step past 0 has begun, though every member it showed is gone */
+    return p->step > 0 || p->stats.served > 0 || view_swarm_step(&p->view) > 0;
 }
 
 int peer_open_corpus(peer_t *p, data_t **out)

@@ -192,7 +192,7 @@ int peer_start_download(peer_t *p, const char *why)
  * different steps (resume.c agrees on one instead). */
 static int restore_own(peer_t *p)
 {
-    int64_t step = view_max_step(&p->view, -1), ck_step = -1;
+    int64_t step = view_swarm_step(&p->view), ck_step = -1;
     char e2[STATUS_ERR_LEN] = "";
     int rr = p->ps && step > 0 ? peer_store_restore(p->ps, p->held.st, p->held.dopt, &ck_step, e2)
                                : STATUS_ENOTFOUND;
@@ -210,11 +210,13 @@ static int restore_own(peer_t *p)
     return 1;
 }
 
-/* ... else the run's initial parameters, at the swarm's highest step. */
+/* ... else the run's initial parameters, at the swarm's highest step: the highest this
+ * peer ever saw, though the members that showed it may be gone (a late joiner that found
+ * only a member cut off from the others, which then fell silent, took stage 0 at step 0
+ * while that member's stage was at step 8: sim restart seed 6101004). */
 static void initial_state(peer_t *p)
 {
-    int64_t step = view_max_step(&p->view, -1);
-    if (step < 0) step = 0;
+    int64_t step = view_swarm_step(&p->view);
     if (step > 0)
         log_warn("stage %d has no live replica and no checkpoint: it starts from its "
                  "initial parameters at step %" PRId64,

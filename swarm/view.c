@@ -22,6 +22,8 @@ int view_set(view_t *v, const msg_member_t *members, int n)
     }
     if (n) memcpy(v->m, members, (size_t)n * sizeof *members);
     v->n = n;
+    int64_t s = view_max_step(v, -1);
+    if (s > v->swarm_step) v->swarm_step = s;
     return 0;
 }
 
@@ -106,6 +108,11 @@ int view_weakest_stage(const view_t *v, int S, const uint8_t self[MSG_ID_LEN])
             best = s, best_tp = tp, best_n = n;
     }
     return best;
+}
+
+int64_t view_swarm_step(const view_t *v)
+{
+    return v->swarm_step;
 }
 
 int64_t view_max_step(const view_t *v, int stage)

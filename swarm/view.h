@@ -14,6 +14,9 @@ typedef struct {
     int n, cap;
     msg_member_t *scratch; /* n entries: view_stage's result */
     msg_member_t *owners;  /* n entries: view_owners' result */
+    int64_t swarm_step;    /* the highest step a serving member ever showed here: the
+                            * swarm's step, which never goes back, kept when every member
+                            * it knew is gone (view_set) */
 } view_t;
 
 /* Replaces the table with a copy of members[0, n). 0 or STATUS_ENOMEM. */
@@ -47,5 +50,8 @@ int view_weakest_stage(const view_t *v, int S, const uint8_t self[MSG_ID_LEN]);
 /* The highest step any serving member of `stage` reports (-1 if none; all stages with
  * stage < 0). */
 int64_t view_max_step(const view_t *v, int stage);
+/* The swarm's step as far as this view ever knew (swarm_step): what a stage taken from
+ * nothing starts at, even once the members that showed it are gone. */
+int64_t view_swarm_step(const view_t *v);
 
 #endif

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "model/model.h"
 #include "tools/cmd.h"
+#include "tools/json.h"
 #ifdef SWARMTRAIN_HAVE_CUDA
 #include "kernels/cuda/kern_cuda.h"
 #endif
@@ -179,9 +180,10 @@ int bench_model(int argc, char **argv)
                                          {"set", required_argument, 0, 'S'},
                                          {"peak-tflops", required_argument, 0, 'p'},
                                          {"no-reference", no_argument, 0, 'R'},
+                                         {"json", required_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *config = "small", *device = "cpu", *sets[BENCH_MAX_SETS];
+    const char *config = "small", *device = "cpu", *sets[BENCH_MAX_SETS], *json_path = NULL;
     int threads = 2, steps = 8, stages = 0, nsets = 0, c, reference = 1;
     double peak = 0;
     optind = 1;
@@ -223,10 +225,13 @@ int bench_model(int argc, char **argv)
         case 'R':
             reference = 0;
             break;
+        case 'j':
+            json_path = optarg;
+            break;
         case 'h':
             printf("usage: swarmtrain bench model [--config tiny|small|large] [--set key=value]... "
                    "[--threads 2] [--steps 8] [--stages 1] [--device cpu|cuda|ref|auto] "
-                   "[--peak-tflops X] [--no-reference]\n"
+                   "[--peak-tflops X] [--no-reference] [--json FILE]\n"
                    "  --set          overrides a field of the config (dim, layers, heads, ffn, "
                    "seq, batch, vocab, stages, norm_eps, rope_theta); repeatable\n"
                    "  --peak-tflops  the device's peak for model FLOP utilization (MFU); known "
@@ -235,7 +240,10 @@ int bench_model(int argc, char **argv)
                    "this command (tools/ref_llama.py --bench by /usr/bin/python3, or "
                    "SWARMTRAIN_PYTHON; the script: SWARMTRAIN_REF_LLAMA) when torch is "
                    "importable, and this run's ratio to it; else no ratio. --no-reference: skip "
-                   "it\n");
+                   "it\n"
+                   "  --json FILE    also writes the figures as one JSON object: config, threads, "
+                   "steps, tokens_s, gflops, and reference {tokens_s, torch, ratio} or "
+                   "{none: why}\n");
             return 0;
         default:
             return 2;
@@ -363,19 +371,49 @@ int bench_model(int argc, char **argv)
            (fb - acc) * 1e3, 100 * (fb - acc) / fb);
     /* A ratio only against a reference measured in this command on this machine: a figure
      * from another CPU (ANCHORS.md's) says nothing about this one. */
+    char why[256] = "", ver[64] = "";
+    double ref = 0;
     if (!reference) {
+        snprintf(why, sizeof why, "--no-reference");
         printf("  reference        none (--no-reference): no ratio\n");
     } else if (!host) {
+        snprintf(why, sizeof why, "the PyTorch reference runs on the CPU");
         printf("  reference        none: the PyTorch reference runs on the CPU: no ratio\n");
     } else {
-        char why[256] = "", ver[64] = "";
-        double ref = torch_reference(&cfg, threads, steps, ver, sizeof ver, why, sizeof why);
+        ref = torch_reference(&cfg, threads, steps, ver, sizeof ver, why, sizeof why);
         if (ref > 0)
             printf("  reference        %.0f tok/s: PyTorch %s, same model, %d threads, measured "
                    "now (tools/ref_llama.py --bench) -> this run is %.2fx of it\n",
                    ref, ver, threads, tps / ref);
         else
             printf("  reference        none measured here (%s): no ratio\n", why);
+    }
+    if (json_path) {
+        FILE *f = fopen(json_path, "w");
+        if (!f) {
+            fprintf(stderr, "swarmtrain bench model: cannot write %s\n", json_path);
+            model_destroy(&m);
+            kern_destroy(&k);
+            free(tok);
+            free(tgt);
+            return 1;
+        }
+        fprintf(f, "{\"config\":");
+        json_put_string(f, config);
+        fprintf(f, ",\"device\":");
+        json_put_string(f, kern_name(k));
+        fprintf(f, ",\"threads\":%d,\"steps\":%d,\"tokens_s\":%.1f,\"gflops\":%.2f,\"reference\":",
+                kern_on_device(k) ? 1 : threads, steps, tps, gflops);
+        if (ref > 0) {
+            fprintf(f, "{\"tokens_s\":%.1f,\"torch\":", ref);
+            json_put_string(f, ver);
+            fprintf(f, ",\"ratio\":%.4f}}\n", tps / ref);
+        } else {
+            fprintf(f, "{\"none\":");
+            json_put_string(f, why);
+            fprintf(f, "}}\n");
+        }
+        fclose(f);
     }
     int rc = 0;
 #ifdef SWARMTRAIN_HAVE_CUDA

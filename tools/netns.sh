@@ -190,7 +190,8 @@ swarm() {
         [ -n "$serve" ] && role+=(--data-cache "$dir/cache$i")
         ip netns exec "$P-h$i" nice -n 5 "$BIN" peer "${role[@]}" --stage $(((i - 1) % stages)) \
             --listen "tcp://$NET.$i:$LPORT" --advertise "tcp://$NET.$i:$adv_port" \
-            --stages "$stages" "${common[@]}" >"$dir/peer$i.log" 2>&1 &
+            --stages "$stages" --events "$dir/peer$i.events.jsonl" "${common[@]}" \
+            >"$dir/peer$i.log" 2>&1 &
         pids+=($!)
         echo $! >>"$STATE/pids"
         # the next one once this one serves (host 1 first answers the status query)
@@ -207,16 +208,21 @@ swarm() {
         local alive=0 p
         for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
         local line
-        line="$(date +%s.%N) $(grep -c '^step ' "$dir/peer1.log")"
+        line="$(date +%s.%N) $(grep -c '"kind":"step"' "$dir/peer1.events.jsonl" 2>/dev/null)"
         for i in $(seq 1 "$hosts"); do line+=" $(link_bytes "$i")"; done
         echo "$line" >>"$samples"
         [ $alive = 0 ] && break
         [ $SECONDS -ge $t_end ] && { echo "netns.sh: timed out after $timeout s" >&2; break; }
         sleep 0.5
     done
+    # the run's end as the stage-0 leader recorded it (its final val_loss event)
     local tps val
-    tps=$(awk '/^tokens\/s /{print $2}' "$dir"/peer*.log | head -1)
-    val=$(awk '/^val_loss /{print $2}' "$dir"/peer*.log | head -1)
+    read -r tps val < <(cat "$dir"/peer*.events.jsonl 2>/dev/null | "$PY" -c '
+import json, sys
+for line in sys.stdin:
+    e = json.loads(line)
+    if e.get("kind") == "val_loss" and e.get("final") == 1:
+        print("%.0f %s" % (e["tokens_per_s"], e["val_loss"])); break')
     # training window: from the first logged step to the last one
     awk -v rate="$rate" -v delay="$delay" -v tps="${tps:-0}" -v val="${val:-nan}" -v n="$hosts" '
         { t[NR] = $1; s[NR] = $2; for (i = 1; i <= 2 * n; i++) b[NR, i] = $(2 + i) }
@@ -235,7 +241,7 @@ swarm() {
         }' "$samples"
     local bad=0
     for p in "${pids[@]}"; do wait "$p" || bad=1; done
-    [ -z "$tps" ] && { echo "netns.sh: no tokens/s line; logs in $dir" >&2; return 1; }
+    [ -z "$tps" ] && { echo "netns.sh: no final val_loss event; logs in $dir" >&2; return 1; }
     [ $bad = 0 ] || { echo "netns.sh: a peer exited with an error; logs in $dir" >&2; return 1; }
     return 0
 }

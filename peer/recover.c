@@ -111,76 +111,6 @@ static int live_others(peer_t *p, int s)
     return k;
 }
 
-/* The highest rendezvous hash of (key, member) among the serving members that `ok`
- * accepts; 1 when that member is this peer. */
-static int picked(peer_t *p, uint64_t key, int (*ok)(const peer_t *, const msg_member_t *, int),
-                  int arg)
-{
-    uint64_t best = 0, mine = 0;
-    int found = 0;
-    for (int i = 0; i < p->view.n; i++) {
-        const msg_member_t *m = &p->view.m[i];
-        if (m->state != MEMBER_SERVING || !ok(p, m, arg)) continue;
-        uint64_t id;
-        memcpy(&id, m->id, 8);
-        uint64_t h = rng_mix(key, id);
-        if (!found || h > best) best = h, found = 1;
-        if (peer_is_self(p, m->id)) mine = h;
-    }
-    return found && mine == best;
-}
-
-static int in_spare_pool(const peer_t *p, const msg_member_t *m, int not_stage)
-{
-    return m->stage >= 0 && m->stage < p->dims.S && m->stage != not_stage &&
-           pool_serving((peer_t *)p, m->stage) >= 2;
-}
-
-/* arg: the lost stage; a member of a spare pool beside it */
-static int spare_neighbour(const peer_t *p, const msg_member_t *m, int s)
-{
-    return (m->stage == s - 1 || m->stage == s + 1) && in_spare_pool(p, m, s);
-}
-
-/* ... that contributes (a newcomer still following has no copy of the lost stage yet) */
-static int spare_neighbour_contributor(const peer_t *p, const msg_member_t *m, int s)
-{
-    return spare_neighbour(p, m, s) && m->serving_from <= m->step;
-}
-
-/* The stage this peer moves to because stage `s` has no live peer, or -1 (not this peer,
- * or nobody can). Every peer computes the same from the same table. A middle stage takes a
- * peer of a neighbouring pool of two or more, else of any such pool. The first and last
- * stage need their neighbour (it holds the copy of the embedding or head), a contributing
- * one when there is: when the neighbour's pool has no peer to spare, a peer of another
- * spare pool moves into the neighbour's pool first, and one of the neighbours then moves
- * on (a cascade of two moves). */
-static int mover_target(peer_t *p, int s)
-{
-    int S = p->dims.S;
-    uint64_t key = rng_mix(p->def.swarm, (uint64_t)s + 0x5157);
-    int end = s == 0 || s == S - 1;
-    int nb = s == 0 ? 1 : S - 2; /* the neighbour of an end stage */
-    int any_nb = 0;
-    for (int i = 0; i < p->view.n; i++)
-        any_nb |= p->view.m[i].state == MEMBER_SERVING && spare_neighbour(p, &p->view.m[i], s);
-    if (!end) {
-        if (any_nb) return picked(p, key, spare_neighbour, s) ? s : -1;
-        return picked(p, key, in_spare_pool, s) ? s : -1;
-    }
-    if (any_nb) {
-        int contrib = 0;
-        for (int i = 0; i < p->view.n; i++)
-            contrib |= p->view.m[i].state == MEMBER_SERVING &&
-                       spare_neighbour_contributor(p, &p->view.m[i], s);
-        return picked(p, key, contrib ? spare_neighbour_contributor : spare_neighbour, s) ? s : -1;
-    }
-    /* the cascade's first move, unless a peer is on its way into the neighbour's pool */
-    const msg_member_t *m;
-    if (view_stage(&p->view, nb, 0, &m) >= 2) return -1;
-    return picked(p, key ^ 0xca5cade, in_spare_pool, nb) ? nb : -1;
-}
-
 /* ---- the neighbours' copies of stage 0 and S-1 (CheckFree+) ----------------------------- */
 
 /* A kept copy, p->rec.copy[c]: this header, then the copied floats: stage 0's embedding
@@ -299,10 +229,9 @@ static int copy_tick(peer_t *p)
              * COPY_EVERY steps, only while every copy fetched, this one included, stays
              * within the budget's share of the activation/gradient bytes sent */
             uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
-            int due = !p->rec.copy[c] ||
-                      (p->step - p->rec.copy_step[c] >= COPY_EVERY &&
-                       (double)(spent + len) <= copy_budget(p) * (double)p->stats.act_bytes);
-            if (!due) continue;
+            if (!recover_copy_due(p->rec.copy[c] != NULL, p->step, p->rec.copy_step[c], COPY_EVERY,
+                                  spent, len, copy_budget(p), p->stats.act_bytes))
+                continue;
         }
         if (p->rec.aux && p->rec.aux_stage != t) return 0; /* one fetch at a time */
         int rc = aux_fetch_range(p, t, off, len);
@@ -395,7 +324,7 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
         } else if (spare) {
             p->rec.orphan_said &= ~(1ull << (s & 63));
         }
-        int to = mover_target(p, s);
+        int to = recover_mover_target(p->view.m, p->view.n, p->self.id, p->dims.S, p->def.swarm, s);
         if (to < 0 || to == p->stage) continue;
         if (to == s) {
             snprintf(why, whylen, "stage %d had no live peer: rebuilding it", s);
@@ -497,9 +426,7 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
             float ga, gb, sa, sb;
             tail_get(na, stage_floats(c, s - 1), &ga, &sa);
             tail_get(nb, stage_floats(c, s + 1), &gb, &sb);
-            /* (a W[i+1] + b W[i-1]) / (a + b): a, b the norms of those neighbours' gradients */
-            double a = (double)gb + 1e-4, b = (double)ga + 1e-4;
-            for (size_t i = 0; i < bf; i++) o[i] = (float)((a * wb[i] + b * wa[i]) / (a + b));
+            recover_blend(o, wa, ga, wb, gb, bf);
             snprintf(how, howlen,
                      "CheckFree: weighted average of stages %d (gradient norm %.4g) and %d (%.4g)",
                      s - 1, ga, s + 1, gb);

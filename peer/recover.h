@@ -9,6 +9,7 @@
 #define SWARMTRAIN_RECOVER_H
 
 #include "common/timeout.h"
+#include "swarm/msg.h"
 #include "swarm/xfer.h"
 
 #include <stdint.h>
@@ -42,5 +43,30 @@ typedef struct {
 
 /* Its timers named; nothing fetched or kept (peer_new). */
 void recover_init(recover_state_t *r, double peer_timeout_s);
+
+/* ---- the rules (recover_rules.c): pure, no peer, no network, no clock ---- */
+
+/* The stage a member moves to because stage `lost` has no live peer, or -1 (not this
+ * member, or nobody can): members[0, n) is the table every member holds (so every member
+ * computes the same), self this member's id, S the stages, key the swarm id. A middle
+ * stage takes a member of a neighbouring pool of two or more serving, else of any such
+ * pool. The first and last stage need their neighbour (it holds the copy of the embedding
+ * or head), a contributing one when there is; when the neighbour's pool has none to spare,
+ * a member of another spare pool moves into the neighbour's pool first (a cascade of two
+ * moves), unless one is on its way there already. Among the candidates, the highest
+ * rendezvous hash of (swarm, stage; id) moves. */
+int recover_mover_target(const msg_member_t *members, int n, const uint8_t self[MSG_ID_LEN],
+                         int S, uint64_t swarm, int lost);
+
+/* CheckFree: a lost middle stage's blocks as the neighbours' average, each weighed by
+ * the other's gradient norm: out = (a wb + b wa) / (a + b), a = gb + 1e-4, b = ga + 1e-4
+ * (the neighbour that learns faster weighs less). n floats. */
+void recover_blend(float *out, const float *wa, float ga, const float *wb, float gb, size_t n);
+
+/* CheckFree+: whether a keeper fetches a copy now: the first at once; a fresher one once
+ * `every` steps passed since the kept one, only while every copy fetched (spent bytes,
+ * this one's len included) stays within `budget` of the activation/gradient bytes sent. */
+int recover_copy_due(int have, int64_t step, int64_t copy_step, int every, uint64_t spent,
+                     size_t len, double budget, uint64_t act_bytes);
 
 #endif

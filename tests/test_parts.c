@@ -8,6 +8,7 @@
 #include "peer/guard.h"
 #include "peer/join.h"
 #include "peer/rebal.h"
+#include "peer/recover.h"
 #include "peer/run_def.h"
 #include "peer/source.h"
 #include "peer/val.h"
@@ -586,6 +587,105 @@ static void test_pool_pick(void **state)
     assert_true(take[0] && take[1]);
 }
 
+/* A table entry: member k of stage s, serving, contributing unless `following`. */
+static msg_member_t entry(int k, int s, int following)
+{
+    msg_member_t m = {.stage = (int16_t)s, .state = MEMBER_SERVING, .step = 10};
+    id_of(m.id, k);
+    m.serving_from = following ? 1010 : 3;
+    return m;
+}
+
+/* Who moves to rebuild a lost stage: every member computes the same from the same table,
+ * and exactly one candidate moves (sim stage faults found each rule). */
+static void test_recover_mover(void **state)
+{
+    (void)state;
+    enum { S = 4 };
+    uint64_t swarm = 0x5ca1ab1e;
+    /* middle stage 2 lost; stage 1 has two (spare), stage 3 one, stage 0 three */
+    msg_member_t t1[] = {entry(1, 0, 0), entry(2, 0, 0), entry(3, 0, 0), entry(4, 1, 0),
+                         entry(5, 1, 0), entry(6, 3, 0)};
+    int n1 = 6, movers = 0;
+    for (int i = 0; i < n1; i++) {
+        int to = recover_mover_target(t1, n1, t1[i].id, S, swarm, 2);
+        if (to < 0) continue;
+        assert_int_equal(to, 2);
+        assert_int_equal(t1[i].stage, 1); /* a neighbour's spare pool first, not stage 0's */
+        movers++;
+    }
+    assert_int_equal(movers, 1);
+    /* no spare neighbour: any spare pool (stage 0) */
+    msg_member_t t2[] = {entry(1, 0, 0), entry(2, 0, 0), entry(4, 1, 0), entry(6, 3, 0)};
+    movers = 0;
+    for (int i = 0; i < 4; i++) {
+        int to = recover_mover_target(t2, 4, t2[i].id, S, swarm, 2);
+        if (to < 0) continue;
+        assert_int_equal(to, 2);
+        assert_int_equal(t2[i].stage, 0);
+        movers++;
+    }
+    assert_int_equal(movers, 1);
+    /* the last stage lost: its neighbour's spare pool, a contributor rather than a
+     * follower (a follower has no copy of the head yet) */
+    msg_member_t t3[] = {entry(1, 0, 0), entry(4, 2, 1), entry(5, 2, 0), entry(7, 1, 0)};
+    movers = 0;
+    for (int i = 0; i < 4; i++) {
+        int to = recover_mover_target(t3, 4, t3[i].id, S, swarm, 3);
+        if (to < 0) continue;
+        assert_int_equal(to, 3);
+        assert_int_equal(t3[i].id[0], 5);
+        movers++;
+    }
+    assert_int_equal(movers, 1);
+    /* ... its neighbour has one member: a member of another spare pool moves into the
+     * neighbour's pool first (the cascade) */
+    msg_member_t t4[] = {entry(1, 0, 0), entry(2, 0, 0), entry(5, 2, 0), entry(7, 1, 0)};
+    movers = 0;
+    for (int i = 0; i < 4; i++) {
+        int to = recover_mover_target(t4, 4, t4[i].id, S, swarm, 3);
+        if (to < 0) continue;
+        assert_int_equal(to, 2);
+        assert_int_equal(t4[i].stage, 0);
+        movers++;
+    }
+    assert_int_equal(movers, 1);
+    /* ... unless one is on its way there (two members listed at stage 2, one joining) */
+    msg_member_t t5[] = {entry(1, 0, 0), entry(2, 0, 0), entry(5, 2, 0), entry(8, 2, 0),
+                         entry(7, 1, 0)};
+    t5[3].state = MEMBER_JOINING;
+    for (int i = 0; i < 5; i++) assert_int_equal(recover_mover_target(t5, 5, t5[i].id, S, swarm, 3), -1);
+    /* nobody to spare: nobody moves */
+    msg_member_t t6[] = {entry(1, 0, 0), entry(4, 1, 0), entry(6, 3, 0)};
+    for (int i = 0; i < 3; i++) assert_int_equal(recover_mover_target(t6, 3, t6[i].id, S, swarm, 2), -1);
+}
+
+/* CheckFree's average: the neighbour whose gradients are smaller weighs more. */
+static void test_recover_blend(void **state)
+{
+    (void)state;
+    float wa[2] = {1.0f, 2.0f}, wb[2] = {3.0f, 6.0f}, out[2];
+    recover_blend(out, wa, 1.0f, wb, 1.0f, 2); /* equal norms: the mean */
+    assert_float_equal(out[0], 2.0f, 1e-5);
+    assert_float_equal(out[1], 4.0f, 1e-5);
+    recover_blend(out, wa, 3.0f, wb, 1.0f, 2); /* a's gradients 3x b's: b weighs 3x */
+    assert_float_equal(out[0], (1.0001 * 3.0 + 3.0001 * 1.0) / 4.0002, 1e-5);
+    assert_true(out[0] < 2.0f);
+    recover_blend(out, wa, 0.0f, wb, 0.0f, 2); /* no norms known: the mean, not NaN */
+    assert_float_equal(out[1], 4.0f, 1e-5);
+}
+
+/* CheckFree+'s copies within their budget of the wire. */
+static void test_recover_copy_due(void **state)
+{
+    (void)state;
+    assert_true(recover_copy_due(0, 0, 0, 25, 0, 1000, 0.05, 0)); /* the first at once */
+    assert_false(recover_copy_due(1, 20, 0, 25, 1000, 1000, 0.05, 1000000)); /* too soon */
+    assert_true(recover_copy_due(1, 25, 0, 25, 1000, 1000, 0.05, 1000000));  /* 2000 <= 50000 */
+    assert_false(recover_copy_due(1, 25, 0, 25, 49500, 1000, 0.05, 1000000)); /* over budget */
+    assert_false(recover_copy_due(1, 100, 0, 25, 1000, 1000, 0.0, 1000000)); /* budget 0 */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,6 +705,9 @@ int main(void)
         cmocka_unit_test(test_custody_reroute),
         cmocka_unit_test(test_run_def),
         cmocka_unit_test(test_pool_pick),
+        cmocka_unit_test(test_recover_mover),
+        cmocka_unit_test(test_recover_blend),
+        cmocka_unit_test(test_recover_copy_due),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

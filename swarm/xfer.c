@@ -209,38 +209,35 @@ void xfer_on_refusal(xfer_t *x, const uint8_t from[MSG_ID_LEN])
     if (!x->verified) restart(x);
 }
 
+/* The next donor in turn among m of them, donors[skip] left out (skip -1: none). */
+static int donor_in_turn(xfer_t *x, int m, int skip)
+{
+    int i = x->next_donor++ % m;
+    return skip >= 0 && i >= skip ? i + 1 : i;
+}
+
 int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n, double retry_s,
                        xfer_req_t *out, int cap)
 {
     x->now = now;
     if (x->verified || n <= 0 || cap <= 0) return 0;
-    /* the donor that refused lately is left out for a while (XFER_SHUN_S) */
-    msg_member_t *keep = NULL;
-    if (now < x->shun_until) {
-        int j = -1;
-        for (int i = 0; i < n && j < 0; i++)
-            if (!memcmp(donors[i].id, x->shunned, MSG_ID_LEN)) j = i;
-        if (j >= 0) {
-            if (n == 1) return 0; /* the only donor: wait for it */
-            if (!(keep = malloc((size_t)(n - 1) * sizeof *keep))) return 0;
-            memcpy(keep, donors, (size_t)j * sizeof *keep);
-            memcpy(keep + j, donors + j + 1, (size_t)(n - 1 - j) * sizeof *keep);
-            int k = xfer_next_requests(x, now, keep, n - 1, retry_s, out, cap);
-            free(keep);
-            return k;
-        }
-    }
+    /* the donor that refused lately is left out for a while (XFER_SHUN_S): donors[skip] */
+    int skip = -1;
+    for (int i = 0; i < n && skip < 0 && now < x->shun_until; i++)
+        if (!memcmp(donors[i].id, x->shunned, MSG_ID_LEN)) skip = i;
+    int m = n - (skip >= 0); /* the donors asked */
+    if (!m) return 0; /* the only donor: wait for it */
     if (x->started > 0 && x->step < 0) {
         int there = 0;
         for (int i = 0; i < n && !there; i++)
-            there = !memcmp(donors[i].id, x->first_to, MSG_ID_LEN);
+            there = i != skip && !memcmp(donors[i].id, x->first_to, MSG_ID_LEN);
         if (!there || now - x->started > retry_s) restart(x); /* gone, or no answer */
     }
     int k = 0;
     if (x->step < 0) { /* first, one request: it tells which snapshot the donors offer */
         if (x->started > 0) return 0;
         x->started = now;
-        memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
+        memcpy(out[k].to, donors[donor_in_turn(x, m, skip)].id, MSG_ID_LEN);
         memcpy(x->first_to, out[k].to, MSG_ID_LEN);
         out[k].req = (msg_t){.type = MSG_STATE_REQ,
                              .stage = (int16_t)x->stage,
@@ -253,9 +250,9 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
     int outstanding = 0;
     for (int c = 0; c < x->nchunks; c++)
         if (!x->got[c] && x->asked_at[c] > 0 && now - x->asked_at[c] < retry_s) outstanding++;
-    for (int c = 0; c < x->nchunks && outstanding < 2 * n && k < cap; c++) {
+    for (int c = 0; c < x->nchunks && outstanding < 2 * m && k < cap; c++) {
         if (x->got[c] || (x->asked_at[c] > 0 && now - x->asked_at[c] < retry_s)) continue;
-        memcpy(out[k].to, donors[x->next_donor++ % n].id, MSG_ID_LEN);
+        memcpy(out[k].to, donors[donor_in_turn(x, m, skip)].id, MSG_ID_LEN);
         size_t at = (size_t)c * XFER_CHUNK;
         out[k].req =
             (msg_t){.type = MSG_STATE_REQ,

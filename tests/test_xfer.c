@@ -112,12 +112,45 @@ static void test_bad_ranges(void **state)
     xfer_destroy(&x); /* NULL-safe */
 }
 
+/* A donor that refused (its snapshot gone, or not serving) is left out for XFER_SHUN_S,
+ * then asked again; with no other donor the download waits for it (sim stage seeds
+ * 5000561, 5001587, 5002314: asked again at once, 50 times in 0.25 s). */
+static void test_refusal_shun(void **state)
+{
+    (void)state;
+    xfer_t *x = xfer_new(0, 4 * XFER_CHUNK);
+    assert_non_null(x);
+    msg_member_t d[2] = {{.stage = 0, .state = MEMBER_SERVING}, {.stage = 0, .state = MEMBER_SERVING}};
+    d[0].id[0] = 1, d[1].id[0] = 2;
+    xfer_req_t req[8];
+    int k = xfer_next_requests(x, 10.0, d, 2, 5.0, req, 8); /* the first, fresh request */
+    assert_int_equal(k, 1);
+    int first = req[0].to[0];
+    xfer_on_refusal(x, req[0].to);
+    /* within the second: only the other donor is asked, however often */
+    for (double t = 10.0; t < 10.9; t += 0.1) {
+        k = xfer_next_requests(x, t, d, 2, 5.0, req, 8);
+        for (int i = 0; i < k; i++) assert_int_not_equal(req[i].to[0], first);
+    }
+    /* the only donor refused: nothing is asked of it within the second */
+    xfer_t *y = xfer_new(0, XFER_CHUNK);
+    assert_non_null(y);
+    assert_int_equal(xfer_next_requests(y, 20.0, d, 1, 5.0, req, 8), 1);
+    xfer_on_refusal(y, d[0].id);
+    assert_int_equal(xfer_next_requests(y, 20.5, d, 1, 5.0, req, 8), 0);
+    assert_int_equal(xfer_next_requests(y, 21.1, d, 1, 5.0, req, 8), 1); /* then again */
+    assert_int_equal(req[0].to[0], 1);
+    xfer_destroy(&y);
+    xfer_destroy(&x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_and_ranges),
         cmocka_unit_test(test_range_restarts),
         cmocka_unit_test(test_bad_ranges),
+        cmocka_unit_test(test_refusal_shun),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,9 @@
 2. no loop of calls between the member's files other than through the composition
    (peer.c): the parts depend on the composition's interface and on swarm/, not on each
    other both ways;
-3. struct peer has at most MAX_OWN fields of its own.
+3. struct peer has at most MAX_OWN fields of its own;
+4. every timer the member makes (timeout_make) is one its loop wakes for (next_wake in
+   peer.c lists them): a timer left out there would fire only at the loop's idle cap.
 
 Usage: member_shape.py SOURCE_DIR. Prints what it found; exits 1 on a breach."""
 import collections
@@ -92,7 +94,41 @@ def main(root):
             own += decl.count(",") + 1 if "(" not in decl else 1
     print("member_shape: struct peer has %d fields of its own (at most %d)" % (own, MAX_OWN))
     bad |= own > MAX_OWN
+    bad |= check_timers(root, src)
     return 1 if bad else 0
+
+
+# the member of struct peer a part's file keeps its state in (its init takes a pointer)
+PART_OF_FILE = {"contrib.c": "contrib", "follow.c": "follow", "join_rules.c": "join",
+                "rebal.c": "rebal", "recover.c": "rec", "resume.c": "resume"}
+MAKE = re.compile(r"(?:p->|\b([a-z])->)([a-z_0-9.]+?)(?:\[[^\]]*\])?\s*=\s*timeout_make\(")
+
+
+def check_timers(root, src):
+    wake = re.search(r"static double next_wake\(.*?\n\}", src["peer.c"], re.S)
+    if not wake:
+        print("member_shape: next_wake not found in peer/peer.c")
+        return True
+    woken = set(re.findall(r"&p->([a-z_0-9.]+)", wake.group(0)))
+    woken |= set(re.findall(r"p->([a-z_0-9.]+)\[s\]\.deadline", wake.group(0)))
+    made, bad = set(), False
+    for name, text in src.items():
+        for m in MAKE.finditer(text):
+            if m.group(1):  # a part's own pointer: the member of struct peer it is
+                part = PART_OF_FILE.get(name)
+                if not part:
+                    print("member_shape: %s makes a timer in a part member_shape does not map "
+                          "(PART_OF_FILE)" % name)
+                    bad = True
+                    continue
+                made.add(part + "." + m.group(2))
+            else:
+                made.add(m.group(2))
+    missing = sorted(t for t in made if t not in woken)
+    for t in missing:
+        print("member_shape: timer p->%s is made but next_wake does not wake for it" % t)
+    print("member_shape: %d timers made, %d of them not woken for" % (len(made), len(missing)))
+    return bad or bool(missing)
 
 
 def strongly_connected(graph):

@@ -303,8 +303,7 @@ void custody_tick(peer_t *p)
             continue;
         }
         custody_case_t c = case_of(p, r, NULL);
-        c.next = &(msg_member_t){.stage = c.next_stage, .state = MEMBER_SERVING}; /* time only */
         const char *why;
-        if (custody_act(&c, p->now, &why) == CUSTODY_REROUTE) custody_reroute(p, r, why);
+        if (custody_overdue(&c, p->now, &why) == CUSTODY_REROUTE) custody_reroute(p, r, why);
     }
 }

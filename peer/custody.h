@@ -90,5 +90,8 @@ typedef struct {
 } custody_case_t;
 /* The rule for one record at `now`; *why says the reason (static text, or the NACK's). */
 int custody_act(const custody_case_t *c, double now, const char **why);
+/* Its time rule alone (the loop's tick; the view's and the NACK's rules run when the view
+ * changes or a NACK comes): re-route a record sent on whose gradient is overdue. */
+int custody_overdue(const custody_case_t *c, double now, const char **why);
 
 #endif

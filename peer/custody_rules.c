@@ -31,9 +31,13 @@ int custody_act(const custody_case_t *c, double now, const char **why)
         *why = "its next peer is re-syncing";
         return CUSTODY_REROUTE;
     }
-    if (now - c->sent_at >= c->wait_s) {
-        *why = "no gradient back in time";
-        return CUSTODY_REROUTE;
-    }
-    return CUSTODY_KEEP;
+    return custody_overdue(c, now, why);
+}
+
+int custody_overdue(const custody_case_t *c, double now, const char **why)
+{
+    *why = NULL;
+    if (!c->sent || now - c->sent_at < c->wait_s) return CUSTODY_KEEP;
+    *why = "no gradient back in time";
+    return CUSTODY_REROUTE;
 }

@@ -514,6 +514,14 @@ static void test_custody_reroute(void **state)
     assert_int_equal(custody_act(&c, 101, &why), CUSTODY_REROUTE);
     c.sent = 0; /* not sent yet: nothing to decide here */
     assert_int_equal(custody_act(&c, 1e9, &why), CUSTODY_KEEP);
+    /* the tick's time rule alone: the next peer's entry is not its business */
+    custody_case_t t = {.sent = 1, .sent_at = 100, .wait_s = 5, .next = NULL, .next_stage = 1};
+    assert_int_equal(custody_overdue(&t, 104.9, &why), CUSTODY_KEEP);
+    assert_null(why);
+    assert_int_equal(custody_overdue(&t, 105.0, &why), CUSTODY_REROUTE);
+    assert_string_equal(why, "no gradient back in time");
+    t.sent = 0;
+    assert_int_equal(custody_overdue(&t, 1e9, &why), CUSTODY_KEEP);
 }
 
 /* The run's definition (docs/protocol.md 7.6): a founder's text carries the training

@@ -331,14 +331,18 @@ int pool_pick(const pool_msg_t *const *msgs, int n, const int *out, int M, int *
     }
     for (int i = 0; i < n; i++) take[i] = 0;
     /* An origin's messages are a run of consecutive entries, considered whole: the run
-     * not yet considered that counts the most, the first of equals (the smaller id). */
+     * not yet considered whose part 0 counts the most, the first of equals (the smaller
+     * id). By part 0 only: every member holds every exchange member's part 0 before it
+     * applies, not always its supplements (a member that woke from a pause had not seen a
+     * mate's part 1, weighed that mate less and applied another update: sim pause seed
+     * 60069). */
     for (;;) {
         int best = -1;
         uint32_t best_w = 0;
         for (int i = 0, j; i < n; i = j) {
             uint32_t w = 0;
             for (j = i; j < n && !memcmp(msgs[j]->origin, msgs[i]->origin, MSG_ID_LEN); j++)
-                if (!out[j])
+                if (!out[j] && msgs[j]->part == 0)
                     for (int b = 0; b < M; b++) w += (uint32_t)pool_bit(msgs[j]->counted, b);
             if (!done[i] && (best < 0 || w > best_w)) best = i, best_w = w;
         }

@@ -115,7 +115,8 @@ int pool_vote_lost(const pool_msg_t *const *msgs, int n, uint64_t my_hash, int64
 /* Which of the step's messages msgs[0, n) (in origin, then part order; out[i] set: refused
  * before, never taken) enter the update; take[i] set for each. A message that counts a
  * microbatch already taken is left out whole (a gradient sum cannot be taken apart).
- * Origins are weighed by the microbatches their messages count, most first, then by id:
+ * Origins are weighed by the microbatches their part 0 counts (every member holds every
+ * part 0 before it applies; supplements may be missing on some), most first, then by id:
  * when a member's share was run again (a REDO while its first message was on the way),
  * the message that counts the whole step wins over the duplicate that counts one, on
  * every member that holds the same messages (sim heavy seed 6101891: 1 of 4 counted when

@@ -580,6 +580,17 @@ static void test_pool_pick(void **state)
     const pool_msg_t *m2[] = {&a0, &a1, &b};
     assert_int_equal(pool_pick(m2, 3, out, 4, take), 0);
     assert_true(take[0] && !take[1] && take[2]);
+    /* weighed by part 0 alone: C's part 0 {3} and part 1 {0,1,2} (4 in all) against D's
+     * part 0 {0,1,2}: D first, as on a member that has not seen C's part 1 (sim pause seed
+     * 60069: the two weighed differently and applied different updates) */
+    uint8_t s2[3][1];
+    pool_msg_t c0 = pick_msg(1, 0, 0x8, s2[0]), c1 = pick_msg(1, 1, 0x7, s2[1]),
+               d0 = pick_msg(2, 0, 0x7, s2[2]);
+    const pool_msg_t *m5[] = {&c0, &c1, &d0}, *m6[] = {&c0, &d0};
+    assert_int_equal(pool_pick(m5, 3, out, 4, take), 0);
+    assert_true(take[0] && !take[1] && take[2]);
+    assert_int_equal(pool_pick(m6, 2, out, 4, take), 0);
+    assert_true(take[0] && take[1]);
     /* B refused (the guard): A enters whole although B counts more */
     int out2[3] = {0, 0, 1};
     assert_int_equal(pool_pick(m2, 3, out2, 4, take), 0);

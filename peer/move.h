@@ -21,14 +21,22 @@ typedef struct {
  * step took the other stage for finished and ended the run unvalidated (sim heavy 4x2
  * seed 2000928). */
 #define END_GONE_TIMEOUTS 8
+/* After waking from a pause, the members it knew have this many member timeouts to show
+ * they are alive (their heartbeat moves), else it was left behind (woke_tick). */
+#define END_WOKE_TIMEOUTS 4
 
 typedef struct {
     int over;      /* the run is over for this peer (its validation said, or it heard so) */
     timeout_t gone; /* end.gone: at the last step, a stage seen there gone from the view, since */
     uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
-    double last_step_at; /* the loop's last turn (peer_step) ... */
-    double woke_at;      /* ... and when it last ran again after a pause longer than the
-                          * member timeout (SIGSTOP, a suspended laptop): 0, never */
+    uint64_t pauses;     /* the transport's pauses seen so far (net_ev_t.pauses) */
+    timeout_t woke;      /* member.woke: after waking from a pause, the next look at which
+                          * members it knew are alive */
+    double woke_at;      /* when it last woke from a pause longer than the member timeout
+                          * (SIGSTOP, a suspended laptop): 0, never */
+    msg_member_t *knew;  /* the members it knew then, as they were (peer.c frees): one whose
+                          * heartbeat moved since is alive */
+    int nknew;
 } end_state_t;
 
 #endif

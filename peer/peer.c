@@ -189,6 +189,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     resume_init(&p->resume);
     p->ending.gone = timeout_make("end.gone", END_GONE_TIMEOUTS * po->peer_timeout_s);
     p->push = timeout_make("member.push", PEER_PUSH_S);
+    p->ending.woke = timeout_make("member.woke", PEER_WOKE_S);
     rebal_init(&p->rebal);
     join_state_init(&p->join);
     follow_init(&p->follow, po->peer_timeout_s);
@@ -201,6 +202,71 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
 }
 
 /* ---- events ---------------------------------------------------------------------------- */
+
+/* This process was frozen for longer than the member timeout (SIGSTOP, a suspended
+ * laptop, a VM migrated: its network thread too, which noticed), so its mates took it for
+ * dead and went on without it. It says so and keeps the members it knew, as they were:
+ * woke_tick then tells who is still alive. */
+static void woke(peer_t *p, double paused_s)
+{
+    p->ending.woke_at = p->now;
+    timeout_start(&p->ending.woke, p->now);
+    msg_member_t *k = realloc(p->ending.knew, (size_t)(p->view.n ? p->view.n : 1) * sizeof *k);
+    if (k) {
+        p->ending.knew = k, p->ending.nknew = 0;
+        for (int i = 0; i < p->view.n; i++)
+            if (!peer_is_self(p, p->view.m[i].id)) k[p->ending.nknew++] = p->view.m[i];
+    }
+    fprintf(p->log, "peer: paused for %.1f s (its network thread too) at step %" PRId64 "\n",
+            paused_s, p->step);
+    peer_event(p, "woke", "paused_s=%.1f", paused_s);
+}
+
+/* A member it knew when it woke whose heartbeat has moved since: alive. NULL: none (of
+ * `stage`, or any when stage < 0). */
+static const msg_member_t *known_alive(const peer_t *p, int stage)
+{
+    for (int i = 0; i < p->ending.nknew; i++) {
+        const msg_member_t *now = view_find(&p->view, p->ending.knew[i].id);
+        if (now && now->heartbeat > p->ending.knew[i].heartbeat && (stage < 0 || now->stage == stage))
+            return now;
+    }
+    return NULL;
+}
+
+/* After waking, every member.woke: once a member it knew shows it is alive, it is back in
+ * the run, and one serving a stage whose pool has such a mate to download from takes the
+ * pool's state again instead of voting its own, stale one against it (it won a tie
+ * against the mate that had gone on, which re-synced instead and then waited on it: local
+ * --pause, four 30 s stalls). None within END_WOKE_TIMEOUTS member timeouts: the run
+ * ended or moved on without it (those that finished told only the members alive to them);
+ * it says so and leaves, instead of training a fork with newcomers that joined through it
+ * (sim --faults pause seeds 60041, 60076). */
+static int woke_tick(peer_t *p)
+{
+    if (!p->ending.nknew || !timeout_fired(&p->ending.woke, p->now)) return 0;
+    timeout_start(&p->ending.woke, p->now);
+    if (p->ending.over) return 0;
+    if (known_alive(p, -1)) {
+        const msg_member_t *m = known_alive(p, p->stage);
+        p->ending.nknew = 0; /* back in the run */
+        timeout_stop(&p->ending.woke);
+        if (p->phase == PHASE_SERVING && m && m->state == MEMBER_SERVING &&
+            m->serving_from <= m->step + 1)
+            return peer_start_download(p, "woke from a pause: its mates took it for dead");
+        return 0;
+    }
+    if (p->now - p->ending.woke_at <= END_WOKE_TIMEOUTS * p->po.peer_timeout_s) return 0;
+    timeout_stop(&p->ending.woke);
+    p->ending.nknew = 0;
+    if (p->step >= p->def.train.steps) return 0; /* finished: end_tick says when it is over */
+    fprintf(p->log, "peer: left behind: no member it knew is alive since it was paused (at "
+                    "step %" PRId64 " of %d); the run ended or moved on without it\n",
+            p->step, p->def.train.steps);
+    peer_event(p, "run_over", "why=%s", "left_behind");
+    peer_run_over(p);
+    return 0;
+}
 
 static int on_view(peer_t *p, const net_ev_t *ev)
 {
@@ -225,6 +291,10 @@ static int on_view(peer_t *p, const net_ev_t *ev)
     }
     p->stats.net_rejected = ev->rejected;
     if (p->held.st) custody_on_view(p);
+    if (ev->pauses != p->ending.pauses) {
+        p->ending.pauses = ev->pauses;
+        if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
+    }
     return 0;
 }
 
@@ -433,6 +503,7 @@ static void end_tick(peer_t *p)
     if (p->ending.over) return;
     int alone = 1; /* no other member at all: nothing left to follow or download from */
     for (int i = 0; i < p->view.n && alone; i++) alone = peer_is_self(p, p->view.m[i].id);
+
     /* Woken from a pause to find every member it knew gone: the run ended, or moved on,
      * without it (those that finished told only the members alive to them, and to them
      * this peer was dead). It says so and leaves instead of waiting for a joiner to train
@@ -489,7 +560,7 @@ static double next_wake(const peer_t *p, double now)
         &p->join.start,     &p->contrib.progress, &p->contrib.stall,   &p->contrib.exch_req,
         &p->contrib.gone_ask, &p->contrib.relay,  &p->contrib.unknown, &p->contrib.deadline,
         &p->contrib.suspect, &p->contrib.redo_ask, &p->follow.gather,  &p->rebal.decide,
-        &p->rebal.record,   &p->rebal.reverse,    &p->ending.gone,     &p->resume.decide,
+        &p->rebal.record,   &p->rebal.reverse,    &p->ending.gone,     &p->ending.woke,     &p->resume.decide,
         &p->resume.settle,  &p->trans.nobody,     &p->trans.another,   &p->rec.aux_wait,
         &p->rec.judge,      &p->rec.nb_wait[0],   &p->rec.nb_wait[1]};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
@@ -504,15 +575,6 @@ static double next_wake(const peer_t *p, double now)
 int peer_step(peer_t *p, double now, double *wake_at)
 {
     p->now = now;
-    /* a loop that did not run for longer than the member timeout: this process was
-     * paused (its network thread too: the others took it for dead) */
-    if (p->ending.last_step_at > 0 && now - p->ending.last_step_at > p->po.peer_timeout_s) {
-        p->ending.woke_at = now;
-        fprintf(p->log, "peer: paused for %.1f s (its loop did not run) at step %" PRId64 "\n",
-                now - p->ending.last_step_at, p->step);
-        peer_event(p, "woke", "paused_s=%.1f", now - p->ending.last_step_at);
-    }
-    p->ending.last_step_at = now;
     int rc = 0, did = 0;
     switch (p->phase) {
     case PHASE_HELLO:
@@ -524,6 +586,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         rc = peer_start_download(p, NULL);
         break;
     case PHASE_DOWNLOAD:
+        if ((rc = woke_tick(p))) break;
         rc = state_download_tick(p);
         end_tick(p); /* a re-sync with every donor gone after the run's end */
         if (p->ending.over && p->po.exit_when_done) p->phase = PHASE_DONE;
@@ -532,6 +595,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if ((rc = serve_one(p, &did))) break;
         if (!did && (rc = serve_source(p)) > 0) did = 1, rc = 0;
         if (rc < 0) break;
+        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING) break;
         rc = step_tick(p);
         if (rc == STATUS_ECORRUPT) { /* diverged: fetch the pool's state again */
             rc = peer_start_download(p, "parameters differed from the pool's");
@@ -617,6 +681,7 @@ void peer_destroy(peer_t **pp)
     serve_free(p);
     view_free(&p->view);
     recover_free(p);
+    free(p->ending.knew);
     kern_destroy(&p->k);
     free(p);
     *pp = NULL;

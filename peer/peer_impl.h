@@ -49,6 +49,7 @@
 
 
 #define PEER_PUSH_S 0.25 /* member.push: a serving member's entry is pushed this often */
+#define PEER_WOKE_S 0.5  /* member.woke: from waking from a pause to taking the pool's state again */
 #define PEER_IDLE_S 0.1  /* the longest a member sleeps without an event or a timer due */
 
 /* The run's shape as the member uses it, set when it takes its first stage (join.c). */

@@ -614,6 +614,16 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
                        ? pool_first_missing(p->pool, ids[i], p->step)
                        : -1;
         if (need < 0) continue;
+        /* A mate that re-syncs (joining again), or follows from a later step since it
+         * did, sends no message of this step, and its counted bits left the union
+         * (step_seen): the pool runs them again. Waiting for its message held the step for
+         * step.deadline (30 s) each time a member woke from a pause and re-synced, named
+         * by a mate's message made while its entry still said it contributed (local
+         * --pause: four 30 s stalls in one run). A newcomer's serving_from never goes the
+         * other way unseen: its join margin lets gossip tell every mate first (9.5). */
+        if (need == 0 && mem && !self &&
+            (mem->state != MEMBER_SERVING || mem->serving_from > p->step))
+            continue;
         /* named by a mate but unknown here: dead, or not heard of yet; wait a while. One
          * that moved to another stage left right after sending its message of the step it
          * was at, and sends none for later steps (rebal.c): a mate whose view still showed

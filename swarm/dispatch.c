@@ -22,7 +22,7 @@ struct dispatch {
     int fanout;
     double last_tick;   /* the last dispatch_tick (0: none yet) */
     uint64_t pauses;    /* ticks that came late by more than DISPATCH_JUMP_S */
-    double paused_s;
+    double paused_s, last_pause_s;
     wire_count_t wire;
     msg_member_t *scratch; /* decoded tables, MSG_MEMBERS_MAX entries */
 };
@@ -342,6 +342,7 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     if (gap > DISPATCH_JUMP_S) {
         d->pauses++;
         d->paused_s += gap;
+        d->last_pause_s = gap;
         members_resume(d->mem, now, gap);
     }
     d->last_tick = now;
@@ -379,6 +380,11 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     free(idx);
 done:
     free(table);
+}
+
+double dispatch_last_pause(const dispatch_t *d)
+{
+    return d->last_pause_s;
 }
 
 uint64_t dispatch_pauses(const dispatch_t *d, double *paused_s)

@@ -117,6 +117,8 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r);
  * members' death, members_resume), and the seconds they lasted. */
 #define DISPATCH_JUMP_S 1.5
 uint64_t dispatch_pauses(const dispatch_t *d, double *paused_s);
+/* The last such pause's length (0: none yet). */
+double dispatch_last_pause(const dispatch_t *d);
 
 /* LEAVE (code: 0 or MSG_LEAVE_RUN_OVER; text why) to every live member, this peer's entry
  * marked leaving. A LEAVE that says the run is over is also handed to the program. */

@@ -239,12 +239,21 @@ static void io_refused(void *ctx, const char *why, int warn)
         log_debug("net: rejected: %s", why);
 }
 
+/* What a view carries besides the table: the pauses the network thread noticed. */
+typedef struct {
+    uint64_t pauses;
+    double last_pause_s;
+} view_health_t;
+
 static void push_view(struct net *n)
 {
     members_t *mem = dispatch_members(n->core);
     uint64_t rejected = dispatch_rejected(n->core);
+    view_health_t h = {.pauses = dispatch_pauses(n->core, NULL),
+                       .last_pause_s = dispatch_last_pause(n->core)};
     zmq_send(n->pair_n, "v", 1, ZMQ_SNDMORE);
     zmq_send(n->pair_n, &rejected, sizeof rejected, ZMQ_SNDMORE);
+    zmq_send(n->pair_n, &h, sizeof h, ZMQ_SNDMORE);
     zmq_send(n->pair_n, dispatch_wire(n->core), sizeof(wire_count_t), ZMQ_SNDMORE);
     msg_member_t *v = malloc((size_t)members_count(mem) * sizeof *v);
     int k = v ? members_view(mem, v) : 0;
@@ -861,8 +870,9 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
             ev->frame[i - 2] = zmq_msg_data(&n->frames[i]);
             ev->frame_len[i - 2] = zmq_msg_size(&n->frames[i]);
         }
-    } else if (kind[0] == 'v' && np == 4 && zmq_msg_size(&n->frames[2]) == sizeof n->view_wire) {
-        size_t bytes = zmq_msg_size(&n->frames[3]);
+    } else if (kind[0] == 'v' && np == 5 && zmq_msg_size(&n->frames[2]) == sizeof(view_health_t) &&
+               zmq_msg_size(&n->frames[3]) == sizeof n->view_wire) {
+        size_t bytes = zmq_msg_size(&n->frames[4]);
         int k = (int)(bytes / sizeof(msg_member_t));
         if (k > n->view_cap) {
             msg_member_t *p = realloc(n->view, (size_t)k * sizeof *p);
@@ -870,11 +880,15 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
             n->view = p;
             n->view_cap = k;
         }
-        memcpy(n->view, zmq_msg_data(&n->frames[3]), (size_t)k * sizeof *n->view);
+        memcpy(n->view, zmq_msg_data(&n->frames[4]), (size_t)k * sizeof *n->view);
         memcpy(&n->view_rejected, zmq_msg_data(&n->frames[1]), sizeof n->view_rejected);
-        memcpy(&n->view_wire, zmq_msg_data(&n->frames[2]), sizeof n->view_wire);
+        view_health_t h;
+        memcpy(&h, zmq_msg_data(&n->frames[2]), sizeof h);
+        memcpy(&n->view_wire, zmq_msg_data(&n->frames[3]), sizeof n->view_wire);
         ev->type = NET_EV_VIEW;
         ev->rejected = n->view_rejected;
+        ev->pauses = h.pauses;
+        ev->last_pause_s = h.last_pause_s;
         ev->wire = n->view_wire;
         ev->members = n->view;
         ev->nmembers = k;

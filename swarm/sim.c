@@ -984,6 +984,8 @@ static int on_app(sim_t *s, node_t *n, char *err)
                 ev.nmembers = members_view(dispatch_members(n->core), view);
                 ev.rejected = dispatch_rejected(n->core);
                 ev.wire = *dispatch_wire(n->core);
+                ev.pauses = dispatch_pauses(n->core, NULL);
+                ev.last_pause_s = dispatch_last_pause(n->core);
             }
         } else {
             ev.type = NET_EV_UNDELIV;

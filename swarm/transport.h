@@ -81,6 +81,10 @@ typedef struct {
     const msg_member_t *members;
     int nmembers;
     uint64_t rejected; /* NET_EV_VIEW: malformed messages the transport refused so far */
+    /* NET_EV_VIEW: times the transport's own heartbeat came late (the whole process was
+     * frozen or starved: the members took its silence for death) and the last such gap */
+    uint64_t pauses;
+    double last_pause_s;
     wire_count_t wire; /* NET_EV_VIEW: bytes this peer's transport moved so far, by kind */
     uint8_t dest[MSG_ID_LEN];
 } net_ev_t;

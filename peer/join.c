@@ -76,10 +76,14 @@ void join_free_held(peer_t *p)
 int join_on_welcome(peer_t *p, const net_ev_t *ev)
 {
     if (p->phase != PHASE_HELLO) return 0;
-    if (ev->nframes != 2)
-        return status_set(p->err, STATUS_EMALFORMED, "malformed WELCOME from %s", p->po.join);
-    if (run_def_read(&p->def, ev->frame[0], ev->frame_len[0], ev->msg.swarm, p->err))
-        return STATUS_EMALFORMED;
+    int rc = ev->nframes != 2
+                 ? status_set(p->err, STATUS_EMALFORMED, "malformed WELCOME from %s", p->po.join)
+                 : run_def_read(&p->def, ev->frame[0], ev->frame_len[0], ev->msg.swarm, p->err);
+    if (rc) { /* refused; the next HELLO gets another answer (join.hello) */
+        stats_note_rejected(&p->stats);
+        log_warn("join: refused a WELCOME from %s: %s", p->po.join, p->err);
+        return ++p->join.bad_welcomes >= JOIN_BAD_WELCOMES ? rc : 0;
+    }
     p->join.wait_peers = p->def.wait_peers;
     p->tp.set_run(p->tp.ctx, p->def.swarm, p->def.text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->def.swarm, p->po.join);

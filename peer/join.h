@@ -27,7 +27,12 @@ typedef struct {
     timeout_t settle; /* join.settle: from the decision to start to the first step */
     timeout_t start; /* join.start: the table unchanged this long starts the swarm */
     int seen_serving, seen_joining, seen_stages; /* the table as join.start last saw it */
+    int bad_welcomes; /* WELCOMEs refused as malformed (a frame cut or flipped on the way) */
 } join_state_t;
+
+/* Malformed WELCOMEs refused before the joiner gives up: a corrupted frame is answered
+ * again at the next HELLO; a text this peer cannot take (another version) every time. */
+#define JOIN_BAD_WELCOMES 3
 
 void join_state_init(join_state_t *j);
 

@@ -34,12 +34,16 @@ int run_def_read(run_def_t *d, const uint8_t *text, size_t len, uint64_t swarm, 
     /* the swarm's own settings follow the training run's, as "swarm.key=value" lines */
     char train_text[sizeof d->text];
     memcpy(train_text, d->text, sizeof train_text);
+    /* The founder's text ends with the swarm line and a newline: a text cut short anywhere
+     * lacks one or the other (a WELCOME whose frame was cut: sim corrupt seed 303 took one
+     * cut from 461 to 224 octets, every key after the cut at its default) */
     char *sw = strstr(train_text, "swarm.");
-    if (sw && (sw == train_text || sw[-1] == '\n')) {
-        if (sscanf(sw, "swarm.wait_peers=%d", &d->wait_peers) != 1 || d->wait_peers < 0)
-            return status_set(err, STATUS_EMALFORMED, "run text: bad swarm settings");
-        *sw = 0;
-    }
+    if (!len || text[len - 1] != '\n' || !sw || (sw != train_text && sw[-1] != '\n'))
+        return status_set(err, STATUS_EMALFORMED,
+                          "run text does not end with its swarm line and a newline (cut short?)");
+    if (sscanf(sw, "swarm.wait_peers=%d", &d->wait_peers) != 1 || d->wait_peers < 0)
+        return status_set(err, STATUS_EMALFORMED, "run text: bad swarm settings");
+    *sw = 0;
     d->train = train_defaults();
     return train_options_from_text(&d->train, train_text, err) ? STATUS_EMALFORMED : 0;
 }

@@ -34,9 +34,11 @@ typedef struct {
                           * members it knew are alive */
     double woke_at;      /* when it last woke from a pause longer than the member timeout
                           * (SIGSTOP, a suspended laptop): 0, never */
-    msg_member_t *knew;  /* the members it knew then, as they were (peer.c frees): one whose
-                          * heartbeat moved since is alive */
+    msg_member_t *knew;  /* the members it knew before the pause (peer.c frees), with their
+                          * heartbeat a moment after waking: one whose heartbeat moves on
+                          * from there is alive */
     int nknew;
+    int knew_set;        /* those heartbeats are taken (the first member.woke) */
 } end_state_t;
 
 #endif

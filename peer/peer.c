@@ -213,7 +213,7 @@ static void woke(peer_t *p, double paused_s)
     timeout_start(&p->ending.woke, p->now);
     msg_member_t *k = realloc(p->ending.knew, (size_t)(p->view.n ? p->view.n : 1) * sizeof *k);
     if (k) {
-        p->ending.knew = k, p->ending.nknew = 0;
+        p->ending.knew = k, p->ending.nknew = 0, p->ending.knew_set = 0;
         for (int i = 0; i < p->view.n; i++)
             if (!peer_is_self(p, p->view.m[i].id)) k[p->ending.nknew++] = p->view.m[i];
     }
@@ -244,9 +244,24 @@ static const msg_member_t *known_alive(const peer_t *p, int stage)
  * (sim --faults pause seeds 60041, 60076). */
 static int woke_tick(peer_t *p)
 {
-    if (!p->ending.nknew || !timeout_fired(&p->ending.woke, p->now)) return 0;
+    if (!p->ending.nknew) return 0;
+    if (p->ending.over) { /* a member said the run is over (its LEAVE waited for it) */
+        p->ending.nknew = 0;
+        timeout_stop(&p->ending.woke);
+        return 0;
+    }
+    if (!timeout_fired(&p->ending.woke, p->now)) return 0;
     timeout_start(&p->ending.woke, p->now);
-    if (p->ending.over) return 0;
+    if (!p->ending.knew_set) { /* the messages that waited in its sockets are in by now:
+                                * their gossip says nothing of who is alive now */
+        for (int i = 0; i < p->ending.nknew; i++) {
+            const msg_member_t *now = view_find(&p->view, p->ending.knew[i].id);
+            if (now && now->heartbeat > p->ending.knew[i].heartbeat)
+                p->ending.knew[i].heartbeat = now->heartbeat;
+        }
+        p->ending.knew_set = 1;
+        return 0;
+    }
     if (known_alive(p, -1)) {
         const msg_member_t *m = known_alive(p, p->stage);
         p->ending.nknew = 0; /* back in the run */
@@ -271,6 +286,12 @@ static int woke_tick(peer_t *p)
 static int on_view(peer_t *p, const net_ev_t *ev)
 {
     char h[9];
+    /* a pause: the members it knew are those of the view before it (this one may list
+     * newcomers that the messages waiting in its sockets told of) */
+    if (ev->pauses != p->ending.pauses) {
+        p->ending.pauses = ev->pauses;
+        if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
+    }
     for (int i = 0; p->ps && i < p->view.n; i++) { /* who is gone: dead or left */
         int still = 0;
         for (int j = 0; j < ev->nmembers && !still; j++)
@@ -291,10 +312,6 @@ static int on_view(peer_t *p, const net_ev_t *ev)
     }
     p->stats.net_rejected = ev->rejected;
     if (p->held.st) custody_on_view(p);
-    if (ev->pauses != p->ending.pauses) {
-        p->ending.pauses = ev->pauses;
-        if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
-    }
     return 0;
 }
 
@@ -595,7 +612,14 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if ((rc = serve_one(p, &did))) break;
         if (!did && (rc = serve_source(p)) > 0) did = 1, rc = 0;
         if (rc < 0) break;
-        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING) break;
+        /* woken from a pause: nothing is trained until it knows it is still in the run
+         * (a member it knew alive) or that it is not (sim pause seed 80004: it trained a
+         * whole fork with a newcomer within the wait) */
+        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING || p->ending.nknew) break;
+        if (p->ending.over && p->step < p->def.train.steps) { /* left behind: nothing more */
+            if (p->po.exit_when_done) p->phase = PHASE_DONE;
+            break;
+        }
         rc = step_tick(p);
         if (rc == STATUS_ECORRUPT) { /* diverged: fetch the pool's state again */
             rc = peer_start_download(p, "parameters differed from the pool's");

@@ -11,6 +11,8 @@ typedef struct {
     int64_t step;
     uint8_t *bits;
     double heard_at;
+    uint64_t hash; /* at the run's last step: the sender's parameter hash (0: none) */
+    int64_t since;
 } progress_t;
 
 struct pool {
@@ -161,6 +163,8 @@ void pool_on_progress(pool_t *p, const uint8_t id[MSG_ID_LEN], int64_t step, con
     memcpy(e->id, id, MSG_ID_LEN);
     e->step = step;
     e->heard_at = now;
+    e->hash = 0;
+    e->since = 0;
     memcpy(e->bits, bits, p->nb);
     p->nprog++;
 }
@@ -360,4 +364,42 @@ int pool_pick(const pool_msg_t *const *msgs, int n, const int *out, int M, int *
     }
     free(counted), free(done);
     return 0;
+}
+
+void pool_on_final(pool_t *p, const uint8_t id[MSG_ID_LEN], uint64_t hash, int64_t since)
+{
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step && !memcmp(p->prog[i].id, id, MSG_ID_LEN)) {
+            p->prog[i].hash = hash;
+            p->prog[i].since = since;
+        }
+}
+
+int pool_final_vote(const pool_t *p, const msg_member_t *own, int n, const uint8_t my_id[MSG_ID_LEN],
+                    uint64_t my_hash, int64_t my_since)
+{
+    pool_msg_t *v = calloc((size_t)(n ? n : 1), sizeof *v);
+    const pool_msg_t **pv = calloc((size_t)(n ? n : 1), sizeof *pv);
+    if (!v || !pv) {
+        free(v), free(pv);
+        return -1;
+    }
+    int k = 0, all = 1;
+    for (int i = 0; i < n && all; i++) {
+        if (!memcmp(own[i].id, my_id, MSG_ID_LEN)) continue;
+        int found = 0;
+        for (int j = 0; j < p->nprog && !found; j++)
+            if (p->prog[j].step == p->step && p->prog[j].hash &&
+                !memcmp(p->prog[j].id, own[i].id, MSG_ID_LEN)) {
+                memcpy(v[k].origin, own[i].id, MSG_ID_LEN);
+                v[k].hash = p->prog[j].hash;
+                v[k].since = p->prog[j].since;
+                pv[k] = &v[k];
+                k++, found = 1;
+            }
+        all = found;
+    }
+    int r = !all ? -1 : pool_vote_lost(pv, k, my_hash, my_since, my_id);
+    free(v), free(pv);
+    return r;
 }

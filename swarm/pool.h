@@ -112,6 +112,16 @@ int pool_first_missing(const pool_t *p, const uint8_t origin[MSG_ID_LEN], int64_
 int pool_vote_lost(const pool_msg_t *const *msgs, int n, uint64_t my_hash, int64_t my_since,
                    const uint8_t my_id[MSG_ID_LEN]);
 
+/* The run's last step has no next hash vote: its members report their parameter hash
+ * (and since: their serving_from) with PROGRESS of that step instead, kept here for the
+ * current step (after pool_on_progress of that report). */
+void pool_on_final(pool_t *p, const uint8_t id[MSG_ID_LEN], uint64_t hash, int64_t since);
+/* The hash vote over those reports against this member's own, once every other owner in
+ * own[0, n) has reported: 1 when this member is on the losing side (pool_vote_lost), 0
+ * when not, -1 while a report is missing (or ENOMEM). */
+int pool_final_vote(const pool_t *p, const msg_member_t *own, int n, const uint8_t my_id[MSG_ID_LEN],
+                    uint64_t my_hash, int64_t my_since);
+
 /* Which of the step's messages msgs[0, n) (in origin, then part order; out[i] set: refused
  * before, never taken) enter the update; take[i] set for each. A message that counts a
  * microbatch already taken is left out whole (a gradient sum cannot be taken apart).

@@ -549,6 +549,11 @@ static void test_run_def(void **state)
     assert_int_equal(run_def_read(&b, (const uint8_t *)bad, strlen(bad), 1, err), STATUS_EMALFORMED);
     snprintf(bad, sizeof bad, "no_such_key=1\n%s", a.text);
     assert_int_equal(run_def_read(&b, (const uint8_t *)bad, strlen(bad), 1, err), STATUS_EMALFORMED);
+    /* a text cut short anywhere is refused (a cut WELCOME frame; sim corrupt seed 303) */
+    size_t full = strlen(a.text);
+    for (size_t cut = 0; cut < full; cut++)
+        assert_int_equal(run_def_read(&b, (const uint8_t *)a.text, cut, 1, err), STATUS_EMALFORMED);
+    assert_int_equal(run_def_read(&b, (const uint8_t *)a.text, full, 1, err), 0);
 }
 
 /* The pool's choice among a step's messages when two count the same microbatch (a share

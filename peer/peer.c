@@ -211,9 +211,13 @@ static void woke(peer_t *p, double paused_s)
 {
     p->ending.woke_at = p->now;
     timeout_start(&p->ending.woke, p->now);
-    msg_member_t *k = realloc(p->ending.knew, (size_t)(p->view.n ? p->view.n : 1) * sizeof *k);
-    if (k) {
-        p->ending.knew = k, p->ending.nknew = 0, p->ending.knew_set = 0;
+    p->ending.knew_set = 0;
+    /* paused again before it knew: the members it knew before the first pause still
+     * decide (the view since may hold newcomers: sim pause 6x3 seed 2) */
+    msg_member_t *k = p->ending.nknew ? p->ending.knew
+                                      : realloc(p->ending.knew, (size_t)(p->view.n ? p->view.n : 1) * sizeof *k);
+    if (k && !p->ending.nknew) {
+        p->ending.knew = k;
         for (int i = 0; i < p->view.n; i++)
             if (!peer_is_self(p, p->view.m[i].id)) k[p->ending.nknew++] = p->view.m[i];
     }

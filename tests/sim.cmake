@@ -169,6 +169,10 @@ st_add_sim_asan(asan_swap_stage_3x2 --faults stage --peers 6 --stages 3 --steps 
 st_add_sim_asan(asan_corrupt_3x2 --faults corrupt --peers 6 --stages 3 --first-seed 101 --seeds 15)
 
 # Paused peers (issue 24): the "pause" level freezes random peers for 1-20 virtual seconds
-# (SIGSTOP ... SIGCONT). Not in CI yet: about 2% of schedules fail (a peer paused past
-# the run's end that a late joiner keeps training with; a woken member whose replica
-# diverged; one that waits for ever), see docs/design-notes.md, "Paused peers".
+# (SIGSTOP ... SIGCONT), their messages held until they wake; a woken peer must come back
+# (re-sync from a mate it knew) or, when the run ended without it, say it was left behind:
+# never train a fork, never diverge, never wait for ever (docs/design-notes.md, "Paused
+# peers").
+st_add_sim(pause_2x2  --faults pause --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 150)
+st_add_sim(pause_3x2  --faults pause --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 60)
+st_add_sim_asan(asan_pause_2x2 --faults pause --peers 4 --stages 2 --steps 12 --first-seed 1001 --seeds 15)

@@ -252,6 +252,9 @@ void step_set_stage_gnorm(peer_t *p, float gnorm);
 void step_seen(peer_t *p);
 void step_count(peer_t *p, uint32_t index);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
+/* Before counting mb: when it is a re-send (attempt > 0) and this member counted others
+ * at this step, its part 0 goes out first, so that mb lands in a supplement (12.4). */
+int step_before_resent(peer_t *p, const msg_mb_t *mb);
 int step_tick(peer_t *p);
 /* The pool step of the stage taken: the contributor's buffers, the pool's bookkeeping;
  * 0 or STATUS_ENOMEM. step_close frees them but the pool, which it returns (a member that

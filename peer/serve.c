@@ -69,6 +69,12 @@ static int backward(peer_t *p, mbrec_t *r)
 {
     int revisit = r->hop != r->first;
     int count = !revisit && step_counts(p, &r->mb, r->flags);
+    /* a re-sent microbatch (its first attempt may have been counted by a mate whose
+     * message is still on its way) is counted in a part of its own: what this member
+     * counted before goes out as its part 0 now, so that the pool can leave out just the
+     * re-run should both arrive (sim heavy 4x2 seed 6102766: 3 of 4) */
+    int rc0 = count ? step_before_resent(p, &r->mb) : 0;
+    if (rc0) return rc0;
     size_t off, n;
     stage_part_params(p->held.st, r->part, &off, &n);
     float *g = stage_grads(p->held.st) + off;

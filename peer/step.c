@@ -738,6 +738,28 @@ static void resend_early(peer_t *p)
     }
 }
 
+/* Its part 0 goes out before the step is complete (exch_early); exch_sent, and the waits
+ * of 12.4, only once it is. */
+static int send_early(peer_t *p)
+{
+    int rc = make_exchange(p, 0);
+    if (rc) return rc;
+    p->contrib.exch_early = 1;
+    const msg_member_t *mem;
+    int nm = pool_members(p, &mem);
+    p->contrib.nearly_to = nm <= 64 ? nm : -1;
+    for (int i = 0; i < nm && i < 64; i++) memcpy(p->contrib.early_to[i], mem[i].id, MSG_ID_LEN);
+    return 0;
+}
+
+int step_before_resent(peer_t *p, const msg_mb_t *mb)
+{
+    if (mb->attempt == 0 || mb->step != p->step || !contributing(p) || p->contrib.exch_sent ||
+        p->contrib.exch_early || pool_mine_count(p->pool) == 0)
+        return 0;
+    return send_early(p);
+}
+
 /* Stage 0: whether this member has counted every microbatch of this step that is its own
  * to source (serve_source: rendezvous hashing over the step's owners), none of them a
  * re-run it was asked for. Then its own gradient for the step is whole: nothing more
@@ -800,14 +822,9 @@ int step_tick(peer_t *p)
      * one-way delay after the last gradient comes back instead of two (docs/protocol.md
      * 12.4, "Early exchange"). The step still completes only when all M are counted and
      * every message covering them is held. */
-    if (!complete && !p->contrib.exch_sent && !p->contrib.exch_early && own_share_done(p)) {
-        if ((rc = make_exchange(p, 0))) return rc;
-        p->contrib.exch_early = 1; /* exch_sent (and the waits of 12.4) only once N is complete */
-        const msg_member_t *mem;
-        int nm = pool_members(p, &mem);
-        p->contrib.nearly_to = nm <= 64 ? nm : -1;
-        for (int i = 0; i < nm && i < 64; i++) memcpy(p->contrib.early_to[i], mem[i].id, MSG_ID_LEN);
-    }
+    if (!complete && !p->contrib.exch_sent && !p->contrib.exch_early && own_share_done(p) &&
+        (rc = send_early(p)))
+        return rc;
     if (!complete && contributing(p) && view_max_step(&p->view, p->stage) > p->step) {
         /* A mate has applied N since: its PROGRESS of N is no longer re-sent, and if it was
          * lost (stage 0's early part 0 reached the mate first; or a partition cut it off,

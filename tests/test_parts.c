@@ -622,66 +622,52 @@ static msg_member_t entry(int k, int s, int following)
 
 /* Who moves to rebuild a lost stage: every member computes the same from the same table,
  * and exactly one candidate moves (sim stage faults found each rule). */
+/* Asks every member of t[0, n) where it moves for the lost stage: -1 when nobody does,
+ * else the one member that does (its index), which must move to `to`. */
+static int the_mover(const msg_member_t *t, int n, int lost, int to)
+{
+    int who = -1;
+    for (int i = 0; i < n; i++) {
+        int at = recover_mover_target(t, n, t[i].id, 4, 0x5ca1ab1e, lost);
+        if (at < 0) continue;
+        assert_int_equal(at, to);
+        assert_int_equal(who, -1); /* one mover per table */
+        who = i;
+    }
+    return who;
+}
+
 static void test_recover_mover(void **state)
 {
     (void)state;
-    enum { S = 4 };
-    uint64_t swarm = 0x5ca1ab1e;
-    /* middle stage 2 lost; stage 1 has two (spare), stage 3 one, stage 0 three */
+    /* 4 stages; middle stage 2 lost; stage 1 has two (spare), stage 3 one, stage 0 three:
+     * a neighbour's spare pool first, not stage 0's */
     msg_member_t t1[] = {entry(1, 0, 0), entry(2, 0, 0), entry(3, 0, 0), entry(4, 1, 0),
                          entry(5, 1, 0), entry(6, 3, 0)};
-    int n1 = 6, movers = 0;
-    for (int i = 0; i < n1; i++) {
-        int to = recover_mover_target(t1, n1, t1[i].id, S, swarm, 2);
-        if (to < 0) continue;
-        assert_int_equal(to, 2);
-        assert_int_equal(t1[i].stage, 1); /* a neighbour's spare pool first, not stage 0's */
-        movers++;
-    }
-    assert_int_equal(movers, 1);
+    int w = the_mover(t1, 6, 2, 2);
+    assert_true(w >= 0 && t1[w].stage == 1);
     /* no spare neighbour: any spare pool (stage 0) */
     msg_member_t t2[] = {entry(1, 0, 0), entry(2, 0, 0), entry(4, 1, 0), entry(6, 3, 0)};
-    movers = 0;
-    for (int i = 0; i < 4; i++) {
-        int to = recover_mover_target(t2, 4, t2[i].id, S, swarm, 2);
-        if (to < 0) continue;
-        assert_int_equal(to, 2);
-        assert_int_equal(t2[i].stage, 0);
-        movers++;
-    }
-    assert_int_equal(movers, 1);
+    w = the_mover(t2, 4, 2, 2);
+    assert_true(w >= 0 && t2[w].stage == 0);
     /* the last stage lost: its neighbour's spare pool, a contributor rather than a
      * follower (a follower has no copy of the head yet) */
     msg_member_t t3[] = {entry(1, 0, 0), entry(4, 2, 1), entry(5, 2, 0), entry(7, 1, 0)};
-    movers = 0;
-    for (int i = 0; i < 4; i++) {
-        int to = recover_mover_target(t3, 4, t3[i].id, S, swarm, 3);
-        if (to < 0) continue;
-        assert_int_equal(to, 3);
-        assert_int_equal(t3[i].id[0], 5);
-        movers++;
-    }
-    assert_int_equal(movers, 1);
+    w = the_mover(t3, 4, 3, 3);
+    assert_true(w >= 0 && t3[w].id[0] == 5);
     /* ... its neighbour has one member: a member of another spare pool moves into the
      * neighbour's pool first (the cascade) */
     msg_member_t t4[] = {entry(1, 0, 0), entry(2, 0, 0), entry(5, 2, 0), entry(7, 1, 0)};
-    movers = 0;
-    for (int i = 0; i < 4; i++) {
-        int to = recover_mover_target(t4, 4, t4[i].id, S, swarm, 3);
-        if (to < 0) continue;
-        assert_int_equal(to, 2);
-        assert_int_equal(t4[i].stage, 0);
-        movers++;
-    }
-    assert_int_equal(movers, 1);
+    w = the_mover(t4, 4, 3, 2);
+    assert_true(w >= 0 && t4[w].stage == 0);
     /* ... unless one is on its way there (two members listed at stage 2, one joining) */
     msg_member_t t5[] = {entry(1, 0, 0), entry(2, 0, 0), entry(5, 2, 0), entry(8, 2, 0),
                          entry(7, 1, 0)};
     t5[3].state = MEMBER_JOINING;
-    for (int i = 0; i < 5; i++) assert_int_equal(recover_mover_target(t5, 5, t5[i].id, S, swarm, 3), -1);
+    assert_int_equal(the_mover(t5, 5, 3, -2), -1);
     /* nobody to spare: nobody moves */
     msg_member_t t6[] = {entry(1, 0, 0), entry(4, 1, 0), entry(6, 3, 0)};
-    for (int i = 0; i < 3; i++) assert_int_equal(recover_mover_target(t6, 3, t6[i].id, S, swarm, 2), -1);
+    assert_int_equal(the_mover(t6, 3, 2, -2), -1);
 }
 
 /* CheckFree's average: the neighbour whose gradients are smaller weighs more. */

@@ -388,16 +388,9 @@ int bench_model(int argc, char **argv)
         else
             printf("  reference        none measured here (%s): no ratio\n", why);
     }
-    if (json_path) {
-        FILE *f = fopen(json_path, "w");
-        if (!f) {
-            fprintf(stderr, "swarmtrain bench model: cannot write %s\n", json_path);
-            model_destroy(&m);
-            kern_destroy(&k);
-            free(tok);
-            free(tgt);
-            return 1;
-        }
+    FILE *f = json_path ? fopen(json_path, "w") : NULL;
+    if (json_path && !f) fprintf(stderr, "swarmtrain bench model: cannot write %s\n", json_path);
+    if (f) {
         fprintf(f, "{\"config\":");
         json_put_string(f, config);
         fprintf(f, ",\"device\":");
@@ -415,7 +408,7 @@ int bench_model(int argc, char **argv)
         }
         fclose(f);
     }
-    int rc = 0;
+    int rc = json_path && !f;
 #ifdef SWARMTRAIN_HAVE_CUDA
     const char *cerr = strncmp(kern_name(k), "cuda:", 5) ? NULL : kern_cuda_last_error(k);
     if (cerr) {

@@ -27,9 +27,14 @@ typedef struct {
 
 typedef struct {
     int over;      /* the run is over for this peer (its validation said, or it heard so) */
+    int left_behind; /* ... because it was left behind (a pause): it did not finish the run */
     timeout_t gone; /* end.gone: at the last step, a stage seen there gone from the view, since */
     uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
     uint64_t pauses;     /* the transport's pauses seen so far (net_ev_t.pauses) */
+    double last_step_at; /* the loop's last turn (peer_step) */
+    int suspect;         /* the loop did not turn for longer than the member timeout: a
+                          * pause, or a long pass; nothing is trained until the next view
+                          * says which (the transport's own pause count) */
     timeout_t woke;      /* member.woke: after waking from a pause, the next look at which
                           * members it knew are alive */
     double woke_at;      /* when it last woke from a pause longer than the member timeout

@@ -226,16 +226,22 @@ static void woke(peer_t *p, double paused_s)
     peer_event(p, "woke", "paused_s=%.1f", paused_s);
 }
 
-/* A member it knew when it woke whose heartbeat has moved since: alive. NULL: none (of
- * `stage`, or any when stage < 0). */
-static const msg_member_t *known_alive(const peer_t *p, int stage)
+/* A member it knew before the pause whose heartbeat has moved since it woke (alive), of
+ * `stage` (any when < 0) and, when `ahead`, at a step beyond this peer's: NULL, none. With
+ * *all (when not NULL): whether every member it knew is alive. */
+static const msg_member_t *known_alive(const peer_t *p, int stage, int ahead, int *all)
 {
+    const msg_member_t *found = NULL;
+    int alive = 0;
     for (int i = 0; i < p->ending.nknew; i++) {
         const msg_member_t *now = view_find(&p->view, p->ending.knew[i].id);
-        if (now && now->heartbeat > p->ending.knew[i].heartbeat && (stage < 0 || now->stage == stage))
-            return now;
+        if (!now || now->heartbeat <= p->ending.knew[i].heartbeat) continue;
+        alive++;
+        if (!found && (stage < 0 || now->stage == stage) && (!ahead || now->step > p->step))
+            found = now;
     }
-    return NULL;
+    if (all) *all = alive == p->ending.nknew;
+    return found;
 }
 
 /* After waking, every member.woke: once a member it knew shows it is alive, it is back in
@@ -266,8 +272,15 @@ static int woke_tick(peer_t *p)
         p->ending.knew_set = 1;
         return 0;
     }
-    if (known_alive(p, -1)) {
-        const msg_member_t *m = known_alive(p, p->stage);
+    /* back in the run: a member it knew is alive and ahead of it (the swarm went on), or
+     * every one is (the whole swarm was paused). Members alive but as far behind as it
+     * are sleepers like it, which cannot vouch for the run (two peers paused past the
+     * run's end woke, saw each other and trained it to its end alone: sim pause seed
+     * 9800285); it waits for more, then is left behind. */
+    int all;
+    const msg_member_t *ahead = known_alive(p, -1, 1, &all);
+    if (ahead || (all && known_alive(p, -1, 0, NULL))) {
+        const msg_member_t *m = known_alive(p, p->stage, 0, NULL);
         p->ending.nknew = 0; /* back in the run */
         timeout_stop(&p->ending.woke);
         if (p->phase == PHASE_SERVING && m && m->state == MEMBER_SERVING &&
@@ -283,6 +296,7 @@ static int woke_tick(peer_t *p)
                     "step %" PRId64 " of %d); the run ended or moved on without it\n",
             p->step, p->def.train.steps);
     peer_event(p, "run_over", "why=%s", "left_behind");
+    p->ending.left_behind = 1;
     peer_run_over(p);
     return 0;
 }
@@ -296,6 +310,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
         p->ending.pauses = ev->pauses;
         if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
     }
+    p->ending.suspect = 0; /* the transport has said whether it was paused */
     for (int i = 0; p->ps && i < p->view.n; i++) { /* who is gone: dead or left */
         int still = 0;
         for (int j = 0; j < ev->nmembers && !still; j++)
@@ -538,6 +553,7 @@ static void end_tick(peer_t *p)
                         "without it\n",
                 p->step, p->def.train.steps);
         peer_event(p, "run_over", "why=%s", "left_behind");
+        p->ending.left_behind = 1;
         p->ending.over = 1;
         return;
     }
@@ -596,6 +612,12 @@ static double next_wake(const peer_t *p, double now)
 int peer_step(peer_t *p, double now, double *wake_at)
 {
     p->now = now;
+    /* The loop woke from a pause before the transport's view said so, and would apply a
+     * step whose messages it held before it (sim pause seed 9800583): it waits for that
+     * view first (a long pass looks the same, and costs one view's wait) */
+    if (p->ending.last_step_at > 0 && now - p->ending.last_step_at > p->po.peer_timeout_s)
+        p->ending.suspect = 1;
+    p->ending.last_step_at = now;
     int rc = 0, did = 0;
     switch (p->phase) {
     case PHASE_HELLO:
@@ -619,7 +641,9 @@ int peer_step(peer_t *p, double now, double *wake_at)
         /* woken from a pause: nothing is trained until it knows it is still in the run
          * (a member it knew alive) or that it is not (sim pause seed 80004: it trained a
          * whole fork with a newcomer within the wait) */
-        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING || p->ending.nknew) break;
+        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING || p->ending.nknew ||
+            p->ending.suspect)
+            break;
         if (p->ending.over && p->step < p->def.train.steps) { /* left behind: nothing more */
             if (p->po.exit_when_done) p->phase = PHASE_DONE;
             break;
@@ -658,6 +682,11 @@ int peer_step(peer_t *p, double now, double *wake_at)
 int peer_done(const peer_t *p)
 {
     return p->phase == PHASE_DONE;
+}
+
+int peer_left_behind(const peer_t *p)
+{
+    return p->ending.left_behind;
 }
 
 void peer_info(const peer_t *p, peer_info_t *out)

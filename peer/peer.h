@@ -148,6 +148,9 @@ int peer_step(peer_t *p, double now, double *wake_at);
 
 /* Whether the run is finished for this peer (held-out loss measured and announced). */
 int peer_done(const peer_t *p);
+/* It stopped because the run went on, or ended, without it (woken from a pause): it did not
+ * finish the run, and its LEAVE must not say the run is over. */
+int peer_left_behind(const peer_t *p);
 void peer_info(const peer_t *p, peer_info_t *out);
 const char *peer_error(const peer_t *p);
 

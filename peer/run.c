@@ -123,7 +123,7 @@ int peer_run(const peer_options_t *po, char *err)
             if (r == 0 && (rc = peer_on_event(p, &ev, clock_now()))) break;
         }
     }
-    int finished = !rc && peer_done(p);
+    int finished = !rc && peer_done(p) && !peer_left_behind(p);
     if (!rc) peer_finish(p, po->stop && *po->stop ? "asked to stop" : "run done");
     if (rc) status_set(err, rc, "%s", p->err[0] ? p->err : status_str(rc));
     peer_destroy(&p);

@@ -614,6 +614,27 @@ static int finish(drv_t *d, dnode_t *n)
     return 1;
 }
 
+/* The node's peer stopped because the run went on, or ended, without it (woken from a
+ * pause): not a finisher; it says LEAVE without "the run is over" (2). */
+static int left_behind(drv_t *d, dnode_t *n)
+{
+    peer_info_t info;
+    peer_info(n->p, &info);
+    sim_note(d->sim, "peer  %d left behind at step %lld", n->index, (long long)info.step);
+    peer_finish(n->p, "left behind");
+    peer_destroy(&n->p);
+    release_disk(d, n->index);
+    n->done = 1;
+    n->serving = 0;
+    return 2;
+}
+
+/* The node's peer is done: it finished the run, or was left behind. */
+static int done(drv_t *d, dnode_t *n)
+{
+    return peer_left_behind(n->p) ? left_behind(d, n) : finish(d, n);
+}
+
 static int d_event(void *ctx, int node, const net_ev_t *ev, double now, char *err)
 {
     drv_t *d = ctx;
@@ -624,7 +645,7 @@ static int d_event(void *ctx, int node, const net_ev_t *ev, double now, char *er
     check_decided(d, n);
     /* no refresh here: peer_info hashes the parameters (a fifth of a 70-peer run's time),
      * and the step that follows every batch of events refreshes */
-    if (peer_done(n->p)) return finish(d, n);
+    if (peer_done(n->p)) return done(d, n);
     return 0;
 }
 
@@ -640,7 +661,7 @@ static int d_step(void *ctx, int node, double now, double *wake_at, double *work
     check_decided(d, n);
     if (*wake_at <= now) *work_s = WORK_S;
     refresh(d, n);
-    if (peer_done(n->p)) return finish(d, n);
+    if (peer_done(n->p)) return done(d, n);
     return 0;
 }
 

@@ -1016,8 +1016,8 @@ static int on_app(sim_t *s, node_t *n, char *err)
         if (work > 0) n->busy_until = s->now + work * n->slow;
     }
     n->in_app = 0;
-    if (rc == 1) { /* the program is done and gone: LEAVE */
-        n->finished = 1;
+    if (rc == 1 || rc == 2) { /* the program is done and gone: LEAVE (1: it finished) */
+        n->finished = rc == 1;
         node_down(s, n, 0, 0, 1);
         return 0;
     }

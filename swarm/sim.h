@@ -121,9 +121,10 @@ int sim_config_set(sim_config_t *c, const char *key, const char *value, char *er
 sim_config_t sim_config_defaults(void);
 
 /* The node's program, driven by the simulator. Every callback gets the node's index.
- * A callback returns 0, 1 (only event and step: the program is done and exits
- * cleanly; the node says LEAVE and stops), or a negative status with err filled, which
- * fails the schedule. The transport may be used from any callback of its node. */
+ * A callback returns 0, 1 (only event and step: the program finished the run and exits
+ * cleanly; the node says LEAVE, "the run is over", and stops), 2 (the same, but it did not
+ * finish the run: a plain LEAVE), or a negative status with err filled, which fails the
+ * schedule. The transport may be used from any callback of its node. */
 typedef struct {
     void *ctx;
     /* A node starts: the founder (join NULL) or a joiner (join: "sim://K", a live node

@@ -893,6 +893,54 @@ static int pool_peers(const char *json, int s)
     return status_rows(json, "pools", "stage", st, &o) ? (int)json_num(&o, "peers") : -1;
 }
 
+/* `status --connect ep --json` (into DIR/status.json) until settled(document, ctx) holds,
+ * asked every 0.25 s up to s seconds: peers that have just started or left show in a
+ * member's view after some gossip rounds, seconds later on a loaded machine. Returns the
+ * last document (caller frees; NULL: no answer), settled or not: the caller's checks then
+ * say what was missing. */
+static char *status_until(const char *ep, int (*settled)(const char *json, const void *ctx),
+                          const void *ctx, double s)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1",
+             testutil_bin(), ep, dir);
+    double end = clock_now() + s;
+    char *json = NULL;
+    for (;;) {
+        free(json);
+        json = system(cmd) == 0 ? slurp("status.json") : NULL;
+        if ((json && settled(json, ctx)) || clock_now() > end) return json;
+        clock_sleep(0.25);
+    }
+}
+
+/* The three peers of test_status_json as their first member sees them: all listed and
+ * serving, stage 1's pool of two, and each one's wire by kind (membership counted in). */
+static int three_serving(const char *json, const void *ctx)
+{
+    const char(*ids)[65] = ctx;
+    if (count_rows(json, "peers") != 3 || status_rows(json, "peers", "state", "serving", NULL) != 3 ||
+        pool_peers(json, 0) != 1 || pool_peers(json, 1) != 2)
+        return 0;
+    int n, memb = 0;
+    json_obj_t *pw = rows(json, "peer_wire", &n);
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < n; k++)
+            memb += !strcmp(json_get(&pw[k], "peer"), ids[i]) &&
+                    !strcmp(json_get(&pw[k], "kind"), "membership") &&
+                    json_num(&pw[k], "in") > 0;
+    free(pw);
+    return memb == 3;
+}
+
+/* The third peer (ids[2]) has left the view: two listed, stage 1's pool of one. */
+static int third_gone(const char *json, const void *ctx)
+{
+    const char(*ids)[65] = ctx;
+    return count_rows(json, "peers") == 2 && status_rows(json, "peers", "id", ids[2], NULL) == 0 &&
+           pool_peers(json, 1) == 1;
+}
+
 /* status --json of a live swarm: exactly the peers that run, and their pools. */
 static void test_status_json(void **state)
 {
@@ -918,13 +966,9 @@ static void test_status_json(void **state)
              ep, port + 2, dir);
     pid_t p2 = start("p2", args);
     peer_id("p2.events.jsonl", ids[2]);
-    clock_sleep(1.5); /* a few gossip rounds */
-    char cmd[512], *json;
-    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
-             ep, dir);
-    assert_int_equal(system(cmd), 0);
-    json = slurp("status.json");
-    assert_non_null(json);
+    /* a few gossip rounds: until p0 sees the three serving (up to 30 s) */
+    char cmd[512], *json = status_until(ep, three_serving, ids, 30);
+    if (!json) fail_msg("status --connect %s never answered within 30 s", ep);
     assert_int_equal(count_rows(json, "peers"), 3);
     for (int i = 0; i < 3; i++) assert_int_equal(status_rows(json, "peers", "id", ids[i], NULL), 1);
     assert_int_equal(pool_peers(json, 0), 1);
@@ -971,12 +1015,10 @@ static void test_status_json(void **state)
     /* one leaves (SIGTERM): it exits 0 and disappears from the list */
     kill(p2, SIGTERM);
     assert_int_equal(finish(p2, 30), 0);
-    clock_sleep(0.8);
-    assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
-             ep, dir);
-    assert_int_equal(system(cmd), 0);
-    json = slurp("status.json");
+    /* its LEAVE reaches p0 at once; waited for up to 15 s */
+    json = status_until(ep, third_gone, ids, 15);
+    if (!json) fail_msg("status --connect %s never answered within 15 s", ep);
+    assert_int_equal(system(cmd), 0); /* the table too */
     assert_int_equal(count_rows(json, "peers"), 2);
     assert_int_equal(status_rows(json, "peers", "id", ids[2], NULL), 0);
     assert_int_equal(pool_peers(json, 1), 1);
@@ -1119,6 +1161,24 @@ static void only_peer(const char *json, json_obj_t *o)
     free(p);
 }
 
+/* The only peer row of the status document of ep, asked every 0.1 s up to s seconds until
+ * its `key` reaches at least min, into o; 0 when no answer came at all. */
+static int only_peer_until(const char *ep, const char *key, double min, double s, json_obj_t *o)
+{
+    double end = clock_now() + s;
+    int got = 0;
+    for (;;) {
+        char *json = NULL, err[256];
+        if (status_client_fetch(ep, 3000, &json, err) == 0) {
+            only_peer(json, o);
+            got = 1;
+        }
+        free(json);
+        if ((got && json_num(o, key) >= min) || clock_now() > end) return got;
+        clock_sleep(0.1);
+    }
+}
+
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
 static void test_garbage_rejected(void **state)
 {
@@ -1183,23 +1243,19 @@ static void test_garbage_rejected(void **state)
     zmq_send(s, hdr, len, ZMQ_SNDMORE);
     zmq_send(s, "\0\0\0\0", 4, 0);
     sent++;
-    clock_sleep(1.0);
-    json = NULL;
-    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    only_peer(json, &me);
+    /* every bad message counted once the peer has read them all (up to 20 s) */
+    if (!only_peer_until(ep, "rejected", sent, 20, &me)) fail_msg("no status answer from %s", ep);
     long long rejected = (long long)json_num(&me, "rejected"),
               step1 = (long long)json_num(&me, "step");
     printf("garbage: %d bad messages sent, %lld rejected; step %lld -> %lld\n", sent, rejected,
            step0, step1);
-    free(json);
-    assert_true(rejected >= sent);
-    clock_sleep(1.0);
-    json = NULL;
-    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    only_peer(json, &me);
+    if (rejected < sent) fail_msg("%lld of %d bad messages rejected within 20 s", rejected, sent);
+    /* still training: a later step within 20 s */
+    if (!only_peer_until(ep, "step", step1 + 1, 20, &me)) fail_msg("no status answer from %s", ep);
     long long step2 = (long long)json_num(&me, "step");
-    free(json);
-    assert_true(step2 > step1 && step1 >= step0); /* still training */
+    if (!(step2 > step1 && step1 >= step0))
+        fail_msg("the peer stopped training: step %lld, %lld, then %lld 20 s later", step0, step1,
+                 step2);
     zmq_close(s);
     zmq_ctx_term(ctx);
     kill(p0, SIGTERM);

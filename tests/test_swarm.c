@@ -26,12 +26,15 @@
 #include "testutil.h"
 #include "tools/json.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -84,6 +87,26 @@ static int finish(pid_t pid, double seconds)
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return -1;
+}
+
+/* n loopback TCP ports free now, all bound at once (so none is handed out twice) and
+ * released for the peers to listen on, as local does. A port derived from the pid may
+ * already be in use: 20000-39999 overlaps the kernel's ephemeral range. */
+static void free_ports(int n, int *ports)
+{
+    int fd[8];
+    assert_true(n <= 8);
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd[i] >= 0);
+        assert_int_equal(bind(fd[i], (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(getsockname(fd[i], (struct sockaddr *)&a, &len), 0);
+        ports[i] = ntohs(a.sin_port);
+    }
+    for (int i = 0; i < n; i++) close(fd[i]);
 }
 
 static char *slurp(const char *name)
@@ -953,8 +976,9 @@ static void test_status_json(void **state)
 {
     (void)state;
     char args[1024], ep[64], ids[3][65];
-    int port = 20000 + (int)(getpid() % 20000);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    int port[3];
+    free_ports(3, port);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port[0]);
     snprintf(args, sizeof args,
              "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 "
              "--events %s/p0.events.jsonl --data %s",
@@ -964,13 +988,13 @@ static void test_status_json(void **state)
     snprintf(args, sizeof args,
              "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
              "%s/p1.events.jsonl",
-             ep, port + 1, dir);
+             ep, port[1], dir);
     pid_t p1 = start("p1", args);
     peer_id("p1.events.jsonl", ids[1]);
     snprintf(args, sizeof args,
              "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
              "%s/p2.events.jsonl",
-             ep, port + 2, dir);
+             ep, port[2], dir);
     pid_t p2 = start("p2", args);
     peer_id("p2.events.jsonl", ids[2]);
     /* a few gossip rounds: until p0 sees the three serving (up to 30 s) */
@@ -1191,7 +1215,8 @@ static void test_garbage_rejected(void **state)
 {
     (void)state;
     char args[1024], ep[64];
-    int port = 20000 + (int)((getpid() + 7777) % 20000);
+    int port;
+    free_ports(1, &port);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     snprintf(args, sizeof args,
              "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 "

@@ -632,6 +632,7 @@ static int run_local(const char *name, const char *args, double seconds)
         if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         clock_sleep(0.05);
     }
+    printf("local %s did not exit within %.0f s: killed (exit -1)\n", name, seconds);
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return -1;

@@ -74,7 +74,8 @@ static pid_t start(const char *name, const char *args)
     return pid;
 }
 
-/* Waits for pid up to seconds; returns its exit code, or -1 (killed) on timeout. */
+/* Waits for pid up to seconds; returns its exit code, or -1 (killed) on timeout, which it
+ * says on stdout (the failure output then names the wait and its bound). */
 static int finish(pid_t pid, double seconds)
 {
     double end = clock_now() + seconds;
@@ -84,6 +85,7 @@ static int finish(pid_t pid, double seconds)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         clock_sleep(0.05);
     }
+    printf("process %d did not exit within %.0f s: killed (exit -1)\n", (int)pid, seconds);
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return -1;

@@ -29,7 +29,13 @@ mkdir -p "$dir/www"
 printf '# bootstrap list\ntcp://127.0.0.1:%s  # nobody there\ntcp://127.0.0.1:%s\n' "$dead" "$p0" >"$dir/www/peers.txt"
 "$PY" -m http.server "$http" --bind 127.0.0.1 --directory "$dir/www" >"$dir/http.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 50); do "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$http/peers.txt')" 2>/dev/null && break; sleep 0.1; done
+# waits are deadlines, not counts of tries: on a loaded machine one try (a Python start, an
+# ASan binary's first round) may take a second; each says what it waits for
+end=$((SECONDS + 30)) # the HTTP server serves the list: up to 30 s
+until "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$http/peers.txt')" 2>/dev/null; do
+    [ $SECONDS -lt $end ] || fail "the HTTP server did not serve the list in 30 s"
+    sleep 0.1
+done
 "$BIN" peer --join "http://127.0.0.1:$http/peers.txt" --stage 1 --threads 1 \
     --events "$dir/peer1.events.jsonl" >"$dir/peer1.log" 2>&1 &
 j=$!
@@ -39,8 +45,11 @@ kind() { "$PY" -c 'import json,sys
 for l in open(sys.argv[1]):
     e=json.loads(l)
     if e["kind"]==sys.argv[2]: print(json.dumps(e))' "$@" 2>/dev/null; }
-for _ in $(seq 50); do [ -n "$(kind "$dir/peer1.events.jsonl" join_wait)" ] && break; sleep 0.1; done
-[ -n "$(kind "$dir/peer1.events.jsonl" join_wait)" ] || fail "the joiner did not wait for the list's peers"
+end=$((SECONDS + 30)) # the joiner found nobody and waits (its join_wait event): up to 30 s
+until [ -n "$(kind "$dir/peer1.events.jsonl" join_wait)" ]; do
+    [ $SECONDS -lt $end ] || fail "the joiner did not wait for the list's peers (no join_wait in 30 s)"
+    sleep 0.1
+done
 "$BIN" peer --new --listen "tcp://127.0.0.1:$p0" --stage 0 --stages 2 --steps 8 --threads 1 \
     --wait-peers 2 --data "$corpus" --events "$dir/peer0.events.jsonl" >"$dir/peer0.log" 2>&1 &
 p0pid=$!

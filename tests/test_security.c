@@ -171,6 +171,25 @@ static int wait_listed(const node_t *of, const node_t *as, const char *id, int w
     return 0;
 }
 
+/* Polls of's status (asked with as's credentials) until pick's count of it reaches min, up
+ * to s seconds: what a message the test sent did shows in a count once the peer's network
+ * thread has taken it, which on a loaded machine may be seconds later. Returns the last
+ * count seen (-1: no answer), which the caller checks. */
+static long long wait_count(const node_t *of, const node_t *as, long long (*pick)(const char *),
+                            long long min, double s)
+{
+    double end = clock_now() + s;
+    long long v = -1;
+    do {
+        char *j = status_of(of, as);
+        v = j ? pick(j) : -1;
+        free(j);
+        if (v >= min) break;
+        clock_sleep(0.1);
+    } while (clock_now() < end);
+    return v;
+}
+
 /* With an allowlist: B (listed) joins A and shows in its status; C (not listed, its own
  * list naming A) is refused at the handshake, counted with its CURVE key and address, and
  * never listed; the status tool without credentials gets no answer. */
@@ -191,8 +210,10 @@ static void test_allowlist_handshake(void **state)
     char err[STATUS_ERR_LEN];
     assert_int_equal(net_hello(b.net, a.ep, 0, err), 0);
     assert_int_equal(net_hello(c.net, a.ep, 0, err), 0);
-    assert_true(wait_listed(&a, &b, b.hex, 1, 5));
-    clock_sleep(1.0); /* C's HELLO has had its time */
+    if (!wait_listed(&a, &b, b.hex, 1, 10)) fail_msg("B was not listed by A within 10 s");
+    /* C's connection is refused at the handshake: A counts it once its ZAP handler ran */
+    long long r = wait_count(&a, &b, refused_of, 1, 10);
+    if (r < 1) fail_msg("A counted no refused handshake (C's) within 10 s (count %lld)", r);
     char *j = status_of(&a, &b);
     assert_non_null(j);
     assert_null(strstr(j, c.hex));
@@ -234,8 +255,10 @@ static void test_swarm_key_handshake(void **state)
     node_start(&e, 0);
     assert_int_equal(net_hello(b.net, a.ep, 0, err), 0);
     assert_int_equal(net_hello(e.net, a.ep, 0, err), 0);
-    assert_true(wait_listed(&a, &b, b.hex, 1, 5));
-    clock_sleep(1.0);
+    if (!wait_listed(&a, &b, b.hex, 1, 10)) fail_msg("B was not listed by A within 10 s");
+    /* E's connection is refused at the handshake: A counts it once its ZAP handler ran */
+    long long r = wait_count(&a, &b, refused_of, 1, 10);
+    if (r < 1) fail_msg("A counted no refused handshake (E's) within 10 s (count %lld)", r);
     char *j = status_of(&a, &b);
     assert_non_null(j);
     assert_null(strstr(j, e.hex));
@@ -492,37 +515,45 @@ static void test_replayed_control(void **state)
     msg_t leave = {.type = MSG_LEAVE, .swarm = 0x5ec0, .seq = 2000};
     snprintf(leave.text, sizeof leave.text, "leaving");
     /* a HELLO signed by someone else: refused */
+    /* Each refusal is waited for in A's count of rejected messages (up to 10 s: the
+     * connection is made and the message taken by A's network thread meanwhile), and what
+     * A lists is read after it, so that a check of what did not happen follows the proof
+     * that A handled the message. */
     send_hdr(s, &b, &hello, c.sk);
-    clock_sleep(0.5);
+    long long rej0 = wait_count(&a, NULL, rejected_of, 1, 10);
+    if (rej0 < 1) fail_msg("A rejected no forged HELLO within 10 s (count %lld)", rej0);
     char *j = status_of(&a, NULL);
     assert_non_null(j);
     assert_null(strstr(j, b.hex));
-    long long rej0 = rejected_of(j);
-    assert_true(rej0 >= 1);
     free(j);
     /* signed by B: B joins */
     send_hdr(s, &b, &hello, b.sk);
-    assert_true(wait_listed(&a, NULL, b.hex, 1, 3));
+    if (!wait_listed(&a, NULL, b.hex, 1, 10)) fail_msg("B's HELLO not taken within 10 s");
     /* its LEAVE: B is gone */
     send_hdr(s, &b, &leave, b.sk);
-    assert_true(wait_listed(&a, NULL, b.hex, 0, 3));
+    if (!wait_listed(&a, NULL, b.hex, 0, 10)) fail_msg("B's LEAVE not taken within 10 s");
     /* the same HELLO again (counter 1000 <= 2000): a replay, refused; B stays gone */
     send_hdr(s, &b, &hello, b.sk);
-    clock_sleep(0.6);
+    long long rej1 = wait_count(&a, NULL, rejected_of, rej0 + 1, 10);
+    if (rej1 < rej0 + 1)
+        fail_msg("A did not reject the replayed HELLO within 10 s (rejected %lld -> %lld)", rej0,
+                 rej1);
     j = status_of(&a, NULL);
     assert_non_null(j);
     assert_null(strstr(j, b.hex));
-    long long rej1 = rejected_of(j);
     free(j);
-    assert_true(rej1 >= rej0 + 1);
     /* a fresh HELLO (a higher counter) is taken again: the member came back */
     hello.seq = 3000;
     send_hdr(s, &b, &hello, b.sk);
-    assert_true(wait_listed(&a, NULL, b.hex, 1, 3));
+    if (!wait_listed(&a, NULL, b.hex, 1, 10)) fail_msg("B's fresh HELLO not taken within 10 s");
     /* ... and a replayed LEAVE (counter 2000 <= 3000) does not make it leave */
     send_hdr(s, &b, &leave, b.sk);
-    clock_sleep(0.6);
+    long long rej2 = wait_count(&a, NULL, rejected_of, rej1 + 1, 10);
+    if (rej2 < rej1 + 1)
+        fail_msg("A did not reject the replayed LEAVE within 10 s (rejected %lld -> %lld)", rej1,
+                 rej2);
     j = status_of(&a, NULL);
+    assert_non_null(j);
     assert_non_null(strstr(j, b.hex));
     printf("replay: forged and replayed control refused (rejected %lld -> %lld)\n", rej0,
            rejected_of(j));
@@ -601,6 +632,7 @@ static int run_local(const char *name, const char *args, double seconds)
         if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         clock_sleep(0.05);
     }
+    printf("local %s did not exit within %.0f s: killed (exit -1)\n", name, seconds);
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return -1;

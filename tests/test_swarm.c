@@ -26,12 +26,15 @@
 #include "testutil.h"
 #include "tools/json.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -71,7 +74,8 @@ static pid_t start(const char *name, const char *args)
     return pid;
 }
 
-/* Waits for pid up to seconds; returns its exit code, or -1 (killed) on timeout. */
+/* Waits for pid up to seconds; returns its exit code, or -1 (killed) on timeout, which it
+ * says on stdout (the failure output then names the wait and its bound). */
 static int finish(pid_t pid, double seconds)
 {
     double end = clock_now() + seconds;
@@ -81,9 +85,30 @@ static int finish(pid_t pid, double seconds)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         clock_sleep(0.05);
     }
+    printf("process %d did not exit within %.0f s: killed (exit -1)\n", (int)pid, seconds);
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return -1;
+}
+
+/* n loopback TCP ports free now, all bound at once (so none is handed out twice) and
+ * released for the peers to listen on, as local does. A port derived from the pid may
+ * already be in use: 20000-39999 overlaps the kernel's ephemeral range. */
+static void free_ports(int n, int *ports)
+{
+    int fd[8];
+    assert_true(n <= 8);
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd[i] >= 0);
+        assert_int_equal(bind(fd[i], (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(getsockname(fd[i], (struct sockaddr *)&a, &len), 0);
+        ports[i] = ntohs(a.sin_port);
+    }
+    for (int i = 0; i < n; i++) close(fd[i]);
 }
 
 static char *slurp(const char *name)
@@ -420,13 +445,16 @@ static int faults_of(const char *sum, const char *cause, int stage, int peer)
  * then a stage-2 peer (seed 102); the moment within the run is random (its step is drawn
  * from the seed, its instant falls wherever the peers are then). Each run finishes with
  * a held-out loss, exit 0, nothing lost, and the summary shows the kill and the pool
- * stepping again after it. peer < 0: any peer of the stage. */
+ * stepping again after it. peer < 0: any peer of the stage. The placement holds still
+ * (--no-rebalance): a rebalancing move decided on the throughputs measured on a loaded
+ * machine would put the victim, or its mate, in another stage by chance (the simulator's
+ * moves levels exercise kills and moves together). */
 static void outside_kill(const char *name, int seed, int peer, int stage)
 {
     char args[1024];
     snprintf(args, sizeof args,
              "local --peers 6 --stages 3 --layers 6 --steps 45 --log-every 20 --kill random "
-             "--fault-seed %d --quiet --dir %s/%s --data %s",
+             "--fault-seed %d --no-rebalance --quiet --dir %s/%s --data %s",
              seed, dir, name, testutil_corpus());
     char logname[64];
     snprintf(logname, sizeof logname, "%s.log", name);
@@ -480,14 +508,18 @@ static int recovery_of(const char *sum, int stage, json_obj_t *r)
 /* Every peer of one stage SIGKILLed from outside at a step and moment drawn from a seed
  * (the clock's, printed): a peer of a neighbouring pool of two moves there and rebuilds
  * it (CheckFree in the middle, CheckFree+ at the ends), and the run ends with a held-out
- * loss and nothing lost. `more`: further run options. */
+ * loss and nothing lost. `more`: further run options. The pools stay two peers each until
+ * the kill (--no-rebalance): with rebalancing a peer could leave the stage before it
+ * (measured throughputs on a loaded machine decide), and its pool of one would be killed
+ * with one kill instead of two (fault seed 1796184396 with --swap 0.5 did: stage 0's
+ * second peer moved to stage 1 at step 15, the kill came at step 26). */
 static void kill_stage(int stage, unsigned seed, rebuilt_t how, const char *more)
 {
     char name[32], args[1024], logname[64];
     snprintf(name, sizeof name, "stage%d", stage);
     snprintf(args, sizeof args,
              "local --peers 6 --stages 3 --layers 6 --steps 50 --log-every 10 --kill-stage "
-             "%d:random --fault-seed %u --quiet %s --dir %s/%s --data %s",
+             "%d:random --fault-seed %u --no-rebalance --quiet %s --dir %s/%s --data %s",
              stage, seed, more, dir, name, testutil_corpus());
     snprintf(logname, sizeof logname, "%s.log", name);
     printf("stage %d lost, --fault-seed %u %s\n", stage, seed, more);
@@ -685,6 +717,10 @@ static void test_resume(void **state)
         if (steps_done("cut/peer0.events.jsonl") >= target) break;
         clock_sleep(0.1);
     }
+    if (steps_done("cut/peer0.events.jsonl") < target) {
+        kill(l, SIGKILL);
+        fail_msg("the cut run's stage 0 did not reach step %d within 300 s (seed %u)", target, seed);
+    }
     clock_sleep(extra);
     /* the steps done when the signal goes (the drawn moment is late by the poll and the
      * machine's load: the bound below is from what the run reached, not the target) */
@@ -849,15 +885,16 @@ static void test_revive_from_checkpoint(void **state)
 }
 
 /* The id a peer started with `--events DIR/<events>` records once it serves (its
- * "serving" event), waited for up to 10 s. */
+ * "serving" event), waited for up to 30 s (an ASan peer's start on a loaded machine). */
 static void peer_id(const char *events_name, char *hex)
 {
     json_obj_t o;
-    for (int tries = 0; tries < 200; tries++) {
+    for (double end = clock_now() + 30; clock_now() < end;) {
         if (last_event(events_name, "serving", &o)) break;
         clock_sleep(0.05);
     }
-    if (!last_event(events_name, "serving", &o)) fail_msg("%s: the peer never served", events_name);
+    if (!last_event(events_name, "serving", &o))
+        fail_msg("%s: the peer did not serve within 30 s", events_name);
     snprintf(hex, 65, "%s", json_get(&o, "id"));
     assert_int_equal(strlen(hex), 64);
 }
@@ -893,13 +930,62 @@ static int pool_peers(const char *json, int s)
     return status_rows(json, "pools", "stage", st, &o) ? (int)json_num(&o, "peers") : -1;
 }
 
+/* `status --connect ep --json` (into DIR/status.json) until settled(document, ctx) holds,
+ * asked every 0.25 s up to s seconds: peers that have just started or left show in a
+ * member's view after some gossip rounds, seconds later on a loaded machine. Returns the
+ * last document (caller frees; NULL: no answer), settled or not: the caller's checks then
+ * say what was missing. */
+static char *status_until(const char *ep, int (*settled)(const char *json, const void *ctx),
+                          const void *ctx, double s)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1",
+             testutil_bin(), ep, dir);
+    double end = clock_now() + s;
+    char *json = NULL;
+    for (;;) {
+        free(json);
+        json = system(cmd) == 0 ? slurp("status.json") : NULL;
+        if ((json && settled(json, ctx)) || clock_now() > end) return json;
+        clock_sleep(0.25);
+    }
+}
+
+/* The three peers of test_status_json as their first member sees them: all listed and
+ * serving, stage 1's pool of two, and each one's wire by kind (membership counted in). */
+static int three_serving(const char *json, const void *ctx)
+{
+    const char(*ids)[65] = ctx;
+    if (count_rows(json, "peers") != 3 || status_rows(json, "peers", "state", "serving", NULL) != 3 ||
+        pool_peers(json, 0) != 1 || pool_peers(json, 1) != 2)
+        return 0;
+    int n, memb = 0;
+    json_obj_t *pw = rows(json, "peer_wire", &n);
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < n; k++)
+            memb += !strcmp(json_get(&pw[k], "peer"), ids[i]) &&
+                    !strcmp(json_get(&pw[k], "kind"), "membership") &&
+                    json_num(&pw[k], "in") > 0;
+    free(pw);
+    return memb == 3;
+}
+
+/* The third peer (ids[2]) has left the view: two listed, stage 1's pool of one. */
+static int third_gone(const char *json, const void *ctx)
+{
+    const char(*ids)[65] = ctx;
+    return count_rows(json, "peers") == 2 && status_rows(json, "peers", "id", ids[2], NULL) == 0 &&
+           pool_peers(json, 1) == 1;
+}
+
 /* status --json of a live swarm: exactly the peers that run, and their pools. */
 static void test_status_json(void **state)
 {
     (void)state;
     char args[1024], ep[64], ids[3][65];
-    int port = 20000 + (int)(getpid() % 20000);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    int port[3];
+    free_ports(3, port);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port[0]);
     snprintf(args, sizeof args,
              "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 "
              "--events %s/p0.events.jsonl --data %s",
@@ -909,22 +995,18 @@ static void test_status_json(void **state)
     snprintf(args, sizeof args,
              "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
              "%s/p1.events.jsonl",
-             ep, port + 1, dir);
+             ep, port[1], dir);
     pid_t p1 = start("p1", args);
     peer_id("p1.events.jsonl", ids[1]);
     snprintf(args, sizeof args,
              "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
              "%s/p2.events.jsonl",
-             ep, port + 2, dir);
+             ep, port[2], dir);
     pid_t p2 = start("p2", args);
     peer_id("p2.events.jsonl", ids[2]);
-    clock_sleep(1.5); /* a few gossip rounds */
-    char cmd[512], *json;
-    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
-             ep, dir);
-    assert_int_equal(system(cmd), 0);
-    json = slurp("status.json");
-    assert_non_null(json);
+    /* a few gossip rounds: until p0 sees the three serving (up to 30 s) */
+    char cmd[512], *json = status_until(ep, three_serving, ids, 30);
+    if (!json) fail_msg("status --connect %s never answered within 30 s", ep);
     assert_int_equal(count_rows(json, "peers"), 3);
     for (int i = 0; i < 3; i++) assert_int_equal(status_rows(json, "peers", "id", ids[i], NULL), 1);
     assert_int_equal(pool_peers(json, 0), 1);
@@ -971,12 +1053,10 @@ static void test_status_json(void **state)
     /* one leaves (SIGTERM): it exits 0 and disappears from the list */
     kill(p2, SIGTERM);
     assert_int_equal(finish(p2, 30), 0);
-    clock_sleep(0.8);
-    assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s status --connect %s --json > %s/status.json 2>&1", testutil_bin(),
-             ep, dir);
-    assert_int_equal(system(cmd), 0);
-    json = slurp("status.json");
+    /* its LEAVE reaches p0 at once; waited for up to 15 s */
+    json = status_until(ep, third_gone, ids, 15);
+    if (!json) fail_msg("status --connect %s never answered within 15 s", ep);
+    assert_int_equal(system(cmd), 0); /* the table too */
     assert_int_equal(count_rows(json, "peers"), 2);
     assert_int_equal(status_rows(json, "peers", "id", ids[2], NULL), 0);
     assert_int_equal(pool_peers(json, 1), 1);
@@ -1119,12 +1199,31 @@ static void only_peer(const char *json, json_obj_t *o)
     free(p);
 }
 
+/* The only peer row of the status document of ep, asked every 0.1 s up to s seconds until
+ * its `key` reaches at least min, into o; 0 when no answer came at all. */
+static int only_peer_until(const char *ep, const char *key, double min, double s, json_obj_t *o)
+{
+    double end = clock_now() + s;
+    int got = 0;
+    for (;;) {
+        char *json = NULL, err[256];
+        if (status_client_fetch(ep, 3000, &json, err) == 0) {
+            only_peer(json, o);
+            got = 1;
+        }
+        free(json);
+        if ((got && json_num(o, key) >= min) || clock_now() > end) return got;
+        clock_sleep(0.1);
+    }
+}
+
 /* Garbage on a peer's socket: rejected, counted, and training goes on. */
 static void test_garbage_rejected(void **state)
 {
     (void)state;
     char args[1024], ep[64];
-    int port = 20000 + (int)((getpid() + 7777) % 20000);
+    int port;
+    free_ports(1, &port);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     snprintf(args, sizeof args,
              "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 "
@@ -1183,23 +1282,19 @@ static void test_garbage_rejected(void **state)
     zmq_send(s, hdr, len, ZMQ_SNDMORE);
     zmq_send(s, "\0\0\0\0", 4, 0);
     sent++;
-    clock_sleep(1.0);
-    json = NULL;
-    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    only_peer(json, &me);
+    /* every bad message counted once the peer has read them all (up to 20 s) */
+    if (!only_peer_until(ep, "rejected", sent, 20, &me)) fail_msg("no status answer from %s", ep);
     long long rejected = (long long)json_num(&me, "rejected"),
               step1 = (long long)json_num(&me, "step");
     printf("garbage: %d bad messages sent, %lld rejected; step %lld -> %lld\n", sent, rejected,
            step0, step1);
-    free(json);
-    assert_true(rejected >= sent);
-    clock_sleep(1.0);
-    json = NULL;
-    assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);
-    only_peer(json, &me);
+    if (rejected < sent) fail_msg("%lld of %d bad messages rejected within 20 s", rejected, sent);
+    /* still training: a later step within 20 s */
+    if (!only_peer_until(ep, "step", step1 + 1, 20, &me)) fail_msg("no status answer from %s", ep);
     long long step2 = (long long)json_num(&me, "step");
-    free(json);
-    assert_true(step2 > step1 && step1 >= step0); /* still training */
+    if (!(step2 > step1 && step1 >= step0))
+        fail_msg("the peer stopped training: step %lld, %lld, then %lld 20 s later", step0, step1,
+                 step2);
     zmq_close(s);
     zmq_ctx_term(ctx);
     kill(p0, SIGTERM);

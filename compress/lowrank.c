@@ -65,7 +65,7 @@ uint32_t codec_lowrank_rank(const int64_t *shape, int ndim, uint32_t want)
 }
 
 /* A fixed pseudo-random start (splitmix64), so that the encoder is deterministic. */
-static double lr_rand(uint64_t *s)
+double codec_lr_rand(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15u);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
@@ -76,7 +76,7 @@ static double lr_rand(uint64_t *s)
 
 /* Orthonormalizes the r columns of q (C x r, row-major) in place: modified Gram-Schmidt,
  * twice; a column that vanishes is replaced by a fresh pseudo-random one. */
-static void lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed)
+void codec_lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed)
 {
     for (uint32_t j = 0; j < r; j++) {
         for (int tries = 0; tries < 8; tries++) {
@@ -95,7 +95,7 @@ static void lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed)
                 for (uint64_t i = 0; i < c; i++) q[i * r + j] *= inv;
                 break;
             }
-            for (uint64_t i = 0; i < c; i++) q[i * r + j] = lr_rand(seed);
+            for (uint64_t i = 0; i < c; i++) q[i * r + j] = codec_lr_rand(seed);
         }
     }
 }
@@ -152,8 +152,8 @@ int codec_lowrank_encode(uint8_t *out, const float *x, const int64_t *shape, int
         for (uint64_t i = 0; i < c * c; i++) g[i] *= inv;
     }
     uint64_t seed = 0x53544143u; /* "STAC" */
-    for (uint64_t i = 0; i < c * r; i++) q[i] = lr_rand(&seed);
-    lr_orth(q, c, r, &seed);
+    for (uint64_t i = 0; i < c * r; i++) q[i] = codec_lr_rand(&seed);
+    codec_lr_orth(q, c, r, &seed);
     for (int it = 0; it < LR_ITERS && gmax > 0; it++) {
         memset(z, 0, c * r * sizeof *z);
         for (uint64_t a = 0; a < c; a++) {
@@ -166,7 +166,7 @@ int codec_lowrank_encode(uint8_t *out, const float *x, const int64_t *shape, int
             }
         }
         memcpy(q, z, c * r * sizeof *q);
-        lr_orth(q, c, r, &seed);
+        codec_lr_orth(q, c, r, &seed);
     }
     /* V in int8, one scale per column; |v| <= 1 so the scale is at most 1/127 */
     for (uint32_t j = 0; j < r; j++) {

@@ -235,7 +235,10 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
     /* a block the codec cannot use (odd for int4) would fail every microbatch later */
     int64_t two = 2;
     codec_params_t cp = {.block = o->codec_block};
-    if (o->codec >= 0 && !codec_encoded_size((codec_id_t)o->codec, &cp, &two, 1))
+    /* subspace's block is a budget per element, too small for two elements by design */
+    int bad_block = o->codec >= 0 && !codec_encoded_size((codec_id_t)o->codec, &cp, &two, 1);
+    if (o->codec == CODEC_SUBSPACE) bad_block = o->codec_block > CODEC_SUBSPACE_MAX_MILLI;
+    if (bad_block)
         return status_set(err, STATUS_EMALFORMED, "run text: codec %s cannot use block %u",
                           codec_name(o->codec), o->codec_block);
     if (config_validate(&o->cfg, err)) return STATUS_EMALFORMED;

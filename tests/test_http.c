@@ -516,6 +516,10 @@ static void test_run_text_carries_checksum(void **state)
     assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=100\n", err), 0);
     assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=32001\n", err),
                      STATUS_EMALFORMED);
+    /* and one that leaves no room for a component in one of the run's sequences */
+    assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=1\n", err),
+                     STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "block 1"));
 }
 
 /* What a peer calls once it knows the run: its own file must match, else the URL is

@@ -24,8 +24,8 @@
 #endif
 
 static const char codec_magic[4] = {'S', 'T', 'A', 'C'};
-static const char *const codec_names[CODEC_COUNT] = {"f32",  "f16",  "bf16",
-                                                     "int8", "int4", "lowrank"};
+static const char *const codec_names[CODEC_COUNT] = {"f32",  "f16",     "bf16",    "int8",
+                                                     "int4", "lowrank", "subspace"};
 
 /* Largest scale a block may carry: q * scale stays finite for every valid q. */
 #define INT8_MAX_SCALE (FLT_MAX / 128.0f)
@@ -154,6 +154,8 @@ static uint64_t payload_len(codec_id_t c, const int64_t *shape, int ndim, uint64
                             uint32_t block)
 {
     switch (c) {
+    case CODEC_SUBSPACE:
+        return codec_subspace_payload_len(n, block);
     case CODEC_LOWRANK:
         return codec_lowrank_payload_len(n / (uint64_t)shape[ndim - 1], (uint64_t)shape[ndim - 1],
                                          block);
@@ -175,6 +177,8 @@ static int block_ok(codec_id_t c, const int64_t *shape, int ndim, uint32_t block
     switch (c) {
     case CODEC_LOWRANK: /* the rank: 1..min(M, C) (codec_lowrank_rank clamps a wish) */
         return block >= 1 && block == codec_lowrank_rank(shape, ndim, block);
+    case CODEC_SUBSPACE: /* the budget: room for one component at one bit */
+        return codec_subspace_block_ok(shape, ndim, block);
     case CODEC_F32:
     case CODEC_F16:
     case CODEC_BF16:
@@ -212,6 +216,8 @@ static uint32_t params_block(codec_id_t c, const codec_params_t *params, const i
         return shape_elems(shape, ndim)
                    ? codec_lowrank_rank(shape, ndim, params ? params->block : 0)
                    : 0;
+    if (c == CODEC_SUBSPACE)
+        return params && params->block ? params->block : CODEC_SUBSPACE_DEFAULT_MILLI;
     if (!is_int_codec(c)) return 0;
     return params && params->block ? params->block : CODEC_DEFAULT_BLOCK;
 }
@@ -417,6 +423,10 @@ int codec_encode(codec_id_t codec, const codec_params_t *params, const float *x,
         memset(pay, 0, total - CODEC_HEADER_LEN);
         rc = codec_lowrank_encode(pay, x, shape, ndim, block, err);
         break;
+    case CODEC_SUBSPACE:
+        memset(pay, 0, total - CODEC_HEADER_LEN);
+        rc = codec_subspace_encode(pay, total - CODEC_HEADER_LEN, x, shape, ndim, err);
+        break;
     }
     if (rc) return rc;
 
@@ -611,6 +621,12 @@ int codec_decode(const uint8_t *buf, size_t len, float *out, size_t out_cap_elem
         codec_lowrank_decode(out, pay, n / c, c, info.block);
         break;
     }
+    case CODEC_SUBSPACE: {
+        uint64_t c = (uint64_t)info.shape[info.ndim - 1];
+        if ((rc = codec_subspace_check(pay, info.payload_len, n / c, c, err))) return rc;
+        codec_subspace_decode(out, pay, n / c, c);
+        break;
+    }
     }
     if (shape_out) memcpy(shape_out, info.shape, sizeof info.shape);
     if (ndim_out) *ndim_out = info.ndim;
@@ -630,6 +646,9 @@ static int payload_check(codec_id_t c, const uint8_t *p, const int64_t *shape, i
     case CODEC_LOWRANK:
         return codec_lowrank_check(p, n / (uint64_t)shape[ndim - 1], (uint64_t)shape[ndim - 1],
                                    block, err);
+    case CODEC_SUBSPACE:
+        return codec_subspace_check(p, codec_subspace_payload_len(n, block),
+                                    n / (uint64_t)shape[ndim - 1], (uint64_t)shape[ndim - 1], err);
     case CODEC_F32:
         for (uint64_t i = 0; i < n; i++)
             bad |= (codec_get_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u;

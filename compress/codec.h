@@ -1,10 +1,13 @@
 /* codec.h — activation and gradient codecs: float tensors <-> self-describing bytes.
  *
- * One interface, six codecs: raw f32, f16 and bf16 (round to nearest even), blockwise
+ * One interface, seven codecs: raw f32, f16 and bf16 (round to nearest even), blockwise
  * int8 (absmax scaling, one f32 scale per block), blockwise int4 (two values per
- * byte, one f32 scale per block) and lowrank (the tensor as M rows of its last dimension
+ * byte, one f32 scale per block), lowrank (the tensor as M rows of its last dimension
  * C, sent as a rank-r product: an int8 basis of its top principal subspace and int4
- * coordinates; by default at most 0.1 byte per element; the block field is the rank). The byte
+ * coordinates; by default at most 0.1 byte per element; the block field is the rank) and
+ * subspace (the same matrix as row gains, an ordered principal basis and coordinates of
+ * 1..8 bits per component, filling a budget exactly: the block field is the budget in
+ * thousandths of a byte per element, by default 100). The byte
  * format is specified in docs/codec-format.md: a 40-byte little-endian header (magic "STAC",
  * version, codec, shape, block, payload length, CRC-32C) followed by the payload.
  *
@@ -26,7 +29,8 @@
  *
  * Not for: the DeMo gradient messages (compress/demo.h), transport, or any allocation:
  * callers give the buffers (codec_encoded_size, codec_peek say how large); the one
- * exception is lowrank's encoder, which allocates and frees its O(C*C + C*r) scratch
+ * exceptions are the lowrank and subspace encoders, which allocate and free their
+ * O(C*C + C*r + M*r) scratch
  * (STATUS_ENOMEM when it cannot).
  */
 #ifndef SWARMTRAIN_CODEC_H
@@ -42,9 +46,10 @@ typedef enum {
     CODEC_INT8 = 3,
     CODEC_INT4 = 4,
     CODEC_LOWRANK = 5,
+    CODEC_SUBSPACE = 6,
 } codec_id_t;
 
-#define CODEC_COUNT         6
+#define CODEC_COUNT         7
 #define CODEC_VERSION       1
 #define CODEC_HEADER_LEN    40
 #define CODEC_MAX_DIMS      4
@@ -53,6 +58,10 @@ typedef enum {
 #define CODEC_MAX_BLOCK (1u << 20)
 /* Largest rank of a lowrank message. */
 #define CODEC_LOWRANK_MAX_RANK 65535u
+/* The subspace codec's budget (block field) in thousandths of an octet per element: the
+ * default (0.1 octet per element) and the largest. */
+#define CODEC_SUBSPACE_DEFAULT_MILLI 100u
+#define CODEC_SUBSPACE_MAX_MILLI     32000u
 /* Largest element count a header may announce (2^40). */
 #define CODEC_MAX_ELEMS (UINT64_C(1) << 40)
 
@@ -60,6 +69,7 @@ typedef enum {
 typedef struct {
     uint32_t block; /* int8/int4: elements per scale; lowrank: the rank wished (lowered to
                        what the shape allows; 0: the largest within 0.1 byte/element);
+                       subspace: the budget in 1/1000 byte per element (0: 100);
                        ignored by the float codecs */
 } codec_params_t;
 
@@ -73,7 +83,8 @@ typedef struct {
     uint64_t payload_len; /* bytes after the header */
 } codec_info_t;
 
-/* The codec named "f32", "f16", "bf16", "int8", "int4" or "lowrank" (ids are >= 0), else
+/* The codec named "f32", "f16", "bf16", "int8", "int4", "lowrank" or "subspace" (ids are
+ * >= 0), else
  * STATUS_ENOTFOUND. */
 int codec_by_name(const char *name);
 /* The name of codec id, or NULL when id is not a codec. */
@@ -86,7 +97,8 @@ size_t codec_encoded_size(codec_id_t codec, const codec_params_t *params, const 
 
 /* The block field a message of this shape gets with these parameters: the int8/int4
  * block, lowrank's rank (a wish clamped to what the shape allows; 0 or NULL params: the
- * largest within 0.1 byte per element), 0 for the float codecs or invalid arguments. */
+ * largest within 0.1 byte per element), subspace's budget (0 or NULL: 100), 0 for the float
+ * codecs or invalid arguments. */
 uint32_t codec_block_for(codec_id_t codec, const codec_params_t *params, const int64_t *shape,
                          int ndim);
 

@@ -35,4 +35,28 @@ int codec_lowrank_check(const uint8_t *p, uint64_t m, uint64_t c, uint32_t r, ch
 /* Decodes a checked payload into out[0, M*C). Can't fail. */
 void codec_lowrank_decode(float *out, const uint8_t *p, uint64_t m, uint64_t c, uint32_t r);
 
+/* The encoder's fixed pseudo-random start (SplitMix64 from *s, values in [-0.5, 0.5)) and
+ * its orthonormalization of the r columns of q (C x r, row-major: modified Gram-Schmidt
+ * twice, a vanishing column redrawn); shared with subspace.c. */
+double codec_lr_rand(uint64_t *s);
+void codec_lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed);
+
+/* --- the subspace codec (subspace.c); the block field is the budget in thousandths of an
+ * octet per element (milli), the payload fills floor(n * milli / 1000) octets with the
+ * header ---------------------------------------------------------------------------- */
+
+/* Payload octets of a message of n elements at this budget (0 when the header alone
+ * exceeds it). */
+uint64_t codec_subspace_payload_len(uint64_t n, uint32_t milli);
+/* 1 when milli is in 1..CODEC_SUBSPACE_MAX_MILLI and leaves room for one component. */
+int codec_subspace_block_ok(const int64_t *shape, int ndim, uint32_t milli);
+/* Encodes finite x into the zeroed payload p of plen octets. 0, STATUS_ENOMEM, or
+ * STATUS_EINVAL for values too large to scale. */
+int codec_subspace_encode(uint8_t *p, uint64_t plen, const float *x, const int64_t *shape, int ndim,
+                          char *err);
+/* Every value rule of the payload: 0 or STATUS_EMALFORMED + err. */
+int codec_subspace_check(const uint8_t *p, uint64_t plen, uint64_t m, uint64_t c, char *err);
+/* Decodes a checked payload into out[0, M*C). Can't fail. */
+void codec_subspace_decode(float *out, const uint8_t *p, uint64_t m, uint64_t c);
+
 #endif

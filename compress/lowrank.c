@@ -65,7 +65,7 @@ uint32_t codec_lowrank_rank(const int64_t *shape, int ndim, uint32_t want)
 }
 
 /* A fixed pseudo-random start (splitmix64), so that the encoder is deterministic. */
-static double lr_rand(uint64_t *s)
+double codec_lr_rand(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15u);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
@@ -74,30 +74,52 @@ static double lr_rand(uint64_t *s)
     return (double)(z >> 11) * 0x1.0p-53 - 0.5;
 }
 
-/* Orthonormalizes the r columns of q (C x r, row-major) in place: modified Gram-Schmidt,
- * twice; a column that vanishes is replaced by a fresh pseudo-random one. */
-static void lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed)
+/* Modified Gram-Schmidt, twice, on the r columns of q, element (i, j) at q[i*rs + j*cs];
+ * a column that vanishes is replaced by a fresh pseudo-random one. */
+static inline void lr_orth_cols(double *q, uint64_t c, uint32_t r, uint64_t rs, uint64_t cs,
+                                uint64_t *seed)
 {
     for (uint32_t j = 0; j < r; j++) {
+        double *qj = q + j * cs;
         for (int tries = 0; tries < 8; tries++) {
             double before = 0;
-            for (uint64_t i = 0; i < c; i++) before += q[i * r + j] * q[i * r + j];
+            for (uint64_t i = 0; i < c; i++) before += qj[i * rs] * qj[i * rs];
             for (int pass = 0; pass < 2; pass++)
                 for (uint32_t k = 0; k < j; k++) {
+                    const double *qk = q + k * cs;
                     double d = 0;
-                    for (uint64_t i = 0; i < c; i++) d += q[i * r + k] * q[i * r + j];
-                    for (uint64_t i = 0; i < c; i++) q[i * r + j] -= d * q[i * r + k];
+                    for (uint64_t i = 0; i < c; i++) d += qk[i * rs] * qj[i * rs];
+                    for (uint64_t i = 0; i < c; i++) qj[i * rs] -= d * qk[i * rs];
                 }
             double nn = 0;
-            for (uint64_t i = 0; i < c; i++) nn += q[i * r + j] * q[i * r + j];
+            for (uint64_t i = 0; i < c; i++) nn += qj[i * rs] * qj[i * rs];
             if (nn > 1e-20 * before && nn > 1e-300) {
                 double inv = 1.0 / sqrt(nn);
-                for (uint64_t i = 0; i < c; i++) q[i * r + j] *= inv;
+                for (uint64_t i = 0; i < c; i++) qj[i * rs] *= inv;
                 break;
             }
-            for (uint64_t i = 0; i < c; i++) q[i * r + j] = lr_rand(seed);
+            for (uint64_t i = 0; i < c; i++) qj[i * rs] = codec_lr_rand(seed);
         }
     }
+}
+
+/* Orthonormalizes the r columns of q (C x r, row-major) in place: modified Gram-Schmidt,
+ * twice; a column that vanishes is replaced by a fresh pseudo-random one. The columns are
+ * worked on transposed (contiguous), the same operations in the same order, so the result
+ * is the same bits either way; without memory for the copy, in place. */
+void codec_lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed)
+{
+    double *t = malloc(c * r * sizeof *t);
+    if (!t) {
+        lr_orth_cols(q, c, r, r, 1, seed);
+        return;
+    }
+    for (uint64_t i = 0; i < c; i++)
+        for (uint32_t j = 0; j < r; j++) t[j * c + i] = q[i * r + j];
+    lr_orth_cols(t, c, r, 1, c, seed);
+    for (uint64_t i = 0; i < c; i++)
+        for (uint32_t j = 0; j < r; j++) q[i * r + j] = t[j * c + i];
+    free(t);
 }
 
 /* Round half to even for |v| < 2^22. */
@@ -152,8 +174,8 @@ int codec_lowrank_encode(uint8_t *out, const float *x, const int64_t *shape, int
         for (uint64_t i = 0; i < c * c; i++) g[i] *= inv;
     }
     uint64_t seed = 0x53544143u; /* "STAC" */
-    for (uint64_t i = 0; i < c * r; i++) q[i] = lr_rand(&seed);
-    lr_orth(q, c, r, &seed);
+    for (uint64_t i = 0; i < c * r; i++) q[i] = codec_lr_rand(&seed);
+    codec_lr_orth(q, c, r, &seed);
     for (int it = 0; it < LR_ITERS && gmax > 0; it++) {
         memset(z, 0, c * r * sizeof *z);
         for (uint64_t a = 0; a < c; a++) {
@@ -166,7 +188,7 @@ int codec_lowrank_encode(uint8_t *out, const float *x, const int64_t *shape, int
             }
         }
         memcpy(q, z, c * r * sizeof *q);
-        lr_orth(q, c, r, &seed);
+        codec_lr_orth(q, c, r, &seed);
     }
     /* V in int8, one scale per column; |v| <= 1 so the scale is at most 1/127 */
     for (uint32_t j = 0; j < r; j++) {

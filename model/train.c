@@ -235,10 +235,22 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
     /* a block the codec cannot use (odd for int4) would fail every microbatch later */
     int64_t two = 2;
     codec_params_t cp = {.block = o->codec_block};
-    if (o->codec >= 0 && !codec_encoded_size((codec_id_t)o->codec, &cp, &two, 1))
+    /* subspace's block is a budget per element, too small for two elements by design: it
+     * is checked against the run's shapes below */
+    int bad_block = o->codec >= 0 && !codec_encoded_size((codec_id_t)o->codec, &cp, &two, 1);
+    if (o->codec == CODEC_SUBSPACE) bad_block = 0;
+    if (bad_block)
         return status_set(err, STATUS_EMALFORMED, "run text: codec %s cannot use block %u",
                           codec_name(o->codec), o->codec_block);
     if (config_validate(&o->cfg, err)) return STATUS_EMALFORMED;
+    if (o->codec == CODEC_SUBSPACE) { /* room for one component: a boundary, a sequence */
+        int64_t seq[2] = {o->cfg.seq, o->cfg.dim}, bnd[3] = {o->cfg.batch, o->cfg.seq, o->cfg.dim};
+        if (!codec_encoded_size(CODEC_SUBSPACE, &cp, seq, 2) ||
+            !codec_encoded_size(CODEC_SUBSPACE, &cp, bnd, 3))
+            return status_set(err, STATUS_EMALFORMED,
+                              "run text: codec subspace cannot use block %u for this model",
+                              o->codec_block);
+    }
     if (o->val_skip && !path_valid(o->val_skip, o->cfg.stages))
         return status_set(err, STATUS_EMALFORMED,
                           "run text: val_skip_mask names stage 0, the last "

@@ -67,13 +67,26 @@ static const uint8_t golden_lowrank[54] = {
     0xbf, 0x3b, 0x2a, 0x96, 0x00, 0x7f, 0x04, 0x7b, 0x7b, 0x13, 0x3f, 0x0f,
 };
 
+/* subspace, shape (5) at a budget of 12.4 octets per element (block 12400): 62 octets. One
+ * row, so one component: row gain base = |x| = 0x4081092b, gain code 255; the basis is
+ * x/|x| in int8 as lowrank's (scale 0x3bbff55c, q = {42, -106, 0, 127, 4}); the component
+ * enters at 5 bits and the budget's last 3 bits raise it to 8; its coordinate u = 1.0002,
+ * step 0.0308 (the 8-bit Gaussian step at rms 1) = 0x3cfc55e9, code floor(u/step) + 128 =
+ * 160 = 0xa0. */
+static const uint8_t golden_subspace[62] = {
+    0x53, 0x54, 0x41, 0x43, 0x01, 0x06, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x70, 0x30, 0x00, 0x00, 0x16, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x0e, 0xf9, 0xbb, 0x12, 0x01, 0x00, 0x2b, 0x09, 0x81, 0x40, 0xff, 0x08,
+    0x5c, 0xf5, 0xbf, 0x3b, 0x2a, 0x96, 0x00, 0x7f, 0x04, 0xe9, 0x55, 0xfc, 0x3c, 0xa0,
+};
+
 static const float golden_x[5] = {1.0f, -2.5f, 0.0f, 3.0f, 0.1f};
 
-static const uint8_t *const golden[CODEC_COUNT] = {golden_f32,  golden_f16,  golden_bf16,
-                                                   golden_int8, golden_int4, golden_lowrank};
-static const size_t golden_len[CODEC_COUNT] = {sizeof golden_f32,  sizeof golden_f16,
-                                               sizeof golden_bf16, sizeof golden_int8,
-                                               sizeof golden_int4, sizeof golden_lowrank};
+static const uint8_t *const golden[CODEC_COUNT] = {
+    golden_f32, golden_f16, golden_bf16, golden_int8, golden_int4, golden_lowrank, golden_subspace};
+static const size_t golden_len[CODEC_COUNT] = {
+    sizeof golden_f32,  sizeof golden_f16,     sizeof golden_bf16,    sizeof golden_int8,
+    sizeof golden_int4, sizeof golden_lowrank, sizeof golden_subspace};
 
 /* Rewrites the checksum so that a deliberate change reaches the checks behind it. */
 static void refix_crc(uint8_t *buf, size_t len)
@@ -87,6 +100,7 @@ static void refix_crc(uint8_t *buf, size_t len)
 static uint8_t *encode_alloc(codec_id_t c, uint32_t block, const float *x, const int64_t *shape,
                              int ndim, size_t *len)
 {
+    if (c == CODEC_SUBSPACE && block < 100) block = CODEC_SUBSPACE_MAX_MILLI; /* room for all */
     codec_params_t p = {block};
     size_t cap = codec_encoded_size(c, &p, shape, ndim);
     assert_true(cap > 0);
@@ -103,7 +117,7 @@ static uint8_t *encode_alloc(codec_id_t c, uint32_t block, const float *x, const
 static void test_names(void **state)
 {
     (void)state;
-    const char *names[] = {"f32", "f16", "bf16", "int8", "int4", "lowrank"};
+    const char *names[] = {"f32", "f16", "bf16", "int8", "int4", "lowrank", "subspace"};
     for (int i = 0; i < CODEC_COUNT; i++) {
         assert_int_equal(codec_by_name(names[i]), i);
         assert_string_equal(codec_name(i), names[i]);
@@ -165,7 +179,8 @@ static void test_golden(void **state)
     const int64_t shape[1] = {5};
     for (int c = 0; c < CODEC_COUNT; c++) {
         size_t len;
-        uint8_t *buf = encode_alloc((codec_id_t)c, 4, golden_x, shape, 1, &len);
+        uint8_t *buf =
+            encode_alloc((codec_id_t)c, c == CODEC_SUBSPACE ? 12400 : 4, golden_x, shape, 1, &len);
         assert_int_equal(len, golden_len[c]);
         assert_memory_equal(buf, golden[c], len);
         float out[5];
@@ -229,7 +244,8 @@ static void check_bounds(codec_id_t c, uint32_t block, const float *x, const flo
             assert_true(e <= bound);
             break;
         }
-        case CODEC_LOWRANK: /* no per-element bound: test_lowrank */
+        case CODEC_LOWRANK: /* no per-element bound: test_lowrank, test_subspace */
+        case CODEC_SUBSPACE:
             break;
         }
     }
@@ -525,7 +541,7 @@ static void test_seal_open(void **state)
     const int64_t shape[2] = {37, 1};
     for (int c = 0; c < CODEC_COUNT; c++) {
         size_t len;
-        codec_params_t cp = {.block = 6};
+        codec_params_t cp = {.block = c == CODEC_SUBSPACE ? CODEC_SUBSPACE_MAX_MILLI : 6};
         uint8_t *buf = encode_alloc((codec_id_t)c, 6, x, shape, 2, &len), *t = malloc(len + 1);
         assert_non_null(t);
         memset(t, 0xee, CODEC_HEADER_LEN);
@@ -560,6 +576,9 @@ static void test_seal_open(void **state)
             break;
         case CODEC_LOWRANK:
             memcpy(p, &(float){NAN}, 4); /* the basis scale */
+            break;
+        case CODEC_SUBSPACE:
+            memcpy(p + 2, &(float){NAN}, 4); /* the row gains' base */
             break;
         }
         err[0] = 0;
@@ -706,6 +725,126 @@ static void test_lowrank(void **state)
     free(y);
 }
 
+/* subspace: the budget it fills, what it keeps of a low-rank matrix, determinism and its
+ * own value rules. */
+static void test_subspace(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    /* the default budget: 0.1 octet per element, header included, filled to the octet */
+    const int64_t tiny[3] = {16, 64, 64}, small[3] = {8, 256, 256};
+    const int64_t *shapes[2] = {tiny, small};
+    for (int i = 0; i < 2; i++) {
+        uint64_t n = (uint64_t)(shapes[i][0] * shapes[i][1] * shapes[i][2]);
+        assert_int_equal(codec_block_for(CODEC_SUBSPACE, NULL, shapes[i], 3),
+                         CODEC_SUBSPACE_DEFAULT_MILLI);
+        assert_int_equal(codec_encoded_size(CODEC_SUBSPACE, NULL, shapes[i], 3), n / 10);
+    }
+    /* a budget without room for one component at one bit, or above the largest, is refused */
+    codec_params_t tight = {1}, over = {CODEC_SUBSPACE_MAX_MILLI + 1};
+    assert_int_equal(codec_encoded_size(CODEC_SUBSPACE, &tight, tiny, 3), 0);
+    assert_int_equal(codec_encoded_size(CODEC_SUBSPACE, &over, tiny, 3), 0);
+
+    /* a rank-3 matrix with rows of very different norms comes back nearly whole from 0.2
+     * octet per element (its components at 8 bits, the rest of a larger budget is spent on
+     * directions of float rounding and does not help) */
+    enum { M = 203, C = 48, K = 3 };
+    float *a = malloc(M * K * sizeof *a), *b = malloc(K * C * sizeof *b);
+    float *x = malloc(M * C * sizeof *x), *y = malloc(M * C * sizeof *y);
+    testutil_fill_normal(a, M * K, 21, 1.0f);
+    testutil_fill_normal(b, K * C, 22, 1.0f);
+    for (int i = 0; i < M; i++)
+        for (int c = 0; c < C; c++) {
+            float v = 0;
+            for (int k = 0; k < K; k++) v += a[i * K + k] * b[k * C + c] * (float)(k + 1);
+            x[i * C + c] = v * (float)(1 + i % 7);
+        }
+    const int64_t shape[2] = {M, C};
+    const uint32_t budgets[] = {200, 500, 1000};
+    for (int t = 0; t < 3; t++) {
+        size_t len, len2;
+        uint8_t *buf = encode_alloc(CODEC_SUBSPACE, budgets[t], x, shape, 2, &len);
+        uint8_t *again = encode_alloc(CODEC_SUBSPACE, budgets[t], x, shape, 2, &len2);
+        assert_memory_equal(buf, again, len); /* deterministic */
+        assert_int_equal(len, (size_t)M * C * budgets[t] / 1000);
+        assert_int_equal(codec_decode(buf, len, y, M * C, NULL, NULL, err), 0);
+        double e = rel_l2(x, y, M * C);
+        print_message("subspace at %u milli-octets/element, a rank-3 matrix: %u components, "
+                      "relative L2 error %.4f\n",
+                      budgets[t], le_get_u16(buf + CODEC_HEADER_LEN), e);
+        assert_true(e < 0.03);
+        free(buf);
+        free(again);
+    }
+    /* zeros give zeros */
+    float *z = calloc(M * C, sizeof *z);
+    size_t len;
+    uint8_t *buf = encode_alloc(CODEC_SUBSPACE, 500, z, shape, 2, &len);
+    assert_int_equal(codec_decode(buf, len, y, M * C, NULL, NULL, err), 0);
+    for (int i = 0; i < M * C; i++) assert_true(y[i] == 0.0f);
+    free(buf);
+    /* value rules, with a valid checksum: 0 components, more than min(M, C), a bad row
+     * base, a width 0 or 9, a bad basis scale, a -128, a bad step, nonzero padding */
+    buf = encode_alloc(CODEC_SUBSPACE, 500, x, shape, 2, &len);
+    const size_t r = le_get_u16(buf + CODEC_HEADER_LEN), wid = 6 + M, vs = wid + r;
+    const size_t vq = vs + 4 * r, st = vq + r * C;
+    uint8_t *t = malloc(len);
+    for (int k = 0; k < 9; k++) {
+        memcpy(t, buf, len);
+        uint8_t *p = t + CODEC_HEADER_LEN;
+        switch (k) {
+        case 0:
+            le_put_u16(p, 0);
+            break;
+        case 1:
+            le_put_u16(p, C + 1);
+            break;
+        case 2:
+            memcpy(p + 2, &(float){0x1.0p101f}, 4);
+            break;
+        case 3:
+            p[wid] = 0;
+            break;
+        case 4:
+            p[wid] = 9;
+            break;
+        case 5:
+            memcpy(p + vs, &(float){1.0f / 126.0f}, 4);
+            break;
+        case 6:
+            p[vq + 1] = 0x80;
+            break;
+        case 7:
+            memcpy(p + st, &(float){-1.0f}, 4);
+            break;
+        case 8:
+            p[len - CODEC_HEADER_LEN - 1] = 0x80; /* the budget is not filled to the bit */
+            break;
+        }
+        refix_crc(t, len);
+        err[0] = 0;
+        int rc = codec_decode(t, len, y, M * C, NULL, NULL, err);
+        if (rc != STATUS_EMALFORMED) print_error("case %d: %d %s\n", k, rc, err);
+        assert_int_equal(rc, STATUS_EMALFORMED);
+        assert_true(strlen(err) > 0);
+    }
+    free(t);
+    free(buf);
+    /* rows whose norm cannot be scaled are refused, not sent as infinities */
+    for (int i = 0; i < M * C; i++) x[i] = (i % 3 ? 1 : -1) * 1e36f;
+    codec_params_t half = {500};
+    size_t cap = codec_encoded_size(CODEC_SUBSPACE, &half, shape, 2), w;
+    uint8_t *o = malloc(cap);
+    assert_int_equal(codec_encode(CODEC_SUBSPACE, &half, x, shape, 2, o, cap, &w, err),
+                     STATUS_EINVAL);
+    free(o);
+    free(z);
+    free(a);
+    free(b);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -720,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_random_corruptions),
         cmocka_unit_test(test_seal_open),
         cmocka_unit_test(test_lowrank),
+        cmocka_unit_test(test_subspace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

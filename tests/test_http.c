@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "common/status.h"
+#include "compress/codec.h"
 #include "model/train.h"
 #include "swarm/http.h"
 #include "common/events.h"
@@ -509,6 +510,16 @@ static void test_run_text_carries_checksum(void **state)
                      STATUS_EMALFORMED);
     assert_non_null(strstr(err, "block 3"));
     assert_int_equal(train_options_from_text(&back2, "codec=int4\ncodec_block=4\n", err), 0);
+    /* subspace's block is a budget per element: any up to 32000 (0: the default) */
+    assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=0\n", err), 0);
+    assert_int_equal(back2.codec, CODEC_SUBSPACE);
+    assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=100\n", err), 0);
+    assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=32001\n", err),
+                     STATUS_EMALFORMED);
+    /* and one that leaves no room for a component in one of the run's sequences */
+    assert_int_equal(train_options_from_text(&back2, "codec=subspace\ncodec_block=1\n", err),
+                     STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "block 1"));
 }
 
 /* What a peer calls once it knows the run: its own file must match, else the URL is

@@ -7,6 +7,10 @@
  *      separately; encode and decode throughput against memcpy of the same bytes.
  *   2. DeMo bytes per parameter per step for the `small` model's tensor table, for each
  *      value format and k, against a dense fp32 ring all-reduce.
+ *   3. With --loss-steps N: what each codec costs in loss. The same model trains N steps
+ *      (train_run, 2 stages, the same seed and data: equal tokens) once per codec of
+ *      --loss-codecs (default f32, int8, subspace) with the codec on every boundary both
+ *      ways; its wire bytes per element and validation loss, against int8's.
  * Not for: tests; this measures, it asserts nothing. */
 #include "tools/cmd.h"
 
@@ -15,6 +19,7 @@
 #include "compress/codec.h"
 #include "compress/demo.h"
 #include "model/data.h"
+#include "model/train.h"
 #include "model/demo_opt.h"
 #include "model/model.h"
 
@@ -49,10 +54,13 @@ typedef struct {
 } bench_codec_t;
 
 static const bench_codec_t bench_list[] = {
-    {"f32", CODEC_F32, 0},         {"f16", CODEC_F16, 0},           {"bf16", CODEC_BF16, 0},
-    {"int8 b32", CODEC_INT8, 32},  {"int8 b64", CODEC_INT8, 64},    {"int8 b128", CODEC_INT8, 128},
-    {"int4 b32", CODEC_INT4, 32},  {"int4 b64", CODEC_INT4, 64},    {"int4 b128", CODEC_INT4, 128},
-    {"lowrank", CODEC_LOWRANK, 0}, {"lowrank/2", CODEC_LOWRANK, 0}, {"lowrank*2", CODEC_LOWRANK, 0},
+    {"f32", CODEC_F32, 0},           {"f16", CODEC_F16, 0},
+    {"bf16", CODEC_BF16, 0},         {"int8 b32", CODEC_INT8, 32},
+    {"int8 b64", CODEC_INT8, 64},    {"int8 b128", CODEC_INT8, 128},
+    {"int4 b32", CODEC_INT4, 32},    {"int4 b64", CODEC_INT4, 64},
+    {"int4 b128", CODEC_INT4, 128},  {"lowrank", CODEC_LOWRANK, 0},
+    {"lowrank/2", CODEC_LOWRANK, 0}, {"lowrank*2", CODEC_LOWRANK, 0},
+    {"subspace", CODEC_SUBSPACE, 0}, {"subsp 0.2", CODEC_SUBSPACE, 200},
 };
 #define BENCH_NCODECS ((int)(sizeof bench_list / sizeof bench_list[0]))
 
@@ -336,14 +344,80 @@ static int bench_demo_bytes(const model_config_t *cfg, int threads)
     return rc;
 }
 
+/* Part 3: trains the model `steps` steps once per codec of the comma-separated list
+ * (NAME[:BLOCK]) and prints bytes per element and val_loss against int8's. 0 or -1. */
+static int bench_codec_loss(const char *preset, int threads, int steps, const char *list)
+{
+    char err[STATUS_ERR_LEN], names[256];
+    snprintf(names, sizeof names, "%s", list);
+    FILE *quiet = fopen("/dev/null", "w");
+    if (!quiet) {
+        fprintf(stderr, "bench codecs: cannot open /dev/null\n");
+        return -1;
+    }
+    double ref = 0;
+    int rc = 0, n = 0;
+    printf("  %-14s %8s %10s %9s %8s\n", "codec", "B/elem", "val_loss", "vs int8", "tok/s");
+    for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok && !rc;
+         tok = strtok_r(NULL, ",", &save), n++) {
+        train_options_t o = train_defaults();
+        if (config_preset(&o.cfg, preset, err)) {
+            fprintf(stderr, "bench codecs: %s\n", err);
+            rc = -1;
+            break;
+        }
+        o.cfg.stages = 2;
+        o.steps = steps;
+        o.threads = threads;
+        o.log = quiet;
+        o.log_every = 1 << 30;
+        char *colon = strchr(tok, ':');
+        if (colon) *colon = 0;
+        o.codec = strcmp(tok, "none") ? codec_by_name(tok) : -1;
+        o.codec_block = colon ? (uint32_t)strtoul(colon + 1, NULL, 10) : 0;
+        if (strcmp(tok, "none") && o.codec < 0) {
+            fprintf(stderr, "bench codecs: unknown codec %s\n", tok);
+            rc = -1;
+            break;
+        }
+        train_result_t res;
+        if (train_run(&o, &res, err)) {
+            fprintf(stderr, "bench codecs: %s: %s\n", tok, err);
+            rc = -1;
+            break;
+        }
+        if (o.codec == CODEC_INT8 && !ref) ref = res.val_loss;
+        char label[48];
+        snprintf(label, sizeof label, "%s%s%s", tok, colon ? ":" : "", colon ? colon + 1 : "");
+        printf("  %-14s %8.4f %10.4f", label, o.codec < 0 ? 4.0 : res.wire_bytes_per_elem,
+               (double)res.val_loss);
+        if (ref > 0 && o.codec != CODEC_INT8)
+            printf(" %+8.2f%%", 100.0 * ((double)res.val_loss / ref - 1.0));
+        else
+            printf(" %9s", o.codec == CODEC_INT8 ? "(ref)" : "");
+        printf(" %8.0f\n", res.tokens_per_s);
+        fflush(stdout);
+    }
+    printf("  (%d steps each, %s, 2 stages, seed 1337: equal tokens; the codec on every "
+           "boundary both ways; none = exact f32 hand-over, 4 B/elem; vs int8 = val_loss "
+           "over int8's, when int8 ran first)\n",
+           steps, preset);
+    fclose(quiet);
+    return rc;
+}
+
 int bench_codecs(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"steps", required_argument, 0, 'n'},   {"config", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, 't'}, {"reps", required_argument, 0, 'r'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    int steps = 20, threads = 2, reps = 15, c;
-    const char *preset = "small";
+    static const struct option opts[] = {{"steps", required_argument, 0, 'n'},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"reps", required_argument, 0, 'r'},
+                                         {"loss-steps", required_argument, 0, 'L'},
+                                         {"loss-codecs", required_argument, 0, 'C'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int steps = 20, threads = 2, reps = 15, loss_steps = 0, c;
+    const char *preset = "small", *loss_codecs = "int8,f32,subspace";
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -359,20 +433,29 @@ int bench_codecs(int argc, char **argv)
         case 'r':
             reps = atoi(optarg);
             break;
+        case 'L':
+            loss_steps = atoi(optarg);
+            break;
+        case 'C':
+            loss_codecs = optarg;
+            break;
         case 'h':
             printf("usage: swarmtrain bench codecs [--config small] [--steps 20] [--threads 2]\n"
-                   "                                [--reps 15]\n"
+                   "                                [--reps 15] [--loss-steps N]\n"
+                   "                                [--loss-codecs int8,f32,subspace]\n"
                    "  trains --config (default small; 2 stages, cpu) --steps AdamW steps on the "
                    "default corpus,\n"
                    "  measures every activation codec on the last step's boundary activation\n"
                    "  and gradient (--reps timed repetitions, best kept), then prints DeMo\n"
-                   "  bytes/param/step for `small` per value format and k.\n");
+                   "  bytes/param/step for `small` per value format and k; with --loss-steps N,\n"
+                   "  trains --config N steps once per codec of --loss-codecs (NAME[:BLOCK],\n"
+                   "  none = exact f32) and prints bytes/element and val_loss against int8.\n");
             return 0;
         default:
             return 2;
         }
     }
-    if (steps < 1 || threads < 1 || reps < 1) {
+    if (steps < 1 || threads < 1 || reps < 1 || loss_steps < 0) {
         fprintf(stderr, "swarmtrain bench codecs: steps, threads and reps must be >= 1\n");
         return 2;
     }
@@ -397,6 +480,10 @@ int bench_codecs(int argc, char **argv)
     if (!rc) {
         printf("\n2. DeMo bytes per parameter per step, one replica's stage messages\n");
         rc = bench_demo_bytes(&cfg, threads);
+    }
+    if (!rc && loss_steps > 0) {
+        printf("\n3. validation loss per codec at equal tokens\n");
+        rc = bench_codec_loss(preset, threads, loss_steps, loss_codecs);
     }
     free(cap.x[0]);
     free(cap.x[1]);

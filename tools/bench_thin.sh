@@ -11,7 +11,7 @@
 #   tools/bench_thin.sh --configs tiny --codecs int8 --demo sign --rates 100mbit --steps 30
 #
 # Options (lists are comma-separated):
-#   --configs tiny,small   --codecs f32,int8,int4,lowrank   --demo f32,sign
+#   --configs tiny,small   --codecs f32,int8,int4,lowrank,subspace   --demo f32,sign
 #   --rates 1gbit,100mbit,20mbit   --delay-ms 50   --steps N (40)   --in-flight K (8)
 #   --accum N (8: microbatches per replica per step)
 #   --dir DIR (logs; default a new /tmp dir)   -- RUN OPTIONS for every peer
@@ -22,7 +22,7 @@
 # (--in-flight) to cover them; both runs of a row use the same (docs/thin-links.md).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-configs=tiny,small codecs=f32,int8,int4,lowrank demos=f32,sign rates=1gbit,100mbit,20mbit
+configs=tiny,small codecs=f32,int8,int4,lowrank,subspace demos=f32,sign rates=1gbit,100mbit,20mbit
 delay=50 steps=40 inflight=8 accum=8 dir=""
 while [ $# -gt 0 ]; do
     case $1 in

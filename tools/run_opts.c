@@ -124,7 +124,9 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --outer-momentum M   local steps: outer Nesterov momentum (default 0)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4; lowrank[:RANK]: a per-\n"
-               "                       message rank-RANK product, default <= 0.1 byte/element)\n"
+               "                       message rank-RANK product, default <= 0.1 byte/element;\n"
+               "                       subspace[:MILLI]: a principal basis and coordinates of\n"
+               "                       1-8 bits within MILLI/1000 byte/element, default 100)\n"
                "                       as the wire would\n"
                "  --skip RATIO         SkipPipe: each step's microbatches leave out this share\n"
                "                       of their middle-stage visits, balanced per stage\n"
@@ -360,7 +362,8 @@ static int codec_option(train_options_t *out, const char *arg)
     int block = 0, bad = 0;
     out->codec = codec_by_name(name);
     if (out->codec < 0)
-        bad = complain("--codec", arg, "f32, f16, bf16, int8, int4[:BLOCK] or lowrank[:RANK]");
+        bad = complain("--codec", arg,
+                       "f32, f16, bf16, int8, int4[:BLOCK], lowrank[:RANK] or subspace[:MILLI]");
     else if (colon)
         bad = run_opts_int("--codec block", colon + 1, 2, &block);
     out->codec_block = (uint32_t)block;

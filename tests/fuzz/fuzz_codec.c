@@ -7,7 +7,8 @@
  * Invariants: decode and open accept the same messages; an accepted message of a float
  * codec re-encodes to exactly its bytes; an int8/int4 one re-encodes to values within the
  * format's error bound of the decoded ones, a lowrank one to a message of the same rank
- * that decodes to finite values (or a refusal: values too large to scale); sealing an
+ * and a subspace one to a message of the same length, each decoding to finite values (or
+ * a refusal: values too large to scale); sealing an
  * accepted payload gives back its header; a payload that seals decodes.
  *
  * Not for: the DeMo messages (fuzz_demo.c). */
@@ -79,12 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     y = malloc(info.elems * sizeof *y);
     if (!re || !y) goto done;
     int enc = codec_encode(info.codec, &params, x, shape, ndim, re, cap, &wrote, err);
-    if (info.codec == CODEC_LOWRANK) {
+    if (info.codec == CODEC_LOWRANK || info.codec == CODEC_SUBSPACE) {
         /* lossy without a per-element bound; it may refuse decoded values whose factors
-         * would exceed its scale limit, else what it sends decodes, finite, at the same rank */
+         * would exceed its scale limit, else what it sends decodes, finite, at the same rank
+         * (lowrank) or budget (subspace: the block field) */
         FUZZ_CHECK(enc == 0 || enc == STATUS_EINVAL);
         if (enc) goto done;
-        FUZZ_CHECK(wrote == len && re[24] == buf[24]);
+        FUZZ_CHECK(wrote == len && !memcmp(re + 24, buf + 24, 4));
         FUZZ_CHECK(codec_decode(re, wrote, y, info.elems, NULL, NULL, err) == 0);
         for (uint64_t i = 0; i < info.elems; i++) FUZZ_CHECK(isfinite(y[i]));
         goto done;
@@ -120,13 +122,15 @@ void fuzz_seeds(fuzz_emit_fn emit, void *ctx)
         {1, 7}, {2, 3, 5}, {3, 2, 2, 4}, {4, 1, 2, 3, 2}, {1, 33}};
     float x[64];
     for (int i = 0; i < 64; i++) x[i] = (float)((i * 37) % 23 - 11) * 0.37f + (i == 5 ? 0 : 1e-3f);
-    uint8_t buf[1 + 512];
+    uint8_t buf[1 + 2048];
     char err[STATUS_ERR_LEN];
     for (int c = 0; c < CODEC_COUNT; c++) {
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             int ndim = (int)shapes[s][0];
             const int64_t *shape = shapes[s] + 1;
             codec_params_t params = {.block = (s & 1) ? 4 : 8};
+            if (c == CODEC_SUBSPACE) /* budgets in milli-octets per element with room */
+                params.block = (s & 1) ? CODEC_SUBSPACE_MAX_MILLI : 20000;
             size_t wrote = 0;
             if (codec_encode((codec_id_t)c, &params, x, shape, ndim, buf + 1, sizeof buf - 1,
                              &wrote, err))

@@ -125,12 +125,13 @@ int pool_final_vote(const pool_t *p, const msg_member_t *own, int n, const uint8
 /* Which of the step's messages msgs[0, n) (in origin, then part order; out[i] set: refused
  * before, never taken) enter the update; take[i] set for each. A message that counts a
  * microbatch already taken is left out whole (a gradient sum cannot be taken apart).
- * Origins are weighed by the microbatches their part 0 counts (every member holds every
- * part 0 before it applies; supplements may be missing on some), most first, then by id:
- * when a member's share was run again (a REDO while its first message was on the way),
- * the message that counts the whole step wins over the duplicate that counts one, on
- * every member that holds the same messages (sim heavy seed 6101891: 1 of 4 counted when
- * the smaller id's duplicate came first). M: microbatches per step. 0, or ENOMEM. */
+ * First the part 0s, the one that counts the most first, then by id: every member holds
+ * every exchange member's part 0 before it applies, so what it takes of them is the same
+ * on every member; a REDO's duplicate of one microbatch does not push out a message that
+ * counts the whole step (sim heavy seed 6101891: 1 of 4 counted when the smaller id's
+ * duplicate came first). Then the supplements in order, each taken unless it overlaps:
+ * one a member lacks changes nothing else it takes. M: microbatches per step. 0, or
+ * ENOMEM. */
 int pool_pick(const pool_msg_t *const *msgs, int n, const int *out, int M, int *take);
 
 #endif

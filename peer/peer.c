@@ -635,12 +635,10 @@ int peer_step(peer_t *p, double now, double *wake_at)
         if (p->ending.over && p->po.exit_when_done) p->phase = PHASE_DONE;
         break;
     case PHASE_SERVING:
-        if ((rc = serve_one(p, &did))) break;
-        if (!did && (rc = serve_source(p)) > 0) did = 1, rc = 0;
-        if (rc < 0) break;
-        /* woken from a pause: nothing is trained until it knows it is still in the run
-         * (a member it knew alive) or that it is not (sim pause seed 80004: it trained a
-         * whole fork with a newcomer within the wait) */
+        /* woken from a pause: nothing is served or trained until it knows it is still in
+         * the run (a member it knew alive) or that it is not (sim pause seed 80004: it
+         * trained a whole fork with a newcomer within the wait; 12000319: it served a
+         * forward its crashed mate had counted again meanwhile) */
         if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING || p->ending.nknew ||
             p->ending.suspect)
             break;
@@ -648,6 +646,9 @@ int peer_step(peer_t *p, double now, double *wake_at)
             if (p->po.exit_when_done) p->phase = PHASE_DONE;
             break;
         }
+        if ((rc = serve_one(p, &did))) break;
+        if (!did && (rc = serve_source(p)) > 0) did = 1, rc = 0;
+        if (rc < 0) break;
         rc = step_tick(p);
         if (rc == STATUS_ECORRUPT) { /* diverged: fetch the pool's state again */
             rc = peer_start_download(p, "parameters differed from the pool's");

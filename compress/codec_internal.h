@@ -40,6 +40,15 @@ void codec_lowrank_decode(float *out, const uint8_t *p, uint64_t m, uint64_t c, 
  * twice, a vanishing column redrawn); shared with subspace.c. */
 double codec_lr_rand(uint64_t *s);
 void codec_lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed);
+/* The Gram matrix X^T X (c x c, into g, zeroed by the caller) of at most max_rows rows of
+ * x (m rows of c, evenly strided), in double, both triangles; returns its largest
+ * diagonal entry (0: X is zero). lowrank.c and subspace.c. */
+double codec_lr_gram(const float *x, uint64_t m, uint64_t c, uint64_t max_rows, double *g);
+/* The top r-dimensional invariant subspace of g (c x c, scaled to at most 1) by `iters`
+ * subspace iterations from the fixed start, into q (c x r, orthonormal columns); z is
+ * c x r scratch. With `run` 0 (a zero G) only the orthonormal start. */
+void codec_lr_iterate(const double *g, uint64_t c, uint32_t r, int iters, int run, double *q,
+                      double *z);
 
 /* --- the subspace codec (subspace.c); the block field is the budget in thousandths of an
  * octet per element (milli), the payload fills floor(n * milli / 1000) octets with the

@@ -122,6 +122,48 @@ void codec_lr_orth(double *q, uint64_t c, uint32_t r, uint64_t *seed)
     free(t);
 }
 
+double codec_lr_gram(const float *x, uint64_t m, uint64_t c, uint64_t max_rows, double *g)
+{
+    uint64_t rows = m < max_rows ? m : max_rows;
+    for (uint64_t k = 0; k < rows; k++) { /* the upper triangle */
+        const float *xr = x + (rows == m ? k : k * m / rows) * c;
+        for (uint64_t a = 0; a < c; a++) {
+            double xa = xr[a];
+            if (xa == 0) continue;
+            double *ga = g + a * c;
+            for (uint64_t b = a; b < c; b++) ga[b] += xa * (double)xr[b];
+        }
+    }
+    double gmax = 0;
+    for (uint64_t a = 0; a < c; a++) {
+        for (uint64_t b = 0; b < a; b++) g[a * c + b] = g[b * c + a];
+        gmax = g[a * c + a] > gmax ? g[a * c + a] : gmax;
+    }
+    return gmax;
+}
+
+void codec_lr_iterate(const double *g, uint64_t c, uint32_t r, int iters, int run, double *q,
+                      double *z)
+{
+    uint64_t seed = 0x53544143u; /* "STAC" */
+    for (uint64_t i = 0; i < c * r; i++) q[i] = codec_lr_rand(&seed);
+    codec_lr_orth(q, c, r, &seed);
+    for (int it = 0; it < iters && run; it++) {
+        memset(z, 0, c * r * sizeof *z);
+        for (uint64_t a = 0; a < c; a++) {
+            const double *ga = g + a * c;
+            double *za = z + a * r;
+            for (uint64_t b = 0; b < c; b++) {
+                double gab = ga[b];
+                const double *qb = q + b * r;
+                for (uint32_t j = 0; j < r; j++) za[j] += gab * qb[j];
+            }
+        }
+        memcpy(q, z, c * r * sizeof *q);
+        codec_lr_orth(q, c, r, &seed);
+    }
+}
+
 /* Round half to even for |v| < 2^22. */
 static inline float lr_round(float v)
 {
@@ -151,45 +193,15 @@ int codec_lowrank_encode(uint8_t *out, const float *x, const int64_t *shape, int
                         (unsigned long long)c);
         goto done;
     }
-    /* Gram matrix of (a strided subset of) the rows, upper triangle, in double: x^2 of any
-     * finite float and sums of 2^40 of them stay finite */
-    uint64_t rows = m < LR_MAX_GRAM_ROWS ? m : LR_MAX_GRAM_ROWS;
-    for (uint64_t k = 0; k < rows; k++) {
-        const float *xr = x + (rows == m ? k : k * m / rows) * c;
-        for (uint64_t a = 0; a < c; a++) {
-            double xa = xr[a];
-            if (xa == 0) continue;
-            double *ga = g + a * c;
-            for (uint64_t b = a; b < c; b++) ga[b] += xa * (double)xr[b];
-        }
-    }
-    double gmax = 0;
-    for (uint64_t a = 0; a < c; a++) {
-        for (uint64_t b = 0; b < a; b++) g[a * c + b] = g[b * c + a];
-        gmax = g[a * c + a] > gmax ? g[a * c + a] : gmax;
-    }
+    /* Gram matrix of (a strided subset of) the rows, in double: x^2 of any finite float and
+     * sums of 2^40 of them stay finite */
+    double gmax = codec_lr_gram(x, m, c, LR_MAX_GRAM_ROWS, g);
     /* scale G so the iteration cannot overflow (its eigenvectors do not change) */
     if (gmax > 0) {
         double inv = 1.0 / gmax;
         for (uint64_t i = 0; i < c * c; i++) g[i] *= inv;
     }
-    uint64_t seed = 0x53544143u; /* "STAC" */
-    for (uint64_t i = 0; i < c * r; i++) q[i] = codec_lr_rand(&seed);
-    codec_lr_orth(q, c, r, &seed);
-    for (int it = 0; it < LR_ITERS && gmax > 0; it++) {
-        memset(z, 0, c * r * sizeof *z);
-        for (uint64_t a = 0; a < c; a++) {
-            const double *ga = g + a * c;
-            double *za = z + a * r;
-            for (uint64_t b = 0; b < c; b++) {
-                double gab = ga[b];
-                const double *qb = q + b * r;
-                for (uint32_t j = 0; j < r; j++) za[j] += gab * qb[j];
-            }
-        }
-        memcpy(q, z, c * r * sizeof *q);
-        codec_lr_orth(q, c, r, &seed);
-    }
+    codec_lr_iterate(g, c, r, LR_ITERS, gmax > 0, q, z);
     /* V in int8, one scale per column; |v| <= 1 so the scale is at most 1/127 */
     for (uint32_t j = 0; j < r; j++) {
         float a = 0;

@@ -205,41 +205,12 @@ int codec_subspace_encode(uint8_t *out, uint64_t plen, const float *x, const int
         for (uint64_t a = 0; a < c; a++) xn[r * c + a] = x[r * c + a] * inv;
     }
     x = xn;
-    /* the Gram matrix of (at most 4096 evenly strided) rows, as lowrank.c */
-    uint64_t rows = m < SS_MAX_GRAM_ROWS ? m : SS_MAX_GRAM_ROWS;
-    for (uint64_t r = 0; r < rows; r++) {
-        const float *xr = x + (rows == m ? r : r * m / rows) * c;
-        for (uint64_t a = 0; a < c; a++) {
-            double xa = xr[a];
-            if (xa == 0) continue;
-            double *ga = g + a * c;
-            for (uint64_t b = a; b < c; b++) ga[b] += xa * (double)xr[b];
-        }
-    }
-    double gmax = 0;
-    for (uint64_t a = 0; a < c; a++) {
-        for (uint64_t b = 0; b < a; b++) g[a * c + b] = g[b * c + a];
-        gmax = g[a * c + a] > gmax ? g[a * c + a] : gmax;
-    }
+    /* the Gram matrix of (at most 4096 evenly strided) rows, and its top subspace, as
+     * lowrank.c */
+    double gmax = codec_lr_gram(x, m, c, SS_MAX_GRAM_ROWS, g);
     if (gmax > 0)
         for (uint64_t i = 0; i < c * c; i++) g[i] /= gmax;
-    uint64_t seed = 0x53544143u; /* "STAC" */
-    for (uint64_t i = 0; i < c * k; i++) q[i] = codec_lr_rand(&seed);
-    codec_lr_orth(q, c, (uint32_t)k, &seed);
-    for (int it = 0; it < SS_ITERS && gmax > 0; it++) {
-        memset(z, 0, c * k * sizeof *z);
-        for (uint64_t a = 0; a < c; a++) {
-            const double *ga = g + a * c;
-            double *za = z + a * k;
-            for (uint64_t b = 0; b < c; b++) {
-                double gab = ga[b];
-                const double *qb = q + b * k;
-                for (uint64_t j = 0; j < k; j++) za[j] += gab * qb[j];
-            }
-        }
-        memcpy(q, z, c * k * sizeof *q);
-        codec_lr_orth(q, c, (uint32_t)k, &seed);
-    }
+    codec_lr_iterate(g, c, (uint32_t)k, SS_ITERS, gmax > 0, q, z);
     /* Rayleigh-Ritz: H = Q^T G Q, its eigenvectors rotate Q into ordered components */
     memset(z, 0, c * k * sizeof *z);
     for (uint64_t a = 0; a < c; a++)

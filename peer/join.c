@@ -33,7 +33,7 @@ int join_setup_stage(peer_t *p)
     int rs = resume_stage(p);
     peer_take_stage(p, rs >= 0 && rs < p->dims.S ? rs
                        : po->stage >= 0 ? po->stage
-                                        : view_weakest_stage(&p->view, p->dims.S, p->self.id));
+                                        : view_weakest_stage(&p->view, p->dims.S, p->me.entry.id));
     if (!peer_kernels(p) ||
         !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->def.train.seed, p->err)))
         return STATUS_EINVAL;
@@ -57,7 +57,7 @@ int join_setup_stage(peer_t *p)
     int nomem = custody_alloc(p, 2 * p->held.nslots + 2 * po->in_flight + 8);
     nomem |= step_open(p);
     p->held.host_tok = malloc((size_t)p->dims.BT * sizeof(int32_t));
-    p->held.wiring = wiring_new(rng_mix(p->def.train.seed, *(uint64_t *)(void *)p->self.id));
+    p->held.wiring = wiring_new(rng_mix(p->def.train.seed, *(uint64_t *)(void *)p->me.entry.id));
     if (nomem || !p->held.host_tok || !p->held.wiring)
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     peer_push_self(p);
@@ -96,7 +96,7 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
 int join_hello_tick(peer_t *p)
 {
     if (p->po.is_new) {
-        int rc = run_def_found(&p->def, &p->po.run, p->po.wait_peers, p->self.id, p->err);
+        int rc = run_def_found(&p->def, &p->po.run, p->po.wait_peers, p->me.entry.id, p->err);
         if (rc) return rc;
         p->join.wait_peers = p->def.wait_peers;
         p->tp.set_run(p->tp.ctx, p->def.swarm, p->def.text);

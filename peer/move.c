@@ -61,7 +61,7 @@ int peer_move(peer_t *p, int stage, const char *why)
     /* Pools step together (a stage's microbatches wait for the other stages' steps): a
      * contributor's pace of its old pool is its new pool's, and spares it timing the new
      * pool for as long before it contributes (step.c) */
-    follow_moving(&p->follow, p->self.serving_from <= p->step);
+    follow_moving(&p->follow, p->me.entry.serving_from <= p->step);
     /* what it holds goes back to the senders (they re-route at once) */
     peer_start_download(p, why);
     peer_drop_stage(p);
@@ -111,7 +111,7 @@ int move_rebal_tick(peer_t *p)
     rebal_in_t in = {.view = p->view.m,
                      .n = p->view.n,
                      .S = p->dims.S,
-                     .self = p->self.id,
+                     .self = p->me.entry.id,
                      .stage = p->stage,
                      .step = p->step,
                      .steps = p->def.train.steps,

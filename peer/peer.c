@@ -81,27 +81,27 @@ void peer_enter(peer_t *p, int phase)
 void peer_take_stage(peer_t *p, int stage)
 {
     p->stage = stage;
-    p->self.stage = (int16_t)stage;
+    p->me.entry.stage = (int16_t)stage;
 }
 
 void peer_self_state(peer_t *p, int state)
 {
-    p->self.state = (uint8_t)state;
+    p->me.entry.state = (uint8_t)state;
 }
 
 void peer_self_serving_from(peer_t *p, int64_t step)
 {
-    p->self.serving_from = step;
+    p->me.entry.serving_from = step;
 }
 
 void peer_self_loss(peer_t *p, float loss)
 {
-    p->self.loss = loss;
+    p->me.entry.loss = loss;
 }
 
 void peer_self_throughput(peer_t *p, float tp)
 {
-    p->self.throughput = tp;
+    p->me.entry.throughput = tp;
 }
 
 void peer_run_over(peer_t *p)
@@ -111,7 +111,7 @@ void peer_run_over(peer_t *p)
 
 int peer_is_self(const peer_t *p, const uint8_t *id)
 {
-    return !memcmp(p->self.id, id, MSG_ID_LEN);
+    return !memcmp(p->me.entry.id, id, MSG_ID_LEN);
 }
 
 const char *peer_idhex(const uint8_t *id, char buf[9])
@@ -145,13 +145,13 @@ void peer_send_nack(peer_t *p, const uint8_t *to, const msg_t *fwd, const char *
 
 void peer_push_self(peer_t *p)
 {
-    p->self.step = p->step;
-    p->self.served = p->stats.served;
-    p->self.retries = p->stats.retries;
-    p->self.rejected = p->stats.rejected; /* the transport adds its own */
-    p->self.stage = (int16_t)p->stage;
-    p->tp.set_self(p->tp.ctx, &p->self);
-    timeout_start(&p->push, p->now);
+    p->me.entry.step = p->step;
+    p->me.entry.served = p->stats.served;
+    p->me.entry.retries = p->stats.retries;
+    p->me.entry.rejected = p->stats.rejected; /* the transport adds its own */
+    p->me.entry.stage = (int16_t)p->stage;
+    p->tp.set_self(p->tp.ctx, &p->me.entry);
+    timeout_start(&p->me.push, p->now);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
@@ -182,13 +182,13 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     p->log = po->log ? po->log : stdout;
     p->phase = PHASE_HELLO;
     p->stage = -1;
-    p->self.loss = NAN;
+    p->me.entry.loss = NAN;
     val_init(&p->val);
     contrib_init(&p->contrib, po->peer_timeout_s);
     recover_init(&p->rec, po->peer_timeout_s);
     resume_init(&p->resume);
     p->ending.gone = timeout_make("end.gone", END_GONE_TIMEOUTS * po->peer_timeout_s);
-    p->push = timeout_make("member.push", PEER_PUSH_S);
+    p->me.push = timeout_make("member.push", PEER_PUSH_S);
     p->ending.woke = timeout_make("member.woke", PEER_WOKE_S);
     rebal_init(&p->rebal);
     join_state_init(&p->join);
@@ -196,8 +196,8 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
     source_init(&p->source);
     state_init(p);
     p->held.nslots = po->slots > 0 ? po->slots : 2 * po->in_flight + 2;
-    memcpy(p->self.id, id, MSG_ID_LEN);
-    p->self.state = MEMBER_JOINING;
+    memcpy(p->me.entry.id, id, MSG_ID_LEN);
+    p->me.entry.state = MEMBER_JOINING;
     return p;
 }
 
@@ -477,7 +477,7 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
  * 10 s while the pool is ahead, it downloads the state again. */
 static int follow_tick(peer_t *p)
 {
-    if (p->self.serving_from <= p->step) {
+    if (p->me.entry.serving_from <= p->step) {
         /* A contributor its pool left behind (two members that both restored their own
          * checkpoints of different steps, say): the others wait for its messages of
          * steps it never reaches. After 10 s two or more steps behind, it re-syncs. */
@@ -494,14 +494,14 @@ static int follow_tick(peer_t *p)
      * (several at once would not agree on who counts). One behind a mate that is ahead
      * downloads the state: the step it is at will never have a contributor. */
     const msg_member_t *own, *mem;
-    int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
+    int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
     int nm = view_stage(&p->view, p->stage, 1, &mem), first = 1;
     int64_t top = p->step;
     for (int i = 0; i < nm; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].step > top) top = mem[i].step;
     for (int i = 0; i < nm; i++)
         if (!peer_is_self(p, mem[i].id) && mem[i].step == top &&
-            memcmp(mem[i].id, p->self.id, MSG_ID_LEN) < 0)
+            memcmp(mem[i].id, p->me.entry.id, MSG_ID_LEN) < 0)
             first = 0;
     int todo = follow_alone(&p->follow, n - (me >= 0), p->step, top, first,
                             p->po.peer_timeout_s, p->now);
@@ -512,7 +512,7 @@ static int follow_tick(peer_t *p)
     }
     if (todo & FOLLOW_RESYNC) return peer_start_download(p, "no contributor left, and a mate is ahead");
     if (todo & FOLLOW_TAKE_OVER) {
-        p->self.serving_from = p->step;
+        p->me.entry.serving_from = p->step;
         fprintf(p->log,
                 "peer: no contributor left in stage %d's pool: contributing from step %" PRId64
                 "\n",
@@ -593,7 +593,7 @@ static double next_wake(const peer_t *p, double now)
 {
     double at = now + PEER_IDLE_S;
     const timeout_t *t[] = {
-        &p->push,           &p->join.hello,       &p->join.table,      &p->join.settle,
+        &p->me.push,           &p->join.hello,       &p->join.table,      &p->join.settle,
         &p->join.start,     &p->contrib.progress, &p->contrib.stall,   &p->contrib.exch_req,
         &p->contrib.gone_ask, &p->contrib.relay,  &p->contrib.unknown, &p->contrib.deadline,
         &p->contrib.suspect, &p->contrib.redo_ask, &p->follow.gather,  &p->rebal.decide,
@@ -675,7 +675,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
         rc = status_set(p->err, kern_status(p->k), "the compute device failed: %s",
                         kern_error(p->k));
     if (rc < 0) return rc;
-    if (p->stage >= 0 && timeout_due(&p->push, now)) peer_push_self(p);
+    if (p->stage >= 0 && timeout_due(&p->me.push, now)) peer_push_self(p);
     *wake_at = did ? now : next_wake(p, now);
     return 0;
 }
@@ -693,7 +693,7 @@ int peer_left_behind(const peer_t *p)
 void peer_info(const peer_t *p, peer_info_t *out)
 {
     out->stage = p->stage;
-    out->state = p->stage < 0 ? -1 : p->self.state;
+    out->state = p->stage < 0 ? -1 : p->me.entry.state;
     out->step = p->step;
     out->hash = p->held.st ? peer_param_hash((peer_t *)p) : 0;
     out->served = p->stats.served;
@@ -715,7 +715,7 @@ void peer_finish(peer_t *p, const char *why)
             " re-sent %" PRIu64 " lost %" PRIu64 " rejected %" PRIu64 " activation-bytes %" PRIu64
             " stale %" PRIu64 " throughput %.1f revisits %" PRIu64 " moves %d\n",
             p->stage, p->step, peer_param_hash(p), p->stats.served, p->stats.retries, p->stats.lost,
-            p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale, (double)p->self.throughput,
+            p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale, (double)p->me.entry.throughput,
             p->stats.revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
     peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, 1); /* the state it leaves with */
@@ -725,7 +725,7 @@ void peer_finish(peer_t *p, const char *why)
                " throughput=%.1f revisits=%" PRIu64 " moves=%d",
                why, peer_param_hash(p), p->stats.served, p->stats.retries, p->stats.lost,
                p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale,
-               (double)p->self.throughput, p->stats.revisits, p->rebal.moves);
+               (double)p->me.entry.throughput, p->stats.revisits, p->rebal.moves);
 }
 
 void peer_destroy(peer_t **pp)

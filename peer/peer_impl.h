@@ -52,6 +52,13 @@
 #define PEER_WOKE_S 0.5  /* member.woke: from waking from a pause to taking the pool's state again */
 #define PEER_IDLE_S 0.1  /* the longest a member sleeps without an event or a timer due */
 
+/* The member's own entry in the table (its id is the peer's), as others read it in
+ * gossip; written by the composition (peer.c) only, per process. */
+typedef struct {
+    msg_member_t entry;
+    timeout_t push; /* member.push: the entry to the transport again */
+} member_self_t;
+
 /* The run's shape as the member uses it, set when it takes its first stage (join.c). */
 typedef struct {
     int S;  /* pipeline stages */
@@ -93,8 +100,7 @@ struct peer {
     transfer_t trans; /* the snapshot served, the download (transfer.h) */
     val_t val; /* validation rounds (val.h): the leader of stage 0 */
     peer_stats_t stats; /* its counts and times (stats.h) */
-    msg_member_t self; /* its own member entry (its id is the peer's), as gossiped */
-    timeout_t push;    /* member.push: its entry to the transport again (gossip) */
+    member_self_t me; /* its own member entry, as gossiped, and when to push it again */
     follow_t follow; /* following the pool, its pace, the join margin (follow.h) */
     recover_state_t rec; /* a lost stage: copies, neighbours, candidates (recover.h) */
     resume_state_t resume; /* resume.h: the agreement on the step to resume from */

@@ -190,7 +190,7 @@ static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
     /* one donor (another after a refusal or silence: xfer moves on): members of a pool
      * may be a step apart, and chunks of two snapshots never make a whole */
     uint64_t me;
-    memcpy(&me, p->self.id, 8);
+    memcpy(&me, p->me.entry.id, 8);
     int pick = view_rendezvous(donors, k, me ^ (uint64_t)xfer_restarts(p->rec.aux));
     xfer_req_t req[8];
     int nr = xfer_next_requests(p->rec.aux, p->now, donors + pick, 1, RECOVER_CHUNK_RETRY_S, req, 8);
@@ -324,7 +324,7 @@ int recover_tick(peer_t *p, int *move_to, char *why, size_t whylen)
         } else if (spare) {
             p->rec.orphan_said &= ~(1ull << (s & 63));
         }
-        int to = recover_mover_target(p->view.m, p->view.n, p->self.id, p->dims.S, p->def.swarm, s);
+        int to = recover_mover_target(p->view.m, p->view.n, p->me.entry.id, p->dims.S, p->def.swarm, s);
         if (to < 0 || to == p->stage) continue;
         if (to == s) {
             snprintf(why, whylen, "stage %d had no live peer: rebuilding it", s);

@@ -95,13 +95,13 @@ int resume_tick(peer_t *p)
 {
     if (!timeout_running(&p->resume.decide)) {
         timeout_start(&p->resume.decide, p->now);
-        int n = peer_store_ckpt_steps(p->ps, p->stage, p->self.ckpt, MSG_CKPT_MAX);
+        int n = peer_store_ckpt_steps(p->ps, p->stage, p->me.entry.ckpt, MSG_CKPT_MAX);
         fprintf(p->log, "resume: stage %d, %d checkpoint(s) in %s", p->stage, n, p->po.db);
-        for (int i = 0; i < n; i++) fprintf(p->log, "%s%" PRId64, i ? ", " : " at step ", p->self.ckpt[i]);
+        for (int i = 0; i < n; i++) fprintf(p->log, "%s%" PRId64, i ? ", " : " at step ", p->me.entry.ckpt[i]);
         fprintf(p->log, "; waiting for the others to agree on a step\n");
         fflush(p->log);
         peer_event(p, "resume", "decision=%s ckpts=%d newest=%" PRId64, "wait", n,
-                   n > 0 ? p->self.ckpt[0] : -1);
+                   n > 0 ? p->me.entry.ckpt[0] : -1);
         peer_push_self(p);
     }
     int present = 0;

@@ -223,8 +223,8 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     custody_hops(p, r, h);
     r->part = h[0].part;
     r->slot = slot;
-    memcpy(r->prev, p->self.id, MSG_ID_LEN);
-    memcpy(r->route[0], p->self.id, MSG_ID_LEN);
+    memcpy(r->prev, p->me.entry.id, MSG_ID_LEN);
+    memcpy(r->route[0], p->me.entry.id, MSG_ID_LEN);
     r->nroute = 1;
     r->targets = malloc((size_t)p->dims.BT * sizeof(int32_t));
     if (!r->targets) return STATUS_ENOMEM;
@@ -326,7 +326,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     memcpy(r->prev, m->sender, MSG_ID_LEN);
     r->nroute = m->nroute + 1;
     memcpy(r->route, m->route, (size_t)m->nroute * MSG_ID_LEN);
-    memcpy(r->route[m->nroute], p->self.id, MSG_ID_LEN);
+    memcpy(r->route[m->nroute], p->me.entry.id, MSG_ID_LEN);
     r->targets = malloc(in->pl_len[1]);
     if (!r->targets) return STATUS_ENOMEM;
     memcpy(r->targets, in->pl[1], in->pl_len[1]);
@@ -554,7 +554,7 @@ static int validate(peer_t *p)
 /* Stage 0: starts the next microbatch this peer owns. 1 when it did work. */
 int serve_source(peer_t *p)
 {
-    if (p->stage != 0 || p->self.state != MEMBER_SERVING) return 0;
+    if (p->stage != 0 || p->me.entry.state != MEMBER_SERVING) return 0;
     /* re-runs first: another pool lost these and waits for them */
     for (int i = 0; i < p->dims.M && p->contrib.redo_step >= 0; i++) {
         if (!pool_bit(p->contrib.redo_for, i)) continue;
@@ -566,9 +566,9 @@ int serve_source(peer_t *p)
         contrib_redo_started(&p->contrib, i);
         return 1;
     }
-    if (p->self.serving_from > p->step) return 0; /* a follower sources nothing */
+    if (p->me.entry.serving_from > p->step) return 0; /* a follower sources nothing */
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, 0, p->step, p->self.id, &own, &me);
+    int me, n = view_owners(&p->view, 0, p->step, p->me.entry.id, &own, &me);
     if (me < 0) return 0;
     if (p->step < p->def.train.steps) {
         /* a swarm that resumed from its stores (resume.c) starts again at the agreed step:

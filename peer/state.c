@@ -240,7 +240,7 @@ static int another_takes_it(peer_t *p)
     const msg_member_t *m;
     int n = view_stage(&p->view, p->stage, 0, &m);
     uint64_t key = rng_mix(p->def.swarm, (uint64_t)p->stage + 0x7a6b), mine, best = 0;
-    memcpy(&mine, p->self.id, 8);
+    memcpy(&mine, p->me.entry.id, 8);
     mine = rng_mix(key, mine);
     for (int i = 0; i < n; i++) {
         if (m[i].state != MEMBER_JOINING || peer_is_self(p, m[i].id)) continue;
@@ -255,16 +255,16 @@ static int another_takes_it(peer_t *p)
 static void announce(peer_t *p)
 {
     char hex[2 * MSG_ID_LEN + 1];
-    for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->self.id[i]);
+    for (int i = 0; i < MSG_ID_LEN; i++) snprintf(hex + 2 * i, 3, "%02x", p->me.entry.id[i]);
     fprintf(p->log, "peer: id %s\n", hex);
     peer_event(p, "serving", "id=%s params=%zu device=%s threads=%d from=%" PRId64, hex,
                stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
-               p->self.serving_from);
+               p->me.entry.serving_from);
     fprintf(p->log,
             "peer: stage %d of %d, %zu parameters, device %s (%d threads), serving from step "
             "%" PRId64 "\n",
             p->stage, p->dims.S, stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
-            p->self.serving_from);
+            p->me.entry.serving_from);
     fflush(p->log);
 }
 

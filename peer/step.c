@@ -30,14 +30,14 @@ static int pool_members(peer_t *p, const msg_member_t **out)
 void step_seen(peer_t *p)
 {
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
+    int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
     (void)me;
     pool_union(p->pool, own, n, p->contrib.ubuf);
 }
 
 static int contributing(const peer_t *p)
 {
-    return p->self.state == MEMBER_SERVING && p->self.serving_from <= p->step;
+    return p->me.entry.state == MEMBER_SERVING && p->me.entry.serving_from <= p->step;
 }
 
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
@@ -53,7 +53,7 @@ static void send_progress(peer_t *p)
     msg_t m = {
         .type = MSG_PROGRESS, .stage = (int16_t)p->stage, .step = p->step, .count = (uint32_t)p->dims.M};
     if (p->step >= p->def.train.steps) /* the run's end: its hash for the last vote */
-        m.hash = p->contrib.my_hash, m.since = p->self.serving_from;
+        m.hash = p->contrib.my_hash, m.since = p->me.entry.serving_from;
     const msg_member_t *mem;
     int n = pool_members(p, &mem);
     size_t len = pool_bitmap_bytes(p->pool);
@@ -169,7 +169,7 @@ static int make_exchange(peer_t *p, int part)
     size_t claims_len = 0;
     if (rc == 0 && part == 0) {
         const msg_member_t *own;
-        int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
+        int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
         claims_len = (size_t)n * MSG_ID_LEN;
         if (!(claims = malloc(claims_len ? claims_len : 1))) rc = STATUS_ENOMEM;
         for (int i = 0; claims && i < n; i++) memcpy(claims + (size_t)i * MSG_ID_LEN, own[i].id, MSG_ID_LEN);
@@ -181,9 +181,9 @@ static int make_exchange(peer_t *p, int part)
                    .step = p->step,
                    .count = count,
                    .hash = p->contrib.my_hash,
-                   .since = p->self.serving_from};
-        memcpy(m.origin, p->self.id, MSG_ID_LEN);
-        memcpy(m.sender, p->self.id, MSG_ID_LEN);
+                   .since = p->me.entry.serving_from};
+        memcpy(m.origin, p->me.entry.id, MSG_ID_LEN);
+        memcpy(m.sender, p->me.entry.id, MSG_ID_LEN);
         const uint8_t *body = msg ? msg : (const uint8_t *)"";
         const uint8_t *cl = claims ? claims : (const uint8_t *)"";
         rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
@@ -329,7 +329,7 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
             !(peer_is_self(p, msgs[i]->origin) && msgs[i]->hash != p->contrib.my_hash) &&
             (peer_is_self(p, msgs[i]->origin) || view_find(&p->view, msgs[i]->origin)))
             voters[nv++] = msgs[i];
-    if (pool_vote_lost(voters, nv, p->contrib.my_hash, p->self.serving_from, p->self.id)) {
+    if (pool_vote_lost(voters, nv, p->contrib.my_hash, p->me.entry.serving_from, p->me.entry.id)) {
         free(counted), free(bodies), free(lens), free(voters), free(out), free(norm);
         log_warn("peer: my parameters differ from the pool's at step %" PRId64, p->step);
         return STATUS_ECORRUPT; /* the caller re-syncs */
@@ -394,7 +394,7 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
      * steps applied at once after a stall (their messages came together) timed one of them
      * at nearly 0 s, a margin of 1000 steps, and a mover that never contributed
      * (rebal_no-thrash, now and then under load). */
-    int follower = p->self.serving_from > p->step;
+    int follower = p->me.entry.serving_from > p->step;
     int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
     double step_s = p->contrib.step_t0 > 0 ? now - p->contrib.step_t0 : 0;
     follow_pace(&p->follow, p->contrib.step_t0 > 0 ? step_s : -1, follower, at_head);
@@ -404,20 +404,20 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
     step_set(p, p->step + 1);
     int named;
     int64_t head = view_max_step(&p->view, p->stage);
-    peer_self_serving_from(p, follow_name(&p->follow, p->step, p->self.serving_from, head, now, &named));
+    peer_self_serving_from(p, follow_name(&p->follow, p->step, p->me.entry.serving_from, head, now, &named));
     if (named && !p->follow.named_logged) {
         p->follow.named_logged = 1;
         fprintf(p->log,
                 "following: contributes from step %" PRId64 " (%d steps followed, pool at %" PRId64
                 ", %.3f s per step%s)\n",
-                p->self.serving_from, p->follow.followed, head, p->follow.pace,
+                p->me.entry.serving_from, p->follow.followed, head, p->follow.pace,
                 p->follow.pace_known ? ", pace known" : "");
         peer_event(p, "following",
                    "from=%" PRId64 " followed=%d head=%" PRId64 " pace_s=%.3f pace_known=%d",
-                   p->self.serving_from, p->follow.followed, head, p->follow.pace,
+                   p->me.entry.serving_from, p->follow.followed, head, p->follow.pace,
                    p->follow.pace_known);
     }
-    if (p->self.serving_from == p->step && p->follow.followed && !p->follow.contrib_logged) {
+    if (p->me.entry.serving_from == p->step && p->follow.followed && !p->follow.contrib_logged) {
         /* what a newcomer's or mover's following cost (bench_rebalance.sh reads it) */
         p->follow.contrib_logged = 1;
         fprintf(p->log,
@@ -456,8 +456,8 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
         }
     step_reset(p);
     if (p->ps) {
-        const msg_member_t *me = view_find(&p->view, p->self.id);
-        double loss = p->stage == 0 || p->stage == p->dims.S - 1 ? p->self.loss : NAN;
+        const msg_member_t *me = view_find(&p->view, p->me.entry.id);
+        double loss = p->stage == 0 || p->stage == p->dims.S - 1 ? p->me.entry.loss : NAN;
         peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->dims.BT * p->dims.M / step_s : 0,
                           me ? me->bytes_out : 0, me ? me->bytes_in : 0);
         peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->def.train.steps);
@@ -732,7 +732,7 @@ static void resend_early(peer_t *p)
         for (int j = 0; j < p->contrib.nearly_to && !had; j++) had = !memcmp(p->contrib.early_to[j], mem[i].id, MSG_ID_LEN);
         if (had || peer_is_self(p, mem[i].id)) continue;
         msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step, .flags = 0};
-        memcpy(q.origin, p->self.id, MSG_ID_LEN);
+        memcpy(q.origin, p->me.entry.id, MSG_ID_LEN);
         memcpy(q.sender, mem[i].id, MSG_ID_LEN); /* answered as if it had asked */
         step_answer_exch_req(p, p->pool, p->stage, &q);
     }
@@ -770,7 +770,7 @@ static int own_share_done(peer_t *p)
     for (int i = 0; p->contrib.redo_step == p->step && i < p->dims.M; i++)
         if (pool_bit(p->contrib.redo_for, i)) return 0;
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, 0, p->step, p->self.id, &own, &me);
+    int me, n = view_owners(&p->view, 0, p->step, p->me.entry.id, &own, &me);
     if (me < 0) return 0;
     const uint8_t *mine = pool_mine(p->pool);
     int share = 0;
@@ -792,9 +792,9 @@ static int final_vote(peer_t *p)
     if (!contributing(p)) return 0;
     if (timeout_due(&p->contrib.progress, p->now)) send_progress(p);
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
+    int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
     (void)me;
-    return pool_final_vote(p->pool, own, n, p->self.id, p->contrib.my_hash, p->self.serving_from) == 1
+    return pool_final_vote(p->pool, own, n, p->me.entry.id, p->contrib.my_hash, p->me.entry.serving_from) == 1
                ? STATUS_ECORRUPT
                : 0;
 }
@@ -832,7 +832,7 @@ int step_tick(peer_t *p)
          * REDO) this member would wait for ever. It asks for the messages it lacks
          * instead; their counted bits complete N. */
         const msg_member_t *own;
-        int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
+        int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
         (void)me;
         /* the waits of 12.4 start here: a member named by a mate's message and gone
          * from the view (it died with its message held by that mate only) is asked for
@@ -866,7 +866,7 @@ int step_tick(peer_t *p)
     }
     contrib_waits(&p->contrib, p->now, 0);
     const msg_member_t *own;
-    int me, n = view_owners(&p->view, p->stage, p->step, p->self.id, &own, &me);
+    int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
     int missing = missing_messages(p, own, n);
     if (!contributing(p)) { /* a follower needs someone's update to follow */
         int others = 0;

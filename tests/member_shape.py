@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-MAX_OWN = 32  # fields declared in struct peer (a composed part counts as one); issue 23 asks ~30
+MAX_OWN = 31  # fields declared in struct peer (a composed part counts as one); issue 23 asks ~30
 COMPOSITION = "peer.c"
 
 F = r"p->([a-z_0-9]+)((?:\.[a-z_0-9]+)?)"

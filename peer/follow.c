@@ -20,6 +20,8 @@ void follow_begin(follow_t *f, double now)
     if (f->pace_known) f->pace_s[0] = f->pace;
     f->move_pace = 0;
     f->named_at = now;
+    f->first_named_at = 0;
+    f->t0 = 0;
     f->at_since = now;
     f->named_logged = f->contrib_logged = 0;
 }
@@ -59,35 +61,74 @@ void follow_pace(follow_t *f, double step_s, int follower, int at_head)
     }
 }
 
-int64_t follow_join_margin(const follow_t *f)
+/* The slowest of the paces timed (the median's samples), else the pace, else 1 s. */
+static double pace_slowest(const follow_t *f)
 {
-    double sps = f->pace > 0 ? f->pace : 1.0;
-    double steps = ceil((f->gossip_s + 1.0) / sps);
-    return steps < 2 ? 2 : steps > 1000 ? 1000 : (int64_t)steps;
+    double m = f->pace;
+    int n = f->pace_n < FOLLOW_PACE_KEEP ? f->pace_n : FOLLOW_PACE_KEEP;
+    for (int i = 0; i < n; i++)
+        if (f->pace_s[i] > m) m = f->pace_s[i];
+    return m > 0 ? m : 1.0;
+}
+
+/* The pool's seconds per step as the head moved since this follower's first step, once it
+ * moved FOLLOW_RATE_STEPS steps or a second passed; 0: not known yet. The steps it applies
+ * are no measure: it catches up in bursts, and the head it sees in gossip lags. */
+static double pool_sps(const follow_t *f, int64_t head, double now)
+{
+    int64_t d = head - f->head0;
+    if (d < FOLLOW_RATE_STEPS && now - f->t0 < 1.0) return 0;
+    return (now - f->t0) / (double)(d > 0 ? d : 1);
+}
+
+/* The named step `from`, kept no earlier than the pool reaches gossip_s after the first
+ * naming (at the pool's pace): a step it would reach sooner is named again further on,
+ * with the slack. */
+static int64_t keep_due(follow_t *f, int64_t step, int64_t head, int64_t from, double now)
+{
+    double due = f->first_named_at + f->gossip_s, sps = pool_sps(f, head, now);
+    int64_t at = head > step ? head : step;
+    if (sps <= 0) sps = pace_slowest(f);
+    if (now + (double)(from - at) * sps >= due) return from; /* on time */
+    double more = ceil((due - now + FOLLOW_SLACK_S) / sps);
+    int64_t later = at + (more < 1 ? 1 : more > 1000 ? 1000 : (int64_t)more);
+    if (later <= from) return from;
+    f->margin = later - f->first_named_step;
+    f->named_at = now;
+    return later;
 }
 
 int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
                     int *named)
 {
     *named = 0;
-    if (serving_from > step && ++f->followed >= (f->pace_known ? 3 : 4) && f->pace_n >= 3) {
+    if (!f->t0) f->t0 = now, f->head0 = head > step ? head : step;
+    if (serving_from > step) {
+        ++f->followed;
+        if (f->first_named_at) return keep_due(f, step, head, serving_from, now);
+        double sps = pool_sps(f, head, now);
+        if (f->followed < 2 || sps <= 0) return serving_from;
         /* counted from the pool's head, which a follower catching up may trail: from its
          * own step, the pool reached the step named sooner than gossip could tell every
-         * mate, and mates that had heard the first waited for its message */
-        int64_t want = (head > step ? head : step) + follow_join_margin(f);
-        if (want < serving_from) {
-            f->margin = want - step;
-            f->named_at = now;
-            *named = 1;
-            return want;
-        }
-    } else if (serving_from == step && f->followed && now - f->named_at < f->gossip_s) {
-        /* about to contribute, but its mates may not have heard from when: a mate that
-         * applies without this member's message while it applies with it would hold
-         * other parameters */
-        f->margin = follow_join_margin(f);
-        f->named_at = now;
-        return step + f->margin;
+         * mate, and mates that had heard the first waited for its message; half the time
+         * at the pool's pace (a naming only moves on: the first errs short) */
+        double m = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps));
+        int64_t want = (head > step ? head : step) + (m < 2 ? 2 : m > 1000 ? 1000 : (int64_t)m);
+        if (want >= serving_from) return serving_from;
+        f->margin = want - step;
+        f->named_sps = sps;
+        f->named_at = f->first_named_at = now;
+        f->first_named_step = step;
+        *named = 1;
+        return want;
+    }
+    if (serving_from == step && f->followed) {
+        /* about to contribute, but its mates may not all have heard a naming yet: a mate
+         * that applies without this member's message while it applies with it would hold
+         * other parameters (the step taken without a naming, its placeholder reached,
+         * counts as named now) */
+        if (!f->first_named_at) f->first_named_at = now, f->first_named_step = step;
+        if (now < f->first_named_at + f->gossip_s) return keep_due(f, step, step, step, now);
     }
     return serving_from;
 }

@@ -23,6 +23,8 @@
 #define FOLLOW_PACE_KEEP  8    /* a follower's timed steps at the pool's head kept */
 #define FOLLOW_STALL_S    10.0 /* no update this long while the pool is ahead: re-sync */
 #define FOLLOW_GATHER_MAX 2    /* asks for every message of a step, a second apart */
+#define FOLLOW_SLACK_S    0.5  /* a naming's seconds beyond gossip_s, for the pace's error */
+#define FOLLOW_RATE_STEPS 3    /* head steps (or a second) before the pool's pace is known */
 
 typedef struct {
     double gossip_s;     /* a named first step is gossiped this long before it is taken: the
@@ -39,6 +41,11 @@ typedef struct {
     int followed;        /* steps followed since serving began */
     int64_t margin;      /* the join margin its first contributing step was named with */
     double named_at;     /* when its first contributing step was last named */
+    double first_named_at; /* ... and first, in this serving period (0: not yet) */
+    int64_t first_named_step; /* the step it was at then */
+    double t0;           /* its first step followed in this serving period (0: none yet) */
+    int64_t head0;       /* ... and the pool's head then, for the pool's pace */
+    double named_sps;    /* the pool's seconds per step its first naming counted with */
     int named_logged, contrib_logged; /* said once per serving period */
     int64_t at_step;     /* its step ... */
     double at_since;     /* ... unchanged since */
@@ -59,14 +66,17 @@ void follow_downloaded(follow_t *f);
 /* A step applied that took step_s (< 0: unknown); follower: it does not contribute yet;
  * at_head: the pool is at most a step ahead (a replayed step is no pace). */
 void follow_pace(follow_t *f, double step_s, int follower, int at_head);
-/* Steps a newcomer follows before it contributes: gossip_s + 1 s of pool steps, 2 to
- * 1000. */
-int64_t follow_join_margin(const follow_t *f);
 /* After a step applied (step is the new one): the first step it contributes from, given
- * its current one (serving_from) and the pool's head. A follower that has followed enough
- * steps (3 with a mover's pace, else 4) with 3 paces timed names head + margin (when
- * earlier than its current one; *named: 1); one about to contribute whose naming is newer
- * than gossip_s names again further on (the pool ran faster than its pace). */
+ * its current one (serving_from) and the pool's head. A follower that has followed 2 steps
+ * and knows the pool's pace (its head moved FOLLOW_RATE_STEPS steps, or a second passed)
+ * names head + half of gossip_s + FOLLOW_SLACK_S of steps, once per serving period
+ * (*named: 1). After that the named step only moves on:
+ * whenever the pace the pool kept since the naming would reach it less than gossip_s after
+ * the naming, it is named again further on (early, while the pool is still short of it;
+ * on reaching it, by the shortfall). So by gossip_s after the first naming every live mate
+ * has heard one at or before the step it takes, and none applies that step without its
+ * message; a mate that heard an earlier one waits for its message there until the newer
+ * one reaches it. */
 int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
                     int *named);
 

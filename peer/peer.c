@@ -311,7 +311,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
         if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
     }
     p->ending.suspect = 0; /* the transport has said whether it was paused */
-    for (int i = 0; p->ps && i < p->view.n; i++) { /* who is gone: dead or left */
+    for (int i = 0; i < p->view.n; i++) { /* who is gone: dead or left */
         int still = 0;
         for (int j = 0; j < ev->nmembers && !still; j++)
             still = !memcmp(ev->members[j].id, p->view.m[i].id, MSG_ID_LEN);
@@ -319,7 +319,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
             peer_event(p, "failed", "peer=%s peer_stage=%d", peer_idhex(p->view.m[i].id, h),
                        p->view.m[i].stage);
     }
-    source_on_view(&p->source, p->view.m, p->view.n, ev->members, ev->nmembers, p->now);
+    source_on_view(&p->source, p->view.m, p->view.n, ev->members, ev->nmembers, p->step, p->now);
     if (guard_any(&p->guard)) { /* expelled members stay out of the view (guard.c) */
         msg_member_t *v = malloc((size_t)(ev->nmembers ? ev->nmembers : 1) * sizeof *v);
         if (!v) return STATUS_ENOMEM;

@@ -137,7 +137,8 @@ static int val_total(const peer_t *p)
     return p->def.train.val_batches * (p->def.train.val_skip ? 2 : 1);
 }
 
-static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags);
+static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags,
+                    uint16_t attempt);
 
 /* Validation during the run (run.val_every > 0), by the leader of stage 0 (val.h): each
  * time its step passes a multiple of val_every it sends the run's val_batches held-out
@@ -174,7 +175,7 @@ static int val_round_tick(peer_t *p)
     }
     int next = val_round_next(&p->val.during);
     if (next < 0 || custody_in_flight(p, 1) >= p->po.in_flight) return 0;
-    int rc = start_mb(p, p->val.during.step, (uint32_t)next, 1, 0);
+    int rc = start_mb(p, p->val.during.step, (uint32_t)next, 1, 0, 0);
     if (rc == 0) val_round_sent(&p->val.during);
     return rc < 0 ? rc : rc == 0;
 }
@@ -202,7 +203,10 @@ static void val_end_loss(peer_t *p, uint32_t index, float loss)
 
 /* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
  * validation batch `index`. 1 when there is no free slot now. */
-static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags)
+/* Starts microbatch `index` of `step` here (stage 0): attempt 0, or 1 for one a gone owner
+ * may have started (source.h). 1: no slot free; 0 started; < 0 error. */
+static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags,
+                    uint16_t attempt)
 {
     mbrec_t *r = custody_new(p);
     int slot = custody_free_slot(p);
@@ -210,7 +214,8 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
         if (r) r->used = 0;
         return 1;
     }
-    r->mb = (msg_mb_t){.step = step, .index = index, .kind = (uint8_t)kind};
+    r->mb = (msg_mb_t){.step = step, .index = index, .kind = (uint8_t)kind, .attempt = attempt};
+    r->out_attempt = attempt;
     r->flags = flags;
     /* its SkipPipe path: the run's schedule for training; for validation none, or (the
      * second round of batches, with the run's val_skip) the stages it leaves out */
@@ -543,7 +548,7 @@ static int validate(peer_t *p)
     }
     int next = val_round_next(e);
     if (next >= 0 && custody_in_flight(p, 1) < p->po.in_flight) {
-        int rc = start_mb(p, e->step, (uint32_t)next, 1, 0);
+        int rc = start_mb(p, e->step, (uint32_t)next, 1, 0, 0);
         if (rc == 0) val_round_sent(e);
         return rc < 0 ? rc : rc == 0;
     }
@@ -560,7 +565,7 @@ int serve_source(peer_t *p)
         if (!pool_bit(p->contrib.redo_for, i)) continue;
         msg_mb_t mb = {.step = p->contrib.redo_step, .index = (uint32_t)i};
         if (custody_find(p, &mb, 0)) continue;
-        int rc = start_mb(p, p->contrib.redo_step, (uint32_t)i, 0, MSG_FLAG_REDO);
+        int rc = start_mb(p, p->contrib.redo_step, (uint32_t)i, 0, MSG_FLAG_REDO, 0);
         if (rc < 0) return rc;
         if (rc == 1) break;
         contrib_redo_started(&p->contrib, i);
@@ -606,13 +611,15 @@ int serve_source(peer_t *p)
             /* microbatch i of this step belongs to one owner; when an owner is gone only
              * its microbatches pass on, once what it sent had time to be counted
              * (source.h), so no two start the same one */
-            if (pool_bit(p->contrib.ubuf, i) ||
-                source_owner(&p->source, own, n, me, rng_mix((uint64_t)p->step, (uint64_t)i),
-                             p->step, p->now, settle) != SOURCE_MINE)
-                continue;
+            int own_it = pool_bit(p->contrib.ubuf, i)
+                             ? SOURCE_OTHER
+                             : source_owner(&p->source, own, n, me,
+                                            rng_mix((uint64_t)p->step, (uint64_t)i), p->step,
+                                            p->now, settle);
+            if (own_it < SOURCE_MINE) continue;
             msg_mb_t mb = {.step = p->step, .index = (uint32_t)i};
             if (custody_find(p, &mb, 0)) continue;
-            int rc = start_mb(p, p->step, (uint32_t)i, 0, 0);
+            int rc = start_mb(p, p->step, (uint32_t)i, 0, 0, own_it == SOURCE_MINE_AGAIN);
             return rc == 1 ? 0 : rc < 0 ? rc : 1;
         }
         return me == 0 ? val_round_tick(p) : 0;

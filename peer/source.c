@@ -23,7 +23,7 @@ static void forget(source_t *s, int i)
 }
 
 void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_member_t *now,
-                    int nnow, double t)
+                    int nnow, int64_t step, double t)
 {
     for (int i = s->n - 1; i >= 0; i--)
         if (find(now, nnow, s->gone[i].id) >= 0) forget(s, i);
@@ -39,6 +39,7 @@ void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_me
         source_gone_t *g = &s->gone[s->n++];
         memcpy(g->id, old[i].id, MSG_ID_LEN);
         g->from = old[i].serving_from;
+        g->until = step + 1;
         g->at = t;
     }
 }
@@ -46,15 +47,18 @@ void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_me
 int source_owner(source_t *s, const msg_member_t *own, int n, int me, uint64_t key,
                  int64_t step, double now, double settle)
 {
-    int best = view_rendezvous(own, n, key);
+    int best = view_rendezvous(own, n, key), again = 0;
     uint64_t best_w = best >= 0 ? view_rendezvous_weight(own[best].id, key) : 0;
     for (int i = s->n - 1; i >= 0; i--) {
-        if (now - s->gone[i].at >= settle) {
+        const source_gone_t *g = &s->gone[i];
+        if (step > g->until) {
             forget(s, i);
             continue;
         }
-        if (s->gone[i].from <= step && (best < 0 || view_rendezvous_weight(s->gone[i].id, key) > best_w))
-            return SOURCE_WAIT;
+        if (g->from > step || (best >= 0 && view_rendezvous_weight(g->id, key) <= best_w)) continue;
+        if (now - g->at < settle) return SOURCE_WAIT;
+        again = 1;
     }
-    return best >= 0 && best == me ? SOURCE_MINE : SOURCE_OTHER;
+    if (best < 0 || best != me) return SOURCE_OTHER;
+    return again ? SOURCE_MINE_AGAIN : SOURCE_MINE;
 }

@@ -27,8 +27,10 @@
 
 typedef struct {
     uint8_t id[MSG_ID_LEN];
-    int64_t from; /* the step it contributed from (an owner of steps >= from) */
-    double at;    /* when it left this member's view */
+    int64_t from;  /* the step it contributed from (an owner of steps >= from) */
+    int64_t until; /* the last step it may have started microbatches of (a step ahead of
+                    * this member's when it left: it may have applied first) */
+    double at;     /* when it left this member's view */
 } source_gone_t;
 
 typedef struct {
@@ -38,17 +40,23 @@ typedef struct {
 
 void source_init(source_t *s);
 
-/* The view changes from old[0, nold) to now[0, nnow) at time t: stage-0 serving members
- * of the old table missing from the new one are remembered as gone; one back in the
- * table is forgotten. */
+/* The view changes from old[0, nold) to now[0, nnow) at time t, this member at `step`:
+ * stage-0 serving members of the old table missing from the new one are remembered as
+ * gone; one back in the table is forgotten. */
 void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_member_t *now,
-                    int nnow, double t);
+                    int nnow, int64_t step, double t);
 
-enum { SOURCE_MINE = 1, SOURCE_OTHER = 0, SOURCE_WAIT = -1 };
+enum { SOURCE_MINE_AGAIN = 2, SOURCE_MINE = 1, SOURCE_OTHER = 0, SOURCE_WAIT = -1 };
 
 /* Who starts microbatch `key` of `step`, own[0, n) being the step's live owners and `me`
- * self's index among them: SOURCE_MINE, SOURCE_OTHER (a live owner's), or SOURCE_WAIT (an
- * owner that left less than `settle` seconds before `now` had it). */
+ * self's index among them: SOURCE_MINE, SOURCE_OTHER (a live owner's), SOURCE_WAIT (an
+ * owner that left less than `settle` seconds before `now` had it), or SOURCE_MINE_AGAIN:
+ * this member's now, but a gone owner had it and may have started it: its first run may
+ * have been counted downstream (by a mate whose message is late), so this one goes as a
+ * re-send (attempt 1), which pools count in a part of its own (sim heavy 4x2 seed
+ * 30000435: a stage-0 member's LEAVE, its microbatch started again, counted twice in two
+ * mates' first parts at stage 1: 3 of 4). Entries are forgotten once `step` passes
+ * their `until`. */
 int source_owner(source_t *s, const msg_member_t *own, int n, int me, uint64_t key,
                  int64_t step, double now, double settle);
 

@@ -404,17 +404,19 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
     step_set(p, p->step + 1);
     int named;
     int64_t head = view_max_step(&p->view, p->stage);
-    peer_self_serving_from(p, follow_name(&p->follow, p->step, p->me.entry.serving_from, head, now, &named));
+    int64_t was = p->me.entry.serving_from;
+    peer_self_serving_from(p, follow_name(&p->follow, p->step, was, head, now, &named));
+    if (p->me.entry.serving_from != was) peer_push_self(p); /* mates hear it now, not in 0.25 s */
     if (named && !p->follow.named_logged) {
         p->follow.named_logged = 1;
         fprintf(p->log,
                 "following: contributes from step %" PRId64 " (%d steps followed, pool at %" PRId64
                 ", %.3f s per step%s)\n",
-                p->me.entry.serving_from, p->follow.followed, head, p->follow.pace,
+                p->me.entry.serving_from, p->follow.followed, head, p->follow.named_sps,
                 p->follow.pace_known ? ", pace known" : "");
         peer_event(p, "following",
                    "from=%" PRId64 " followed=%d head=%" PRId64 " pace_s=%.3f pace_known=%d",
-                   p->me.entry.serving_from, p->follow.followed, head, p->follow.pace,
+                   p->me.entry.serving_from, p->follow.followed, head, p->follow.named_sps,
                    p->follow.pace_known);
     }
     if (p->me.entry.serving_from == p->step && p->follow.followed && !p->follow.contrib_logged) {

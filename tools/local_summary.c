@@ -26,6 +26,12 @@ typedef struct {
     char hash[17];
     double served, resent, lost, throughput, revisits, act_bytes, moves;
     double copies_bytes; /* the last "copy" event's running total */
+    /* a peer that joined a running pool (its "joined" event's source "pool", then
+     * "serving" from a step ahead: it followed first): from its
+     * first event (its socket bound, right after it started) to its state in place and
+     * to its first contributed step ("contributing", or "takes_over"); re-syncs after */
+    double t_first, t_joined, t_contrib, join_mb, join_s;
+    int joined_pool, resynced_after;
 } peer_rec_t;
 
 /* A stage rebuilt: its "recovered_stage" event with the "rebuilt" and "judged" events
@@ -244,12 +250,34 @@ static void on_recovered(sum_t *s, const json_obj_t *o)
     c->chosen_loss = c->other_loss = NAN;
 }
 
+/* A joiner of a running pool: when it started, had its state, contributed; re-syncs
+ * after that. */
+static void on_join_event(peer_rec_t *r, const char *k, const json_obj_t *o)
+{
+    double t = json_num(o, "t");
+    if (r->t_first <= 0) r->t_first = t;
+    if (!strcmp(k, "joined") && !strcmp(json_get(o, "source"), "pool") && !r->t_joined) {
+        r->t_joined = t;
+        r->join_mb = json_num(o, "mb"), r->join_s = json_num(o, "seconds");
+    } else if (!strcmp(k, "serving") && r->t_joined > 0 && !r->joined_pool) {
+        /* training had begun: it follows first (from ahead of its step), else it is one
+         * of the swarm's first members, which contribute from the first step */
+        r->joined_pool = json_num(o, "from") > json_num(o, "step");
+    } else if ((!strcmp(k, "contributing") || !strcmp(k, "takes_over")) && r->joined_pool &&
+               r->t_contrib <= 0) {
+        r->t_contrib = t;
+    } else if (!strcmp(k, "resynced") && r->t_contrib > 0) {
+        r->resynced_after++;
+    }
+}
+
 static void on_event(void *ctx, const json_obj_t *o)
 {
     sum_t *s = ctx;
     if (!this_run(s->L, o)) return;
     const char *k = json_get(o, "kind");
     peer_rec_t *r = &s->peers[s->peer];
+    on_join_event(r, k, o);
     if (!strcmp(k, "val_loss"))
         on_val(s, o);
     else if (!strcmp(k, "val_loss_skip"))
@@ -337,6 +365,46 @@ static void print_totals(const sum_t *s)
     printf("local: CheckFree+ copies (the end stages' embedding / final norm and head kept by "
            "their neighbours): %.0f bytes, %.1f per token, %.2f%% of the wire\n",
            copy_bytes(s), copy_bytes(s) * per, all > 0 ? 100.0 * copy_bytes(s) / all : 0);
+}
+
+/* The median of sorted t[0, n), n >= 1. */
+static double median_sorted(const double *t, int n)
+{
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* The seconds from start to first contributed step of the peers that joined a running
+ * pool, sorted into t[]; how many. */
+static int join_times(const sum_t *s, double *t)
+{
+    int n = 0;
+    for (int i = 0; i < s->L->n; i++)
+        if (s->peers[i].t_contrib > 0) t[n++] = s->peers[i].t_contrib - s->peers[i].t_first;
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n;
+}
+
+/* Joins into a running pool: the time from a joiner's start to its first contributed
+ * step (median and worst), its download's rate, re-syncs after it contributed. */
+static void print_joins(const sum_t *s)
+{
+    double t[LOCAL_MAX_PEERS], mbps = INFINITY;
+    int n = join_times(s, t), pending = 0, resyncs = 0;
+    for (int i = 0; i < s->L->n; i++) {
+        const peer_rec_t *r = &s->peers[i];
+        if (!r->joined_pool) continue;
+        if (r->t_contrib <= 0) pending++;
+        resyncs += r->resynced_after;
+        if (r->join_s > 0 && r->join_mb / r->join_s < mbps) mbps = r->join_mb / r->join_s;
+    }
+    if (!n && !pending) return;
+    printf("local: joins into a running pool: %d contributed", n);
+    if (n)
+        printf(", start to first contributed step median %.2f s worst %.2f s, slowest download "
+               "%.1f MB/s, re-synced after contributing %d time(s)",
+               median_sorted(t, n), t[n - 1], mbps, resyncs);
+    if (pending) printf("; %d joined but never contributed", pending);
+    printf("\n");
 }
 
 static void print_faults(const sum_t *s)
@@ -447,6 +515,11 @@ static void put_scalars(FILE *f, const sum_t *s)
             L->lo.kill_stage >= 0 && !fl->ks_done);
     fprintf(f, ",\"paused\":%d,\"pause_s\":%.1f,\"woken\":%d", fl->pz_state ? fl->pz_peer : -1,
             fl->pz_state ? L->lo.pause_s : 0.0, fl->pz_state == 2);
+    double t[LOCAL_MAX_PEERS];
+    int n = join_times(s, t);
+    fprintf(f, ",\"joins\":%d", n);
+    put_num(f, "join_median_s", n ? median_sorted(t, n) : NAN, "%.3f");
+    put_num(f, "join_worst_s", n ? t[n - 1] : NAN, "%.3f");
 }
 
 /* "name":[i,...] of the peers for which pick says so */
@@ -487,6 +560,12 @@ static void put_processes(FILE *f, const sum_t *s)
         put_end(f, c);
         fprintf(f, ",\"id\":");
         json_put_string(f, r->id);
+        if (r->joined_pool) {
+            put_num(f, "join_s", r->t_contrib > 0 ? r->t_contrib - r->t_first : NAN, "%.3f");
+            put_num(f, "join_state_s", r->t_joined - r->t_first, "%.3f");
+            put_num(f, "join_mb_per_s", r->join_s > 0 ? r->join_mb / r->join_s : NAN, "%.1f");
+            fprintf(f, ",\"resynced_after\":%d", r->resynced_after);
+        }
         if (r->left) {
             fprintf(f, ",\"done_stage\":%d,\"done_step\":%lld,\"hash\":\"%s\"", r->done_stage,
                     r->done_step, r->hash);
@@ -604,6 +683,7 @@ int local_summary(local_t *L)
     qsort(s->vals, (size_t)s->nvals, sizeof *s->vals, cmp_val);
     print_totals(s);
     print_faults(s);
+    print_joins(s);
     print_story(s);
     write_json(s);
     /* a poisoned member's refused messages lose its microbatches by design */

@@ -106,7 +106,9 @@ cut_ms=$((T * 1000 + 3000 + RANDOM % 3001)) # cut length: timeout + 3..6 s
 echo "partition: seed $seed: hosts $hosts, steps $steps, side A ${sidea[*]}, side B ${sideb[*]}," \
     "cut at step $cut_step for $cut_ms ms (peer timeout ${T} s)"
 
-# --- the swarm, in the background (netns.sh waits for its peers and tears down)
+# --- the swarm, in the background (netns.sh waits for its peers and tears down). --db:
+# a peer without a store writes no `failed` events (peer/peer.c, on_view); --slowdown 40:
+# about 2 steps a second, so that the run outlasts the cut and its heal on a busy machine
 ST_NS_PREFIX=$P SWARMTRAIN_BIN="$BIN" "$SRC/tools/netns.sh" swarm --hosts "$hosts" --stages 2 \
     --steps "$steps" --timeout 300 --dir "$dir/run" --db -- --slowdown 40 --no-rebalance \
     --peer-timeout "$T" >"$dir/swarm.out" 2>&1 &

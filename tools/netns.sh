@@ -15,6 +15,7 @@
 #        --serve-data FILE  serve FILE over HTTP from host 1 (tests/http_server.py) and give
 #                           every peer --data http://<host 1>:PORT/FILE's name
 #        --cut-data N       the first download of it breaks off after N bytes (it resumes)
+#        --db               every peer keeps a store, DIR/peerI.db (peer --db)
 #        starts peer 1 with --new (stage 0), the others with --join through host 1, host i
 #        taking stage (i-1) mod S; RUN OPTIONS go to every peer (codec, optimizer, ...).
 #        Exits 77 when this machine cannot make namespaces (not root, no ip/tc).
@@ -136,7 +137,7 @@ serving() { # peers the swarm counts as serving, as host 1 sees it
 
 swarm() {
     local hosts=4 stages=2 rate=none delay=0 steps=30 inflight=2 dir="" timeout=600
-    local config=tiny serve="" cut=""
+    local config=tiny serve="" cut="" db=0
     while [ $# -gt 0 ]; do
         case $1 in
         --hosts) hosts=$2; shift 2 ;;
@@ -150,6 +151,7 @@ swarm() {
         --config) config=$2; shift 2 ;;
         --serve-data) serve=$2; shift 2 ;;
         --cut-data) cut=$2; shift 2 ;;
+        --db) db=1; shift ;;
         --) shift; break ;;
         *) die "swarm: unknown option $1" ;;
         esac
@@ -188,6 +190,7 @@ swarm() {
         [ "$i" = 1 ] && role=(--new --wait-peers "$hosts")
         # a cache per host, so that every host downloads over its own link
         [ -n "$serve" ] && role+=(--data-cache "$dir/cache$i")
+        [ $db = 1 ] && role+=(--db "$dir/peer$i.db")
         ip netns exec "$P-h$i" nice -n 5 "$BIN" peer "${role[@]}" --stage $(((i - 1) % stages)) \
             --listen "tcp://$NET.$i:$LPORT" --advertise "tcp://$NET.$i:$adv_port" \
             --stages "$stages" --events "$dir/peer$i.events.jsonl" "${common[@]}" \

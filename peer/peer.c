@@ -43,8 +43,13 @@ int peer_swarm_started(const peer_t *p)
     for (int i = 0; i < p->view.n; i++)
         if (!peer_is_self(p, p->view.m[i].id) && (p->view.m[i].step > 0 || p->view.m[i].served > 0))
             return 1;
-    /* a swarm that showed a step past 0 has begun, though every member it showed is gone */
-    return p->step > 0 || p->stats.served > 0 || view_swarm_step(&p->view) > 0;
+    /* a swarm that showed a step past 0 has begun, though every member it showed is gone;
+     * so has one whose pool counted a microbatch (a mate's PROGRESS or message comes
+     * before gossip says it served: a stage-0 member still waiting to start told a joiner
+     * training had not begun, and the joiner counted itself into a half-counted step 0,
+     * sim heavy 4x2 seed 30008067) */
+    return p->step > 0 || p->stats.served > 0 || view_swarm_step(&p->view) > 0 ||
+           (p->pool && pool_counted_any(p->pool));
 }
 
 int peer_open_corpus(peer_t *p, data_t **out)
@@ -472,6 +477,21 @@ int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
 
 /* ---- timers and work ------------------------------------------------------------------- */
 
+/* A follower's gather also asks the members of other stages ahead of its step: the pool's
+ * last contributor may have applied the step and moved (to rebuild a lost stage) before
+ * its followers did, and it still answers from the pool it left (move.c); its followers
+ * may have joined since and know nothing of it. Else one of them took over and ran the
+ * step again, another update than the one applied (sim heavy 4x2 seed 30008636). Members
+ * that never held the stage ignore the request. */
+static void gather_movers(peer_t *p, msg_t *q)
+{
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *m = &p->view.m[i];
+        if (m->stage != p->stage && m->state == MEMBER_SERVING && m->step > p->step)
+            peer_send(p, m->id, q, 0, NULL, NULL);
+    }
+}
+
 /* A follower catches up on the pool's updates through the kept exchange messages
  * (step.c); when it is further behind than the messages are kept, or gets no update for
  * 10 s while the pool is ahead, it downloads the state again. */
@@ -509,6 +529,7 @@ static int follow_tick(peer_t *p)
         msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
         for (int i = 0; i < nm; i++) /* origin all zero: every message of the step */
             if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
+        gather_movers(p, &q);
     }
     if (todo & FOLLOW_RESYNC) return peer_start_download(p, "no contributor left, and a mate is ahead");
     if (todo & FOLLOW_TAKE_OVER) {

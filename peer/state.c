@@ -120,9 +120,14 @@ void state_on_request(peer_t *p, const msg_t *m)
      * joiner learned the step from another member, who took its snapshot between the
      * same two steps, so the bytes and the hash are the same. */
     int64_t held = p->trans.snap ? p->trans.snap->snap.step : -1;
-    int fresh = m->step < 0 && held != p->step &&
-                (held < 0 || held < p->step - (STEP_KEEP - 4) ||
-                 p->now - p->trans.snap_at > STATE_SNAP_REUSE_S);
+    /* a snapshot sealed before training began says so (STATE_REP flag 1 clear): served
+     * after it began, a joiner at step 0 would contribute to a step its mates had
+     * half counted without it (sim heavy 4x2 seed 30008067: its update differed) */
+    int begun = p->join.go || resume_begun(p);
+    int stale = held >= 0 && (p->trans.snap->flags & 1) != begun;
+    int fresh = m->step < 0 && (stale || (held != p->step &&
+                                          (held < 0 || held < p->step - (STEP_KEEP - 4) ||
+                                           p->now - p->trans.snap_at > STATE_SNAP_REUSE_S)));
     if (fresh || (m->step >= 0 && m->step == p->step && held != p->step)) {
         if (take_snapshot(p)) return;
         p->trans.snap_at = p->now;
@@ -141,7 +146,7 @@ void state_on_request(peer_t *p, const msg_t *m)
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
-    if (p->join.go || resume_begun(p)) rep.flags |= 1; /* training has begun: follow first */
+    if (begun) rep.flags |= 1; /* training has begun: follow first */
     const void *pl[1] = {data};
     peer_send(p, m->sender, &rep, 1, pl, &len);
 }

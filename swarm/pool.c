@@ -206,6 +206,21 @@ void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out)
             for (size_t j = 0; j < p->nb; j++) out[j] |= p->msgs[i].counted[j];
 }
 
+int pool_counted_any(const pool_t *p)
+{
+    for (size_t j = 0; j < p->nb; j++)
+        if (p->mine[j]) return 1;
+    for (int i = 0; i < p->nprog; i++)
+        if (p->prog[i].step == p->step)
+            for (size_t j = 0; j < p->nb; j++)
+                if (p->prog[i].bits[j]) return 1;
+    for (int i = 0; i < p->nmsgs; i++)
+        if (p->msgs[i].step == p->step)
+            for (size_t j = 0; j < p->nb; j++)
+                if (p->msgs[i].counted[j]) return 1;
+    return 0;
+}
+
 int pool_all(const pool_t *p, const uint8_t *bits)
 {
     for (int i = 0; i < p->M; i++)

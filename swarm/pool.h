@@ -75,6 +75,10 @@ double pool_heard_at(const pool_t *p, const uint8_t id[MSG_ID_LEN]);
  * live[0, n) and the counted bits of every held message. Into out (bitmap bytes). */
 void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out);
 
+/* Whether anything of the current step was counted: by this member, in a member's
+ * PROGRESS or in a held message (training has begun in this pool). */
+int pool_counted_any(const pool_t *p);
+
 /* Whether every microbatch the pool expects at its current step (all M, or with SkipPipe
  * paths those whose path visits the stage: pool_set_path) has its bit set. */
 int pool_all(const pool_t *p, const uint8_t *bits);

@@ -452,6 +452,7 @@ static const handler_t handlers[MSG_TYPE_MAX + 1] = {
 int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
 {
     p->now = now;
+    if (!p->stats.t_start) p->stats.t_start = now;
     switch (ev->type) {
     case NET_EV_VIEW:
         return on_view(p, ev);
@@ -633,6 +634,7 @@ static double next_wake(const peer_t *p, double now)
 int peer_step(peer_t *p, double now, double *wake_at)
 {
     p->now = now;
+    if (!p->stats.t_start) p->stats.t_start = now;
     /* The loop woke from a pause before the transport's view said so, and would apply a
      * step whose messages it held before it (sim pause seed 9800583): it waits for that
      * view first (a long pass looks the same, and costs one view's wait) */

@@ -17,6 +17,9 @@ typedef struct {
     double t_train0, t_train1; /* first microbatch; last step */
     double t_half;     /* the step half-way through the run (tokens/s of the last half) */
     double serve_t0;   /* serving began (state in place): a follower's time to contribute */
+    double t_start;    /* the peer's first moment (peer.c) */
+    int contributed;   /* it has contributed to a step (step.c); the first after following
+                        * is its join's end, told to the transport for status */
 } peer_stats_t;
 
 /* A pass of `batch` samples took `seconds`: the throughput estimate (samples per second,

@@ -432,6 +432,13 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
                    now - p->stats.serve_t0, p->follow.followed, p->follow.margin,
                    p->follow.pace_known);
     }
+    if (!p->stats.contributed && p->me.entry.serving_from <= p->step) {
+        /* its first contributed step: a joiner of a running pool (it followed first)
+         * tells its status how long joining took */
+        p->stats.contributed = 1;
+        if (p->follow.followed && p->tp.set_join)
+            p->tp.set_join(p->tp.ctx, p->stats.serve_t0 - p->stats.t_start, now - p->stats.t_start);
+    }
     if (p->step == p->def.train.steps / 2) p->stats.t_half = now;
     if (p->step == p->def.train.steps) p->stats.t_train1 = now;
     p->contrib.my_hash = peer_param_hash(p);

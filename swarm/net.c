@@ -74,6 +74,7 @@ struct net {
     int halted; /* net_halt: the thread is gone */
     /* network thread: the snapshot whose chunks it answers itself (net_serve_state) */
     xfer_shared_t *served;
+    double join_state_s, join_s; /* net_set_join; < 0: not a joiner of a running pool */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -361,7 +362,9 @@ static char *status_json(void *ctx, size_t *len)
         else
             fprintf(f, "null}");
     }
-    fprintf(f, "],\"wire\":[");
+    if (n->join_s >= 0)
+        fprintf(f, "],\"join\":{\"state_s\":%.3f,\"contrib_s\":%.3f", n->join_state_s, n->join_s);
+    fprintf(f, "%s,\"wire\":[", n->join_s >= 0 ? "}" : "]");
     for (int k = 0; k < WIRE_KINDS; k++)
         fprintf(f, "%s{\"kind\":\"%s\",\"in\":%llu,\"out\":%llu}", k ? "," : "",
                 transport_wire_name(k), (unsigned long long)wire->in[k],
@@ -567,6 +570,13 @@ static void on_compute(struct net *n)
             n->served = s;
         }
         break;
+    case 'J': /* net_set_join */
+        if (np == 2 && zmq_msg_size(&parts[1]) == 2 * sizeof(double)) {
+            double t[2];
+            memcpy(t, zmq_msg_data(&parts[1]), sizeof t);
+            n->join_state_s = t[0], n->join_s = t[1];
+        }
+        break;
     case 'Q':
         n->quit = 1;
         if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(int))
@@ -641,6 +651,7 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     n->heartbeat_s = cfg->heartbeat_s > 0 ? cfg->heartbeat_s : 0.25;
     n->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 3.0;
     n->c_swarm = cfg->swarm;
+    n->join_state_s = n->join_s = -1;
     memcpy(n->id, cfg->id, MSG_ID_LEN);
     n->t0 = clock_now();
     int zero = 0, one = 1;
@@ -945,6 +956,19 @@ static void tp_serve_state(void *ctx, xfer_shared_t *s)
     net_serve_state(ctx, s);
 }
 
+void net_set_join(net_t *n, double state_s, double contrib_s)
+{
+    double t[2] = {state_s, contrib_s};
+    const void *data[2] = {"J", t};
+    size_t len[2] = {1, sizeof t};
+    send_frames(n->pair_c, 2, data, len, 0);
+}
+
+static void tp_set_join(void *ctx, double state_s, double contrib_s)
+{
+    net_set_join(ctx, state_s, contrib_s);
+}
+
 transport_t net_transport(net_t *n)
 {
     return (transport_t){.ctx = n,
@@ -952,5 +976,6 @@ transport_t net_transport(net_t *n)
                          .hello = tp_hello,
                          .set_self = tp_set_self,
                          .set_run = tp_set_run,
-                         .serve_state = tp_serve_state};
+                         .serve_state = tp_serve_state,
+                         .set_join = tp_set_join};
 }

@@ -81,6 +81,10 @@ void net_set_run(net_t *n, uint64_t swarm, const char *run_text);
  * reference); NULL: it answers none (they go to the compute thread again). */
 void net_serve_state(net_t *n, xfer_shared_t *s);
 
+/* This peer joined a running pool and contributed: its status answer says after how long
+ * (its state in place, its first contributed step; seconds since it started). */
+void net_set_join(net_t *n, double state_s, double contrib_s);
+
 /* Waits up to timeout_ms for an event; *ev is valid until the next call. 0 on an event,
  * 1 on timeout, negative on failure. */
 int net_recv(net_t *n, int timeout_ms, net_ev_t *ev);

@@ -107,6 +107,9 @@ typedef struct {
      * come to the peer. NULL: none any more. NULL hook (the simulator): the peer answers
      * every request. */
     void (*serve_state)(void *ctx, xfer_shared_t *s);
+    /* This peer joined a running pool: seconds from its start to its state in place and to
+     * its first contributed step, for its status answer. NULL hook (the simulator): none. */
+    void (*set_join)(void *ctx, double state_s, double contrib_s);
 } transport_t;
 
 #endif

@@ -1067,6 +1067,83 @@ static void test_status_json(void **state)
     assert_int_equal(finish(p0, 30), 0);
 }
 
+/* Stage 0's pool has stepped 20 times (training is under way). */
+static int stepping(const char *json, const void *ctx)
+{
+    (void)ctx;
+    json_obj_t o;
+    return status_rows(json, "pools", "stage", "0", &o) == 1 && json_num(&o, "step") >= 20;
+}
+
+/* The member ctx (64 hex) has a "peer_join" row. */
+static int join_row_of(const char *json, const void *ctx)
+{
+    return status_rows(json, "peer_join", "peer", ctx, NULL) == 1;
+}
+
+/* A peer joining a running pool (issue 24): `status` shows how long its join took, from
+ * its start to its state in place and to its first contributed step, as the joiner
+ * answered for itself; the founding peers, which never followed, show none. */
+static void test_status_join(void **state)
+{
+    (void)state;
+    char args[1024], ep[64], ids[3][65];
+    int port[3];
+    free_ports(3, port);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port[0]);
+    snprintf(args, sizeof args,
+             "peer --new --listen %s --stage 0 --stages 2 --steps 100000 --batch 2 --threads 1 "
+             "--no-rebalance --events %s/p0.events.jsonl --data %s",
+             ep, dir, testutil_corpus());
+    pid_t p0 = start("p0", args);
+    peer_id("p0.events.jsonl", ids[0]);
+    snprintf(args, sizeof args,
+             "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --no-rebalance "
+             "--events %s/p1.events.jsonl",
+             ep, port[1], dir);
+    pid_t p1 = start("p1", args);
+    peer_id("p1.events.jsonl", ids[1]);
+    char *json = status_until(ep, stepping, NULL, 60);
+    if (!json || !stepping(json, NULL)) fail_msg("the swarm did not step 20 times in 60 s:\n%s", json);
+    free(json);
+    snprintf(args, sizeof args,
+             "peer --join %s --listen tcp://127.0.0.1:%d --stage 0 --threads 1 --no-rebalance "
+             "--events %s/p2.events.jsonl",
+             ep, port[2], dir);
+    pid_t p2 = start("p2", args);
+    peer_id("p2.events.jsonl", ids[2]);
+    /* it follows, names its first step, contributes: up to 60 s on a loaded machine */
+    json = status_until(ep, join_row_of, ids[2], 60);
+    if (!json || !join_row_of(json, ids[2])) fail_msg("no join of %s in status:\n%s", ids[2], json);
+    json_obj_t o;
+    assert_int_equal(status_rows(json, "peer_join", "peer", ids[2], &o), 1);
+    double state_s = json_num(&o, "state_s"), contrib_s = json_num(&o, "contrib_s");
+    assert_true(state_s > 0);
+    assert_true(contrib_s > state_s);
+    assert_int_equal(status_rows(json, "peer_join", "peer", ids[0], NULL), 0);
+    assert_int_equal(status_rows(json, "peer_join", "peer", ids[1], NULL), 0);
+    free(json);
+    /* what the joiner recorded: it followed, then contributed */
+    char path[512];
+    snprintf(path, sizeof path, "%s/p2.events.jsonl", dir);
+    assert_true(record_last_event(path, "following", &o));
+    assert_true(record_last_event(path, "contributing", &o));
+    /* the table form says it too */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s status --connect %s > %s/status.txt 2>&1", testutil_bin(), ep,
+             dir);
+    assert_int_equal(system(cmd), 0);
+    json = slurp("status.txt");
+    assert_non_null(strstr(json, "joins into a running pool: 1 member(s)"));
+    free(json);
+    kill(p2, SIGTERM);
+    kill(p1, SIGTERM);
+    kill(p0, SIGTERM);
+    assert_int_equal(finish(p2, 30), 0);
+    assert_int_equal(finish(p1, 30), 0);
+    assert_int_equal(finish(p0, 30), 0);
+}
+
 /* `local` whose peer cannot start (its store's path is a directory) while the swarm
  * starts (issue 24): the others start without it once the table has settled (join.h:
  * wait_peers is a minimum with a timeout) and finish the run, exit 0; local's summary
@@ -1372,6 +1449,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_equivalent_skip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equivalent_swap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_status_join, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_start_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_kill_start, setup, teardown),

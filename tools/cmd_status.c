@@ -170,6 +170,17 @@ static char *with_peer_wire(const char *json, const auth_t *auth, int timeout_ms
             first = 0;
         }
     }
+    /* and each one's join into a running pool, when it was one (net.c "join") */
+    fprintf(f, "],\"peer_join\":[");
+    first = 1;
+    for (int i = 0; i < m->n; i++) {
+        json_obj_t j;
+        if (!answers[i] || json_object(answers[i], "join", &j) || !isfinite(json_num(&j, "contrib_s")))
+            continue;
+        fprintf(f, "%s{\"peer\":\"%s\",\"state_s\":%.3f,\"contrib_s\":%.3f}", first ? "" : ",",
+                m->id[i], json_num(&j, "state_s"), json_num(&j, "contrib_s"));
+        first = 0;
+    }
     fprintf(f, "]}");
     fclose(f);
 done:
@@ -250,6 +261,35 @@ static int show_peer_wire(const char *json)
     return 0;
 }
 
+static void join_row(void *ctx, const json_obj_t *o)
+{
+    double *t = ctx;
+    if ((int)t[0] < MEMBERS_MAX) t[1 + (int)t[0]++] = json_num(o, "contrib_s");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The "peer_join" rows: members that joined a running pool, from start to their first
+ * contributed step, median and worst. */
+static void show_joins(const char *json)
+{
+    double *t = calloc(MEMBERS_MAX + 1, sizeof *t);
+    if (!t) return;
+    if (json_each(json, "peer_join", join_row, t) > 0) {
+        int n = (int)t[0];
+        qsort(t + 1, (size_t)n, sizeof *t, cmp_double);
+        double med = n % 2 ? t[1 + n / 2] : 0.5 * (t[n / 2] + t[1 + n / 2]);
+        printf("joins into a running pool: %d member(s), start to first contributed step median "
+               "%.2f s, worst %.2f s\n",
+               n, med, t[n]);
+    }
+    free(t);
+}
+
 static int show(const char *json)
 {
     printf("pools:\n  %-6s %-6s %-12s %-8s %-8s\n", "stage", "peers", "samples/s", "step", "loss");
@@ -267,6 +307,7 @@ static int show(const char *json)
         if (json_each(json, "wire", wire_row, sum) < 0) return -1;
         printf("  %-12s %12.3f %12.3f\n", "total", sum[0] / 1e6, sum[1] / 1e6);
     }
+    show_joins(json);
     show_security(json);
     return 0;
 }

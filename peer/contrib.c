@@ -2,6 +2,7 @@
 #include "peer/contrib.h"
 
 #include "common/status.h"
+#include "swarm/pool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,14 +27,17 @@ int contrib_alloc(contrib_t *c, int M)
     c->nb = ((size_t)M + 7) / 8;
     c->ubuf = calloc(c->nb, 1);
     c->redo_for = calloc(c->nb, 1);
+    c->redo_at = calloc((size_t)M, sizeof *c->redo_at);
     c->sent_bits = calloc(c->nb, 1);
-    return c->ubuf && c->redo_for && c->sent_bits ? 0 : STATUS_ENOMEM;
+    return c->ubuf && c->redo_for && c->redo_at && c->sent_bits ? 0 : STATUS_ENOMEM;
 }
 
 void contrib_free(contrib_t *c)
 {
     free(c->ubuf);
     free(c->redo_for);
+    free(c->redo_at);
+    c->redo_at = NULL;
     free(c->sent_bits);
     free(c->grad_save);
     c->ubuf = c->redo_for = c->sent_bits = NULL;
@@ -84,18 +88,21 @@ float *contrib_grad_save(contrib_t *c, size_t n)
     return c->grad_save;
 }
 
-void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M)
+void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now)
 {
     if (step > c->redo_step) {
         c->redo_step = step;
         memset(c->redo_for, 0, c->nb);
+        memset(c->redo_at, 0, (size_t)M * sizeof *c->redo_at);
     }
     if (step < c->redo_step) return;
-    for (size_t i = 0; i < c->nb; i++) c->redo_for[i] |= bits[i];
-    for (int i = M; i < (int)(c->nb * 8); i++) c->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+    for (int i = 0; i < M; i++)
+        if (pool_bit(bits, i) && !(c->redo_at[i] > 0 && now - c->redo_at[i] < 0.5 * CONTRIB_REDO_S))
+            pool_set_bit(c->redo_for, i);
 }
 
-void contrib_redo_started(contrib_t *c, int i)
+void contrib_redo_started(contrib_t *c, int i, double now)
 {
     c->redo_for[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+    c->redo_at[i] = now;
 }

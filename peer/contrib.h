@@ -27,6 +27,7 @@ typedef struct {
     size_t nb;          /* octets of a microbatch bitmap */
     uint8_t *ubuf;      /* scratch: the pool's union */
     uint8_t *redo_for;  /* stage 0: indices of `redo_step` re-run on request */
+    double *redo_at;    /* ... when each was last started (M entries; 0: not this step) */
     int64_t redo_step;
     double loss_sum;    /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
@@ -73,8 +74,11 @@ void contrib_note_loss(contrib_t *c, double loss);
 float *contrib_grad_save(contrib_t *c, size_t n);
 /* A REDO for `step` asks for the indices in bits (nb octets); later steps replace earlier
  * asks, earlier ones are ignored; indices >= M are cleared. */
-void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M);
-/* Re-run i of redo_step has started. */
-void contrib_redo_started(contrib_t *c, int i);
+/* A REDO for `step` at `now`: its indices are re-run, but one started less than half of
+ * CONTRIB_REDO_S ago (the asker repeats a REDO only that much later: a nearer one is the
+ * same REDO, duplicated on the way) */
+void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now);
+/* Re-run i of redo_step has started at now. */
+void contrib_redo_started(contrib_t *c, int i, double now);
 
 #endif

@@ -1008,5 +1008,5 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
         stats_note_rejected(&p->stats);
         return;
     }
-    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M);
+    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M, p->now);
 }

@@ -25,6 +25,7 @@ typedef struct {
     timeout_t table; /* join.table: welcomed, waiting for the member table */
     int go;          /* stage 0: the first step may start (again after a move: 0) */
     timeout_t settle; /* join.settle: from the decision to start to the first step */
+    int settle_serving; /* serving members when join.settle last started */
     timeout_t start; /* join.start: the table unchanged this long starts the swarm */
     int seen_serving, seen_joining, seen_stages; /* the table as join.start last saw it */
     int bad_welcomes; /* WELCOMEs refused as malformed (a frame cut or flipped on the way) */
@@ -41,9 +42,14 @@ void join_state_init(join_state_t *j);
  * tick while it waits. Returns 1 to start (after the gossip settles: the caller's). */
 int join_may_start(join_state_t *j, int serving, int joining, int stages_served, int stages,
                    double now);
-/* Once join_may_start said so: whether gossip has settled (join.settle, started at the
- * first call); then the first step may start (j->go). */
-int join_settled(join_state_t *j, double now);
+/* Once join_may_start said so, with `serving` members in the view: whether gossip has
+ * settled (join.settle, started at the first call and again whenever the number of
+ * serving members changed: a member that began serving after the decision - a joiner
+ * that downloaded before training began, which contributes from step 0 - must be in
+ * every stage-0 member's view before any starts step 0; one that missed it began step 0
+ * without it while it counted itself in: sim heavy 4x2 seed 32011613); then the first
+ * step may start (j->go). */
+int join_settled(join_state_t *j, int serving, double now);
 
 /* The member leaves its stage: a first step is decided afresh where it goes. */
 void join_left_stage(join_state_t *j);

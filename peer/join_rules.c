@@ -12,6 +12,7 @@ void join_state_init(join_state_t *j)
     j->table = timeout_make("join.table", JOIN_TABLE_S);
     j->settle = timeout_make("join.settle", JOIN_SETTLE_S);
     j->seen_serving = j->seen_joining = j->seen_stages = -1;
+    j->settle_serving = -1;
 }
 
 int join_may_start(join_state_t *j, int serving, int joining, int stages_served, int stages,
@@ -32,9 +33,12 @@ int join_may_start(join_state_t *j, int serving, int joining, int stages_served,
     return stages_served == stages && timeout_fired(&j->start, now);
 }
 
-int join_settled(join_state_t *j, double now)
+int join_settled(join_state_t *j, int serving, double now)
 {
-    timeout_ensure(&j->settle, now);
+    if (serving != j->settle_serving) {
+        j->settle_serving = serving;
+        timeout_start(&j->settle, now);
+    }
     if (!timeout_fired(&j->settle, now)) return 0;
     j->go = 1;
     return 1;

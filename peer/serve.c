@@ -605,7 +605,7 @@ int serve_source(peer_t *p)
                         : !peer_swarm_started(p) &&
                               !join_may_start(&p->join, serving, joining, staged, p->dims.S, p->now))
                 return 0;
-            if (!join_settled(&p->join, p->now)) return 0; /* let gossip settle */
+            if (!join_settled(&p->join, serving, p->now)) return 0; /* let gossip settle */
         }
         if (custody_in_flight(p, 0) >= p->po.in_flight) return me == 0 ? val_round_tick(p) : 0;
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;

@@ -149,8 +149,10 @@ endforeach()
 # started again and counted in two mates' first parts (30000435); a joiner told training
 # had not begun by a stage-0 member still waiting to start (30008067); followers whose
 # only contributor applied the step and moved to rebuild a lost stage (30008636); a REDO
-# duplicated on the way, its re-run counted by two mates in their first parts (31000701).
-foreach(seed 30000435 30008067 30008636 31000701)
+# duplicated on the way, its re-run counted by two mates in their first parts (31000701);
+# a stage-0 member that began step 0 without a joiner that had just begun serving from it
+# (32011613).
+foreach(seed 30000435 30008067 30008636 31000701 32011613)
   st_add_sim_asan(regress_heavy_${seed} --faults heavy --peers 4 --stages 2 --steps 8 --seed ${seed})
 endforeach()
 

@@ -457,6 +457,17 @@ static void test_join_start(void **state)
     assert_int_equal(join_may_start(&j, 2, 0, 2, 2, 10.0 + JOIN_START_S - 0.05), 0); /* changed */
     assert_int_equal(join_may_start(&j, 2, 0, 2, 2, 10.0 + JOIN_START_S + 1.0), 0);
     assert_int_equal(join_may_start(&j, 2, 0, 2, 2, 10.0 + 2 * JOIN_START_S), 1);
+    /* decided: gossip settles JOIN_SETTLE_S, again from any change of the serving count
+     * (a joiner that began serving meanwhile: sim heavy 4x2 seed 32011613) */
+    join_state_t g;
+    join_state_init(&g);
+    assert_int_equal(join_settled(&g, 4, 20.0), 0);
+    assert_int_equal(join_settled(&g, 4, 20.0 + JOIN_SETTLE_S - 0.1), 0);
+    assert_int_equal(join_settled(&g, 5, 20.0 + JOIN_SETTLE_S + 0.1), 0); /* one more */
+    assert_false(g.go);
+    assert_int_equal(join_settled(&g, 5, 20.0 + 2 * JOIN_SETTLE_S), 0);
+    assert_int_equal(join_settled(&g, 5, 20.0 + 2 * JOIN_SETTLE_S + 0.2), 1);
+    assert_true(g.go);
     /* a stage with nobody serving: never */
     join_state_t k;
     join_state_init(&k);

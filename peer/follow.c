@@ -19,7 +19,6 @@ void follow_begin(follow_t *f, double now)
     f->pace_n = f->pace_known ? 1 : 0;
     if (f->pace_known) f->pace_s[0] = f->pace;
     f->move_pace = 0;
-    f->named_at = now;
     f->first_named_at = 0;
     f->t0 = 0;
     f->at_since = now;
@@ -94,7 +93,6 @@ static int64_t keep_due(follow_t *f, int64_t step, int64_t head, int64_t from, d
     int64_t later = at + (more < 1 ? 1 : more > 1000 ? 1000 : (int64_t)more);
     if (later <= from) return from;
     f->margin = later - f->first_named_step;
-    f->named_at = now;
     return later;
 }
 
@@ -117,7 +115,7 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
         if (want >= serving_from) return serving_from;
         f->margin = want - step;
         f->named_sps = sps;
-        f->named_at = f->first_named_at = now;
+        f->first_named_at = now;
         f->first_named_step = step;
         *named = 1;
         return want;

@@ -40,8 +40,8 @@ typedef struct {
     int pace_known;      /* this follower started with a mover's pace */
     int followed;        /* steps followed since serving began */
     int64_t margin;      /* the join margin its first contributing step was named with */
-    double named_at;     /* when its first contributing step was last named */
-    double first_named_at; /* ... and first, in this serving period (0: not yet) */
+    double first_named_at; /* when its first contributing step was first named in this
+                            * serving period (0: not yet) */
     int64_t first_named_step; /* the step it was at then */
     double t0;           /* its first step followed in this serving period (0: none yet) */
     int64_t head0;       /* ... and the pool's head then, for the pool's pace */

@@ -449,10 +449,16 @@ static const handler_t handlers[MSG_TYPE_MAX + 1] = {
     [MSG_REDO] = on_redo,            [MSG_LEAVE] = on_leave,
 };
 
-int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
+/* The time of the event or step handled now; the first is the peer's start. */
+static void clock_at(peer_t *p, double now)
 {
     p->now = now;
     if (!p->stats.t_start) p->stats.t_start = now;
+}
+
+int peer_on_event(peer_t *p, const net_ev_t *ev, double now)
+{
+    clock_at(p, now);
     switch (ev->type) {
     case NET_EV_VIEW:
         return on_view(p, ev);
@@ -633,8 +639,7 @@ static double next_wake(const peer_t *p, double now)
 
 int peer_step(peer_t *p, double now, double *wake_at)
 {
-    p->now = now;
-    if (!p->stats.t_start) p->stats.t_start = now;
+    clock_at(p, now);
     /* The loop woke from a pause before the transport's view said so, and would apply a
      * step whose messages it held before it (sim pause seed 9800583): it waits for that
      * view first (a long pass looks the same, and costs one view's wait) */

@@ -201,10 +201,9 @@ static void val_end_loss(peer_t *p, uint32_t index, float loss)
     val_round_add(&p->val.end, p->val.end.step, index, loss);
 }
 
-/* Stage 0: starts microbatch `index` of `step` (training, possibly a re-run) or
- * validation batch `index`. 1 when there is no free slot now. */
-/* Starts microbatch `index` of `step` here (stage 0): attempt 0, or 1 for one a gone owner
- * may have started (source.h). 1: no slot free; 0 started; < 0 error. */
+/* Stage 0: starts microbatch `index` of `step` (training) or validation batch `index`, as
+ * attempt 0, or 1 for one that may be counted already (a gone owner's, source.h; a
+ * re-run a REDO asked for). 1: no slot free; 0 started; < 0 error. */
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags,
                     uint16_t attempt)
 {

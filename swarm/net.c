@@ -362,9 +362,10 @@ static char *status_json(void *ctx, size_t *len)
         else
             fprintf(f, "null}");
     }
+    fprintf(f, "]");
     if (n->join_s >= 0)
-        fprintf(f, "],\"join\":{\"state_s\":%.3f,\"contrib_s\":%.3f", n->join_state_s, n->join_s);
-    fprintf(f, "%s,\"wire\":[", n->join_s >= 0 ? "}" : "]");
+        fprintf(f, ",\"join\":{\"state_s\":%.3f,\"contrib_s\":%.3f}", n->join_state_s, n->join_s);
+    fprintf(f, ",\"wire\":[");
     for (int k = 0; k < WIRE_KINDS; k++)
         fprintf(f, "%s{\"kind\":\"%s\",\"in\":%llu,\"out\":%llu}", k ? "," : "",
                 transport_wire_name(k), (unsigned long long)wire->in[k],

@@ -206,18 +206,21 @@ void pool_union(const pool_t *p, const msg_member_t *live, int n, uint8_t *out)
             for (size_t j = 0; j < p->nb; j++) out[j] |= p->msgs[i].counted[j];
 }
 
+/* Whether any of bitmap b's nb octets is set. */
+static int bits_any(const uint8_t *b, size_t nb)
+{
+    for (size_t j = 0; j < nb; j++)
+        if (b[j]) return 1;
+    return 0;
+}
+
 int pool_counted_any(const pool_t *p)
 {
-    for (size_t j = 0; j < p->nb; j++)
-        if (p->mine[j]) return 1;
+    if (bits_any(p->mine, p->nb)) return 1;
     for (int i = 0; i < p->nprog; i++)
-        if (p->prog[i].step == p->step)
-            for (size_t j = 0; j < p->nb; j++)
-                if (p->prog[i].bits[j]) return 1;
+        if (p->prog[i].step == p->step && bits_any(p->prog[i].bits, p->nb)) return 1;
     for (int i = 0; i < p->nmsgs; i++)
-        if (p->msgs[i].step == p->step)
-            for (size_t j = 0; j < p->nb; j++)
-                if (p->msgs[i].counted[j]) return 1;
+        if (p->msgs[i].step == p->step && bits_any(p->msgs[i].counted, p->nb)) return 1;
     return 0;
 }
 

@@ -5,6 +5,7 @@
  * the training-step overhead of background checkpoints (bench_step_overhead).
  * Not for: tests; this measures, it asserts nothing. */
 #include "tools/cmd.h"
+#include "tools/numbers.h"
 
 #include "common/clock.h"
 #include "store/store.h"
@@ -78,12 +79,8 @@ static void bench_usage(FILE *f)
 /* The median of x[0..n), n >= 1; sorts x. */
 static double bench_median(double *x, int n)
 {
-    for (int i = 1; i < n; i++)
-        for (int k = i; k > 0 && x[k - 1] > x[k]; k--) {
-            double t = x[k];
-            x[k] = x[k - 1], x[k - 1] = t;
-        }
-    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+    numbers_sort(x, n);
+    return numbers_median_sorted(x, n);
 }
 
 /* Seconds of CPU time the hypervisor took from this VM's CPUs so far ("steal" in

@@ -11,6 +11,7 @@
 #include "swarm/transport.h"
 #include "tools/cmd.h"
 #include "tools/json.h"
+#include "tools/numbers.h"
 #include "tools/plot.h"
 #include "tools/prom.h"
 
@@ -261,31 +262,28 @@ static int show_peer_wire(const char *json)
     return 0;
 }
 
+typedef struct {
+    int n;
+    double s[MEMBERS_MAX];
+} join_times_t;
+
 static void join_row(void *ctx, const json_obj_t *o)
 {
-    double *t = ctx;
-    if ((int)t[0] < MEMBERS_MAX) t[1 + (int)t[0]++] = json_num(o, "contrib_s");
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    join_times_t *t = ctx;
+    if (t->n < MEMBERS_MAX) t->s[t->n++] = json_num(o, "contrib_s");
 }
 
 /* The "peer_join" rows: members that joined a running pool, from start to their first
  * contributed step, median and worst. */
 static void show_joins(const char *json)
 {
-    double *t = calloc(MEMBERS_MAX + 1, sizeof *t);
+    join_times_t *t = calloc(1, sizeof *t);
     if (!t) return;
     if (json_each(json, "peer_join", join_row, t) > 0) {
-        int n = (int)t[0];
-        qsort(t + 1, (size_t)n, sizeof *t, cmp_double);
-        double med = n % 2 ? t[1 + n / 2] : 0.5 * (t[n / 2] + t[1 + n / 2]);
+        numbers_sort(t->s, t->n);
         printf("joins into a running pool: %d member(s), start to first contributed step median "
                "%.2f s, worst %.2f s\n",
-               n, med, t[n]);
+               t->n, numbers_median_sorted(t->s, t->n), t->s[t->n - 1]);
     }
     free(t);
 }

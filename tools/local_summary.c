@@ -8,6 +8,7 @@
 #include "swarm/transport.h"
 #include "tools/json.h"
 #include "tools/local.h"
+#include "tools/numbers.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -319,15 +320,9 @@ static void read_all(sum_t *s)
 
 /* ---- on stdout ----------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int cmp_val(const void *a, const void *b)
 {
-    return cmp_double(&((const valpt_t *)a)->t, &((const valpt_t *)b)->t);
+    return numbers_cmp(&((const valpt_t *)a)->t, &((const valpt_t *)b)->t);
 }
 
 static unsigned long long sent_total(const sum_t *s)
@@ -367,12 +362,6 @@ static void print_totals(const sum_t *s)
            copy_bytes(s), copy_bytes(s) * per, all > 0 ? 100.0 * copy_bytes(s) / all : 0);
 }
 
-/* The median of sorted t[0, n), n >= 1. */
-static double median_sorted(const double *t, int n)
-{
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 /* The seconds from start to first contributed step of the peers that joined a running
  * pool, sorted into t[]; how many. */
 static int join_times(const sum_t *s, double *t)
@@ -380,7 +369,7 @@ static int join_times(const sum_t *s, double *t)
     int n = 0;
     for (int i = 0; i < s->L->n; i++)
         if (s->peers[i].t_contrib > 0) t[n++] = s->peers[i].t_contrib - s->peers[i].t_first;
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    numbers_sort(t, n);
     return n;
 }
 
@@ -402,7 +391,7 @@ static void print_joins(const sum_t *s)
     if (n)
         printf(", start to first contributed step median %.2f s worst %.2f s, slowest download "
                "%.1f MB/s, re-synced after contributing %d time(s)",
-               median_sorted(t, n), t[n - 1], mbps, resyncs);
+               numbers_median_sorted(t, n), t[n - 1], mbps, resyncs);
     if (pending) printf("; %d joined but never contributed", pending);
     printf("\n");
 }
@@ -518,7 +507,7 @@ static void put_scalars(FILE *f, const sum_t *s)
     double t[LOCAL_MAX_PEERS];
     int n = join_times(s, t);
     fprintf(f, ",\"joins\":%d", n);
-    put_num(f, "join_median_s", n ? median_sorted(t, n) : NAN, "%.3f");
+    put_num(f, "join_median_s", n ? numbers_median_sorted(t, n) : NAN, "%.3f");
     put_num(f, "join_worst_s", n ? t[n - 1] : NAN, "%.3f");
 }
 
@@ -679,7 +668,7 @@ int local_summary(local_t *L)
     s->L = L;
     s->peers = peers;
     read_all(s);
-    qsort(L->f.mttr, (size_t)L->f.nmttr, sizeof *L->f.mttr, cmp_double);
+    numbers_sort(L->f.mttr, L->f.nmttr);
     qsort(s->vals, (size_t)s->nvals, sizeof *s->vals, cmp_val);
     print_totals(s);
     print_faults(s);

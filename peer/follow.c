@@ -10,6 +10,7 @@ void follow_init(follow_t *f, double gossip_s)
     f->gossip_s = gossip_s;
     f->gather = timeout_make("follow.gather", 1.0);
     f->at_step = -1;
+    f->heard = -1;
 }
 
 void follow_begin(follow_t *f, double now)
@@ -23,6 +24,25 @@ void follow_begin(follow_t *f, double now)
     f->t0 = 0;
     f->at_since = now;
     f->named_logged = f->contrib_logged = 0;
+    f->heard = -1;
+}
+
+void follow_heard(follow_t *f, const msg_member_t *members, const int64_t *heard, int n,
+                  int stage, const uint8_t self[MSG_ID_LEN])
+{
+    int64_t v = FOLLOW_HEARD_ALL;
+    for (int i = 0; i < n; i++) {
+        const msg_member_t *m = &members[i];
+        if (m->stage != stage || m->state != MEMBER_SERVING || !memcmp(m->id, self, MSG_ID_LEN))
+            continue;
+        if (!heard || heard[2 * i] < 0 || (v != FOLLOW_HEARD_ALL && heard[2 * i] != v) ||
+            heard[2 * i + 1] >= heard[2 * i]) {
+            f->heard = -1;
+            return;
+        }
+        v = heard[2 * i];
+    }
+    f->heard = v;
 }
 
 void follow_moving(follow_t *f, int contributed)
@@ -101,17 +121,27 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
 {
     *named = 0;
     if (!f->t0) f->t0 = now, f->head0 = head > step ? head : step;
+    int heard = f->heard == serving_from || f->heard == FOLLOW_HEARD_ALL;
     if (serving_from > step) {
         ++f->followed;
-        if (f->first_named_at) return keep_due(f, step, head, serving_from, now);
+        if (f->first_named_at) {
+            if (heard || now < f->first_named_at + 2 * FOLLOW_CONFIRM_S) return serving_from;
+            return keep_due(f, step, head, serving_from, now);
+        }
         double sps = pool_sps(f, head, now);
         if (f->followed < 2 || sps <= 0) return serving_from;
         /* counted from the pool's head, which a follower catching up may trail: from its
-         * own step, the pool reached the step named sooner than gossip could tell every
-         * mate, and mates that had heard the first waited for its message; half the time
-         * at the pool's pace (a naming only moves on: the first errs short) */
-        double m = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps));
-        int64_t want = (head > step ? head : step) + (m < 2 ? 2 : m > 1000 ? 1000 : (int64_t)m);
+         * own step, the pool reached the step named before every mate echoed it, and mates
+         * that had heard it waited for its message until the next naming reached them.
+         * The sooner of two: FOLLOW_CONFIRM_S at the pool's pace and a step more (a mate
+         * echoes the naming while short of it, or it does not count: follow_heard), or,
+         * for a slow pool, half of gossip_s + FOLLOW_SLACK_S; 2 steps at least (a naming
+         * only moves on, to gossip_s: the second errs short) */
+        double echoed = ceil(FOLLOW_CONFIRM_S / sps) + 1,
+               gossip = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps)), m = echoed;
+        if (gossip < m) m = gossip;
+        if (m < 2) m = 2;
+        int64_t want = (head > step ? head : step) + (m > 1000 ? 1000 : (int64_t)m);
         if (want >= serving_from) return serving_from;
         f->margin = want - step;
         f->named_sps = sps;
@@ -126,7 +156,7 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
          * other parameters (the step taken without a naming, its placeholder reached,
          * counts as named now) */
         if (!f->first_named_at) f->first_named_at = now, f->first_named_step = step;
-        if (now < f->first_named_at + f->gossip_s) return keep_due(f, step, step, step, now);
+        if (!heard && now < f->first_named_at + f->gossip_s) return keep_due(f, step, step, step, now);
     }
     return serving_from;
 }

@@ -17,6 +17,7 @@
 #define SWARMTRAIN_FOLLOW_H
 
 #include "common/timeout.h"
+#include "swarm/msg.h"
 
 #include <stdint.h>
 
@@ -25,6 +26,8 @@
 #define FOLLOW_GATHER_MAX 2    /* asks for every message of a step, a second apart */
 #define FOLLOW_SLACK_S    0.5  /* a naming's seconds beyond gossip_s, for the pace's error */
 #define FOLLOW_RATE_STEPS 3    /* head steps (or a second) before the pool's pace is known */
+#define FOLLOW_CONFIRM_S  1.0  /* a naming's seconds for every mate to echo it (follow_heard) */
+#define FOLLOW_HEARD_ALL  INT64_MAX /* follow_t.heard: no mate to tell */
 
 typedef struct {
     double gossip_s;     /* a named first step is gossiped this long before it is taken: the
@@ -53,6 +56,8 @@ typedef struct {
     timeout_t gather;    /* follow.gather: the next ask for every message of the step */
     int64_t gather_step; /* the step of those asks, and how many were made */
     int gather_n;
+    int64_t heard;       /* the serving_from every pool mate holds of this member, each
+                          * since short of it (follow_heard); -1: none */
 } follow_t;
 
 void follow_init(follow_t *f, double gossip_s);
@@ -66,17 +71,33 @@ void follow_downloaded(follow_t *f);
 /* A step applied that took step_s (< 0: unknown); follower: it does not contribute yet;
  * at_head: the pool is at most a step ahead (a replayed step is no pace). */
 void follow_pace(follow_t *f, double step_s, int follower, int at_head);
+/* The view (members[0, n), and what each holds of this member: heard[2i] the serving_from
+ * it gossiped back, heard[2i + 1] its own step then; NULL: the transport does not say):
+ * sets f->heard to the serving_from that every pool mate (a serving member of `stage`,
+ * self excluded) holds, each having heard it while short of it (its own entry in that
+ * GOSSIP at an earlier step), else -1; FOLLOW_HEARD_ALL with no mate. A member's network
+ * side sends its GOSSIP and hands its compute side the view it merged in the same tick,
+ * and the compute side pushes its entry on every step and reads the view before its next
+ * pass: a mate that echoed the naming at step s < N takes this member in before it starts
+ * N. (Left open: its compute side applying a step and starting the next between its
+ * network side's last read of the compute side and that tick, microseconds; the hash vote
+ * would repair the mate.) */
+void follow_heard(follow_t *f, const msg_member_t *members, const int64_t *heard, int n,
+                  int stage, const uint8_t self[MSG_ID_LEN]);
+
 /* After a step applied (step is the new one): the first step it contributes from, given
  * its current one (serving_from) and the pool's head. A follower that has followed 2 steps
  * and knows the pool's pace (its head moved FOLLOW_RATE_STEPS steps, or a second passed)
- * names head + half of gossip_s + FOLLOW_SLACK_S of steps, once per serving period
- * (*named: 1). After that the named step only moves on:
+ * names head + the fewer of 1 + FOLLOW_CONFIRM_S of steps and half of gossip_s +
+ * FOLLOW_SLACK_S of steps, 2 at least, once per serving period (*named: 1). When every mate has
+ * echoed it in time (f->heard) the naming stands. Else, from
+ * 2 x FOLLOW_CONFIRM_S after the naming, or on reaching it, the named step only moves on:
  * whenever the pace the pool kept since the naming would reach it less than gossip_s after
  * the naming, it is named again further on (early, while the pool is still short of it;
- * on reaching it, by the shortfall). So by gossip_s after the first naming every live mate
- * has heard one at or before the step it takes, and none applies that step without its
- * message; a mate that heard an earlier one waits for its message there until the newer
- * one reaches it. */
+ * on reaching it, by the shortfall). So it contributes once every mate has echoed the
+ * step, or by gossip_s after the first naming, when every live mate has heard one at or
+ * before the step it takes; none applies that step without its message, and a mate that
+ * heard an earlier one waits for its message there until the newer one reaches it. */
 int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
                     int *named);
 

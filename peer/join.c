@@ -85,11 +85,11 @@ int join_on_welcome(peer_t *p, const net_ev_t *ev)
         return ++p->join.bad_welcomes >= JOIN_BAD_WELCOMES ? rc : 0;
     }
     p->join.wait_peers = p->def.wait_peers;
+    memcpy(p->join.welcomer, ev->msg.sender, MSG_ID_LEN);
     p->tp.set_run(p->tp.ctx, p->def.swarm, p->def.text);
     fprintf(p->log, "swarm: joined %016" PRIx64 " through %s\n", p->def.swarm, p->po.join);
     peer_event(p, "swarm", "swarm=%016" PRIx64 " through=%s", p->def.swarm, p->po.join);
     peer_enter(p, PHASE_VIEW);
-    timeout_start(&p->join.table, p->now);
     return 0;
 }
 

@@ -12,23 +12,23 @@
 #define SWARMTRAIN_JOIN_H
 
 #include "common/timeout.h"
+#include "swarm/msg.h"
 
 #define JOIN_START_S  15.0 /* a stable table this long starts the swarm short of wait_peers */
 #define JOIN_HELLO_S  3.0  /* join.hello: a HELLO unanswered this long is sent again ... */
 #define JOIN_HELLOS   10   /* ... this many times in all, then the peer gives up */
-#define JOIN_TABLE_S  0.6  /* join.table: after WELCOME, the member table comes with the next view */
 #define JOIN_SETTLE_S 1.0  /* join.settle: the start decided, gossip settles this long (4 rounds) */
 
 typedef struct {
     int wait_peers;  /* the run's swarm.wait_peers: stage 0 starts once this many serve */
     timeout_t hello; /* join.hello: the next HELLO (attempts: those sent but the first) */
-    timeout_t table; /* join.table: welcomed, waiting for the member table */
     int go;          /* stage 0: the first step may start (again after a move: 0) */
     timeout_t settle; /* join.settle: from the decision to start to the first step */
     int settle_serving; /* serving members when join.settle last started */
     timeout_t start; /* join.start: the table unchanged this long starts the swarm */
     int seen_serving, seen_joining, seen_stages; /* the table as join.start last saw it */
     int bad_welcomes; /* WELCOMEs refused as malformed (a frame cut or flipped on the way) */
+    uint8_t welcomer[MSG_ID_LEN]; /* who welcomed it: a member that knows it from the start */
 } join_state_t;
 
 /* Malformed WELCOMEs refused before the joiner gives up: a corrupted frame is answered

@@ -9,7 +9,6 @@ void join_state_init(join_state_t *j)
     memset(j, 0, sizeof *j);
     j->start = timeout_make("join.start", JOIN_START_S);
     j->hello = timeout_make("join.hello", JOIN_HELLO_S);
-    j->table = timeout_make("join.table", JOIN_TABLE_S);
     j->settle = timeout_make("join.settle", JOIN_SETTLE_S);
     j->seen_serving = j->seen_joining = j->seen_stages = -1;
     j->settle_serving = -1;

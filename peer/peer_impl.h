@@ -207,6 +207,10 @@ void state_init(peer_t *p);
 void state_drop(peer_t *p);
 int peer_start_download(peer_t *p, const char *why);
 void state_on_request(peer_t *p, const msg_t *m);
+/* A member joining this stage is in the view: takes a snapshot now unless the held one
+ * serves a fresh request, so that the socket thread answers the joiner's first request
+ * at once instead of at this member's next pass (9.4). */
+void state_offer(peer_t *p);
 int state_download_tick(peer_t *p);
 
 /* custody.c */

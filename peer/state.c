@@ -43,6 +43,10 @@ static int take_snapshot(peer_t *p)
     memcpy(buf + 3 * P + 12, &p->rec.lr_scale, 4);
     xfer_snap_seal(&s->snap, p->step);
     s->flags = p->join.go || resume_begun(p) ? 1 : 0; /* training has begun: follow first */
+    /* the socket thread answers fresh requests from it too, by the rule of serves_fresh,
+     * once the flag can no longer change (training begun) */
+    s->fresh_steps = s->flags & 1 ? STEP_KEEP - 4 : 0;
+    s->fresh_s = STATE_SNAP_REUSE_S;
     xfer_shared_unref(&p->trans.snap);
     p->trans.snap = s;
     if (p->tp.serve_state) p->tp.serve_state(p->tp.ctx, s);
@@ -103,6 +107,43 @@ void state_drop(peer_t *p)
     unserve(p);
 }
 
+/* Whether the held snapshot serves a fresh request (step -1) now: it is of the current
+ * step, or was taken at most STATE_SNAP_REUSE_S ago and is at most STEP_KEEP - 4 steps
+ * old, and was sealed with the right "training has begun" flag. Joiners that ask at about
+ * the same time share one snapshot (a newer one would refuse the chunks of the older); it
+ * may be a few steps old: they catch up through the pool's kept exchange messages. */
+static int serves_fresh(const peer_t *p)
+{
+    if (!p->trans.snap) return 0;
+    int64_t held = p->trans.snap->snap.step;
+    /* a snapshot sealed before training began says so (STATE_REP flag 1 clear): served
+     * after it began, a joiner at step 0 would contribute to a step its mates had
+     * half counted without it (sim heavy 4x2 seed 30008067: its update differed) */
+    int begun = p->join.go || resume_begun(p);
+    if ((p->trans.snap->flags & 1) != begun) return 0;
+    return held == p->step || (held >= p->step - (STEP_KEEP - 4) &&
+                               p->now - p->trans.snap_at <= STATE_SNAP_REUSE_S);
+}
+
+static int snapshot_now(peer_t *p)
+{
+    int rc = take_snapshot(p);
+    if (!rc) p->trans.snap_at = p->now;
+    return rc;
+}
+
+void state_offer(peer_t *p)
+{
+    if (p->phase != PHASE_SERVING || !p->held.st || serves_fresh(p)) return;
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *m = &p->view.m[i];
+        if (m->state == MEMBER_JOINING && m->stage == p->stage && !peer_is_self(p, m->id)) {
+            snapshot_now(p);
+            return;
+        }
+    }
+}
+
 void state_on_request(peer_t *p, const msg_t *m)
 {
     msg_t r = {.type = MSG_ERROR, .code = STATUS_ENOTFOUND, .stage = m->stage};
@@ -112,26 +153,14 @@ void state_on_request(peer_t *p, const msg_t *m)
         return;
     }
     /* a fresh request is served from the current step; the chunks of that snapshot are
-     * served as long as nobody asks for a newer one */
-    /* Joiners that ask at about the same time share one snapshot (a newer one would
-     * refuse the chunks of the older); it may be a few steps old: they catch up through
-     * the pool's kept exchange messages. */
-    /* A chunk of the current step's state is served from a snapshot taken now: the
-     * joiner learned the step from another member, who took its snapshot between the
-     * same two steps, so the bytes and the hash are the same. */
+     * served as long as nobody asks for a newer one. A chunk of the current step's state
+     * is served from a snapshot taken now: the joiner learned the step from another
+     * member, who took its snapshot between the same two steps, so the bytes and the hash
+     * are the same. */
     int64_t held = p->trans.snap ? p->trans.snap->snap.step : -1;
-    /* a snapshot sealed before training began says so (STATE_REP flag 1 clear): served
-     * after it began, a joiner at step 0 would contribute to a step its mates had
-     * half counted without it (sim heavy 4x2 seed 30008067: its update differed) */
     int begun = p->join.go || resume_begun(p);
-    int stale = held >= 0 && (p->trans.snap->flags & 1) != begun;
-    int fresh = m->step < 0 && (stale || (held != p->step &&
-                                          (held < 0 || held < p->step - (STEP_KEEP - 4) ||
-                                           p->now - p->trans.snap_at > STATE_SNAP_REUSE_S)));
-    if (fresh || (m->step >= 0 && m->step == p->step && held != p->step)) {
-        if (take_snapshot(p)) return;
-        p->trans.snap_at = p->now;
-    }
+    if ((m->step < 0 && !serves_fresh(p)) || (m->step >= 0 && m->step == p->step && held != p->step))
+        if (snapshot_now(p)) return;
     const uint8_t *data;
     size_t len;
     msg_t rep;
@@ -356,9 +385,11 @@ int state_download_tick(peer_t *p)
                 xfer_donors(p->trans.xfer));
         fflush(p->log);
         peer_event(p, first ? "joined" : "resynced",
-                   "source=%s why=%s mb=%.1f seconds=%.2f donors=%d", "pool",
+                   "source=%s why=%s mb=%.1f seconds=%.2f wait_s=%.2f donors=%d", "pool",
                    p->trans.download_why /* NULL when first */, state_bytes(p) / 1e6,
-                   p->now - p->trans.nobody.started_at, xfer_donors(p->trans.xfer));
+                   p->now - p->trans.nobody.started_at,
+                   xfer_fixed_at(p->trans.xfer) - p->trans.nobody.started_at,
+                   xfer_donors(p->trans.xfer));
         xfer_destroy(&p->trans.xfer);
         begin_serving(p);
         if (first) announce(p);
@@ -373,6 +404,18 @@ int state_download_tick(peer_t *p)
     /* Donors whose pool steps fast take fresh snapshots and refuse each other's step: after
      * 10 fresh starts one donor serves the whole snapshot (it keeps it while asked) */
     if (xfer_restarts(p->trans.xfer) >= 10 && k > 1) k = 1;
+    /* Asks donors that know this member (their gossip carried its entry): a member answers
+     * only members in its table, and the socket thread answers a fresh request at once, so
+     * a newcomer's first request reached a donor gossip had not told of it yet, went
+     * unanswered, and was asked again 10 s later. The member that welcomed it knows it
+     * from the start. Once a failure timeout has passed, any. */
+    int knowing = 0;
+    for (int i = 0; i < k; i++)
+        if (view_knows(&p->view, donors[i].id) ||
+            !memcmp(donors[i].id, p->join.welcomer, MSG_ID_LEN))
+            donors[knowing++] = donors[i];
+    if (knowing) k = knowing;
+    else if (p->now - p->trans.nobody.started_at < p->po.peer_timeout_s) return 0;
     xfer_req_t req[8];
     int nr = xfer_next_requests(p->trans.xfer, p->now, donors, k, STATE_CHUNK_RETRY_S, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);

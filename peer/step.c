@@ -414,7 +414,10 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
     int64_t head = view_max_step(&p->view, p->stage);
     int64_t was = p->me.entry.serving_from;
     peer_self_serving_from(p, follow_name(&p->follow, p->step, was, head, now, &named));
-    if (p->me.entry.serving_from != was) peer_push_self(p); /* mates hear it now, not in 0.25 s */
+    /* every step, and a naming at once: a newcomer counts a mate's echo of its naming only
+     * when the mate's own entry in it was 2 steps short of it (follow_heard), and that
+     * entry must not trail the mate's step by a gossip period */
+    peer_push_self(p);
     if (named && !p->follow.named_logged) {
         p->follow.named_logged = 1;
         fprintf(p->log,

@@ -34,6 +34,7 @@ members_t *members_new(const msg_member_t *self, double now, const members_hooks
     if (!t->e) goto nomem;
     t->n = 1;
     t->e[0].m = *self;
+    t->e[0].heard_from = t->e[0].heard_at = -1;
     t->e[0].m.heartbeat = 1;
     t->e[0].alive = 1;
     t->e[0].last_change = now;
@@ -84,6 +85,9 @@ void members_set_self(members_t *t, const msg_member_t *self)
 
 static void up(members_t *t, members_entry_t *e)
 {
+    /* what it held of this peer in a former life says nothing of what it holds now */
+    e->heard_from = e->heard_at = -1;
+    e->heard_hb = 0;
     if (t->hooks.up) t->hooks.up(t->hooks.ctx, e);
 }
 
@@ -240,6 +244,15 @@ void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_memb
     for (int i = 0; i < k; i++) {
         if (memcmp(v[i].id, t->e[0].m.id, MSG_ID_LEN)) continue;
         uint64_t hb = v[i].heartbeat;
+        if (hb > e->heard_hb) { /* not a table older than one taken (reordered) */
+            e->heard_hb = hb;
+            if (v[i].serving_from != e->heard_from) {
+                e->heard_from = v[i].serving_from;
+                e->heard_at = INT64_MAX; /* the sender's step, when its table has it */
+                for (int s = 0; s < k; s++)
+                    if (!memcmp(v[s].id, sender, MSG_ID_LEN)) e->heard_at = v[s].step;
+            }
+        }
         if (hb <= e->echo_hb) return; /* an echo already taken, or older */
         int n = t->ring_n < MEMBERS_ECHO_RING ? t->ring_n : MEMBERS_ECHO_RING;
         for (int r = 0; r < n; r++) {
@@ -293,6 +306,14 @@ int members_view(const members_t *t, msg_member_t *out)
     int k = 0;
     for (int i = 0; i < t->n; i++)
         if (t->e[i].alive) out[k++] = t->e[i].m;
+    return k;
+}
+
+int members_view_heard(const members_t *t, int64_t *heard)
+{
+    int k = 0;
+    for (int i = 0; i < t->n; i++)
+        if (t->e[i].alive) heard[2 * k] = t->e[i].heard_from, heard[2 * k + 1] = t->e[i].heard_at, k++;
     return k;
 }
 

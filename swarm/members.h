@@ -46,6 +46,11 @@ typedef struct {
     /* echo times of this peer's heartbeats through it (members_echo), TCP-style */
     rtt_t rtt;         /* no sample: the fixed timeout applies */
     uint64_t echo_hb;  /* the last own heartbeat it echoed */
+    /* what it holds of this peer (members_echo): the serving_from of this peer's entry in
+     * its newest GOSSIP (-1: none heard), and its own step in the GOSSIP where it first
+     * held that value */
+    int64_t heard_from, heard_at;
+    uint64_t heard_hb;
 } members_entry_t;
 
 typedef struct {
@@ -106,7 +111,10 @@ int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
  * the time since this peer's tick raised its heartbeat to that value is a round-trip
  * sample for the sender (the round trip plus up to one gossip period of the sender's),
  * folded in as TCP does (RFC 6298: srtt, rttvar). Heartbeats raised more than 64 ticks
- * ago are not remembered and give no sample. */
+ * ago are not remembered and give no sample. Whatever the heartbeat, the newest such
+ * entry also says which serving_from of this peer the sender holds (heard_from, and the
+ * sender's step when it first held it, heard_at): a newcomer learns that every mate has
+ * heard the step it contributes from (docs/protocol.md 9.5). */
 void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
                   double now);
 
@@ -116,6 +124,11 @@ double members_rto(const members_t *t, int i);
 /* Live entries (self first) into out, which holds members_count(t) entries; returns
  * how many. This is the table of NET_EV_VIEW and of GOSSIP and WELCOME payloads. */
 int members_view(const members_t *t, msg_member_t *out);
+
+/* What the live entries (in members_view's order) hold of this peer: heard[2i] their
+ * heard_from, heard[2i + 1] their heard_at (self: -1, -1). heard holds 2 members_count(t)
+ * values; returns how many entries. */
+int members_view_heard(const members_t *t, int64_t *heard);
 
 /* Encodes the live table (msg_members_encode) into a buffer the caller owns (free()).
  * 0, or a status with err. */

@@ -68,12 +68,14 @@ struct net {
     zmq_msg_t frames[6];
     int nframes_held;
     msg_member_t *view;
+    int64_t *heard; /* 2 view_cap: members_view_heard */
     int view_cap;
     uint64_t view_rejected;
     wire_count_t view_wire;
     int halted; /* net_halt: the thread is gone */
     /* network thread: the snapshot whose chunks it answers itself (net_serve_state) */
     xfer_shared_t *served;
+    double served_at; /* when it came */
     double join_state_s, join_s; /* net_set_join; < 0: not a joiner of a running pool */
 };
 
@@ -196,14 +198,19 @@ static int io_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes
 
 /* A data message (or WELCOME): to the compute thread, header and payloads as they came. */
 /* A chunk request for the step of the snapshot this thread holds is answered here, at
- * once, whatever the compute thread is doing (1); anything else goes to the peer (0): a
- * fresh request (step -1) or another step, which it answers between two passes. */
+ * once, whatever the compute thread is doing (1), and so is a fresh request (step -1)
+ * that the snapshot may answer (xfer_shared_t: the member, by its gossiped step, at most
+ * fresh_steps past it, and fresh_s after it came); anything else goes to the peer (0),
+ * which answers it between two passes. */
 static int serve_chunk(struct net *n, const msg_t *m)
 {
     xfer_shared_t *s = n->served;
-    if (m->type != MSG_STATE_REQ || !s || m->stage != s->stage || m->step < 0 ||
-        m->step != s->snap.step)
-        return 0;
+    if (m->type != MSG_STATE_REQ || !s || m->stage != s->stage) return 0;
+    int64_t at = members_at(dispatch_members(n->core), 0)->m.step;
+    int fresh = m->step < 0 && s->fresh_steps > 0 &&
+                (at == s->snap.step ||
+                 (at - s->snap.step <= s->fresh_steps && clock_now() - n->served_at <= s->fresh_s));
+    if (!fresh && m->step != s->snap.step) return 0;
     msg_t rep;
     const uint8_t *chunk;
     size_t clen, hlen;
@@ -257,9 +264,13 @@ static void push_view(struct net *n)
     zmq_send(n->pair_n, &h, sizeof h, ZMQ_SNDMORE);
     zmq_send(n->pair_n, dispatch_wire(n->core), sizeof(wire_count_t), ZMQ_SNDMORE);
     msg_member_t *v = malloc((size_t)members_count(mem) * sizeof *v);
-    int k = v ? members_view(mem, v) : 0;
-    zmq_send(n->pair_n, v, (size_t)k * sizeof *v, 0);
+    int64_t *heard = malloc((size_t)members_count(mem) * 2 * sizeof *heard);
+    int k = v && heard ? members_view(mem, v) : 0;
+    if (k) members_view_heard(mem, heard);
+    zmq_send(n->pair_n, v, (size_t)k * sizeof *v, ZMQ_SNDMORE);
+    zmq_send(n->pair_n, heard, (size_t)k * 2 * sizeof *heard, 0);
     free(v);
+    free(heard);
 }
 
 static void io_view(void *ctx)
@@ -569,6 +580,7 @@ static void on_compute(struct net *n)
             memcpy(&s, zmq_msg_data(&parts[1]), sizeof s);
             xfer_shared_unref(&n->served);
             n->served = s;
+            n->served_at = clock_now();
         }
         break;
     case 'J': /* net_set_join */
@@ -797,6 +809,7 @@ void net_stop(net_t **np)
     dispatch_destroy(&n->core);
     xfer_shared_unref(&n->served);
     free(n->view);
+    free(n->heard);
     sodium_memzero(n->sk, sizeof n->sk);
     free(n);
     *np = NULL;
@@ -882,17 +895,24 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
             ev->frame[i - 2] = zmq_msg_data(&n->frames[i]);
             ev->frame_len[i - 2] = zmq_msg_size(&n->frames[i]);
         }
-    } else if (kind[0] == 'v' && np == 5 && zmq_msg_size(&n->frames[2]) == sizeof(view_health_t) &&
-               zmq_msg_size(&n->frames[3]) == sizeof n->view_wire) {
+    } else if (kind[0] == 'v' && np == 6 && zmq_msg_size(&n->frames[2]) == sizeof(view_health_t) &&
+               zmq_msg_size(&n->frames[3]) == sizeof n->view_wire &&
+               zmq_msg_size(&n->frames[5]) ==
+                   zmq_msg_size(&n->frames[4]) / sizeof(msg_member_t) * 2 * sizeof(int64_t)) {
         size_t bytes = zmq_msg_size(&n->frames[4]);
         int k = (int)(bytes / sizeof(msg_member_t));
         if (k > n->view_cap) {
             msg_member_t *p = realloc(n->view, (size_t)k * sizeof *p);
             if (!p) return -1;
             n->view = p;
+            int64_t *h = realloc(n->heard, (size_t)k * 2 * sizeof *h);
+            if (!h) return -1;
+            n->heard = h;
             n->view_cap = k;
         }
         memcpy(n->view, zmq_msg_data(&n->frames[4]), (size_t)k * sizeof *n->view);
+        memcpy(n->heard, zmq_msg_data(&n->frames[5]), (size_t)k * 2 * sizeof *n->heard);
+        ev->heard = n->heard;
         memcpy(&n->view_rejected, zmq_msg_data(&n->frames[1]), sizeof n->view_rejected);
         view_health_t h;
         memcpy(&h, zmq_msg_data(&n->frames[2]), sizeof h);

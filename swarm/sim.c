@@ -967,6 +967,7 @@ static int on_app(sim_t *s, node_t *n, char *err)
         net_ev_t ev;
         memset(&ev, 0, sizeof ev);
         msg_member_t *view = NULL;
+        int64_t *heard = NULL;
         if (it->kind == ITEM_MSG) {
             ev.type = NET_EV_MSG;
             ev.msg = it->m->hdr;
@@ -976,12 +977,15 @@ static int on_app(sim_t *s, node_t *n, char *err)
         } else if (it->kind == ITEM_VIEW) {
             n->view_pending = 0;
             view = malloc((size_t)members_count(dispatch_members(n->core)) * sizeof *view);
-            if (!view) {
+            heard = malloc((size_t)members_count(dispatch_members(n->core)) * 2 * sizeof *heard);
+            if (!view || !heard) {
                 rc = status_set(err, STATUS_ENOMEM, "sim: out of memory");
             } else {
                 ev.type = NET_EV_VIEW;
                 ev.members = view;
                 ev.nmembers = members_view(dispatch_members(n->core), view);
+                members_view_heard(dispatch_members(n->core), heard);
+                ev.heard = heard;
                 ev.rejected = dispatch_rejected(n->core);
                 ev.wire = *dispatch_wire(n->core);
                 ev.pauses = dispatch_pauses(n->core, NULL);
@@ -1005,6 +1009,7 @@ static int on_app(sim_t *s, node_t *n, char *err)
             }
         }
         free(view);
+        free(heard);
         smsg_free(it->m);
         free(it);
         if (rc) break;

@@ -80,6 +80,10 @@ typedef struct {
     /* NET_EV_VIEW: the whole table, self included, dead members excluded */
     const msg_member_t *members;
     int nmembers;
+    /* NET_EV_VIEW: what each of those members holds of this peer (members_view_heard):
+     * heard[2i] the serving_from of this peer it last gossiped (-1: none), heard[2i + 1]
+     * its own step when it first held that value; NULL when the transport does not say */
+    const int64_t *heard;
     uint64_t rejected; /* NET_EV_VIEW: malformed messages the transport refused so far */
     /* NET_EV_VIEW: times the transport's own heartbeat came late (the whole process was
      * frozen or starved: the members took its silence for death) and the last such gap */

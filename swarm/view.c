@@ -18,18 +18,39 @@ int view_set(view_t *v, const msg_member_t *members, int n)
         msg_member_t *o = realloc(v->owners, (size_t)n * sizeof *o);
         if (!o) return STATUS_ENOMEM;
         v->owners = o;
+        uint8_t *k = realloc(v->knows, (size_t)n);
+        if (!k) return STATUS_ENOMEM;
+        v->knows = k;
         v->cap = n;
     }
     if (n) memcpy(v->m, members, (size_t)n * sizeof *members);
+    if (n) memset(v->knows, 0, (size_t)n);
     v->n = n;
     int64_t s = view_max_step(v, -1);
     if (s > v->swarm_step) v->swarm_step = s;
     return 0;
 }
 
+void view_set_heard(view_t *v, const msg_member_t *members, const int64_t *heard, int n)
+{
+    for (int i = 0, j = 0; heard && i < v->n; i++) {
+        while (j < n && memcmp(members[j].id, v->m[i].id, MSG_ID_LEN)) j++;
+        if (j == n) return;
+        v->knows[i] = heard[2 * j] >= 0;
+    }
+}
+
+int view_knows(const view_t *v, const uint8_t id[MSG_ID_LEN])
+{
+    for (int i = 0; i < v->n; i++)
+        if (!memcmp(v->m[i].id, id, MSG_ID_LEN)) return v->knows[i];
+    return 0;
+}
+
 void view_free(view_t *v)
 {
     free(v->m);
+    free(v->knows);
     free(v->scratch);
     free(v->owners);
     memset(v, 0, sizeof *v);

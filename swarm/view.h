@@ -14,13 +14,22 @@ typedef struct {
     int n, cap;
     msg_member_t *scratch; /* n entries: view_stage's result */
     msg_member_t *owners;  /* n entries: view_owners' result */
+    uint8_t *knows;        /* n entries: 1 when that member's gossip carried this member's
+                            * entry (view_set_heard): it can answer this member */
     int64_t swarm_step;    /* the highest step a serving member ever showed here: the
                             * swarm's step, which never goes back, kept when every member
                             * it knew is gone (view_set) */
 } view_t;
 
-/* Replaces the table with a copy of members[0, n). 0 or STATUS_ENOMEM. */
+/* Replaces the table with a copy of members[0, n). 0 or STATUS_ENOMEM. Nobody is known
+ * to know this member until view_set_heard. */
 int view_set(view_t *v, const msg_member_t *members, int n);
+/* After view_set: which members know this member, from the transport's table members[0,
+ * n) and heard (NET_EV_VIEW's; NULL: none said) - the view may be that table filtered,
+ * in the same order. */
+void view_set_heard(view_t *v, const msg_member_t *members, const int64_t *heard, int n);
+/* Whether member id's gossip carried this member's entry. */
+int view_knows(const view_t *v, const uint8_t id[MSG_ID_LEN]);
 void view_free(view_t *v);
 
 /* The entry of id, or NULL. */

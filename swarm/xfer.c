@@ -106,6 +106,7 @@ struct xfer {
     int next_donor;
     uint8_t first_to[MSG_ID_LEN]; /* who was asked which snapshot it offers */
     double now;                  /* the time of the last xfer_next_requests */
+    double fixed_at;             /* when the answer that fixed the snapshot came */
     uint8_t shunned[MSG_ID_LEN]; /* the donor that refused last ... */
     double shun_until;           /* ... is not asked before this (0: none) */
 };
@@ -173,7 +174,6 @@ static void note_donor(xfer_t *x, const uint8_t id[MSG_ID_LEN])
 
 int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, double now)
 {
-    (void)now;
     if (x->verified || m->stage != x->stage) return 0;
     if (m->total != x->total || m->offset < x->off || (m->offset - x->off) % XFER_CHUNK ||
         m->offset - x->off >= x->len) {
@@ -183,12 +183,14 @@ int xfer_on_reply(xfer_t *x, const msg_t *m, const uint8_t *data, size_t len, do
     if (x->step < 0) {
         x->step = m->step;
         memcpy(x->hash, m->state_hash, 32);
+        x->fixed_at = now;
     } else if (m->step != x->step || memcmp(m->state_hash, x->hash, 32)) {
         /* another snapshot: take the newer one, from scratch */
         if (m->step < x->step) return 0;
         restart(x);
         x->step = m->step;
         memcpy(x->hash, m->state_hash, 32);
+        x->fixed_at = now;
     }
     size_t at = m->offset - x->off;
     int c = (int)(at / XFER_CHUNK);
@@ -296,6 +298,11 @@ const uint8_t *xfer_data(const xfer_t *x)
 {
     return x->buf;
 }
+double xfer_fixed_at(const xfer_t *x)
+{
+    return x->fixed_at;
+}
+
 int xfer_restarts(const xfer_t *x)
 {
     return x->restarts;

@@ -54,6 +54,10 @@ typedef struct {
     xfer_snap_t snap;
     int stage;
     uint8_t flags;    /* STATE_REP flags as of sealing (bit 0: training had begun) */
+    /* fresh requests (step -1) it may answer too: while the member is at most fresh_steps
+     * past its step and for fresh_s after it was handed over; 0: only its own step's */
+    int fresh_steps;
+    double fresh_s;
     _Atomic int refs;
 } xfer_shared_t;
 
@@ -107,6 +111,9 @@ int xfer_done(xfer_t *x);
  * download: the range's len bytes). */
 int64_t xfer_step(const xfer_t *x);
 const uint8_t *xfer_data(const xfer_t *x);
+/* When the answer that fixed the snapshot downloaded came (xfer_on_reply's now): what
+ * went before was the wait for a donor's first answer. */
+double xfer_fixed_at(const xfer_t *x);
 /* How many times the download started over. */
 int xfer_restarts(const xfer_t *x);
 /* Distinct donors that answered. */

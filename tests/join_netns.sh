@@ -36,13 +36,11 @@
 # Environment: SWARMTRAIN_BIN (the binary), SWARMTRAIN_SOURCE (the tree; default: this
 # script's).
 #
-# Known (2 loaded cores, Release and ASan): the bounds do not hold yet. tiny: 4.5-7.6 s
-# unshaped, 5.7-7.0 s at 100 Mbit/s + 50 ms; small: 10.5-15.4 s, its download 19-26 MB/s.
-# Where it goes (peer/): 0.6 s waiting for the member table after WELCOME (join.h,
-# JOIN_TABLE_S); a follower contributes no sooner than gossip_s = --peer-timeout (3 s) +
-# 0.5 s after it first names a step (follow.c), and later when the pool slows; small's
-# donor answers a fresh state request between two steps (state.c), 1-2 s of waiting in
-# the joined event's seconds, while the 77.5 MB cross the link in about 0.3 s.
+# Measured (2 cores loaded by a simulator soak, Release): tiny 1.9-2.6 s unshaped, 5.1-5.8 s
+# at 100 Mbit/s + 50 ms (over the bound: the pool slows to 0.4 s a step while two joiners
+# catch up, and the naming, made at the pace before, waits 7 steps); small 5.8-6.1 s, its
+# 77.5 MB at 430-550 MB/s once the donor answered, 1.5 s after the first request (the
+# donor's pass: it held no snapshot; 44-47 MB/s over the whole download).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=${SWARMTRAIN_SOURCE:-$HERE/..}

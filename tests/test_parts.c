@@ -287,8 +287,10 @@ static void test_val_rounds(void **state)
  * change_at): from step 10, at the head. Returns the step it contributes from; *t_first
  * and *t_take: when it first named a step and when it reached the one it took. Checks on
  * the way that the named step never moves earlier. */
-static int64_t follow_pool(follow_t *f, const double *pace, int64_t change_at, double *t_first,
-                           double *t_take)
+/* echo: every mate echoes each naming a step after it is made (follow_heard's result, as
+ * on_view would set it); else none does (a transport that does not say) */
+static int64_t follow_pool_echo(follow_t *f, const double *pace, int64_t change_at, int echo,
+                                double *t_first, double *t_take)
 {
     int64_t step = 10, from = step + 1000, was = from;
     double now = 100.0;
@@ -298,6 +300,7 @@ static int64_t follow_pool(follow_t *f, const double *pace, int64_t change_at, d
         double dt = pace[step >= change_at];
         now += dt;
         follow_pace(f, dt, from > step, 1);
+        if (echo && nnamed) f->heard = from;
         step++;
         from = follow_name(f, step, from, step, now, &named);
         nnamed += named;
@@ -312,6 +315,12 @@ static int64_t follow_pool(follow_t *f, const double *pace, int64_t change_at, d
     }
     fail();
     return -1;
+}
+
+static int64_t follow_pool(follow_t *f, const double *pace, int64_t change_at, double *t_first,
+                           double *t_take)
+{
+    return follow_pool_echo(f, pace, change_at, 0, t_first, t_take);
 }
 
 static void test_follow_join_margin(void **state)
@@ -356,7 +365,7 @@ static void test_follow_join_margin(void **state)
     follow_begin(&g, 0.0);
     g.followed = 5;
     g.t0 = 19.0, g.head0 = 15; /* 0.1 s a step */
-    assert_int_equal(follow_name(&g, 20, 2000, 25, 20.0, &named), 25 + 13);
+    assert_int_equal(follow_name(&g, 20, 2000, 25, 20.0, &named), 25 + 11); /* 1 s + 1 */
     assert_true(named);
     /* the step taken without a naming (its placeholder reached): counted from now */
     follow_t k;
@@ -385,7 +394,55 @@ static void test_follow_join_margin(void **state)
     follow_pace(&c, 1.2, 1, 1);
     cf = follow_name(&c, 102, cf, 102, 52.0, &named);
     assert_true(named);
-    assert_int_equal(cf, 102 + 2); /* half of 2.5 s at 1.2 s a step, rounded up */
+    assert_int_equal(cf, 102 + 2); /* half of 2.5 s at 1.2 s a step, rounded up, and 2 at least */
+}
+
+/* Confirmed naming (docs/protocol.md 9.5): a follower contributes from the step it named
+ * as soon as every pool mate echoed that step in its gossip, each while short of it; a
+ * mate that did not, or echoed it too late, leaves the gossip_s rule. */
+static void test_follow_heard(void **state)
+{
+    (void)state;
+    follow_t f;
+    follow_init(&f, 2.0);
+    follow_begin(&f, 0.0);
+    msg_member_t m[5];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 5; i++) m[i].id[0] = (uint8_t)(i + 1), m[i].state = MEMBER_SERVING;
+    m[3].stage = 1;                  /* another stage's member: not a mate */
+    m[4].state = MEMBER_JOINING;     /* downloading: not a mate yet */
+    const uint8_t *self = m[0].id;
+    int64_t h[10] = {-1, -1, 30, 27, 30, 28, -1, -1, -1, -1};
+    follow_heard(&f, m, h, 5, 0, self);
+    assert_int_equal(f.heard, 30);
+    h[5] = 30; /* one mate heard it at that step: its compute side may have started it */
+    follow_heard(&f, m, h, 5, 0, self);
+    assert_int_equal(f.heard, -1);
+    h[5] = 28, h[4] = 31; /* the mates hold different namings */
+    follow_heard(&f, m, h, 5, 0, self);
+    assert_int_equal(f.heard, -1);
+    h[4] = -1; /* one holds none */
+    follow_heard(&f, m, h, 5, 0, self);
+    assert_int_equal(f.heard, -1);
+    follow_heard(&f, m, NULL, 5, 0, self); /* the transport does not say */
+    assert_int_equal(f.heard, -1);
+    follow_heard(&f, m + 3, h + 6, 2, 0, m[3].id); /* no mate to tell */
+    assert_true(f.heard == FOLLOW_HEARD_ALL);
+    /* a steady pool, 0.1 s a step, every mate echoing: contributes from the step named
+     * first, FOLLOW_CONFIRM_S + 1 step after the naming (the pace timed from sums of
+     * 0.1 s may round up a step), before gossip_s */
+    double t_first = 0, t_take = 0, steady[2] = {0.1, 0.1};
+    follow_init(&f, 2.0);
+    follow_begin(&f, 0.0);
+    follow_pool_echo(&f, steady, 1 << 30, 1, &t_first, &t_take);
+    assert_true(t_take - t_first > 1.1 - 1e-9 && t_take - t_first < 1.2 + 1e-9);
+    assert_true(t_take - t_first < f.gossip_s);
+    assert_true(f.margin == 11 || f.margin == 12);
+    /* unheard: from 2 x FOLLOW_CONFIRM_S on the gossip_s rule */
+    follow_init(&f, 2.0);
+    follow_begin(&f, 0.0);
+    follow_pool_echo(&f, steady, 1 << 30, 0, &t_first, &t_take);
+    assert_true(t_take - t_first >= f.gossip_s);
 }
 
 /* Followers alone (sim 3x2 mild swap seed 9720): after timeout_s with no contributor they
@@ -790,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_rebal_reverse_memory),
         cmocka_unit_test(test_val_rounds),
         cmocka_unit_test(test_follow_join_margin),
+        cmocka_unit_test(test_follow_heard),
         cmocka_unit_test(test_follow_gather),
         cmocka_unit_test(test_follow_behind),
         cmocka_unit_test(test_join_start),

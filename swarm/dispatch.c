@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DISPATCH_FRAMES_MAX 5 /* a header and at most 4 payloads */
 
 struct dispatch {
     dispatch_io_t io;
@@ -25,6 +24,11 @@ struct dispatch {
     double paused_s, last_pause_s;
     wire_count_t wire;
     msg_member_t *scratch; /* decoded tables, MSG_MEMBERS_MAX entries */
+    /* an unreachable peer (its own address a relay address, docs/protocol.md 3.4): the
+     * member it sends through to other unreachable members */
+    uint8_t relay[MSG_ID_LEN];
+    int has_relay;
+    uint64_t relayed, relay_dropped; /* RELAYs this peer forwarded as a relay; could not */
 };
 
 static void hook_up(void *ctx, members_entry_t *e)
@@ -136,6 +140,9 @@ static size_t frames_total(int nframes, const size_t *len)
 static int frames_kind(int nframes, const void *const *data, const size_t *len)
 {
     const uint8_t *h = nframes > 0 ? data[0] : NULL;
+    /* a RELAY counts as what it carries */
+    if (h && len[0] > 4 && h[4] == MSG_RELAY && nframes > 1)
+        return frames_kind(nframes - 1, data + 1, len + 1);
     return transport_wire_kind(h && len[0] > 4 ? h[4] : 0);
 }
 
@@ -164,10 +171,49 @@ size_t dispatch_header(dispatch_t *d, msg_t *m, uint64_t clock_us, uint8_t *buf,
     return len;
 }
 
+static int unreachable(const msg_member_t *m)
+{
+    return msg_addr_relay(m->addr, NULL);
+}
+
+/* The index of this peer's relay while it is a live, reachable member; else -1. */
+static int relay_index(dispatch_t *d)
+{
+    int j = d->has_relay ? members_find(d->mem, d->relay) : -1;
+    members_entry_t *e = members_at(d->mem, j);
+    return j > 0 && e->alive && !unreachable(&e->m) ? j : -1;
+}
+
+/* An unreachable peer reaches another unreachable member through its relay: the message
+ * whole, as the payloads of a RELAY to the relay, which passes the frames on unchanged. */
+static int send_relayed(dispatch_t *d, members_entry_t *e, int nframes, const void *const *data,
+                        const size_t *len)
+{
+    char err[STATUS_ERR_LEN];
+    int j = relay_index(d);
+    if (j < 0 || nframes > MSG_RELAY_FRAMES) return -1;
+    uint8_t hdr[MSG_HEADER_MAX];
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_RELAY;
+    memcpy(m.dest, e->m.id, MSG_ID_LEN);
+    size_t hlen = dispatch_header(d, &m, 0, hdr, sizeof hdr, err);
+    if (!hlen) return -1;
+    const void *fr[1 + MSG_RELAY_FRAMES] = {hdr};
+    size_t fl[1 + MSG_RELAY_FRAMES] = {hlen};
+    for (int i = 0; i < nframes; i++) fr[1 + i] = data[i], fl[1 + i] = len[i];
+    if (d->io.send(d->io.ctx, members_at(d->mem, j), nframes + 1, fr, fl)) return -1;
+    dispatch_count_out(d, nframes + 1, fr, fl);
+    return 0;
+}
+
 static int send_entry(dispatch_t *d, members_entry_t *e, int nframes, const void *const *data,
                       const size_t *len)
 {
-    if (!e || !e->alive || !d->io.send || d->io.send(d->io.ctx, e, nframes, data, len)) return -1;
+    if (!e || !e->alive || !d->io.send) return -1;
+    if (unreachable(&e->m) && unreachable(&members_at(d->mem, 0)->m))
+        return send_relayed(d, e, nframes, data, len);
+    if (d->io.send(d->io.ctx, e, nframes, data, len)) return -1;
     dispatch_count_out(d, nframes, data, len);
     return 0;
 }
@@ -240,23 +286,107 @@ static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     return 0;
 }
 
+/* A member's connection carries its peer id as routing id: no header claims another; and
+ * with an allowlist the connection's CURVE key (user) names the sender. 0, or a refusal. */
+static int check_conn(dispatch_t *d, const msg_t *m, const uint8_t *conn, size_t conn_len,
+                      int check_user, const char *user, char *err)
+{
+    int rc;
+    if (conn_len != MSG_ID_LEN || memcmp(conn, m->sender, MSG_ID_LEN)) {
+        rc = status_set(err, STATUS_EMALFORMED, "%s whose sender id does not match its connection",
+                        msg_type_name(m->type));
+        return refuse(d, 0, rc, err);
+    }
+    if (check_user) {
+        char hex[2 * MSG_ID_LEN + 1];
+        sodium_bin2hex(hex, sizeof hex, m->sender, MSG_ID_LEN);
+        if (!user || strcmp(user, hex)) {
+            rc = status_set(err, STATUS_EMALFORMED, "%s whose sender is not the key of its "
+                            "connection", msg_type_name(m->type));
+            return refuse(d, 0, rc, err);
+        }
+    }
+    return 0;
+}
+
+static int take(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_user,
+                const char *user, int relayed, int nframes, const void *const *data,
+                const size_t *len, double now, char *err);
+
+/* A RELAY (docs/protocol.md 3.4). For another member: this peer is the relay; the sender
+ * hands it over on its own connection, and it goes on, every frame unchanged, to the
+ * member it names. For this peer: it comes from a relay, a live member, on the relay's
+ * connection; the message it carries is the sender's own and is taken as if it came
+ * straight from the sender. */
+static int on_relay(dispatch_t *d, const msg_t *m, const uint8_t *conn, size_t conn_len,
+                    int check_user, const char *user, int nframes, const void *const *data,
+                    const size_t *len, double now, char *err)
+{
+    int rc;
+    const uint8_t *inner = data[1];
+    if (len[1] < 48 || memcmp(inner + 16, m->sender, MSG_ID_LEN)) {
+        rc = status_set(err, STATUS_EMALFORMED, "RELAY whose message is not its sender's");
+        return refuse(d, 0, rc, err);
+    }
+    if (memcmp(m->dest, members_at(d->mem, 0)->m.id, MSG_ID_LEN)) {
+        if ((rc = check_conn(d, m, conn, conn_len, check_user, user, err))) return rc;
+        if (unreachable(&members_at(d->mem, 0)->m)) {
+            rc = status_set(err, STATUS_EMALFORMED, "RELAY to a peer that is no relay");
+            return refuse(d, 0, rc, err);
+        }
+        int j = members_find(d->mem, m->dest);
+        members_entry_t *e = members_at(d->mem, j);
+        if (j <= 0 || !e->alive || !d->io.send || d->io.send(d->io.ctx, e, nframes, data, len)) {
+            d->relay_dropped++; /* as a connection lost: the sender's custody covers it */
+            return 0;
+        }
+        dispatch_count_out(d, nframes, data, len);
+        d->relayed++;
+        return 0;
+    }
+    int j = conn_len == MSG_ID_LEN ? members_find(d->mem, conn) : -1;
+    if (j <= 0 || !members_at(d->mem, j)->alive) {
+        rc = status_set(err, STATUS_EMALFORMED, "RELAY from a connection of no live member");
+        return refuse(d, 0, rc, err);
+    }
+    msg_t via = *m; /* the relay's connection names the relay */
+    memcpy(via.sender, conn, MSG_ID_LEN);
+    if ((rc = check_conn(d, &via, conn, conn_len, check_user, user, err))) return rc;
+    return take(d, m->sender, MSG_ID_LEN, 0, NULL, 1, nframes - 1, data + 1, len + 1, now, err);
+}
+
 int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_user,
                        const char *user, int nframes, const void *const *data,
                        const size_t *len, double now, char *err)
 {
-    msg_t m;
-    int rc;
     size_t total = frames_total(nframes, len);
     members_at(d->mem, 0)->m.bytes_in += total;
     if (nframes >= 1) d->wire.in[frames_kind(nframes, data, len)] += total;
-    if (nframes < 1 || nframes > DISPATCH_FRAMES_MAX) {
-        rc = status_set(err, STATUS_EMALFORMED, "a message of %d frames", nframes);
+    if (nframes < 1 || nframes > 1 + MSG_RELAY_FRAMES) {
+        int rc = status_set(err, STATUS_EMALFORMED, "a message of %d frames", nframes);
         return refuse(d, 0, rc, err);
     }
+    return take(d, conn, conn_len, check_user, user, 0, nframes, data, len, now, err);
+}
+
+/* A message whose frames were counted: checked, then answered, merged or delivered.
+ * relayed: it came inside a RELAY, whose connection was checked; conn is its sender. */
+static int take(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_user,
+                const char *user, int relayed, int nframes, const void *const *data,
+                const size_t *len, double now, char *err)
+{
+    msg_t m;
+    int rc;
     if ((rc = msg_decode(data[0], len[0], &m, err))) return refuse(d, 0, rc, err);
-    if (nframes - 1 != msg_payloads(m.type)) {
+    if (m.type == MSG_RELAY ? nframes < 2 : nframes - 1 != msg_payloads(m.type)) {
         rc = status_set(err, STATUS_EMALFORMED, "%s with %d payload frames, expected %d",
                         msg_type_name(m.type), nframes - 1, msg_payloads(m.type));
+        return refuse(d, 0, rc, err);
+    }
+    /* a RELAY carries a member's message: not another RELAY, nor the status tool's */
+    if (relayed &&
+        (m.type == MSG_RELAY || m.type == MSG_STATUS_REQ || m.type == MSG_STATUS_REP)) {
+        rc = status_set(err, STATUS_EMALFORMED, "%s inside a RELAY", msg_type_name(m.type));
         return refuse(d, 0, rc, err);
     }
     if (m.type == MSG_STATUS_REQ) {
@@ -280,22 +410,9 @@ int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int 
                         msg_type_name(m.type), (unsigned long long)m.swarm);
         return refuse(d, 0, rc, err);
     }
-    /* A member's connection carries its peer id as routing id: no header claims another. */
-    if (conn_len != MSG_ID_LEN || memcmp(conn, m.sender, MSG_ID_LEN)) {
-        rc = status_set(err, STATUS_EMALFORMED, "%s whose sender id does not match its connection",
-                        msg_type_name(m.type));
-        return refuse(d, 0, rc, err);
-    }
-    /* With an allowlist the connection's CURVE key names the sender. */
-    if (check_user) {
-        char hex[2 * MSG_ID_LEN + 1];
-        sodium_bin2hex(hex, sizeof hex, m.sender, MSG_ID_LEN);
-        if (!user || strcmp(user, hex)) {
-            rc = status_set(err, STATUS_EMALFORMED, "%s whose sender is not the key of its "
-                            "connection", msg_type_name(m.type));
-            return refuse(d, 0, rc, err);
-        }
-    }
+    if (m.type == MSG_RELAY)
+        return on_relay(d, &m, conn, conn_len, check_user, user, nframes, data, len, now, err);
+    if (!relayed && (rc = check_conn(d, &m, conn, conn_len, check_user, user, err))) return rc;
     /* Signed control: a forged or replayed HELLO or LEAVE is refused. */
     if (msg_signed(m.type) && d->signing) {
         if (!msg_verify(data[0], len[0])) {
@@ -332,6 +449,29 @@ int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int 
 
 /* ---- ticks ---------------------------------------------------------------------------- */
 
+/* An unreachable peer names a relay (docs/protocol.md 3.4): the one it named while that
+ * stays a live, reachable member, else one drawn with r among those (none: it names
+ * none). Its own address says which, from its next heartbeat on. */
+static void choose_relay(dispatch_t *d, uint64_t r)
+{
+    members_entry_t *me = members_at(d->mem, 0);
+    if (!unreachable(&me->m) || relay_index(d) > 0) return;
+    int k = 0, cnt = members_count(d->mem);
+    for (int i = 1; i < cnt; i++)
+        k += members_at(d->mem, i)->alive && !unreachable(&members_at(d->mem, i)->m);
+    d->has_relay = 0;
+    for (int i = 1, pick = k ? (int)((r >> 17) % (uint64_t)k) : -1; i < cnt && pick >= 0; i++) {
+        members_entry_t *e = members_at(d->mem, i);
+        if (e->alive && !unreachable(&e->m) && pick-- == 0) {
+            memcpy(d->relay, e->m.id, MSG_ID_LEN);
+            d->has_relay = 1;
+        }
+    }
+    char addr[MSG_ADDR_MAX + 1];
+    msg_addr_set_relay(addr, d->has_relay ? d->relay : NULL);
+    if (strcmp(addr, me->m.addr)) members_set_addr(d->mem, addr);
+}
+
 void dispatch_tick(dispatch_t *d, double now, uint64_t r)
 {
     char err[STATUS_ERR_LEN];
@@ -347,6 +487,7 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     }
     d->last_tick = now;
     members_tick(d->mem, now, d->timeout_s, NULL, 0);
+    choose_relay(d, r);
     uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
     size_t tlen = 0;
     msg_t m;
@@ -408,4 +549,10 @@ void dispatch_leave(dispatch_t *d, int code, const char *why, uint64_t clock_us)
     const void *data[1] = {hdr};
     for (int i = 1; i < members_count(d->mem); i++)
         send_entry(d, members_at(d->mem, i), 1, data, &hlen);
+}
+
+uint64_t dispatch_relayed(const dispatch_t *d, uint64_t *dropped)
+{
+    if (dropped) *dropped = d->relay_dropped;
+    return d->relayed;
 }

@@ -6,6 +6,10 @@
  * tables, takes LEAVE, gossips at each tick (to every live member or `gossip_fanout` of
  * them, and to one member that died of silence: a probe), and hands every data message to
  * the program. It counts every byte in and out by kind (transport.h) and every refusal.
+ * Unreachable members (docs/protocol.md 3.4): a peer whose own address is a relay address
+ * names a relay at each tick, and what it sends to another unreachable member goes whole
+ * inside a RELAY through that relay; a RELAY for another member is passed on unchanged,
+ * one for this peer unwrapped and taken as its sender's.
  *
  * No sockets and no clock: the ZeroMQ network thread (net.c) and the simulator (sim.c)
  * both own one per peer and give it bytes and the time; it sends through the io
@@ -30,7 +34,10 @@ typedef struct dispatch dispatch_t;
 /* How the core reaches the network and the program. Frames are given header first. */
 typedef struct {
     void *ctx;
-    /* Sends frames to live member e over its connection: 0 sent (queued), -1 not. */
+    /* Sends frames to live member e over its connection: 0 sent (queued), -1 not. For an
+     * unreachable member (its address a relay address) that is the connection e opened to
+     * this peer (net.c: the ROUTER, addressed by e's id); never called so while this peer is
+     * unreachable too (the core relays instead). */
     int (*send)(void *ctx, members_entry_t *e, int nframes, const void *const *data,
                 const size_t *len);
     /* Sends frames to e, a member that died of silence, over a connection of its own (a
@@ -123,6 +130,10 @@ double dispatch_last_pause(const dispatch_t *d);
 /* LEAVE (code: 0 or MSG_LEAVE_RUN_OVER; text why) to every live member, this peer's entry
  * marked leaving. A LEAVE that says the run is over is also handed to the program. */
 void dispatch_leave(dispatch_t *d, int code, const char *why, uint64_t clock_us);
+
+/* RELAYs this peer passed on as a relay (docs/protocol.md 3.4), and in *dropped (when not
+ * NULL) those it could not: their member was unknown, dead, or its connection full. */
+uint64_t dispatch_relayed(const dispatch_t *d, uint64_t *dropped);
 
 /* Bytes in and out by kind, and messages refused, so far. */
 const wire_count_t *dispatch_wire(const dispatch_t *d);

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,11 @@ void members_set_self(members_t *t, const msg_member_t *self)
     memcpy(s.addr, me->addr, sizeof s.addr);
     s.heartbeat = me->heartbeat;
     *me = s;
+}
+
+void members_set_addr(members_t *t, const char *addr)
+{
+    snprintf(t->e[0].m.addr, sizeof t->e[0].m.addr, "%s", addr);
 }
 
 static void up(members_t *t, members_entry_t *e)

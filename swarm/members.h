@@ -84,6 +84,9 @@ int members_find(const members_t *t, const uint8_t id[MSG_ID_LEN]);
 
 /* Replaces this peer's own entry, keeping its id, address and heartbeat (the table's). */
 void members_set_self(members_t *t, const msg_member_t *self);
+/* Changes this peer's own address (an unreachable peer names another relay); members
+ * learn it with its next heartbeat. */
+void members_set_addr(members_t *t, const char *addr);
 
 /* Merges k received entries (a GOSSIP or WELCOME table). Returns 1 when the live set
  * or a member's state changed, else 0; -1 when out of memory (entries merged up to

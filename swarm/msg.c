@@ -115,6 +115,8 @@ int msg_payloads(int type)
     case MSG_STATE_REP:
     case MSG_STATUS_REP:
         return 1;
+    case MSG_RELAY:
+        return -1;
     default:
         return 0;
     }
@@ -126,8 +128,37 @@ const char *msg_type_name(int type)
                                   "LEAVE",     "FWD",        "BWD",        "NACK",
                                   "PROGRESS",  "STEP_DONE",  "EXCH",       "STATE_REQ",
                                   "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR",
-                                  "EXCH_REQ",  "REDO"};
+                                  "EXCH_REQ",  "REDO",       "RELAY"};
     return type >= 1 && type <= MSG_TYPE_MAX ? names[type] : "?";
+}
+
+int msg_addr_relay(const char *addr, uint8_t relay[MSG_ID_LEN])
+{
+    size_t k = strlen(MSG_RELAY_SCHEME), n = strlen(addr);
+    uint8_t id[MSG_ID_LEN] = {0};
+    if (strncmp(addr, MSG_RELAY_SCHEME, k)) return 0;
+    if (n != k && n != k + 2 * MSG_ID_LEN) return 0;
+    for (size_t i = k; i < n; i++) {
+        char c = addr[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return 0;
+        id[(i - k) / 2] = (uint8_t)(id[(i - k) / 2] << 4 | v);
+    }
+    if (relay) memcpy(relay, id, MSG_ID_LEN);
+    return 1;
+}
+
+void msg_addr_set_relay(char addr[MSG_ADDR_MAX + 1], const uint8_t relay[MSG_ID_LEN])
+{
+    int k = snprintf(addr, MSG_ADDR_MAX + 1, "%s", MSG_RELAY_SCHEME);
+    for (int i = 0; relay && i < MSG_ID_LEN; i++)
+        k += snprintf(addr + k, (size_t)(MSG_ADDR_MAX + 1 - k), "%02x", relay[i]);
+}
+
+/* An endpoint that claims the relay scheme must be a well-formed one. */
+static int addr_ok(const char *addr)
+{
+    return strncmp(addr, MSG_RELAY_SCHEME, strlen(MSG_RELAY_SCHEME)) || msg_addr_relay(addr, NULL);
 }
 
 const char *msg_id_short(const uint8_t id[MSG_ID_LEN], char buf[9])
@@ -199,6 +230,9 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
         w_u(&w, (uint64_t)m->since, 8);
         if (m->type == MSG_EXCH || m->type == MSG_EXCH_REQ) w_bytes(&w, m->origin, MSG_ID_LEN);
         break;
+    case MSG_RELAY:
+        w_bytes(&w, m->dest, MSG_ID_LEN);
+        break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         w_u(&w, (uint16_t)m->stage, 2);
@@ -245,10 +279,11 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
     case MSG_HELLO:
         r_str(&r, m->addr, MSG_ADDR_MAX);
         m->stage = (int16_t)r_u(&r, 2);
-        if (m->stage < -1 || m->stage >= MSG_ROUTE_MAX) goto malformed;
+        if (m->stage < -1 || m->stage >= MSG_ROUTE_MAX || !addr_ok(m->addr)) goto malformed;
         break;
     case MSG_WELCOME:
         r_str(&r, m->addr, MSG_ADDR_MAX);
+        if (!addr_ok(m->addr)) goto malformed;
         break;
     case MSG_FWD:
     case MSG_BWD:
@@ -275,6 +310,9 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         m->since = (int64_t)r_u(&r, 8);
         if (m->type == MSG_EXCH || m->type == MSG_EXCH_REQ) r_bytes(&r, m->origin, MSG_ID_LEN);
         if (m->stage < 0 || m->step < 0 || m->since < 0) goto malformed;
+        break;
+    case MSG_RELAY:
+        r_bytes(&r, m->dest, MSG_ID_LEN);
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
@@ -386,7 +424,7 @@ int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max,
         }
         r_bytes(&r, e->sig, MSG_SIG_LEN);
         if (r.bad || e->stage < 0 || e->stage >= MSG_ROUTE_MAX || e->state > MEMBER_DEAD ||
-            !isfinite(e->throughput) || e->throughput < 0 || e->step < 0)
+            !isfinite(e->throughput) || e->throughput < 0 || e->step < 0 || !addr_ok(e->addr))
             goto malformed;
     }
     if (r.n != len) goto malformed;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION     6
+#define MSG_VERSION     7
 #define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
 #define MSG_ADDR_MAX    255  /* longest endpoint string */
 #define MSG_TEXT_MAX    1024 /* longest error / reason text */
@@ -45,7 +45,9 @@ typedef enum {
     MSG_ERROR = 15,      /* a request failed; text says why */
     MSG_EXCH_REQ = 16,   /* ask a pool member for the EXCH of `origin` at a step (relay) */
     MSG_REDO = 17,       /* a pool -> stage 0: these microbatches of a step were lost here */
-    MSG_TYPE_MAX = 17
+    MSG_RELAY = 18,      /* a message for an unreachable member, through a relay; payloads:
+                          * the message's own frames, header first (1 to MSG_RELAY_FRAMES) */
+    MSG_TYPE_MAX = 18
 } msg_type_t;
 
 /* Member states as gossiped. */
@@ -55,6 +57,14 @@ typedef enum {
     MEMBER_LEAVING = 2,
     MEMBER_DEAD = 3 /* never sent by its owner; in GOSSIP: a probe candidate (members.h) */
 } member_state_t;
+
+/* The most frames a RELAY carries: a whole message, its header and at most 4 payloads. */
+#define MSG_RELAY_FRAMES 5
+
+/* An unreachable member (docs/protocol.md 3.4) accepts no connections: its endpoint (HELLO
+ * addr, member entry addr) is MSG_RELAY_SCHEME followed by the 64 lowercase hex digits of
+ * the member it names as its relay, or by nothing while it names none. */
+#define MSG_RELAY_SCHEME "relay:"
 
 /* One member as a table entry (GOSSIP, WELCOME). */
 #define MSG_CKPT_MAX 3 /* checkpoint steps a member table entry carries */
@@ -119,6 +129,7 @@ typedef struct {
     uint64_t hash;  /* EXCH: sender's parameter hash at the start of the step */
     int64_t since;  /* EXCH: the first step the sender contributed to (seniority) */
     uint8_t origin[MSG_ID_LEN]; /* EXCH, EXCH_REQ: whose exchange message (a relay) */
+    uint8_t dest[MSG_ID_LEN];   /* RELAY: the member the relayed message is for */
     /* STATE_REQ / STATE_REP */
     uint64_t offset, total;
     uint32_t length;
@@ -130,7 +141,8 @@ typedef struct {
     uint8_t sig[MSG_SIG_LEN];
 } msg_t;
 
-/* Number of payload frames a type carries. */
+/* Number of payload frames a type carries; -1 for RELAY, whose payloads are a whole
+ * message (1 to MSG_RELAY_FRAMES frames). */
 int msg_payloads(int type);
 
 /* Encodes m's header into buf (cap bytes); the length in *len. STATUS_EINVAL if a field
@@ -165,6 +177,14 @@ int msg_verify(const uint8_t *hdr, size_t len);
  * probe candidate says DEAD where its owner signed another state). 1 valid, 0 not. */
 void msg_member_sign(msg_member_t *e, const uint8_t sk[64]);
 int msg_member_verify(const msg_member_t *e, int state);
+
+/* Whether addr is an unreachable member's endpoint (MSG_RELAY_SCHEME): 1, with the relay
+ * it names in relay (when not NULL; 32 zero octets when it names none); 0 for any other
+ * endpoint, or a relay endpoint whose id is not 64 lowercase hex digits (the decoders
+ * refuse those). */
+int msg_addr_relay(const char *addr, uint8_t relay[MSG_ID_LEN]);
+/* Writes an unreachable member's endpoint naming relay (NULL: none yet) into addr. */
+void msg_addr_set_relay(char addr[MSG_ADDR_MAX + 1], const uint8_t relay[MSG_ID_LEN]);
 
 /* Name of a type for logs ("FWD"), "?" if unknown. */
 const char *msg_type_name(int type);

@@ -14,7 +14,13 @@
  *
  * What arrives and what the membership does with it is the dispatch core's (dispatch.c,
  * the same code the simulator runs); here are the sockets: a member's entry carries its
- * DEALER (entry->user), opened when it comes up, closed when it goes down. */
+ * DEALER (entry->user), opened when it comes up, closed when it goes down.
+ *
+ * Unreachable members (docs/protocol.md 3.4): a member whose address is a relay address
+ * gets no DEALER; what goes to it leaves through the ROUTER, addressed by its id, on the
+ * connection its own DEALER opened to this peer. A peer that does not listen (net_config_t
+ * bind NULL) is such a member: it binds nothing and hears everything on its DEALERs (and,
+ * until the WELCOME, on its HELLO sockets), each of which names the member it connects to. */
 #include "swarm/net.h"
 #include "swarm/auth.h"
 #include "swarm/dispatch.h"
@@ -57,6 +63,17 @@ struct net {
     void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
     uint64_t refused;
     int hello_round;
+    /* an unreachable peer (not listening): its HELLO sockets, kept for the WELCOME that
+     * comes back on one of them, which then becomes the welcomer's DEALER (adopt) */
+    int listening;
+    void *hello[NET_HELLO_TRIES];
+    int nhello;
+    void *adopt;
+    uint8_t adopt_id[MSG_ID_LEN];
+    char addr_seen[MSG_ADDR_MAX + 1]; /* its own address as last logged (the relay named) */
+    zmq_pollitem_t *items; /* the poll set, and for each outbound socket its member's id */
+    uint8_t (*item_id)[MSG_ID_LEN];
+    int items_cap;
     struct {
         char key[65], addr[64];
     } refusals[NET_REFUSALS];
@@ -147,11 +164,30 @@ static void *new_dealer(struct net *n, const char *addr, const uint8_t server[MS
     return d;
 }
 
-/* members.c hooks: a member's DEALER lives exactly as long as the member is alive. */
+/* Closes the HELLO sockets still open (a peer that does not listen keeps them). */
+static void close_hellos(struct net *n)
+{
+    for (int i = 0; i < n->nhello; i++) zmq_close(n->hello[i]);
+    n->nhello = 0;
+}
+
+/* members.c hooks: a member's DEALER lives exactly as long as the member is alive. An
+ * unreachable member has none: it connects to this peer. */
 static void member_up(void *ctx, members_entry_t *e)
 {
     struct net *n = ctx;
     if (e->user) zmq_close(e->user);
+    e->user = NULL;
+    if (msg_addr_relay(e->m.addr, NULL)) return;
+    if (n->adopt && !memcmp(n->adopt_id, e->m.id, MSG_ID_LEN)) {
+        /* the WELCOME came on this HELLO socket: a second DEALER under the same routing id
+         * would take the welcomer's connection over from it, and back (ROUTER_HANDOVER) */
+        for (int i = 0; i < n->nhello; i++)
+            if (n->hello[i] == n->adopt) n->hello[i] = n->hello[--n->nhello];
+        e->user = n->adopt;
+        n->adopt = NULL;
+        return;
+    }
     e->user = new_dealer(n, e->m.addr, e->m.id);
 }
 
@@ -167,18 +203,27 @@ static void member_down(void *ctx, members_entry_t *e, const char *why)
 
 /* ---- the core's io -------------------------------------------------------------------- */
 
+static int io_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes,
+                    const void *const *data, const size_t *len);
+
+/* To a member's DEALER; to an unreachable one through the ROUTER, on the connection it
+ * opened to this peer (none: undeliverable, as ROUTER_MANDATORY says). */
 static int io_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
                    const size_t *len)
 {
-    (void)ctx;
-    return e->user ? send_frames(e->user, nframes, data, len, ZMQ_DONTWAIT) : -1;
+    if (e->user) return send_frames(e->user, nframes, data, len, ZMQ_DONTWAIT);
+    if (!msg_addr_relay(e->m.addr, NULL)) return -1;
+    return io_reply(ctx, e->m.id, MSG_ID_LEN, nframes, data, len);
 }
 
-/* A probe goes through a DEALER of its own that lingers until the message is out. */
+/* A probe goes through a DEALER of its own that lingers until the message is out (an
+ * unreachable member: through the ROUTER, in case its connection to this peer still
+ * stands). */
 static int io_probe(void *ctx, members_entry_t *e, int nframes, const void *const *data,
                     const size_t *len)
 {
     struct net *n = ctx;
+    if (msg_addr_relay(e->m.addr, NULL)) return io_reply(ctx, e->m.id, MSG_ID_LEN, nframes, data, len);
     void *d = new_dealer(n, e->m.addr, e->m.id);
     if (!d) return -1;
     int linger = 200;
@@ -381,7 +426,10 @@ static char *status_json(void *ctx, size_t *len)
         fprintf(f, "%s{\"kind\":\"%s\",\"in\":%llu,\"out\":%llu}", k ? "," : "",
                 transport_wire_name(k), (unsigned long long)wire->in[k],
                 (unsigned long long)wire->out[k]);
-    fprintf(f, "],\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
+    uint64_t dropped, relayed = dispatch_relayed(n->core, &dropped);
+    fprintf(f, "],\"relayed\":%llu,\"relay_dropped\":%llu", (unsigned long long)relayed,
+            (unsigned long long)dropped);
+    fprintf(f, ",\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
             !n->auth                               ? "none"
             : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key"
                                                    : "allowlist",
@@ -493,6 +541,40 @@ static void on_router(struct net *n)
     close_parts(parts, np, 7);
 }
 
+/* What came in on a connection this peer opened (a peer that does not listen hears the
+ * members there): id names the member at its other end. On a HELLO socket (id NULL) it is
+ * the WELCOME: its header names the welcomer, whose DEALER the socket becomes (member_up),
+ * and the other HELLO sockets are closed. Nothing: a socket closed and opened again
+ * meanwhile, whose readiness the poll reported for the old one. */
+static void on_outbound(struct net *n, void *sock, const uint8_t *id)
+{
+    int events = 0;
+    size_t elen = sizeof events;
+    if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &elen) || !(events & ZMQ_POLLIN)) return;
+    zmq_msg_t parts[7];
+    int np = recv_parts(sock, parts, 7); /* whole messages only: it does not block */
+    if (np < 0) return;
+    char err[STATUS_ERR_LEN];
+    const void *data[7];
+    size_t len[7];
+    int nf = np > 7 ? 7 : np;
+    for (int i = 0; i < nf; i++) data[i] = zmq_msg_data(&parts[i]), len[i] = zmq_msg_size(&parts[i]);
+    uint8_t sender[MSG_ID_LEN] = {0};
+    if (!id) {
+        if (len[0] >= 48 && !memcmp(data[0], "SWT", 3))
+            memcpy(sender, (const uint8_t *)data[0] + 16, MSG_ID_LEN);
+        n->adopt = sock;
+        memcpy(n->adopt_id, sender, MSG_ID_LEN);
+    }
+    dispatch_on_frames(n->core, id ? id : sender, MSG_ID_LEN, 0, NULL, nf, data, len,
+                       clock_now(), err);
+    close_parts(parts, np, 7);
+    if (!id) { /* adopted (member_up took it off the list) or not, one answer ends the HELLO */
+        n->adopt = NULL;
+        close_hellos(n);
+    }
+}
+
 static void on_compute(struct net *n)
 {
     zmq_msg_t parts[6];
@@ -536,16 +618,23 @@ static void on_compute(struct net *n)
         if (!n->auth) cand = none;
         /* at most NET_HELLO_TRIES sockets per HELLO; a long list is walked over retries */
         int first = nc > NET_HELLO_TRIES ? (n->hello_round++ * NET_HELLO_TRIES) % nc : 0;
+        /* a peer that does not listen hears the WELCOME on the socket its HELLO left by
+         * (the last round's, unanswered, make way: one connection per routing id) */
+        if (!n->listening) close_hellos(n);
         for (int t = 0; t < nc && t < NET_HELLO_TRIES; t++) {
             int c = (first + t) % nc;
             if (n->auth && auth_mode(n->auth) == AUTH_ALLOW && !memcmp(cand[c], n->id, MSG_ID_LEN))
                 continue;
             void *d = new_dealer(n, ep, cand[c]);
             if (!d) continue;
-            int linger = 2000;
-            zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
             const void *fr[1] = {hdr};
             if (zmq_send(d, hdr, hlen, 0) >= 0) dispatch_count_out(n->core, 1, fr, &hlen);
+            if (!n->listening) {
+                n->hello[n->nhello++] = d;
+                continue;
+            }
+            int linger = 2000;
+            zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
             zmq_close(d); /* lingers until the HELLO is out */
         }
         break;
@@ -605,7 +694,62 @@ done:
 static void tick(struct net *n)
 {
     dispatch_tick(n->core, clock_now(), ++n->ticks * 0x9e3779b97f4a7c15ULL);
+    if (strcmp(me(n)->addr, n->addr_seen)) { /* an unreachable peer named another relay */
+        snprintf(n->addr_seen, sizeof n->addr_seen, "%s", me(n)->addr);
+        log_info("net: unreachable; others reach it through %s", n->addr_seen);
+    }
     push_view(n);
+}
+
+/* The poll set: the ROUTER, the compute side, ZAP and the monitor (with CURVE); and when
+ * this peer does not listen, every DEALER and HELLO socket it opened (their ids in
+ * item_id; HELLO sockets' all zero). The count, or -1 when out of memory. */
+static int poll_set(struct net *n)
+{
+    members_t *mem = dispatch_members(n->core);
+    int want = 4 + (n->listening ? 0 : members_count(mem) + n->nhello);
+    if (want > n->items_cap) {
+        zmq_pollitem_t *it = realloc(n->items, (size_t)want * sizeof *it);
+        if (it) n->items = it;
+        uint8_t(*ids)[MSG_ID_LEN] = realloc(n->item_id, (size_t)want * sizeof *ids);
+        if (ids) n->item_id = ids;
+        if (!it || !ids) return -1;
+        n->items_cap = want;
+    }
+    int k = 0;
+    void *base[4] = {n->router, n->pair_n, n->zap, n->mon};
+    for (int i = 0; i < (n->zap ? 4 : 2); i++) n->items[k++] = (zmq_pollitem_t){base[i], 0, ZMQ_POLLIN, 0};
+    if (n->listening) return k;
+    for (int i = 1; i < members_count(mem); i++) {
+        members_entry_t *e = members_at(mem, i);
+        if (!e->alive || !e->user) continue;
+        memcpy(n->item_id[k], e->m.id, MSG_ID_LEN);
+        n->items[k++] = (zmq_pollitem_t){e->user, 0, ZMQ_POLLIN, 0};
+    }
+    for (int i = 0; i < n->nhello; i++) {
+        memset(n->item_id[k], 0, MSG_ID_LEN);
+        n->items[k++] = (zmq_pollitem_t){n->hello[i], 0, ZMQ_POLLIN, 0};
+    }
+    return k;
+}
+
+/* Outbound socket item k of the poll set has a message: if it is still the DEALER of that
+ * member, or still a HELLO socket (handling an earlier item may have closed it). */
+static void on_outbound_item(struct net *n, int k)
+{
+    void *sock = n->items[k].socket;
+    static const uint8_t zero[MSG_ID_LEN];
+    if (memcmp(n->item_id[k], zero, MSG_ID_LEN)) {
+        members_t *mem = dispatch_members(n->core);
+        members_entry_t *e = members_at(mem, members_find(mem, n->item_id[k]));
+        if (e && e->alive && e->user == sock) on_outbound(n, sock, n->item_id[k]);
+        return;
+    }
+    for (int i = 0; i < n->nhello; i++)
+        if (n->hello[i] == sock) {
+            on_outbound(n, sock, NULL);
+            return;
+        }
 }
 
 static void *net_thread(void *arg)
@@ -613,17 +757,18 @@ static void *net_thread(void *arg)
     struct net *n = arg;
     double next = clock_now();
     while (!n->quit) {
-        zmq_pollitem_t items[4] = {{n->router, 0, ZMQ_POLLIN, 0},
-                                   {n->pair_n, 0, ZMQ_POLLIN, 0},
-                                   {n->zap, 0, ZMQ_POLLIN, 0},
-                                   {n->mon, 0, ZMQ_POLLIN, 0}};
+        int ni = poll_set(n), nb = n->zap ? 4 : 2;
+        if (ni < 0) break;
+        zmq_pollitem_t *items = n->items;
         long wait = (long)((next - clock_now()) * 1000);
         if (wait < 0) wait = 0;
-        if (zmq_poll(items, n->zap ? 4 : 2, wait) < 0 && zmq_errno() != EINTR) break;
+        if (zmq_poll(items, ni, wait) < 0 && zmq_errno() != EINTR) break;
         if (n->zap && (items[2].revents & ZMQ_POLLIN)) on_zap(n);
         if (n->zap && (items[3].revents & ZMQ_POLLIN)) on_monitor(n);
         if (items[0].revents & ZMQ_POLLIN) on_router(n);
         if (items[1].revents & ZMQ_POLLIN) on_compute(n);
+        for (int k = nb; k < ni; k++)
+            if (n->items[k].revents & ZMQ_POLLIN) on_outbound_item(n, k);
         if (clock_now() >= next) {
             tick(n);
             next = clock_now() + n->heartbeat_s;
@@ -643,6 +788,7 @@ static void *net_thread(void *arg)
         if (e->user) zmq_close(e->user);
         e->user = NULL;
     }
+    close_hellos(n);
     if (n->mon) {
         zmq_socket_monitor(n->router, NULL, 0);
         zmq_close(n->mon);
@@ -673,6 +819,11 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
         n->signing = 1;
     }
     n->auth = cfg->auth;
+    n->listening = cfg->bind != NULL;
+    if (!n->listening && cfg->advertise) {
+        status_set(err, STATUS_EINVAL, "a peer that does not listen advertises no endpoint");
+        goto fail;
+    }
     if (n->auth) {
         /* The ZAP handler must be bound before any CURVE server socket of the context. */
         n->zap = zmq_socket(n->ctx, ZMQ_REP);
@@ -708,18 +859,25 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
     /* No frame of ours comes near this; a peer that sends one is cut off. */
     int64_t maxmsg = (int64_t)1 << 30;
     zmq_setsockopt(n->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    if (zmq_bind(n->router, cfg->bind) < 0) {
+    /* what goes to unreachable members leaves here: as much queue as a DEALER's */
+    int hwm = 10000;
+    zmq_setsockopt(n->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    char bound[256];
+    size_t blen = sizeof bound;
+    if (!n->listening) { /* unreachable: the address says so, and names a relay later */
+        msg_addr_set_relay(bound, NULL);
+    } else if (zmq_bind(n->router, cfg->bind) < 0) {
         status_set(err, STATUS_ENET, "cannot listen on %s: %s", cfg->bind,
                    zmq_strerror(zmq_errno()));
         goto fail;
+    } else {
+        zmq_getsockopt(n->router, ZMQ_LAST_ENDPOINT, bound, &blen);
     }
-    char bound[256];
-    size_t blen = sizeof bound;
-    zmq_getsockopt(n->router, ZMQ_LAST_ENDPOINT, bound, &blen);
     if (endpoint) snprintf(endpoint, 256, "%s", bound);
     msg_member_t self = cfg->self;
     memcpy(self.id, cfg->id, MSG_ID_LEN);
     snprintf(self.addr, sizeof self.addr, "%s", cfg->advertise ? cfg->advertise : bound);
+    snprintf(n->addr_seen, sizeof n->addr_seen, "%s", self.addr);
     /* The heartbeat starts at the wall clock's milliseconds: a restarted peer's entries win
      * over those of its previous life, and a recorded (signed) entry of that life cannot
      * be replayed over the new one. */
@@ -810,6 +968,8 @@ void net_stop(net_t **np)
     xfer_shared_unref(&n->served);
     free(n->view);
     free(n->heard);
+    free(n->items);
+    free(n->item_id);
     sodium_memzero(n->sk, sizeof n->sk);
     free(n);
     *np = NULL;

@@ -5,7 +5,9 @@
  * Sockets (docs/protocol.md, "Transport"): one ROUTER bound where the peer listens;
  * one DEALER per known member, connected to the member's advertised address, for
  * everything this peer sends to it. Replies to non-members (the status tool) go back
- * through the ROUTER.
+ * through the ROUTER, and so does everything for an unreachable member (one that does
+ * not listen), on the connection that member opened; such a peer hears everything on
+ * its DEALERs.
  *
  * Membership: every member entry has a heartbeat counter its owner increments each
  * gossip tick; a higher counter wins on merge. A member whose counter has not moved
@@ -29,8 +31,12 @@
 typedef struct net net_t;
 
 typedef struct {
-    const char *bind;      /* endpoint to bind, e.g. tcp://127.0.0.1:0 (0: a free port) */
-    const char *advertise; /* endpoint others use; NULL: the bound endpoint */
+    const char *bind;      /* endpoint to bind, e.g. tcp://127.0.0.1:0 (0: a free port);
+                            * NULL: listen nowhere, an unreachable member (behind NAT or a
+                            * firewall, docs/protocol.md 3.4) served over the connections it
+                            * opens */
+    const char *advertise; /* endpoint others use; NULL: the bound endpoint (with bind NULL:
+                            * MUST be NULL) */
     uint8_t id[MSG_ID_LEN];
     uint64_t swarm;       /* 0 until known (a joiner before WELCOME) */
     double heartbeat_s;   /* gossip period (0.25) */
@@ -47,7 +53,8 @@ typedef struct {
 
 
 /* Starts the network thread; binds, and fills the bound endpoint into *endpoint
- * (256 bytes) when not NULL. NULL + err on failure (address in use, bad endpoint). */
+ * (256 bytes) when not NULL (a peer that does not listen: its relay address, naming no
+ * relay yet). NULL + err on failure (address in use, bad endpoint). */
 net_t *net_start(const net_config_t *cfg, char *endpoint, char *err);
 
 /* Says LEAVE to every member and stops the thread (sockets stay open until net_stop);

@@ -143,6 +143,9 @@ static void spec_encode(bb_t *b, const msg_t *m, const wire_opts_t *o)
         put_u(b, (uint64_t)m->since, 8);
         if (m->type == MSG_EXCH || m->type == MSG_EXCH_REQ) put(b, m->origin, MSG_ID_LEN);
         break;
+    case MSG_RELAY:
+        put(b, m->dest, MSG_ID_LEN);
+        break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         put_u(b, (uint16_t)m->stage, 2);
@@ -217,6 +220,7 @@ static msg_t sample(int type)
     m.hash = 0xf0e1d2c3b4a59687ULL;
     m.since = 0x0000123456789abcLL;
     for (int j = 0; j < MSG_ID_LEN; j++) m.origin[j] = (uint8_t)(0x60 + 2 * j);
+    for (int j = 0; j < MSG_ID_LEN; j++) m.dest[j] = (uint8_t)(0x33 ^ (5 * j));
     m.offset = 1u << 20;
     m.total = 3u << 20;
     m.length = 1u << 20;
@@ -271,6 +275,9 @@ static msg_t expected(const msg_t *s)
         if (s->type == MSG_EXCH || s->type == MSG_EXCH_REQ)
             memcpy(e.origin, s->origin, MSG_ID_LEN);
         break;
+    case MSG_RELAY:
+        memcpy(e.dest, s->dest, MSG_ID_LEN);
+        break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         e.stage = s->stage;
@@ -313,6 +320,8 @@ static size_t spec_len(const msg_t *m)
     case MSG_EXCH:
     case MSG_EXCH_REQ:
         return COMMON_LEN + 30 + MSG_ID_LEN;
+    case MSG_RELAY:
+        return COMMON_LEN + MSG_ID_LEN;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         return COMMON_LEN + 62;
@@ -467,11 +476,11 @@ static void test_payload_counts(void **state)
         [MSG_FWD] = 2,        [MSG_BWD] = 1,        [MSG_NACK] = 0,      [MSG_PROGRESS] = 1,
         [MSG_STEP_DONE] = 0,  [MSG_EXCH] = 3,       [MSG_STATE_REQ] = 0, [MSG_STATE_REP] = 1,
         [MSG_STATUS_REQ] = 0, [MSG_STATUS_REP] = 1, [MSG_ERROR] = 0,     [MSG_EXCH_REQ] = 0,
-        [MSG_REDO] = 1};
+        [MSG_REDO] = 1,       [MSG_RELAY] = -1};
     static const char *names[MSG_TYPE_MAX + 1] = {
         "?",         "HELLO",      "WELCOME",    "GOSSIP",    "LEAVE", "FWD",
         "BWD",       "NACK",       "PROGRESS",   "STEP_DONE", "EXCH",  "STATE_REQ",
-        "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR", "EXCH_REQ", "REDO"};
+        "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR", "EXCH_REQ", "REDO", "RELAY"};
     for (int t = 1; t <= MSG_TYPE_MAX; t++) {
         assert_int_equal(msg_payloads(t), want[t]);
         assert_string_equal(msg_type_name(t), names[t]);
@@ -501,7 +510,7 @@ static void test_golden_step_done(void **state)
     m.step = 42;
     static const uint8_t want[] = {
         0x53, 0x57, 0x54,                               /* "SWT" */
-        0x06,                                           /* version */
+        0x07,                                           /* version */
         0x09,                                           /* type STEP_DONE */
         0x01,                                           /* flags: run finished */
         0x00, 0x00,                                     /* reserved */
@@ -827,9 +836,9 @@ static void test_version(void **state)
         spec_encode(b, &m, NULL);
         assert_int_equal(decode_bb(b, &got), 0);
     }
-    /* the version is judged before anything after it: "SWT" 7 alone, or with junk */
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x07", 4, &got), STATUS_EVERSION);
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x07\xff\xff\xff", 7, &got),
+    /* the version is judged before anything after it: "SWT" 8 alone, or with junk */
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x08", 4, &got), STATUS_EVERSION);
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x08\xff\xff\xff", 7, &got),
                      STATUS_EVERSION);
     assert_int_equal(decode_exact((const uint8_t *)"SWT", 3, &got), STATUS_EMALFORMED);
     free(b);
@@ -1200,6 +1209,62 @@ static void test_encode_refuses(void **state)
     assert_int_equal(msg_members_encode(v, 3, buf, sizeof buf, &len, NULL), STATUS_EINVAL);
 }
 
+/* Unreachable members' endpoints (docs/protocol.md 3.4): "relay:" alone or with the relay's
+ * 64 lowercase hex digits; HELLO, WELCOME and member entries carrying any other "relay:"
+ * endpoint are refused, other endpoints are not looked into. */
+static void test_relay_addresses(void **state)
+{
+    (void)state;
+    uint8_t id[MSG_ID_LEN], got_id[MSG_ID_LEN];
+    for (int j = 0; j < MSG_ID_LEN; j++) id[j] = (uint8_t)(0xf0 ^ (7 * j));
+    char addr[MSG_ADDR_MAX + 1];
+    msg_addr_set_relay(addr, NULL);
+    assert_string_equal(addr, "relay:");
+    memset(got_id, 0xff, sizeof got_id);
+    assert_int_equal(msg_addr_relay(addr, got_id), 1);
+    static const uint8_t zero[MSG_ID_LEN];
+    assert_memory_equal(got_id, zero, MSG_ID_LEN);
+    msg_addr_set_relay(addr, id);
+    assert_int_equal(strlen(addr), 6 + 64);
+    assert_int_equal(strncmp(addr, "relay:f0f7fee5", 14), 0);
+    assert_int_equal(msg_addr_relay(addr, got_id), 1);
+    assert_memory_equal(got_id, id, MSG_ID_LEN);
+    assert_int_equal(msg_addr_relay(addr, NULL), 1);
+    static const char *other[] = {"tcp://10.0.0.1:7000", "", "relay", "Relay:", "tcp://relay:1"};
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+        assert_int_equal(msg_addr_relay(other[i], NULL), 0);
+    /* malformed relay endpoints: a short id, an upper-case or non-hex digit, one too many */
+    char bad[4][MSG_ADDR_MAX + 1];
+    snprintf(bad[0], sizeof bad[0], "%.69s", addr);
+    snprintf(bad[1], sizeof bad[1], "%s", addr);
+    bad[1][10] = 'A';
+    snprintf(bad[2], sizeof bad[2], "%s", addr);
+    bad[2][40] = 'g';
+    snprintf(bad[3], sizeof bad[3], "%s0", addr);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(msg_addr_relay(bad[i], NULL), 0);
+        static const int with_addr[] = {MSG_HELLO, MSG_WELCOME};
+        for (int t = 0; t < 2; t++) {
+            msg_t m = sample(with_addr[t]);
+            snprintf(m.addr, sizeof m.addr, "%.255s", bad[i]);
+            assert_int_equal(spec_rc(&m, NULL), STATUS_EMALFORMED);
+            snprintf(m.addr, sizeof m.addr, "%s", i % 2 ? addr : "relay:");
+            assert_int_equal(spec_rc(&m, NULL), 0);
+        }
+        msg_member_t v[2] = {sample_member(1), sample_member(2)};
+        snprintf(v[1].addr, sizeof v[1].addr, "%.255s", bad[i]);
+        bb_t *b = malloc(sizeof *b);
+        assert_non_null(b);
+        spec_members(b, v, 2);
+        int k;
+        assert_int_equal(members_exact(b->b, b->n, 2, NULL, &k), STATUS_EMALFORMED);
+        snprintf(v[1].addr, sizeof v[1].addr, "%s", addr);
+        spec_members(b, v, 2);
+        assert_int_equal(members_exact(b->b, b->n, 2, NULL, &k), 0);
+        free(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1218,6 +1283,7 @@ int main(void)
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_members_refused),
         cmocka_unit_test(test_encode_refuses),
+        cmocka_unit_test(test_relay_addresses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@ enum {
     O_NEW = RUN_OPTS_EXTRA,
     O_JOIN,
     O_LISTEN,
+    O_NO_LISTEN,
     O_ADV,
     O_STAGE,
     O_INFLIGHT,
@@ -47,6 +48,7 @@ enum {
 /* This process's fault drills (--poison, SWARMTRAIN_FAULT_DIE_AT_STEP): tests only. */
 static peer_drills_t drills = {.die_at_step = -1};
 static const char *events_path; /* --events FILE */
+static int listen_set, no_listen;  /* --listen given; --no-listen */
 
 static int peer_option(void *ctx, int c, const char *arg)
 {
@@ -73,6 +75,10 @@ static int peer_option(void *ctx, int c, const char *arg)
         return 0;
     case O_LISTEN:
         po->listen = arg;
+        listen_set = 1;
+        return 0;
+    case O_NO_LISTEN:
+        no_listen = 1;
         return 0;
     case O_ADV:
         po->advertise = arg;
@@ -167,6 +173,7 @@ int cmd_peer(int argc, char **argv)
     static const struct option extra[] = {{"new", no_argument, 0, O_NEW},
                                           {"join", required_argument, 0, O_JOIN},
                                           {"listen", required_argument, 0, O_LISTEN},
+                                          {"no-listen", no_argument, 0, O_NO_LISTEN},
                                           {"advertise", required_argument, 0, O_ADV},
                                           {"stage", required_argument, 0, O_STAGE},
                                           {"in-flight", required_argument, 0, O_INFLIGHT},
@@ -208,6 +215,10 @@ int cmd_peer(int argc, char **argv)
             "  --join ENDPOINT      join through a live peer, e.g. tcp://10.0.0.5:7000\n"
             "  --listen ENDPOINT    where to listen (default tcp://127.0.0.1:0, a free port)\n"
             "  --advertise ENDPOINT where others reach this peer (NAT, several interfaces)\n"
+            "  --no-listen          accept no connections (behind NAT or a firewall that lets\n"
+            "                       nothing in): serve over the connections this peer opens,\n"
+            "                       and reach other such peers through a relay member\n"
+            "                       (docs/protocol.md 3.4); not with --new, --listen, --advertise\n"
             "  --stage N            take stage N (default: the pool with least throughput)\n"
             "  --in-flight N        microbatches a stage-0 peer keeps in flight (default 2)\n"
             "  --slots N            activation slots (default 2 x in-flight + 2)\n"
@@ -264,6 +275,13 @@ int cmd_peer(int argc, char **argv)
         fprintf(stderr, "swarmtrain peer: give exactly one of --new and --join ENDPOINT\n");
         return 2;
     }
+    if (no_listen && (po.is_new || listen_set || po.advertise)) {
+        fprintf(stderr, "swarmtrain peer: --no-listen joins a swarm (--join) and takes neither "
+                        "--listen nor --advertise: joiners reach the founder, and nobody reaches "
+                        "this peer\n");
+        return 2;
+    }
+    if (no_listen) po.listen = NULL; /* the network thread binds nothing (swarm/net.h) */
     if (po.resume && !po.db) {
         fprintf(stderr, "swarmtrain peer: --resume needs --db PATH (the store to resume from)\n");
         return 2;

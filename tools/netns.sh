@@ -9,6 +9,10 @@
 #   tools/netns.sh up N RATE DELAY_MS      hosts PREFIX-h1..hN (10.77.0.1..N), switch PREFIX-sw
 #   tools/netns.sh down                    kill what runs in them, delete them
 #   tools/netns.sh exec I CMD...           run CMD on host I
+#   tools/netns.sh nat I                   host I lets no TCP connection in, as behind NAT or a
+#                                          firewall: its switch port drops every SYN without
+#                                          ACK towards it; connections it opens work (run it
+#                                          after `up`; the host's download is left unshaped)
 #   tools/netns.sh swarm [options] [-- RUN OPTIONS]
 #        --hosts N (4) --stages S (2) --rate R|none (none) --delay-ms D (0) --steps N (30)
 #        --in-flight K (2) --dir DIR (new /tmp dir) --timeout S (600) --config NAME (tiny)
@@ -122,6 +126,21 @@ ns_up() {
             done
         done
     fi
+}
+
+# Host i behind NAT: the switch port towards it (its download) queues TCP segments with
+# SYN set and ACK clear in an htb class whose queue holds nothing (pfifo limit 0), so they
+# are dropped; everything else passes unshaped. (The kernels here have no tc actions, so
+# `action drop` is not an option; htb and u32 are.)
+nat() {
+    local i=$1 d="ip netns exec $P-sw tc"
+    ip netns list | grep -q "^$P-h$i\b" || die "nat: no host $i (run up first)"
+    $d qdisc replace dev "v$i" root handle 1: htb default 10 &&
+        $d class add dev "v$i" parent 1: classid 1:10 htb rate 10gbit quantum 60000 &&
+        $d class add dev "v$i" parent 1: classid 1:20 htb rate 10gbit quantum 60000 &&
+        $d qdisc add dev "v$i" parent 1:20 handle 20: pfifo limit 0 &&
+        $d filter add dev "v$i" parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff \
+            match u8 0x02 0x12 at 33 flowid 1:20 || die "nat: tc on v$i failed"
 }
 
 # counters of host i's link: "tx rx"
@@ -264,6 +283,10 @@ exec)
 swarm)
     shift
     swarm "$@"
+    ;;
+nat)
+    [ $# = 2 ] || die "usage: netns.sh nat I"
+    nat "$2"
     ;;
 *)
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"

@@ -1,0 +1,187 @@
+/* test_nat.c — unreachable members (docs/protocol.md 3.4) on real network threads over
+ * loopback: peers that listen nowhere (net_config_t bind NULL) join through a reachable
+ * founder, hear it on the connections they opened, reach each other through a relay, and
+ * name another relay when theirs leaves. Each message is checked where it arrives: its
+ * type, sender and payload, as the peer would be handed it.
+ * Not for: a whole swarm behind a firewall (tests/nat.sh), the octets (test_msg.c). */
+#include "common/clock.h"
+#include "common/status.h"
+#include "swarm/msg.h"
+#include "swarm/net.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#define SWARM_ID 0x5e77e
+
+typedef struct {
+    net_t *net;
+    uint8_t id[MSG_ID_LEN];
+    char ep[256];
+    msg_member_t self; /* its own entry as its last view gave it */
+} node_t;
+
+/* k: the id's first octet; listening 0: an unreachable member. */
+static void node_start(node_t *n, int k, int founding, int listening)
+{
+    char err[STATUS_ERR_LEN];
+    memset(n, 0, sizeof *n);
+    n->id[0] = (uint8_t)k;
+    net_config_t nc = {.bind = listening ? "tcp://127.0.0.1:0" : NULL,
+                       .heartbeat_s = 0.1,
+                       .timeout_s = 30,
+                       .swarm = founding ? SWARM_ID : 0,
+                       .run_text = founding ? "stages=1\n" : NULL};
+    memcpy(nc.id, n->id, MSG_ID_LEN);
+    nc.self.state = MEMBER_SERVING;
+    nc.self.loss = NAN;
+    n->net = net_start(&nc, n->ep, err);
+    if (!n->net) fail_msg("net_start: %s", err);
+}
+
+/* Handles one event of n (a WELCOME: takes the swarm, as a joiner's peer does; a view:
+ * notes its own entry). Returns the event's type (NET_EV_NONE on timeout); *ev valid until
+ * the next call. */
+static int pump(node_t *n, int ms, net_ev_t *ev)
+{
+    if (net_recv(n->net, ms, ev)) return NET_EV_NONE;
+    if (ev->type == NET_EV_MSG && ev->msg.type == MSG_WELCOME)
+        net_set_run(n->net, ev->msg.swarm, "stages=1\n");
+    for (int i = 0; ev->type == NET_EV_VIEW && i < ev->nmembers; i++)
+        if (!memcmp(ev->members[i].id, n->id, MSG_ID_LEN)) n->self = ev->members[i];
+    return ev->type;
+}
+
+/* Whether b's view lists a (live); pumps b for up to 10 s. */
+static int sees(node_t *b, const node_t *a)
+{
+    double end = clock_now() + 10;
+    net_ev_t ev;
+    while (clock_now() < end) {
+        if (pump(b, 50, &ev) != NET_EV_VIEW) continue;
+        for (int i = 0; i < ev.nmembers; i++)
+            if (!memcmp(ev.members[i].id, a->id, MSG_ID_LEN)) return 1;
+    }
+    return 0;
+}
+
+/* Pumps every node for s seconds (their views settle, messages flow). */
+static void settle(node_t *const *nodes, int n, double s)
+{
+    double end = clock_now() + s;
+    net_ev_t ev;
+    while (clock_now() < end)
+        for (int i = 0; i < n; i++) pump(nodes[i], 5, &ev);
+}
+
+/* Sends a PROGRESS whose one-octet bitmap is `tag` from a to b until b is handed it (up to
+ * 10 s; sends before b's connections stand may be undeliverable: they are sent again),
+ * pumping `others` meanwhile. 1 when b got it with a as sender. */
+static int deliver(node_t *a, node_t *b, uint8_t tag, node_t *const *others, int nothers)
+{
+    char err[STATUS_ERR_LEN];
+    double end = clock_now() + 10, next = 0;
+    net_ev_t ev;
+    while (clock_now() < end) {
+        if (clock_now() >= next) {
+            msg_t m = {.type = MSG_PROGRESS, .stage = 0, .step = tag, .count = 8};
+            const void *pl[1] = {&tag};
+            size_t pll[1] = {1};
+            assert_int_equal(net_send(a->net, b->id, &m, 1, pl, pll, err), 0);
+            next = clock_now() + 0.5;
+        }
+        pump(a, 1, &ev);
+        for (int i = 0; i < nothers; i++) pump(others[i], 1, &ev);
+        if (pump(b, 5, &ev) == NET_EV_MSG && ev.msg.type == MSG_PROGRESS && ev.msg.step == tag &&
+            ev.nframes == 1 && ev.frame_len[0] == 1 && ev.frame[0][0] == tag)
+            return !memcmp(ev.msg.sender, a->id, MSG_ID_LEN);
+    }
+    return 0;
+}
+
+/* The relay an unreachable node's own entry names (0: none, or it is not unreachable). */
+static int relay_of(const node_t *n, uint8_t relay[MSG_ID_LEN])
+{
+    static const uint8_t zero[MSG_ID_LEN];
+    return msg_addr_relay(n->self.addr, relay) && memcmp(relay, zero, MSG_ID_LEN);
+}
+
+static void test_unreachable_members(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    node_t a, b, n1, n2;
+    node_start(&a, 1, 1, 1);
+    node_start(&n1, 2, 0, 0);
+    node_start(&n2, 3, 0, 0);
+    assert_string_equal(n1.ep, MSG_RELAY_SCHEME); /* it names no relay yet */
+
+    /* joining: the WELCOME comes back on the HELLO's connection */
+    assert_int_equal(net_hello(n1.net, a.ep, 0, err), 0);
+    assert_true(sees(&n1, &a));
+    assert_int_equal(net_hello(n2.net, a.ep, 0, err), 0);
+    assert_true(sees(&n2, &a));
+    node_t *all[] = {&a, &n1, &n2};
+    settle(all, 3, 0.5);
+    uint8_t relay[MSG_ID_LEN];
+    assert_true(relay_of(&n1, relay));
+    assert_memory_equal(relay, a.id, MSG_ID_LEN); /* the only reachable member */
+    assert_true(relay_of(&n2, relay));
+
+    /* reachable to unreachable (the ROUTER) and back (its DEALER) */
+    assert_true(deliver(&a, &n1, 11, (node_t *[]){&n2}, 1));
+    assert_true(deliver(&n1, &a, 12, (node_t *[]){&n2}, 1));
+    /* unreachable to unreachable, both ways: through the relay */
+    assert_true(deliver(&n1, &n2, 13, (node_t *[]){&a}, 1));
+    assert_true(deliver(&n2, &n1, 14, (node_t *[]){&a}, 1));
+
+    /* another reachable member comes; the relay leaves; both name the newcomer */
+    node_start(&b, 4, 0, 1);
+    assert_int_equal(net_hello(b.net, a.ep, 0, err), 0);
+    assert_true(sees(&b, &n1));
+    node_t *four[] = {&a, &b, &n1, &n2};
+    settle(four, 4, 0.5);
+    net_stop(&a.net);
+    node_t *three[] = {&b, &n1, &n2};
+    settle(three, 3, 1.0);
+    assert_true(relay_of(&n1, relay));
+    assert_memory_equal(relay, b.id, MSG_ID_LEN);
+    assert_true(relay_of(&n2, relay));
+    assert_memory_equal(relay, b.id, MSG_ID_LEN);
+    assert_true(deliver(&n1, &n2, 15, (node_t *[]){&b}, 1));
+    assert_true(deliver(&n2, &n1, 16, (node_t *[]){&b}, 1));
+    assert_true(deliver(&b, &n2, 17, (node_t *[]){&n1}, 1));
+
+    net_stop(&n2.net);
+    net_stop(&n1.net);
+    net_stop(&b.net);
+}
+
+/* A peer that listens nowhere advertises nothing either. */
+static void test_no_listen_no_advertise(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN], ep[256];
+    net_config_t nc = {.advertise = "tcp://10.0.0.1:7000", .heartbeat_s = 0.1, .timeout_s = 3};
+    nc.id[0] = 9;
+    net_t *n = net_start(&nc, ep, err);
+    assert_null(n);
+    assert_non_null(strstr(err, "advertises no endpoint"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_listen_no_advertise),
+        cmocka_unit_test(test_unreachable_members),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -91,12 +91,14 @@ static double pace_slowest(const follow_t *f)
 }
 
 /* The pool's seconds per step as the head moved since this follower's first step, once it
- * moved FOLLOW_RATE_STEPS steps or a second passed; 0: not known yet. The steps it applies
- * are no measure: it catches up in bursts, and the head it sees in gossip lags. */
+ * moved FOLLOW_RATE_STEPS steps in half a second or more, or a second passed; 0: not known
+ * yet. The steps it applies are no measure: it catches up in bursts, and the head it sees
+ * in gossip lags and moves in jumps, a gossip period apart: 3 steps timed across one jump
+ * gave 0.026 s a step where the pool took 0.1 s, and a naming 42 steps ahead (4 s). */
 static double pool_sps(const follow_t *f, int64_t head, double now)
 {
     int64_t d = head - f->head0;
-    if (d < FOLLOW_RATE_STEPS && now - f->t0 < 1.0) return 0;
+    if ((d < FOLLOW_RATE_STEPS || now - f->t0 < FOLLOW_RATE_MIN_S) && now - f->t0 < 1.0) return 0;
     return (now - f->t0) / (double)(d > 0 ? d : 1);
 }
 
@@ -133,14 +135,16 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
         /* counted from the pool's head, which a follower catching up may trail: from its
          * own step, the pool reached the step named before every mate echoed it, and mates
          * that had heard it waited for its message until the next naming reached them.
-         * The sooner of two: FOLLOW_CONFIRM_S at the pool's pace and a step more (a mate
-         * echoes the naming while short of it, or it does not count: follow_heard), or,
-         * for a slow pool, half of gossip_s + FOLLOW_SLACK_S; 2 steps at least (a naming
-         * only moves on, to gossip_s: the second errs short) */
-        double echoed = ceil(FOLLOW_CONFIRM_S / sps) + 1,
-               gossip = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps)), m = echoed;
-        if (gossip < m) m = gossip;
-        if (m < 2) m = 2;
+         * The sooner of two: FOLLOW_CONFIRM_S at the pool's pace, a step at least (every
+         * mate echoes the naming while short of it, or it does not count: follow_heard,
+         * and the echo comes within round trips: a mate gossips back at once), or half of
+         * gossip_s + FOLLOW_SLACK_S, 2 steps at least (a naming only moves on, to gossip_s:
+         * that one errs short) */
+        double echoed = ceil(FOLLOW_CONFIRM_S / sps),
+               gossip = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps)), m;
+        if (echoed < 1) echoed = 1;
+        if (gossip < 2) gossip = 2;
+        m = echoed < gossip ? echoed : gossip;
         int64_t want = (head > step ? head : step) + (m > 1000 ? 1000 : (int64_t)m);
         if (want >= serving_from) return serving_from;
         f->margin = want - step;

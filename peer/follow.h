@@ -26,7 +26,8 @@
 #define FOLLOW_GATHER_MAX 2    /* asks for every message of a step, a second apart */
 #define FOLLOW_SLACK_S    0.5  /* a naming's seconds beyond gossip_s, for the pace's error */
 #define FOLLOW_RATE_STEPS 3    /* head steps (or a second) before the pool's pace is known */
-#define FOLLOW_CONFIRM_S  1.0  /* a naming's seconds for every mate to echo it (follow_heard) */
+#define FOLLOW_RATE_MIN_S 0.5  /* ... and seconds, two gossip periods: the head moves in jumps */
+#define FOLLOW_CONFIRM_S  0.5  /* a naming's seconds for every mate to echo it (follow_heard) */
 #define FOLLOW_HEARD_ALL  INT64_MAX /* follow_t.heard: no mate to tell */
 
 typedef struct {
@@ -88,8 +89,8 @@ void follow_heard(follow_t *f, const msg_member_t *members, const int64_t *heard
 /* After a step applied (step is the new one): the first step it contributes from, given
  * its current one (serving_from) and the pool's head. A follower that has followed 2 steps
  * and knows the pool's pace (its head moved FOLLOW_RATE_STEPS steps, or a second passed)
- * names head + the fewer of 1 + FOLLOW_CONFIRM_S of steps and half of gossip_s +
- * FOLLOW_SLACK_S of steps, 2 at least, once per serving period (*named: 1). When every mate has
+ * names head + the fewer of FOLLOW_CONFIRM_S of steps (1 at least) and half of gossip_s +
+ * FOLLOW_SLACK_S of steps (2 at least), once per serving period (*named: 1). When every mate has
  * echoed it in time (f->heard) the naming stands. Else, from
  * 2 x FOLLOW_CONFIRM_S after the naming, or on reaching it, the named step only moves on:
  * whenever the pace the pool kept since the naming would reach it less than gossip_s after

@@ -262,14 +262,30 @@ static void on_hello(dispatch_t *d, const msg_t *m, double now)
     view_changed(d);
 }
 
+static void gossip_to(dispatch_t *d, members_entry_t *only, double now);
+
+/* The serving_from member id's entry holds here (INT64_MIN: none). */
+static int64_t serving_from_of(dispatch_t *d, const uint8_t id[MSG_ID_LEN])
+{
+    int j = members_find(d->mem, id);
+    return j > 0 ? members_at(d->mem, j)->m.serving_from : INT64_MIN;
+}
+
 /* GOSSIP or WELCOME: the table in frame pi merged. 0, or a refusal's status. */
 static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tlen, double now,
                     char *err)
 {
     int k = 0, rc = msg_members_decode(tab, tlen, d->scratch, MSG_MEMBERS_MAX, &k, err);
     if (rc) return rc;
-    if (m->type == MSG_GOSSIP) members_echo(d->mem, m->sender, d->scratch, k, now);
+    /* what the sender holds of this member changed: the program hears it now, not at the
+     * next tick (a newcomer waits for every mate's echo of its naming, 9.5) */
+    int heard = m->type == MSG_GOSSIP && members_echo(d->mem, m->sender, d->scratch, k, now);
+    int64_t from = serving_from_of(d, m->sender);
     int ch = members_merge(d->mem, d->scratch, k, now);
+    /* the sender named another first step (9.5): the program takes it in, then the sender
+     * gets this table back at once, its echo; in that order, so that the echo never says
+     * more than the program was handed */
+    int named = m->type == MSG_GOSSIP && from != INT64_MIN && serving_from_of(d, m->sender) != from;
     uint64_t forged = members_forged(d->mem);
     if (forged > d->forged_seen) { /* entries not signed by the member they describe */
         char hex[9];
@@ -282,7 +298,11 @@ static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
                  msg_type_name(m->type), msg_id_short(m->sender, hex));
         if (d->io.refused) d->io.refused(d->io.ctx, err, 1);
     }
-    if (ch > 0) view_changed(d);
+    if (ch > 0 || heard || named) view_changed(d);
+    if (named) {
+        int j = members_find(d->mem, m->sender);
+        if (j > 0) gossip_to(d, members_at(d->mem, j), now);
+    }
     return 0;
 }
 
@@ -472,9 +492,31 @@ static void choose_relay(dispatch_t *d, uint64_t r)
     if (strcmp(addr, me->m.addr)) members_set_addr(d->mem, addr);
 }
 
+static void gossip_send(dispatch_t *d, members_entry_t *only, double now, uint64_t r,
+                        int probe);
+
+static void gossip(dispatch_t *d, double now, uint64_t r)
+{
+    gossip_send(d, NULL, now, r, 1);
+}
+
+static void gossip_to(dispatch_t *d, members_entry_t *only, double now)
+{
+    gossip_send(d, only, now, 0, 0);
+}
+
+void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
+{
+    int64_t from = members_at(d->mem, 0)->m.serving_from;
+    members_set_self(d->mem, self);
+    if (self->serving_from == from) return;
+    /* a new first step named (9.5): every member hears it now, its echo comes back at once */
+    members_beat(d->mem, now);
+    gossip_send(d, NULL, now, 0, 0);
+}
+
 void dispatch_tick(dispatch_t *d, double now, uint64_t r)
 {
-    char err[STATUS_ERR_LEN];
     members_at(d->mem, 0)->m.uptime_s = (uint32_t)(now - d->t0);
     /* a tick far later than the last: this process was paused (SIGSTOP, a suspended
      * laptop, a VM migrated) or starved; the members' silence across it is ours */
@@ -488,6 +530,15 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     d->last_tick = now;
     members_tick(d->mem, now, d->timeout_s, NULL, 0);
     choose_relay(d, r);
+    gossip(d, now, r);
+}
+
+/* GOSSIP to `only`, or (NULL) to the live members (all, or gossip_fanout of them drawn
+ * with r) and, with `probe`, to one probe candidate (drawn with r). */
+static void gossip_send(dispatch_t *d, members_entry_t *only, double now, uint64_t r,
+                        int probe)
+{
+    char err[STATUS_ERR_LEN];
     uint8_t hdr[MSG_HEADER_MAX], *table = NULL;
     size_t tlen = 0;
     msg_t m;
@@ -497,6 +548,11 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     if (!hlen || members_encode_gossip(d->mem, now, d->forget_s, &table, &tlen, err)) return;
     const void *data[2] = {hdr, table};
     size_t len[2] = {hlen, tlen};
+    if (only) {
+        send_entry(d, only, 2, data, len);
+        free(table);
+        return;
+    }
     int cnt = members_count(d->mem), live = 0;
     int *idx = malloc((size_t)cnt * sizeof *idx);
     if (!idx) goto done;
@@ -515,7 +571,7 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     }
     /* One member that died of silence: after a partition heals the two sides find each
      * other this way (members.h). */
-    int p = members_probe(d->mem, now, d->forget_s, r);
+    int p = probe ? members_probe(d->mem, now, d->forget_s, r) : -1;
     if (p > 0 && d->io.probe && !d->io.probe(d->io.ctx, members_at(d->mem, p), 2, data, len))
         dispatch_count_out(d, 2, data, len);
     free(idx);

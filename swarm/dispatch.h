@@ -114,6 +114,11 @@ int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int 
                        const char *user, int nframes, const void *const *data,
                        const size_t *len, double now, char *err);
 
+/* This peer's own entry from its program (members_set_self). When its serving_from
+ * changed (a newcomer named the first step it contributes to, docs/protocol.md 9.5), its
+ * heartbeat goes up and every live member gets its GOSSIP now, not at the next tick. */
+void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now);
+
 /* The heartbeat: uptime, own heartbeat + 1, timeouts (members_tick), then GOSSIP to the
  * live members (all, or gossip_fanout of them drawn with r) and to one probe candidate
  * (drawn with r). r: any random number from the owner's source. */

@@ -241,11 +241,11 @@ int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why)
     return 1;
 }
 
-void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
-                  double now)
+int members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
+                 double now)
 {
-    int j = members_find(t, sender);
-    if (j <= 0) return;
+    int j = members_find(t, sender), heard = 0;
+    if (j <= 0) return 0;
     members_entry_t *e = &t->e[j];
     for (int i = 0; i < k; i++) {
         if (memcmp(v[i].id, t->e[0].m.id, MSG_ID_LEN)) continue;
@@ -253,25 +253,27 @@ void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_memb
         if (hb > e->heard_hb) { /* not a table older than one taken (reordered) */
             e->heard_hb = hb;
             if (v[i].serving_from != e->heard_from) {
+                heard = 1;
                 e->heard_from = v[i].serving_from;
                 e->heard_at = INT64_MAX; /* the sender's step, when its table has it */
                 for (int s = 0; s < k; s++)
                     if (!memcmp(v[s].id, sender, MSG_ID_LEN)) e->heard_at = v[s].step;
             }
         }
-        if (hb <= e->echo_hb) return; /* an echo already taken, or older */
+        if (hb <= e->echo_hb) return heard; /* an echo already taken, or older */
         int n = t->ring_n < MEMBERS_ECHO_RING ? t->ring_n : MEMBERS_ECHO_RING;
         for (int r = 0; r < n; r++) {
             int at = (t->ring_n - 1 - r) % MEMBERS_ECHO_RING;
             if (t->ring_hb[at] != hb) continue;
             double rtt = now - t->ring_t[at];
-            if (rtt < 0) return;
+            if (rtt < 0) break;
             e->echo_hb = hb;
             rtt_note(&e->rtt, rtt);
-            return;
+            break;
         }
-        return;
+        return heard;
     }
+    return heard;
 }
 
 double members_rto(const members_t *t, int i)
@@ -279,13 +281,18 @@ double members_rto(const members_t *t, int i)
     return i < 0 || i >= t->n ? 0 : rtt_rto(&t->e[i].rtt);
 }
 
-int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
+void members_beat(members_t *t, double now)
 {
-    int k = 0;
     t->e[0].m.heartbeat++;
     t->ring_hb[t->ring_n % MEMBERS_ECHO_RING] = t->e[0].m.heartbeat;
     t->ring_t[t->ring_n % MEMBERS_ECHO_RING] = now;
     t->ring_n++;
+}
+
+int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
+{
+    int k = 0;
+    members_beat(t, now);
     for (int i = 1; i < t->n; i++) {
         double limit = 2 * members_rto(t, i);
         if (limit < timeout_s) limit = timeout_s;

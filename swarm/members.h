@@ -102,6 +102,9 @@ int members_hello(members_t *t, const msg_t *m, double now);
  * alive (the live set changed), else 0. */
 int members_leave(members_t *t, const uint8_t id[MSG_ID_LEN], const char *why);
 
+/* Self's heartbeat + 1 (remembered for members_echo's round trips). */
+void members_beat(members_t *t, double now);
+
 /* A gossip tick: self's heartbeat + 1, then every live member silent for more than its
  * timeout is declared dead: timeout_s, or twice the member's echo timeout
  * (members_rto) when that is longer (a member behind a slow or congested link is not
@@ -117,8 +120,9 @@ int members_tick(members_t *t, double now, double timeout_s, int *dead, int max)
  * ago are not remembered and give no sample. Whatever the heartbeat, the newest such
  * entry also says which serving_from of this peer the sender holds (heard_from, and the
  * sender's step when it first held it, heard_at): a newcomer learns that every mate has
- * heard the step it contributes from (docs/protocol.md 9.5). */
-void members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
+ * heard the step it contributes from (docs/protocol.md 9.5). Returns 1 when heard_from
+ * changed. */
+int members_echo(members_t *t, const uint8_t sender[MSG_ID_LEN], const msg_member_t *v, int k,
                   double now);
 
 /* Entry i's echo timeout, srtt + 4 rttvar in seconds; 0 when it has no sample. */

@@ -650,7 +650,7 @@ static void on_compute(struct net *n)
             s.bytes_out = self->bytes_out;
             s.rejected += dispatch_rejected(n->core); /* the compute thread's plus ours */
             s.uptime_s = self->uptime_s;
-            members_set_self(dispatch_members(n->core), &s);
+            dispatch_set_self(n->core, &s, clock_now());
         }
         break;
     case 'R':

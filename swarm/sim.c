@@ -576,7 +576,7 @@ static int tp_hello(void *ctx, const char *endpoint, int stage, char *err)
 static void tp_set_self(void *ctx, const msg_member_t *self)
 {
     node_t *n = ctx;
-    if (n->state == NODE_UP) members_set_self(dispatch_members(n->core), self);
+    if (n->state == NODE_UP) dispatch_set_self(n->core, self, n->s->now);
 }
 
 static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)

@@ -32,7 +32,8 @@ typedef struct {
     double loss_sum;    /* stage 0: losses of the microbatches it sourced this step */
     int loss_n;
     int exch_sent;      /* parts of this member's message sent this step (once complete) */
-    int exch_early;     /* stage 0: its part 0 went out before the step was complete */
+    int exch_early;     /* parts that went out before the step was complete (stage 0's part
+                         * 0, re-runs' supplements), 0: none */
     int nearly_to;      /* ... to these mates (-1: more than fit) */
     uint8_t early_to[64][MSG_ID_LEN];
     uint8_t *sent_bits; /* microbatches those parts counted */

@@ -774,10 +774,21 @@ static int send_early(peer_t *p)
 
 int step_before_resent(peer_t *p, const msg_mb_t *mb)
 {
-    if (mb->attempt == 0 || mb->step != p->step || !contributing(p) || p->contrib.exch_sent ||
-        p->contrib.exch_early || pool_mine_count(p->pool) == 0)
-        return 0;
-    return send_early(p);
+    if (mb->attempt == 0 || mb->step != p->step || !contributing(p)) return 0;
+    const uint8_t *mine = pool_mine(p->pool);
+    int unsent = 0;
+    for (size_t i = 0; i < pool_bitmap_bytes(p->pool); i++)
+        unsent |= mine[i] & ~p->contrib.sent_bits[i];
+    if (!unsent) return 0;
+    if (!p->contrib.exch_sent && !p->contrib.exch_early) return send_early(p);
+    /* its part 0 is out: what it counted since goes out as a supplement of its own, so
+     * that each re-run is alone in its part (sim heavy 4x2 seed 35209727: two re-runs in
+     * one supplement, one of them counted by a mate already, and the pool left out the
+     * other with it: 3 of 4) */
+    int *parts = p->contrib.exch_sent ? &p->contrib.exch_sent : &p->contrib.exch_early;
+    int rc = make_exchange(p, *parts);
+    if (!rc) ++*parts;
+    return rc;
 }
 
 /* Stage 0: whether this member has counted every microbatch of this step that is its own
@@ -874,9 +885,10 @@ int step_tick(peer_t *p)
     }
     timeout_stop(&p->contrib.suspect);
     if (contributing(p) && p->contrib.exch_early && !p->contrib.exch_sent) {
-        /* N is complete: the early part 0 counts as sent now; mates that came into view
-         * since it went out get it too, as they would have at completion */
-        p->contrib.exch_sent = 1;
+        /* N is complete: the early parts count as sent now; mates that came into view
+         * since part 0 went out get it too, as they would have at completion (they ask
+         * for a supplement they lack) */
+        p->contrib.exch_sent = p->contrib.exch_early;
         resend_early(p);
     }
     if (contributing(p) &&

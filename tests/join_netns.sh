@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# join_netns.sh — not in ctest yet (its bounds do not hold, below; run it by hand, as
-# root: `tests/join_netns.sh`, `--rate 100mbit --delay-ms 50`, `--config small`): joining a
-# running swarm, README's
+# join_netns.sh — ctest `swarm_join` runs it as it is (tiny, unshaped links); run by hand,
+# as root: `--rate 100mbit --delay-ms 50`, `--config small`. Joining a running swarm,
+# README's
 # "A swarm across machines" run as written on test hosts (tools/netns.sh: network
 # namespaces on one bridge, links optionally shaped), issue 24. Host 1 starts the swarm
 # (`peer --new --listen tcp://0.0.0.0:PORT --advertise tcp://A:PORT --stage 0 --config C
@@ -94,16 +94,8 @@ small)
 esac
 label="$config rate $rate delay $delay ms"
 
-skip() {
-    echo "join: skipped: $*" >&2
-    exit 77
-}
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null || skip "no ip(8)"
-command -v tc >/dev/null || skip "no tc(8) (tools/netns.sh needs it)"
-ip netns add "$P-probe" 2>/dev/null || skip "cannot make a network namespace here"
-ip netns del "$P-probe"
-[ -x "$BIN" ] || { echo "join: no binary at $BIN (set SWARMTRAIN_BIN)" >&2; exit 1; }
+. "$HERE/netns_lib.sh"
+netns_preflight join "$P" "$BIN"
 
 dir=$(mktemp -d /tmp/st_joinXXXXXX)
 declare -A pids=()
@@ -128,11 +120,7 @@ fail() {
     exit 1
 }
 now() { date +%s.%N; }
-count() { # count KIND HOST: events of that kind in host's file
-    local n
-    n=$(grep -c "\"kind\":\"$1\"" "$dir/h$2.events.jsonl" 2>/dev/null)
-    echo "${n:-0}"
-}
+count() { netns_count "$1" "$dir/h$2.events.jsonl"; } # count KIND HOST
 
 # --- the hosts; with a delay, the relays in front of the peers (tools/netns.sh)
 ST_NS_PREFIX=$P "$SRC/tools/netns.sh" up "$hosts" "$rate" "$delay" >"$dir/netns.out" 2>&1 ||

@@ -47,18 +47,12 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$seed" ] || seed=$(((RANDOM << 15 | RANDOM) % 1000000000))
 
-skip() {
-    echo "nat: skipped: $*" >&2
-    exit 77
-}
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null || skip "no ip(8)"
-command -v tc >/dev/null || skip "no tc(8)"
-ip netns add "$P-probe" 2>/dev/null || skip "cannot make a network namespace here"
-ip netns exec "$P-probe" tc qdisc add dev lo root handle 1: htb 2>/dev/null ||
-    { ip netns del "$P-probe"; skip "no htb qdisc (tools/netns.sh nat needs it)"; }
+. "$HERE/netns_lib.sh"
+netns_preflight nat "$P" "$BIN"
+ip netns add "$P-probe" && ip netns exec "$P-probe" tc qdisc add dev lo root handle 1: htb 2>/dev/null
+htb=$?
 ip netns del "$P-probe"
-[ -x "$BIN" ] || { echo "nat: no binary at $BIN (set SWARMTRAIN_BIN)" >&2; exit 1; }
+[ "$htb" = 0 ] || { echo "nat: skipped: no htb qdisc (tools/netns.sh nat needs it)" >&2; exit 77; }
 
 dir=$(mktemp -d /tmp/st_natXXXXXX)
 declare -A pid
@@ -81,11 +75,7 @@ fail() {
     echo "nat: files kept in $dir" >&2
     exit 1
 }
-count() { # count KIND HOST: events of that kind in host's file
-    local n
-    n=$(grep -c "\"kind\":\"$1\"" "$dir/peer$2.events.jsonl" 2>/dev/null)
-    echo "${n:-0}"
-}
+count() { netns_count "$1" "$dir/peer$2.events.jsonl"; } # count KIND HOST
 status() { # status document as reachable host I's peer answers it (empty: none)
     ip netns exec "$P-h$1" "$BIN" status --connect "tcp://$NET.$1:$LPORT" --json --timeout 1000 \
         2>/dev/null

@@ -46,16 +46,8 @@ done
 [ -n "$seed" ] || seed=$(((RANDOM << 15 | RANDOM) % 1000000000))
 [ "$hosts" -ge 4 ] || { echo "partition: --hosts must be at least 4" >&2; exit 2; }
 
-skip() {
-    echo "partition: skipped: $*" >&2
-    exit 77
-}
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null || skip "no ip(8)"
-command -v tc >/dev/null || skip "no tc(8) (tools/netns.sh needs it)"
-ip netns add "$P-probe" 2>/dev/null || skip "cannot make a network namespace here"
-ip netns del "$P-probe"
-[ -x "$BIN" ] || { echo "partition: no binary at $BIN (set SWARMTRAIN_BIN)" >&2; exit 1; }
+. "$HERE/netns_lib.sh"
+netns_preflight partition "$P" "$BIN"
 
 dir=$(mktemp -d /tmp/st_partXXXXXX)
 swarm_pid=""
@@ -114,11 +106,7 @@ ST_NS_PREFIX=$P SWARMTRAIN_BIN="$BIN" "$SRC/tools/netns.sh" swarm --hosts "$host
     --peer-timeout "$T" >"$dir/swarm.out" 2>&1 &
 swarm_pid=$!
 
-count() { # count KIND HOST: events of that kind in host's file
-    local n
-    n=$(grep -c "\"kind\":\"$1\"" "$dir/run/peer$2.events.jsonl" 2>/dev/null)
-    echo "${n:-0}"
-}
+count() { netns_count "$1" "$dir/run/peer$2.events.jsonl"; } # count KIND HOST
 # every peer serving and host 1 at cut_step (bound: 180 s; startup takes ~20 s)
 t_end=$((SECONDS + 180))
 while :; do

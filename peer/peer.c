@@ -536,10 +536,17 @@ static int follow_tick(peer_t *p)
     int todo = follow_alone(&p->follow, n - (me >= 0), p->step, top, first,
                             p->po.peer_timeout_s, p->now);
     if (todo & FOLLOW_GATHER) {
-        msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
-        for (int i = 0; i < nm; i++) /* origin all zero: every message of the step */
-            if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
-        gather_movers(p, &q);
+        /* origin all zero: every message of the step; and of the steps after it that a
+         * mate may hold: the last contributor may have applied some before it died, and
+         * the one that takes over must hold their messages as the followers that got
+         * them do, or it runs those steps anew and applies other updates than they (sim
+         * heavy 4x2 seed 36201935) */
+        for (int64_t s = p->step; s < p->step + STEP_KEEP - 1; s++) {
+            msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = s};
+            for (int i = 0; i < nm; i++)
+                if (!peer_is_self(p, mem[i].id)) peer_send(p, mem[i].id, &q, 0, NULL, NULL);
+            gather_movers(p, &q);
+        }
     }
     if (todo & FOLLOW_RESYNC) return peer_start_download(p, "no contributor left, and a mate is ahead");
     if (todo & FOLLOW_TAKE_OVER) {

@@ -152,8 +152,10 @@ endforeach()
 # duplicated on the way, its re-run counted by two mates in their first parts (31000701);
 # a stage-0 member that began step 0 without a joiner that had just begun serving from it
 # (32011613); a follower complete without a gone member's part 0 that counted nothing,
-# which its contributor had taken in (33010562).
-foreach(seed 30000435 30008067 30008636 31000701 32011613 33010562)
+# which its contributor had taken in (33010562); the member that took over a pool with no
+# contributor left ran anew a step whose dead contributor's messages a follower held
+# (36201935).
+foreach(seed 30000435 30008067 30008636 31000701 32011613 33010562 36201935)
   st_add_sim_asan(regress_heavy_${seed} --faults heavy --peers 4 --stages 2 --steps 8 --seed ${seed})
 endforeach()
 

@@ -262,7 +262,8 @@ static void on_hello(dispatch_t *d, const msg_t *m, double now)
     view_changed(d);
 }
 
-static void gossip_to(dispatch_t *d, members_entry_t *only, double now);
+static void gossip_send(dispatch_t *d, members_entry_t *only, double now, uint64_t r,
+                        int probe);
 
 /* The serving_from member id's entry holds here (INT64_MIN: none). */
 static int64_t serving_from_of(dispatch_t *d, const uint8_t id[MSG_ID_LEN])
@@ -301,7 +302,7 @@ static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     if (ch > 0 || heard || named) view_changed(d);
     if (named) {
         int j = members_find(d->mem, m->sender);
-        if (j > 0) gossip_to(d, members_at(d->mem, j), now);
+        if (j > 0) gossip_send(d, members_at(d->mem, j), now, 0, 0);
     }
     return 0;
 }
@@ -492,19 +493,6 @@ static void choose_relay(dispatch_t *d, uint64_t r)
     if (strcmp(addr, me->m.addr)) members_set_addr(d->mem, addr);
 }
 
-static void gossip_send(dispatch_t *d, members_entry_t *only, double now, uint64_t r,
-                        int probe);
-
-static void gossip(dispatch_t *d, double now, uint64_t r)
-{
-    gossip_send(d, NULL, now, r, 1);
-}
-
-static void gossip_to(dispatch_t *d, members_entry_t *only, double now)
-{
-    gossip_send(d, only, now, 0, 0);
-}
-
 void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
 {
     int64_t from = members_at(d->mem, 0)->m.serving_from;
@@ -530,7 +518,7 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     d->last_tick = now;
     members_tick(d->mem, now, d->timeout_s, NULL, 0);
     choose_relay(d, r);
-    gossip(d, now, r);
+    gossip_send(d, NULL, now, r, 1);
 }
 
 /* GOSSIP to `only`, or (NULL) to the live members (all, or gossip_fanout of them drawn

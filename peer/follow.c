@@ -10,7 +10,7 @@ void follow_init(follow_t *f, double gossip_s)
     f->gossip_s = gossip_s;
     f->gather = timeout_make("follow.gather", 1.0);
     f->at_step = -1;
-    f->heard = -1;
+    f->heard = f->late_from = f->late_at = -1;
 }
 
 void follow_begin(follow_t *f, double now)
@@ -24,25 +24,32 @@ void follow_begin(follow_t *f, double now)
     f->t0 = 0;
     f->at_since = now;
     f->named_logged = f->contrib_logged = 0;
-    f->heard = -1;
+    f->heard = f->late_from = f->late_at = -1;
 }
 
 void follow_heard(follow_t *f, const msg_member_t *members, const int64_t *heard, int n,
                   int stage, const uint8_t self[MSG_ID_LEN])
 {
     int64_t v = FOLLOW_HEARD_ALL;
+    int all = 1;
+    f->late_from = f->late_at = -1;
     for (int i = 0; i < n; i++) {
         const msg_member_t *m = &members[i];
         if (m->stage != stage || m->state != MEMBER_SERVING || !memcmp(m->id, self, MSG_ID_LEN))
             continue;
-        if (!heard || heard[2 * i] < 0 || (v != FOLLOW_HEARD_ALL && heard[2 * i] != v) ||
-            heard[2 * i + 1] >= heard[2 * i]) {
-            f->heard = -1;
-            return;
+        if (heard && heard[2 * i] >= 0 && heard[2 * i + 1] >= heard[2 * i]) {
+            /* a mate already at the step named when it heard it (what the named step was
+             * counted from, the pool's head in gossip, lagged): that naming can never count */
+            f->late_from = heard[2 * i];
+            if (heard[2 * i + 1] > f->late_at) f->late_at = heard[2 * i + 1];
         }
-        v = heard[2 * i];
+        if (!heard || heard[2 * i] < 0 || (v != FOLLOW_HEARD_ALL && heard[2 * i] != v) ||
+            heard[2 * i + 1] >= heard[2 * i])
+            all = 0;
+        else
+            v = heard[2 * i];
     }
-    f->heard = v;
+    f->heard = all ? v : -1;
 }
 
 void follow_moving(follow_t *f, int contributed)
@@ -118,6 +125,42 @@ static int64_t keep_due(follow_t *f, int64_t step, int64_t head, int64_t from, d
     return later;
 }
 
+/* A naming's margin in steps at sps seconds a step: the sooner of FOLLOW_CONFIRM_S at the
+ * pool's pace, a step at least (every mate echoes the naming while short of it, or it does
+ * not count: follow_heard, and the echo comes within round trips: a mate gossips back at
+ * once), or half of gossip_s + FOLLOW_SLACK_S, 2 steps at least (a naming only moves on,
+ * to gossip_s: that one errs short). */
+static int64_t margin_steps(const follow_t *f, double sps)
+{
+    double echoed = ceil(FOLLOW_CONFIRM_S / sps),
+           gossip = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps)), m;
+    if (echoed < 1) echoed = 1;
+    if (gossip < 2) gossip = 2;
+    m = echoed < gossip ? echoed : gossip;
+    return m > 1000 ? 1000 : (int64_t)m;
+}
+
+/* The named step `from`, which a mate echoed from a step at or past it (f->late_at, what
+ * follow_heard saw), named again a margin past the furthest such mate: at once, not
+ * 2 x FOLLOW_CONFIRM_S later by keep_due. The head in gossip lags the pool by a gossip
+ * period and more under load: a follower at step 87 named 91 from a head of 87 while its
+ * mate was at 91 already; keep_due then named 116 (gossip_s at the pace measured, which
+ * the pool's next steps were slower than): it contributed 5.6 s after its launch, and
+ * stage 0 had routed microbatches of 91-93 to it meanwhile (serve.c gives them back). Only
+ * while gossip_s since the first naming has not passed: from then on a naming stands. */
+static int64_t name_past_late(follow_t *f, int64_t step, int64_t head, int64_t from, double now)
+{
+    if (f->late_from != from || now >= f->first_named_at + f->gossip_s) return from;
+    double sps = pool_sps(f, head, now);
+    if (sps <= 0) sps = pace_slowest(f);
+    int64_t at = f->late_at > head ? f->late_at : head, m = margin_steps(f, sps);
+    if (at < step) at = step;
+    int64_t want = at + (m < 2 ? 2 : m);
+    if (want <= from) return from;
+    f->margin = want - f->first_named_step;
+    return want;
+}
+
 int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t head, double now,
                     int *named)
 {
@@ -127,25 +170,19 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
     if (serving_from > step) {
         ++f->followed;
         if (f->first_named_at) {
-            if (heard || now < f->first_named_at + 2 * FOLLOW_CONFIRM_S) return serving_from;
+            if (heard) return serving_from;
+            int64_t again = name_past_late(f, step, head, serving_from, now);
+            if (again != serving_from || now < f->first_named_at + 2 * FOLLOW_CONFIRM_S)
+                return again;
             return keep_due(f, step, head, serving_from, now);
         }
         double sps = pool_sps(f, head, now);
         if (f->followed < 2 || sps <= 0) return serving_from;
         /* counted from the pool's head, which a follower catching up may trail: from its
          * own step, the pool reached the step named before every mate echoed it, and mates
-         * that had heard it waited for its message until the next naming reached them.
-         * The sooner of two: FOLLOW_CONFIRM_S at the pool's pace, a step at least (every
-         * mate echoes the naming while short of it, or it does not count: follow_heard,
-         * and the echo comes within round trips: a mate gossips back at once), or half of
-         * gossip_s + FOLLOW_SLACK_S, 2 steps at least (a naming only moves on, to gossip_s:
-         * that one errs short) */
-        double echoed = ceil(FOLLOW_CONFIRM_S / sps),
-               gossip = ceil((f->gossip_s + FOLLOW_SLACK_S) / (2 * sps)), m;
-        if (echoed < 1) echoed = 1;
-        if (gossip < 2) gossip = 2;
-        m = echoed < gossip ? echoed : gossip;
-        int64_t want = (head > step ? head : step) + (m > 1000 ? 1000 : (int64_t)m);
+         * that had heard it waited for its message until the next naming reached them
+         * (name_past_late names again once a mate's echo says so) */
+        int64_t want = (head > step ? head : step) + margin_steps(f, sps);
         if (want >= serving_from) return serving_from;
         f->margin = want - step;
         f->named_sps = sps;
@@ -160,7 +197,10 @@ int64_t follow_name(follow_t *f, int64_t step, int64_t serving_from, int64_t hea
          * other parameters (the step taken without a naming, its placeholder reached,
          * counts as named now) */
         if (!f->first_named_at) f->first_named_at = now, f->first_named_step = step;
-        if (!heard && now < f->first_named_at + f->gossip_s) return keep_due(f, step, step, step, now);
+        if (!heard && now < f->first_named_at + f->gossip_s) {
+            int64_t again = name_past_late(f, step, step, step, now);
+            return again != step ? again : keep_due(f, step, step, step, now);
+        }
     }
     return serving_from;
 }

@@ -59,6 +59,8 @@ typedef struct {
     int gather_n;
     int64_t heard;       /* the serving_from every pool mate holds of this member, each
                           * since short of it (follow_heard); -1: none */
+    int64_t late_from, late_at; /* a serving_from some mate echoed from a step at or past it,
+                                 * and the furthest such mate's step then; -1: none */
 } follow_t;
 
 void follow_init(follow_t *f, double gossip_s);
@@ -76,7 +78,9 @@ void follow_pace(follow_t *f, double step_s, int follower, int at_head);
  * it gossiped back, heard[2i + 1] its own step then; NULL: the transport does not say):
  * sets f->heard to the serving_from that every pool mate (a serving member of `stage`,
  * self excluded) holds, each having heard it while short of it (its own entry in that
- * GOSSIP at an earlier step), else -1; FOLLOW_HEARD_ALL with no mate. A member's network
+ * GOSSIP at an earlier step), else -1; FOLLOW_HEARD_ALL with no mate; and f->late_from,
+ * f->late_at to a serving_from some mate echoed from a step at or past it (too late to
+ * count) and the furthest such mate's step then (-1: none). A member's network
  * side sends its GOSSIP and hands its compute side the view it merged in the same tick,
  * and the compute side pushes its entry on every step and reads the view before its next
  * pass: a mate that echoed the naming at step s < N takes this member in before it starts
@@ -91,7 +95,9 @@ void follow_heard(follow_t *f, const msg_member_t *members, const int64_t *heard
  * and knows the pool's pace (its head moved FOLLOW_RATE_STEPS steps, or a second passed)
  * names head + the fewer of FOLLOW_CONFIRM_S of steps (1 at least) and half of gossip_s +
  * FOLLOW_SLACK_S of steps (2 at least), once per serving period (*named: 1). When every mate has
- * echoed it in time (f->heard) the naming stands. Else, from
+ * echoed it in time (f->heard) the naming stands. One a mate echoed too late (f->late_from)
+ * is named again at once, a margin (2 steps at least) past that mate's step, until gossip_s
+ * after the first naming. Else, from
  * 2 x FOLLOW_CONFIRM_S after the naming, or on reaching it, the named step only moves on:
  * whenever the pace the pool kept since the naming would reach it less than gossip_s after
  * the naming, it is named again further on (early, while the pool is still short of it;

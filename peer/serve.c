@@ -267,6 +267,21 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
 }
 
 /* A forward pass for a microbatch from upstream. 1: no free slot, keep it queued. */
+/* Whether this member follows its pool (it contributes from a later step than it is at)
+ * and a training microbatch of `step` is one it will not count while a mate will: a
+ * sender that saw an earlier naming (follow.c names again when a mate heard it too late)
+ * routed it here; its gradient would be left out of the pool's exchange, and the pool
+ * would ask stage 0 to run it again after its suspicion wait (1.3-2.7 s stalls, two of them
+ * in one join: swarm_join under load). Given back, the sender re-routes at once to a mate
+ * that contributes. With none, it is served as before (the sender has nobody else). */
+static int following_past(peer_t *p, int64_t step)
+{
+    if (p->me.entry.serving_from <= p->step || step >= p->me.entry.serving_from) return 0;
+    const msg_member_t *own;
+    int me, k = view_owners(&p->view, p->stage, step, p->me.entry.id, &own, &me);
+    return k - (me >= 0) > 0;
+}
+
 static int on_fwd(peer_t *p, inmsg_t *in)
 {
     msg_t *m = &in->m;
@@ -298,6 +313,10 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         return 0;
     }
     int hop = m->nroute, first = path_first_visit(h, hop);
+    if (train && first == hop && following_past(p, m->mb.step)) { /* a revisit stays */
+        peer_send_nack(p, m->sender, m, "following");
+        return 0;
+    }
     mbrec_t *old = custody_find(p, &m->mb, hop);
     if (old) custody_drop(old); /* a re-send supersedes what we held */
     /* a revisit runs in its first visit's slot (stage.h), and only here, where it is */

@@ -452,6 +452,44 @@ static void test_follow_heard(void **state)
     follow_begin(&f, 0.0);
     follow_pool_echo(&f, steady, 1 << 30, 0, &t_first, &t_take);
     assert_true(t_take - t_first >= f.gossip_s);
+    /* echoed too late: a mate was 3 steps past the step named when it heard it (the head
+     * the naming counted from lagged the pool): named again at once, the margin at the
+     * pace (5 steps at 0.1 s, 6 with rounding) past that mate; echoed in time, taken there */
+    for (int late_after_gossip = 0; late_after_gossip < 2; late_after_gossip++) {
+        follow_init(&f, 2.0);
+        follow_begin(&f, 0.0);
+        int64_t step = 10, from = step + 1000;
+        double now = 100.0;
+        int named = 0;
+        while (!named) {
+            now += 0.1, step++;
+            follow_pace(&f, 0.1, 1, 1);
+            from = follow_name(&f, step, from, step, now, &named);
+        }
+        int64_t first = from, seen[6] = {-1, -1, first, first + 3, first, step};
+        follow_heard(&f, m, seen, 3, 0, self);
+        assert_int_equal(f.heard, -1);
+        assert_int_equal(f.late_from, first);
+        assert_int_equal(f.late_at, first + 3);
+        now += late_after_gossip ? f.gossip_s : 0.1, step++;
+        from = follow_name(&f, step, from, step, now, &named);
+        assert_false(named);
+        if (late_after_gossip) { /* from gossip_s after the first naming, a naming stands */
+            assert_int_equal(from, first);
+            continue;
+        }
+        assert_true(from == first + 3 + 5 || from == first + 3 + 6);
+        int64_t timely[6] = {-1, -1, from, step, from, step};
+        follow_heard(&f, m, timely, 3, 0, self);
+        assert_int_equal(f.heard, from);
+        assert_int_equal(f.late_from, -1);
+        int64_t again = from;
+        while (step < again) {
+            now += 0.1, step++;
+            from = follow_name(&f, step, from, step, now, &named);
+            assert_int_equal(from, again);
+        }
+    }
 }
 
 /* Followers alone (sim 3x2 mild swap seed 9720): after timeout_s with no contributor they

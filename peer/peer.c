@@ -512,6 +512,16 @@ static int follow_tick(peer_t *p)
          * checkpoints of different steps, say): the others wait for its messages of
          * steps it never reaches. After 10 s two or more steps behind, it re-syncs. */
         int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
+        /* A newcomer contributing at once because its donor said training had not begun
+         * is counted by no mate that began before hearing of it: the swarm began while it
+         * downloaded (sim mild 4x2 seed 37106369: the donor answered 36 ms before applying
+         * step 0; the newcomer sourced steps its mates had applied without it, and its
+         * update of step 2 counted 2 of 4). In its first two steps, a mate two steps ahead
+         * (it applied the step after this member's, which no mate counting this member
+         * can do without its message of that step) says so: it downloads again, and
+         * follows. */
+        if (p->trans.unbegun_at >= 0 && p->step <= p->trans.unbegun_at + 1 && ahead >= 2)
+            return peer_start_download(p, "the swarm began without it while it downloaded");
         if (follow_behind(&p->follow, 1, p->step, ahead, STEP_KEEP, p->now))
             return peer_start_download(p, "two or more steps behind its pool for 10 s");
         return 0;

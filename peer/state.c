@@ -89,6 +89,7 @@ static void load_state(peer_t *p, const uint8_t *buf)
 
 void state_init(peer_t *p)
 {
+    p->trans.unbegun_at = -1;
     p->trans.snap = NULL;
     p->trans.nobody = timeout_make("download.nobody", 2 * p->po.peer_timeout_s);
     p->trans.another = timeout_make("download.another", 4 * p->po.peer_timeout_s);
@@ -190,6 +191,7 @@ static void begin_serving(peer_t *p)
      * Before the run has started there is nothing to miss. */
     int started = resume_begun(p) || p->trans.donor_started;
     peer_self_serving_from(p, p->trans.downloaded && started ? p->step + 1000 : p->step);
+    p->trans.unbegun_at = p->trans.downloaded && !started ? p->step : -1; /* peer.c follow_tick */
     /* a mover's pace counts as one sample: two timed steps of the new pool are enough */
     follow_begin(&p->follow, p->now);
     p->stats.serve_t0 = p->now;

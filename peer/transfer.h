@@ -7,12 +7,16 @@
 #include "common/timeout.h"
 #include "swarm/xfer.h"
 
+#include <stdint.h>
+
 typedef struct {
     xfer_t *xfer;        /* its download, while one runs */
     xfer_shared_t *snap; /* the snapshot it serves (NULL: none), shared with the transport */
     double snap_at;      /* when that was taken */
     int downloaded;      /* the state came from the pool */
     int donor_started;   /* a donor said training had begun (STATE_REP flag 1) */
+    int64_t unbegun_at;  /* downloaded while training had not begun, it contributes at once
+                          * from this step (state.c); -1: not so */
     const char *download_why; /* why it downloads (a re-sync's reason), for the log */
     timeout_t nobody;    /* download.nobody: from its start, no donor in a started swarm */
     timeout_t another;   /* download.another: ... a joiner waiting for another to take it */

@@ -158,6 +158,9 @@ endforeach()
 foreach(seed 30000435 30008067 30008636 31000701 32011613 33010562 36201935)
   st_add_sim_asan(regress_heavy_${seed} --faults heavy --peers 4 --stages 2 --steps 8 --seed ${seed})
 endforeach()
+# A peer welcomed while the swarm started downloaded from a donor that had not begun and
+# contributed at once; its mates had begun without it (37106369): it downloads again.
+st_add_sim_asan(regress_mild_37106369 --faults mild --peers 4 --stages 2 --steps 8 --seed 37106369)
 
 # The real wire (issue 23): every message in the simulator is bytes that the dispatch core
 # decodes and checks as net.c does; at the "corrupt" level 1% arrive with a frame cut short

@@ -51,7 +51,9 @@ set_tests_properties(swarm_nat PROPERTIES LABELS fault TIMEOUT 600 SKIP_RETURN_C
 # within 5 s of its launch (issue 24's bound), and does not re-sync after; every peer
 # leaves with exit code 0; `status --connect` lists them all. Root only (skipped
 # elsewhere). `small` and thin links (--config small, --rate 100mbit --delay-ms 50) are
-# run by hand (docs/design-notes.md, "Joining a running pool").
+# run by hand (docs/design-notes.md, "Joining a running pool"). It bounds a time, so it
+# runs alone (RUN_SERIAL): 4 ASan peers on 2 cores beside another test's process once
+# took 6.7 s in CI (the cause, a naming heard too late, is fixed: follow.c name_past_late).
 add_test(NAME swarm_join COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/join_netns.sh)
-set_tests_properties(swarm_join PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK swarm
+set_tests_properties(swarm_join PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
   ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE")

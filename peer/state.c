@@ -116,14 +116,12 @@ void state_drop(peer_t *p)
 static int serves_fresh(const peer_t *p)
 {
     if (!p->trans.snap) return 0;
-    int64_t held = p->trans.snap->snap.step;
     /* a snapshot sealed before training began says so (STATE_REP flag 1 clear): served
      * after it began, a joiner at step 0 would contribute to a step its mates had
      * half counted without it (sim heavy 4x2 seed 30008067: its update differed) */
     int begun = p->join.go || resume_begun(p);
     if ((p->trans.snap->flags & 1) != begun) return 0;
-    return held == p->step || (held >= p->step - (STEP_KEEP - 4) &&
-                               p->now - p->trans.snap_at <= STATE_SNAP_REUSE_S);
+    return xfer_shared_fresh(p->trans.snap, p->step, p->now - p->trans.snap_at);
 }
 
 static int snapshot_now(peer_t *p)

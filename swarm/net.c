@@ -252,9 +252,7 @@ static int serve_chunk(struct net *n, const msg_t *m)
     xfer_shared_t *s = n->served;
     if (m->type != MSG_STATE_REQ || !s || m->stage != s->stage) return 0;
     int64_t at = members_at(dispatch_members(n->core), 0)->m.step;
-    int fresh = m->step < 0 && s->fresh_steps > 0 &&
-                (at == s->snap.step ||
-                 (at - s->snap.step <= s->fresh_steps && clock_now() - n->served_at <= s->fresh_s));
+    int fresh = m->step < 0 && s->fresh_steps > 0 && xfer_shared_fresh(s, at, clock_now() - n->served_at);
     if (!fresh && m->step != s->snap.step) return 0;
     msg_t rep;
     const uint8_t *chunk;

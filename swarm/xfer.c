@@ -64,6 +64,11 @@ void xfer_shared_unref(xfer_shared_t **s)
     *s = NULL;
 }
 
+int xfer_shared_fresh(const xfer_shared_t *s, int64_t at, double age_s)
+{
+    return at == s->snap.step || (at - s->snap.step <= s->fresh_steps && age_s <= s->fresh_s);
+}
+
 int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t **data,
                size_t *len, char *err)
 {

@@ -68,6 +68,10 @@ xfer_shared_t *xfer_shared_new(int stage, size_t total);
 xfer_shared_t *xfer_shared_ref(xfer_shared_t *s);
 /* A holder lets go (*s set to NULL); the last frees it. NULL-safe. */
 void xfer_shared_unref(xfer_shared_t **s);
+/* Whether s answers a fresh request (step -1) of a member now at step `at`, age_s after it
+ * was taken: it is of that step, or at most fresh_steps older and at most fresh_s old. The
+ * one rule of both answering sides (state.c between passes, net.c's socket thread). */
+int xfer_shared_fresh(const xfer_shared_t *s, int64_t at, double age_s);
 
 /* ---- downloading ---- */
 

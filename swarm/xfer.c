@@ -112,6 +112,7 @@ struct xfer {
     uint8_t first_to[MSG_ID_LEN]; /* who was asked which snapshot it offers */
     double now;                  /* the time of the last xfer_next_requests */
     double fixed_at;             /* when the answer that fixed the snapshot came */
+    double first_asked_at;       /* its first request (0: none yet; a start over keeps it) */
     uint8_t shunned[MSG_ID_LEN]; /* the donor that refused last ... */
     double shun_until;           /* ... is not asked before this (0: none) */
 };
@@ -244,6 +245,7 @@ int xfer_next_requests(xfer_t *x, double now, const msg_member_t *donors, int n,
     if (x->step < 0) { /* first, one request: it tells which snapshot the donors offer */
         if (x->started > 0) return 0;
         x->started = now;
+        if (!x->first_asked_at) x->first_asked_at = now;
         memcpy(out[k].to, donors[donor_in_turn(x, m, skip)].id, MSG_ID_LEN);
         memcpy(x->first_to, out[k].to, MSG_ID_LEN);
         out[k].req = (msg_t){.type = MSG_STATE_REQ,
@@ -306,6 +308,10 @@ const uint8_t *xfer_data(const xfer_t *x)
 double xfer_fixed_at(const xfer_t *x)
 {
     return x->fixed_at;
+}
+double xfer_first_asked_at(const xfer_t *x)
+{
+    return x->first_asked_at;
 }
 
 int xfer_restarts(const xfer_t *x)

@@ -118,6 +118,9 @@ const uint8_t *xfer_data(const xfer_t *x);
 /* When the answer that fixed the snapshot downloaded came (xfer_on_reply's now): what
  * went before was the wait for a donor's first answer. */
 double xfer_fixed_at(const xfer_t *x);
+/* When its first request went out (xfer_next_requests' now; 0: none yet): the download's
+ * own time runs from here, a start over included. */
+double xfer_first_asked_at(const xfer_t *x);
 /* How many times the download started over. */
 int xfer_restarts(const xfer_t *x);
 /* Distinct donors that answered. */

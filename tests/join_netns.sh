@@ -38,9 +38,9 @@
 #
 # Measured (2 cores loaded by a simulator soak, Release): tiny 1.9-2.6 s unshaped, 5.1-5.8 s
 # at 100 Mbit/s + 50 ms (over the bound: the pool slows to 0.4 s a step while two joiners
-# catch up, and the naming, made at the pace before, waits 7 steps); small 5.8-6.1 s, its
-# 77.5 MB at 430-550 MB/s once the donor answered, 1.5 s after the first request (the
-# donor's pass: it held no snapshot; 44-47 MB/s over the whole download).
+# catch up, and the naming, made at the pace before, waits 7 steps); small 4.25-4.46 s, its
+# 77.5 MB at 596-646 MB/s from the first request, after 1.23-1.27 s of its own set-up
+# (session 14: that set-up was counted as the download until then).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=${SWARMTRAIN_SOURCE:-$HERE/..}

@@ -161,6 +161,11 @@ endforeach()
 # A peer welcomed while the swarm started downloaded from a donor that had not begun and
 # contributed at once; its mates had begun without it (37106369): it downloads again.
 st_add_sim_asan(regress_mild_37106369 --faults mild --peers 4 --stages 2 --steps 8 --seed 37106369)
+# Two partitions in a row cut a joiner off its welcomer for 30 s, and it gave up
+# (38215025: it now asks for 2 min); a whole-swarm resume started afresh on the settle wait
+# while the one store with checkpoints was still coming back (38406200).
+st_add_sim_asan(regress_heavy_38215025 --faults heavy --peers 4 --stages 2 --steps 8 --seed 38215025)
+st_add_sim_asan(regress_restart_38406200 --faults restart --peers 4 --stages 2 --steps 8 --seed 38406200)
 
 # The real wire (issue 23): every message in the simulator is bytes that the dispatch core
 # decodes and checks as net.c does; at the "corrupt" level 1% arrive with a frame cut short

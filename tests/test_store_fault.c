@@ -182,7 +182,10 @@ static void test_kill9_during_writes(void **state)
     store_close(&s);
     /* One kill in five lands anywhere from fork to about the third write (open, schema
      * creation, load); the others land anywhere in the first five writes after the child
-     * said it is ready: inside each write's transaction, at commit, in the pruning. */
+     * said it is ready: inside each write's transaction, at commit, in the pruning; two in
+     * five of those from its first reported commit on, so that kills among writes are
+     * there by construction, not by the machine's speed (a loaded CI machine, its saves
+     * slower than calibrated, saw 6 of 50 kills after a commit, and the test failed) */
     double span_start = 2 * (t_open + t_load) + 3 * t_save, span_write = 5 * t_save;
     print_message("open %.1f ms, load %.1f ms, save %.1f ms\n", 1e3 * t_open, 1e3 * t_load,
                   1e3 * t_save);
@@ -200,8 +203,12 @@ static void test_kill9_during_writes(void **state)
         }
         close(fds[1]);
         int64_t a, acked = 0;
-        int early = k % 5 == 0;
+        int early = k % 5 == 0, after_commit = k % 5 == 1 || k % 5 == 3;
         if (!early) assert_int_equal(read(fds[0], &a, sizeof a), (ssize_t)sizeof a);
+        if (after_commit) { /* the child's first commit of this life, reported */
+            assert_int_equal(read(fds[0], &a, sizeof a), (ssize_t)sizeof a);
+            acked = a;
+        }
         sleep_us(next_u64() % (uint64_t)((early ? span_start : span_write) * 1e6 + 1));
         assert_int_equal(kill(pid, SIGKILL), 0);
         int ws = 0;
@@ -238,7 +245,8 @@ static void test_kill9_during_writes(void **state)
     print_message("%d kills, %lld after at least one reported commit in that life, newest step "
                   "%lld\n",
                   KILLS, (long long)after_ack, (long long)prev);
-    assert_true(after_ack >= KILLS / 5); /* many kills land among writes, not at start-up */
+    /* every kill made after a reported commit found it reported (and its step kept) */
+    assert_true(after_ack >= 2 * KILLS / 5);
     assert_true(prev > 10);
 }
 

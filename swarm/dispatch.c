@@ -10,6 +10,34 @@
 #include <string.h>
 
 
+/* SWIM's probing state (docs/protocol.md 10.4). */
+#define SWIM_NEWS_MAX 4 /* news entries a PING, ACK, REQ or NEWS carries at most */
+#define SWIM_FWD_MAX 8  /* pings asked of this peer by others, under way at once */
+typedef struct {
+    int every, k, fanout;
+    uint64_t ticks, probe_no;
+    /* the probe under way: target, its probe number, the tick it was sent at */
+    uint8_t target[MSG_ID_LEN];
+    uint64_t probe, at_tick;
+    int probing, asked, acked;
+    double sent_at;
+    /* round-robin over the members, in an order drawn anew each round */
+    int *order, norder, next;
+    /* pings asked of this peer (REQ): whom for, their probe number, ours */
+    struct {
+        uint8_t from[MSG_ID_LEN], target[MSG_ID_LEN];
+        uint64_t theirs, ours, until_tick;
+        int used;
+    } fwd[SWIM_FWD_MAX];
+    uint64_t pings, acks, reqs, suspected, syncs;
+    /* anti-entropy: since when every PROBE's count has differed from this table's; the
+     * last SYNC asked */
+    double differ_since, last_sync;
+} swim_t;
+
+#define SWIM_SYNC_AFTER_S 5.0  /* counts differing this long: a table is missing news */
+#define SWIM_SYNC_EVERY_S 10.0 /* at most one SYNC this often */
+
 struct dispatch {
     dispatch_io_t io;
     members_t *mem;
@@ -29,11 +57,15 @@ struct dispatch {
     uint8_t relay[MSG_ID_LEN];
     int has_relay;
     uint64_t relayed, relay_dropped; /* RELAYs this peer forwarded as a relay; could not */
+    swim_t sw; /* SWIM membership (every > 0) */
 };
+
+static void swim_insert(dispatch_t *d, int i);
 
 static void hook_up(void *ctx, members_entry_t *e)
 {
     dispatch_t *d = ctx;
+    if (d->sw.every > 0) swim_insert(d, (int)(e - members_at(d->mem, 0)));
     if (d->io.up) d->io.up(d->io.ctx, e);
 }
 
@@ -53,6 +85,9 @@ dispatch_t *dispatch_new(const dispatch_config_t *cfg, const dispatch_io_t *io, 
     d->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 3.0;
     d->forget_s = cfg->forget_s > 0 ? cfg->forget_s : 60.0;
     d->fanout = cfg->gossip_fanout;
+    d->sw.every = cfg->swim_every;
+    d->sw.k = cfg->swim_k > 0 ? cfg->swim_k : 3;
+    d->sw.fanout = cfg->swim_fanout > 0 ? cfg->swim_fanout : 3;
     d->t0 = now;
     if (cfg->run_text && !(d->run_text = strdup(cfg->run_text))) goto nomem;
     d->scratch = malloc(MSG_MEMBERS_MAX * sizeof *d->scratch);
@@ -66,6 +101,7 @@ dispatch_t *dispatch_new(const dispatch_config_t *cfg, const dispatch_io_t *io, 
         d->signing = 1;
         members_set_signing(d->mem, d->sk);
     }
+    if (d->sw.every > 0) members_make_news(d->mem, 0); /* a joiner's entry: pushed at once */
     return d;
 nomem:
     status_set(err, STATUS_ENOMEM, "dispatch: out of memory");
@@ -79,6 +115,7 @@ void dispatch_destroy(dispatch_t **dp)
     if (!dp || !*dp) return;
     dispatch_t *d = *dp;
     members_destroy(&d->mem);
+    free(d->sw.order);
     free(d->run_text);
     free(d->scratch);
     sodium_memzero(d->sk, sizeof d->sk);
@@ -264,6 +301,8 @@ static void on_hello(dispatch_t *d, const msg_t *m, double now)
 
 static void gossip_send(dispatch_t *d, members_entry_t *only, double now, uint64_t r,
                         int probe);
+static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tlen, double now,
+                    char *err);
 
 /* The serving_from member id's entry holds here (INT64_MIN: none). */
 static int64_t serving_from_of(dispatch_t *d, const uint8_t id[MSG_ID_LEN])
@@ -282,7 +321,9 @@ static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
      * next tick (a newcomer waits for every mate's echo of its naming, 9.5) */
     int heard = m->type == MSG_GOSSIP && members_echo(d->mem, m->sender, d->scratch, k, now);
     int64_t from = serving_from_of(d, m->sender);
-    int ch = members_merge(d->mem, d->scratch, k, now);
+    int refute = 0;
+    int ch = d->sw.every > 0 ? members_swim_merge(d->mem, d->scratch, k, now, 0, &refute)
+                             : members_merge(d->mem, d->scratch, k, now);
     /* the sender named another first step (9.5): the program takes it in, then the sender
      * gets this table back at once, its echo; in that order, so that the echo never says
      * more than the program was handed */
@@ -454,6 +495,9 @@ static int take(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_u
     case MSG_GOSSIP:
         if ((rc = on_table(d, &m, data[1], len[1], now, err))) return refuse(d, 0, rc, err);
         return 0;
+    case MSG_PROBE:
+        if ((rc = on_probe(d, &m, data[1], len[1], now, err))) return refuse(d, 0, rc, err);
+        return 0;
     case MSG_WELCOME:
         if ((rc = on_table(d, &m, data[2], len[2], now, err))) return refuse(d, 0, rc, err);
         break; /* and to the program: the run text */
@@ -495,12 +539,303 @@ static void choose_relay(dispatch_t *d, uint64_t r)
 
 void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
 {
-    int64_t from = members_at(d->mem, 0)->m.serving_from;
+    const msg_member_t *me = &members_at(d->mem, 0)->m;
+    int64_t from = me->serving_from;
+    if (d->sw.every > 0) {
+        /* SWIM: a heartbeat rises only when the entry changes (it orders versions, and a
+         * refutation must beat a suspicion of the last one); what every member must learn
+         * is news, pushed next tick */
+        int news = me->state != self->state || me->stage != self->stage ||
+                   me->serving_from != self->serving_from;
+        msg_member_t was = *me;
+        members_set_self(d->mem, self);
+        msg_member_t now_m = members_at(d->mem, 0)->m;
+        if (memcmp(&was, &now_m, sizeof was)) members_beat(d->mem, now);
+        if (news) members_make_news(d->mem, 0);
+        return;
+    }
     members_set_self(d->mem, self);
     if (self->serving_from == from) return;
     /* a new first step named (9.5): every member hears it now, its echo comes back at once */
     members_beat(d->mem, now);
     gossip_send(d, NULL, now, 0, 0);
+}
+
+/* ---- SWIM (docs/protocol.md 10.4) ------------------------------------------------------- */
+
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *x >> 33;
+}
+
+/* What a PROBE's table holds after the sender's own entry. */
+enum { ROWS_ONLY, ROWS_AND_NEWS, WHOLE_TABLE };
+
+/* A PROBE of `kind` to e: this peer's own entry first, then rows[0, nrows) and, with
+ * ROWS_AND_NEWS, up to SWIM_NEWS_MAX news (members_news); WHOLE_TABLE: every live entry.
+ * via_probe: e may be dead to this table (a probe candidate), sent over a connection of
+ * its own. 0 sent, -1 not. */
+static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t probe,
+                      const uint8_t *target, const msg_member_t *rows, int nrows, int what,
+                      int via_probe)
+{
+    char err[STATUS_ERR_LEN];
+    uint8_t hdr[MSG_HEADER_MAX], *tab = NULL;
+    size_t tlen = 0;
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_PROBE;
+    m.probe_kind = (uint8_t)kind;
+    m.probe = probe;
+    m.count = (uint32_t)(members_live_others(d->mem) + 1);
+    if (target) memcpy(m.dest, target, MSG_ID_LEN);
+    size_t hlen = dispatch_header(d, &m, 0, hdr, sizeof hdr, err);
+    if (!hlen) return -1;
+    if (what == WHOLE_TABLE) {
+        if (members_encode(d->mem, &tab, &tlen, err)) return -1;
+    } else {
+        msg_member_t v[1 + 2 * SWIM_NEWS_MAX];
+        int k = 0;
+        if (nrows > SWIM_NEWS_MAX) nrows = SWIM_NEWS_MAX;
+        members_self_entry(d->mem, &v[k++]);
+        for (int i = 0; i < nrows; i++) v[k++] = rows[i];
+        if (what == ROWS_AND_NEWS) k += members_news(d->mem, v + k, SWIM_NEWS_MAX, 0);
+        size_t cap = msg_members_size(v, k);
+        if (!(tab = malloc(cap)) || msg_members_encode(v, k, tab, cap, &tlen, err)) {
+            free(tab);
+            return -1;
+        }
+    }
+    const void *data[2] = {hdr, tab};
+    size_t len[2] = {hlen, tlen};
+    int rc;
+    if (via_probe) {
+        rc = d->io.probe ? d->io.probe(d->io.ctx, e, 2, data, len) : -1;
+        if (!rc) dispatch_count_out(d, 2, data, len);
+    } else {
+        rc = send_entry(d, e, 2, data, len);
+    }
+    free(tab);
+    return rc;
+}
+
+/* Up to n distinct live members other than self and `not`, drawn with x, into idx; how
+ * many. Draws entries at random and skips dead ones (a table is mostly live), so a tick
+ * of a 1,000-member table does not scan it. */
+static int swim_draw(dispatch_t *d, uint64_t *x, int n, const uint8_t *not, int *idx)
+{
+    members_t *t = d->mem;
+    int cnt = members_count(t), k = 0;
+    for (int tries = 0; cnt > 1 && k < n && tries < 8 * n + 16; tries++) {
+        int j = 1 + (int)(lcg(x) % (uint64_t)(cnt - 1)), dup = 0;
+        members_entry_t *e = members_at(t, j);
+        if (!e->alive || (not && !memcmp(e->m.id, not, MSG_ID_LEN))) continue;
+        for (int q = 0; q < k; q++) dup |= idx[q] == j;
+        if (!dup) idx[k++] = j;
+    }
+    return k;
+}
+
+/* The next member to ping: round-robin over the live members in an order drawn anew each
+ * round (SWIM 4.3: every member is pinged within a round). -1: nobody. */
+static int swim_next(dispatch_t *d, uint64_t *x)
+{
+    swim_t *w = &d->sw;
+    members_t *t = d->mem;
+    for (int pass = 0; pass < 2; pass++) {
+        while (w->next < w->norder) {
+            int j = w->order[w->next++];
+            if (j < members_count(t) && members_at(t, j)->alive) return j;
+        }
+        int cnt = members_count(t);
+        free(w->order);
+        w->order = malloc((size_t)cnt * sizeof *w->order);
+        w->norder = w->next = 0;
+        if (!w->order) return -1;
+        for (int i = 1; i < cnt; i++)
+            if (members_at(t, i)->alive) w->order[w->norder++] = i;
+        for (int i = w->norder - 1; i > 0; i--) { /* Fisher-Yates */
+            int j = (int)(lcg(x) % (uint64_t)(i + 1)), tmp = w->order[i];
+            w->order[i] = w->order[j], w->order[j] = tmp;
+        }
+    }
+    return -1;
+}
+
+/* A member came up: it goes at a random place among those still to be pinged this round
+ * (SWIM 4.3), not at the next round: in a round of a thousand periods it would wait. */
+static void swim_insert(dispatch_t *d, int i)
+{
+    swim_t *w = &d->sw;
+    if (i <= 0 || !w->order) return;
+    int *p = realloc(w->order, (size_t)(w->norder + 1) * sizeof *p);
+    if (!p) return;
+    w->order = p;
+    uint64_t x = w->probe_no * 0x9e3779b97f4a7c15ULL + (uint64_t)i + (uint64_t)w->norder;
+    int at = w->next + (int)(lcg(&x) % (uint64_t)(w->norder - w->next + 1));
+    memmove(p + at + 1, p + at, (size_t)(w->norder - at) * sizeof *p);
+    p[at] = i;
+    w->norder++;
+}
+
+/* After a pause: the whole table of one live member (a SYNC), for what changed meanwhile. */
+static void swim_sync(dispatch_t *d, uint64_t r)
+{
+    int j;
+    uint64_t x = r ^ 0x53594e43ULL;
+    if (swim_draw(d, &x, 1, NULL, &j) == 1)
+        probe_send(d, members_at(d->mem, j), PROBE_SYNC, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+}
+
+/* One tick: suspicions that ran out; the probe under way (ask others after a tick
+ * unanswered, suspect at the period's end); a new probe each period, and one to a member
+ * that died of silence (after a partition heals the sides find each other so); fresh news
+ * pushed to fanout members. */
+static void swim_tick(dispatch_t *d, double now, uint64_t r)
+{
+    swim_t *w = &d->sw;
+    members_t *t = d->mem;
+    uint64_t x = r;
+    int ch = members_swim_expire(t, now, d->timeout_s) > 0;
+    w->ticks++;
+    int j = w->probing ? members_find(t, w->target) : -1;
+    if (w->probing && (j <= 0 || !members_at(t, j)->alive || w->acked)) w->probing = 0;
+    if (w->probing && w->ticks >= w->at_tick + (uint64_t)w->every) {
+        /* no answer, directly or through others, within a period: suspected, and it hears
+         * so itself at once (to refute it if alive) */
+        w->probing = 0;
+        if (members_suspect(t, j, now)) {
+            w->suspected++;
+            ch = 1;
+            probe_send(d, members_at(t, j), PROBE_NEWS, 0, NULL, NULL, 0, ROWS_AND_NEWS, 0);
+        }
+    } else if (w->probing && !w->asked && w->ticks >= w->at_tick + 1) {
+        int idx[16], n = swim_draw(d, &x, w->k < 16 ? w->k : 16, w->target, idx);
+        for (int i = 0; i < n; i++)
+            probe_send(d, members_at(t, idx[i]), PROBE_REQ, w->probe, w->target, NULL, 0,
+                       ROWS_AND_NEWS, 0);
+        w->asked = 1;
+        w->reqs += (uint64_t)n;
+    }
+    for (int i = 0; i < SWIM_FWD_MAX; i++)
+        if (w->fwd[i].used && w->ticks > w->fwd[i].until_tick) w->fwd[i].used = 0;
+    if (w->ticks % (uint64_t)w->every == 0) {
+        int next = swim_next(d, &x);
+        if (next > 0 && !w->probing) {
+            members_entry_t *e = members_at(t, next);
+            memcpy(w->target, e->m.id, MSG_ID_LEN);
+            w->probe = ++w->probe_no;
+            w->at_tick = w->ticks;
+            w->sent_at = now;
+            w->probing = 1;
+            w->asked = w->acked = 0;
+            w->pings++;
+            probe_send(d, e, PROBE_PING, w->probe, e->m.id, NULL, 0, ROWS_AND_NEWS, 0);
+        }
+        int p = members_probe(t, now, d->forget_s, lcg(&x));
+        if (p > 0)
+            probe_send(d, members_at(t, p), PROBE_PING, ++w->probe_no, members_at(t, p)->m.id,
+                       NULL, 0, ROWS_AND_NEWS, 1);
+    }
+    if (members_has_fresh(t)) { /* the fresh news, taken once, to fanout members */
+        msg_member_t v[SWIM_NEWS_MAX];
+        int idx[16], n = swim_draw(d, &x, w->fanout < 16 ? w->fanout : 16, NULL, idx);
+        int k = n ? members_news(t, v, SWIM_NEWS_MAX, 1) : 0; /* alone: they wait */
+        for (int i = 0; i < n; i++)
+            probe_send(d, members_at(t, idx[i]), PROBE_NEWS, 0, NULL, v, k, ROWS_ONLY, 0);
+    }
+    if (ch) view_changed(d);
+}
+
+/* A PROBE: its table merged under SWIM's rules, then answered as its kind asks. */
+static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tlen, double now,
+                    char *err)
+{
+    swim_t *w = &d->sw;
+    members_t *t = d->mem;
+    int k = 0, rc = msg_members_decode(tab, tlen, d->scratch, MSG_MEMBERS_MAX, &k, err);
+    if (rc) return rc;
+    if (k < 1 || memcmp(d->scratch[0].id, m->sender, MSG_ID_LEN))
+        return status_set(err, STATUS_EMALFORMED, "PROBE whose table does not start with its "
+                          "sender");
+    if (w->every <= 0) return 0; /* not a SWIM swarm: nothing to do with it */
+    int refute = 0;
+    int ch = members_swim_merge(t, d->scratch, k, now, m->probe_kind != PROBE_TABLE, &refute);
+    if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+    if (refute) members_refute(t, now);
+    int j = members_find(t, m->sender);
+    members_entry_t *from = j > 0 && members_at(t, j)->alive ? members_at(t, j) : NULL;
+    if (j > 0 && !from) {
+        /* a member this table holds dead speaks (a healed partition, a false verdict): it
+         * hears so, refutes, and its higher heartbeat revives it here and everywhere */
+        msg_member_t dead = members_at(t, j)->m;
+        dead.state = MEMBER_DEAD;
+        probe_send(d, members_at(t, j), PROBE_NEWS, 0, NULL, &dead, 1, ROWS_ONLY, 1);
+    }
+    switch (m->probe_kind) {
+    case PROBE_PING:
+        if (from) probe_send(d, from, PROBE_ACK, m->probe, m->dest, NULL, 0, ROWS_AND_NEWS, 0);
+        break;
+    case PROBE_ACK:
+        if (w->probing && m->probe == w->probe && !memcmp(m->dest, w->target, MSG_ID_LEN)) {
+            w->acked = 1;
+            w->acks++;
+            int tj = members_find(t, w->target);
+            if (tj > 0 && !memcmp(m->sender, w->target, MSG_ID_LEN) && !w->asked)
+                rtt_note(&members_at(t, tj)->rtt, now - w->sent_at);
+        }
+        for (int i = 0; i < SWIM_FWD_MAX; i++) { /* a ping asked of this peer: pass it on */
+            if (!w->fwd[i].used || w->fwd[i].ours != m->probe ||
+                memcmp(w->fwd[i].target, m->sender, MSG_ID_LEN))
+                continue;
+            int rj = members_find(t, w->fwd[i].from);
+            if (rj > 0 && members_at(t, rj)->alive)
+                probe_send(d, members_at(t, rj), PROBE_ACK, w->fwd[i].theirs, m->sender,
+                           &d->scratch[0], 1, ROWS_AND_NEWS, 0);
+            w->fwd[i].used = 0;
+        }
+        break;
+    case PROBE_REQ: {
+        int tj = members_find(t, m->dest), slot = -1;
+        if (!from || tj <= 0) break;
+        for (int i = 0; i < SWIM_FWD_MAX && slot < 0; i++)
+            if (!w->fwd[i].used) slot = i;
+        if (slot < 0) break; /* busy: the asker asked others too */
+        members_entry_t *e = members_at(t, tj);
+        memcpy(w->fwd[slot].from, m->sender, MSG_ID_LEN);
+        memcpy(w->fwd[slot].target, m->dest, MSG_ID_LEN);
+        w->fwd[slot].theirs = m->probe;
+        w->fwd[slot].ours = ++w->probe_no;
+        w->fwd[slot].until_tick = w->ticks + (uint64_t)w->every;
+        w->fwd[slot].used = 1;
+        probe_send(d, e, PROBE_PING, w->fwd[slot].ours, e->m.id, NULL, 0, ROWS_AND_NEWS,
+                   !e->alive);
+        break;
+    }
+    case PROBE_SYNC:
+        if (from) probe_send(d, from, PROBE_TABLE, 0, NULL, NULL, 0, WHOLE_TABLE, 0);
+        break;
+    default: /* NEWS, TABLE: merged above */
+        break;
+    }
+    /* Anti-entropy: news can miss a member (a push reaches most, not all; a joiner's
+     * WELCOME may lack what its welcomer missed). When every PROBE for SWIM_SYNC_AFTER_S
+     * counted more live members than this table, it asks the sender for its whole table.
+     * (A death it missed it finds by probing.) */
+    if (m->count <= (uint32_t)(members_live_others(t) + 1) || m->probe_kind == PROBE_TABLE) {
+        w->differ_since = 0;
+    } else if (w->differ_since <= 0) {
+        w->differ_since = now;
+    } else if (from && now - w->differ_since >= SWIM_SYNC_AFTER_S &&
+               (w->last_sync <= 0 || now - w->last_sync >= SWIM_SYNC_EVERY_S)) {
+        w->differ_since = 0;
+        w->last_sync = now;
+        w->syncs++;
+        probe_send(d, from, PROBE_SYNC, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+    }
+    if (ch > 0) view_changed(d);
+    return 0;
 }
 
 void dispatch_tick(dispatch_t *d, double now, uint64_t r)
@@ -516,6 +851,12 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
         members_resume(d->mem, now, gap);
     }
     d->last_tick = now;
+    if (d->sw.every > 0) {
+        if (gap > DISPATCH_JUMP_S) swim_sync(d, r); /* what changed while it slept */
+        swim_tick(d, now, r);
+        choose_relay(d, r);
+        return;
+    }
     members_tick(d->mem, now, d->timeout_s, NULL, 0);
     choose_relay(d, r);
     gossip_send(d, NULL, now, r, 1);

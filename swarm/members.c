@@ -21,9 +21,13 @@ struct members {
     uint64_t ring_hb[64];
     double ring_t[64];
     int ring_n;
+    /* SWIM: entries with news to send (news > 0), how many of them are fresh, how many
+     * live entries are suspected: so that a tick of a 1,000-member table costs little */
+    int *news_idx, nnews, cap_news, nfresh, nsuspect;
 };
 
 #define MEMBERS_ECHO_RING 64
+#define MEMBERS_PUSHES 2 /* ticks a fresh news is pushed at (each to the fanout) */
 
 members_t *members_new(const msg_member_t *self, double now, const members_hooks_t *hooks,
                        char *err)
@@ -52,6 +56,7 @@ void members_destroy(members_t **tp)
 {
     if (!tp || !*tp) return;
     sodium_memzero((*tp)->sk, sizeof(*tp)->sk);
+    free((*tp)->news_idx);
     free((*tp)->e);
     free(*tp);
     *tp = NULL;
@@ -100,6 +105,8 @@ static void up(members_t *t, members_entry_t *e)
 static void down(members_t *t, members_entry_t *e, const char *why, int left)
 {
     if (!e->alive) return;
+    if (e->suspect_at > 0) t->nsuspect--;
+    e->suspect_at = 0;
     e->alive = 0;
     e->left = left;
     e->m.state = MEMBER_DEAD;
@@ -163,7 +170,7 @@ int members_merge(members_t *t, const msg_member_t *v, int k, double now)
     int changed = 0;
     for (int i = 0; i < k; i++) {
         int j = members_find(t, v[i].id);
-        if (j == 0) continue;
+        if (j == 0 || v[i].state == MEMBER_SUSPECT) continue; /* SWIM's news: not gossip's */
         if (j > 0 && (v[i].state == MEMBER_DEAD || v[i].heartbeat <= t->e[j].m.heartbeat))
             continue; /* ignored below anyway: spare the signature check */
         if (!(j < 0 && v[i].state == MEMBER_LEAVING) && !signed_by_owner(t, &v[i])) continue;
@@ -311,6 +318,10 @@ void members_resume(members_t *t, double now, double paused_s)
         if (!t->e[i].alive) continue;
         double c = t->e[i].last_change + paused_s;
         t->e[i].last_change = c < now ? c : now;
+        if (t->e[i].suspect_at > 0) { /* and a suspicion's time runs from the wake */
+            c = t->e[i].suspect_at + paused_s;
+            t->e[i].suspect_at = c < now ? c : now;
+        }
     }
 }
 
@@ -402,4 +413,207 @@ int members_probe(const members_t *t, double now, double dead_s, uint64_t r)
     for (int i = 1; i < t->n; i++)
         if (candidate(&t->e[i], now, dead_s) && k-- == 0) return i;
     return -1;
+}
+
+/* ---- SWIM ----------------------------------------------------------------------------- */
+
+void members_make_news(members_t *t, int i)
+{
+    if (i < 0 || i >= t->n) return;
+    members_entry_t *e = &t->e[i];
+    if (i > 0 && e->news <= 0) { /* onto the list of entries with news */
+        if (t->nnews == t->cap_news) {
+            int cap = t->cap_news ? 2 * t->cap_news : 16;
+            int *p = realloc(t->news_idx, (size_t)cap * sizeof *p);
+            if (!p) return; /* out of memory: this news travels only by probes */
+            t->news_idx = p;
+            t->cap_news = cap;
+        }
+        t->news_idx[t->nnews++] = i;
+    }
+    int sends = 0;
+    while ((1 << sends) < t->n + 1) sends++; /* ceil(log2(entries + 1)) */
+    e->news = sends ? sends : 1;
+    if (!e->fresh) t->nfresh++;
+    e->fresh = MEMBERS_PUSHES;
+}
+
+/* Entry i is suspected from now (0: no more). */
+static void set_suspect(members_t *t, members_entry_t *e, double at)
+{
+    t->nsuspect += (at > 0) - (e->suspect_at > 0);
+    e->suspect_at = at;
+}
+
+/* An entry suspected or declared dead by others verifies as its owner signed it. */
+static int swim_signed(members_t *t, const msg_member_t *m)
+{
+    if (!t->signing) return 1;
+    int ok = m->state == MEMBER_DEAD || m->state == MEMBER_SUSPECT
+                 ? msg_member_verify(m, MEMBER_JOINING) || msg_member_verify(m, MEMBER_SERVING)
+                 : msg_member_verify(m, m->state);
+    if (!ok) t->forged++;
+    return ok;
+}
+
+static int owner_state(int state)
+{
+    return state == MEMBER_JOINING || state == MEMBER_SERVING;
+}
+
+int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, int news,
+                       int *refute)
+{
+    int changed = 0;
+    for (int i = 0; i < k; i++) {
+        const msg_member_t *m = &v[i];
+        int j = members_find(t, m->id);
+        if (j == 0) {
+            if (m->state == MEMBER_SUSPECT || m->state == MEMBER_DEAD) *refute = 1;
+            continue;
+        }
+        if (j < 0) {
+            if (m->state == MEMBER_LEAVING || !swim_signed(t, m)) continue;
+            members_entry_t *e = add(t, m, now);
+            if (!e) return -1;
+            if (m->state == MEMBER_DEAD) { /* a probe candidate, not a member */
+                e->alive = 0;
+                continue;
+            }
+            if (m->state == MEMBER_SUSPECT) {
+                e->m.state = MEMBER_SERVING; /* its owner's state is not known yet */
+                set_suspect(t, e, now);
+            }
+            up(t, e);
+            if (news) members_make_news(t, (int)(e - t->e));
+            changed = 1;
+            continue;
+        }
+        members_entry_t *e = &t->e[j];
+        if (owner_state(m->state)) {
+            if (m->heartbeat <= e->m.heartbeat || !swim_signed(t, m)) continue;
+            int was_alive = e->alive, worth = !e->alive || e->suspect_at > 0 ||
+                e->m.state != m->state || e->m.stage != m->stage ||
+                e->m.serving_from != m->serving_from || strcmp(e->m.addr, m->addr);
+            if (e->m.state != m->state || !was_alive) changed = 1;
+            e->m = *m;
+            e->last_change = now;
+            set_suspect(t, e, 0);
+            if (!was_alive) {
+                e->alive = 1;
+                e->left = 0;
+                up(t, e);
+            }
+            if (worth && news) members_make_news(t, j);
+        } else if (m->state == MEMBER_SUSPECT) {
+            if (!e->alive || e->suspect_at > 0 || m->heartbeat < e->m.heartbeat ||
+                !swim_signed(t, m))
+                continue;
+            set_suspect(t, e, now);
+            if (news) members_make_news(t, j);
+        } else if (m->state == MEMBER_DEAD) {
+            if (!e->alive || m->heartbeat < e->m.heartbeat || !swim_signed(t, m)) continue;
+            down(t, e, "declared dead by a member", 0);
+            e->last_change = now;
+            if (news) members_make_news(t, j);
+            changed = 1;
+        } else if (m->state == MEMBER_LEAVING) {
+            if (!e->alive || m->heartbeat <= e->m.heartbeat) continue;
+            down(t, e, "it left", 1);
+            changed = 1;
+        }
+    }
+    return changed;
+}
+
+int members_swim_expire(members_t *t, double now, double suspect_s)
+{
+    int k = 0;
+    for (int i = 1; i < t->n && t->nsuspect > 0; i++) {
+        members_entry_t *e = &t->e[i];
+        if (!e->alive || e->suspect_at <= 0 || now - e->suspect_at <= suspect_s) continue;
+        down(t, e, "suspected past the timeout", 0);
+        e->last_change = now;
+        members_make_news(t, i);
+        k++;
+    }
+    return k;
+}
+
+int members_suspect(members_t *t, int i, double now)
+{
+    if (i <= 0 || i >= t->n || !t->e[i].alive || t->e[i].suspect_at > 0) return 0;
+    set_suspect(t, &t->e[i], now);
+    members_make_news(t, i);
+    return 1;
+}
+
+void members_refute(members_t *t, double now)
+{
+    members_beat(t, now);
+    members_make_news(t, 0);
+}
+
+/* How entry e goes on the wire as news. */
+static void news_entry(const members_entry_t *e, msg_member_t *out)
+{
+    *out = e->m;
+    if (!e->alive)
+        out->state = MEMBER_DEAD;
+    else if (e->suspect_at > 0)
+        out->state = MEMBER_SUSPECT;
+}
+
+/* One fresh push of e taken (fresh: a push tick) or one piggyback send. */
+static void news_sent(members_t *t, members_entry_t *e, int fresh)
+{
+    e->news--;
+    int was = e->fresh > 0;
+    if (fresh && e->fresh) e->fresh--;
+    if (e->news <= 0) e->fresh = 0;
+    if (was && !e->fresh) t->nfresh--;
+}
+
+int members_news(members_t *t, msg_member_t *out, int max, int fresh)
+{
+    enum { NEWS_MAX = 64 };
+    int idx[NEWS_MAX], k = 0;
+    if (max > NEWS_MAX) max = NEWS_MAX;
+    if (fresh && t->e[0].fresh && !--t->e[0].fresh) t->nfresh--; /* self goes first anyway */
+    while (k < max) {
+        int best = -1;
+        for (int q = 0; q < t->nnews; q++) {
+            int i = t->news_idx[q];
+            members_entry_t *e = &t->e[i];
+            if (e->news <= 0 || (fresh && !e->fresh)) continue;
+            if (t->signing && !e->m.heartbeat) { /* unsigned (a HELLO's): not news */
+                if (e->fresh) t->nfresh--;
+                e->news = e->fresh = 0;
+                continue;
+            }
+            int taken = 0;
+            for (int p = 0; p < k && !taken; p++) taken = idx[p] == i;
+            if (!taken && (best < 0 || e->news > t->e[best].news)) best = i;
+        }
+        if (best < 0) break;
+        news_entry(&t->e[best], &out[k]);
+        idx[k++] = best;
+        news_sent(t, &t->e[best], fresh);
+    }
+    int w = 0; /* entries whose news ran out leave the list */
+    for (int q = 0; q < t->nnews; q++)
+        if (t->e[t->news_idx[q]].news > 0) t->news_idx[w++] = t->news_idx[q];
+    t->nnews = w;
+    return k;
+}
+
+int members_has_fresh(const members_t *t)
+{
+    return t->nfresh > 0;
+}
+
+void members_self_entry(const members_t *t, msg_member_t *out)
+{
+    *out = t->e[0].m;
+    if (t->signing) msg_member_sign(out, t->sk);
 }

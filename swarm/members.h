@@ -51,6 +51,10 @@ typedef struct {
      * held that value */
     int64_t heard_from, heard_at;
     uint64_t heard_hb;
+    /* SWIM (members_swim_*): suspected since (0: not suspected); news: sends left to
+     * piggyback it on (0: no news); fresh: news not yet pushed to the tick's fanout */
+    double suspect_at;
+    int news, fresh;
 } members_entry_t;
 
 typedef struct {
@@ -171,5 +175,60 @@ void members_resume(members_t *t, double now, double paused_s);
 
 /* How many live members besides self. */
 int members_live_others(const members_t *t);
+
+/* ---- SWIM membership (docs/protocol.md 10.4) ------------------------------------------
+ * With membership=swim no member's liveness rests on its heartbeat reaching everyone:
+ * a member is alive until it fails a probe (dispatch.c: a ping, then pings asked of
+ * others), is suspected, and stays suspected past the suspicion timeout; then it is
+ * dead. Changes travel as news: entries a message carries besides the sender's own,
+ * each sent a bounded number of times (members_news), and pushed once, at the next tick,
+ * to a few members by whoever learns them first. Heartbeats still rise every tick: they
+ * order versions of an entry, and a fresh one refutes a suspicion. */
+
+/* Merges entries of a PROBE table or a WELCOME under SWIM's rules; news != 0: what
+ * changed the table becomes news (not for a WELCOME, or a SYNC's whole table).
+ * - own entry: a SUSPECT or DEAD of this peer is refuted (*refute = 1: the caller raises
+ *   the heartbeat, members_refute);
+ * - unknown: JOINING, SERVING or SUSPECT added alive (SUSPECT: suspected now); DEAD kept
+ *   as a probe candidate; LEAVING ignored;
+ * - JOINING or SERVING with a higher heartbeat: replaces ours, clears a suspicion,
+ *   revives a dead entry; news when it was dead or suspected, or its state, stage,
+ *   serving_from or address changed;
+ * - SUSPECT with a heartbeat at least ours: a live entry not yet suspected is suspected
+ *   from now;
+ * - DEAD with a heartbeat at least ours: a live entry dies ("declared dead by a member");
+ * - LEAVING with a higher heartbeat: it left.
+ * Returns 1 when the live set or a member's state changed, 0 if not, -1 out of memory. */
+int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, int news,
+                       int *refute);
+
+/* Suspected past suspect_s: dead ("suspected past the timeout"), and news. Returns how
+ * many died (no heartbeat timeout under SWIM: probes decide). */
+int members_swim_expire(members_t *t, double now, double suspect_s);
+
+/* This peer probed entry i and it did not answer, nor through others: suspected now,
+ * news. Returns 1 when it was not suspected yet. */
+int members_suspect(members_t *t, int i, double now);
+
+/* Someone suspects or declared this peer dead: its heartbeat goes up and its own entry
+ * is fresh news, so that its refutation spreads. */
+void members_refute(members_t *t, double now);
+
+/* Entry i becomes fresh news: pushed at the next MEMBERS_PUSHES ticks, and piggybacked
+ * on the next ceil(log2(live + 1)) messages that have room for it. */
+void members_make_news(members_t *t, int i);
+
+/* Up to max news entries for a message into out, as they go on the wire (a suspected
+ * entry in state SUSPECT, one declared dead DEAD), those with the most sends left first;
+ * each one's count goes down by one. fresh: only news not yet pushed, which then counts
+ * as pushed. Self is never among them (a message carries it first anyway). Returns how
+ * many. */
+int members_news(members_t *t, msg_member_t *out, int max, int fresh);
+
+/* This peer's own entry as it goes first in a PROBE's table (signed when signing). */
+void members_self_entry(const members_t *t, msg_member_t *out);
+
+/* Whether some news was not pushed yet. */
+int members_has_fresh(const members_t *t);
 
 #endif

@@ -114,6 +114,7 @@ int msg_payloads(int type)
     case MSG_REDO:
     case MSG_STATE_REP:
     case MSG_STATUS_REP:
+    case MSG_PROBE:
         return 1;
     case MSG_RELAY:
         return -1;
@@ -128,7 +129,7 @@ const char *msg_type_name(int type)
                                   "LEAVE",     "FWD",        "BWD",        "NACK",
                                   "PROGRESS",  "STEP_DONE",  "EXCH",       "STATE_REQ",
                                   "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR",
-                                  "EXCH_REQ",  "REDO",       "RELAY"};
+                                  "EXCH_REQ",  "REDO",       "RELAY",      "PROBE"};
     return type >= 1 && type <= MSG_TYPE_MAX ? names[type] : "?";
 }
 
@@ -233,6 +234,12 @@ int msg_encode(const msg_t *m, uint8_t *buf, size_t cap, size_t *len, char *err)
     case MSG_RELAY:
         w_bytes(&w, m->dest, MSG_ID_LEN);
         break;
+    case MSG_PROBE:
+        w_u(&w, m->probe_kind, 1);
+        w_u(&w, m->probe, 8);
+        w_bytes(&w, m->dest, MSG_ID_LEN);
+        w_u(&w, m->count, 4);
+        break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         w_u(&w, (uint16_t)m->stage, 2);
@@ -313,6 +320,13 @@ int msg_decode(const uint8_t *buf, size_t len, msg_t *m, char *err)
         break;
     case MSG_RELAY:
         r_bytes(&r, m->dest, MSG_ID_LEN);
+        break;
+    case MSG_PROBE:
+        m->probe_kind = (uint8_t)r_u(&r, 1);
+        m->probe = r_u(&r, 8);
+        r_bytes(&r, m->dest, MSG_ID_LEN);
+        m->count = (uint32_t)r_u(&r, 4);
+        if (m->probe_kind >= PROBE_KINDS) goto malformed;
         break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
@@ -423,7 +437,7 @@ int msg_members_decode(const uint8_t *buf, size_t len, msg_member_t *v, int max,
             if (e->ckpt[c] < 0) goto malformed;
         }
         r_bytes(&r, e->sig, MSG_SIG_LEN);
-        if (r.bad || e->stage < 0 || e->stage >= MSG_ROUTE_MAX || e->state > MEMBER_DEAD ||
+        if (r.bad || e->stage < 0 || e->stage >= MSG_ROUTE_MAX || e->state > MEMBER_SUSPECT ||
             !isfinite(e->throughput) || e->throughput < 0 || e->step < 0 || !addr_ok(e->addr))
             goto malformed;
     }

@@ -47,7 +47,10 @@ typedef enum {
     MSG_REDO = 17,       /* a pool -> stage 0: these microbatches of a step were lost here */
     MSG_RELAY = 18,      /* a message for an unreachable member, through a relay; payloads:
                           * the message's own frames, header first (1 to MSG_RELAY_FRAMES) */
-    MSG_TYPE_MAX = 18
+    MSG_PROBE = 19,      /* SWIM membership (run key membership=swim): a ping, its ack, a
+                          * request to ping another, or news; payload: a member table, the
+                          * sender's own entry first, then news (docs/protocol.md 10.4) */
+    MSG_TYPE_MAX = 19
 } msg_type_t;
 
 /* Member states as gossiped. */
@@ -55,8 +58,22 @@ typedef enum {
     MEMBER_JOINING = 0, /* downloading its stage's state */
     MEMBER_SERVING = 1,
     MEMBER_LEAVING = 2,
-    MEMBER_DEAD = 3 /* never sent by its owner; in GOSSIP: a probe candidate (members.h) */
+    MEMBER_DEAD = 3, /* never sent by its owner; in GOSSIP: a probe candidate (members.h);
+                      * in a PROBE's news: the sender declared it dead */
+    MEMBER_SUSPECT = 4 /* never sent by its owner; only in a PROBE's news: the sender
+                        * suspects it (it failed a ping and the pings asked of others) */
 } member_state_t;
+
+/* PROBE kinds (msg_t.probe_kind). */
+enum {
+    PROBE_PING = 0, /* answer with an ACK of the same probe number */
+    PROBE_ACK = 1,  /* target answered probe number `probe` (directly, or through the sender) */
+    PROBE_REQ = 2,  /* ping target for me; send me its ACK with my probe number */
+    PROBE_NEWS = 3, /* nothing to answer: the table's news */
+    PROBE_SYNC = 4, /* send me your whole table (a TABLE) */
+    PROBE_TABLE = 5, /* the sender's whole live table, an answer to SYNC: merged, no news */
+    PROBE_KINDS
+};
 
 /* The most frames a RELAY carries: a whole message, its header and at most 4 payloads. */
 #define MSG_RELAY_FRAMES 5
@@ -125,11 +142,15 @@ typedef struct {
                     * stage s, swarm/path.h); bit 0 set is malformed */
     /* PROGRESS, STEP_DONE, EXCH, STATE_* */
     int64_t step;
-    uint32_t count; /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches */
+    uint32_t count; /* PROGRESS: microbatches per step (bitmap bits); EXCH: microbatches;
+                     * PROBE: the sender's live members, itself included */
     uint64_t hash;  /* EXCH: sender's parameter hash at the start of the step */
     int64_t since;  /* EXCH: the first step the sender contributed to (seniority) */
     uint8_t origin[MSG_ID_LEN]; /* EXCH, EXCH_REQ: whose exchange message (a relay) */
-    uint8_t dest[MSG_ID_LEN];   /* RELAY: the member the relayed message is for */
+    uint8_t dest[MSG_ID_LEN];   /* RELAY: the member the relayed message is for; PROBE: the
+                                 * member probed (PING, ACK, REQ) */
+    uint8_t probe_kind;         /* PROBE: PROBE_PING ... */
+    uint64_t probe;             /* PROBE: the prober's probe number */
     /* STATE_REQ / STATE_REP */
     uint64_t offset, total;
     uint32_t length;

@@ -195,17 +195,27 @@ int sim_config_set(sim_config_t *c, const char *key, const char *value, char *er
     double v = strtod(value, &end);
     if (!*value || *end || !(v >= 0))
         return status_set(err, STATUS_EINVAL, "sim: %s: '%s' is not a number >= 0", key, value);
-    if (!strcmp(key, "gossip_fanout")) {
-        c->gossip_fanout = (int)v;
-        return 0;
-    }
+    static const struct {
+        const char *name;
+        size_t off;
+    } ints[] = {{"gossip_fanout", offsetof(sim_config_t, gossip_fanout)},
+                {"swim_every", offsetof(sim_config_t, swim_every)},
+                {"swim_k", offsetof(sim_config_t, swim_k)},
+                {"swim_fanout", offsetof(sim_config_t, swim_fanout)}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(key, ints[i].name)) {
+            if (v > 1000) return status_set(err, STATUS_EINVAL, "sim: %s: at most 1000", key);
+            int iv = (int)v;
+            memcpy((char *)c + ints[i].off, &iv, sizeof iv);
+            return 0;
+        }
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
         if (!strcmp(key, knobs[i].name)) {
             memcpy((char *)c + knobs[i].off, &v, sizeof v);
             return 0;
         }
     char names[600];
-    int w = snprintf(names, sizeof names, "gossip_fanout");
+    int w = snprintf(names, sizeof names, "gossip_fanout swim_every swim_k swim_fanout");
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0] && w < (int)sizeof names; i++)
         w += snprintf(names + w, sizeof names - (size_t)w, " %s", knobs[i].name);
     return status_set(err, STATUS_EINVAL, "sim: no knob '%s' (%s)", key, names);
@@ -626,12 +636,14 @@ static void io_up(void *ctx, members_entry_t *e)
 {
     node_t *n = ctx;
     sim_note(n->s, "up    %d sees %s", n->index, e->m.addr);
+    if (n->s->app.member_up) n->s->app.member_up(n->s->app.ctx, n->index, e->m.id, n->s->now);
 }
 
 static void io_down(void *ctx, members_entry_t *e, const char *why)
 {
     node_t *n = ctx;
     sim_note(n->s, "down  %d sees %s: %s", n->index, e->m.addr, why);
+    if (n->s->app.member_down) n->s->app.member_down(n->s->app.ctx, n->index, e->m.id, why, n->s->now);
 }
 
 static void io_refused(void *ctx, const char *why, int warn)
@@ -790,7 +802,10 @@ static void on_start(sim_t *s, node_t *n)
                             .sk = n->sk,
                             .timeout_s = s->cfg.timeout_s,
                             .forget_s = s->cfg.forget_s,
-                            .gossip_fanout = s->cfg.gossip_fanout};
+                            .gossip_fanout = s->cfg.gossip_fanout,
+                            .swim_every = s->cfg.swim_every,
+                            .swim_k = s->cfg.swim_k,
+                            .swim_fanout = s->cfg.swim_fanout};
     dispatch_io_t io = {.ctx = n,
                         .send = io_send,
                         .probe = io_send,
@@ -890,7 +905,7 @@ void sim_partition(sim_t *s, const uint8_t *side, int n, double duration)
 
 static void push_view(sim_t *s, node_t *n)
 {
-    inbox_add(s, n, ITEM_VIEW, NULL, NULL);
+    if (!s->app.no_views) inbox_add(s, n, ITEM_VIEW, NULL, NULL);
 }
 
 static void on_tick(sim_t *s, node_t *n)
@@ -929,7 +944,7 @@ static void on_deliver(sim_t *s, smsg_t *m)
         if (push(s, n->paused_until, EV_DELIVER, m->dst, 0, 0, m)) smsg_free(m);
         return;
     }
-    if (m->hdr.type != MSG_GOSSIP)
+    if (m->hdr.type != MSG_GOSSIP && m->hdr.type != MSG_PROBE)
         sim_note(s, "recv  %d->%d %s", m->src, m->dst, msg_brief(&m->hdr, b, sizeof b));
     const void *data[SMSG_FRAMES];
     for (int i = 0; i < m->nframes; i++) data[i] = m->frame[i];
@@ -1221,6 +1236,11 @@ uint64_t sim_corrupted(const sim_t *s, uint64_t *refused)
 double sim_last_fault(const sim_t *s)
 {
     return s->last_fault;
+}
+
+double sim_node_paused_until(const sim_t *s, int node)
+{
+    return node >= 0 && node < s->nnodes ? s->nodes[node]->paused_until : 0;
 }
 
 int sim_partitioned(const sim_t *s)

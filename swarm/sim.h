@@ -78,6 +78,8 @@ typedef struct {
     double timeout_s;    /* silence that makes a member dead (3) */
     double forget_s;     /* members dead of silence are probed this long (60) */
     int gossip_fanout;   /* 0: every live member each tick (as net.c); else this many */
+    int swim_every;      /* > 0: SWIM membership, a probe every this many ticks (dispatch.h) */
+    int swim_k, swim_fanout; /* SWIM: members asked to ping; news pushed to (0: 3, 3) */
     double delay_min_s;  /* one-way delay of every message, uniform in [min, max] */
     double delay_max_s;
     double tail_p;       /* probability of an extra delay of up to tail_max_s */
@@ -114,7 +116,7 @@ typedef struct {
 int sim_config_faults(sim_config_t *c, const char *level, char *err);
 
 /* Sets one knob by name ("dup_p", "reset_p", "crash_rate", ... any double field above,
- * and "gossip_fanout") from text. 0, or STATUS_EINVAL naming the knobs. */
+ * and the ints "gossip_fanout", "swim_every", "swim_k", "swim_fanout") from text. 0, or STATUS_EINVAL naming the knobs. */
 int sim_config_set(sim_config_t *c, const char *key, const char *value, char *err);
 
 /* Defaults: heartbeat 0.25 s, timeout 3 s, delays 0.1-5 ms, no faults. */
@@ -149,6 +151,14 @@ typedef struct {
     /* Messages the node's program has refused so far (malformed payloads). NULL: a
      * corrupted message that reaches the program cannot be judged (and fails). */
     uint64_t (*rejected)(void *ctx, int node);
+    /* Node's member table took member id in (up) or declared it dead (down; why as the
+     * members.h hooks say). NULL: not told. */
+    void (*member_up)(void *ctx, int node, const uint8_t id[MSG_ID_LEN], double now);
+    void (*member_down)(void *ctx, int node, const uint8_t id[MSG_ID_LEN], const char *why,
+                        double now);
+    /* 1: no NET_EV_VIEW events (a program that reads membership through the hooks above:
+     * a 1,000-node table copied at every tick of every node is most of a schedule) */
+    int no_views;
 } sim_app_t;
 
 /* A simulator with no nodes; app is copied. NULL + err on bad config or no memory. */
@@ -209,6 +219,8 @@ int sim_node_view(const sim_t *s, int node, msg_member_t *out, int max);
 double sim_last_fault(const sim_t *s);
 /* 1 while a partition lasts. */
 int sim_partitioned(const sim_t *s);
+/* When the node's last pause (faults "pause") ends or ended; 0 if it was never paused. */
+double sim_node_paused_until(const sim_t *s, int node);
 
 /* Events run so far, and the hash of the whole trace (equal for equal schedules). */
 uint64_t sim_events(const sim_t *s);

@@ -35,7 +35,7 @@ typedef enum {
     WIRE_EXCH,    /* EXCH, EXCH_REQ: the pool's exchange (DeMo or dense sums) */
     WIRE_STATE,   /* STATE_REQ, STATE_REP: stage state transfer */
     WIRE_CTL,     /* the pool's and the pipeline's control: PROGRESS, NACK, REDO, STATUS... */
-    WIRE_MEMB,    /* membership: GOSSIP, HELLO, WELCOME, LEAVE */
+    WIRE_MEMB,    /* membership: GOSSIP, PROBE, HELLO, WELCOME, LEAVE */
     WIRE_KINDS
 } wire_kind_t;
 
@@ -55,6 +55,7 @@ static inline int transport_wire_kind(int type)
     case MSG_STATE_REQ:
     case MSG_STATE_REP: return WIRE_STATE;
     case MSG_GOSSIP:
+    case MSG_PROBE:
     case MSG_HELLO:
     case MSG_WELCOME:
     case MSG_LEAVE: return WIRE_MEMB;

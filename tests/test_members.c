@@ -351,6 +351,91 @@ static void test_large_view_encode(void **state)
     members_destroy(&t2);
 }
 
+/* SWIM's merge (docs/protocol.md 10.7 rule 4), suspicion (5), refutation (6) and news (3):
+ * a suspicion needs a heartbeat at least ours and runs out into a death, a higher
+ * heartbeat clears it or revives, a stale suspicion after a refutation is ignored, a
+ * suspicion of self asks for a refutation, and what changed the table is news, handed out
+ * with the most sends left first, each at most once per message. */
+static void test_swim_rules(void **state)
+{
+    (void)state;
+    hook_count_t h = {0};
+    members_t *t = table(&h);
+    int refute = 0;
+    msg_member_t a = member(1, 0, 5, MEMBER_SERVING), b = member(2, 1, 7, MEMBER_JOINING);
+    msg_member_t in[2] = {a, b};
+    assert_int_equal(members_swim_merge(t, in, 2, 11.0, 1, &refute), 1);
+    assert_int_equal(h.ups, 2);
+    assert_int_equal(refute, 0);
+    assert_true(members_has_fresh(t));
+    /* both are news, each at most once per message */
+    msg_member_t out[8];
+    assert_int_equal(members_news(t, out, 8, 1), 2);
+    assert_int_equal(members_news(t, out, 8, 1), 2); /* pushed at two ticks */
+    assert_false(members_has_fresh(t));
+    /* a suspicion with an older heartbeat is ignored; one at ours suspects */
+    msg_member_t s = a;
+    s.state = MEMBER_SUSPECT;
+    s.heartbeat = 4;
+    assert_int_equal(members_swim_merge(t, &s, 1, 12.0, 1, &refute), 0);
+    int ia = members_find(t, a.id);
+    assert_true(members_at(t, ia)->suspect_at == 0);
+    s.heartbeat = 5;
+    members_swim_merge(t, &s, 1, 12.0, 1, &refute);
+    assert_true(members_at(t, ia)->suspect_at == 12.0);
+    assert_true(members_at(t, ia)->alive);
+    /* as news it goes out in state SUSPECT */
+    int n = members_news(t, out, 8, 1), seen = 0;
+    for (int i = 0; i < n; i++)
+        if (!memcmp(out[i].id, a.id, MSG_ID_LEN)) seen = 1, assert_int_equal(out[i].state, MEMBER_SUSPECT);
+    assert_true(seen);
+    /* a refutation (higher heartbeat) clears it; the stale suspicion is ignored after */
+    msg_member_t r = a;
+    r.heartbeat = 6;
+    members_swim_merge(t, &r, 1, 13.0, 1, &refute);
+    assert_true(members_at(t, ia)->suspect_at == 0);
+    members_swim_merge(t, &s, 1, 13.5, 1, &refute);
+    assert_true(members_at(t, ia)->suspect_at == 0);
+    /* suspected again, it dies after the suspicion timeout, not before */
+    assert_int_equal(members_suspect(t, ia, 20.0), 1);
+    assert_int_equal(members_suspect(t, ia, 20.5), 0);
+    assert_int_equal(members_swim_expire(t, 22.9, 3.0), 0);
+    assert_int_equal(members_swim_expire(t, 23.1, 3.0), 1);
+    assert_false(members_at(t, ia)->alive);
+    assert_string_equal(h.last_why, "suspected past the timeout");
+    /* an entry at the same heartbeat does not revive it (a stale copy); a higher one does */
+    assert_int_equal(members_swim_merge(t, &r, 1, 24.0, 1, &refute), 0);
+    assert_false(members_at(t, ia)->alive);
+    r.heartbeat = 7;
+    assert_int_equal(members_swim_merge(t, &r, 1, 24.5, 1, &refute), 1);
+    assert_true(members_at(t, ia)->alive);
+    /* DEAD from another member kills when its heartbeat is at least ours */
+    int ib = members_find(t, b.id);
+    msg_member_t db = b;
+    db.state = MEMBER_DEAD;
+    db.heartbeat = 6;
+    assert_int_equal(members_swim_merge(t, &db, 1, 25.0, 1, &refute), 0);
+    db.heartbeat = 7;
+    assert_int_equal(members_swim_merge(t, &db, 1, 25.0, 1, &refute), 1);
+    assert_false(members_at(t, ib)->alive);
+    assert_string_equal(h.last_why, "declared dead by a member");
+    /* a suspicion of self asks for a refutation, which raises the heartbeat */
+    msg_member_t me = members_at(t, 0)->m;
+    me.state = MEMBER_SUSPECT;
+    members_swim_merge(t, &me, 1, 26.0, 1, &refute);
+    assert_int_equal(refute, 1);
+    uint64_t hb = members_at(t, 0)->m.heartbeat;
+    members_refute(t, 26.0);
+    assert_true(members_at(t, 0)->m.heartbeat == hb + 1);
+    assert_true(members_has_fresh(t));
+    /* a WELCOME's table (news off) adds without making news */
+    while (members_has_fresh(t)) members_news(t, out, 8, 1);
+    msg_member_t c = member(3, 2, 4, MEMBER_SERVING);
+    assert_int_equal(members_swim_merge(t, &c, 1, 27.0, 0, &refute), 1);
+    assert_false(members_has_fresh(t));
+    members_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -358,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_tick_timeout), cmocka_unit_test(test_hello_leave),
         cmocka_unit_test(test_set_self),     cmocka_unit_test(test_large_view_encode),
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
+        cmocka_unit_test(test_swim_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

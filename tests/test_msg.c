@@ -146,6 +146,12 @@ static void spec_encode(bb_t *b, const msg_t *m, const wire_opts_t *o)
     case MSG_RELAY:
         put(b, m->dest, MSG_ID_LEN);
         break;
+    case MSG_PROBE:
+        put_u(b, m->probe_kind, 1);
+        put_u(b, m->probe, 8);
+        put(b, m->dest, MSG_ID_LEN);
+        put_u(b, m->count, 4);
+        break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         put_u(b, (uint16_t)m->stage, 2);
@@ -221,6 +227,8 @@ static msg_t sample(int type)
     m.since = 0x0000123456789abcLL;
     for (int j = 0; j < MSG_ID_LEN; j++) m.origin[j] = (uint8_t)(0x60 + 2 * j);
     for (int j = 0; j < MSG_ID_LEN; j++) m.dest[j] = (uint8_t)(0x33 ^ (5 * j));
+    m.probe_kind = PROBE_REQ;
+    m.probe = 0x0fedcba987654321ULL;
     m.offset = 1u << 20;
     m.total = 3u << 20;
     m.length = 1u << 20;
@@ -278,6 +286,12 @@ static msg_t expected(const msg_t *s)
     case MSG_RELAY:
         memcpy(e.dest, s->dest, MSG_ID_LEN);
         break;
+    case MSG_PROBE:
+        e.probe_kind = s->probe_kind;
+        e.probe = s->probe;
+        memcpy(e.dest, s->dest, MSG_ID_LEN);
+        e.count = s->count;
+        break;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         e.stage = s->stage;
@@ -322,6 +336,8 @@ static size_t spec_len(const msg_t *m)
         return COMMON_LEN + 30 + MSG_ID_LEN;
     case MSG_RELAY:
         return COMMON_LEN + MSG_ID_LEN;
+    case MSG_PROBE:
+        return COMMON_LEN + 1 + 8 + MSG_ID_LEN + 4;
     case MSG_STATE_REQ:
     case MSG_STATE_REP:
         return COMMON_LEN + 62;
@@ -476,11 +492,12 @@ static void test_payload_counts(void **state)
         [MSG_FWD] = 2,        [MSG_BWD] = 1,        [MSG_NACK] = 0,      [MSG_PROGRESS] = 1,
         [MSG_STEP_DONE] = 0,  [MSG_EXCH] = 3,       [MSG_STATE_REQ] = 0, [MSG_STATE_REP] = 1,
         [MSG_STATUS_REQ] = 0, [MSG_STATUS_REP] = 1, [MSG_ERROR] = 0,     [MSG_EXCH_REQ] = 0,
-        [MSG_REDO] = 1,       [MSG_RELAY] = -1};
+        [MSG_REDO] = 1,       [MSG_RELAY] = -1,      [MSG_PROBE] = 1};
     static const char *names[MSG_TYPE_MAX + 1] = {
         "?",         "HELLO",      "WELCOME",    "GOSSIP",    "LEAVE", "FWD",
         "BWD",       "NACK",       "PROGRESS",   "STEP_DONE", "EXCH",  "STATE_REQ",
-        "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR", "EXCH_REQ", "REDO", "RELAY"};
+        "STATE_REP", "STATUS_REQ", "STATUS_REP", "ERROR", "EXCH_REQ", "REDO", "RELAY",
+        "PROBE"};
     for (int t = 1; t <= MSG_TYPE_MAX; t++) {
         assert_int_equal(msg_payloads(t), want[t]);
         assert_string_equal(msg_type_name(t), names[t]);
@@ -803,7 +820,7 @@ static void test_random_corruption_tables(void **state)
         assert_true(k >= 0 && k <= N + 1);
         for (int i = 0; i < k; i++) {
             assert_true(got[i].stage >= 0 && got[i].stage < MSG_ROUTE_MAX);
-            assert_true(got[i].state <= MEMBER_DEAD);
+            assert_true(got[i].state <= MEMBER_SUSPECT);
             assert_true(isfinite(got[i].throughput) && got[i].throughput >= 0);
             assert_true(got[i].step >= 0);
         }
@@ -841,6 +858,30 @@ static void test_version(void **state)
     assert_int_equal(decode_exact((const uint8_t *)"SWT\x08\xff\xff\xff", 7, &got),
                      STATUS_EVERSION);
     assert_int_equal(decode_exact((const uint8_t *)"SWT", 3, &got), STATUS_EMALFORMED);
+    free(b);
+}
+
+/* PROBE (SWIM, docs/protocol.md 5.19): every kind below PROBE_KINDS reads back with its
+ * probe number, target and count; any other kind is refused. */
+static void test_probe_kinds(void **state)
+{
+    (void)state;
+    bb_t *b = malloc(sizeof *b);
+    assert_non_null(b);
+    msg_t m = sample(MSG_PROBE), got;
+    for (int k = 0; k < 256; k++) {
+        m.probe_kind = (uint8_t)k;
+        spec_encode(b, &m, NULL);
+        if (k >= PROBE_KINDS) {
+            assert_int_equal(decode_bb(b, &got), STATUS_EMALFORMED);
+            continue;
+        }
+        assert_int_equal(decode_bb(b, &got), 0);
+        assert_int_equal(got.probe_kind, k);
+        assert_true(got.probe == m.probe);
+        assert_int_equal(got.count, m.count);
+        assert_memory_equal(got.dest, m.dest, MSG_ID_LEN);
+    }
     free(b);
 }
 
@@ -1064,9 +1105,10 @@ static void test_members_refused(void **state)
     } cases[] = {
         {0, MEMBER_JOINING, 0.0f, 0, 0},
         {MSG_ROUTE_MAX - 1, MEMBER_DEAD, 1e30f, INT64_MAX, 0},
+        {0, MEMBER_SUSPECT, 1, 0, 0},
         {-1, MEMBER_SERVING, 1, 0, STATUS_EMALFORMED},
         {MSG_ROUTE_MAX, MEMBER_SERVING, 1, 0, STATUS_EMALFORMED},
-        {0, MEMBER_DEAD + 1, 1, 0, STATUS_EMALFORMED},
+        {0, MEMBER_SUSPECT + 1, 1, 0, STATUS_EMALFORMED},
         {0, 0xff, 1, 0, STATUS_EMALFORMED},
         {0, MEMBER_SERVING, NAN, 0, STATUS_EMALFORMED},
         {0, MEMBER_SERVING, INFINITY, 0, STATUS_EMALFORMED},
@@ -1277,6 +1319,7 @@ int main(void)
         cmocka_unit_test(test_random_corruption_headers),
         cmocka_unit_test(test_random_corruption_tables),
         cmocka_unit_test(test_version),
+        cmocka_unit_test(test_probe_kinds),
         cmocka_unit_test(test_magic_reserved_type),
         cmocka_unit_test(test_route_and_microbatch_ranges),
         cmocka_unit_test(test_step_stage_ranges),

@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "sim/memsim.h"
 #include "sim/simrun.h"
 #include "model/train.h"
 #include "tools/cmd.h"
@@ -67,6 +68,15 @@ static void usage(FILE *f)
             "  --no-early-exchange  stage 0 sends its exchange messages only once the step is\n"
             "                       complete (the peers' --no-early-exchange)\n"
             "  --trace              print every event (with --seed)\n"
+            "  --members-only       membership alone (sim/memsim.h): --peers nodes (up to\n"
+            "                       4000) that only join and serve, --crashes K of them\n"
+            "                       SIGKILLed after the swarm formed, for --seconds S (40);\n"
+            "                       prints bytes per node by kind, detection times, false\n"
+            "                       deaths; --set swim_every=4 for SWIM (dispatch.h). A\n"
+            "                       schedule fails on a crash not detected by every node,\n"
+            "                       one detected later than --detect-within S, a mean of\n"
+            "                       membership+control above --sent-within B/s per node, or\n"
+            "                       (faults none, mild) any live node declared dead\n"
             "  --quiet              no failure reports on stderr, only the result lines\n");
 }
 
@@ -83,11 +93,96 @@ static int num(const char *opt, const char *v, long long min, long long max, lon
     return 0;
 }
 
+/* --members-only: schedules of membership alone (sim/memsim.h). */
+static int members_run(memsim_options_t *mo, long long first, long long seeds,
+                       double detect_within, double sent_within, int quiet)
+{
+    char err[STATUS_ERR_LEN];
+    long long run = 0, failed = 0, crashes = 0, detected = 0, false_deaths = 0, measured = 0;
+    double t0 = clock_now(), vsec = 0, dsum = 0, dmax = 0, sum[WIRE_KINDS] = {0},
+           max[WIRE_KINDS] = {0}, form_max = 0;
+    uint64_t events = 0;
+    int strict = !strcmp(mo->faults, "none") || !strcmp(mo->faults, "mild");
+    for (long long i = 0; i < seeds; i++) {
+        memsim_result_t r;
+        mo->seed = (uint64_t)(first + i);
+        run++;
+        if (memsim_one(mo, &r, err)) {
+            fprintf(stderr, "swarmtrain sim: %s\n", err);
+            failed++;
+            break;
+        }
+        vsec += r.virtual_s;
+        events += r.events;
+        crashes += r.crashes;
+        detected += r.detected;
+        false_deaths += r.false_deaths;
+        measured += r.measured;
+        if (r.formed_at > form_max) form_max = r.formed_at;
+        double sched_max = 0;
+        for (int v = 0; v < MEMSIM_CRASH_MAX; v++)
+            if (r.detect_s[v] > 0) {
+                dsum += r.detect_s[v];
+                if (r.detect_s[v] > dmax) dmax = r.detect_s[v];
+                if (r.detect_s[v] > sched_max) sched_max = r.detect_s[v];
+            }
+        for (int k = 0; k < WIRE_KINDS; k++) {
+            sum[k] += r.sent_mean[k] * r.measured;
+            if (r.sent_max[k] > max[k]) max[k] = r.sent_max[k];
+        }
+        double mc = r.sent_mean[WIRE_MEMB] + r.sent_mean[WIRE_CTL];
+        if (!r.failed && detect_within > 0 && sched_max > detect_within) {
+            r.failed = 1;
+            snprintf(r.why, sizeof r.why, "a crash detected by every node after %.2f s (bound %g)",
+                     sched_max, detect_within);
+        }
+        if (!r.failed && sent_within > 0 && mc > sent_within) {
+            r.failed = 1;
+            snprintf(r.why, sizeof r.why, "membership and control %.0f B/s per node (bound %g)",
+                     mc, sent_within);
+        }
+        if (!r.failed && strict && r.false_deaths) {
+            r.failed = 1;
+            snprintf(r.why, sizeof r.why, "%d false deaths under faults %s: %s", r.false_deaths,
+                     mo->faults, r.false_why);
+        }
+        if (r.failed) {
+            failed++;
+            printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --members-only --seed "
+                   "%" PRIu64 " --peers %d --stages %d --crashes %d --seconds %g --faults %s%s%s)\n",
+                   mo->seed, r.why, mo->seed, mo->nodes, mo->stages, mo->crashes,
+                   mo->run_s > 0 ? mo->run_s : 40.0, mo->faults, mo->knobs ? " --set " : "",
+                   mo->knobs ? mo->knobs : "");
+        }
+        if (seeds == 1 || !quiet)
+            printf("sim: seed %" PRIu64 ": formed at %.1f s, %d nodes, %d killed, detected by every "
+                   "node after %.2f s at most, %d false deaths of %d verdicts, membership+control "
+                   "%.0f B/s per node\n",
+                   mo->seed, r.formed_at, r.nodes, r.crashes, sched_max, r.false_deaths,
+                   r.deaths_seen, mc);
+        fflush(stdout);
+    }
+    printf("sim: members-only, %s membership: %.1f s, %.0f virtual s, %" PRIu64 " events, "
+           "formed within %.1f virtual s\n",
+           mo->knobs && strstr(mo->knobs, "swim_every") ? "SWIM" : "whole-table gossip",
+           clock_now() - t0, vsec, events, form_max);
+    printf("sim: bytes sent per node per virtual second after formation, mean (max):");
+    for (int k = 0; k < WIRE_KINDS; k++)
+        printf("%s %s %.0f (%.0f)", k ? "," : "", transport_wire_name(k),
+               measured ? sum[k] / (double)measured : 0.0, max[k]);
+    printf("\n");
+    printf("sim: %lld crashes, %lld detected by every live node: mean %.2f s, max %.2f s; %lld "
+           "false deaths\n",
+           crashes, detected, detected ? dsum / (double)detected : 0.0, dmax, false_deaths);
+    printf("sim: %lld schedules, %lld failed\n", run, failed);
+    return failed ? 1 : 0;
+}
+
 int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
-           O_COOL, O_EARLY, O_RWILD, O_RBUG };
+           O_COOL, O_EARLY, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -113,11 +208,18 @@ int cmd_sim(int argc, char **argv)
                                          {"no-early-exchange", no_argument, 0, O_EARLY},
                                          {"restart-faults", no_argument, 0, O_RWILD},
                                          {"plant-resume-bug", no_argument, 0, O_RBUG},
+                                         {"members-only", no_argument, 0, O_MEMB},
+                                         {"crashes", required_argument, 0, O_CRASHES},
+                                         {"seconds", required_argument, 0, O_SECONDS},
+                                         {"detect-within", required_argument, 0, O_DETECT},
+                                         {"sent-within", required_argument, 0, O_SENT},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
     long long seeds = 100, first = 1, x, pool = 0;
-    int trace = 0, quiet = 0, c;
+    int trace = 0, quiet = 0, c, members_only = 0;
+    memsim_options_t mo = memsim_defaults();
+    double detect_within = 0, sent_within = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -132,11 +234,34 @@ int cmd_sim(int argc, char **argv)
             seeds = 1;
             break;
         case O_PEERS:
-            if (num("--peers", optarg, 1, 1000, &x)) return 2;
+            if (num("--peers", optarg, 1, 4000, &x)) return 2;
             o.peers = (int)x;
             break;
+        case O_MEMB:
+            members_only = 1;
+            break;
+        case O_CRASHES:
+            if (num("--crashes", optarg, 0, MEMSIM_CRASH_MAX, &x)) return 2;
+            mo.crashes = (int)x;
+            break;
+        case O_SECONDS:
+            if (num("--seconds", optarg, 1, 100000, &x)) return 2;
+            mo.run_s = (double)x;
+            break;
+        case O_DETECT:
+        case O_SENT: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (!*optarg || *end || !(v > 0)) {
+                fprintf(stderr, "swarmtrain sim: %s: a number > 0\n",
+                        c == O_DETECT ? "--detect-within" : "--sent-within");
+                return 2;
+            }
+            *(c == O_DETECT ? &detect_within : &sent_within) = v;
+            break;
+        }
         case O_STAGES:
-            if (num("--stages", optarg, 1, 16, &x)) return 2;
+            if (num("--stages", optarg, 1, 64, &x)) return 2;
             o.stages = (int)x;
             break;
         case O_POOL:
@@ -242,6 +367,19 @@ int cmd_sim(int argc, char **argv)
         return 2;
     }
     if (pool) o.peers = (int)pool * o.stages;
+    if (members_only) {
+        mo.nodes = o.peers;
+        mo.stages = o.stages;
+        mo.faults = o.faults;
+        mo.knobs = o.knobs;
+        mo.trace = trace ? stdout : NULL;
+        return members_run(&mo, first, seeds, detect_within, sent_within, quiet);
+    }
+    if (o.peers > 1000 || o.stages > 16) {
+        fprintf(stderr, "swarmtrain sim: at most 1000 peers and 16 stages with a model (more "
+                        "with --members-only)\n");
+        return 2;
+    }
     char dir[512], corpus[600], err[STATUS_ERR_LEN];
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/swarmtrain-sim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());

@@ -30,12 +30,15 @@ typedef struct {
         int used;
     } fwd[SWIM_FWD_MAX];
     uint64_t pings, acks, reqs, suspected, syncs;
-    /* anti-entropy: since when every PROBE's count has differed from this table's; the
-     * last SYNC asked */
+    /* anti-entropy: the window's start, PROBEs in it that counted more live members than
+     * this table and those that did not, the one that counted the most; the last SYNC */
     double differ_since, last_sync;
+    uint64_t higher, not_higher;
+    uint32_t best_count;
+    uint8_t best[MSG_ID_LEN];
 } swim_t;
 
-#define SWIM_SYNC_AFTER_S 5.0  /* counts differing this long: a table is missing news */
+#define SWIM_SYNC_AFTER_S 5.0  /* the window over which PROBEs' counts are compared */
 #define SWIM_SYNC_EVERY_S 10.0 /* at most one SYNC this often */
 
 struct dispatch {
@@ -820,19 +823,33 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         break;
     }
     /* Anti-entropy: news can miss a member (a push reaches most, not all; a joiner's
-     * WELCOME may lack what its welcomer missed). When every PROBE for SWIM_SYNC_AFTER_S
-     * counted more live members than this table, it asks the sender for its whole table.
-     * (A death it missed it finds by probing.) */
-    if (m->count <= (uint32_t)(members_live_others(t) + 1) || m->probe_kind == PROBE_TABLE) {
-        w->differ_since = 0;
-    } else if (w->differ_since <= 0) {
+     * WELCOME may lack what its welcomer missed). Over each SWIM_SYNC_AFTER_S, when most
+     * PROBEs counted more live members than this table, it asks the one that counted the
+     * most for its whole table (at most every SWIM_SYNC_EVERY_S). */
+    uint32_t mine = (uint32_t)(members_live_others(t) + 1);
+    if (m->probe_kind != PROBE_TABLE) {
+        if (m->count > mine) {
+            w->higher++;
+            if (m->count > w->best_count && from) {
+                w->best_count = m->count;
+                memcpy(w->best, m->sender, MSG_ID_LEN);
+            }
+        } else {
+            w->not_higher++;
+        }
+    }
+    if (w->differ_since <= 0) w->differ_since = now;
+    if (now - w->differ_since >= SWIM_SYNC_AFTER_S) {
+        int bj = w->best_count > mine ? members_find(t, w->best) : -1;
+        if (w->higher > w->not_higher && bj > 0 && members_at(t, bj)->alive &&
+            (w->last_sync <= 0 || now - w->last_sync >= SWIM_SYNC_EVERY_S)) {
+            w->last_sync = now;
+            w->syncs++;
+            probe_send(d, members_at(t, bj), PROBE_SYNC, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+        }
         w->differ_since = now;
-    } else if (from && now - w->differ_since >= SWIM_SYNC_AFTER_S &&
-               (w->last_sync <= 0 || now - w->last_sync >= SWIM_SYNC_EVERY_S)) {
-        w->differ_since = 0;
-        w->last_sync = now;
-        w->syncs++;
-        probe_send(d, from, PROBE_SYNC, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+        w->higher = w->not_higher = 0;
+        w->best_count = 0;
     }
     if (ch > 0) view_changed(d);
     return 0;

@@ -11,7 +11,9 @@
 
 
 /* SWIM's probing state (docs/protocol.md 10.4). */
-#define SWIM_NEWS_MAX 4 /* news entries a PING, ACK, REQ or NEWS carries at most */
+#define SWIM_NEWS_MAX 4  /* news entries piggybacked on a PING, ACK or REQ at most */
+#define SWIM_PUSH_MAX 32 /* fresh news a pushed NEWS carries at most (a burst of joins
+                          * clears in a tick or two, not a minute of 4 at a time) */
 #define SWIM_FWD_MAX 8  /* pings asked of this peer by others, under way at once */
 typedef struct {
     int every, k, fanout;
@@ -32,14 +34,17 @@ typedef struct {
     uint64_t pings, acks, reqs, suspected, syncs;
     /* anti-entropy: the window's start, PROBEs in it that counted more live members than
      * this table and those that did not, the one that counted the most; the last SYNC */
-    double differ_since, last_sync;
+    double differ_since, last_sync, sync_every;
     uint64_t higher, not_higher;
+    int behind; /* windows in a row in which most PROBEs counted more */
     uint32_t best_count;
     uint8_t best[MSG_ID_LEN];
 } swim_t;
 
 #define SWIM_SYNC_AFTER_S 5.0  /* the window over which PROBEs' counts are compared */
-#define SWIM_SYNC_EVERY_S 10.0 /* at most one SYNC this often */
+#define SWIM_SYNC_EVERY_S 10.0 /* at most one SYNC this often; twice as long after each
+                                * that taught nothing, up to SWIM_SYNC_MAX_S */
+#define SWIM_SYNC_MAX_S 160.0
 
 struct dispatch {
     dispatch_io_t io;
@@ -598,9 +603,9 @@ static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t prob
     if (what == WHOLE_TABLE) {
         if (members_encode(d->mem, &tab, &tlen, err)) return -1;
     } else {
-        msg_member_t v[1 + 2 * SWIM_NEWS_MAX];
+        msg_member_t v[1 + SWIM_PUSH_MAX + SWIM_NEWS_MAX];
         int k = 0;
-        if (nrows > SWIM_NEWS_MAX) nrows = SWIM_NEWS_MAX;
+        if (nrows > SWIM_PUSH_MAX) nrows = SWIM_PUSH_MAX;
         members_self_entry(d->mem, &v[k++]);
         for (int i = 0; i < nrows; i++) v[k++] = rows[i];
         if (what == ROWS_AND_NEWS) k += members_news(d->mem, v + k, SWIM_NEWS_MAX, 0);
@@ -742,9 +747,9 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
                        NULL, 0, ROWS_AND_NEWS, 1);
     }
     if (members_has_fresh(t)) { /* the fresh news, taken once, to fanout members */
-        msg_member_t v[SWIM_NEWS_MAX];
+        msg_member_t v[SWIM_PUSH_MAX];
         int idx[16], n = swim_draw(d, &x, w->fanout < 16 ? w->fanout : 16, NULL, idx);
-        int k = n ? members_news(t, v, SWIM_NEWS_MAX, 1) : 0; /* alone: they wait */
+        int k = n ? members_news(t, v, SWIM_PUSH_MAX, 1) : 0; /* alone: they wait */
         for (int i = 0; i < n; i++)
             probe_send(d, members_at(t, idx[i]), PROBE_NEWS, 0, NULL, v, k, ROWS_ONLY, 0);
     }
@@ -764,7 +769,11 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
                           "sender");
     if (w->every <= 0) return 0; /* not a SWIM swarm: nothing to do with it */
     int refute = 0;
+    int before = members_count(t);
     int ch = members_swim_merge(t, d->scratch, k, now, m->probe_kind != PROBE_TABLE, &refute);
+    if (m->probe_kind == PROBE_TABLE) /* a SYNC that taught nothing: ask less often */
+        w->sync_every = members_count(t) > before ? SWIM_SYNC_EVERY_S
+                        : w->sync_every < SWIM_SYNC_MAX_S ? 2 * w->sync_every : SWIM_SYNC_MAX_S;
     if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
     if (refute) members_refute(t, now);
     int j = members_find(t, m->sender);
@@ -823,9 +832,9 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         break;
     }
     /* Anti-entropy: news can miss a member (a push reaches most, not all; a joiner's
-     * WELCOME may lack what its welcomer missed). Over each SWIM_SYNC_AFTER_S, when most
-     * PROBEs counted more live members than this table, it asks the one that counted the
-     * most for its whole table (at most every SWIM_SYNC_EVERY_S). */
+     * WELCOME may lack what its welcomer missed). When in two windows of SWIM_SYNC_AFTER_S
+     * in a row most PROBEs counted more live members than this table, it asks the one
+     * that counted the most for its whole table (at most every sync_every). */
     uint32_t mine = (uint32_t)(members_live_others(t) + 1);
     if (m->probe_kind != PROBE_TABLE) {
         if (m->count > mine) {
@@ -840,11 +849,15 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     }
     if (w->differ_since <= 0) w->differ_since = now;
     if (now - w->differ_since >= SWIM_SYNC_AFTER_S) {
+        /* two windows in a row: counts differ for a few seconds after every death */
         int bj = w->best_count > mine ? members_find(t, w->best) : -1;
-        if (w->higher > w->not_higher && bj > 0 && members_at(t, bj)->alive &&
-            (w->last_sync <= 0 || now - w->last_sync >= SWIM_SYNC_EVERY_S)) {
+        w->behind = w->higher > w->not_higher ? w->behind + 1 : 0;
+        if (w->sync_every <= 0) w->sync_every = SWIM_SYNC_EVERY_S;
+        if (w->behind >= 2 && bj > 0 && members_at(t, bj)->alive &&
+            (w->last_sync <= 0 || now - w->last_sync >= w->sync_every)) {
             w->last_sync = now;
             w->syncs++;
+            w->behind = 0;
             probe_send(d, members_at(t, bj), PROBE_SYNC, 0, NULL, NULL, 0, ROWS_ONLY, 0);
         }
         w->differ_since = now;

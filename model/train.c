@@ -92,6 +92,9 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     /* only when set: a swarm validates during the run (the leader of stage 0) */
     if (o->val_every > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_every=%d\n", o->val_every);
+    /* only when set: swarms gossiping whole tables keep the text (and hashes) they had */
+    if (o->swim_every > 0 && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "swim_every=%d\n", o->swim_every);
     if (o->val_skip && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_skip_mask=%" PRIu64 "\n", o->val_skip);
     /* only when set: runs without local steps keep the text (and hashes) they had */
@@ -223,6 +226,7 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("skip", 0, 1, o->skip = x)
         NUM("swap", 0, 1, o->swap = x)
         NUM("val_every", 0, 1 << 30, o->val_every = (int)x)
+        NUM("swim_every", 0, 64, o->swim_every = (int)x)
         NUM("val_skip_mask", 0, 1.8e19, o->val_skip = (uint64_t)x)
         NUM("demo_local", 0, 1 << 20, o->demo_local = (int)x)
         NUM("outer_lr", 0, 1e6, o->outer_lr = (float)x)

@@ -6,6 +6,8 @@
 #ifndef SWARMTRAIN_TRAIN_H
 #define SWARMTRAIN_TRAIN_H
 
+#define TRAIN_SWIM_EVERY 4 /* --membership swim: a probe a second (4 ticks of 0.25 s) */
+
 #include "compress/demo.h"
 #include "model/config.h"
 #include "model/optim.h"
@@ -33,6 +35,8 @@ typedef struct {
     uint64_t seed;
     int val_batches; /* microbatches of the held-out tail for val_loss */
     int val_every;   /* also print "step N val_loss X" every this many steps; 0 = end only */
+    int swim_every;  /* a swarm's membership: 0 whole-table gossip, else SWIM with a probe
+                      * every this many ticks (docs/protocol.md 10.7; --membership swim) */
     int log_every;   /* print every this many steps (the last step always) */
     double val_frac; /* held-out fraction, 0.05 */
     FILE *log;       /* NULL: stdout */

@@ -25,6 +25,8 @@ typedef struct {
     double sent_at;
     /* round-robin over the members, in an order drawn anew each round */
     int *order, norder, next;
+    /* pool detail: the heartbeat of the own entry last sent to the pool */
+    uint64_t pool_hb;
     /* pings asked of this peer (REQ): whom for, their probe number, ours */
     struct {
         uint8_t from[MSG_ID_LEN], target[MSG_ID_LEN];
@@ -143,6 +145,16 @@ void dispatch_set_run(dispatch_t *d, uint64_t swarm, const char *run_text)
     d->swarm = swarm;
     free(d->run_text);
     d->run_text = t;
+    /* the run names its membership (a line "swim_every=N", model/train.c): a joiner learns
+     * it from WELCOME and switches before it sends anything but HELLO */
+    const char *k = t ? strstr(t, "swim_every=") : NULL;
+    if (k && (k == t || k[-1] == '\n') && d->sw.every <= 0) {
+        long n = strtol(k + strlen("swim_every="), NULL, 10);
+        if (n > 0 && n <= 64) {
+            d->sw.every = (int)n;
+            members_make_news(d->mem, 0);
+        }
+    }
 }
 
 uint64_t dispatch_swarm(const dispatch_t *d)
@@ -555,10 +567,11 @@ void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
          * is news, pushed next tick */
         int news = me->state != self->state || me->stage != self->stage ||
                    me->serving_from != self->serving_from;
-        msg_member_t was = *me;
+        /* a new version for what the pool protocol reads (and news): the step, the first
+         * step, state, stage, checkpoints; counters and rates ride along with those */
+        int bump = news || me->step != self->step || memcmp(me->ckpt, self->ckpt, sizeof me->ckpt);
         members_set_self(d->mem, self);
-        msg_member_t now_m = members_at(d->mem, 0)->m;
-        if (memcmp(&was, &now_m, sizeof was)) members_beat(d->mem, now);
+        if (bump) members_beat(d->mem, now);
         if (news) members_make_news(d->mem, 0);
         return;
     }
@@ -671,6 +684,24 @@ static int swim_next(dispatch_t *d, uint64_t *x)
     return -1;
 }
 
+/* Pool detail (10.7 rule 11): this peer's own entry to every live member of its stage's
+ * pool whenever it changed (step, serving_from, state, counters: what the pool protocol
+ * reads of its mates), at most once a tick. Nothing when it did not change: liveness is
+ * the probes' business. */
+static void swim_pool(dispatch_t *d)
+{
+    swim_t *w = &d->sw;
+    members_t *t = d->mem;
+    const msg_member_t *me = &members_at(t, 0)->m;
+    if (me->heartbeat == w->pool_hb) return;
+    w->pool_hb = me->heartbeat;
+    for (int i = 1; i < members_count(t); i++) {
+        members_entry_t *e = members_at(t, i);
+        if (e->alive && e->m.stage == me->stage)
+            probe_send(d, e, PROBE_NEWS, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+    }
+}
+
 /* A member came up: it goes at a random place among those still to be pinged this round
  * (SWIM 4.3), not at the next round: in a round of a thousand periods it would wait. */
 static void swim_insert(dispatch_t *d, int i)
@@ -746,6 +777,7 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
             probe_send(d, members_at(t, p), PROBE_PING, ++w->probe_no, members_at(t, p)->m.id,
                        NULL, 0, ROWS_AND_NEWS, 1);
     }
+    swim_pool(d);
     if (members_has_fresh(t)) { /* the fresh news, taken once, to fanout members */
         msg_member_t v[SWIM_PUSH_MAX];
         int idx[16], n = swim_draw(d, &x, w->fanout < 16 ? w->fanout : 16, NULL, idx);
@@ -770,7 +802,13 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     if (w->every <= 0) return 0; /* not a SWIM swarm: nothing to do with it */
     int refute = 0;
     int before = members_count(t);
+    /* what the sender holds of this peer (9.5's echo), and whether it named another first
+     * step: as on_table does for GOSSIP */
+    int heard = members_echo(t, m->sender, d->scratch, k, now);
+    int64_t named_from = serving_from_of(d, m->sender);
     int ch = members_swim_merge(t, d->scratch, k, now, m->probe_kind != PROBE_TABLE, &refute);
+    int named = named_from != INT64_MIN && serving_from_of(d, m->sender) != named_from;
+    if ((heard || named) && !ch) ch = 1;
     if (m->probe_kind == PROBE_TABLE) /* a SYNC that taught nothing: ask less often */
         w->sync_every = members_count(t) > before ? SWIM_SYNC_EVERY_S
                         : w->sync_every < SWIM_SYNC_MAX_S ? 2 * w->sync_every : SWIM_SYNC_MAX_S;
@@ -778,6 +816,10 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     if (refute) members_refute(t, now);
     int j = members_find(t, m->sender);
     members_entry_t *from = j > 0 && members_at(t, j)->alive ? members_at(t, j) : NULL;
+    if (named && from) { /* its echo: its entry as held here, back at once */
+        msg_member_t held = from->m;
+        probe_send(d, from, PROBE_NEWS, 0, NULL, &held, 1, ROWS_ONLY, 0);
+    }
     if (j > 0 && !from) {
         /* a member this table holds dead speaks (a healed partition, a false verdict): it
          * hears so, refutes, and its higher heartbeat revives it here and everywhere */

@@ -59,6 +59,16 @@ st_add_sim(heavy_2x2  --faults heavy --peers 4  --stages 2 --first-seed 1    --s
 # membership and control at most 10 KB/s per node, no live node declared dead; the same
 # at 50 nodes under mild faults in the sanitized build. (1,000 nodes: the closing notes;
 # about 2 CPU minutes a schedule.)
+# Real peers with SWIM membership (--membership swim, the run text's swim_every=4): the
+# pool protocol reads its mates' steps from pool detail and probes, not whole tables.
+st_add_sim(swim_mild_3x2    --faults mild    --peers 6 --stages 3 --first-seed 1 --seeds 200
+           --set swim_every=4)
+st_add_sim(swim_heavy_2x2   --faults heavy   --peers 4 --stages 2 --first-seed 1 --seeds 100
+           --set swim_every=4)
+st_add_sim(swim_stage_3x2   --faults stage   --peers 6 --stages 3 --first-seed 1 --seeds 50
+           --set swim_every=4)
+st_add_sim(swim_restart_2x2 --faults restart --peers 4 --stages 2 --first-seed 1 --seeds 50
+           --set swim_every=4)
 st_add_sim(swim_members_200 --members-only --faults none --peers 200 --stages 5 --first-seed 1
            --seeds 3 --set swim_every=4 --detect-within 10 --sent-within 10000)
 st_add_sim_asan(swim_members_50 --members-only --faults mild --peers 50 --stages 5 --first-seed 1

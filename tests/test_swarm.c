@@ -275,6 +275,15 @@ static void test_equivalent_2(void **state)
     equivalent(2);
 }
 
+/* SWIM membership (--membership swim, docs/protocol.md 10.7): the peers learn each other's
+ * steps from pool detail and probes instead of whole-table gossip, and the swarm's losses
+ * are still the single-process run's. */
+static void test_equivalent_swim(void **state)
+{
+    (void)state;
+    equivalent_with(2, "--membership swim");
+}
+
 static void test_equivalent_4(void **state)
 {
     (void)state;
@@ -1448,6 +1457,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_equivalent_4, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equivalent_skip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_equivalent_swap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_equivalent_swim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_join, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),

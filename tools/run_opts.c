@@ -136,6 +136,9 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --swap SHARE         CheckFree+: this share of each step's microbatches swap\n"
                "                       stage 0's blocks with stage 1's, or the last stage's\n"
                "                       with the one before (0..1, default 0; part of the run)\n"
+               "  --membership NAME    a swarm's membership: gossip (default: whole tables, for\n"
+               "                       tens of peers) or swim (probes and news, for hundreds to\n"
+               "                       thousands; docs/protocol.md 10.7; part of the run)\n"
                "compute:\n"
                "  --device NAME        cpu (default), ref, cuda or auto\n"
                "  --threads N          threads (default: all cores)\n");
@@ -177,7 +180,8 @@ enum {
     O_DCACHE,
     O_SKIP,
     O_SKIPST,
-    O_SWAP
+    O_SWAP,
+    O_MEMBERSHIP
 };
 
 static const struct option common_opts[] = {{"config", required_argument, 0, 'c'},
@@ -220,7 +224,8 @@ static const struct option common_opts[] = {{"config", required_argument, 0, 'c'
                                             {"data-cache", required_argument, 0, O_DCACHE},
                                             {"skip", required_argument, 0, O_SKIP},
                                             {"skip-stages", required_argument, 0, O_SKIPST},
-                                            {"swap", required_argument, 0, O_SWAP}};
+                                            {"swap", required_argument, 0, O_SWAP},
+                                            {"membership", required_argument, 0, O_MEMBERSHIP}};
 
 enum { NCOMMON = sizeof common_opts / sizeof common_opts[0], MAXEXTRA = 32 };
 #define NOT_COMMON (-2) /* an option handler's answer: not one of its options */
@@ -392,6 +397,13 @@ static int run_option(train_options_t *out, parse_state_t *st, int c, const char
         return 0;
     case O_SWAP:
         return share("--swap", arg, "microbatches", &out->swap);
+    case O_MEMBERSHIP:
+        if (!strcmp(arg, "gossip") || !strcmp(arg, "swim")) {
+            out->swim_every = strcmp(arg, "swim") ? 0 : TRAIN_SWIM_EVERY;
+            return 0;
+        }
+        fprintf(stderr, "--membership: gossip or swim, not '%s'\n", arg);
+        return -1;
     default:
         return NOT_COMMON;
     }

@@ -341,7 +341,7 @@ static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
      * next tick (a newcomer waits for every mate's echo of its naming, 9.5) */
     int heard = m->type == MSG_GOSSIP && members_echo(d->mem, m->sender, d->scratch, k, now);
     int64_t from = serving_from_of(d, m->sender);
-    int refute = 0;
+    uint64_t refute = 0;
     int ch = d->sw.every > 0 ? members_swim_merge(d->mem, d->scratch, k, now, 0, &refute)
                              : members_merge(d->mem, d->scratch, k, now);
     /* the sender named another first step (9.5): the program takes it in, then the sender
@@ -800,7 +800,7 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         return status_set(err, STATUS_EMALFORMED, "PROBE whose table does not start with its "
                           "sender");
     if (w->every <= 0) return 0; /* not a SWIM swarm: nothing to do with it */
-    int refute = 0;
+    uint64_t refute = 0;
     int before = members_count(t);
     /* what the sender holds of this peer (9.5's echo), and whether it named another first
      * step: as on_table does for GOSSIP */
@@ -813,7 +813,7 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         w->sync_every = members_count(t) > before ? SWIM_SYNC_EVERY_S
                         : w->sync_every < SWIM_SYNC_MAX_S ? 2 * w->sync_every : SWIM_SYNC_MAX_S;
     if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
-    if (refute) members_refute(t, now);
+    if (refute) members_refute(t, now, refute);
     int j = members_find(t, m->sender);
     members_entry_t *from = j > 0 && members_at(t, j)->alive ? members_at(t, j) : NULL;
     if (named && from) { /* its echo: its entry as held here, back at once */

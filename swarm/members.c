@@ -461,15 +461,22 @@ static int owner_state(int state)
     return state == MEMBER_JOINING || state == MEMBER_SERVING;
 }
 
+/* SWIM's heartbeat: an incarnation in the high 32 bits (raised only to refute a suspicion
+ * or death), a version in the low 32 (raised when the entry changes). Suspicion, death and
+ * revival judge incarnations; which copy of an entry is newer, the whole value. */
+#define INC(hb) ((hb) >> 32)
+
 int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, int news,
-                       int *refute)
+                       uint64_t *refute)
 {
     int changed = 0;
     for (int i = 0; i < k; i++) {
         const msg_member_t *m = &v[i];
         int j = members_find(t, m->id);
         if (j == 0) {
-            if (m->state == MEMBER_SUSPECT || m->state == MEMBER_DEAD) *refute = 1;
+            if ((m->state == MEMBER_SUSPECT || m->state == MEMBER_DEAD) && m->heartbeat >= *refute &&
+                INC(m->heartbeat) >= INC(t->e[0].m.heartbeat))
+                *refute = m->heartbeat ? m->heartbeat : 1;
             continue;
         }
         if (j < 0) {
@@ -492,13 +499,18 @@ int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, i
         members_entry_t *e = &t->e[j];
         if (owner_state(m->state)) {
             if (m->heartbeat <= e->m.heartbeat || !swim_signed(t, m)) continue;
-            int was_alive = e->alive, worth = !e->alive || e->suspect_at > 0 ||
+            /* dead, or suspected, in an incarnation: only a later one refutes it (a newer
+             * version of the same incarnation is a stale copy of a member since declared
+             * dead, or a mere update of a suspected one) */
+            int newer = INC(m->heartbeat) > INC(e->m.heartbeat);
+            if (!e->alive && !newer) continue;
+            int was_alive = e->alive, worth = !e->alive || newer ||
                 e->m.state != m->state || e->m.stage != m->stage ||
                 e->m.serving_from != m->serving_from || strcmp(e->m.addr, m->addr);
             if (e->m.state != m->state || !was_alive) changed = 1;
             e->m = *m;
             e->last_change = now;
-            set_suspect(t, e, 0);
+            if (newer) set_suspect(t, e, 0);
             if (!was_alive) {
                 e->alive = 1;
                 e->left = 0;
@@ -506,13 +518,14 @@ int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, i
             }
             if (worth && news) members_make_news(t, j);
         } else if (m->state == MEMBER_SUSPECT) {
-            if (!e->alive || e->suspect_at > 0 || m->heartbeat < e->m.heartbeat ||
+            if (!e->alive || e->suspect_at > 0 || INC(m->heartbeat) < INC(e->m.heartbeat) ||
                 !swim_signed(t, m))
                 continue;
             set_suspect(t, e, now);
             if (news) members_make_news(t, j);
         } else if (m->state == MEMBER_DEAD) {
-            if (!e->alive || m->heartbeat < e->m.heartbeat || !swim_signed(t, m)) continue;
+            if (!e->alive || INC(m->heartbeat) < INC(e->m.heartbeat) || !swim_signed(t, m))
+                continue;
             down(t, e, "declared dead by a member", 0);
             e->last_change = now;
             if (news) members_make_news(t, j);
@@ -548,9 +561,11 @@ int members_suspect(members_t *t, int i, double now)
     return 1;
 }
 
-void members_refute(members_t *t, double now)
+void members_refute(members_t *t, double now, uint64_t claimed)
 {
-    members_beat(t, now);
+    uint64_t hb = t->e[0].m.heartbeat, inc = INC(hb) > INC(claimed) ? INC(hb) : INC(claimed);
+    t->e[0].m.heartbeat = ((inc + 1) << 32) | (hb & 0xffffffffULL);
+    members_beat(t, now); /* and a version: the echo ring notes when */
     members_make_news(t, 0);
 }
 

@@ -187,20 +187,24 @@ int members_live_others(const members_t *t);
 
 /* Merges entries of a PROBE table or a WELCOME under SWIM's rules; news != 0: what
  * changed the table becomes news (not for a WELCOME, or a SYNC's whole table).
- * - own entry: a SUSPECT or DEAD of this peer is refuted (*refute = 1: the caller raises
- *   the heartbeat, members_refute);
+ * Heartbeats under SWIM: an incarnation (high 32 bits), raised only by a refutation, and a
+ *   version (low 32), raised when the entry changes; suspicion, death and revival judge
+ *   incarnations, which copy is newer the whole value.
+ * - own entry: a SUSPECT or DEAD of this peer is refuted (*refute: the highest heartbeat
+ *   such a claim named, 0 for none; the caller calls members_refute);
  * - unknown: JOINING, SERVING or SUSPECT added alive (SUSPECT: suspected now); DEAD kept
  *   as a probe candidate; LEAVING ignored;
- * - JOINING or SERVING with a higher heartbeat: replaces ours, clears a suspicion,
- *   revives a dead entry; news when it was dead or suspected, or its state, stage,
- *   serving_from or address changed;
- * - SUSPECT with a heartbeat at least ours: a live entry not yet suspected is suspected
+ * - JOINING or SERVING with a higher heartbeat: replaces ours; a later incarnation clears a
+ *   suspicion and revives a dead entry (the same incarnation does neither: a stale copy);
+ *   news when its incarnation rose, or its state, stage, serving_from or address changed;
+ * - SUSPECT with an incarnation at least ours: a live entry not yet suspected is suspected
  *   from now;
- * - DEAD with a heartbeat at least ours: a live entry dies ("declared dead by a member");
+ * - DEAD with an incarnation at least ours: a live entry dies ("declared dead by a
+ *   member");
  * - LEAVING with a higher heartbeat: it left.
  * Returns 1 when the live set or a member's state changed, 0 if not, -1 out of memory. */
 int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, int news,
-                       int *refute);
+                       uint64_t *refute);
 
 /* Suspected past suspect_s: dead ("suspected past the timeout"), and news. Returns how
  * many died (no heartbeat timeout under SWIM: probes decide). */
@@ -210,9 +214,11 @@ int members_swim_expire(members_t *t, double now, double suspect_s);
  * news. Returns 1 when it was not suspected yet. */
 int members_suspect(members_t *t, int i, double now);
 
-/* Someone suspects or declared this peer dead: its heartbeat goes up and its own entry
- * is fresh news, so that its refutation spreads. */
-void members_refute(members_t *t, double now);
+/* Someone suspects or declared this peer dead, at heartbeat `claimed` (*refute of
+ * members_swim_merge): its incarnation (the heartbeat's high 32 bits) goes above both its
+ * own and the claimed one, and its own entry is fresh news, so that the refutation
+ * spreads. */
+void members_refute(members_t *t, double now, uint64_t claimed);
 
 /* Entry i becomes fresh news: pushed at the next MEMBERS_PUSHES ticks, and piggybacked
  * on the next ceil(log2(live + 1)) messages that have room for it. */

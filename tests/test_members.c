@@ -351,36 +351,38 @@ static void test_large_view_encode(void **state)
     members_destroy(&t2);
 }
 
-/* SWIM's merge (docs/protocol.md 10.7 rule 4), suspicion (5), refutation (6) and news (3):
- * a suspicion needs a heartbeat at least ours and runs out into a death, a higher
- * heartbeat clears it or revives, a stale suspicion after a refutation is ignored, a
- * suspicion of self asks for a refutation, and what changed the table is news, handed out
- * with the most sends left first, each at most once per message. */
+/* SWIM's merge (docs/protocol.md 10.7 rule 4), suspicion (5), refutation (6) and news (3),
+ * with heartbeats of an incarnation (high 32 bits) and a version (low 32): a suspicion or
+ * death needs an incarnation at least ours, only a later incarnation clears a suspicion or
+ * revives (a newer version of the same one is a stale copy), a refutation rises above the
+ * incarnation claimed, and what changed the table is news, handed out with the most sends
+ * left first, each at most once per message. */
+#define HB(inc, ver) (((uint64_t)(inc) << 32) | (uint64_t)(ver))
 static void test_swim_rules(void **state)
 {
     (void)state;
     hook_count_t h = {0};
     members_t *t = table(&h);
-    int refute = 0;
-    msg_member_t a = member(1, 0, 5, MEMBER_SERVING), b = member(2, 1, 7, MEMBER_JOINING);
+    uint64_t refute = 0;
+    msg_member_t a = member(1, 0, HB(1, 5), MEMBER_SERVING), b = member(2, 1, 7, MEMBER_JOINING);
     msg_member_t in[2] = {a, b};
     assert_int_equal(members_swim_merge(t, in, 2, 11.0, 1, &refute), 1);
     assert_int_equal(h.ups, 2);
-    assert_int_equal(refute, 0);
+    assert_true(refute == 0);
     assert_true(members_has_fresh(t));
-    /* both are news, each at most once per message */
+    /* both are news, each at most once per message, pushed at two ticks */
     msg_member_t out[8];
     assert_int_equal(members_news(t, out, 8, 1), 2);
-    assert_int_equal(members_news(t, out, 8, 1), 2); /* pushed at two ticks */
+    assert_int_equal(members_news(t, out, 8, 1), 2);
     assert_false(members_has_fresh(t));
-    /* a suspicion with an older heartbeat is ignored; one at ours suspects */
+    /* a suspicion of an older incarnation is ignored; of ours (an older version) suspects */
+    int ia = members_find(t, a.id);
     msg_member_t s = a;
     s.state = MEMBER_SUSPECT;
-    s.heartbeat = 4;
+    s.heartbeat = HB(0, 9);
     assert_int_equal(members_swim_merge(t, &s, 1, 12.0, 1, &refute), 0);
-    int ia = members_find(t, a.id);
     assert_true(members_at(t, ia)->suspect_at == 0);
-    s.heartbeat = 5;
+    s.heartbeat = HB(1, 3);
     members_swim_merge(t, &s, 1, 12.0, 1, &refute);
     assert_true(members_at(t, ia)->suspect_at == 12.0);
     assert_true(members_at(t, ia)->alive);
@@ -389,9 +391,15 @@ static void test_swim_rules(void **state)
     for (int i = 0; i < n; i++)
         if (!memcmp(out[i].id, a.id, MSG_ID_LEN)) seen = 1, assert_int_equal(out[i].state, MEMBER_SUSPECT);
     assert_true(seen);
-    /* a refutation (higher heartbeat) clears it; the stale suspicion is ignored after */
+    /* a newer version of the same incarnation updates the entry but does not refute */
     msg_member_t r = a;
-    r.heartbeat = 6;
+    r.heartbeat = HB(1, 6);
+    r.step = 40;
+    members_swim_merge(t, &r, 1, 12.5, 1, &refute);
+    assert_true(members_at(t, ia)->suspect_at == 12.0);
+    assert_int_equal(members_at(t, ia)->m.step, 40);
+    /* a later incarnation does; the stale suspicion is ignored after it */
+    r.heartbeat = HB(2, 1);
     members_swim_merge(t, &r, 1, 13.0, 1, &refute);
     assert_true(members_at(t, ia)->suspect_at == 0);
     members_swim_merge(t, &s, 1, 13.5, 1, &refute);
@@ -403,34 +411,40 @@ static void test_swim_rules(void **state)
     assert_int_equal(members_swim_expire(t, 23.1, 3.0), 1);
     assert_false(members_at(t, ia)->alive);
     assert_string_equal(h.last_why, "suspected past the timeout");
-    /* an entry at the same heartbeat does not revive it (a stale copy); a higher one does */
+    /* a newer version of the incarnation it died in does not revive it; a later one does */
+    r.heartbeat = HB(2, 8);
     assert_int_equal(members_swim_merge(t, &r, 1, 24.0, 1, &refute), 0);
     assert_false(members_at(t, ia)->alive);
-    r.heartbeat = 7;
+    r.heartbeat = HB(3, 1);
     assert_int_equal(members_swim_merge(t, &r, 1, 24.5, 1, &refute), 1);
     assert_true(members_at(t, ia)->alive);
-    /* DEAD from another member kills when its heartbeat is at least ours */
+    /* DEAD from another member kills when its incarnation is at least ours */
     int ib = members_find(t, b.id);
     msg_member_t db = b;
     db.state = MEMBER_DEAD;
-    db.heartbeat = 6;
-    assert_int_equal(members_swim_merge(t, &db, 1, 25.0, 1, &refute), 0);
-    db.heartbeat = 7;
+    db.heartbeat = HB(0, 2); /* an older version of incarnation 0: still that incarnation */
     assert_int_equal(members_swim_merge(t, &db, 1, 25.0, 1, &refute), 1);
     assert_false(members_at(t, ib)->alive);
     assert_string_equal(h.last_why, "declared dead by a member");
-    /* a suspicion of self asks for a refutation, which raises the heartbeat */
+    msg_member_t dc = member(3, 2, HB(2, 4), MEMBER_SERVING);
+    members_swim_merge(t, &dc, 1, 25.5, 0, &refute);
+    dc.state = MEMBER_DEAD;
+    dc.heartbeat = HB(1, 9);
+    assert_int_equal(members_swim_merge(t, &dc, 1, 25.6, 1, &refute), 0);
+    assert_true(members_at(t, members_find(t, dc.id))->alive);
+    /* a suspicion of self names the heartbeat to rise above; the refutation's incarnation
+     * is above it */
     msg_member_t me = members_at(t, 0)->m;
     me.state = MEMBER_SUSPECT;
+    me.heartbeat = HB(4, 0);
     members_swim_merge(t, &me, 1, 26.0, 1, &refute);
-    assert_int_equal(refute, 1);
-    uint64_t hb = members_at(t, 0)->m.heartbeat;
-    members_refute(t, 26.0);
-    assert_true(members_at(t, 0)->m.heartbeat == hb + 1);
+    assert_true(refute == HB(4, 0));
+    members_refute(t, 26.0, refute);
+    assert_true(members_at(t, 0)->m.heartbeat >> 32 == 5);
     assert_true(members_has_fresh(t));
     /* a WELCOME's table (news off) adds without making news */
     while (members_has_fresh(t)) members_news(t, out, 8, 1);
-    msg_member_t c = member(3, 2, 4, MEMBER_SERVING);
+    msg_member_t c = member(4, 2, 4, MEMBER_SERVING);
     assert_int_equal(members_swim_merge(t, &c, 1, 27.0, 0, &refute), 1);
     assert_false(members_has_fresh(t));
     members_destroy(&t);

@@ -537,7 +537,7 @@ static int take(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_u
 /* An unreachable peer names a relay (docs/protocol.md 3.4): the one it named while that
  * stays a live, reachable member, else one drawn with r among those (none: it names
  * none). Its own address says which, from its next heartbeat on. */
-static void choose_relay(dispatch_t *d, uint64_t r)
+static void choose_relay(dispatch_t *d, uint64_t r, double now)
 {
     members_entry_t *me = members_at(d->mem, 0);
     if (!unreachable(&me->m) || relay_index(d) > 0) return;
@@ -554,7 +554,12 @@ static void choose_relay(dispatch_t *d, uint64_t r)
     }
     char addr[MSG_ADDR_MAX + 1];
     msg_addr_set_relay(addr, d->has_relay ? d->relay : NULL);
-    if (strcmp(addr, me->m.addr)) members_set_addr(d->mem, addr);
+    if (!strcmp(addr, me->m.addr)) return;
+    members_set_addr(d->mem, addr);
+    if (d->sw.every > 0) { /* SWIM: a new address is a new version, and news */
+        members_beat(d->mem, now);
+        members_make_news(d->mem, 0);
+    }
 }
 
 void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
@@ -926,11 +931,11 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     if (d->sw.every > 0) {
         if (gap > DISPATCH_JUMP_S) swim_sync(d, r); /* what changed while it slept */
         swim_tick(d, now, r);
-        choose_relay(d, r);
+        choose_relay(d, r, now);
         return;
     }
     members_tick(d->mem, now, d->timeout_s, NULL, 0);
-    choose_relay(d, r);
+    choose_relay(d, r, now);
     gossip_send(d, NULL, now, r, 1);
 }
 

@@ -2,6 +2,7 @@
  * LEAVE, heartbeat timeouts. No sockets, no clock, no logging; the owner learns of
  * members going up and down through its hooks. */
 #include "swarm/members.h"
+#include "common/le.h"
 #include "common/status.h"
 
 #include <math.h>
@@ -24,10 +25,48 @@ struct members {
     /* SWIM: entries with news to send (news > 0), how many of them are fresh, how many
      * live entries are suspected: so that a tick of a 1,000-member table costs little */
     int *news_idx, nnews, cap_news, nfresh, nsuspect;
+    /* SWIM: this peer's entry as published at its heartbeat (members_self_entry) */
+    msg_member_t pub;
+    int has_pub;
+    /* live entries other than self, and where each id is in e[] (open addressing on the
+     * id's first octets: i + 1, 0 free): a 1,000-member table is read per message */
+    int nlive;
+    int *slot;
+    unsigned nslot;
 };
 
 #define MEMBERS_ECHO_RING 64
 #define MEMBERS_PUSHES 2 /* ticks a fresh news is pushed at (each to the fanout) */
+
+/* Entry e of t becomes alive (1) or not (0); the live count follows. */
+static void set_alive(members_t *t, members_entry_t *e, int alive)
+{
+    if (e != t->e) t->nlive += (alive != 0) - (e->alive != 0);
+    e->alive = alive;
+}
+
+static unsigned id_slot(const members_t *t, const uint8_t id[MSG_ID_LEN])
+{
+    return le_get_u32(id) & (t->nslot - 1);
+}
+
+/* Indexes every entry again into 4 slots per entry (at least 64); -1 out of memory. */
+static int reindex(members_t *t)
+{
+    unsigned n = 64;
+    while (n < 4u * (unsigned)t->cap) n *= 2;
+    int *s = calloc(n, sizeof *s);
+    if (!s) return -1;
+    free(t->slot);
+    t->slot = s;
+    t->nslot = n;
+    for (int i = 0; i < t->n; i++) {
+        unsigned h = id_slot(t, t->e[i].m.id);
+        while (t->slot[h]) h = (h + 1) & (t->nslot - 1);
+        t->slot[h] = i + 1;
+    }
+    return 0;
+}
 
 members_t *members_new(const msg_member_t *self, double now, const members_hooks_t *hooks,
                        char *err)
@@ -43,6 +82,7 @@ members_t *members_new(const msg_member_t *self, double now, const members_hooks
     t->e[0].m.heartbeat = 1;
     t->e[0].alive = 1;
     t->e[0].last_change = now;
+    if (reindex(t)) goto nomem;
     if (hooks) t->hooks = *hooks;
     return t;
 nomem:
@@ -57,6 +97,7 @@ void members_destroy(members_t **tp)
     if (!tp || !*tp) return;
     sodium_memzero((*tp)->sk, sizeof(*tp)->sk);
     free((*tp)->news_idx);
+    free((*tp)->slot);
     free((*tp)->e);
     free(*tp);
     *tp = NULL;
@@ -74,8 +115,10 @@ members_entry_t *members_at(members_t *t, int i)
 
 int members_find(const members_t *t, const uint8_t id[MSG_ID_LEN])
 {
-    for (int i = 0; i < t->n; i++)
-        if (t->e[i].m.id[0] == id[0] && !memcmp(t->e[i].m.id, id, MSG_ID_LEN)) return i;
+    for (unsigned h = id_slot(t, id); t->slot[h]; h = (h + 1) & (t->nslot - 1)) {
+        int i = t->slot[h] - 1;
+        if (!memcmp(t->e[i].m.id, id, MSG_ID_LEN)) return i;
+    }
     return -1;
 }
 
@@ -107,7 +150,7 @@ static void down(members_t *t, members_entry_t *e, const char *why, int left)
     if (!e->alive) return;
     if (e->suspect_at > 0) t->nsuspect--;
     e->suspect_at = 0;
-    e->alive = 0;
+    set_alive(t, e, 0);
     e->left = left;
     e->m.state = MEMBER_DEAD;
     if (t->hooks.down) t->hooks.down(t->hooks.ctx, e, why);
@@ -122,12 +165,16 @@ static members_entry_t *add(members_t *t, const msg_member_t *m, double now)
         if (!p) return NULL;
         t->e = p;
         t->cap = cap;
+        if (reindex(t)) return NULL;
     }
     members_entry_t *e = &t->e[t->n++];
     memset(e, 0, sizeof *e);
     e->m = *m;
-    e->alive = 1;
+    set_alive(t, e, 1);
     e->last_change = now;
+    unsigned h = id_slot(t, m->id);
+    while (t->slot[h]) h = (h + 1) & (t->nslot - 1);
+    t->slot[h] = t->n;
     return e;
 }
 
@@ -179,7 +226,7 @@ int members_merge(members_t *t, const msg_member_t *v, int k, double now)
             members_entry_t *e = add(t, &v[i], now);
             if (!e) return -1;
             if (v[i].state == MEMBER_DEAD) { /* hearsay: a probe candidate, not a member */
-                e->alive = 0;
+                set_alive(t, e, 0);
                 continue;
             }
             up(t, e);
@@ -192,7 +239,7 @@ int members_merge(members_t *t, const msg_member_t *v, int k, double now)
         e->m = v[i];
         e->last_change = now;
         if (!e->alive && v[i].state != MEMBER_LEAVING) {
-            e->alive = 1;
+            set_alive(t, e, 1);
             e->left = 0;
             up(t, e);
         }
@@ -232,7 +279,7 @@ int members_hello(members_t *t, const msg_t *m, double now)
         /* Heartbeat 0: a peer restarted with the same id counts from 1 again, and its
          * gossip must win over what we last saw of its previous life. */
         e->m = nm;
-        e->alive = 1;
+        set_alive(t, e, 1);
         e->left = 0;
         e->last_change = now;
         up(t, e);
@@ -343,9 +390,7 @@ int members_view_heard(const members_t *t, int64_t *heard)
 
 int members_live_others(const members_t *t)
 {
-    int k = 0;
-    for (int i = 1; i < t->n; i++) k += t->e[i].alive;
-    return k;
+    return t->nlive;
 }
 
 /* Encodes v[0, k) as a member table into a fresh *buf; takes v (frees it). */
@@ -484,7 +529,7 @@ int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, i
             members_entry_t *e = add(t, m, now);
             if (!e) return -1;
             if (m->state == MEMBER_DEAD) { /* a probe candidate, not a member */
-                e->alive = 0;
+                set_alive(t, e, 0);
                 continue;
             }
             if (m->state == MEMBER_SUSPECT) {
@@ -512,7 +557,7 @@ int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, i
             e->last_change = now;
             if (newer) set_suspect(t, e, 0);
             if (!was_alive) {
-                e->alive = 1;
+                set_alive(t, e, 1);
                 e->left = 0;
                 up(t, e);
             }
@@ -595,25 +640,27 @@ int members_news(members_t *t, msg_member_t *out, int max, int fresh)
     int idx[NEWS_MAX], k = 0;
     if (max > NEWS_MAX) max = NEWS_MAX;
     if (fresh && t->e[0].fresh && !--t->e[0].fresh) t->nfresh--; /* self goes first anyway */
-    while (k < max) {
-        int best = -1;
-        for (int q = 0; q < t->nnews; q++) {
-            int i = t->news_idx[q];
-            members_entry_t *e = &t->e[i];
-            if (e->news <= 0 || (fresh && !e->fresh)) continue;
-            if (t->signing && !e->m.heartbeat) { /* unsigned (a HELLO's): not news */
-                if (e->fresh) t->nfresh--;
-                e->news = e->fresh = 0;
-                continue;
-            }
-            int taken = 0;
-            for (int p = 0; p < k && !taken; p++) taken = idx[p] == i;
-            if (!taken && (best < 0 || e->news > t->e[best].news)) best = i;
+    /* the max entries with the most sends left, in that order (the earlier on the list
+     * first among equals): one pass, an insertion into idx[0, k) kept in order */
+    for (int q = 0; q < t->nnews && max > 0; q++) {
+        int i = t->news_idx[q];
+        members_entry_t *e = &t->e[i];
+        if (e->news <= 0 || (fresh && !e->fresh)) continue;
+        if (t->signing && !e->m.heartbeat) { /* unsigned (a HELLO's): not news */
+            if (e->fresh) t->nfresh--;
+            e->news = e->fresh = 0;
+            continue;
         }
-        if (best < 0) break;
-        news_entry(&t->e[best], &out[k]);
-        idx[k++] = best;
-        news_sent(t, &t->e[best], fresh);
+        int taken = 0;
+        for (int p = 0; p < k && !taken; p++) taken = idx[p] == i;
+        if (taken || (k == max && e->news <= t->e[idx[k - 1]].news)) continue;
+        int at = k < max ? k++ : k - 1;
+        for (; at > 0 && t->e[idx[at - 1]].news < e->news; at--) idx[at] = idx[at - 1];
+        idx[at] = i;
+    }
+    for (int p = 0; p < k; p++) {
+        news_entry(&t->e[idx[p]], &out[p]);
+        news_sent(t, &t->e[idx[p]], fresh);
     }
     int w = 0; /* entries whose news ran out leave the list */
     for (int q = 0; q < t->nnews; q++)
@@ -627,8 +674,12 @@ int members_has_fresh(const members_t *t)
     return t->nfresh > 0;
 }
 
-void members_self_entry(const members_t *t, msg_member_t *out)
+void members_self_entry(members_t *t, msg_member_t *out)
 {
-    *out = t->e[0].m;
-    if (t->signing) msg_member_sign(out, t->sk);
+    if (!t->has_pub || t->pub.heartbeat != t->e[0].m.heartbeat) {
+        t->pub = t->e[0].m;
+        if (t->signing) msg_member_sign(&t->pub, t->sk);
+        t->has_pub = 1;
+    }
+    *out = t->pub;
 }

@@ -231,8 +231,11 @@ void members_make_news(members_t *t, int i);
  * many. */
 int members_news(members_t *t, msg_member_t *out, int max, int fresh);
 
-/* This peer's own entry as it goes first in a PROBE's table (signed when signing). */
-void members_self_entry(const members_t *t, msg_member_t *out);
+/* This peer's own entry as it goes first in a PROBE's table: as it stood when first sent
+ * at its present heartbeat, signed once then (when signing). A member takes an entry only
+ * at a higher heartbeat, so what changes between heartbeats (counters, rates) would be
+ * dropped by every member that holds the entry; a newcomer gets it as of that version. */
+void members_self_entry(members_t *t, msg_member_t *out);
 
 /* Whether some news was not pushed yet. */
 int members_has_fresh(const members_t *t);

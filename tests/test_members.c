@@ -325,7 +325,20 @@ static void test_large_view_encode(void **state)
     for (int i = 0; i < N; i++) v[i] = member(i + 1, i % 3, 3, MEMBER_SERVING);
     assert_int_equal(members_merge(t, v, N, 30.0), 1);
     assert_int_equal(members_count(t), N + 1);
+    /* the id index (grown and rebuilt past 16, 32, 64, 128 entries; these ids share
+     * first octets every 256/7 tags) finds each entry, and no id it does not hold */
+    for (int i = 0; i < N; i++) {
+        int j = members_find(t, v[i].id);
+        assert_true(j > 0);
+        assert_memory_equal(members_at(t, j)->m.id, v[i].id, MSG_ID_LEN);
+    }
+    msg_member_t stranger = member(N + 40, 0, 1, MEMBER_SERVING);
+    assert_int_equal(members_find(t, stranger.id), -1);
     assert_int_equal(members_leave(t, v[10].id, NULL), 1);
+    int live = 0; /* the live count follows every change */
+    for (int i = 1; i < members_count(t); i++) live += members_at(t, i)->alive;
+    assert_int_equal(live, N - 1);
+    assert_int_equal(members_live_others(t), N - 1);
     msg_member_t *out = calloc(N + 1, sizeof *out);
     int k = members_view(t, out);
     assert_int_equal(k, N);

@@ -14,6 +14,7 @@
 #include "swarm/msg.h"
 
 #include <math.h>
+#include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,6 +514,43 @@ static void test_payload_counts(void **state)
 }
 
 /* The common header at the offsets of the spec's table, octet by octet. */
+/* Entry signatures are remembered (msg.c): a signature made again is the one Ed25519 makes
+ * afresh, and a check that passed once passes only for that very entry and signature. */
+static void test_member_signature_memo(void **state)
+{
+    (void)state;
+    uint8_t pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
+    assert_int_equal(sodium_init() < 0, 0);
+    crypto_sign_keypair(pk, sk);
+    msg_member_t e = sample_member(1);
+    memcpy(e.id, pk, MSG_ID_LEN);
+    e.state = MEMBER_SERVING;
+    msg_member_t a = e, b = e;
+    msg_member_sign(&a, sk);
+    msg_member_sign(&b, sk); /* from the memo */
+    assert_memory_equal(a.sig, b.sig, MSG_SIG_LEN);
+    for (int pass = 0; pass < 2; pass++) /* the second from the memo */
+        assert_true(msg_member_verify(&a, MEMBER_SERVING));
+    assert_false(msg_member_verify(&a, MEMBER_JOINING)); /* read as another state */
+    msg_member_t c = a;
+    c.sig[7] ^= 1; /* another signature of the same entry */
+    assert_false(msg_member_verify(&c, MEMBER_SERVING));
+    c = a;
+    c.heartbeat++; /* another entry under the same signature */
+    assert_false(msg_member_verify(&c, MEMBER_SERVING));
+    c = a;
+    c.step++;
+    msg_member_sign(&c, sk); /* a new version: signed afresh, verifies */
+    assert_memory_not_equal(c.sig, a.sig, MSG_SIG_LEN);
+    assert_true(msg_member_verify(&c, MEMBER_SERVING));
+    uint8_t pk2[crypto_sign_PUBLICKEYBYTES], sk2[crypto_sign_SECRETKEYBYTES];
+    crypto_sign_keypair(pk2, sk2);
+    c = a;
+    msg_member_sign(&c, sk2); /* another key: never the memo's signature of a's entry */
+    assert_memory_not_equal(c.sig, a.sig, MSG_SIG_LEN);
+    assert_false(msg_member_verify(&c, MEMBER_SERVING));
+}
+
 static void test_golden_step_done(void **state)
 {
     (void)state;
@@ -1327,6 +1365,7 @@ int main(void)
         cmocka_unit_test(test_members_refused),
         cmocka_unit_test(test_encode_refuses),
         cmocka_unit_test(test_relay_addresses),
+        cmocka_unit_test(test_member_signature_memo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

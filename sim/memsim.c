@@ -35,6 +35,9 @@ typedef struct {
     double kill_at[MEMSIM_CRASH_MAX], killed_at[MEMSIM_CRASH_MAX], found_at[MEMSIM_CRASH_MAX];
     int holders[MEMSIM_CRASH_MAX];
     double last_partition; /* the last moment a partition was seen under way */
+    /* seconds the swarm spent cut in two so far, and that count at each kill: a node on
+     * the far side of a cut cannot hear of a crash before the heal */
+    double cut_total, cut_at_kill[MEMSIM_CRASH_MAX], cut_s[MEMSIM_CRASH_MAX];
     int false_deaths, deaths;
     char first_false[160];
 } world_t;
@@ -61,7 +64,10 @@ static int victim_slot(world_t *w, const uint8_t id[MSG_ID_LEN])
 
 static void found(world_t *w, int c, double now)
 {
-    if (w->killed_at[c] >= 0 && w->holders[c] == 0 && w->found_at[c] < 0) w->found_at[c] = now;
+    if (w->killed_at[c] >= 0 && w->holders[c] == 0 && w->found_at[c] < 0) {
+        w->found_at[c] = now;
+        w->cut_s[c] = w->cut_total - w->cut_at_kill[c];
+    }
 }
 
 static void serve(mnode_t *p, const uint8_t id[MSG_ID_LEN]);
@@ -207,10 +213,13 @@ static int formed(world_t *w)
 static int run_to(world_t *w, double until, char *err)
 {
     while (sim_now(w->sim) < until) {
-        double t = sim_now(w->sim) + SLICE_S;
+        double from = sim_now(w->sim), t = from + SLICE_S;
         int rc = sim_run(w->sim, t < until ? t : until, err);
         if (rc < 0) return rc;
-        if (sim_partitioned(w->sim)) w->last_partition = sim_now(w->sim);
+        if (sim_partitioned(w->sim)) {
+            w->last_partition = sim_now(w->sim);
+            w->cut_total += sim_now(w->sim) - from; /* to a slice: the driver's grain */
+        }
     }
     return 0;
 }
@@ -330,6 +339,7 @@ int memsim_one(const memsim_options_t *o, memsim_result_t *r, char *err)
                 sim_kill(w.sim, w.victim[next]);
                 gone(&w, w.victim[next], sim_now(w.sim));
                 w.killed_at[next] = sim_now(w.sim);
+                w.cut_at_kill[next] = w.cut_total;
                 r->crashes++;
                 found(&w, next, sim_now(w.sim));
             } else {
@@ -359,6 +369,7 @@ int memsim_one(const memsim_options_t *o, memsim_result_t *r, char *err)
                     continue;
                 }
                 r->detect_s[v] = w.found_at[v] >= 0 ? w.found_at[v] - w.killed_at[v] : -1;
+                r->cut_s[v] = w.found_at[v] >= 0 ? w.cut_s[v] : 0;
                 if (w.found_at[v] >= 0) r->detected++;
                 else if (!r->failed) {
                     r->failed = 1;

@@ -57,6 +57,7 @@ typedef struct {
     double sent_mean[WIRE_KINDS], sent_max[WIRE_KINDS]; /* B per node per virtual s */
     int crashes, detected;             /* killed from outside; detected by everyone */
     double detect_s[MEMSIM_CRASH_MAX]; /* each one's detection time (-1: not detected) */
+    double cut_s[MEMSIM_CRASH_MAX];    /* of which the swarm was cut in two (a partition) */
     int false_deaths;                  /* verdicts on live nodes (see above) */
     char false_why[160];               /* the first of them */
     int deaths_seen;                   /* every verdict of any node on any other */

@@ -1220,6 +1220,33 @@ static void test_local_kill_start(void **state)
     }
 }
 
+/* A join burst (issue 24, item 5): four peers started at once into a running pool of two
+ * (`local --joiners 4`) all download the state (from at least one donor each), contribute,
+ * none re-syncs after contributing, and the run loses nothing. The times from start to
+ * first contribution are printed by local (not bounded here: a loaded machine). */
+static void test_local_join_burst(void **state)
+{
+    (void)state;
+    char sub[128], args[1024];
+    snprintf(sub, sizeof sub, "%s/jb", dir);
+    snprintf(args, sizeof args,
+             "local --peers 4 --stages 2 --steps 60 --threads 1 --join-at 10 --joiners 4 "
+             "--join-stage 1 --dir %s --data %s",
+             sub, testutil_corpus());
+    pid_t p = start("jb", args);
+    assert_int_equal(finish(p, 300), 0);
+    json_obj_t sum;
+    char *js = summary("jb", &sum);
+    assert_int_equal((int)json_num(&sum, "joins"), 4);
+    assert_int_equal((int)json_num(&sum, "join_pending"), 0);
+    assert_int_equal((int)json_num(&sum, "join_resyncs"), 0);
+    assert_true(json_num(&sum, "join_donors_min") >= 1);
+    assert_true(json_num(&sum, "join_worst_s") >= json_num(&sum, "join_median_s"));
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_true(isfinite(json_num(&sum, "val_loss")));
+    free(js);
+}
+
 /* A peer frozen from outside (SIGSTOP) for 8 s at a moment drawn from the fault seed, then
  * woken (SIGCONT; `local --pause`, issue 24): the others go on without it, it comes back
  * (its silence across the pause is not taken for the others' death; it re-syncs with its
@@ -1463,6 +1490,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_garbage_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_start_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_kill_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_join_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_pause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_orphan_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),

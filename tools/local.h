@@ -28,7 +28,7 @@ typedef struct {
     int peers, in_flight, quiet;
     const char *dir;
     int kill_peer, kill_step;  /* peer kill_peer dies on a microbatch of step >= kill_step */
-    int join_step, join_stage; /* add a peer at join_step */
+    int join_step, join_stage, joiners; /* add joiners peers at join_step */
     int revive;                /* ... which is the killed peer again, with its store */
     int kill_random;           /* --kill random: one outside SIGKILL at a random moment */
     int kill_start;            /* --kill start: one outside SIGKILL while the swarm starts */

@@ -300,10 +300,16 @@ static int join_tick(local_t *L, const local_view_t *v)
         db_idx = kp;
         stage = L->ch[kp].stage;
     }
-    int rc = local_launch_one(L, stage, db_idx);
-    if (rc) return rc < 0 ? -1 : 0;
-    printf("local: peer %d joins stage %d at step %lld%s\n", idx, stage, v->step0,
-           db_idx != idx ? " (the killed peer again, with its store)" : "");
+    /* --joiners N: a burst, all started within this tick (the killed peer again first) */
+    for (int k = 0; k < (revived ? 1 : lo->joiners) && L->n < LOCAL_MAX_PEERS; k++) {
+        idx = L->n;
+        int rc = local_launch_one(L, stage, k ? idx : db_idx);
+        if (rc < 0) return -1;
+        if (rc && !k) return 0; /* nobody to join through yet: next tick */
+        if (rc) break;
+        printf("local: peer %d joins stage %d at step %lld%s\n", idx, stage, v->step0,
+               !k && db_idx != idx ? " (the killed peer again, with its store)" : "");
+    }
     L->f.joined = 1;
     return 0;
 }

@@ -18,6 +18,7 @@ enum {
     O_PAUSE,
     O_JOIN,
     O_JOINSTAGE,
+    O_JOINERS,
     O_QUIET,
     O_PTIMEOUT,
     O_REVIVE,
@@ -276,6 +277,8 @@ static int local_option(void *ctx, int c, const char *arg)
         return run_opts_int("--join-at", arg, 0, &lo->join_step);
     case O_JOINSTAGE:
         return run_opts_int("--join-stage", arg, 0, &lo->join_stage);
+    case O_JOINERS:
+        return run_opts_int("--joiners", arg, 1, &lo->joiners);
     case O_REVIVE:
         lo->revive = 1;
         return 0;
@@ -290,7 +293,7 @@ int local_opts_own(const char *a, int *takes_arg)
         "--peers",      "--dir",          "--in-flight", "--kill",           "--join-at",
         "--join-stage", "--peer-timeout", "--churn",     "--churn-kills",    "--fault-seed",
         "--poison",     "--kill-stage",   "--resume",    "--stage-failures", "--placement",
-        "--slowdown",   "--pause"};
+        "--slowdown",   "--pause",        "--joiners"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -391,6 +394,8 @@ static const char usage[] =
     "                       step >= STEP reaches it, so it dies holding work (fault "
     "drill)\n"
     "  --join-at STEP       start one more peer at STEP, stage --join-stage (default 0)\n"
+    "  --joiners N          start N peers at once at --join-at's step, all into that\n"
+    "                       stage (a join burst; default 1)\n"
     "  --revive             the --join-at peer is the --kill peer again, with its store\n"
     "  --checkpoint-every N every peer checkpoints its stage into its store every N\n"
     "                       steps (see swarmtrain peer --help)\n"
@@ -422,6 +427,7 @@ static const struct option extra[] = {{"peers", required_argument, 0, O_PEERS},
                                       {"pause", required_argument, 0, O_PAUSE},
                                       {"join-at", required_argument, 0, O_JOIN},
                                       {"join-stage", required_argument, 0, O_JOINSTAGE},
+                                      {"joiners", required_argument, 0, O_JOINERS},
                                       {"quiet", no_argument, 0, O_QUIET},
                                       {"peer-timeout", required_argument, 0, O_PTIMEOUT},
                                       {"revive", no_argument, 0, O_REVIVE},
@@ -448,7 +454,8 @@ int local_opts_parse(local_t *L)
 {
     local_opts_t *lo = &L->lo;
     memset(lo, 0, sizeof *lo);
-    lo->peers = 4, lo->in_flight = 2, lo->kill_peer = -1, lo->join_step = -1, lo->poison_peer = -1;
+    lo->peers = 4, lo->in_flight = 2, lo->kill_peer = -1, lo->join_step = -1, lo->joiners = 1,
+    lo->poison_peer = -1;
     lo->pause_peer = -1;
     lo->kill_stage = -1;
     L->run = train_defaults();

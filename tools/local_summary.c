@@ -31,7 +31,7 @@ typedef struct {
      * "serving" from a step ahead: it followed first): from its
      * first event (its socket bound, right after it started) to its state in place and
      * to its first contributed step ("contributing", or "takes_over"); re-syncs after */
-    double t_first, t_joined, t_contrib, join_mb, join_s;
+    double t_first, t_joined, t_contrib, join_mb, join_s, join_donors;
     int joined_pool, resynced_after;
 } peer_rec_t;
 
@@ -260,6 +260,7 @@ static void on_join_event(peer_rec_t *r, const char *k, const json_obj_t *o)
     if (!strcmp(k, "joined") && !strcmp(json_get(o, "source"), "pool") && !r->t_joined) {
         r->t_joined = t;
         r->join_mb = json_num(o, "mb"), r->join_s = json_num(o, "seconds");
+        r->join_donors = json_num(o, "donors");
     } else if (!strcmp(k, "serving") && r->t_joined > 0 && !r->joined_pool) {
         /* training had begun: it follows first (from ahead of its step), else it is one
          * of the swarm's first members, which contribute from the first step */
@@ -377,21 +378,26 @@ static int join_times(const sum_t *s, double *t)
  * step (median and worst), its download's rate, re-syncs after it contributed. */
 static void print_joins(const sum_t *s)
 {
-    double t[LOCAL_MAX_PEERS], mbps = INFINITY;
-    int n = join_times(s, t), pending = 0, resyncs = 0;
+    double t[LOCAL_MAX_PEERS], donors[LOCAL_MAX_PEERS], mbps = INFINITY;
+    int n = join_times(s, t), pending = 0, resyncs = 0, nd = 0;
     for (int i = 0; i < s->L->n; i++) {
         const peer_rec_t *r = &s->peers[i];
         if (!r->joined_pool) continue;
         if (r->t_contrib <= 0) pending++;
         resyncs += r->resynced_after;
         if (r->join_s > 0 && r->join_mb / r->join_s < mbps) mbps = r->join_mb / r->join_s;
+        if (r->join_donors > 0) donors[nd++] = r->join_donors;
     }
     if (!n && !pending) return;
+    numbers_sort(donors, nd);
     printf("local: joins into a running pool: %d contributed", n);
     if (n)
         printf(", start to first contributed step median %.2f s worst %.2f s, slowest download "
-               "%.1f MB/s, re-synced after contributing %d time(s)",
-               numbers_median_sorted(t, n), t[n - 1], mbps, resyncs);
+               "%.1f MB/s, donors per download median %.0f (%.0f-%.0f), re-synced after "
+               "contributing %d time(s)",
+               numbers_median_sorted(t, n), t[n - 1], mbps,
+               nd ? numbers_median_sorted(donors, nd) : 0, nd ? donors[0] : 0,
+               nd ? donors[nd - 1] : 0, resyncs);
     if (pending) printf("; %d joined but never contributed", pending);
     printf("\n");
 }
@@ -509,6 +515,19 @@ static void put_scalars(FILE *f, const sum_t *s)
     fprintf(f, ",\"joins\":%d", n);
     put_num(f, "join_median_s", n ? numbers_median_sorted(t, n) : NAN, "%.3f");
     put_num(f, "join_worst_s", n ? t[n - 1] : NAN, "%.3f");
+    /* and each download's donors (the fewest), re-syncs after contributing, joiners that
+     * never contributed */
+    double dmin = INFINITY;
+    int resyncs = 0, pending = 0;
+    for (int i = 0; i < L->n; i++) {
+        const peer_rec_t *r = &s->peers[i];
+        if (!r->joined_pool) continue;
+        if (r->join_donors > 0 && r->join_donors < dmin) dmin = r->join_donors;
+        resyncs += r->resynced_after;
+        pending += r->t_contrib <= 0;
+    }
+    put_num(f, "join_donors_min", isfinite(dmin) ? dmin : NAN, "%.0f");
+    fprintf(f, ",\"join_resyncs\":%d,\"join_pending\":%d", resyncs, pending);
 }
 
 /* "name":[i,...] of the peers for which pick says so */

@@ -141,6 +141,17 @@ static char *summary(const char *run, json_obj_t *top)
     return record_summary(path, top);
 }
 
+/* Runs `local ARGS --dir DIR/NAME --data CORPUS` to its end within limit_s, asserting exit
+ * 0; returns its summary.json's text (free it) with the top object in *top. */
+static char *local_run(const char *name, const char *args, int limit_s, json_obj_t *top)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "local %s --dir %s/%s --data %s", args, dir, name,
+             testutil_corpus());
+    assert_int_equal(finish(start(name, cmd), limit_s), 0);
+    return summary(name, top);
+}
+
 /* How many objects of the summary's array `array` there are. */
 static int count_rows(const char *json, const char *array)
 {
@@ -1227,16 +1238,9 @@ static void test_local_kill_start(void **state)
 static void test_local_join_burst(void **state)
 {
     (void)state;
-    char sub[128], args[1024];
-    snprintf(sub, sizeof sub, "%s/jb", dir);
-    snprintf(args, sizeof args,
-             "local --peers 4 --stages 2 --steps 60 --threads 1 --join-at 10 --joiners 4 "
-             "--join-stage 1 --dir %s --data %s",
-             sub, testutil_corpus());
-    pid_t p = start("jb", args);
-    assert_int_equal(finish(p, 300), 0);
     json_obj_t sum;
-    char *js = summary("jb", &sum);
+    char *js = local_run("jb", "--peers 4 --stages 2 --steps 60 --threads 1 --join-at 10 "
+                         "--joiners 4 --join-stage 1", 300, &sum);
     assert_int_equal((int)json_num(&sum, "joins"), 4);
     assert_int_equal((int)json_num(&sum, "join_pending"), 0);
     assert_int_equal((int)json_num(&sum, "join_resyncs"), 0);
@@ -1255,16 +1259,9 @@ static void test_local_join_burst(void **state)
 static void test_local_pause(void **state)
 {
     (void)state;
-    char sub[128], args[1024];
-    snprintf(sub, sizeof sub, "%s/pz", dir);
-    snprintf(args, sizeof args,
-             "local --peers 4 --stages 2 --steps 180 --threads 1 --pause random:8 --fault-seed 2 "
-             "--dir %s --data %s",
-             sub, testutil_corpus());
-    pid_t p = start("pz", args);
-    assert_int_equal(finish(p, 400), 0);
     json_obj_t sum;
-    char *js = summary("pz", &sum);
+    char *js = local_run("pz", "--peers 4 --stages 2 --steps 180 --threads 1 --pause random:8 "
+                         "--fault-seed 2", 400, &sum);
     assert_int_equal((int)json_num(&sum, "woken"), 1);
     assert_true(json_num(&sum, "paused") >= 0);
     assert_int_equal((int)json_num(&sum, "lost"), 0);

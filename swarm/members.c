@@ -25,9 +25,9 @@ struct members {
     /* SWIM: entries with news to send (news > 0), how many of them are fresh, how many
      * live entries are suspected: so that a tick of a 1,000-member table costs little */
     int *news_idx, nnews, cap_news, nfresh, nsuspect;
-    /* SWIM: this peer's entry as published at its heartbeat (members_self_entry) */
+    /* SWIM: this peer's entry as published at its heartbeat (members_self_entry; its
+     * heartbeat 0 until the first: self's starts at 1) */
     msg_member_t pub;
-    int has_pub;
     /* live entries other than self, and where each id is in e[] (open addressing on the
      * id's first octets: i + 1, 0 free): a 1,000-member table is read per message */
     int nlive;
@@ -50,6 +50,14 @@ static unsigned id_slot(const members_t *t, const uint8_t id[MSG_ID_LEN])
     return le_get_u32(id) & (t->nslot - 1);
 }
 
+/* Entry i into the id index (which has a free slot). */
+static void index_put(members_t *t, int i)
+{
+    unsigned h = id_slot(t, t->e[i].m.id);
+    while (t->slot[h]) h = (h + 1) & (t->nslot - 1);
+    t->slot[h] = i + 1;
+}
+
 /* Indexes every entry again into 4 slots per entry (at least 64); -1 out of memory. */
 static int reindex(members_t *t)
 {
@@ -60,11 +68,7 @@ static int reindex(members_t *t)
     free(t->slot);
     t->slot = s;
     t->nslot = n;
-    for (int i = 0; i < t->n; i++) {
-        unsigned h = id_slot(t, t->e[i].m.id);
-        while (t->slot[h]) h = (h + 1) & (t->nslot - 1);
-        t->slot[h] = i + 1;
-    }
+    for (int i = 0; i < t->n; i++) index_put(t, i);
     return 0;
 }
 
@@ -172,9 +176,7 @@ static members_entry_t *add(members_t *t, const msg_member_t *m, double now)
     e->m = *m;
     set_alive(t, e, 1);
     e->last_change = now;
-    unsigned h = id_slot(t, m->id);
-    while (t->slot[h]) h = (h + 1) & (t->nslot - 1);
-    t->slot[h] = t->n;
+    index_put(t, t->n - 1);
     return e;
 }
 
@@ -676,10 +678,9 @@ int members_has_fresh(const members_t *t)
 
 void members_self_entry(members_t *t, msg_member_t *out)
 {
-    if (!t->has_pub || t->pub.heartbeat != t->e[0].m.heartbeat) {
+    if (t->pub.heartbeat != t->e[0].m.heartbeat) {
         t->pub = t->e[0].m;
         if (t->signing) msg_member_sign(&t->pub, t->sk);
-        t->has_pub = 1;
     }
     *out = t->pub;
 }

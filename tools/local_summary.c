@@ -374,31 +374,46 @@ static int join_times(const sum_t *s, double *t)
     return n;
 }
 
-/* Joins into a running pool: the time from a joiner's start to its first contributed
- * step (median and worst), its download's rate, re-syncs after it contributed. */
-static void print_joins(const sum_t *s)
+/* What the joins into a running pool came to: the seconds from start to first contributed
+ * step (sorted, join_times), each download's donors (sorted), the slowest download's rate,
+ * joiners that never contributed, re-syncs after contributing. */
+typedef struct {
+    double t[LOCAL_MAX_PEERS], donors[LOCAL_MAX_PEERS], mbps;
+    int n, nd, pending, resyncs;
+} join_stats_t;
+
+static void join_stats(const sum_t *s, join_stats_t *j)
 {
-    double t[LOCAL_MAX_PEERS], donors[LOCAL_MAX_PEERS], mbps = INFINITY;
-    int n = join_times(s, t), pending = 0, resyncs = 0, nd = 0;
+    j->n = join_times(s, j->t);
+    j->nd = j->pending = j->resyncs = 0;
+    j->mbps = INFINITY;
     for (int i = 0; i < s->L->n; i++) {
         const peer_rec_t *r = &s->peers[i];
         if (!r->joined_pool) continue;
-        if (r->t_contrib <= 0) pending++;
-        resyncs += r->resynced_after;
-        if (r->join_s > 0 && r->join_mb / r->join_s < mbps) mbps = r->join_mb / r->join_s;
-        if (r->join_donors > 0) donors[nd++] = r->join_donors;
+        if (r->t_contrib <= 0) j->pending++;
+        j->resyncs += r->resynced_after;
+        if (r->join_s > 0 && r->join_mb / r->join_s < j->mbps) j->mbps = r->join_mb / r->join_s;
+        if (r->join_donors > 0) j->donors[j->nd++] = r->join_donors;
     }
-    if (!n && !pending) return;
-    numbers_sort(donors, nd);
-    printf("local: joins into a running pool: %d contributed", n);
-    if (n)
+    numbers_sort(j->donors, j->nd);
+}
+
+/* Joins into a running pool: the time from a joiner's start to its first contributed
+ * step (median and worst), its download's rate and donors, re-syncs after it contributed. */
+static void print_joins(const sum_t *s)
+{
+    join_stats_t j;
+    join_stats(s, &j);
+    if (!j.n && !j.pending) return;
+    printf("local: joins into a running pool: %d contributed", j.n);
+    if (j.n)
         printf(", start to first contributed step median %.2f s worst %.2f s, slowest download "
                "%.1f MB/s, donors per download median %.0f (%.0f-%.0f), re-synced after "
                "contributing %d time(s)",
-               numbers_median_sorted(t, n), t[n - 1], mbps,
-               nd ? numbers_median_sorted(donors, nd) : 0, nd ? donors[0] : 0,
-               nd ? donors[nd - 1] : 0, resyncs);
-    if (pending) printf("; %d joined but never contributed", pending);
+               numbers_median_sorted(j.t, j.n), j.t[j.n - 1], j.mbps,
+               j.nd ? numbers_median_sorted(j.donors, j.nd) : 0, j.nd ? j.donors[0] : 0,
+               j.nd ? j.donors[j.nd - 1] : 0, j.resyncs);
+    if (j.pending) printf("; %d joined but never contributed", j.pending);
     printf("\n");
 }
 
@@ -510,24 +525,13 @@ static void put_scalars(FILE *f, const sum_t *s)
             L->lo.kill_stage >= 0 && !fl->ks_done);
     fprintf(f, ",\"paused\":%d,\"pause_s\":%.1f,\"woken\":%d", fl->pz_state ? fl->pz_peer : -1,
             fl->pz_state ? L->lo.pause_s : 0.0, fl->pz_state == 2);
-    double t[LOCAL_MAX_PEERS];
-    int n = join_times(s, t);
-    fprintf(f, ",\"joins\":%d", n);
-    put_num(f, "join_median_s", n ? numbers_median_sorted(t, n) : NAN, "%.3f");
-    put_num(f, "join_worst_s", n ? t[n - 1] : NAN, "%.3f");
-    /* and each download's donors (the fewest), re-syncs after contributing, joiners that
-     * never contributed */
-    double dmin = INFINITY;
-    int resyncs = 0, pending = 0;
-    for (int i = 0; i < L->n; i++) {
-        const peer_rec_t *r = &s->peers[i];
-        if (!r->joined_pool) continue;
-        if (r->join_donors > 0 && r->join_donors < dmin) dmin = r->join_donors;
-        resyncs += r->resynced_after;
-        pending += r->t_contrib <= 0;
-    }
-    put_num(f, "join_donors_min", isfinite(dmin) ? dmin : NAN, "%.0f");
-    fprintf(f, ",\"join_resyncs\":%d,\"join_pending\":%d", resyncs, pending);
+    join_stats_t j;
+    join_stats(s, &j);
+    fprintf(f, ",\"joins\":%d", j.n);
+    put_num(f, "join_median_s", j.n ? numbers_median_sorted(j.t, j.n) : NAN, "%.3f");
+    put_num(f, "join_worst_s", j.n ? j.t[j.n - 1] : NAN, "%.3f");
+    put_num(f, "join_donors_min", j.nd ? j.donors[0] : NAN, "%.0f");
+    fprintf(f, ",\"join_resyncs\":%d,\"join_pending\":%d", j.resyncs, j.pending);
 }
 
 /* "name":[i,...] of the peers for which pick says so */

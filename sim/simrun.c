@@ -114,6 +114,8 @@ struct drv {
                           * lost one served again: two stages' state gone, beyond what
                           * rebuilding from neighbours promises (a crash the mover's pool
                           * had not noticed yet when the mover left it) */
+    int spare_gone;      /* a crash after the loss, before a mover set off, left no pool
+                          * with a member to spare (d_crash) */
     /* rebalancing */
     int *placed; /* [node] stage of the first peers (--placement), -1: in turn */
     double next_move_at;
@@ -665,6 +667,16 @@ static int d_step(void *ctx, int node, double now, double *wake_at, double *work
     return 0;
 }
 
+/* Serving peers of a stage other than `not`. */
+static int serving_in(drv_t *d, int stage, int not)
+{
+    int c = 0;
+    for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
+        c += i != not && d->n[i].p && d->n[i].serving && d->n[i].stage == stage &&
+             sim_node_alive(d->sim, i);
+    return c;
+}
+
 static void d_crash(void *ctx, int node, double now)
 {
     (void)now;
@@ -675,16 +687,18 @@ static void d_crash(void *ctx, int node, double now)
     release_disk(d, node);
     n->serving = 0;
     d->crashes++;
-}
-
-/* Serving peers of a stage other than `not`. */
-static int serving_in(drv_t *d, int stage, int not)
-{
-    int c = 0;
+    /* a crash after a whole stage was lost, before anyone set off to rebuild it, that
+     * leaves no pool with a member to spare: the stage waits for a joiner (recover.c says
+     * so), which this schedule never brings; like a second stage gone, beyond what
+     * rebuilding from neighbours promises */
+    if (d->lose != 2 || d->rebuilt || d->spare_gone) return;
     for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
-        c += i != not && d->n[i].p && d->n[i].serving && d->n[i].stage == stage &&
-             sim_node_alive(d->sim, i);
-    return c;
+        if (d->n[i].p && d->n[i].stage == d->lose_stage && sim_node_alive(d->sim, i)) return;
+    for (int t = 0; t < d->S; t++)
+        if (t != d->lose_stage && serving_in(d, t, -1) > 1) return;
+    d->spare_gone = 1;
+    sim_note(d->sim, "lose  crash %d leaves no pool a member to spare before the lost stage "
+                     "was rebuilt", node);
 }
 
 /* "mild" keeps a serving peer in every stage (the promises then say: nothing lost, the
@@ -1170,7 +1184,7 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
     char e2[STATUS_ERR_LEN] = "";
     int r = sim_run(d->sim, o->budget_s > 0 ? o->budget_s : 600, e2);
     if (r == 1 && !d->failed) {
-        if (d->lose && !d->also_gone)
+        if (d->lose && !d->also_gone && !d->spare_gone)
             failf(d, "liveness: stage %d was lost at step %lld and the swarm %s within %.0f "
                      "virtual seconds (step %lld applied, %d peers finished)",
                   d->lose_stage, (long long)d->lose_step,
@@ -1189,7 +1203,7 @@ int simrun_one(const simrun_options_t *o, simrun_result_t *res, char *err)
      * member for it, or a second stage gone before the first was rebuilt: its run may end
      * unvalidated, as it may never end), the run must end validated */
     if (r == 0 && !d->failed && !isfinite(d->val_loss) &&
-        !(d->stage_gone && (!d->lose || !d->lose_spare || d->also_gone)))
+        !(d->stage_gone && (!d->lose || !d->lose_spare || d->also_gone || d->spare_gone)))
         failf(d, "the run finished without a held-out loss");
     res->failed = d->failed;
     snprintf(res->why, sizeof res->why, "%s", d->why);

@@ -570,8 +570,7 @@ void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
         /* SWIM: a heartbeat rises only when the entry changes (it orders versions, and a
          * refutation must beat a suspicion of the last one); what every member must learn
          * is news, pushed next tick */
-        int news = me->state != self->state || me->stage != self->stage ||
-                   me->serving_from != self->serving_from;
+        int news = members_swim_newsworthy(me, self);
         /* a new version for what the pool protocol reads (and news): the step, the first
          * step, state, stage, checkpoints; counters and rates ride along with those */
         int bump = news || me->step != self->step || memcmp(me->ckpt, self->ckpt, sizeof me->ckpt);

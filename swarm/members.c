@@ -508,6 +508,12 @@ static int owner_state(int state)
     return state == MEMBER_JOINING || state == MEMBER_SERVING;
 }
 
+int members_swim_newsworthy(const msg_member_t *a, const msg_member_t *b)
+{
+    return a->state != b->state || a->stage != b->stage || a->serving_from != b->serving_from ||
+           strcmp(a->addr, b->addr) || (a->served > 0) != (b->served > 0);
+}
+
 /* SWIM's heartbeat: an incarnation in the high 32 bits (raised only to refute a suspicion
  * or death), a version in the low 32 (raised when the entry changes). Suspicion, death and
  * revival judge incarnations; which copy of an entry is newer, the whole value. */
@@ -551,9 +557,8 @@ int members_swim_merge(members_t *t, const msg_member_t *v, int k, double now, i
              * dead, or a mere update of a suspected one) */
             int newer = INC(m->heartbeat) > INC(e->m.heartbeat);
             if (!e->alive && !newer) continue;
-            int was_alive = e->alive, worth = !e->alive || newer ||
-                e->m.state != m->state || e->m.stage != m->stage ||
-                e->m.serving_from != m->serving_from || strcmp(e->m.addr, m->addr);
+            int was_alive = e->alive,
+                worth = !e->alive || newer || members_swim_newsworthy(&e->m, m);
             if (e->m.state != m->state || !was_alive) changed = 1;
             e->m = *m;
             e->last_change = now;

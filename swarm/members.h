@@ -185,6 +185,12 @@ int members_live_others(const members_t *t);
  * to a few members by whoever learns them first. Heartbeats still rise every tick: they
  * order versions of an entry, and a fresh one refutes a suspicion. */
 
+/* Whether entry b, a later version of a, is news under SWIM: its state, stage,
+ * serving_from or address changed, or it served its first microbatch (whether the swarm
+ * has begun, which recovery reads: sim restart 6x3 seed 620076 waited for good when only
+ * the members that had served knew it). */
+int members_swim_newsworthy(const msg_member_t *a, const msg_member_t *b);
+
 /* Merges entries of a PROBE table or a WELCOME under SWIM's rules; news != 0: what
  * changed the table becomes news (not for a WELCOME, or a SYNC's whole table).
  * Heartbeats under SWIM: an incarnation (high 32 bits), raised only by a refutation, and a
@@ -196,7 +202,7 @@ int members_live_others(const members_t *t);
  *   as a probe candidate; LEAVING ignored;
  * - JOINING or SERVING with a higher heartbeat: replaces ours; a later incarnation clears a
  *   suspicion and revives a dead entry (the same incarnation does neither: a stale copy);
- *   news when its incarnation rose, or its state, stage, serving_from or address changed;
+ *   news when its incarnation rose or members_swim_newsworthy;
  * - SUSPECT with an incarnation at least ours: a live entry not yet suspected is suspected
  *   from now;
  * - DEAD with an incarnation at least ours: a live entry dies ("declared dead by a

@@ -249,6 +249,22 @@ static const msg_member_t *known_alive(const peer_t *p, int stage, int ahead, in
     return found;
 }
 
+/* A mate its view shows past this peer's step: its pool went on without it. Under SWIM a
+ * member's heartbeat rises only when its entry changes, so a mate waiting at its step
+ * shows no sign of life though it is alive (sim pause 6x3 seed 620095 with swim_every=4:
+ * the woken peer caught up alone through steps its pool had counted without it, and
+ * applied one counting 2 of 4 microbatches). */
+static const msg_member_t *mate_ahead(const peer_t *p)
+{
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *e = &p->view.m[i];
+        if (e->stage == p->stage && e->state == MEMBER_SERVING && e->step > p->step &&
+            !peer_is_self(p, e->id))
+            return e;
+    }
+    return NULL;
+}
+
 /* After waking, every member.woke: once a member it knew shows it is alive, it is back in
  * the run, and one serving a stage whose pool has such a mate to download from takes the
  * pool's state again instead of voting its own, stale one against it (it won a tie
@@ -286,6 +302,7 @@ static int woke_tick(peer_t *p)
     const msg_member_t *ahead = known_alive(p, -1, 1, &all);
     if (ahead || (all && known_alive(p, -1, 0, NULL))) {
         const msg_member_t *m = known_alive(p, p->stage, 0, NULL);
+        if (!m) m = mate_ahead(p);
         p->ending.nknew = 0; /* back in the run */
         timeout_stop(&p->ending.woke);
         if (p->phase == PHASE_SERVING && m && m->state == MEMBER_SERVING &&

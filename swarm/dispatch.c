@@ -15,14 +15,22 @@
 #define SWIM_PUSH_MAX 32 /* fresh news a pushed NEWS carries at most (a burst of joins
                           * clears in a tick or two, not a minute of 4 at a time) */
 #define SWIM_FWD_MAX 8  /* pings asked of this peer by others, under way at once */
+#define SWIM_HEALTH_MAX 8 /* local health's worst (Lifeguard's local health multiplier) */
+#define SWIM_HOLD_MAX 4   /* failed probes of one target held back in a row at most */
 typedef struct {
     int every, k, fanout;
     uint64_t ticks, probe_no;
-    /* the probe under way: target, its probe number, the tick it was sent at */
+    /* the probe under way: target, its probe number, the tick it was sent at; helpers
+     * asked to ping it, those that said it did not answer them (MISS) */
     uint8_t target[MSG_ID_LEN];
     uint64_t probe, at_tick;
-    int probing, asked, acked;
+    int probing, asked, acked, helpers, misses;
     double sent_at;
+    /* local health (10.7 rule 12): 0 well, up after a probe in which an asked helper said
+     * nothing, down after one that all answered; failed probes of this target held back
+     * in a row, and whether the next period pings it again */
+    int health, held, retry;
+    uint64_t holds;
     /* round-robin over the members, in an order drawn anew each round */
     int *order, norder, next;
     /* pool detail: the heartbeat of the own entry last sent to the pool */
@@ -30,8 +38,8 @@ typedef struct {
     /* pings asked of this peer (REQ): whom for, their probe number, ours */
     struct {
         uint8_t from[MSG_ID_LEN], target[MSG_ID_LEN];
-        uint64_t theirs, ours, until_tick;
-        int used;
+        uint64_t theirs, ours, until_tick, miss_tick;
+        int used, missed;
     } fwd[SWIM_FWD_MAX];
     uint64_t pings, acks, reqs, suspected, syncs;
     /* anti-entropy: the window's start, PROBEs in it that counted more live members than
@@ -745,10 +753,21 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
     int j = w->probing ? members_find(t, w->target) : -1;
     if (w->probing && (j <= 0 || !members_at(t, j)->alive || w->acked)) w->probing = 0;
     if (w->probing && w->ticks >= w->at_tick + (uint64_t)w->every) {
-        /* no answer, directly or through others, within a period: suspected, and it hears
-         * so itself at once (to refute it if alive) */
+        /* no answer, directly or through others, within a period. A helper that said
+         * nothing, or a recent probe in which one said nothing, points at this peer or a
+         * partition rather than the target: the probe is held back and the target pinged
+         * again next period, up to SWIM_HOLD_MAX times. Else it is suspected, and hears
+         * so itself at once (to refute it if alive). */
         w->probing = 0;
-        if (members_suspect(t, j, now)) {
+        int missing = w->asked && w->misses < w->helpers;
+        w->health = missing ? (w->health < SWIM_HEALTH_MAX ? w->health + 1 : SWIM_HEALTH_MAX)
+                            : (w->health > 0 ? w->health - 1 : 0);
+        if ((missing || w->health > 0) && w->held < SWIM_HOLD_MAX) {
+            w->held++;
+            w->holds++;
+            w->retry = 1;
+        } else if (members_suspect(t, j, now)) {
+            w->held = 0;
             w->suspected++;
             ch = 1;
             probe_send(d, members_at(t, j), PROBE_NEWS, 0, NULL, NULL, 0, ROWS_AND_NEWS, 0);
@@ -759,12 +778,32 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
             probe_send(d, members_at(t, idx[i]), PROBE_REQ, w->probe, w->target, NULL, 0,
                        ROWS_AND_NEWS, 0);
         w->asked = 1;
+        w->helpers = n;
         w->reqs += (uint64_t)n;
     }
-    for (int i = 0; i < SWIM_FWD_MAX; i++)
-        if (w->fwd[i].used && w->ticks > w->fwd[i].until_tick) w->fwd[i].used = 0;
+    for (int i = 0; i < SWIM_FWD_MAX; i++) {
+        if (!w->fwd[i].used) continue;
+        if (!w->fwd[i].missed && w->ticks >= w->fwd[i].miss_tick) {
+            /* no ACK from the target so far: the asker hears that this helper is alive;
+             * a ping of its own unanswered, this peer's health worsens too (rule 12) */
+            if (w->health < SWIM_HEALTH_MAX) w->health++;
+            int rj = members_find(t, w->fwd[i].from);
+            if (rj > 0 && members_at(t, rj)->alive)
+                probe_send(d, members_at(t, rj), PROBE_MISS, w->fwd[i].theirs, w->fwd[i].target,
+                           NULL, 0, ROWS_AND_NEWS, 0);
+            w->fwd[i].missed = 1;
+        }
+        if (w->ticks > w->fwd[i].until_tick) w->fwd[i].used = 0;
+    }
     if (w->ticks % (uint64_t)w->every == 0) {
-        int next = swim_next(d, &x);
+        int next = -1;
+        if (w->retry) { /* a held probe: the same target again, while it is a live member */
+            next = members_find(t, w->target);
+            if (next > 0 && !members_at(t, next)->alive) next = -1;
+            if (next <= 0) w->held = 0;
+            w->retry = 0;
+        }
+        if (next <= 0) next = swim_next(d, &x);
         if (next > 0 && !w->probing) {
             members_entry_t *e = members_at(t, next);
             memcpy(w->target, e->m.id, MSG_ID_LEN);
@@ -772,7 +811,7 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
             w->at_tick = w->ticks;
             w->sent_at = now;
             w->probing = 1;
-            w->asked = w->acked = 0;
+            w->asked = w->acked = w->helpers = w->misses = 0;
             w->pings++;
             probe_send(d, e, PROBE_PING, w->probe, e->m.id, NULL, 0, ROWS_AND_NEWS, 0);
         }
@@ -839,6 +878,8 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         if (w->probing && m->probe == w->probe && !memcmp(m->dest, w->target, MSG_ID_LEN)) {
             w->acked = 1;
             w->acks++;
+            w->held = 0;
+            if (w->health > 0) w->health--;
             int tj = members_find(t, w->target);
             if (tj > 0 && !memcmp(m->sender, w->target, MSG_ID_LEN) && !w->asked)
                 rtt_note(&members_at(t, tj)->rtt, now - w->sent_at);
@@ -854,18 +895,28 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
             w->fwd[i].used = 0;
         }
         break;
+    case PROBE_MISS:
+        if (w->probing && m->probe == w->probe && !memcmp(m->dest, w->target, MSG_ID_LEN) &&
+            w->misses < w->helpers)
+            w->misses++;
+        break;
     case PROBE_REQ: {
         int tj = members_find(t, m->dest), slot = -1;
-        if (!from || tj <= 0) break;
+        if (!from) break;
         for (int i = 0; i < SWIM_FWD_MAX && slot < 0; i++)
             if (!w->fwd[i].used) slot = i;
-        if (slot < 0) break; /* busy: the asker asked others too */
+        if (tj <= 0 || slot < 0) { /* a target it does not know, or busy: says so now */
+            probe_send(d, from, PROBE_MISS, m->probe, m->dest, NULL, 0, ROWS_AND_NEWS, 0);
+            break;
+        }
         members_entry_t *e = members_at(t, tj);
         memcpy(w->fwd[slot].from, m->sender, MSG_ID_LEN);
         memcpy(w->fwd[slot].target, m->dest, MSG_ID_LEN);
         w->fwd[slot].theirs = m->probe;
         w->fwd[slot].ours = ++w->probe_no;
         w->fwd[slot].until_tick = w->ticks + (uint64_t)w->every;
+        w->fwd[slot].miss_tick = w->ticks + (uint64_t)(w->every > 2 ? w->every / 2 : 1);
+        w->fwd[slot].missed = 0;
         w->fwd[slot].used = 1;
         probe_send(d, e, PROBE_PING, w->fwd[slot].ours, e->m.id, NULL, 0, ROWS_AND_NEWS,
                    !e->alive);

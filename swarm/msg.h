@@ -72,6 +72,7 @@ enum {
     PROBE_NEWS = 3, /* nothing to answer: the table's news */
     PROBE_SYNC = 4, /* send me your whole table (a TABLE) */
     PROBE_TABLE = 5, /* the sender's whole live table, an answer to SYNC: merged, no news */
+    PROBE_MISS = 6,  /* asked by a REQ of probe number `probe`: target did not answer me */
     PROBE_KINDS
 };
 

@@ -79,6 +79,10 @@ typedef struct {
      * unanswered a tick, news pushed to swim_fanout members; suspected members die after
      * timeout_s */
     int swim_every, swim_k, swim_fanout;
+    double tick_s;       /* seconds between the caller's dispatch_tick calls (0: 0.25) */
+    double wall_offset;  /* added to the core's clock gives the wall clock's seconds (the
+                          * probe ring's period number, 10.7 rule 2; a simulator's single
+                          * clock: 0) */
 } dispatch_config_t;
 
 /* NULL + err when out of memory. io is copied. */

@@ -885,7 +885,9 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
                             .swarm = cfg->swarm,
                             .run_text = cfg->run_text,
                             .timeout_s = n->timeout_s,
-                            .forget_s = NET_FORGET_S};
+                            .forget_s = NET_FORGET_S,
+                            .tick_s = n->heartbeat_s,
+                            .wall_offset = clock_wall() - clock_now()};
     dispatch_io_t io = {.ctx = n,
                         .send = io_send,
                         .probe = io_probe,

@@ -805,7 +805,8 @@ static void on_start(sim_t *s, node_t *n)
                             .gossip_fanout = s->cfg.gossip_fanout,
                             .swim_every = s->cfg.swim_every,
                             .swim_k = s->cfg.swim_k,
-                            .swim_fanout = s->cfg.swim_fanout};
+                            .swim_fanout = s->cfg.swim_fanout,
+                            .tick_s = s->cfg.heartbeat_s};
     dispatch_io_t io = {.ctx = n,
                         .send = io_send,
                         .probe = io_send,

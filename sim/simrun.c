@@ -677,6 +677,14 @@ static int serving_in(drv_t *d, int stage, int not)
     return c;
 }
 
+/* Whether a pool other than the lost stage's has a member to spare (two or more serving). */
+static int spare_pool(drv_t *d)
+{
+    for (int t = 0; t < d->S; t++)
+        if (t != d->lose_stage && serving_in(d, t, -1) > 1) return 1;
+    return 0;
+}
+
 static void d_crash(void *ctx, int node, double now)
 {
     (void)now;
@@ -694,8 +702,7 @@ static void d_crash(void *ctx, int node, double now)
     if (d->lose != 2 || d->rebuilt || d->spare_gone) return;
     for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
         if (d->n[i].p && d->n[i].stage == d->lose_stage && sim_node_alive(d->sim, i)) return;
-    for (int t = 0; t < d->S; t++)
-        if (t != d->lose_stage && serving_in(d, t, -1) > 1) return;
+    if (spare_pool(d)) return;
     d->spare_gone = 1;
     sim_note(d->sim, "lose  crash %d leaves no pool a member to spare before the lost stage "
                      "was rebuilt", node);
@@ -900,7 +907,7 @@ static int d_check(void *ctx, double now, char *err)
             for (int i = 0; i < sim_nodes(d->sim) && i < d->cap; i++)
                 if (d->n[i].p && sim_node_alive(d->sim, i) && d->n[i].stage == d->lose_stage)
                     sim_crash(d->sim, i);
-            for (int t = 0; t < d->S; t++) d->lose_spare |= t != d->lose_stage && serving_in(d, t, -1) > 1;
+            d->lose_spare = spare_pool(d);
             if (!d->lose_spare) sim_note(d->sim, "lose  no other pool has a member to spare");
         }
     }

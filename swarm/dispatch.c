@@ -32,10 +32,10 @@ typedef struct {
      * in a row, and whether the next period pings it again */
     int health, held, retry;
     uint64_t holds;
-    /* the probe ring (10.7 rule 2): live members and this peer by id, this peer's place in
-     * it, rebuilt when a member came up or went down; seconds per tick; what to add to the
+    /* the probe ring (10.7 rule 2): live members and this peer by id, kept by the up and
+     * down hooks (ring_dirty: to be built anew); seconds per tick; what to add to the
      * clock the core is given to read the wall clock */
-    int *ring, nring, ring_me, ring_dirty; /* ring_dirty: to be built anew */
+    int *ring, nring, ring_dirty;
     double tick_s, wall_offset;
     /* pool detail: the heartbeat of the own entry last sent to the pool */
     uint64_t pool_hb;
@@ -728,29 +728,20 @@ static int swim_next(dispatch_t *d, double now)
 {
     swim_t *w = &d->sw;
     members_t *t = d->mem;
-    if (w->ring_dirty || w->nring != members_live_others(t) + 1) { /* built anew */
-        free(w->ring);
-        w->ring = NULL;
-        w->nring = 0;
+    if (w->ring_dirty || w->nring != members_live_others(t) + 1) { /* built anew: self, */
+        int *r = realloc(w->ring, sizeof *r);                          /* then the others */
+        if (!r) return -1;
+        (w->ring = r)[0] = 0;
+        w->nring = 1;
         w->ring_dirty = 0;
-        int cnt = members_count(t);
-        for (int i = 0; i < cnt && !w->ring_dirty; i++)
-            if (i == 0 || members_at(t, i)->alive) {
-                if (i == 0) {
-                    int *r = realloc(w->ring, sizeof *r);
-                    if (!r) return -1;
-                    (w->ring = r)[0] = 0, w->nring = 1;
-                } else {
-                    ring_put(d, i, 1);
-                }
-            }
+        for (int i = 1; i < members_count(t) && !w->ring_dirty; i++)
+            if (members_at(t, i)->alive) ring_put(d, i, 1);
         if (w->ring_dirty) return -1;
     }
     if (w->nring < 2) return -1;
-    w->ring_me = ring_place(d, 0);
     double p = floor((now + w->wall_offset) / (w->tick_s * w->every));
     int dist = 1 + (int)fmod(p < 0 ? -p : p, (double)(w->nring - 1));
-    return w->ring[(w->ring_me + dist) % w->nring];
+    return w->ring[(ring_place(d, 0) + dist) % w->nring];
 }
 
 /* Pool detail (10.7 rule 11): this peer's own entry to every live member of its stage's

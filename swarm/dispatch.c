@@ -80,9 +80,28 @@ struct dispatch {
     int has_relay;
     uint64_t relayed, relay_dropped; /* RELAYs this peer forwarded as a relay; could not */
     swim_t sw; /* SWIM membership (every > 0) */
+    uint64_t hb0; /* the first heartbeat it was given: the wall clock's milliseconds (0: none) */
 };
 
 static void ring_put(dispatch_t *d, int i, int in);
+static void swim_pool(dispatch_t *d);
+
+/* SWIM from now on (docs/protocol.md 10.7 rule 1): the own entry is news, and its first
+ * incarnation is the wall clock's seconds at the start (the first heartbeat, in
+ * milliseconds, when it was given one). A peer back under its old id, restarted with its
+ * store, is then a later incarnation than the one its mates declared dead, and revives at
+ * the first entry of it they see: in the same incarnation they kept it dead, and its
+ * refutation never came, for they answered it at the address of its previous life (local
+ * --stage-failures 1:3, a stage's only peer back with its store on a new port: stage 1
+ * never learned of it, and the rebuilt stage never got stage 1's state). */
+static void swim_begin(dispatch_t *d)
+{
+    members_entry_t *me = members_at(d->mem, 0);
+    uint64_t inc = d->hb0 / 1000;
+    if (inc > 0xffffffffULL) inc = 0xffffffffULL;
+    if (inc > me->m.heartbeat >> 32) me->m.heartbeat = inc << 32 | 1;
+    members_make_news(d->mem, 0);
+}
 
 static void hook_up(void *ctx, members_entry_t *e)
 {
@@ -122,12 +141,13 @@ dispatch_t *dispatch_new(const dispatch_config_t *cfg, const dispatch_io_t *io, 
     d->mem = members_new(&cfg->self, now, &hooks, err);
     if (!d->mem) goto fail;
     if (cfg->heartbeat) members_at(d->mem, 0)->m.heartbeat = cfg->heartbeat;
+    d->hb0 = cfg->heartbeat;
     if (cfg->sk) {
         memcpy(d->sk, cfg->sk, sizeof d->sk);
         d->signing = 1;
         members_set_signing(d->mem, d->sk);
     }
-    if (d->sw.every > 0) members_make_news(d->mem, 0); /* a joiner's entry: pushed at once */
+    if (d->sw.every > 0) swim_begin(d); /* a joiner's entry: pushed at once */
     return d;
 nomem:
     status_set(err, STATUS_ENOMEM, "dispatch: out of memory");
@@ -168,7 +188,7 @@ void dispatch_set_run(dispatch_t *d, uint64_t swarm, const char *run_text)
         long n = strtol(k + strlen("swim_every="), NULL, 10);
         if (n > 0 && n <= 64) {
             d->sw.every = (int)n;
-            members_make_news(d->mem, 0);
+            swim_begin(d);
         }
     }
 }
@@ -593,6 +613,9 @@ void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
         members_set_self(d->mem, self);
         if (bump) members_beat(d->mem, now);
         if (news) members_make_news(d->mem, 0);
+        /* a new first step named (9.5): to the pool at once, as gossip sends it, so that
+         * its echo comes back before the pool reaches it, not a tick later */
+        if (self->serving_from != from) swim_pool(d);
         return;
     }
     members_set_self(d->mem, self);

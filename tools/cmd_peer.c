@@ -269,6 +269,7 @@ int cmd_peer(int argc, char **argv)
             "                       counted the whole step (default: as soon as this peer's own\n"
             "                       share is counted, one delay less per step on slow links;\n"
             "                       docs/protocol.md 12.4)\n"};
+    po.run.swim_every = TRAIN_SWIM_EVERY; /* a new swarm runs SWIM unless --membership gossip */
     int rc = run_opts_parse("peer", argc, argv, &po.run, &x);
     if (rc) return rc == 1 ? 0 : 2;
     if (!po.is_new == !po.join) {

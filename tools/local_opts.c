@@ -459,6 +459,7 @@ int local_opts_parse(local_t *L)
     lo->pause_peer = -1;
     lo->kill_stage = -1;
     L->run = train_defaults();
+    L->run.swim_every = TRAIN_SWIM_EVERY; /* SWIM unless --membership gossip */
     run_opts_extra_t x = {.opts = extra,
                           .n = sizeof extra / sizeof extra[0],
                           .handle = local_option,

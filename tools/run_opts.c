@@ -136,9 +136,10 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --swap SHARE         CheckFree+: this share of each step's microbatches swap\n"
                "                       stage 0's blocks with stage 1's, or the last stage's\n"
                "                       with the one before (0..1, default 0; part of the run)\n"
-               "  --membership NAME    a swarm's membership: gossip (default: whole tables, for\n"
-               "                       tens of peers) or swim (probes and news, for hundreds to\n"
-               "                       thousands; docs/protocol.md 10.7; part of the run)\n"
+               "  --membership NAME    a swarm's membership: swim (the default for local and peer\n"
+               "                       --new: probes and news, O(1) per member whatever the\n"
+               "                       swarm's size; docs/protocol.md 10.7) or gossip (whole\n"
+               "                       tables, for tens of peers; 10.1); part of the run\n"
                "compute:\n"
                "  --device NAME        cpu (default), ref, cuda or auto\n"
                "  --threads N          threads (default: all cores)\n");

@@ -100,6 +100,10 @@ struct sim {
 
 /* ---- configuration ------------------------------------------------------------------ */
 
+/* The wall clock of virtual time 0, in seconds since the Unix epoch (2023-11-14): what a
+ * node's first heartbeat counts from. */
+#define SIM_WALL_EPOCH_S 1700000000.0
+
 sim_config_t sim_config_defaults(void)
 {
     sim_config_t c;
@@ -721,6 +725,12 @@ static int new_node(sim_t *s, double at, int restart_of, char *err)
         memcpy(seed + i, &r, 8);
     }
     crypto_sign_seed_keypair(n->id, n->sk, seed);
+    if (restart_of >= 0 && restart_of < s->nnodes) {
+        /* a restarted peer keeps its identity (a real one keeps its key in its store) and
+         * gets a new address, as a real one listens on a new port */
+        memcpy(n->id, s->nodes[restart_of]->id, sizeof n->id);
+        memcpy(n->sk, s->nodes[restart_of]->sk, sizeof n->sk);
+    }
     snprintf(n->addr, sizeof n->addr, "sim://%d", n->index);
     n->slow = 1.0;
     if (s->cfg.slow_p > 0 && rng_uniform(&s->rng) < s->cfg.slow_p)
@@ -798,7 +808,11 @@ static void on_start(sim_t *s, node_t *n)
     snprintf(self.addr, sizeof self.addr, "%s", n->addr);
     self.state = MEMBER_JOINING;
     self.loss = NAN;
+    /* its first heartbeat from the wall clock, as swarm/net.c gives a real peer's: a
+     * restarted peer's entries win over its previous life's (virtual seconds from an
+     * epoch, in milliseconds) */
     dispatch_config_t dc = {.self = self,
+                            .heartbeat = (uint64_t)((SIM_WALL_EPOCH_S + s->now) * 1000.0),
                             .sk = n->sk,
                             .timeout_s = s->cfg.timeout_s,
                             .forget_s = s->cfg.forget_s,

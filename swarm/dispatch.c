@@ -57,6 +57,8 @@ typedef struct {
     int behind; /* windows in a row in which most PROBEs counted more */
     uint32_t best_count;
     uint8_t best[MSG_ID_LEN];
+    /* a joiner: when its WELCOME came (0: none since the last SYNC it made for it) */
+    double welcomed_at;
 } swim_t;
 
 #define SWIM_SYNC_AFTER_S 5.0  /* the window over which PROBEs' counts are compared */
@@ -540,6 +542,7 @@ static int take(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_u
         return 0;
     case MSG_WELCOME:
         if ((rc = on_table(d, &m, data[2], len[2], now, err))) return refuse(d, 0, rc, err);
+        d->sw.welcomed_at = now; /* under SWIM: a SYNC a little later (10.7 rule 7) */
         break; /* and to the program: the run text */
     case MSG_LEAVE:
         if (members_leave(d->mem, m.sender, m.text)) view_changed(d);
@@ -1044,6 +1047,11 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     d->last_tick = now;
     if (d->sw.every > 0) {
         if (gap > DISPATCH_JUMP_S) swim_sync(d, r); /* what changed while it slept */
+        if (d->sw.welcomed_at > 0 && now - d->sw.welcomed_at >= SWIM_SYNC_AFTER_S) {
+            /* the joins that went round as news while nobody knew of this joiner */
+            d->sw.welcomed_at = 0;
+            swim_sync(d, r);
+        }
         swim_tick(d, now, r);
         choose_relay(d, r, now);
         return;

@@ -525,7 +525,7 @@ static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, u
     m.probe_kind = (uint8_t)kind;
     m.flags = (uint8_t)flags;
     m.probe = probe;
-    m.count = 5;
+    m.count = (uint32_t)(members_live_others(dispatch_members(p)) + 1); /* as many as P */
     if (target) memcpy(m.dest, target, MSG_ID_LEN);
     uint8_t hdr[MSG_HEADER_MAX], tab[1024];
     char err[STATUS_ERR_LEN];
@@ -536,7 +536,8 @@ static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, u
     assert_int_equal(msg_members_encode(&self, 1, tab, sizeof tab, &tl, err), 0);
     const void *data[2] = {hdr, tab};
     size_t len[2] = {hl, tl};
-    assert_int_equal(dispatch_on_frames(p, self.id, MSG_ID_LEN, 0, NULL, 2, data, len, now, err), 0);
+    assert_int_equal(
+        dispatch_on_frames(p, self.id, MSG_ID_LEN, 0, NULL, 2, data, len, now, err), 0);
 }
 
 static int sw_tag(const uint8_t id[MSG_ID_LEN])
@@ -607,7 +608,8 @@ static int sw_failed_probe(const int miss_flags[5], int *again)
         assert_int_equal(m->probe, probe);
         assert_int_equal(sw_tag(m->dest), 4);
         reqs++;
-        if (miss_flags[to] >= 0) sw_probe(p, w, to, PROBE_MISS, miss_flags[to], probe, m->dest, now + 0.3);
+        if (miss_flags[to] >= 0)
+            sw_probe(p, w, to, PROBE_MISS, miss_flags[to], probe, m->dest, now + 0.3);
     }
     assert_int_equal(reqs, 3);
     sw_tick(p, w, now += 0.25, &from);
@@ -672,6 +674,51 @@ static void test_swim_doubt_passes(void **state)
     free(w);
 }
 
+/* A joiner (10.7 rule 7) sends one SYNC SWIM_SYNC_AFTER_S (5 s) after its WELCOME, and no
+ * more: the joins concurrent with its own went round as news while nobody knew of it
+ * (1,000 nodes joining over 20 s formed after 55-58 s, waiting for anti-entropy). */
+static void test_swim_join_sync(void **state)
+{
+    (void)state;
+    sw_net_t *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    dispatch_t *p = sw_core(0, w);
+    for (int t = 1; t < 3; t++) w->peer[t] = sw_core(t, w);
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_WELCOME;
+    snprintf(m.addr, sizeof m.addr, "sim://1");
+    uint8_t hdr[MSG_HEADER_MAX], tab[2048];
+    char err[STATUS_ERR_LEN];
+    size_t hl = dispatch_header(w->peer[1], &m, 0, hdr, sizeof hdr, err), tl = 0;
+    assert_true(hl > 0);
+    msg_member_t v[2];
+    members_self_entry(dispatch_members(w->peer[1]), &v[0]);
+    members_self_entry(dispatch_members(w->peer[2]), &v[1]);
+    assert_int_equal(msg_members_encode(v, 2, tab, sizeof tab, &tl, err), 0);
+    const char *run = "test\nswim_every=4\n";
+    const void *data[3] = {hdr, run, tab};
+    size_t len[3] = {hl, strlen(run), tl};
+    assert_int_equal(
+        dispatch_on_frames(p, v[0].id, MSG_ID_LEN, 0, NULL, 3, data, len, 100.0, err), 0);
+    assert_int_equal(members_live_others(dispatch_members(p)), 2);
+    int from, syncs_early = 0, syncs = 0;
+    for (double now = 100.25; now < 130.0; now += 0.25) {
+        sw_tick(p, w, now, &from);
+        for (int i = from; i < w->n; i++)
+            if (w->out[i].m.type == MSG_PROBE && w->out[i].m.probe_kind == PROBE_SYNC) {
+                syncs++;
+                syncs_early += now < 105.0;
+            }
+        if (w->n > 400) w->n = 0; /* what was sent before is read already */
+    }
+    assert_int_equal(syncs_early, 0);
+    assert_int_equal(syncs, 1);
+    dispatch_destroy(&p);
+    for (int t = 1; t < 3; t++) dispatch_destroy(&w->peer[t]);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -680,7 +727,7 @@ int main(void)
         cmocka_unit_test(test_set_self),     cmocka_unit_test(test_large_view_encode),
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
-        cmocka_unit_test(test_swim_doubt_passes),
+        cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

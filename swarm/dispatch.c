@@ -16,8 +16,10 @@
 #define SWIM_PUSH_MAX 32 /* fresh news a pushed NEWS carries at most (a burst of joins
                           * clears in a tick or two, not a minute of 4 at a time) */
 #define SWIM_FWD_MAX 8  /* pings asked of this peer by others, under way at once */
-#define SWIM_HEALTH_MAX 8 /* local health's worst (Lifeguard's local health multiplier) */
-#define SWIM_HOLD_MAX 4   /* failed probes of one target held back in a row at most */
+#define SWIM_DOUBT_PERIODS 1 /* a ping unanswered makes this peer doubt itself this long */
+#define SWIM_HOLD_MAX 8      /* failed probes of one target held back in a row at most: a
+                              * cut of seconds is ridden out, a lasting one is not */
+#define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
 typedef struct {
     int every, k, fanout;
     uint64_t ticks, probe_no;
@@ -27,10 +29,12 @@ typedef struct {
     uint64_t probe, at_tick;
     int probing, asked, acked, helpers, misses;
     double sent_at;
-    /* local health (10.7 rule 12): 0 well, up after a probe in which an asked helper said
-     * nothing, down after one that all answered; failed probes of this target held back
-     * in a row, and whether the next period pings it again */
-    int health, held, retry;
+    /* local health (10.7 rule 12): the tick until which this peer doubts itself (it saw a
+     * ping go unanswered lately: a helper silent or in doubt, or one it was asked for);
+     * failed probes of this target held back in a row, and whether the next period pings
+     * it again */
+    uint64_t doubt_until;
+    int held, retry;
     uint64_t holds;
     /* the probe ring (10.7 rule 2): live members and this peer by id, kept by the up and
      * down hooks (ring_dirty: to be built anew); seconds per tick; what to add to the
@@ -53,6 +57,8 @@ typedef struct {
     int behind; /* windows in a row in which most PROBEs counted more */
     uint32_t best_count;
     uint8_t best[MSG_ID_LEN];
+    /* a joiner: when its WELCOME came (0: none since the last SYNC it made for it) */
+    double welcomed_at;
 } swim_t;
 
 #define SWIM_SYNC_AFTER_S 5.0  /* the window over which PROBEs' counts are compared */
@@ -556,6 +562,7 @@ static int take(dispatch_t *d, const uint8_t *conn, size_t conn_len, int check_u
         return 0;
     case MSG_WELCOME:
         if ((rc = on_table(d, &m, data[2], len[2], now, err))) return refuse(d, 0, rc, err);
+        d->sw.welcomed_at = now; /* under SWIM: a SYNC a little later (10.7 rule 7) */
         break; /* and to the program: the run text */
     case MSG_LEAVE:
         if (members_leave(d->mem, m.sender, m.text)) view_changed(d);
@@ -640,9 +647,9 @@ enum { ROWS_ONLY, ROWS_AND_NEWS, WHOLE_TABLE };
  * ROWS_AND_NEWS, up to SWIM_NEWS_MAX news (members_news); WHOLE_TABLE: every live entry.
  * via_probe: e may be dead to this table (a probe candidate), sent over a connection of
  * its own. 0 sent, -1 not. */
-static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t probe,
-                      const uint8_t *target, const msg_member_t *rows, int nrows, int what,
-                      int via_probe)
+static int probe_send_flags(dispatch_t *d, members_entry_t *e, int kind, int flags,
+                            uint64_t probe, const uint8_t *target, const msg_member_t *rows,
+                            int nrows, int what, int via_probe)
 {
     char err[STATUS_ERR_LEN];
     uint8_t hdr[MSG_HEADER_MAX], *tab = NULL;
@@ -651,6 +658,7 @@ static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t prob
     memset(&m, 0, sizeof m);
     m.type = MSG_PROBE;
     m.probe_kind = (uint8_t)kind;
+    m.flags = (uint8_t)flags;
     m.probe = probe;
     m.count = (uint32_t)(members_live_others(d->mem) + 1);
     if (target) memcpy(m.dest, target, MSG_ID_LEN);
@@ -682,6 +690,28 @@ static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t prob
     }
     free(tab);
     return rc;
+}
+
+static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t probe,
+                      const uint8_t *target, const msg_member_t *rows, int nrows, int what,
+                      int via_probe)
+{
+    return probe_send_flags(d, e, kind, 0, probe, target, rows, nrows, what, via_probe);
+}
+
+/* Whether this peer doubts itself (10.7 rule 12): a ping of its own or one asked of it
+ * went unanswered within the last SWIM_DOUBT_PERIODS periods, or its probe under way is
+ * unanswered past its first tick. Such a peer's MISS says more about it, or a partition
+ * around it, than about the target. */
+static int swim_in_doubt(const swim_t *w)
+{
+    return w->ticks < w->doubt_until || (w->probing && w->asked && !w->acked);
+}
+
+/* A ping of this peer's went unanswered: it doubts itself for a while. */
+static void swim_doubt(swim_t *w)
+{
+    w->doubt_until = w->ticks + (uint64_t)(SWIM_DOUBT_PERIODS * w->every);
 }
 
 /* Up to n distinct live members other than self and `not`, drawn with x, into idx; how
@@ -809,23 +839,25 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
     if (w->probing && (j <= 0 || !members_at(t, j)->alive || w->acked)) w->probing = 0;
     if (w->probing && w->ticks >= w->at_tick + (uint64_t)w->every) {
         /* no answer, directly or through others, within a period. A helper that said
-         * nothing, or a recent probe in which one said nothing, points at this peer or a
-         * partition rather than the target: the probe is held back and the target pinged
-         * again next period, up to SWIM_HOLD_MAX times. Else it is suspected, and hears
-         * so itself at once (to refute it if alive). */
+         * nothing, or whose MISS said it doubts itself, points at this peer or a partition
+         * rather than the target: the probe is held back and the target pinged again next
+         * period, up to SWIM_HOLD_MAX times. Else (every helper vouched that the target
+         * did not answer it) it is suspected, and hears so itself at once (to refute it
+         * if alive). */
         w->probing = 0;
         int missing = w->asked && w->misses < w->helpers;
-        w->health = missing ? (w->health < SWIM_HEALTH_MAX ? w->health + 1 : SWIM_HEALTH_MAX)
-                            : (w->health > 0 ? w->health - 1 : 0);
-        if ((missing || w->health > 0) && w->held < SWIM_HOLD_MAX) {
+        if (missing) swim_doubt(w);
+        if (missing && w->held < SWIM_HOLD_MAX) {
             w->held++;
             w->holds++;
             w->retry = 1;
-        } else if (members_suspect(t, j, now)) {
-            w->held = 0;
-            w->suspected++;
-            ch = 1;
-            probe_send(d, members_at(t, j), PROBE_NEWS, 0, NULL, NULL, 0, ROWS_AND_NEWS, 0);
+        } else {
+            w->held = 0; /* a later hold starts a run of its own */
+            if (members_suspect(t, j, now)) {
+                w->suspected++;
+                ch = 1;
+                probe_send(d, members_at(t, j), PROBE_NEWS, 0, NULL, NULL, 0, ROWS_AND_NEWS, 0);
+            }
         }
     } else if (w->probing && !w->asked && w->ticks >= w->at_tick + 1) {
         int idx[16], n = swim_draw(d, &x, w->k < 16 ? w->k : 16, w->target, idx);
@@ -839,13 +871,15 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
     for (int i = 0; i < SWIM_FWD_MAX; i++) {
         if (!w->fwd[i].used) continue;
         if (!w->fwd[i].missed && w->ticks >= w->fwd[i].miss_tick) {
-            /* no ACK from the target so far: the asker hears that this helper is alive;
-             * a ping of its own unanswered, this peer's health worsens too (rule 12) */
-            if (w->health < SWIM_HEALTH_MAX) w->health++;
+            /* no ACK from the target so far: the asker hears that this helper is alive,
+             * and whether it doubts itself (as it stood before this miss); a ping of its
+             * own unanswered, it doubts itself from now (rule 12) */
+            int flags = swim_in_doubt(w) ? SWIM_MISS_DOUBT : 0;
+            swim_doubt(w);
             int rj = members_find(t, w->fwd[i].from);
             if (rj > 0 && members_at(t, rj)->alive)
-                probe_send(d, members_at(t, rj), PROBE_MISS, w->fwd[i].theirs, w->fwd[i].target,
-                           NULL, 0, ROWS_AND_NEWS, 0);
+                probe_send_flags(d, members_at(t, rj), PROBE_MISS, flags, w->fwd[i].theirs,
+                                 w->fwd[i].target, NULL, 0, ROWS_AND_NEWS, 0);
             w->fwd[i].missed = 1;
         }
         if (w->ticks > w->fwd[i].until_tick) w->fwd[i].used = 0;
@@ -934,7 +968,6 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
             w->acked = 1;
             w->acks++;
             w->held = 0;
-            if (w->health > 0) w->health--;
             int tj = members_find(t, w->target);
             if (tj > 0 && !memcmp(m->sender, w->target, MSG_ID_LEN) && !w->asked)
                 rtt_note(&members_at(t, tj)->rtt, now - w->sent_at);
@@ -950,9 +983,9 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
             w->fwd[i].used = 0;
         }
         break;
-    case PROBE_MISS:
+    case PROBE_MISS: /* one that doubts itself counts as silent (rule 12) */
         if (w->probing && m->probe == w->probe && !memcmp(m->dest, w->target, MSG_ID_LEN) &&
-            w->misses < w->helpers)
+            w->misses < w->helpers && !(m->flags & SWIM_MISS_DOUBT))
             w->misses++;
         break;
     case PROBE_REQ: {
@@ -960,8 +993,10 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         if (!from) break;
         for (int i = 0; i < SWIM_FWD_MAX && slot < 0; i++)
             if (!w->fwd[i].used) slot = i;
-        if (tj <= 0 || slot < 0) { /* a target it does not know, or busy: says so now */
-            probe_send(d, from, PROBE_MISS, m->probe, m->dest, NULL, 0, ROWS_AND_NEWS, 0);
+        if (tj <= 0 || slot < 0) { /* a target it does not know, or busy (it pings nothing:
+                                    * no word on the target), says so now */
+            probe_send_flags(d, from, PROBE_MISS, slot < 0 ? SWIM_MISS_DOUBT : 0, m->probe,
+                             m->dest, NULL, 0, ROWS_AND_NEWS, 0);
             break;
         }
         members_entry_t *e = members_at(t, tj);
@@ -1035,6 +1070,11 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
     d->last_tick = now;
     if (d->sw.every > 0) {
         if (gap > DISPATCH_JUMP_S) swim_sync(d, r); /* what changed while it slept */
+        if (d->sw.welcomed_at > 0 && now - d->sw.welcomed_at >= SWIM_SYNC_AFTER_S) {
+            /* the joins that went round as news while nobody knew of this joiner */
+            d->sw.welcomed_at = 0;
+            swim_sync(d, r);
+        }
         swim_tick(d, now, r);
         choose_relay(d, r, now);
         return;

@@ -83,6 +83,26 @@ st_add_sim(swim_members_1000 --members-only --faults none --peers 1000 --stages 
 st_add_sim(swim_members_1000_mild --members-only --faults mild --peers 1000 --stages 16
            --first-seed 1 --seeds 2 --seconds 30 --set swim_every=4 --detect-within 10
            --sent-within 10000)
+# Local health after a cut (10.7 rule 12): at 1,000 under mild, seed 12 cuts the swarm in
+# two for 4.7 s. With a score that held probes for periods after a failure and a hold of 4
+# periods, the probes that straddled the heal became ~200 suspicions at once and the cut's
+# first period ~60 deaths on each side: 24.3 KB/s per node; with a MISS that says its
+# helper doubts itself, doubt that lasts a period and a hold of 8, 5.7 KB/s. At 200 under
+# mild, seed 31 (a crash during a 3.9-s cut): the crashed member's probers went on
+# holding for periods after the heal, detection 10.35 s net of the cut; 7.48 s now.
+st_add_sim(swim_members_1000_cut --members-only --faults mild --peers 1000 --stages 16
+           --first-seed 12 --seeds 1 --seconds 30 --set swim_every=4 --detect-within 10
+           --sent-within 10000)
+st_add_sim(swim_members_200_cut --members-only --faults mild --peers 200 --stages 5
+           --first-seed 31 --seeds 1 --seconds 40 --set swim_every=4 --detect-within 10
+           --sent-within 10000)
+# Formation (10.7 rule 7): 200 nodes joining over 4 s, none of them faulty, form (every
+# live node holds every other) within 22 s. A joiner learns the joins concurrent with its
+# own only from a SYNC 5 s after its WELCOME (news of them went round while nobody knew of
+# it): without it they formed at 24-29 s, waiting for anti-entropy; with it 10-20 s.
+st_add_sim(swim_members_200_form --members-only --faults none --peers 200 --stages 5
+           --first-seed 1 --seeds 10 --seconds 20 --set swim_every=4 --detect-within 10
+           --sent-within 10000 --form-within 22)
 st_add_sim_asan(swim_members_50 --members-only --faults mild --peers 50 --stages 5 --first-seed 1
                 --seeds 3 --set swim_every=4 --detect-within 10 --sent-within 10000)
 # a pool of more than 64 members (issue 10)

@@ -79,7 +79,10 @@ static void usage(FILE *f)
             "                       the swarm was cut in two left out), a mean of\n"
             "                       membership+control above --sent-within B/s per node, or\n"
             "                       (faults none, mild) any live node declared dead (within\n"
-            "                       10 s of a partition: not counted)\n"
+            "                       10 s of a partition: not counted), or a swarm not formed\n"
+            "                       (every live node holding every other) within\n"
+            "                       --form-within S virtual s (default: the joins' span +\n"
+            "                       120)\n"
             "  --quiet              no failure reports on stderr, only the result lines\n");
 }
 
@@ -154,10 +157,12 @@ static int members_run(memsim_options_t *mo, long long first, long long seeds,
         }
         if (r.failed) {
             failed++;
+            char form[32] = "";
+            if (mo->form_s > 0) snprintf(form, sizeof form, " --form-within %g", mo->form_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --members-only --seed "
-                   "%" PRIu64 " --peers %d --stages %d --crashes %d --seconds %g --faults %s%s%s)\n",
+                   "%" PRIu64 " --peers %d --stages %d --crashes %d --seconds %g --faults %s%s%s%s)\n",
                    mo->seed, r.why, mo->seed, mo->nodes, mo->stages, mo->crashes,
-                   mo->run_s > 0 ? mo->run_s : 40.0, mo->faults, mo->knobs ? " --set " : "",
+                   mo->run_s > 0 ? mo->run_s : 40.0, mo->faults, form, mo->knobs ? " --set " : "",
                    mo->knobs ? mo->knobs : "");
         }
         if (seeds == 1 || !quiet)
@@ -188,7 +193,8 @@ int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
-           O_COOL, O_EARLY, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT };
+           O_COOL, O_EARLY, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT,
+           O_FORM };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -219,6 +225,7 @@ int cmd_sim(int argc, char **argv)
                                          {"seconds", required_argument, 0, O_SECONDS},
                                          {"detect-within", required_argument, 0, O_DETECT},
                                          {"sent-within", required_argument, 0, O_SENT},
+                                         {"form-within", required_argument, 0, O_FORM},
                                          {0, 0, 0, 0}};
     simrun_options_t o = simrun_defaults();
     o.faults = "mild";
@@ -253,6 +260,10 @@ int cmd_sim(int argc, char **argv)
         case O_SECONDS:
             if (num("--seconds", optarg, 1, 100000, &x)) return 2;
             mo.run_s = (double)x;
+            break;
+        case O_FORM:
+            if (num("--form-within", optarg, 1, 100000, &x)) return 2;
+            mo.form_s = (double)x;
             break;
         case O_DETECT:
         case O_SENT: {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 
-/* SWIM's probing state (docs/protocol.md 10.4). */
+/* SWIM's probing state (docs/protocol.md 10.7). */
 #define SWIM_NEWS_MAX 4  /* news entries piggybacked on a PING, ACK or REQ at most */
 #define SWIM_PUSH_MAX 32 /* fresh news a pushed NEWS carries at most (a burst of joins
                           * clears in a tick or two, not a minute of 4 at a time) */
@@ -632,7 +632,7 @@ void dispatch_set_self(dispatch_t *d, const msg_member_t *self, double now)
     gossip_send(d, NULL, now, 0, 0);
 }
 
-/* ---- SWIM (docs/protocol.md 10.4) ------------------------------------------------------- */
+/* ---- SWIM (docs/protocol.md 10.7) ------------------------------------------------------- */
 
 static uint64_t lcg(uint64_t *x)
 {

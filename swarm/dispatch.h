@@ -74,7 +74,7 @@ typedef struct {
     double timeout_s;    /* silence that makes a member dead */
     double forget_s;     /* members dead of silence are probed this long */
     int gossip_fanout;   /* 0: GOSSIP to every live member each tick; else this many */
-    /* SWIM membership (docs/protocol.md 10.4) instead of whole-table gossip: a ping every
+    /* SWIM membership (docs/protocol.md 10.7) instead of whole-table gossip: a ping every
      * swim_every ticks (0: gossip), swim_k members asked to ping for it when it goes
      * unanswered a tick, news pushed to swim_fanout members; suspected members die after
      * timeout_s */

@@ -131,9 +131,21 @@ static int snapshot_now(peer_t *p)
     return rc;
 }
 
+/* Whether the held snapshot is being downloaded (xfer_shared_in_use) and its download
+ * may still end in time to catch up (at most STEP_KEEP steps old, the exchange messages
+ * a follower applies): kept, whatever its age in seconds, until no chunk of it was asked
+ * for a while. Once older, a download of it lands too far behind anyway, and the next
+ * fresh request gets a new one (a joiner that downloads again must not get the same
+ * old snapshot for good). */
+static int snap_in_use(const peer_t *p)
+{
+    return p->trans.snap && p->step - p->trans.snap->snap.step <= STEP_KEEP &&
+           xfer_shared_in_use(p->trans.snap, p->now);
+}
+
 void state_offer(peer_t *p)
 {
-    if (p->phase != PHASE_SERVING || !p->held.st || serves_fresh(p)) return;
+    if (p->phase != PHASE_SERVING || !p->held.st || serves_fresh(p) || snap_in_use(p)) return;
     for (int i = 0; i < p->view.n; i++) {
         const msg_member_t *m = &p->view.m[i];
         if (m->state == MEMBER_JOINING && m->stage == p->stage && !peer_is_self(p, m->id)) {
@@ -158,7 +170,11 @@ void state_on_request(peer_t *p, const msg_t *m)
      * are the same. */
     int64_t held = p->trans.snap ? p->trans.snap->snap.step : -1;
     int begun = p->join.go || resume_begun(p);
-    if ((m->step < 0 && !serves_fresh(p)) || (m->step >= 0 && m->step == p->step && held != p->step))
+    /* not while another download of the held one is in progress: a fresh request then
+     * shares it (the newcomer catches up, or downloads again), a chunk of another step is
+     * refused and asked afresh */
+    if (!snap_in_use(p) && ((m->step < 0 && !serves_fresh(p)) ||
+                            (m->step >= 0 && m->step == p->step && held != p->step)))
         if (snapshot_now(p)) return;
     const uint8_t *data;
     size_t len;
@@ -174,6 +190,7 @@ void state_on_request(peer_t *p, const msg_t *m)
         peer_send(p, m->sender, &r, 0, NULL, NULL);
         return;
     }
+    xfer_shared_served(p->trans.snap, p->now);
     if (begun) rep.flags |= 1; /* training has begun: follow first */
     const void *pl[1] = {data};
     peer_send(p, m->sender, &rep, 1, pl, &len);

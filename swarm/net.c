@@ -259,6 +259,7 @@ static int serve_chunk(struct net *n, const msg_t *m)
     size_t clen, hlen;
     char err[STATUS_ERR_LEN];
     if (xfer_serve(&s->snap, m, &rep, &chunk, &clen, err)) return 0;
+    xfer_shared_served(s, clock_now());
     rep.flags |= s->flags;
     uint8_t hdr[MSG_HEADER_MAX];
     if (!(hlen = dispatch_header(n->core, &rep, wall_us(), hdr, sizeof hdr, err))) return 0;

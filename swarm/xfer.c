@@ -45,6 +45,7 @@ xfer_shared_t *xfer_shared_new(int stage, size_t total)
     }
     s->stage = stage;
     atomic_init(&s->refs, 1);
+    atomic_init(&s->served_us, 0);
     return s;
 }
 
@@ -67,6 +68,17 @@ void xfer_shared_unref(xfer_shared_t **s)
 int xfer_shared_fresh(const xfer_shared_t *s, int64_t at, double age_s)
 {
     return at == s->snap.step || (at - s->snap.step <= s->fresh_steps && age_s <= s->fresh_s);
+}
+
+void xfer_shared_served(xfer_shared_t *s, double now)
+{
+    atomic_store(&s->served_us, (int64_t)(now * 1e6));
+}
+
+int xfer_shared_in_use(const xfer_shared_t *s, double now)
+{
+    int64_t at = atomic_load(&s->served_us);
+    return at > 0 && now * 1e6 - (double)at <= XFER_IN_USE_S * 1e6;
 }
 
 int xfer_serve(const xfer_snap_t *s, const msg_t *req, msg_t *rep, const uint8_t **data,

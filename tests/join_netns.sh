@@ -149,7 +149,7 @@ wait_for() { # wait_for KIND HOST N BOUND_S: host's KIND events reach N
     done
 }
 
-start 1 --new --stage 0 --config "$config" --stages "$stages"
+start 1 --new --stage 0 --config "$config" --stages "$stages" ${ST_RUN_ARGS:-} # e.g. --membership gossip
 wait_for serving 1 1 60
 for i in "${founders[@]:1}"; do
     start "$i" --join "$A" --stage $((i - 1))

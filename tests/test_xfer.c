@@ -144,6 +144,25 @@ static void test_refusal_shun(void **state)
     xfer_destroy(&x);
 }
 
+/* A snapshot is in use while its chunks are being served: for XFER_IN_USE_S after the
+ * last one, whichever side served it; never before the first. Its member keeps it then
+ * (peer/state.c), so that a download slower than a snapshot stays fresh ends. */
+static void test_shared_in_use(void **state)
+{
+    (void)state;
+    xfer_shared_t *s = xfer_shared_new(0, 16);
+    assert_non_null(s);
+    assert_false(xfer_shared_in_use(s, 100.0)); /* nobody asked yet */
+    xfer_shared_served(s, 100.0);
+    assert_true(xfer_shared_in_use(s, 100.0));
+    assert_true(xfer_shared_in_use(s, 100.0 + XFER_IN_USE_S - 0.01));
+    assert_false(xfer_shared_in_use(s, 100.0 + XFER_IN_USE_S + 0.01));
+    xfer_shared_served(s, 104.0); /* the next chunk: in use again */
+    assert_true(xfer_shared_in_use(s, 105.0));
+    xfer_shared_unref(&s);
+    assert_null(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +170,7 @@ int main(void)
         cmocka_unit_test(test_range_restarts),
         cmocka_unit_test(test_bad_ranges),
         cmocka_unit_test(test_refusal_shun),
+        cmocka_unit_test(test_shared_in_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,12 @@ void contrib_reset_step(contrib_t *c)
     timeout_stop(&c->deadline);
     timeout_stop(&c->suspect);
     c->gone_asked = 0;
+    c->first_at = c->share_at = c->complete_at = 0;
+}
+
+void contrib_note_first(contrib_t *c, double now)
+{
+    if (!(c->first_at > 0)) c->first_at = now;
 }
 
 void contrib_begin_serving(contrib_t *c, double now, uint64_t my_hash)

@@ -42,6 +42,10 @@ typedef struct {
     float stage_gnorm;  /* the stage's gradient norm, the same on every replica (in the
                          * state served; recover.c weighs neighbours by it) */
     double step_t0;     /* when this step began here */
+    /* where the step's time went (the "step" event; docs/events.md), 0: not yet: */
+    double first_at;    /* its first microbatch of the step started (stage 0) or served */
+    double share_at;    /* stage 0: its own share counted, its part 0 sent early */
+    double complete_at; /* the step complete here (all M counted) */
     float *grad_save;   /* a redo's backward leaves the counted gradient as it was */
     int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */
     /* timers (docs/protocol.md 12.11) */
@@ -68,6 +72,8 @@ void contrib_reset_step(contrib_t *c);
 void contrib_begin_serving(contrib_t *c, double now, uint64_t my_hash);
 /* The waits of a step's exchange begin now (restart: again, from now). */
 void contrib_waits(contrib_t *c, double now, int restart);
+/* A microbatch of the step was started or served at now (the first one is noted). */
+void contrib_note_first(contrib_t *c, double now);
 /* Stage 0: a microbatch it sourced counted, with its loss. */
 void contrib_note_loss(contrib_t *c, double loss);
 /* The host scratch of n floats a backward that does not count keeps its gradient in;

@@ -240,6 +240,7 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
         data_val_batch(p->held.data, (int)index % p->def.train.val_batches, p->def.train.val_batches,
                        p->def.train.cfg.batch, p->held.host_tok, r->targets);
     }
+    if (kind == 0 && step == p->step) contrib_note_first(&p->contrib, p->now);
     double t0 = compute_clock(p);
     float loss;
     int rc = stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
@@ -354,6 +355,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
     if (!r->targets) return STATUS_ENOMEM;
     memcpy(r->targets, in->pl[1], in->pl_len[1]);
     int last = hop == nh - 1; /* the loss is here */
+    if (train && m->mb.step == p->step) contrib_note_first(&p->contrib, p->now);
     double t0 = compute_clock(p);
     float loss = NAN;
     int rc = stage_forward_part(p->held.st, slot, r->part, NULL, NULL, last ? r->targets : NULL, NULL,

@@ -229,10 +229,18 @@ static void log_step(peer_t *p, float gnorm, double now)
     } else if (p->stage == p->dims.S - 1) {
         peer_self_loss(p, p->held.last_loss);
     }
-    /* every step, in the events file only (the store keeps a metrics row per step) */
-    peer_event_to(p->po.events, NULL, "step", p->stage, p->step, "loss=%.6f lr=%.3e gnorm=%.3f",
+    /* every step, in the events file only (the store keeps a metrics row per step); with
+     * where its time went: since the step began here, its first microbatch, stage 0's own
+     * share counted, the step complete (null: not seen; docs/events.md) */
+    double t0 = p->contrib.step_t0;
+#define SINCE(at) (t0 > 0 && (at) > 0 ? (at) - t0 : NAN)
+    peer_event_to(p->po.events, NULL, "step", p->stage, p->step,
+                  "loss=%.6f lr=%.3e gnorm=%.3f dur_s=%.4f first_s=%.4f share_s=%.4f "
+                  "complete_s=%.4f",
                   p->stage == 0 && p->contrib.loss_n ? p->contrib.loss_sum / p->contrib.loss_n : NAN,
-                  optim_lr(&p->def.train.opt, p->step), gnorm);
+                  optim_lr(&p->def.train.opt, p->step), gnorm, SINCE(now), SINCE(p->contrib.first_at),
+                  SINCE(p->contrib.share_at), SINCE(p->contrib.complete_at));
+#undef SINCE
 }
 
 
@@ -765,6 +773,7 @@ static int send_early(peer_t *p)
     int rc = make_exchange(p, 0);
     if (rc) return rc;
     p->contrib.exch_early = 1;
+    p->contrib.share_at = p->now;
     const msg_member_t *mem;
     int nm = pool_members(p, &mem);
     p->contrib.nearly_to = nm <= 64 ? nm : -1;
@@ -884,6 +893,7 @@ int step_tick(peer_t *p)
         return ask_redo(p);
     }
     timeout_stop(&p->contrib.suspect);
+    if (contributing(p) && !(p->contrib.complete_at > 0)) p->contrib.complete_at = p->now;
     if (contributing(p) && p->contrib.exch_early && !p->contrib.exch_sent) {
         /* N is complete: the early parts count as sent now; mates that came into view
          * since part 0 went out get it too, as they would have at completion (they ask

@@ -677,6 +677,69 @@ static void test_swim_doubt_passes(void **state)
 /* A joiner (10.7 rule 7) sends one SYNC SWIM_SYNC_AFTER_S (5 s) after its WELCOME, and no
  * more: the joins concurrent with its own went round as news while nobody knew of it
  * (1,000 nodes joining over 20 s formed after 55-58 s, waiting for anti-entropy). */
+/* A member's first incarnation under SWIM is the wall clock's seconds at its start (its
+ * first heartbeat, given in milliseconds; protocol.md 10.7 rule 1), from the start or from
+ * the run text that switches it: a peer restarted under its old id is a later incarnation
+ * than its previous life, so the death its mates recorded of that life does not hold it. */
+static dispatch_t *inc_core(uint64_t hb_ms, const char *run, int every)
+{
+    dispatch_config_t c;
+    memset(&c, 0, sizeof c);
+    c.self = member(1, 0, 0, MEMBER_JOINING);
+    c.heartbeat = hb_ms;
+    c.swarm = SW_SWARM;
+    c.run_text = run;
+    c.swim_every = every;
+    dispatch_io_t io;
+    memset(&io, 0, sizeof io);
+    char err[STATUS_ERR_LEN];
+    dispatch_t *d = dispatch_new(&c, &io, 100.0, err);
+    assert_non_null(d);
+    return d;
+}
+
+static uint64_t own_hb(dispatch_t *d)
+{
+    return members_at(dispatch_members(d), 0)->m.heartbeat;
+}
+
+static void test_swim_first_incarnation(void **state)
+{
+    (void)state;
+    dispatch_t *life1 = inc_core(1700000000123ULL, "test\nswim_every=4\n", 4);
+    dispatch_t *life2 = inc_core(1700000005456ULL, "test\nswim_every=4\n", 4); /* 5 s later */
+    assert_int_equal(own_hb(life1) >> 32, 1700000000ULL);
+    assert_int_equal(own_hb(life1) & 0xffffffffULL, 1);
+    assert_true(own_hb(life2) >> 32 > own_hb(life1) >> 32);
+    /* a dead copy of life 1 at its incarnation does not outweigh life 2's entry */
+    members_t *t = members_new(&(msg_member_t){.id = {9}}, 100.0, NULL, (char[STATUS_ERR_LEN]){0});
+    assert_non_null(t);
+    msg_member_t old = members_at(dispatch_members(life1), 0)->m, now;
+    old.state = MEMBER_SERVING;
+    uint64_t refute = 0;
+    assert_int_equal(members_swim_merge(t, &old, 1, 100.0, 0, &refute), 1);
+    old.state = MEMBER_DEAD;
+    members_swim_merge(t, &old, 1, 101.0, 0, &refute);
+    assert_int_equal(members_live_others(t), 0);
+    now = members_at(dispatch_members(life2), 0)->m;
+    now.state = MEMBER_SERVING;
+    members_swim_merge(t, &now, 1, 102.0, 0, &refute);
+    assert_int_equal(members_live_others(t), 1); /* revived by the later incarnation */
+    /* a joiner learns SWIM from the run text: its incarnation is set then */
+    dispatch_t *joiner = inc_core(1700000009000ULL, NULL, 0);
+    assert_int_equal(own_hb(joiner) >> 32, 1700000009000ULL >> 32); /* gossip: milliseconds */
+    dispatch_set_run(joiner, SW_SWARM, "test\nswim_every=4\n");
+    assert_int_equal(own_hb(joiner) >> 32, 1700000009ULL);
+    /* no heartbeat given (the members-only simulator): nothing to take it from */
+    dispatch_t *plain = inc_core(0, "test\nswim_every=4\n", 4);
+    assert_int_equal(own_hb(plain), 1);
+    members_destroy(&t);
+    dispatch_destroy(&life1);
+    dispatch_destroy(&life2);
+    dispatch_destroy(&joiner);
+    dispatch_destroy(&plain);
+}
+
 static void test_swim_join_sync(void **state)
 {
     (void)state;
@@ -728,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
+        cmocka_unit_test(test_swim_first_incarnation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,7 +33,8 @@
 # after its first event), state M MB in T s = R MB/s, resyncs N; ...: ok|FAILED`, and on
 # failure the command that replays the case (nothing is drawn: the network's timing is
 # what varies). Exits 77 (skipped) where namespaces cannot be made (not root, no ip or tc).
-# Environment: SWARMTRAIN_BIN (the binary), SWARMTRAIN_SOURCE (the tree; default: this
+# Environment: SWARMTRAIN_BIN (the binary), ST_RUN_ARGS (more run options for the founder,
+# e.g. "--membership gossip"), SWARMTRAIN_SOURCE (the tree; default: this
 # script's).
 #
 # Measured (2 cores loaded by a simulator soak, Release): tiny 1.9-2.6 s unshaped, 5.1-5.8 s
@@ -149,7 +150,7 @@ wait_for() { # wait_for KIND HOST N BOUND_S: host's KIND events reach N
     done
 }
 
-start 1 --new --stage 0 --config "$config" --stages "$stages" ${ST_RUN_ARGS:-} # e.g. --membership gossip
+start 1 --new --stage 0 --config "$config" --stages "$stages" ${ST_RUN_ARGS:-}
 wait_for serving 1 1 60
 for i in "${founders[@]:1}"; do
     start "$i" --join "$A" --stage $((i - 1))

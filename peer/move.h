@@ -21,8 +21,9 @@ typedef struct {
  * step took the other stage for finished and ended the run unvalidated (sim heavy 4x2
  * seed 2000928). */
 #define END_GONE_TIMEOUTS 8
-/* After waking from a pause, the members it knew have this many member timeouts to show
- * they are alive (their heartbeat moves), else it was left behind (woke_tick). */
+/* After waking from a pause, the members it knew have this many member timeouts to vouch
+ * for it or show they are alive (their heartbeat moves), else it was left behind
+ * (woke_tick). */
 #define END_WOKE_TIMEOUTS 4
 
 typedef struct {
@@ -31,6 +32,9 @@ typedef struct {
     timeout_t gone; /* end.gone: at the last step, a stage seen there gone from the view, since */
     uint64_t seen; /* bit s: a member of stage s was seen at the run's last step */
     uint64_t pauses;     /* the transport's pauses seen so far (net_ev_t.pauses) */
+    uint64_t woke_pause; /* the pause it last woke from (longer than the member timeout) */
+    uint64_t vouched;    /* the last pause a member vouched for (net_ev_t.vouched): a member
+                          * it asked answered that it is still in the run */
     double last_step_at; /* the loop's last turn (peer_step) */
     int suspect;         /* the loop did not turn for longer than the member timeout: a
                           * pause, or a long pass; nothing is trained until the next view

@@ -215,6 +215,7 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
 static void woke(peer_t *p, double paused_s)
 {
     p->ending.woke_at = p->now;
+    p->ending.woke_pause = p->ending.pauses;
     timeout_start(&p->ending.woke, p->now);
     p->ending.knew_set = 0;
     /* paused again before it knew: the members it knew before the first pause still
@@ -231,22 +232,16 @@ static void woke(peer_t *p, double paused_s)
     peer_event(p, "woke", "paused_s=%.1f", paused_s);
 }
 
-/* A member it knew before the pause whose heartbeat has moved since it woke (alive), of
- * `stage` (any when < 0) and, when `ahead`, at a step beyond this peer's: NULL, none. With
- * *all (when not NULL): whether every member it knew is alive. */
-static const msg_member_t *known_alive(const peer_t *p, int stage, int ahead, int *all)
+/* A member of `stage` it knew before the pause whose heartbeat has moved since it woke
+ * (alive): NULL, none. */
+static const msg_member_t *known_alive(const peer_t *p, int stage)
 {
-    const msg_member_t *found = NULL;
-    int alive = 0;
     for (int i = 0; i < p->ending.nknew; i++) {
         const msg_member_t *now = view_find(&p->view, p->ending.knew[i].id);
-        if (!now || now->heartbeat <= p->ending.knew[i].heartbeat) continue;
-        alive++;
-        if (!found && (stage < 0 || now->stage == stage) && (!ahead || now->step > p->step))
-            found = now;
+        if (now && now->heartbeat > p->ending.knew[i].heartbeat && now->stage == stage)
+            return now;
     }
-    if (all) *all = alive == p->ending.nknew;
-    return found;
+    return NULL;
 }
 
 /* A mate its view shows past this peer's step: its pool went on without it. Under SWIM a
@@ -265,8 +260,8 @@ static const msg_member_t *mate_ahead(const peer_t *p)
     return NULL;
 }
 
-/* After waking, every member.woke: once a member it knew shows it is alive, it is back in
- * the run, and one serving a stage whose pool has such a mate to download from takes the
+/* After waking, every member.woke: once a member it knew vouches for it, it is back in
+ * the run, and one serving a stage whose pool has a live mate to download from takes the
  * pool's state again instead of voting its own, stale one against it (it won a tie
  * against the mate that had gone on, which re-synced instead and then waited on it: local
  * --pause, four 30 s stalls). None within END_WOKE_TIMEOUTS member timeouts: the run
@@ -293,15 +288,18 @@ static int woke_tick(peer_t *p)
         p->ending.knew_set = 1;
         return 0;
     }
-    /* back in the run: a member it knew is alive and ahead of it (the swarm went on), or
-     * every one is (the whole swarm was paused). Members alive but as far behind as it
-     * are sleepers like it, which cannot vouch for the run (two peers paused past the
-     * run's end woke, saw each other and trained it to its end alone: sim pause seed
-     * 9800285); it waits for more, then is left behind. */
-    int all;
-    const msg_member_t *ahead = known_alive(p, -1, 1, &all);
-    if (ahead || (all && known_alive(p, -1, 0, NULL))) {
-        const msg_member_t *m = known_alive(p, p->stage, 0, NULL);
+    /* back in the run once a member it knew vouched for it (10.8): its transport asked
+     * them as it woke, and one that was not asking itself answered, or every one asked
+     * did (the whole swarm was paused). Only an answer tells a mate that waits for it at
+     * its own step (under SWIM its entry does not change, so it shows no sign of life)
+     * from a sleeper like it, which cannot vouch for the run: two peers paused past the
+     * run's end woke, saw each other and trained it to its end alone (sim pause seed
+     * 9800285; 6x3 seed 100571: the other sleeper's heartbeat rose, a step ahead); a mate
+     * waiting at its step was taken for a sleeper (2x2 seed 35 under SWIM: the woken peer
+     * was left behind and left holding a microbatch its mate had counted). Nobody within
+     * END_WOKE_TIMEOUTS member timeouts: it was left behind. */
+    if (p->ending.vouched >= p->ending.woke_pause) {
+        const msg_member_t *m = known_alive(p, p->stage);
         if (!m) m = mate_ahead(p);
         p->ending.nknew = 0; /* back in the run */
         timeout_stop(&p->ending.woke);
@@ -313,11 +311,14 @@ static int woke_tick(peer_t *p)
     if (p->now - p->ending.woke_at <= END_WOKE_TIMEOUTS * p->po.peer_timeout_s) return 0;
     timeout_stop(&p->ending.woke);
     p->ending.nknew = 0;
-    if (p->step >= p->def.train.steps) return 0; /* finished: end_tick says when it is over */
-    fprintf(p->log, "peer: left behind: no member it knew is alive since it was paused (at "
-                    "step %" PRId64 " of %d); the run ended or moved on without it\n",
+    /* at the run's last step too: it trained every step, but its last one was never
+     * confirmed by its pool's vote (sim pause 6x3 seed 710745 under SWIM: paused right
+     * after applying it, it held another hash than its pool) */
+    int at_end = p->step >= p->def.train.steps;
+    fprintf(p->log, "peer: left behind: no member it knew vouched for it since it was paused "
+                    "(at step %" PRId64 " of %d); the run ended or moved on without it\n",
             p->step, p->def.train.steps);
-    peer_event(p, "run_over", "why=%s", "left_behind");
+    peer_event(p, "run_over", "why=%s", at_end ? "woke_at_end" : "left_behind");
     p->ending.left_behind = 1;
     peer_run_over(p);
     return 0;
@@ -328,6 +329,7 @@ static int on_view(peer_t *p, const net_ev_t *ev)
     char h[9];
     /* a pause: the members it knew are those of the view before it (this one may list
      * newcomers that the messages waiting in its sockets told of) */
+    p->ending.vouched = ev->vouched;
     if (ev->pauses != p->ending.pauses) {
         p->ending.pauses = ev->pauses;
         if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);

@@ -66,6 +66,26 @@ typedef struct {
                                 * that taught nothing, up to SWIM_SYNC_MAX_S */
 #define SWIM_SYNC_MAX_S 160.0
 
+/* Asking after a pause (docs/protocol.md 10.8): a peer woken from a pause longer than the
+ * member timeout asks the members it knew whether it is still in the run. */
+#define ASK_MAX 16          /* members asked at most: its own stage's first, then others */
+#define ASK_EVERY_S 1.0     /* a member not yet vouching is asked again this often */
+#define ASK_TIMEOUTS 4      /* asking stops after this many member timeouts (the peer's
+                             * END_WOKE_TIMEOUTS: by then it was left behind) */
+#define ANSWER_DOUBT 2      /* an ANSWER's flags: its sender cannot vouch (10.8) */
+typedef struct {
+    uint64_t pause;     /* the pause asked about (its number, dispatch.pauses); 0: none */
+    int doubt;          /* asking, or gave up asking unsettled: it cannot vouch for others
+                         * (a sleeper that gave up is left behind; until it is gone, its
+                         * answers must not settle another sleeper's question) */
+    double since, last; /* when the asking began; the last round of ASKs */
+    double gap;         /* the pause's length */
+    int n;
+    uint8_t id[ASK_MAX][MSG_ID_LEN];
+    uint8_t answer[ASK_MAX]; /* 0: none yet; 1: answered in doubt */
+    uint64_t vouched;   /* the last pause vouched for (0: none) */
+} ask_t;
+
 struct dispatch {
     dispatch_io_t io;
     members_t *mem;
@@ -76,6 +96,7 @@ struct dispatch {
     double timeout_s, forget_s, t0;
     int fanout;
     double last_tick;   /* the last dispatch_tick (0: none yet) */
+    double now;         /* the clock of the call under way (on_frames, tick) */
     uint64_t pauses;    /* ticks that came late by more than DISPATCH_JUMP_S */
     double paused_s, last_pause_s;
     wire_count_t wire;
@@ -86,6 +107,7 @@ struct dispatch {
     int has_relay;
     uint64_t relayed, relay_dropped; /* RELAYs this peer forwarded as a relay; could not */
     swim_t sw; /* SWIM membership (every > 0) */
+    ask_t ask; /* after a pause: am I still in the run? (both memberships) */
     uint64_t hb0; /* the first heartbeat it was given: the wall clock's milliseconds (0: none) */
 };
 
@@ -112,6 +134,7 @@ static void swim_begin(dispatch_t *d)
 static void hook_up(void *ctx, members_entry_t *e)
 {
     dispatch_t *d = ctx;
+    e->up_at = d->now;
     ring_put(d, (int)(e - members_at(d->mem, 0)), 1);
     if (d->io.up) d->io.up(d->io.ctx, e);
 }
@@ -484,6 +507,7 @@ int dispatch_on_frames(dispatch_t *d, const uint8_t *conn, size_t conn_len, int 
                        const size_t *len, double now, char *err)
 {
     size_t total = frames_total(nframes, len);
+    d->now = now;
     members_at(d->mem, 0)->m.bytes_in += total;
     if (nframes >= 1) d->wire.in[frames_kind(nframes, data, len)] += total;
     if (nframes < 1 || nframes > 1 + MSG_RELAY_FRAMES) {
@@ -670,7 +694,10 @@ static int probe_send_flags(dispatch_t *d, members_entry_t *e, int kind, int fla
         msg_member_t v[1 + SWIM_PUSH_MAX + SWIM_NEWS_MAX];
         int k = 0;
         if (nrows > SWIM_PUSH_MAX) nrows = SWIM_PUSH_MAX;
-        members_self_entry(d->mem, &v[k++]);
+        if (kind == PROBE_ANSWER) /* its uptime says whether it lived through the pause */
+            members_self_entry_now(d->mem, &v[k++]);
+        else
+            members_self_entry(d->mem, &v[k++]);
         for (int i = 0; i < nrows; i++) v[k++] = rows[i];
         if (what == ROWS_AND_NEWS) k += members_news(d->mem, v + k, SWIM_NEWS_MAX, 0);
         size_t cap = msg_members_size(v, k);
@@ -697,6 +724,112 @@ static int probe_send(dispatch_t *d, members_entry_t *e, int kind, uint64_t prob
                       int via_probe)
 {
     return probe_send_flags(d, e, kind, 0, probe, target, rows, nrows, what, via_probe);
+}
+
+/* ---- asking after a pause (docs/protocol.md 10.8) ------------------------------------- */
+
+/* A round of ASKs: every member asked (none has vouched yet, or the asking would be over),
+ * over a connection of its own when this table holds it dead. */
+static void ask_round(dispatch_t *d, double now)
+{
+    ask_t *a = &d->ask;
+    a->last = now;
+    for (int i = 0; i < a->n; i++) {
+        int j = members_find(d->mem, a->id[i]);
+        if (j <= 0) continue;
+        members_entry_t *e = members_at(d->mem, j);
+        probe_send(d, e, PROBE_ASK, a->pause, NULL, NULL, 0, ROWS_ONLY, !e->alive);
+    }
+}
+
+/* A pause longer than the member timeout just ended: up to ASK_MAX members live before
+ * it (up by `before`, the last tick before it: not one that came up through the messages
+ * that waited in its sockets, a newcomer or a member back from the dead, which cannot say
+ * whether the run it knew went on) are asked whether this peer is still in the run, its
+ * own stage's first, then others from a place drawn with r. With nobody to ask, nobody can
+ * say otherwise: vouched at once. */
+static void ask_begin(dispatch_t *d, double now, double before, uint64_t r)
+{
+    ask_t *a = &d->ask;
+    members_t *t = d->mem;
+    int cnt = members_count(t), stage = members_at(t, 0)->m.stage;
+    int off = cnt > 1 ? (int)(r % (uint64_t)(cnt - 1)) : 0;
+    a->pause = d->pauses;
+    a->gap = now - before;
+    a->doubt = 1;
+    a->since = now;
+    a->n = 0;
+    memset(a->answer, 0, sizeof a->answer);
+    for (int mates = 1; mates >= 0; mates--)
+        for (int k = 0; k < cnt - 1 && a->n < ASK_MAX; k++) {
+            const members_entry_t *e = members_at(t, 1 + (off + k) % (cnt - 1));
+            if (e->alive && e->up_at <= before && (e->m.stage == stage) == mates)
+                memcpy(a->id[a->n++], e->m.id, MSG_ID_LEN);
+        }
+    if (!a->n) {
+        a->vouched = a->pause;
+        a->pause = 0;
+        a->doubt = 0;
+        return;
+    }
+    ask_round(d, now);
+}
+
+/* Every tick: the members not vouching yet are asked again each ASK_EVERY_S, until
+ * ASK_TIMEOUTS member timeouts have passed (nobody vouched: the peer was left behind, and
+ * stays in doubt: sim pause 6x3 seed 710745 under SWIM, a sleeper that gave up vouched for
+ * another sleeper, and that one validated a fork with a newcomer). */
+static void ask_tick(dispatch_t *d, double now)
+{
+    ask_t *a = &d->ask;
+    if (!a->pause) return;
+    if (now - a->since > ASK_TIMEOUTS * d->timeout_s)
+        a->pause = 0;
+    else if (now - a->last >= ASK_EVERY_S)
+        ask_round(d, now);
+}
+
+/* An ASK (its sender's entry merged): the answer is this peer's own entry, in doubt while
+ * this peer is asking too, or has just woken itself (its tick is late: the ASK waited in
+ * its sockets through its own pause, which the tick will notice): a sleeper like the asker
+ * cannot vouch for the run (sim pause 6x3 seed 100571: two peers paused past the run's end
+ * took each other for the run and trained a fork with a newcomer). */
+static void on_ask(dispatch_t *d, const msg_t *m, double now)
+{
+    int j = members_find(d->mem, m->sender);
+    if (j <= 0) return;
+    members_entry_t *e = members_at(d->mem, j);
+    int doubt = d->ask.doubt || (d->last_tick > 0 && now - d->last_tick > DISPATCH_JUMP_S);
+    probe_send_flags(d, e, PROBE_ANSWER, doubt ? ANSWER_DOUBT : 0, m->probe, NULL, NULL, 0,
+                     ROWS_ONLY, !e->alive);
+}
+
+/* An ANSWER to this peer's ASK, its sender's entry `who`: one not in doubt vouches; so do
+ * all of them together (the whole swarm was paused: every member asked is back and
+ * answers). Only from a member up since before the pause (its uptime covers the pause and
+ * the asking since): one that restarted meanwhile under the same id cannot say whether the
+ * run went on (sim pause 6x3 seed 730199: three sleepers past the run's end, one crashed
+ * and came back through another, and vouched for the third, which validated a fork). */
+static void on_answer(dispatch_t *d, const msg_t *m, const msg_member_t *who, double now)
+{
+    ask_t *a = &d->ask;
+    int i = 0, all = 1;
+    if (!a->pause || m->probe != a->pause) return;
+    if ((double)who->uptime_s + 1.0 < now - a->since + a->gap) return;
+    while (i < a->n && memcmp(a->id[i], m->sender, MSG_ID_LEN)) i++;
+    if (i == a->n) return;
+    a->answer[i] = 1;
+    for (int k = 0; k < a->n; k++) all &= a->answer[k];
+    if ((m->flags & ANSWER_DOUBT) && !all) return;
+    a->vouched = a->pause;
+    a->pause = 0;
+    a->doubt = 0;
+    view_changed(d);
+}
+
+uint64_t dispatch_vouched(const dispatch_t *d)
+{
+    return d->ask.vouched;
 }
 
 /* Whether this peer doubts itself (10.7 rule 12): a ping of its own or one asked of it
@@ -931,7 +1064,17 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     if (k < 1 || memcmp(d->scratch[0].id, m->sender, MSG_ID_LEN))
         return status_set(err, STATUS_EMALFORMED, "PROBE whose table does not start with its "
                           "sender");
-    if (w->every <= 0) return 0; /* not a SWIM swarm: nothing to do with it */
+    if (w->every <= 0) { /* whole-table gossip: only a pause's ASK and ANSWER (10.8) */
+        if (m->probe_kind != PROBE_ASK && m->probe_kind != PROBE_ANSWER) return 0;
+        int ch = members_merge(t, d->scratch, 1, now);
+        if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+        if (m->probe_kind == PROBE_ASK)
+            on_ask(d, m, now);
+        else
+            on_answer(d, m, &d->scratch[0], now);
+        if (ch > 0) view_changed(d);
+        return 0;
+    }
     uint64_t refute = 0;
     int before = members_count(t);
     /* what the sender holds of this peer (9.5's echo), and whether it named another first
@@ -1015,6 +1158,12 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     case PROBE_SYNC:
         if (from) probe_send(d, from, PROBE_TABLE, 0, NULL, NULL, 0, WHOLE_TABLE, 0);
         break;
+    case PROBE_ASK:
+        on_ask(d, m, now);
+        break;
+    case PROBE_ANSWER:
+        on_answer(d, m, &d->scratch[0], now);
+        break;
     default: /* NEWS, TABLE: merged above */
         break;
     }
@@ -1057,6 +1206,7 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
 
 void dispatch_tick(dispatch_t *d, double now, uint64_t r)
 {
+    d->now = now;
     members_at(d->mem, 0)->m.uptime_s = (uint32_t)(now - d->t0);
     /* a tick far later than the last: this process was paused (SIGSTOP, a suspended
      * laptop, a VM migrated) or starved; the members' silence across it is ours */
@@ -1066,6 +1216,10 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r)
         d->paused_s += gap;
         d->last_pause_s = gap;
         members_resume(d->mem, now, gap);
+        if (gap > d->timeout_s) ask_begin(d, now, d->last_tick, r); /* its mates took it
+                                                                      * for dead */
+    } else {
+        ask_tick(d, now);
     }
     d->last_tick = now;
     if (d->sw.every > 0) {

@@ -55,6 +55,7 @@ typedef struct {
      * piggyback it on (0: no news); fresh: news not yet pushed to the tick's fanout */
     double suspect_at;
     int news, fresh;
+    double up_at; /* when it last came up, on the owner's clock (dispatch.c's up hook) */
 } members_entry_t;
 
 typedef struct {
@@ -242,6 +243,9 @@ int members_news(members_t *t, msg_member_t *out, int max, int fresh);
  * at a higher heartbeat, so what changes between heartbeats (counters, rates) would be
  * dropped by every member that holds the entry; a newcomer gets it as of that version. */
 void members_self_entry(members_t *t, msg_member_t *out);
+/* The same entry as it stands now (its uptime current), signed afresh: for a pause's
+ * ANSWER (docs/protocol.md 10.8), whose asker reads the answerer's uptime. */
+void members_self_entry_now(const members_t *t, msg_member_t *out);
 
 /* Whether some news was not pushed yet. */
 int members_has_fresh(const members_t *t);

@@ -73,6 +73,8 @@ enum {
     PROBE_SYNC = 4, /* send me your whole table (a TABLE) */
     PROBE_TABLE = 5, /* the sender's whole live table, an answer to SYNC: merged, no news */
     PROBE_MISS = 6,  /* asked by a REQ of probe number `probe`: target did not answer me */
+    PROBE_ASK = 7,   /* woken from a pause (pause number `probe`): am I still in the run? */
+    PROBE_ANSWER = 8, /* to an ASK of number `probe`: I am alive (flags: in doubt myself) */
     PROBE_KINDS
 };
 

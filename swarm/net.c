@@ -291,9 +291,10 @@ static void io_refused(void *ctx, const char *why, int warn)
         log_debug("net: rejected: %s", why);
 }
 
-/* What a view carries besides the table: the pauses the network thread noticed. */
+/* What a view carries besides the table: the pauses the network thread noticed, and the
+ * last one a member vouched for (dispatch_vouched). */
 typedef struct {
-    uint64_t pauses;
+    uint64_t pauses, vouched;
     double last_pause_s;
 } view_health_t;
 
@@ -302,6 +303,7 @@ static void push_view(struct net *n)
     members_t *mem = dispatch_members(n->core);
     uint64_t rejected = dispatch_rejected(n->core);
     view_health_t h = {.pauses = dispatch_pauses(n->core, NULL),
+                       .vouched = dispatch_vouched(n->core),
                        .last_pause_s = dispatch_last_pause(n->core)};
     zmq_send(n->pair_n, "v", 1, ZMQ_SNDMORE);
     zmq_send(n->pair_n, &rejected, sizeof rejected, ZMQ_SNDMORE);
@@ -1081,6 +1083,7 @@ int net_recv(net_t *n, int timeout_ms, net_ev_t *ev)
         ev->type = NET_EV_VIEW;
         ev->rejected = n->view_rejected;
         ev->pauses = h.pauses;
+        ev->vouched = h.vouched;
         ev->last_pause_s = h.last_pause_s;
         ev->wire = n->view_wire;
         ev->members = n->view;

@@ -1020,6 +1020,7 @@ static int on_app(sim_t *s, node_t *n, char *err)
                 ev.wire = *dispatch_wire(n->core);
                 ev.pauses = dispatch_pauses(n->core, NULL);
                 ev.last_pause_s = dispatch_last_pause(n->core);
+                ev.vouched = dispatch_vouched(n->core);
             }
         } else {
             ev.type = NET_EV_UNDELIV;

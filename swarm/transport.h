@@ -90,6 +90,10 @@ typedef struct {
      * frozen or starved: the members took its silence for death) and the last such gap */
     uint64_t pauses;
     double last_pause_s;
+    /* NET_EV_VIEW: the last of those pauses some member vouched for (docs/protocol.md
+     * 10.8: it answered this peer's ASK without doubt, or every member asked answered): the
+     * peer is still in the run; 0: none */
+    uint64_t vouched;
     wire_count_t wire; /* NET_EV_VIEW: bytes this peer's transport moved so far, by kind */
     uint8_t dest[MSG_ID_LEN];
 } net_ev_t;

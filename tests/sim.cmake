@@ -257,4 +257,20 @@ st_add_sim_asan(asan_corrupt_3x2 --faults corrupt --peers 6 --stages 3 --first-s
 # peers").
 st_add_sim(pause_2x2  --faults pause --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 150)
 st_add_sim(pause_3x2  --faults pause --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 60)
+# The same under SWIM, what real peers run.
+st_add_sim(swim_pause_2x2 --faults pause --peers 4 --stages 2 --steps 12 --first-seed 1
+           --seeds 150 --set swim_every=4)
+st_add_sim(swim_pause_3x2 --faults pause --peers 6 --stages 3 --steps 12 --first-seed 1
+           --seeds 60 --set swim_every=4)
+# A woken peer asks the members it knew whether it is still in the run (docs/protocol.md
+# 10.8); it read heartbeats before, and these failed (the Release binary, whose schedules
+# they are): under SWIM a mate waiting at the woken peer's step showed no sign of life, so
+# the woken peer was left behind and its mate ended with another hash (SWIM 2x2 700378);
+# a second sleeper woke a step ahead and its rising heartbeat looked like a swarm that went
+# on: two sleepers past the run's end trained a fork with a newcomer (6x3 100571), or one
+# counted 3 of 4 microbatches (2x2 100320).
+st_add_sim(regress_pause_100320 --faults pause --peers 4 --stages 2 --steps 12 --seed 100320)
+st_add_sim(regress_pause_100571 --faults pause --peers 6 --stages 3 --steps 12 --seed 100571)
+st_add_sim(regress_swim_pause_700378 --faults pause --peers 4 --stages 2 --steps 12
+           --seed 700378 --set swim_every=4)
 st_add_sim_asan(asan_pause_2x2 --faults pause --peers 4 --stages 2 --steps 12 --first-seed 1001 --seeds 15)

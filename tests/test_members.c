@@ -470,6 +470,7 @@ static void test_swim_rules(void **state)
  * P (tag 0) in a swarm of five (tags 1-4), fed PROBEs by hand: what it sends is caught
  * and decoded; members named in `down` answer nothing, the others ACK P's pings. */
 #define SW_SWARM 0x5357494d54455354ULL
+#define ANSWER_DOUBT_FLAG 2 /* an ANSWER's flags bit 1: its sender cannot vouch (10.8) */
 typedef struct {
     int n;
     struct {
@@ -478,6 +479,7 @@ typedef struct {
     } out[512];
     dispatch_t *peer[5]; /* [1..4]: cores used only to write their PROBEs' headers */
     int down[5];
+    double born[5];      /* when each started, past 100 s (its entries' uptime) */
 } sw_net_t;
 
 static int sw_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
@@ -493,15 +495,16 @@ static int sw_send(void *ctx, members_entry_t *e, int nframes, const void *const
     return 0;
 }
 
-static dispatch_t *sw_core(int tag, sw_net_t *w)
+/* A core of member `tag`: SWIM (every 4 ticks a probe), or whole-table gossip (0). */
+static dispatch_t *sw_core_every(int tag, sw_net_t *w, int every)
 {
     dispatch_config_t c;
     memset(&c, 0, sizeof c);
     c.self = member(tag, 0, 0, MEMBER_SERVING);
     c.swarm = SW_SWARM;
-    c.run_text = "test\nswim_every=4\n";
+    c.run_text = every ? "test\nswim_every=4\n" : "test\n";
     c.timeout_s = 3.0;
-    c.swim_every = 4;
+    c.swim_every = every;
     c.swim_k = 3;
     c.tick_s = 0.25;
     dispatch_io_t io;
@@ -512,6 +515,11 @@ static dispatch_t *sw_core(int tag, sw_net_t *w)
     dispatch_t *d = dispatch_new(&c, &io, 100.0, err);
     assert_non_null(d);
     return d;
+}
+
+static dispatch_t *sw_core(int tag, sw_net_t *w)
+{
+    return sw_core_every(tag, w, 4);
 }
 
 /* A PROBE from member `tag` to p. */
@@ -532,7 +540,8 @@ static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, u
     size_t hl = dispatch_header(h, &m, 0, hdr, sizeof hdr, err), tl = 0;
     assert_true(hl > 0);
     msg_member_t self;
-    members_self_entry(dispatch_members(h), &self);
+    members_at(dispatch_members(h), 0)->m.uptime_s = (uint32_t)(now - 100.0 - w->born[tag]);
+    members_self_entry_now(dispatch_members(h), &self);
     assert_int_equal(msg_members_encode(&self, 1, tab, sizeof tab, &tl, err), 0);
     const void *data[2] = {hdr, tab};
     size_t len[2] = {hl, tl};
@@ -782,6 +791,119 @@ static void test_swim_join_sync(void **state)
     free(w);
 }
 
+
+/* ---- a pause's question (docs/protocol.md 10.8) ----------------------------------------
+ * The ASKs p sent in w->out[from, w->n): a bit per tag asked, all with pause number
+ * `pause`; -1 if one is of another pause or to a member not of the swarm. */
+static int sw_asked(const sw_net_t *w, int from, uint64_t pause)
+{
+    int tags = 0;
+    for (int i = from; i < w->n; i++) {
+        if (w->out[i].m.type != MSG_PROBE || w->out[i].m.probe_kind != PROBE_ASK) continue;
+        int to = sw_tag(w->out[i].to);
+        if (to < 1 || w->out[i].m.probe != pause) return -1;
+        tags |= 1 << to;
+    }
+    return tags;
+}
+
+/* The flags of p's ANSWER to an ASK from `tag` (pause number 77); -1: none. */
+static int sw_answer_flags(dispatch_t *p, sw_net_t *w, int tag, double now)
+{
+    int from = w->n, flags = -1;
+    sw_probe(p, w, tag, PROBE_ASK, 0, 77, NULL, now);
+    for (int i = from; i < w->n; i++)
+        if (w->out[i].m.probe_kind == PROBE_ANSWER && sw_tag(w->out[i].to) == tag &&
+            w->out[i].m.probe == 77)
+            flags = w->out[i].m.flags;
+    return flags;
+}
+
+/* Woken from a pause longer than the member timeout, a core asks the members live before
+ * it (not one that came up through what waited in its sockets), again every second; an
+ * ANSWER not in doubt settles it, so do answers from all (a whole swarm paused), nobody in
+ * 4 timeouts leaves it unsettled; while asking, or with its own tick late, it answers
+ * others in doubt. Under SWIM and under whole-table gossip alike. */
+static void pause_ask(int every)
+{
+    sw_net_t *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    dispatch_t *p = sw_core_every(0, w, every);
+    for (int t = 1; t < 5; t++) w->peer[t] = sw_core_every(t, w, every);
+    /* P learns of tags 1-3 (an ASK of theirs merges the sender under either membership,
+     * and is answered, not in doubt: P is not asking) */
+    for (int t = 1; t < 4; t++) assert_int_equal(sw_answer_flags(p, w, t, 100.0), 0);
+    assert_int_equal(members_live_others(dispatch_members(p)), 3);
+    int from;
+    double now = 100.0;
+    for (int k = 0; k < 4; k++) sw_tick(p, w, now += 0.25, &from);
+    assert_int_equal(dispatch_vouched(p), 0);
+    /* a 10 s pause; tag 4 comes up through a message that waited meanwhile */
+    now += 10.0;
+    assert_int_equal(sw_answer_flags(p, w, 4, now), ANSWER_DOUBT_FLAG); /* its tick is late */
+    sw_tick(p, w, now, &from);
+    assert_int_equal(dispatch_pauses(p, NULL), 1);
+    assert_int_equal(sw_asked(w, from, 1), 1 << 1 | 1 << 2 | 1 << 3);
+    assert_int_equal(sw_answer_flags(p, w, 4, now + 0.1), ANSWER_DOUBT_FLAG); /* asking */
+    sw_probe(p, w, 1, PROBE_ANSWER, ANSWER_DOUBT_FLAG, 1, NULL, now + 0.1); /* a sleeper */
+    sw_probe(p, w, 2, PROBE_ANSWER, 0, 5, NULL, now + 0.1);                 /* another pause */
+    sw_probe(p, w, 4, PROBE_ANSWER, 0, 1, NULL, now + 0.1);                 /* not asked */
+    w->born[3] = 10.5; /* tag 3 restarted during the pause: it cannot say the run went on */
+    sw_probe(p, w, 3, PROBE_ANSWER, 0, 1, NULL, now + 0.1);
+    assert_int_equal(dispatch_vouched(p), 0);
+    w->born[3] = 0;
+    int rounds = 0;
+    for (int k = 0; k < 4; k++) { /* asked again a second later, not every tick */
+        sw_tick(p, w, now += 0.25, &from);
+        rounds += sw_asked(w, from, 1) == (1 << 1 | 1 << 2 | 1 << 3);
+    }
+    assert_int_equal(rounds, 1);
+    sw_probe(p, w, 3, PROBE_ANSWER, 0, 1, NULL, now); /* one not in doubt vouches */
+    assert_int_equal(dispatch_vouched(p), 1);
+    assert_int_equal(sw_answer_flags(p, w, 4, now), 0);
+    for (int k = 0; k < 3; k++) { /* (under gossip the silent die 3 s after the wake) */
+        sw_tick(p, w, now += 0.25, &from);
+        assert_int_equal(sw_asked(w, from, 1), 0);
+    }
+    /* a second pause: every member asked answers, each in doubt: the whole swarm slept */
+    now += 10.0;
+    sw_tick(p, w, now, &from);
+    assert_int_equal(sw_asked(w, from, 2), 1 << 1 | 1 << 2 | 1 << 3 | 1 << 4);
+    for (int t = 1; t < 5; t++) {
+        assert_int_equal(dispatch_vouched(p), 1);
+        sw_probe(p, w, t, PROBE_ANSWER, ANSWER_DOUBT_FLAG, 2, NULL, now + 0.1);
+    }
+    assert_int_equal(dispatch_vouched(p), 2);
+    /* a third: nobody answers; it asks about once a second for 4 timeouts (12 s) */
+    now += 10.0;
+    sw_tick(p, w, now, &from);
+    rounds = sw_asked(w, from, 3) > 0;
+    for (int k = 0; k < 80; k++) {
+        sw_tick(p, w, now += 0.25, &from);
+        rounds += sw_asked(w, from, 3) > 0;
+        if (w->n > 400) w->n = 0;
+    }
+    assert_in_range(rounds, 12, 14);
+    assert_int_equal(dispatch_vouched(p), 2);
+    assert_int_equal(sw_answer_flags(p, w, 1, now), ANSWER_DOUBT_FLAG); /* gave up: still in
+                                                                          * doubt */
+    dispatch_destroy(&p);
+    for (int t = 1; t < 5; t++) dispatch_destroy(&w->peer[t]);
+    free(w);
+}
+
+static void test_pause_ask_swim(void **state)
+{
+    (void)state;
+    pause_ask(4);
+}
+
+static void test_pause_ask_gossip(void **state)
+{
+    (void)state;
+    pause_ask(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -791,7 +913,8 @@ int main(void)
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
-        cmocka_unit_test(test_swim_first_incarnation),
+        cmocka_unit_test(test_swim_first_incarnation), cmocka_unit_test(test_pause_ask_swim),
+        cmocka_unit_test(test_pause_ask_gossip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@ typedef struct {
     int wire_codec;    /* the codec of what it sends on */
     float last_loss;   /* the last stage: the last training loss it computed */
     int32_t *host_tok; /* stage 0: a microbatch's tokens on the host */
+    int keep;          /* steps of the pool's exchange messages kept (step_keep) */
 } stage_held_t;
 
 #endif

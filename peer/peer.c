@@ -521,9 +521,26 @@ static void gather_movers(peer_t *p, msg_t *q)
     }
 }
 
+/* How far behind its pool a follower may be before it downloads the state again, the
+ * pool's head being `head`. Following costs a round trip per step at least, which a small
+ * state's download beats (tiny at 100 Mbit/s + 50 ms: joiners contributed 2.6-4.0 s after
+ * launch downloading again past STEP_KEEP steps, 6.9-9.0 s following up to 34 steps), so
+ * STEP_KEEP; but where another download like its last would land half that window behind
+ * or more (its seconds over the pool's pace since that download began, which the view,
+ * gossip a moment old, understates: small at 100 Mbit/s, 7.4 s against 1 s steps; it
+ * downloaded again and again and never contributed), it follows through the whole kept
+ * window (held.keep). */
+static int follow_window(const peer_t *p, int64_t head)
+{
+    double since = p->now - p->trans.dl_at;
+    if (p->trans.dl_s <= 0 || since <= 0 || head <= p->trans.dl_step) return STEP_KEEP;
+    double lands = p->trans.dl_s * (double)(head - p->trans.dl_step) / since;
+    return lands >= (STEP_KEEP - 2) / 2.0 ? p->held.keep : STEP_KEEP;
+}
+
 /* A follower catches up on the pool's updates through the kept exchange messages
- * (step.c); when it is further behind than the messages are kept, or gets no update for
- * 10 s while the pool is ahead, it downloads the state again. */
+ * (step.c); when it is further behind than follow_window, or gets no update for 10 s while
+ * the pool is ahead, it downloads the state again. */
 static int follow_tick(peer_t *p)
 {
     if (p->me.entry.serving_from <= p->step) {
@@ -541,7 +558,7 @@ static int follow_tick(peer_t *p)
          * follows. */
         if (p->trans.unbegun_at >= 0 && p->step <= p->trans.unbegun_at + 1 && ahead >= 2)
             return peer_start_download(p, "the swarm began without it while it downloaded");
-        if (follow_behind(&p->follow, 1, p->step, ahead, STEP_KEEP, p->now))
+        if (follow_behind(&p->follow, 1, p->step, ahead, p->held.keep, p->now))
             return peer_start_download(p, "two or more steps behind its pool for 10 s");
         return 0;
     }
@@ -588,8 +605,8 @@ static int follow_tick(peer_t *p)
         peer_push_self(p);
         return 0;
     }
-    int64_t ahead = view_max_step(&p->view, p->stage) - p->step;
-    if (!follow_behind(&p->follow, 0, p->step, ahead, STEP_KEEP, p->now)) return 0;
+    int64_t head = view_max_step(&p->view, p->stage), ahead = head - p->step;
+    if (!follow_behind(&p->follow, 0, p->step, ahead, follow_window(p, head), p->now)) return 0;
     return peer_start_download(p, "fell behind the pool while following");
 }
 

@@ -258,7 +258,17 @@ void step_set(peer_t *p, int64_t step);
 /* The stage's gradient norm in its state (the same on every replica; recover.c weighs
  * neighbours by it): from a downloaded state (an applied update sets it here). */
 void step_set_stage_gnorm(peer_t *p, float gnorm);
-#define STEP_KEEP 8 /* steps of exchange messages kept, for relays and followers */
+#define STEP_KEEP 8 /* steps of exchange messages kept at least, for relays and followers */
+#define STEP_KEEP_MAX 64 /* ... and at most, while one member's messages of that many steps
+                          * fit STEP_KEEP_BYTES */
+#define STEP_KEEP_BYTES (16u << 20)
+/* The steps of exchange messages a member of this stage keeps (held.keep): STEP_KEEP, or
+ * more while a member's messages of that many steps fit STEP_KEEP_BYTES (sign DeMo on
+ * `small`, 28 KB a step: STEP_KEEP_MAX; AdamW's dense 25.8 MB: STEP_KEEP). Every member
+ * of a pool computes the same from the run and the stage: a follower that downloaded a
+ * state some steps old catches up through them, and a download on a thin link spans
+ * more than 8 of the pool's steps (docs/protocol.md 9.5). */
+int step_keep(const peer_t *p);
 void step_seen(peer_t *p);
 void step_count(peer_t *p, uint32_t index);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);

@@ -91,9 +91,18 @@ void step_set_stage_gnorm(peer_t *p, float gnorm)
     p->contrib.stage_gnorm = gnorm;
 }
 
+int step_keep(const peer_t *p)
+{
+    size_t msg = p->held.dopt ? demo_opt_msg_size(p->held.dopt)
+                              : stage_num_params(p->held.st) * sizeof(float);
+    size_t steps = msg ? STEP_KEEP_BYTES / msg : STEP_KEEP_MAX;
+    return steps < STEP_KEEP ? STEP_KEEP : steps > STEP_KEEP_MAX ? STEP_KEEP_MAX : (int)steps;
+}
+
 int step_open(peer_t *p)
 {
     int rc = contrib_alloc(&p->contrib, p->dims.M);
+    p->held.keep = step_keep(p);
     if (!(p->pool = pool_new(p->dims.M))) return STATUS_ENOMEM;
     pool_set_path(p->pool, p->def.train.seed, p->dims.S, p->def.train.skip, p->stage);
     return rc;
@@ -109,7 +118,7 @@ pool_t *step_close(peer_t *p)
 
 void step_reset(peer_t *p)
 {
-    pool_begin(p->pool, p->step, STEP_KEEP);
+    pool_begin(p->pool, p->step, p->held.keep);
     contrib_reset_step(&p->contrib);
     stage_zero_grads(p->held.st);
 }
@@ -960,7 +969,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
     if (!p->held.st || m->stage != p->stage || ev->nframes != 3) return 0;
-    if (m->step < p->step - STEP_KEEP || m->step > p->step + 4) return 0;
+    if (m->step < p->step - p->held.keep || m->step > p->step + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
         stats_note_rejected(&p->stats);

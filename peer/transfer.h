@@ -14,6 +14,9 @@ typedef struct {
     xfer_shared_t *snap; /* the snapshot it serves (NULL: none), shared with the transport */
     double snap_at;      /* when that was taken */
     int downloaded;      /* the state came from the pool */
+    double dl_at, dl_s;  /* its last download: its first request, and seconds from there to
+                          * the state in place (0: none yet) */
+    int64_t dl_step;     /* ... and the step of the state it brought */
     int donor_started;   /* a donor said training had begun (STATE_REP flag 1) */
     int64_t unbegun_at;  /* downloaded while training had not begun, it contributes at once
                           * from this step (state.c); -1: not so */

@@ -1253,9 +1253,11 @@ static void test_local_join_burst(void **state)
 
 /* A peer frozen from outside (SIGSTOP) for 8 s at a moment drawn from the fault seed, then
  * woken (SIGCONT; `local --pause`, issue 24): the others go on without it, it comes back
- * (its silence across the pause is not taken for the others' death; it re-syncs with its
- * pool), and the run finishes with nothing lost, exit 0; a peer that woke after the run's
- * end is stopped by local (stopped_late), not waited for. */
+ * (its silence across the pause is not taken for the others' death; a member it asks
+ * vouches for it, docs/protocol.md 10.8; it re-syncs with its pool) and contributes again:
+ * after its `woke` event it serves or sources microbatches of a step (`first_s`) or says
+ * `contributing`; and the run finishes with nothing lost, exit 0. (A peer that woke after
+ * the run's end would be stopped by local, stopped_late: seed 2 wakes it in time.) */
 static void test_local_pause(void **state)
 {
     (void)state;
@@ -1263,7 +1265,23 @@ static void test_local_pause(void **state)
     char *js = local_run("pz", "--peers 4 --stages 2 --steps 180 --threads 1 --pause random:8 "
                          "--fault-seed 2", 400, &sum);
     assert_int_equal((int)json_num(&sum, "woken"), 1);
-    assert_true(json_num(&sum, "paused") >= 0);
+    int victim = (int)json_num(&sum, "paused"), n = 0, woke = -1, back = 0;
+    assert_true(victim >= 0);
+    char name[64];
+    snprintf(name, sizeof name, "pz/peer%d.events.jsonl", victim);
+    json_obj_t *ev = events(name, NULL, &n);
+    for (int i = 0; i < n; i++) {
+        const char *kind = json_get(&ev[i], "kind");
+        if (woke < 0) {
+            if (!strcmp(kind, "woke")) woke = i;
+        } else if (!strcmp(kind, "contributing") ||
+                   (!strcmp(kind, "step") && isfinite(json_num(&ev[i], "first_s")))) {
+            back = 1;
+        }
+    }
+    free(ev);
+    if (woke < 0) fail_msg("peer %d: no woke event", victim);
+    if (!back) fail_msg("peer %d woke and never served or sourced a microbatch again", victim);
     assert_int_equal((int)json_num(&sum, "lost"), 0);
     assert_int_equal(count_rows(js, "unplanned"), 0);
     assert_true(isfinite(json_num(&sum, "val_loss")));

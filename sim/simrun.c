@@ -296,10 +296,16 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         size_t k = (size_t)a->stage * (size_t)d->hash_cap + (size_t)a->step;
         int near_partition = sim_now(d->sim) - d->parted_at < REPAIR_S;
         /* the pool's version is what its live members hold: a member that applied and
-         * then died (its message reached nobody) leaves no version behind */
+         * then died (its message reached nobody) leaves no version behind, nor one frozen
+         * now, which the swarm takes for dead meanwhile (pause 2x2 seed 700316: the stage's
+         * one other member crashed, its restart rebuilt the stage, and the frozen member
+         * must re-sync to that when it wakes, 10.8) */
         int live_holder = 0;
-        for (int h = 0; h < d->nholders[k]; h++)
-            live_holder |= d->n[d->holders[k][h]].p && sim_node_alive(d->sim, d->holders[k][h]);
+        for (int h = 0; h < d->nholders[k]; h++) {
+            int node = d->holders[k][h];
+            live_holder |= d->n[node].p && sim_node_alive(d->sim, node) &&
+                           !(sim_node_paused_until(d->sim, node) > sim_now(d->sim));
+        }
         if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition) ||
             (d->hash[k] != a->hash_after && !live_holder)) {
             d->hash_set[k] = near_partition ? 2 : 1;

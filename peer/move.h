@@ -39,12 +39,15 @@ typedef struct {
     int suspect;         /* the loop did not turn for longer than the member timeout: a
                           * pause, or a long pass; nothing is trained until the next view
                           * says which (the transport's own pause count) */
-    timeout_t woke;      /* member.woke: after waking from a pause, the next look at
-                          * whether a member vouched for it */
+    timeout_t woke;      /* member.woke: after waking from a pause, the next look at which
+                          * members it knew are alive */
     double woke_at;      /* when it last woke from a pause longer than the member timeout
                           * (SIGSTOP, a suspended laptop): 0, never */
-    int waking;          /* woken, its question not settled yet: it trains nothing */
-    int looked;          /* the first member.woke passed (what waited in its sockets is in) */
+    msg_member_t *knew;  /* the members it knew before the pause (peer.c frees), with their
+                          * heartbeat a moment after waking: one whose heartbeat moves on
+                          * from there is alive */
+    int nknew;
+    int knew_set;        /* those heartbeats are taken (the first member.woke) */
 } end_state_t;
 
 #endif

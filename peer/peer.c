@@ -210,76 +210,115 @@ peer_t *peer_new(const peer_options_t *po, const transport_t *tp, const uint8_t 
 
 /* This process was frozen for longer than the member timeout (SIGSTOP, a suspended
  * laptop, a VM migrated: its network thread too, which noticed), so its mates took it for
- * dead and went on without it. It says so, and waits for its network side's question
- * (docs/protocol.md 10.8) to be settled: woke_tick. */
+ * dead and went on without it. It says so and keeps the members it knew, as they were:
+ * woke_tick then tells who is still alive. */
 static void woke(peer_t *p, double paused_s)
 {
     p->ending.woke_at = p->now;
     p->ending.woke_pause = p->ending.pauses;
-    p->ending.waking = 1;
-    p->ending.looked = 0;
     timeout_start(&p->ending.woke, p->now);
+    p->ending.knew_set = 0;
+    /* paused again before it knew: the members it knew before the first pause still
+     * decide (the view since may hold newcomers: sim pause 6x3 seed 2) */
+    msg_member_t *k = p->ending.nknew ? p->ending.knew
+                                      : realloc(p->ending.knew, (size_t)(p->view.n ? p->view.n : 1) * sizeof *k);
+    if (k && !p->ending.nknew) {
+        p->ending.knew = k;
+        for (int i = 0; i < p->view.n; i++)
+            if (!peer_is_self(p, p->view.m[i].id)) k[p->ending.nknew++] = p->view.m[i];
+    }
     fprintf(p->log, "peer: paused for %.1f s (its network thread too) at step %" PRId64 "\n",
             paused_s, p->step);
     peer_event(p, "woke", "paused_s=%.1f", paused_s);
 }
 
-/* A mate of its stage its view shows contributing (the furthest on): NULL, none. */
-static const msg_member_t *contributing_mate(const peer_t *p)
+/* Whether e contributes to its pool (serving, from a step it has reached). */
+static int contributes(const msg_member_t *e)
 {
-    const msg_member_t *found = NULL;
-    for (int i = 0; i < p->view.n; i++) {
-        const msg_member_t *e = &p->view.m[i];
-        if (e->stage == p->stage && e->state == MEMBER_SERVING &&
-            e->serving_from <= e->step + 1 && !peer_is_self(p, e->id) &&
-            (!found || e->step > found->step))
-            found = e;
-    }
-    return found;
+    return e->state == MEMBER_SERVING && e->serving_from <= e->step + 1;
 }
 
-/* After waking, every member.woke: once a member it asked vouched for it (10.8), it is
- * back in the run, and one serving a stage whose pool has a contributing mate takes the
- * pool's state again instead of voting its own, stale one against it. Its view cannot tell
- * it whether the pool went on: the news of its mates' steps may come after the answer
- * (sim pause 6x3 seed 700549 under SWIM: vouched by a member of another stage, its view
- * still showing its mates at its own step, it applied that step from its own messages
- * after its pool had applied it without them), and a stale state that wins a tie of the
- * hash vote makes its mate re-sync to it and then wait on it (local --pause, four 30 s
- * stalls). Only an answer tells a mate that waits for it at its own step (under SWIM its
- * entry does not change) from a sleeper like it, which cannot vouch for the run: two peers
- * paused past the run's end woke, saw each other and trained it to its end alone (sim
- * pause seed 9800285; 6x3 seed 100571: the other sleeper's heartbeat rose, a step ahead);
- * a mate waiting at its step was taken for a sleeper (SWIM 2x2 seed 700378: the woken peer
- * was left behind, its mate ended with another hash). Not settled within
- * END_WOKE_TIMEOUTS member timeouts: the run ended or moved on without it (those that
- * finished told only the members alive to them); it says so and leaves, instead of
- * training a fork with newcomers that joined through it (sim --faults pause seeds 60041,
- * 60076). */
+/* A member of `stage` it knew before the pause whose heartbeat has moved since it woke
+ * (alive), and that contributes: NULL, none. (A follower's heartbeat moves too: sim pause
+ * 6x3 seed 700549 under SWIM, a newcomer following its pool was taken for the mate to
+ * re-sync from, and the woken peer, finding it following, applied its own stale step.) */
+static const msg_member_t *known_alive(const peer_t *p, int stage)
+{
+    for (int i = 0; i < p->ending.nknew; i++) {
+        const msg_member_t *now = view_find(&p->view, p->ending.knew[i].id);
+        if (now && now->heartbeat > p->ending.knew[i].heartbeat && now->stage == stage &&
+            contributes(now))
+            return now;
+    }
+    return NULL;
+}
+
+/* A mate its view shows past this peer's step: its pool went on without it. Under SWIM a
+ * member's heartbeat rises only when its entry changes, so a mate waiting at its step
+ * shows no sign of life though it is alive (sim pause 6x3 seed 620095 with swim_every=4:
+ * the woken peer caught up alone through steps its pool had counted without it, and
+ * applied one counting 2 of 4 microbatches). */
+static const msg_member_t *mate_ahead(const peer_t *p)
+{
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *e = &p->view.m[i];
+        if (e->stage == p->stage && contributes(e) && e->step > p->step &&
+            !peer_is_self(p, e->id))
+            return e;
+    }
+    return NULL;
+}
+
+/* After waking, every member.woke: once a member it knew vouches for it, it is back in
+ * the run, and one serving a stage whose pool has a live mate to download from takes the
+ * pool's state again instead of voting its own, stale one against it (it won a tie
+ * against the mate that had gone on, which re-synced instead and then waited on it: local
+ * --pause, four 30 s stalls). None within END_WOKE_TIMEOUTS member timeouts: the run
+ * ended or moved on without it (those that finished told only the members alive to them);
+ * it says so and leaves, instead of training a fork with newcomers that joined through it
+ * (sim --faults pause seeds 60041, 60076). */
 static int woke_tick(peer_t *p)
 {
-    if (!p->ending.waking) return 0;
+    if (!p->ending.nknew) return 0;
     if (p->ending.over) { /* a member said the run is over (its LEAVE waited for it) */
-        p->ending.waking = 0;
+        p->ending.nknew = 0;
         timeout_stop(&p->ending.woke);
         return 0;
     }
     if (!timeout_fired(&p->ending.woke, p->now)) return 0;
     timeout_start(&p->ending.woke, p->now);
-    if (!p->ending.looked) { /* the messages that waited in its sockets are in by now */
-        p->ending.looked = 1;
+    if (!p->ending.knew_set) { /* the messages that waited in its sockets are in by now:
+                                * their gossip says nothing of who is alive now */
+        for (int i = 0; i < p->ending.nknew; i++) {
+            const msg_member_t *now = view_find(&p->view, p->ending.knew[i].id);
+            if (now && now->heartbeat > p->ending.knew[i].heartbeat)
+                p->ending.knew[i].heartbeat = now->heartbeat;
+        }
+        p->ending.knew_set = 1;
         return 0;
     }
+    /* back in the run once a member it knew vouched for it (10.8): its transport asked
+     * them as it woke, and one that was not asking itself answered, or every one asked
+     * did (the whole swarm was paused). Only an answer tells a mate that waits for it at
+     * its own step (under SWIM its entry does not change, so it shows no sign of life)
+     * from a sleeper like it, which cannot vouch for the run: two peers paused past the
+     * run's end woke, saw each other and trained it to its end alone (sim pause seed
+     * 9800285; 6x3 seed 100571: the other sleeper's heartbeat rose, a step ahead); a mate
+     * waiting at its step was taken for a sleeper (2x2 seed 35 under SWIM: the woken peer
+     * was left behind and left holding a microbatch its mate had counted). Nobody within
+     * END_WOKE_TIMEOUTS member timeouts: it was left behind. */
     if (p->ending.vouched >= p->ending.woke_pause) {
-        p->ending.waking = 0; /* back in the run */
+        const msg_member_t *m = known_alive(p, p->stage);
+        if (!m) m = mate_ahead(p);
+        p->ending.nknew = 0; /* back in the run */
         timeout_stop(&p->ending.woke);
-        if (p->phase == PHASE_SERVING && contributing_mate(p))
+        if (p->phase == PHASE_SERVING && m)
             return peer_start_download(p, "woke from a pause: its mates took it for dead");
         return 0;
     }
     if (p->now - p->ending.woke_at <= END_WOKE_TIMEOUTS * p->po.peer_timeout_s) return 0;
     timeout_stop(&p->ending.woke);
-    p->ending.waking = 0;
+    p->ending.nknew = 0;
     /* at the run's last step too: it trained every step, but its last one was never
      * confirmed by its pool's vote (sim pause 6x3 seed 710745 under SWIM: paused right
      * after applying it, it held another hash than its pool) */
@@ -296,7 +335,9 @@ static int woke_tick(peer_t *p)
 static int on_view(peer_t *p, const net_ev_t *ev)
 {
     char h[9];
-    p->ending.vouched = ev->vouched; /* a pause's question settled (10.8) */
+    /* a pause: the members it knew are those of the view before it (this one may list
+     * newcomers that the messages waiting in its sockets told of) */
+    p->ending.vouched = ev->vouched;
     if (ev->pauses != p->ending.pauses) {
         p->ending.pauses = ev->pauses;
         if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
@@ -689,10 +730,10 @@ int peer_step(peer_t *p, double now, double *wake_at)
         break;
     case PHASE_SERVING:
         /* woken from a pause: nothing is served or trained until it knows it is still in
-         * the run (a member vouched for it) or that it is not (sim pause seed 80004: it
+         * the run (a member it knew alive) or that it is not (sim pause seed 80004: it
          * trained a whole fork with a newcomer within the wait; 12000319: it served a
          * forward its crashed mate had counted again meanwhile) */
-        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING || p->ending.waking ||
+        if ((rc = woke_tick(p)) || p->phase != PHASE_SERVING || p->ending.nknew ||
             p->ending.suspect)
             break;
         if (p->ending.over && p->step < p->def.train.steps) { /* left behind: nothing more */
@@ -792,6 +833,7 @@ void peer_destroy(peer_t **pp)
     serve_free(p);
     view_free(&p->view);
     recover_free(p);
+    free(p->ending.knew);
     kern_destroy(&p->k);
     free(p);
     *pp = NULL;

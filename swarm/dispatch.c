@@ -73,6 +73,12 @@ typedef struct {
 #define ASK_TIMEOUTS 4      /* asking stops after this many member timeouts (the peer's
                              * END_WOKE_TIMEOUTS: by then it was left behind) */
 #define ANSWER_DOUBT 2      /* an ANSWER's flags: its sender cannot vouch (10.8) */
+#define ASK_MATES_S 2.0     /* once vouched for, the stage's mates asked have this long to
+                             * answer before the question is settled: their answers bring
+                             * their entries, and the peer decides on them whether its pool
+                             * went on (sim pause 6x3 seed 700549 under SWIM: vouched by a
+                             * member of another stage, its view still showing its mates at
+                             * its own step, it applied that step after its pool had) */
 typedef struct {
     uint64_t pause;     /* the pause asked about (its number, dispatch.pauses); 0: none */
     int doubt;          /* asking, or gave up asking unsettled: it cannot vouch for others
@@ -82,7 +88,9 @@ typedef struct {
     double gap;         /* the pause's length */
     int n;
     uint8_t id[ASK_MAX][MSG_ID_LEN];
-    uint8_t answer[ASK_MAX]; /* 0: none yet; 1: answered in doubt */
+    uint8_t answer[ASK_MAX]; /* 0: none yet; 1: answered */
+    uint8_t mate[ASK_MAX];   /* 1: a member of its own stage */
+    double vouch_at;    /* when an answer first vouched (0: none yet) */
     uint64_t vouched;   /* the last pause vouched for (0: none) */
 } ask_t;
 
@@ -758,13 +766,16 @@ static void ask_begin(dispatch_t *d, double now, double before, uint64_t r)
     a->gap = now - before;
     a->doubt = 1;
     a->since = now;
+    a->vouch_at = 0;
     a->n = 0;
     memset(a->answer, 0, sizeof a->answer);
     for (int mates = 1; mates >= 0; mates--)
         for (int k = 0; k < cnt - 1 && a->n < ASK_MAX; k++) {
             const members_entry_t *e = members_at(t, 1 + (off + k) % (cnt - 1));
-            if (e->alive && e->up_at <= before && (e->m.stage == stage) == mates)
+            if (e->alive && e->up_at <= before && (e->m.stage == stage) == mates) {
+                a->mate[a->n] = (uint8_t)mates;
                 memcpy(a->id[a->n++], e->m.id, MSG_ID_LEN);
+            }
         }
     if (!a->n) {
         a->vouched = a->pause;
@@ -779,9 +790,12 @@ static void ask_begin(dispatch_t *d, double now, double before, uint64_t r)
  * ASK_TIMEOUTS member timeouts have passed (nobody vouched: the peer was left behind, and
  * stays in doubt: sim pause 6x3 seed 710745 under SWIM, a sleeper that gave up vouched for
  * another sleeper, and that one validated a fork with a newcomer). */
+static void ask_settle(dispatch_t *d, double now);
 static void ask_tick(dispatch_t *d, double now)
 {
     ask_t *a = &d->ask;
+    if (!a->pause) return;
+    ask_settle(d, now);
     if (!a->pause) return;
     if (now - a->since > ASK_TIMEOUTS * d->timeout_s)
         a->pause = 0;
@@ -804,6 +818,21 @@ static void on_ask(dispatch_t *d, const msg_t *m, double now)
                      ROWS_ONLY, !e->alive);
 }
 
+/* Vouched for: settled once every stage mate asked answered, or ASK_MATES_S later. */
+static void ask_settle(dispatch_t *d, double now)
+{
+    ask_t *a = &d->ask;
+    if (!a->pause || a->vouch_at <= 0) return;
+    int mates_in = 1;
+    for (int k = 0; k < a->n; k++)
+        if (a->mate[k] && !a->answer[k]) mates_in = 0;
+    if (!mates_in && now - a->vouch_at < ASK_MATES_S) return;
+    a->vouched = a->pause;
+    a->pause = 0;
+    a->doubt = 0;
+    view_changed(d);
+}
+
 /* An ANSWER to this peer's ASK, its sender's entry `who`: one not in doubt vouches; so do
  * all of them together (the whole swarm was paused: every member asked is back and
  * answers). Only from a member up since before the pause (its uptime covers the pause and
@@ -820,11 +849,8 @@ static void on_answer(dispatch_t *d, const msg_t *m, const msg_member_t *who, do
     if (i == a->n) return;
     a->answer[i] = 1;
     for (int k = 0; k < a->n; k++) all &= a->answer[k];
-    if ((m->flags & ANSWER_DOUBT) && !all) return;
-    a->vouched = a->pause;
-    a->pause = 0;
-    a->doubt = 0;
-    view_changed(d);
+    if (a->vouch_at <= 0 && (!(m->flags & ANSWER_DOUBT) || all)) a->vouch_at = now;
+    ask_settle(d, now);
 }
 
 uint64_t dispatch_vouched(const dispatch_t *d)

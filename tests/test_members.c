@@ -480,6 +480,7 @@ typedef struct {
     dispatch_t *peer[5]; /* [1..4]: cores used only to write their PROBEs' headers */
     int down[5];
     double born[5];      /* when each started, past 100 s (its entries' uptime) */
+    int beat;            /* each PROBE a member sends raises its heartbeat (it gossips) */
 } sw_net_t;
 
 static int sw_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
@@ -541,6 +542,7 @@ static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, u
     assert_true(hl > 0);
     msg_member_t self;
     members_at(dispatch_members(h), 0)->m.uptime_s = (uint32_t)(now - 100.0 - w->born[tag]);
+    if (w->beat) members_at(dispatch_members(h), 0)->m.heartbeat++;
     members_self_entry_now(dispatch_members(h), &self);
     assert_int_equal(msg_members_encode(&self, 1, tab, sizeof tab, &tl, err), 0);
     const void *data[2] = {hdr, tab};
@@ -830,6 +832,7 @@ static void pause_ask(int every)
     assert_non_null(w);
     dispatch_t *p = sw_core_every(0, w, every);
     for (int t = 1; t < 5; t++) w->peer[t] = sw_core_every(t, w, every);
+    w->beat = !every; /* under gossip a member that answers is alive: its heartbeat moves */
     /* P learns of tags 1-3 (an ASK of theirs merges the sender under either membership,
      * and is answered, not in doubt: P is not asking) */
     for (int t = 1; t < 4; t++) assert_int_equal(sw_answer_flags(p, w, t, 100.0), 0);
@@ -858,7 +861,9 @@ static void pause_ask(int every)
         rounds += sw_asked(w, from, 1) == (1 << 1 | 1 << 2 | 1 << 3);
     }
     assert_int_equal(rounds, 1);
-    sw_probe(p, w, 3, PROBE_ANSWER, 0, 1, NULL, now); /* one not in doubt vouches */
+    sw_probe(p, w, 3, PROBE_ANSWER, 0, 1, NULL, now); /* one not in doubt vouches ... */
+    assert_int_equal(dispatch_vouched(p), 0); /* ... settled once its stage mates answered */
+    sw_probe(p, w, 2, PROBE_ANSWER, ANSWER_DOUBT_FLAG, 1, NULL, now);
     assert_int_equal(dispatch_vouched(p), 1);
     assert_int_equal(sw_answer_flags(p, w, 4, now), 0);
     for (int k = 0; k < 3; k++) { /* (under gossip the silent die 3 s after the wake) */
@@ -874,17 +879,25 @@ static void pause_ask(int every)
         sw_probe(p, w, t, PROBE_ANSWER, ANSWER_DOUBT_FLAG, 2, NULL, now + 0.1);
     }
     assert_int_equal(dispatch_vouched(p), 2);
-    /* a third: nobody answers; it asks about once a second for 4 timeouts (12 s) */
+    /* a third: one vouches, the other mates stay silent: settled 2 s later */
     now += 10.0;
     sw_tick(p, w, now, &from);
-    rounds = sw_asked(w, from, 3) > 0;
+    assert_true(sw_asked(w, from, 3) > 0);
+    sw_probe(p, w, 4, PROBE_ANSWER, 0, 3, NULL, now + 0.1);
+    int ticks = 0;
+    while (dispatch_vouched(p) != 3 && ticks < 20) sw_tick(p, w, now += 0.25, &from), ticks++;
+    assert_in_range(ticks, 7, 9);
+    /* a fourth: nobody answers; it asks about once a second for 4 timeouts (12 s) */
+    now += 10.0;
+    sw_tick(p, w, now, &from);
+    rounds = sw_asked(w, from, 4) > 0;
     for (int k = 0; k < 80; k++) {
         sw_tick(p, w, now += 0.25, &from);
-        rounds += sw_asked(w, from, 3) > 0;
+        rounds += sw_asked(w, from, 4) > 0;
         if (w->n > 400) w->n = 0;
     }
     assert_in_range(rounds, 12, 14);
-    assert_int_equal(dispatch_vouched(p), 2);
+    assert_int_equal(dispatch_vouched(p), 3);
     assert_int_equal(sw_answer_flags(p, w, 1, now), ANSWER_DOUBT_FLAG); /* gave up: still in
                                                                           * doubt */
     dispatch_destroy(&p);

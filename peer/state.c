@@ -227,6 +227,11 @@ int peer_start_download(peer_t *p, const char *why)
         custody_drop(r);
     }
     while (p->queue.n) serve_dequeue(p, p->queue.n - 1);
+    /* and its validation rounds with them: a round whose microbatches were all sent waits
+     * for losses that will never come (sim pause 4x2 seed 700366 under SWIM: the stage-0
+     * leader re-synced at the run's last step holding its validation's microbatches, and
+     * the run waited 600 s for that round); the run's own starts again when it serves */
+    val_reset(&p->val);
     xfer_destroy(&p->trans.xfer);
     unserve(p); /* its state is about to be replaced */
     if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))

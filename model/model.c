@@ -25,6 +25,8 @@ struct model {
     void *tap_ctx;
     uint64_t skip; /* stages the next passes leave out (swarm/path.h mask) */
     int swap;      /* PATH_SWAP_*: the next training passes' CheckFree+ swap */
+    const float *stale0; /* model_set_stale_first: stage 0's forward parameters, NULL: off */
+    float *save0;        /* ... its current parameters meanwhile (backend memory) */
 };
 
 model_t *model_new(const model_config_t *cfg, kern_t *k, uint64_t seed, char *err)
@@ -64,6 +66,7 @@ void model_destroy(model_t **mp)
     free(m->act2);
     free(m->grad);
     free(m->wire);
+    if (m->save0) kern_free(m->k, m->save0);
     free(m);
     *mp = NULL;
 }
@@ -189,11 +192,30 @@ static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, fl
     return 0;
 }
 
+int model_set_stale_first(model_t *m, const float *params, char *err)
+{
+    m->stale0 = params;
+    if (!params || m->save0) return 0;
+    m->save0 = kern_alloc(m->k, stage_num_params(m->stages[0]) * sizeof(float));
+    return m->save0 ? 0 : status_set(err, STATUS_ENOMEM, "model: out of memory");
+}
+
 int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                       char *err)
 {
-    int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
     path_hop_t h[PATH_HOPS_MAX];
+    int stale = m->stale0 && m->S > 1 && hops(m, h) > 0 && h[0].part == STAGE_PART_ALL;
+    float *p0 = stage_params(m->stages[0]);
+    size_t bytes0 = stage_num_params(m->stages[0]) * sizeof(float);
+    if (stale) { /* stage 0's forward on the older parameters */
+        kern_copy(m->k, m->save0, p0, bytes0);
+        kern_copy(m->k, p0, m->stale0, bytes0);
+    }
+    int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
+    if (stale) { /* its backward on a forward recomputed with the current ones */
+        kern_copy(m->k, p0, m->save0, bytes0);
+        if (!rc) rc = stage_forward(m->stages[0], 0, tokens, NULL, NULL, NULL, NULL, err);
+    }
     for (int i = hops(m, h) - 1; !rc && i >= 0; i--) {
         float *g = wire ? NULL : m->grad;
         rc = stage_backward_part(m->stages[h[i].stage], 0, h[i].part, g, g, err);

@@ -89,6 +89,11 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
     if (o->swap > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "swap=%.9g\n", o->swap);
+    /* only when set: runs without them keep the text (and hashes) they had */
+    if (o->overlap && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "overlap=1\n");
+    if (o->grad_delay && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "grad_delay=1\n");
     /* only when set: a swarm validates during the run (the leader of stage 0) */
     if (o->val_every > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_every=%d\n", o->val_every);
@@ -231,6 +236,8 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("demo_local", 0, 1 << 20, o->demo_local = (int)x)
         NUM("outer_lr", 0, 1e6, o->outer_lr = (float)x)
         NUM("outer_mom", 0, 0.999999, o->outer_mom = (float)x)
+        NUM("overlap", 0, 1, o->overlap = (int)x)
+        NUM("grad_delay", 0, 1, o->grad_delay = (int)x)
         else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);
 #undef NUM
         if (rc) return STATUS_EMALFORMED;
@@ -282,6 +289,11 @@ typedef struct {
     float **psync;        /* [s] the parameters at the last sync (the same for every replica) */
     float **omom;         /* [r * S + s] outer momentum (o->outer_mom > 0) */
     optim_config_t outer; /* the outer step's schedule: lr * outer_lr, no decay, no clip */
+    /* --grad-delay and --overlap, backend memory: */
+    float **stash; /* [s] the parameters of the step before (the same for every replica) */
+    float **cur;   /* [s] --grad-delay: the current ones while the gradient is computed */
+    float *prev0;  /* EXPERIMENT: stage 0 two steps back */
+    int predict;
 } run_t;
 
 /* The validation loss of replica 0 run with the stages of mask `skip` left out. */
@@ -329,6 +341,63 @@ static void record(run_t *run, int to_store, const char *kind, int64_t step, con
     if (!to_store || !run->db) return;
     events_object(detail, sizeof detail, -1, step, fields);
     if (store_event_add(run->db, kind, detail, err)) log_warn("events: %s", err);
+}
+
+/* --grad-delay, --overlap: before step's gradient, the parameters the stale passes use.
+ * run->stash holds the step before's (at the first step of this process: the current
+ * ones, so that step is fresh). --grad-delay puts them in every replica for the whole
+ * pass; --overlap hands stage 0's to the model (model_set_stale_first). */
+static int stale_begin(run_t *run, int64_t step, int64_t start, char *err)
+{
+    kern_t *k = run->k;
+    for (int s = 0; s < run->S; s++) {
+        stage_t *st = model_stage(run->rep[0], s);
+        size_t bytes = stage_num_params(st) * sizeof(float);
+        if (step == start) kern_copy(k, run->stash[s], stage_params(st), bytes);
+        if (!run->o->grad_delay) continue;
+        kern_copy(k, run->cur[s], stage_params(st), bytes);
+        for (int r = 0; r < run->R; r++)
+            kern_copy(k, stage_params(model_stage(run->rep[r], s)), run->stash[s], bytes);
+    }
+    const float *use = run->stash[0];
+    if (run->predict && step >= start + 2) {
+        size_t P0 = stage_num_params(model_stage(run->rep[0], 0));
+        kern_copy(k, run->cur[0], run->stash[0], P0 * sizeof(float));
+        kern_scale(k, run->cur[0], 2.0f, P0);
+        kern_axpy(k, run->cur[0], -1.0f, run->prev0, P0);
+        use = run->cur[0];
+    }
+    if (getenv("ST_FROM") && step < atoi(getenv("ST_FROM"))) use = NULL;
+    if (getenv("ST_LAG0")) {
+        kern_copy(k, run->cur[0], stage_params(model_stage(run->rep[0], 0)), stage_num_params(model_stage(run->rep[0], 0)) * sizeof(float));
+        use = run->cur[0];
+    }
+    for (int r = 0; run->o->overlap && r < run->R; r++) {
+        int rc = model_set_stale_first(run->rep[r], use, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* After step's gradient: the current parameters back in place, and stashed for the next
+ * step (the update has not been applied yet). */
+static void stale_end(run_t *run)
+{
+    kern_t *k = run->k;
+    for (int s = 0; s < run->S; s++) {
+        stage_t *st = model_stage(run->rep[0], s);
+        size_t bytes = stage_num_params(st) * sizeof(float);
+        if (!run->o->grad_delay) {
+            if (s == 0 && run->prev0) kern_copy(k, run->prev0, run->stash[0], bytes);
+            kern_copy(k, run->stash[s], stage_params(st), bytes);
+            continue;
+        }
+        for (int r = 0; r < run->R; r++)
+            kern_copy(k, stage_params(model_stage(run->rep[r], s)), run->cur[s], bytes);
+        float *t = run->stash[s];
+        run->stash[s] = run->cur[s];
+        run->cur[s] = t;
+    }
 }
 
 /* Forward and backward of every replica's microbatches for `step`; mean loss out.
@@ -684,6 +753,25 @@ static int setup(run_t *run, char *err)
         }
     }
 
+    if (o->grad_delay || o->overlap) {
+        if (o->demo_local > 0)
+            return status_set(err, STATUS_EINVAL,
+                              "--grad-delay and --overlap: not with --demo-local (replicas "
+                              "differ between syncs)");
+        run->stash = calloc((size_t)run->S, sizeof *run->stash);
+        run->cur = calloc((size_t)run->S, sizeof *run->cur);
+        if (!run->stash || !run->cur) return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        for (int s = 0; s < run->S; s++) {
+            size_t bytes = stage_num_params(model_stage(run->rep[0], s)) * sizeof(float);
+            if (!(run->stash[s] = kern_alloc(run->k, bytes)) ||
+                !(run->cur[s] = kern_alloc(run->k, bytes)))
+                return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        }
+        run->predict = getenv("ST_PREDICT") != NULL;
+        if (run->predict)
+            run->prev0 = kern_alloc(run->k, stage_num_params(model_stage(run->rep[0], 0)) * sizeof(float));
+    }
+
     /* What must match for a resumed run to continue the same run. */
     train_options_t same = *o;
     same.val_skip = 0; /* what validation leaves out does not change the run's state */
@@ -720,6 +808,12 @@ static void teardown(run_t *run)
     for (int i = 0; run->omom && i < run->R * run->S; i++) kern_free(run->k, run->omom[i]);
     free(run->psync);
     free(run->omom);
+    for (int s = 0; run->stash && s < run->S; s++) {
+        if (run->stash[s]) kern_free(run->k, run->stash[s]);
+        if (run->cur && run->cur[s]) kern_free(run->k, run->cur[s]);
+    }
+    free(run->stash);
+    free(run->cur);
     kern_destroy(&run->k);
     data_destroy(&run->d);
 }
@@ -785,7 +879,9 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         if (step == timed_from) t_start = t0;
         double loss;
         float gnorm;
+        if (run.stash && (rc = stale_begin(&run, step, start, err))) goto done;
         if ((rc = compute_grads(&run, step, &loss, err))) goto done;
+        if (run.stash) stale_end(&run);
         if (!isfinite(loss)) {
             rc = status_set(err, STATUS_EINVAL,
                             "loss is not finite at step %" PRId64 " (lr too high?)", step);

@@ -83,6 +83,16 @@ int custody_in_flight(const peer_t *p, int kind)
     return n;
 }
 
+int custody_in_flight_upto(const peer_t *p, int64_t step)
+{
+    int n = 0;
+    for (int i = 0; i < p->cust.nmbs; i++) {
+        const mbrec_t *r = &p->cust.mbs[i];
+        n += r->used && r->mb.kind == 0 && r->hop == r->first && r->mb.step <= step;
+    }
+    return n;
+}
+
 /* Where a held microbatch goes next: the stage of its next hop; *back the hop whose peer
  * must take it (a revisit, CheckFree+), else -1. */
 static int next_stage(const peer_t *p, const mbrec_t *r, int *back)
@@ -192,12 +202,24 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
      * revisit whose peer is gone: drop_revisit logged it) */
 }
 
+/* When a forward's wait for its gradient began: when it was sent; for one this source
+ * started before its step (overlap, serve.c), when this member reached that step: until
+ * then the next pools hold it back by rule (docs/protocol.md 12.8), not for a failure, and
+ * a re-send for time would only make a second copy (sim mild 4x2 seed 82 --overlap: both
+ * were counted, 3 of 4). INFINITY: not yet. */
+static double wait_from(const peer_t *p, const mbrec_t *r)
+{
+    if (r->mb.kind != 0 || r->hop != 0 || r->fwd_step >= r->mb.step) return r->sent_at;
+    if (r->mb.step > p->step) return INFINITY;
+    return r->sent_at > p->contrib.step_t0 ? r->sent_at : p->contrib.step_t0;
+}
+
 /* The record's case for custody_act, with a NACK's reason or none. */
 static custody_case_t case_of(const peer_t *p, const mbrec_t *r, const char *nack)
 {
     int back = -1, to = next_stage(p, r, &back);
     return (custody_case_t){.sent = r->sent,
-                            .sent_at = r->sent_at,
+                            .sent_at = wait_from(p, r),
                             .wait_s = r->sent ? custody_time(p, r) : 0,
                             .next = r->sent ? view_find(&p->view, r->next) : NULL,
                             .next_stage = to,
@@ -257,7 +279,7 @@ double custody_next_deadline(const peer_t *p)
         const mbrec_t *r = &p->cust.mbs[i];
         if (!r->used || !r->act) continue;
         /* one not sent yet (no next peer to take it) is tried again soon */
-        double d = r->sent ? r->sent_at + custody_time(p, r) : p->now + CUSTODY_RETRY_S;
+        double d = r->sent ? wait_from(p, r) + custody_time(p, r) : p->now + CUSTODY_RETRY_S;
         if (d < at) at = d;
     }
     return at;

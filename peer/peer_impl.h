@@ -224,6 +224,9 @@ mbrec_t *custody_new(peer_t *p);
 int custody_free_slot(const peer_t *p);
 void custody_drop(mbrec_t *r);
 int custody_in_flight(const peer_t *p, int kind);
+/* Training microbatches it sourced or holds of steps up to `step` (overlap: those of the
+ * next step, started early, do not hold up this step's). */
+int custody_in_flight_upto(const peer_t *p, int64_t step);
 int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid);
 void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
 void custody_on_view(peer_t *p);

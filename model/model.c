@@ -172,7 +172,7 @@ static int hops(const model_t *m, path_hop_t *h)
 /* Forward through every hop of the path; activations ping-pong between two host buffers.
  * A stage visited twice (a swap) holds both parts in its one slot (stage.h). */
 static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
-                   char *err)
+                   const float *p0, char *err)
 {
     float *in = m->act, *out = m->act2;
     int wire = use_wire(m);
@@ -180,8 +180,11 @@ static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, fl
     int n = hops(m, h);
     for (int i = 0; i < n; i++) {
         int s = h[i].stage;
-        int rc = stage_forward_part(m->stages[s], 0, h[i].part, tokens, wire ? NULL : in, targets,
-                                    wire ? NULL : out, loss, err);
+        int rc = i == 0 && p0 ? stage_forward_with(m->stages[s], p0, m->save0, 0, h[i].part, tokens,
+                                                   NULL, NULL, wire ? NULL : out, loss, err)
+                              : stage_forward_part(m->stages[s], 0, h[i].part, tokens,
+                                                   wire ? NULL : in, targets, wire ? NULL : out,
+                                                   loss, err);
         if (!rc && i + 1 < n)
             rc = wire ? hand_over(m, s, h[i + 1].stage, 0, err) : cross(m, s, 0, out, err);
         if (rc) return rc;
@@ -204,18 +207,11 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
                       char *err)
 {
     path_hop_t h[PATH_HOPS_MAX];
+    /* stage 0's forward on the older parameters, its backward on a forward recomputed with
+     * the current ones */
     int stale = m->stale0 && m->S > 1 && hops(m, h) > 0 && h[0].part == STAGE_PART_ALL;
-    float *p0 = stage_params(m->stages[0]);
-    size_t bytes0 = stage_num_params(m->stages[0]) * sizeof(float);
-    if (stale) { /* stage 0's forward on the older parameters */
-        kern_copy(m->k, m->save0, p0, bytes0);
-        kern_copy(m->k, p0, m->stale0, bytes0);
-    }
-    int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
-    if (stale) { /* its backward on a forward recomputed with the current ones */
-        kern_copy(m->k, p0, m->save0, bytes0);
-        if (!rc) rc = stage_forward(m->stages[0], 0, tokens, NULL, NULL, NULL, NULL, err);
-    }
+    int rc = forward(m, tokens, targets, loss, stale ? m->stale0 : NULL, err), wire = use_wire(m);
+    if (stale && !rc) rc = stage_forward(m->stages[0], 0, tokens, NULL, NULL, NULL, NULL, err);
     for (int i = hops(m, h) - 1; !rc && i >= 0; i--) {
         float *g = wire ? NULL : m->grad;
         rc = stage_backward_part(m->stages[h[i].stage], 0, h[i].part, g, g, err);
@@ -229,13 +225,13 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
 int model_eval_micro(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                      char *err)
 {
-    return forward(m, tokens, targets, loss, err);
+    return forward(m, tokens, targets, loss, NULL, err);
 }
 
 int model_logits(model_t *m, const int32_t *tokens, float *out, char *err)
 {
     float loss;
-    int rc = forward(m, tokens, NULL, &loss, err);
+    int rc = forward(m, tokens, NULL, &loss, NULL, err);
     return rc ? rc : stage_logits(m->stages[m->S - 1], 0, out, err);
 }
 

@@ -11,6 +11,7 @@ void contrib_init(contrib_t *c, double peer_timeout_s)
 {
     memset(c, 0, sizeof *c);
     c->redo_step = -1;
+    c->ahead_step = -1;
     c->progress = timeout_make("step.progress", CONTRIB_PROGRESS_S);
     c->stall = timeout_make("step.stall", CONTRIB_STALL_S);
     c->exch_req = timeout_make("step.exch_req", CONTRIB_ASK_S);

@@ -47,6 +47,9 @@ typedef struct {
     double share_at;    /* stage 0: its own share counted, its part 0 sent early */
     double complete_at; /* the step complete here (all M counted) */
     float *grad_save;   /* a redo's backward leaves the counted gradient as it was */
+    float *ahead;       /* overlap, stage 0: 2 x the stage's parameters, backend memory
+                         * (step.c): the lookahead of ahead_step (step_lookahead), scratch */
+    int64_t ahead_step; /* the step whose part 0 made it; -1: none */
     int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */
     /* timers (docs/protocol.md 12.11) */
     timeout_t progress;  /* step.progress: the next PROGRESS re-send */

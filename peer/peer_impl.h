@@ -268,6 +268,11 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 /* Before counting mb: when it is a re-send (attempt > 0) and this member counted others
  * at this step, its part 0 goes out first, so that mb lands in a supplement (12.4). */
 int step_before_resent(peer_t *p, const msg_mb_t *mb);
+/* Overlap (docs/protocol.md 12.8): stage 0's lookahead for the forwards of the next step it
+ * starts while its pool exchanges this one: the parameters its own part 0 would give alone
+ * (update_predict), backend memory; *save a scratch of as many floats. NULL when it has
+ * none for this step (its part 0 not made yet, or out of memory). */
+float *step_lookahead(peer_t *p, float **save);
 int step_tick(peer_t *p);
 /* The pool step of the stage taken: the contributor's buffers, the pool's bookkeeping;
  * 0 or STATUS_ENOMEM. step_close frees them but the pool, which it returns (a member that

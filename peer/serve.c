@@ -274,9 +274,13 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->fwd_step = p->step;
     if (kind == 0 && step == p->step) contrib_note_first(&p->contrib, p->now);
     double t0 = compute_clock(p);
-    float loss;
-    int rc = stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
-                                p->dims.S == 1 ? r->targets : NULL, NULL, &loss, p->err);
+    float loss, *save = NULL;
+    /* overlap: a microbatch of the next step, on the lookahead of this one (source_ahead) */
+    const float *ahead = kind == 0 && step > p->step ? step_lookahead(p, &save) : NULL;
+    int rc = ahead ? stage_forward_with(p->held.st, ahead, save, slot, r->part, p->held.host_tok,
+                                        NULL, NULL, NULL, &loss, p->err)
+                   : stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
+                                        p->dims.S == 1 ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) return rc;
     p->stats.served++;
     if (p->dims.S == 1) { /* the whole model here */

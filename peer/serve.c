@@ -648,7 +648,8 @@ static int validate(peer_t *p)
  * parameters of N, their gradient waits for N+1 (bwd_waits) and their backward recomputes
  * the forward (refresh_forward). Only indices that are its own by the rendezvous of N+1's
  * owners in its view, none while an owner that left is remembered (source.h: its
- * microbatches move only after a wait, at their step), none that swap (CheckFree+: a
+ * microbatches move only after a wait, at their step) or a stage-0 member does not
+ * contribute at N+1 yet (joining or following), none that swap (CheckFree+: a
  * stage-0 revisit), at most in_flight of them in custody at once. 1 when it started one,
  * 0 when none, < 0 an error. */
 static int source_ahead(peer_t *p)
@@ -658,6 +659,16 @@ static int source_ahead(peer_t *p)
         !(p->contrib.exch_early || p->contrib.exch_sent) || p->me.entry.serving_from > p->step ||
         custody_in_flight(p, 0) >= p->po.in_flight)
         return 0;
+    /* a stage-0 member that does not contribute yet may be named an owner of N+1 while
+     * this one starts N+1 ahead of the pool: the naming's margin (timeout_s before the
+     * pool reaches it, 9.5) counts from the pool's step, not this early start, and both
+     * would start the index it takes over (sim corrupt 8x4 seed 191) */
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *v = &p->view.m[i];
+        if (v->stage == 0 && !peer_is_self(p, v->id) &&
+            (v->state != MEMBER_SERVING || v->serving_from > next))
+            return 0;
+    }
     const msg_member_t *own;
     int me, n = view_owners(&p->view, 0, next, p->me.entry.id, &own, &me);
     if (me < 0) return 0;

@@ -268,6 +268,9 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 /* Before counting mb: when it is a re-send (attempt > 0) and this member counted others
  * at this step, its part 0 goes out first, so that mb lands in a supplement (12.4). */
 int step_before_resent(peer_t *p, const msg_mb_t *mb);
+/* Whether this member's pool has counted training microbatch mb (its union, or a step
+ * already applied). */
+int step_counted(peer_t *p, const msg_mb_t *mb);
 /* Overlap (docs/protocol.md 12.8): stage 0's lookahead for the forwards of the next step it
  * starts while its pool exchanges this one: the parameters its own part 0 would give alone
  * (update_predict), backend memory; *save a scratch of as many floats. NULL when it has

@@ -48,6 +48,14 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
     return !pool_bit(p->contrib.ubuf, (int)mb->index);
 }
 
+int step_counted(peer_t *p, const msg_mb_t *mb)
+{
+    if (mb->kind != 0 || mb->step > p->step) return 0;
+    if (mb->step < p->step) return 1;
+    step_seen(p);
+    return pool_bit(p->contrib.ubuf, (int)mb->index);
+}
+
 static void send_progress(peer_t *p)
 {
     msg_t m = {

@@ -90,11 +90,6 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
     if (o->swap > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "swap=%.9g\n", o->swap);
-    /* only when set: runs without them keep the text (and hashes) they had */
-    if (o->overlap && w >= 0 && (size_t)w < n)
-        w += snprintf(buf + w, n - (size_t)w, "overlap=1\n");
-    if (o->grad_delay && w >= 0 && (size_t)w < n)
-        w += snprintf(buf + w, n - (size_t)w, "grad_delay=1\n");
     /* only when set: a swarm validates during the run (the leader of stage 0) */
     if (o->val_every > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "val_every=%d\n", o->val_every);
@@ -107,6 +102,11 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (o->demo_local > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "demo_local=%d\nouter_lr=%.9g\nouter_mom=%.9g\n",
                       o->demo_local, (double)o->outer_lr, (double)o->outer_mom);
+    /* only when set: runs without them keep the text (and hashes) they had */
+    if (o->overlap && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "overlap=1\n");
+    if (o->grad_delay && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "grad_delay=1\n");
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }

@@ -209,9 +209,21 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
  * were counted, 3 of 4). INFINITY: not yet. */
 static double wait_from(const peer_t *p, const mbrec_t *r)
 {
-    if (r->mb.kind != 0 || r->hop != 0 || r->fwd_step >= r->mb.step) return r->sent_at;
+    double from = r->sent_at > r->parked_at ? r->sent_at : r->parked_at;
+    if (r->mb.kind != 0 || r->hop != 0 || r->fwd_step >= r->mb.step) return from;
     if (r->mb.step > p->step) return INFINITY;
-    return r->sent_at > p->contrib.step_t0 ? r->sent_at : p->contrib.step_t0;
+    return from > p->contrib.step_t0 ? from : p->contrib.step_t0;
+}
+
+/* Overlap: a forward whose next peer's pool, as its member entry says, has not reached the
+ * microbatch's step waits there by rule (12.8); its wait for time starts again while so.
+ * Stages run further apart with the overlap, and a middle stage's re-send of a forward the
+ * next pool held made two copies there (sim heavy 6x3 seed 2048 --overlap). */
+static void note_parked(peer_t *p, mbrec_t *r)
+{
+    if (!p->def.train.overlap || r->mb.kind != 0 || !r->sent) return;
+    const msg_member_t *nx = view_find(&p->view, r->next);
+    if (nx && nx->state == MEMBER_SERVING && nx->step < r->mb.step) r->parked_at = p->now;
 }
 
 /* The record's case for custody_act, with a NACK's reason or none. */
@@ -324,6 +336,7 @@ void custody_tick(peer_t *p)
             custody_forward(p, r, NULL);
             continue;
         }
+        note_parked(p, r);
         custody_case_t c = case_of(p, r, NULL);
         const char *why;
         if (custody_overdue(&c, p->now, &why) == CUSTODY_REROUTE) custody_reroute(p, r, why);

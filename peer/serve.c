@@ -656,13 +656,15 @@ static int validate(peer_t *p)
  * the forward (refresh_forward). Only indices that are its own by the rendezvous of N+1's
  * owners in its view, none while an owner that left is remembered (source.h: its
  * microbatches move only after a wait, at their step) or a stage-0 member does not
- * contribute at N+1 yet (joining or following), none that swap (CheckFree+: a
+ * contribute at N+1 yet (joining or following), none while a move of its own waits (move.c),
+ * none that swap (CheckFree+: a
  * stage-0 revisit), at most in_flight of them in custody at once. 1 when it started one,
  * 0 when none, < 0 an error. */
 static int source_ahead(peer_t *p)
 {
     int64_t next = p->step + 1;
     if (!p->def.train.overlap || p->dims.S < 2 || next >= p->def.train.steps || p->source.n > 0 ||
+        p->rebal.to >= 0 ||
         !(p->contrib.exch_early || p->contrib.exch_sent) || p->me.entry.serving_from > p->step ||
         custody_in_flight(p, 0) >= p->po.in_flight)
         return 0;

@@ -215,15 +215,21 @@ static double wait_from(const peer_t *p, const mbrec_t *r)
     return from > p->contrib.step_t0 ? from : p->contrib.step_t0;
 }
 
-/* Overlap: a forward whose next peer's pool, as its member entry says, has not reached the
- * microbatch's step waits there by rule (12.8); its wait for time starts again while so.
- * Stages run further apart with the overlap, and a middle stage's re-send of a forward the
- * next pool held made two copies there (sim heavy 6x3 seed 2048 --overlap). */
+/* Overlap: a forward whose next peer's pool, as its member entry says, or any later pool,
+ * as its members' entries say, has not reached the microbatch's step waits there by rule
+ * (12.8); its wait for time starts again while so. Stages run further apart with the
+ * overlap, and a re-send of a forward a later pool held made two copies there (sim heavy
+ * 6x3 seeds 2048, 2306 --overlap). */
 static void note_parked(peer_t *p, mbrec_t *r)
 {
     if (!p->def.train.overlap || r->mb.kind != 0 || !r->sent) return;
     const msg_member_t *nx = view_find(&p->view, r->next);
-    if (nx && nx->state == MEMBER_SERVING && nx->step < r->mb.step) r->parked_at = p->now;
+    int held = nx && nx->state == MEMBER_SERVING && nx->step < r->mb.step;
+    for (int s = p->stage + 1; !held && s < p->dims.S; s++) {
+        int64_t top = view_max_step(&p->view, s);
+        held = top >= 0 && top < r->mb.step;
+    }
+    if (held) r->parked_at = p->now;
 }
 
 /* The record's case for custody_act, with a NACK's reason or none. */

@@ -556,15 +556,21 @@ static int bwd_waits(const peer_t *p, const msg_t *m)
     return p->def.train.overlap && m->mb.kind == 0 && m->mb.step > p->step;
 }
 
-/* Overlap: a training forward whose source (route[0]) has left this member's view is
- * dropped, not served. Its source may have started it a step ahead, and it may wait here
- * until the pool reaches that step, longer than the settle wait after which stage 0 starts
- * a gone owner's microbatches again (11.1): served then, both copies would be counted, as
- * first attempts, by two members of a later pool (sim corrupt 6x3 seed 60 --overlap). */
+/* Overlap: a training forward whose source (route[0]) is not, in this member's view, a
+ * serving stage-0 member that contributes at the microbatch's step (it left the view, or
+ * came back as a new life with the same id: it joins or follows) is dropped, not served.
+ * Its source may have started it a step ahead, and it may wait here until the pool
+ * reaches that step, longer than the settle wait after which stage 0 starts a gone
+ * owner's microbatches again (11.1): served then, both copies would be counted, as first
+ * attempts, by two members of a later pool (sim corrupt 6x3 seed 60, mild 6x3 seed 2266
+ * --overlap). A re-run a REDO asked for is kept: a follower runs those too (12.7). */
 static int source_gone(peer_t *p, const msg_t *m)
 {
-    return p->def.train.overlap && m->mb.kind == 0 && m->nroute >= 1 &&
-           !peer_is_self(p, m->route[0]) && !view_find(&p->view, m->route[0]);
+    if (!p->def.train.overlap || m->mb.kind != 0 || m->nroute < 1 || (m->flags & MSG_FLAG_REDO) ||
+        peer_is_self(p, m->route[0]))
+        return 0;
+    const msg_member_t *s = view_find(&p->view, m->route[0]);
+    return !s || s->stage != 0 || s->state != MEMBER_SERVING || s->serving_from > m->mb.step;
 }
 
 /* One unit of compute: a gradient to pass back, else a forward of this step. */
@@ -583,6 +589,11 @@ int serve_one(peer_t *p, int *did)
         if (in->m.type != MSG_FWD) continue;
         if (in->m.mb.step > p->step) continue; /* its pool step is not here yet */
         if (source_gone(p, &in->m)) {
+            /* the source itself is told (its entry here may be behind: it re-routes); a
+             * later stage's sender is not, or two members of this pool would hand the
+             * microbatch of a gone source back and forth */
+            if (in->m.nroute == 1)
+                peer_send_nack(p, in->m.sender, &in->m, "its source does not serve stage 0");
             serve_dequeue(p, i--);
             continue;
         }

@@ -87,7 +87,12 @@ float *contrib_grad_save(contrib_t *c, size_t n);
 /* A REDO for `step` at `now`: its indices are re-run, but one started less than half of
  * CONTRIB_REDO_S ago (the asker repeats a REDO only that much later: a nearer one is the
  * same REDO, duplicated on the way) */
-void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now);
+/* With `earliest` (the overlap, docs/protocol.md 12.13) an earlier step's REDO replaces a
+ * later step's set, and a later step's waits while the set has indices not started yet:
+ * a pool behind another (rebuilt at an older step) must pass its step before the later
+ * step's re-runs can reach the pool that asked for them (sim stage 8x4 seed 2240). */
+void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now,
+                      int earliest);
 /* Re-run i of redo_step has started at now. */
 void contrib_redo_started(contrib_t *c, int i, double now);
 

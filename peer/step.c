@@ -1081,5 +1081,5 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
         stats_note_rejected(&p->stats);
         return;
     }
-    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M, p->now);
+    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M, p->now, p->def.train.overlap);
 }

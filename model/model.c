@@ -25,6 +25,8 @@ struct model {
     void *tap_ctx;
     uint64_t skip; /* stages the next passes leave out (swarm/path.h mask) */
     int swap;      /* PATH_SWAP_*: the next training passes' CheckFree+ swap */
+    const float *stale0; /* model_set_stale_first: stage 0's forward parameters, NULL: off */
+    float *save0;        /* ... its current parameters meanwhile (backend memory) */
 };
 
 model_t *model_new(const model_config_t *cfg, kern_t *k, uint64_t seed, char *err)
@@ -64,6 +66,7 @@ void model_destroy(model_t **mp)
     free(m->act2);
     free(m->grad);
     free(m->wire);
+    if (m->save0) kern_free(m->k, m->save0);
     free(m);
     *mp = NULL;
 }
@@ -169,7 +172,7 @@ static int hops(const model_t *m, path_hop_t *h)
 /* Forward through every hop of the path; activations ping-pong between two host buffers.
  * A stage visited twice (a swap) holds both parts in its one slot (stage.h). */
 static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
-                   char *err)
+                   const float *p0, char *err)
 {
     float *in = m->act, *out = m->act2;
     int wire = use_wire(m);
@@ -177,8 +180,11 @@ static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, fl
     int n = hops(m, h);
     for (int i = 0; i < n; i++) {
         int s = h[i].stage;
-        int rc = stage_forward_part(m->stages[s], 0, h[i].part, tokens, wire ? NULL : in, targets,
-                                    wire ? NULL : out, loss, err);
+        int rc = i == 0 && p0 ? stage_forward_with(m->stages[s], p0, m->save0, 0, h[i].part, tokens,
+                                                   NULL, NULL, wire ? NULL : out, loss, err)
+                              : stage_forward_part(m->stages[s], 0, h[i].part, tokens,
+                                                   wire ? NULL : in, targets, wire ? NULL : out,
+                                                   loss, err);
         if (!rc && i + 1 < n)
             rc = wire ? hand_over(m, s, h[i + 1].stage, 0, err) : cross(m, s, 0, out, err);
         if (rc) return rc;
@@ -189,11 +195,23 @@ static int forward(model_t *m, const int32_t *tokens, const int32_t *targets, fl
     return 0;
 }
 
+int model_set_stale_first(model_t *m, const float *params, char *err)
+{
+    m->stale0 = params;
+    if (!params || m->save0) return 0;
+    m->save0 = kern_alloc(m->k, stage_num_params(m->stages[0]) * sizeof(float));
+    return m->save0 ? 0 : status_set(err, STATUS_ENOMEM, "model: out of memory");
+}
+
 int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                       char *err)
 {
-    int rc = forward(m, tokens, targets, loss, err), wire = use_wire(m);
     path_hop_t h[PATH_HOPS_MAX];
+    /* stage 0's forward on the older parameters, its backward on a forward recomputed with
+     * the current ones */
+    int stale = m->stale0 && m->S > 1 && hops(m, h) > 0 && h[0].part == STAGE_PART_ALL;
+    int rc = forward(m, tokens, targets, loss, stale ? m->stale0 : NULL, err), wire = use_wire(m);
+    if (stale && !rc) rc = stage_forward(m->stages[0], 0, tokens, NULL, NULL, NULL, NULL, err);
     for (int i = hops(m, h) - 1; !rc && i >= 0; i--) {
         float *g = wire ? NULL : m->grad;
         rc = stage_backward_part(m->stages[h[i].stage], 0, h[i].part, g, g, err);
@@ -207,13 +225,13 @@ int model_train_micro(model_t *m, const int32_t *tokens, const int32_t *targets,
 int model_eval_micro(model_t *m, const int32_t *tokens, const int32_t *targets, float *loss,
                      char *err)
 {
-    return forward(m, tokens, targets, loss, err);
+    return forward(m, tokens, targets, loss, NULL, err);
 }
 
 int model_logits(model_t *m, const int32_t *tokens, float *out, char *err)
 {
     float loss;
-    int rc = forward(m, tokens, NULL, &loss, err);
+    int rc = forward(m, tokens, NULL, &loss, NULL, err);
     return rc ? rc : stage_logits(m->stages[m->S - 1], 0, out, err);
 }
 

@@ -32,6 +32,16 @@ int model_logits(model_t *m, const int32_t *tokens, float *out, char *err);
 
 void model_zero_grads(model_t *m);
 
+/* The overlap (train.h, overlap): from now on model_train_micro runs stage 0's forward on
+ * `params` (stage 0's parameters of the step before: stage_num_params floats of backend
+ * memory, not owned, kept until turned off) and the later stages on their own; stage 0's
+ * backward then runs on a forward recomputed with its current parameters, as a swarm's
+ * stage 0 computes a microbatch it sourced before its pool applied the step before. The
+ * gradient that comes back is taken as is (computed downstream on the stale activation).
+ * NULL turns it off. No effect with one stage or on a path whose first hop is not the
+ * whole of stage 0 (a FRONT swap). 0, or STATUS_ENOMEM. */
+int model_set_stale_first(model_t *m, const float *params, char *err);
+
 /* SkipPipe: the passes from now on run only the stages on the path of mask skip
  * (swarm/path.h: bit s set = stage s left out; the first and last stage always run), the
  * activation going from each stage on the path to the next one on it, the gradient back

@@ -441,6 +441,18 @@ int stage_forward(stage_t *st, int slot, const int32_t *tokens, const float *x_i
     return stage_forward_part(st, slot, STAGE_PART_ALL, tokens, x_in, targets, y_out, loss, err);
 }
 
+int stage_forward_with(stage_t *st, const float *params, float *save, int slot, int part,
+                       const int32_t *tokens, const float *x_in, const int32_t *targets,
+                       float *y_out, float *loss, char *err)
+{
+    size_t bytes = stage_num_params(st) * sizeof(float);
+    kern_copy(stage_kern(st), save, stage_params(st), bytes);
+    kern_copy(stage_kern(st), stage_params(st), params, bytes);
+    int rc = stage_forward_part(st, slot, part, tokens, x_in, targets, y_out, loss, err);
+    kern_copy(stage_kern(st), stage_params(st), save, bytes);
+    return rc;
+}
+
 int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, const float *x_in,
                        const int32_t *targets, float *y_out, float *loss, char *err)
 {

@@ -93,6 +93,14 @@ enum { STAGE_PART_ALL, STAGE_PART_EMBED, STAGE_PART_BLOCKS, STAGE_PART_HEAD };
 int stage_forward_part(stage_t *st, int slot, int part, const int32_t *tokens, const float *x_in,
                        const int32_t *targets, float *y_out, float *loss, char *err);
 
+/* stage_forward_part with `params` (stage_num_params floats of backend memory) in place of
+ * the stage's own, which are kept in `save` (as many floats) meanwhile and put back: the
+ * slot then holds the activations of `params` (a backward needs them, or a forward run
+ * again with the stage's own). The overlap's forward of a microbatch ahead of its step. */
+int stage_forward_with(stage_t *st, const float *params, float *save, int slot, int part,
+                       const int32_t *tokens, const float *x_in, const int32_t *targets,
+                       float *y_out, float *loss, char *err);
+
 /* The parameters whose gradients a backward pass of `part` adds to: [*offset, *offset +
  * *count) of the buffers (every part's tensors lie together). *count 0 for a part this
  * stage does not have. */

@@ -15,6 +15,7 @@
 #include "model/hf_model.h"
 #include "model/model.h"
 #include "model/stage_ckpt.h"
+#include "model/update.h"
 #include "store/store.h"
 #include "swarm/path.h"
 
@@ -101,6 +102,11 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (o->demo_local > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "demo_local=%d\nouter_lr=%.9g\nouter_mom=%.9g\n",
                       o->demo_local, (double)o->outer_lr, (double)o->outer_mom);
+    /* only when set: runs without them keep the text (and hashes) they had */
+    if (o->overlap && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "overlap=1\n");
+    if (o->grad_delay && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "grad_delay=1\n");
     if (w < 0) return 0;
     return (size_t)w < n ? (size_t)w : n ? n - 1 : 0;
 }
@@ -231,6 +237,8 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("demo_local", 0, 1 << 20, o->demo_local = (int)x)
         NUM("outer_lr", 0, 1e6, o->outer_lr = (float)x)
         NUM("outer_mom", 0, 0.999999, o->outer_mom = (float)x)
+        NUM("overlap", 0, 1, o->overlap = (int)x)
+        NUM("grad_delay", 0, 1, o->grad_delay = (int)x)
         else rc = status_set(err, STATUS_EMALFORMED, "run text: unknown setting '%s'", line);
 #undef NUM
         if (rc) return STATUS_EMALFORMED;
@@ -282,6 +290,13 @@ typedef struct {
     float **psync;        /* [s] the parameters at the last sync (the same for every replica) */
     float **omom;         /* [r * S + s] outer momentum (o->outer_mom > 0) */
     optim_config_t outer; /* the outer step's schedule: lr * outer_lr, no decay, no clip */
+    /* --grad-delay, backend memory: */
+    float **stash; /* [s] the parameters of the step before (the same for every replica) */
+    float **cur;   /* [s] the current ones while the gradient is computed */
+    /* --overlap: */
+    float **ahead; /* [r] stage 0's lookahead for replica r's next step (backend memory) */
+    float *gbody;  /* AdamW: a replica's stage-0 gradient as a message body (host) */
+    int ahead_ok;  /* ahead holds a lookahead (not at the first step of this process) */
 } run_t;
 
 /* The validation loss of replica 0 run with the stages of mask `skip` left out. */
@@ -329,6 +344,75 @@ static void record(run_t *run, int to_store, const char *kind, int64_t step, con
     if (!to_store || !run->db) return;
     events_object(detail, sizeof detail, -1, step, fields);
     if (store_event_add(run->db, kind, detail, err)) log_warn("events: %s", err);
+}
+
+/* --grad-delay: the whole model's gradient of `step` is computed on the parameters of
+ * the step before. run->stash holds them (at the first step of this process: the current
+ * ones, so that step is fresh); they are put in every replica for the passes. */
+static void delay_begin(run_t *run, int64_t step, int64_t start)
+{
+    kern_t *k = run->k;
+    for (int s = 0; s < run->S; s++) {
+        stage_t *st = model_stage(run->rep[0], s);
+        size_t bytes = stage_num_params(st) * sizeof(float);
+        if (step == start) kern_copy(k, run->stash[s], stage_params(st), bytes);
+        kern_copy(k, run->cur[s], stage_params(st), bytes);
+        for (int r = 0; r < run->R; r++)
+            kern_copy(k, stage_params(model_stage(run->rep[r], s)), run->stash[s], bytes);
+    }
+}
+
+/* After the gradient: the current parameters back in place, and stashed for the next
+ * step (the update has not been applied yet). */
+static void delay_end(run_t *run)
+{
+    for (int s = 0; s < run->S; s++) {
+        size_t bytes = stage_num_params(model_stage(run->rep[0], s)) * sizeof(float);
+        for (int r = 0; r < run->R; r++)
+            kern_copy(run->k, stage_params(model_stage(run->rep[r], s)), run->cur[s], bytes);
+        float *t = run->stash[s];
+        run->stash[s] = run->cur[s];
+        run->cur[s] = t;
+    }
+}
+
+/* DeMo's update without the decay: train's demo_opt_prepare decayed already. */
+static int apply_demo_prepared(const model_update_t *u, const update_batch_t *b,
+                               update_result_t *out, char *err)
+{
+    out->gnorm = out->stage_gnorm = 0;
+    return demo_opt_apply(u->dopt, u->opt, b->step, b->bodies, b->lens, b->n, err);
+}
+
+/* --overlap, before the update of `step`: each replica's lookahead for stage 0, the
+ * parameters its own share of the step would give alone (update_predict with its own DeMo
+ * message, or AdamW with its own gradient on the shared moments), which its next step's
+ * stage-0 forwards run on, as a swarm's stage 0 does for the microbatches it starts while
+ * its pool exchanges (docs/thin-links.md). */
+static int overlap_predict(run_t *run, int64_t step, char *err)
+{
+    const train_options_t *o = run->o;
+    for (int r = 0; r < run->R; r++) {
+        stage_t *s0 = model_stage(run->rep[run->dopt ? r : 0], 0);
+        model_update_t u = update_rule(s0, run->k, NULL, &o->opt);
+        const uint8_t *body = (const uint8_t *)run->gbody;
+        size_t len = stage_num_params(s0) * sizeof(float);
+        if (run->dopt) {
+            u.dopt = run->dopt[r * run->S];
+            u.apply = apply_demo_prepared;
+            body = run->msg[r * run->S];
+            len = demo_opt_msg_size(u.dopt);
+        } else {
+            kern_download(run->k, run->gbody, stage_grads(model_stage(run->rep[r], 0)), len);
+        }
+        int n = run->visits[r * run->S];
+        update_batch_t b = {.step = step, .bodies = &body, .lens = &len, .n = 1,
+                            .counted = (uint32_t)(n ? n : 1)};
+        int rc = update_predict(&u, &b, run->ahead[r], err);
+        if (rc) return rc;
+    }
+    run->ahead_ok = 1;
+    return 0;
 }
 
 /* Forward and backward of every replica's microbatches for `step`; mean loss out.
@@ -409,6 +493,10 @@ static int step_demo(run_t *run, int64_t step, float *gnorm, char *err)
             if (r == 0) sq += (double)n * n;
         }
     *gnorm = (float)sqrt(sq);
+    if (run->ahead) {
+        int rc = overlap_predict(run, step, err);
+        if (rc) return rc;
+    }
     for (int s = 0; s < S; s++)
         for (int r = 0; r < R; r++) {
             for (int j = 0; j < R; j++) {
@@ -684,6 +772,31 @@ static int setup(run_t *run, char *err)
         }
     }
 
+    if ((o->grad_delay || o->overlap) && o->demo_local > 0)
+        return status_set(err, STATUS_EINVAL,
+                          "--grad-delay and --overlap: not with --demo-local (replicas differ "
+                          "between syncs)");
+    if (o->grad_delay) {
+        run->stash = calloc((size_t)run->S, sizeof *run->stash);
+        run->cur = calloc((size_t)run->S, sizeof *run->cur);
+        if (!run->stash || !run->cur) return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        for (int s = 0; s < run->S; s++) {
+            size_t bytes = stage_num_params(model_stage(run->rep[0], s)) * sizeof(float);
+            if (!(run->stash[s] = kern_alloc(run->k, bytes)) ||
+                !(run->cur[s] = kern_alloc(run->k, bytes)))
+                return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        }
+    }
+    if (o->overlap && run->S > 1) {
+        size_t bytes = stage_num_params(model_stage(run->rep[0], 0)) * sizeof(float);
+        run->ahead = calloc((size_t)run->R, sizeof *run->ahead);
+        if (!run->ahead || !(run->gbody = malloc(bytes)))
+            return status_set(err, STATUS_ENOMEM, "train: out of memory");
+        for (int r = 0; r < run->R; r++)
+            if (!(run->ahead[r] = kern_alloc(run->k, bytes)))
+                return status_set(err, STATUS_ENOMEM, "train: out of memory");
+    }
+
     /* What must match for a resumed run to continue the same run. */
     train_options_t same = *o;
     same.val_skip = 0; /* what validation leaves out does not change the run's state */
@@ -720,6 +833,16 @@ static void teardown(run_t *run)
     for (int i = 0; run->omom && i < run->R * run->S; i++) kern_free(run->k, run->omom[i]);
     free(run->psync);
     free(run->omom);
+    for (int s = 0; run->stash && s < run->S; s++) {
+        if (run->stash[s]) kern_free(run->k, run->stash[s]);
+        if (run->cur && run->cur[s]) kern_free(run->k, run->cur[s]);
+    }
+    free(run->stash);
+    free(run->cur);
+    for (int r = 0; run->ahead && r < run->R; r++)
+        if (run->ahead[r]) kern_free(run->k, run->ahead[r]);
+    free(run->ahead);
+    free(run->gbody);
     kern_destroy(&run->k);
     data_destroy(&run->d);
 }
@@ -785,7 +908,13 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         if (step == timed_from) t_start = t0;
         double loss;
         float gnorm;
+        if (run.stash) delay_begin(&run, step, start);
+        for (int i = 0; run.ahead && i < run.R; i++)
+            if ((rc = model_set_stale_first(run.rep[i], run.ahead_ok ? run.ahead[i] : NULL, err)))
+                goto done;
         if ((rc = compute_grads(&run, step, &loss, err))) goto done;
+        if (run.stash) delay_end(&run);
+        if (run.ahead && !run.dopt && (rc = overlap_predict(&run, step, err))) goto done;
         if (!isfinite(loss)) {
             rc = status_set(err, STATUS_EINVAL,
                             "loss is not finite at step %" PRId64 " (lr too high?)", step);

@@ -79,6 +79,15 @@ typedef struct {
      * blocks of stage 0 with stage 1's, or of stage S-1 with S-2's (part of the run; 0:
      * none), so that the neighbours learn to stand in for a lost first or last stage */
     double swap;
+    /* The exchange overlapped with the next step (docs/thin-links.md; part of the run,
+     * in its text only when set). In a swarm, stage 0 may source step N+1 while its pool
+     * exchanges N: their stage-0 forward runs on the parameters of N, their backward
+     * after N is applied, on a forward recomputed with the new parameters (the later
+     * stages see N+1's). train runs every microbatch so, the worst case. */
+    int overlap;
+    /* train only, a measurement: every step's gradient is computed on the parameters of
+     * the step before (the whole model one step stale, PipeDream's bound) */
+    int grad_delay;
 } train_options_t;
 
 typedef struct {

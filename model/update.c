@@ -40,6 +40,30 @@ static int apply_dense(const model_update_t *u, const update_batch_t *b, update_
     return 0;
 }
 
+int update_predict(const model_update_t *u, const update_batch_t *b, float *out, char *err)
+{
+    size_t bytes = stage_num_params(u->st) * sizeof(float);
+    float *keep[4] = {stage_params(u->st), stage_grads(u->st), stage_opt_m(u->st),
+                      stage_opt_v(u->st)};
+    float *saved[4] = {0};
+    int rc = 0;
+    for (int i = 0; i < 4 && !rc; i++) {
+        if (!(saved[i] = kern_alloc(u->k, bytes))) rc = status_set(err, STATUS_ENOMEM, "update: out of memory");
+        else kern_copy(u->k, saved[i], keep[i], bytes);
+    }
+    int64_t t = *stage_opt_step(u->st);
+    update_result_t r;
+    if (!rc) rc = u->apply(u, b, &r, err);
+    if (!rc) kern_copy(u->k, out, stage_params(u->st), bytes);
+    for (int i = 0; i < 4; i++)
+        if (saved[i]) {
+            kern_copy(u->k, keep[i], saved[i], bytes);
+            kern_free(u->k, saved[i]);
+        }
+    *stage_opt_step(u->st) = t;
+    return rc;
+}
+
 model_update_t update_rule(stage_t *st, kern_t *k, demo_opt_t *dopt, const optim_config_t *opt)
 {
     return (model_update_t){

@@ -49,4 +49,11 @@ typedef struct model_update {
  * outlive the rule. */
 model_update_t update_rule(stage_t *st, kern_t *k, demo_opt_t *dopt, const optim_config_t *opt);
 
+/* A lookahead: the parameters u->apply(b) would give the stage, into out
+ * (stage_num_params floats of backend memory), the stage left as it was (its parameters,
+ * gradients, moments and step counter are put back; DeMo's residual momentum is not
+ * touched by an update). The overlap's forwards of the next step run on them, with the
+ * member's own message as b (peer/serve.c). 0, STATUS_ENOMEM, or apply's status. */
+int update_predict(const model_update_t *u, const update_batch_t *b, float *out, char *err);
+
 #endif

@@ -11,6 +11,7 @@ void contrib_init(contrib_t *c, double peer_timeout_s)
 {
     memset(c, 0, sizeof *c);
     c->redo_step = -1;
+    c->ahead_step = -1;
     c->progress = timeout_make("step.progress", CONTRIB_PROGRESS_S);
     c->stall = timeout_make("step.stall", CONTRIB_STALL_S);
     c->exch_req = timeout_make("step.exch_req", CONTRIB_ASK_S);
@@ -94,8 +95,15 @@ float *contrib_grad_save(contrib_t *c, size_t n)
     return c->grad_save;
 }
 
-void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now)
+void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now,
+                      int earliest)
 {
+    if (earliest && c->redo_step >= 0 && step != c->redo_step) {
+        int pending = 0;
+        for (size_t i = 0; i < c->nb && !pending; i++) pending = c->redo_for[i] != 0;
+        if (step > c->redo_step && pending) return; /* the earlier step's re-runs first */
+        c->redo_step = step - 1; /* replaced below */
+    }
     if (step > c->redo_step) {
         c->redo_step = step;
         memset(c->redo_for, 0, c->nb);

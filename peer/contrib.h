@@ -47,6 +47,9 @@ typedef struct {
     double share_at;    /* stage 0: its own share counted, its part 0 sent early */
     double complete_at; /* the step complete here (all M counted) */
     float *grad_save;   /* a redo's backward leaves the counted gradient as it was */
+    float *ahead;       /* overlap, stage 0: 2 x the stage's parameters, backend memory
+                         * (step.c): the lookahead of ahead_step (step_lookahead), scratch */
+    int64_t ahead_step; /* the step whose part 0 made it; -1: none */
     int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */
     /* timers (docs/protocol.md 12.11) */
     timeout_t progress;  /* step.progress: the next PROGRESS re-send */
@@ -84,7 +87,12 @@ float *contrib_grad_save(contrib_t *c, size_t n);
 /* A REDO for `step` at `now`: its indices are re-run, but one started less than half of
  * CONTRIB_REDO_S ago (the asker repeats a REDO only that much later: a nearer one is the
  * same REDO, duplicated on the way) */
-void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now);
+/* With `earliest` (the overlap, docs/protocol.md 12.13) an earlier step's REDO replaces a
+ * later step's set, and a later step's waits while the set has indices not started yet:
+ * a pool behind another (rebuilt at an older step) must pass its step before the later
+ * step's re-runs can reach the pool that asked for them (sim stage 8x4 seed 2240). */
+void contrib_redo_ask(contrib_t *c, int64_t step, const uint8_t *bits, int M, double now,
+                      int earliest);
 /* Re-run i of redo_step has started at now. */
 void contrib_redo_started(contrib_t *c, int i, double now);
 

@@ -83,6 +83,16 @@ int custody_in_flight(const peer_t *p, int kind)
     return n;
 }
 
+int custody_in_flight_upto(const peer_t *p, int64_t step)
+{
+    int n = 0;
+    for (int i = 0; i < p->cust.nmbs; i++) {
+        const mbrec_t *r = &p->cust.mbs[i];
+        n += r->used && r->mb.kind == 0 && r->hop == r->first && r->mb.step <= step;
+    }
+    return n;
+}
+
 /* Where a held microbatch goes next: the stage of its next hop; *back the hop whose peer
  * must take it (a revisit, CheckFree+), else -1. */
 static int next_stage(const peer_t *p, const mbrec_t *r, int *back)
@@ -192,12 +202,42 @@ void custody_reroute(peer_t *p, mbrec_t *r, const char *why)
      * revisit whose peer is gone: drop_revisit logged it) */
 }
 
+/* When a forward's wait for its gradient began: when it was sent; for one this source
+ * started before its step (overlap, serve.c), when this member reached that step: until
+ * then the next pools hold it back by rule (docs/protocol.md 12.8), not for a failure, and
+ * a re-send for time would only make a second copy (sim mild 4x2 seed 82 --overlap: both
+ * were counted, 3 of 4). INFINITY: not yet. */
+static double wait_from(const peer_t *p, const mbrec_t *r)
+{
+    double from = r->sent_at > r->parked_at ? r->sent_at : r->parked_at;
+    if (r->mb.kind != 0 || r->hop != 0 || r->fwd_step >= r->mb.step) return from;
+    if (r->mb.step > p->step) return INFINITY;
+    return from > p->contrib.step_t0 ? from : p->contrib.step_t0;
+}
+
+/* Overlap: a forward whose next peer's pool, as its member entry says, or any later pool,
+ * as its members' entries say, has not reached the microbatch's step waits there by rule
+ * (12.8); its wait for time starts again while so. Stages run further apart with the
+ * overlap, and a re-send of a forward a later pool held made two copies there (sim heavy
+ * 6x3 seeds 2048, 2306 --overlap). */
+static void note_parked(peer_t *p, mbrec_t *r)
+{
+    if (!p->def.train.overlap || r->mb.kind != 0 || !r->sent) return;
+    const msg_member_t *nx = view_find(&p->view, r->next);
+    int held = nx && nx->state == MEMBER_SERVING && nx->step < r->mb.step;
+    for (int s = p->stage + 1; !held && s < p->dims.S; s++) {
+        int64_t top = view_max_step(&p->view, s);
+        held = top >= 0 && top < r->mb.step;
+    }
+    if (held) r->parked_at = p->now;
+}
+
 /* The record's case for custody_act, with a NACK's reason or none. */
 static custody_case_t case_of(const peer_t *p, const mbrec_t *r, const char *nack)
 {
     int back = -1, to = next_stage(p, r, &back);
     return (custody_case_t){.sent = r->sent,
-                            .sent_at = r->sent_at,
+                            .sent_at = wait_from(p, r),
                             .wait_s = r->sent ? custody_time(p, r) : 0,
                             .next = r->sent ? view_find(&p->view, r->next) : NULL,
                             .next_stage = to,
@@ -257,7 +297,7 @@ double custody_next_deadline(const peer_t *p)
         const mbrec_t *r = &p->cust.mbs[i];
         if (!r->used || !r->act) continue;
         /* one not sent yet (no next peer to take it) is tried again soon */
-        double d = r->sent ? r->sent_at + custody_time(p, r) : p->now + CUSTODY_RETRY_S;
+        double d = r->sent ? wait_from(p, r) + custody_time(p, r) : p->now + CUSTODY_RETRY_S;
         if (d < at) at = d;
     }
     return at;
@@ -302,6 +342,7 @@ void custody_tick(peer_t *p)
             custody_forward(p, r, NULL);
             continue;
         }
+        note_parked(p, r);
         custody_case_t c = case_of(p, r, NULL);
         const char *why;
         if (custody_overdue(&c, p->now, &why) == CUSTODY_REROUTE) custody_reroute(p, r, why);

@@ -42,7 +42,10 @@ typedef struct {
     int sent; /* custody: forwarded downstream, waiting for the gradient */
     uint8_t next[MSG_ID_LEN];
     double sent_at;
+    double parked_at; /* overlap: last seen held at the next peer by rule (custody.c) */
     double fwd_s; /* compute seconds of its forward pass here (the throughput estimate) */
+    int64_t fwd_step; /* stage 0: the pool step its forward ran at here (overlap: the step
+                       * before its own; its backward recomputes the forward, serve.c) */
     uint8_t *act; /* encoded activation as sent, kept for a re-send */
     size_t act_len;
     int32_t *targets;

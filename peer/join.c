@@ -42,6 +42,9 @@ int join_setup_stage(peer_t *p)
                           "the run has DeMo local steps (demo_local=%d), which the swarm's pools "
                           "do not run yet: train only",
                           p->def.train.demo_local);
+    if (p->def.train.grad_delay) /* a measurement of train's (docs/thin-links.md) */
+        return status_set(p->err, STATUS_EINVAL,
+                          "the run delays every gradient by a step (grad_delay=1): train only");
     if (p->def.train.optimizer == TRAIN_DEMO && !(p->held.dopt = demo_opt_new(p->held.st, &p->def.train.demo, p->err)))
         return STATUS_EINVAL;
     if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: update.c */

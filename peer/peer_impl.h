@@ -224,6 +224,9 @@ mbrec_t *custody_new(peer_t *p);
 int custody_free_slot(const peer_t *p);
 void custody_drop(mbrec_t *r);
 int custody_in_flight(const peer_t *p, int kind);
+/* Training microbatches it sourced or holds of steps up to `step` (overlap: those of the
+ * next step, started early, do not hold up this step's). */
+int custody_in_flight_upto(const peer_t *p, int64_t step);
 int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid);
 void custody_reroute(peer_t *p, mbrec_t *r, const char *why);
 void custody_on_view(peer_t *p);
@@ -275,6 +278,14 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
 /* Before counting mb: when it is a re-send (attempt > 0) and this member counted others
  * at this step, its part 0 goes out first, so that mb lands in a supplement (12.4). */
 int step_before_resent(peer_t *p, const msg_mb_t *mb);
+/* Whether this member's pool has counted training microbatch mb (its union, or a step
+ * already applied). */
+int step_counted(peer_t *p, const msg_mb_t *mb);
+/* Overlap (docs/protocol.md 12.8): stage 0's lookahead for the forwards of the next step it
+ * starts while its pool exchanges this one: the parameters its own part 0 would give alone
+ * (update_predict), backend memory; *save a scratch of as many floats. NULL when it has
+ * none for this step (its part 0 not made yet, or out of memory). */
+float *step_lookahead(peer_t *p, float **save);
 int step_tick(peer_t *p);
 /* The pool step of the stage taken: the contributor's buffers, the pool's bookkeeping;
  * 0 or STATUS_ENOMEM. step_close frees them but the pool, which it returns (a member that

@@ -201,6 +201,44 @@ static void val_end_loss(peer_t *p, uint32_t index, float loss)
     val_round_add(&p->val.end, p->val.end.step, index, loss);
 }
 
+/* Stage 0: the tokens of microbatch mb into p->held.host_tok, and its targets (11.1: what
+ * the single-process run's replica index / accum reads at its step step * accum + index %
+ * accum; a validation batch: the held-out batch index). */
+static void read_batch(peer_t *p, const msg_mb_t *mb, int32_t *targets)
+{
+    if (mb->kind == 0) {
+        int A = p->def.train.accum;
+        data_train_batch(p->held.data, p->def.train.seed, mb->index / (uint32_t)A,
+                         mb->step * A + mb->index % (uint32_t)A, p->def.train.cfg.batch,
+                         p->held.host_tok, targets);
+    } else {
+        data_val_batch(p->held.data, (int)mb->index % p->def.train.val_batches,
+                       p->def.train.val_batches, p->def.train.cfg.batch, p->held.host_tok, targets);
+    }
+}
+
+/* Overlap (docs/protocol.md 12.8): the source's backward runs on the parameters it holds
+ * now. When its pool has applied a step since the microbatch's forward ran here (it was
+ * started before the step it belongs to), the forward is run again first, from the same
+ * tokens, so that the backward sees the activations of these parameters: the gradient is
+ * that of the current parameters at the gradient that came back (which the next stages
+ * computed on the first forward's activation). */
+static int refresh_forward(peer_t *p, mbrec_t *r)
+{
+    if (!p->def.train.overlap || r->hop != 0 || r->mb.kind != 0 || r->part != STAGE_PART_ALL ||
+        r->fwd_step == p->step)
+        return 0;
+    read_batch(p, &r->mb, r->targets);
+    float loss;
+    int rc = stage_forward_part(p->held.st, r->slot, STAGE_PART_ALL, p->held.host_tok, NULL, NULL,
+                                NULL, &loss, p->err);
+    if (!rc) {
+        r->fwd_step = p->step;
+        p->stats.refreshed++;
+    }
+    return rc;
+}
+
 /* Stage 0: starts microbatch `index` of `step` (training) or validation batch `index`, as
  * attempt 0, or 1 for one that may be counted already (a gone owner's, source.h; a
  * re-run a REDO asked for). 1: no slot free; 0 started; < 0 error. */
@@ -232,19 +270,17 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->nroute = 1;
     r->targets = malloc((size_t)p->dims.BT * sizeof(int32_t));
     if (!r->targets) return STATUS_ENOMEM;
-    if (kind == 0) {
-        int A = p->def.train.accum;
-        data_train_batch(p->held.data, p->def.train.seed, index / A, step * A + index % A, p->def.train.cfg.batch,
-                         p->held.host_tok, r->targets);
-    } else {
-        data_val_batch(p->held.data, (int)index % p->def.train.val_batches, p->def.train.val_batches,
-                       p->def.train.cfg.batch, p->held.host_tok, r->targets);
-    }
+    read_batch(p, &r->mb, r->targets);
+    r->fwd_step = p->step;
     if (kind == 0 && step == p->step) contrib_note_first(&p->contrib, p->now);
     double t0 = compute_clock(p);
-    float loss;
-    int rc = stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
-                                p->dims.S == 1 ? r->targets : NULL, NULL, &loss, p->err);
+    float loss, *save = NULL;
+    /* overlap: a microbatch of the next step, on the lookahead of this one (source_ahead) */
+    const float *ahead = kind == 0 && step > p->step ? step_lookahead(p, &save) : NULL;
+    int rc = ahead ? stage_forward_with(p->held.st, ahead, save, slot, r->part, p->held.host_tok,
+                                        NULL, NULL, NULL, &loss, p->err)
+                   : stage_forward_part(p->held.st, slot, r->part, p->held.host_tok, NULL,
+                                        p->dims.S == 1 ? r->targets : NULL, NULL, &loss, p->err);
     if (rc) return rc;
     p->stats.served++;
     if (p->dims.S == 1) { /* the whole model here */
@@ -377,6 +413,13 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
         r->fwd_s = pass_seconds(p, t0); /* noted with its backward */
         if (m->mb.kind == 1) r->slot = -1;
+        /* overlap: a copy that a later pool may have counted already (its upstream re-sent
+         * it, or this pool has counted it: another copy went on before) goes on as a
+         * re-send, which the next pool counts in a part of its own (12.4), so that the two
+         * copies cost one part, not a message (sim mild 8x4 seed 1052 --overlap: an early
+         * forward, parked until its step, served as its source died) */
+        if (p->def.train.overlap && train && (m->mb.attempt > 0 || step_counted(p, &m->mb)))
+            r->out_attempt = 1;
         custody_forward(p, r, NULL);
         if (m->mb.kind == 1) custody_drop(r); /* validation: the last stage answers the source */
         return 0;
@@ -421,13 +464,15 @@ static int on_bwd(peer_t *p, inmsg_t *in)
         custody_drop(r);
         return 0;
     }
+    double t0 = compute_clock(p);
+    int rc = refresh_forward(p, r); /* before the decode: a forward may reuse its buffer */
+    if (rc) return rc;
     if (stage_wire_decode(p->held.st, in->pl[0], in->pl_len[0], p->err)) {
         stats_note_rejected(&p->stats);
         custody_reroute(p, r, "its gradient was malformed");
         return 0;
     }
-    double t0 = compute_clock(p);
-    int rc = backward(p, r);
+    rc = backward(p, r);
     if (rc < 0) return rc;
     serve_note_throughput(p, r->fwd_s + pass_seconds(p, t0));
     if (r->hop == 0) { /* the source */
@@ -503,12 +548,37 @@ void serve_dequeue(peer_t *p, int i)
     p->queue.n--;
 }
 
+/* Overlap: a gradient of a training microbatch of a later step than its pool's (stage 0
+ * started it early) waits in the queue until the pool gets there, as a forward does
+ * (12.8): it is counted for its own step, with that step's parameters. */
+static int bwd_waits(const peer_t *p, const msg_t *m)
+{
+    return p->def.train.overlap && m->mb.kind == 0 && m->mb.step > p->step;
+}
+
+/* Overlap: a training forward whose source (route[0]) is not, in this member's view, a
+ * serving stage-0 member that contributes at the microbatch's step (it left the view, or
+ * came back as a new life with the same id: it joins or follows) is dropped, not served.
+ * Its source may have started it a step ahead, and it may wait here until the pool
+ * reaches that step, longer than the settle wait after which stage 0 starts a gone
+ * owner's microbatches again (11.1): served then, both copies would be counted, as first
+ * attempts, by two members of a later pool (sim corrupt 6x3 seed 60, mild 6x3 seed 2266
+ * --overlap). A re-run a REDO asked for is kept: a follower runs those too (12.7). */
+static int source_gone(peer_t *p, const msg_t *m)
+{
+    if (!p->def.train.overlap || m->mb.kind != 0 || m->nroute < 1 || (m->flags & MSG_FLAG_REDO) ||
+        peer_is_self(p, m->route[0]))
+        return 0;
+    const msg_member_t *s = view_find(&p->view, m->route[0]);
+    return !s || s->stage != 0 || s->state != MEMBER_SERVING || s->serving_from > m->mb.step;
+}
+
 /* One unit of compute: a gradient to pass back, else a forward of this step. */
 int serve_one(peer_t *p, int *did)
 {
     *did = 0;
     for (int i = 0; i < p->queue.n; i++)
-        if (p->queue.msgs[i].m.type == MSG_BWD) {
+        if (p->queue.msgs[i].m.type == MSG_BWD && !bwd_waits(p, &p->queue.msgs[i].m)) {
             int rc = on_bwd(p, &p->queue.msgs[i]);
             serve_dequeue(p, i);
             *did = 1;
@@ -518,6 +588,15 @@ int serve_one(peer_t *p, int *did)
         inmsg_t *in = &p->queue.msgs[i];
         if (in->m.type != MSG_FWD) continue;
         if (in->m.mb.step > p->step) continue; /* its pool step is not here yet */
+        if (source_gone(p, &in->m)) {
+            /* the source itself is told (its entry here may be behind: it re-routes); a
+             * later stage's sender is not, or two members of this pool would hand the
+             * microbatch of a gone source back and forth */
+            if (in->m.nroute == 1)
+                peer_send_nack(p, in->m.sender, &in->m, "its source does not serve stage 0");
+            serve_dequeue(p, i--);
+            continue;
+        }
         int rc = on_fwd(p, in);
         if (rc == 1) continue; /* no free slot */
         serve_dequeue(p, i);
@@ -546,6 +625,11 @@ static int validate(peer_t *p)
         fprintf(p->log, "tokens/s %.0f\nval_loss %.4f\n", tps, p->val.loss);
         if (isfinite(tps_half))
             fprintf(p->log, "tokens/s of the last %" PRId64 " steps %.0f\n", half_steps, tps_half);
+        if (p->def.train.overlap)
+            fprintf(p->log,
+                    "overlap: %" PRIu64 " microbatches started here before their step, %" PRIu64
+                    " forwards run again for their backward\n",
+                    p->stats.ahead, p->stats.refreshed);
         if (p->def.train.val_skip) {
             char list[256];
             double vs = val_round_mean_skip(e);
@@ -573,6 +657,54 @@ static int validate(peer_t *p)
         return rc < 0 ? rc : rc == 0;
     }
     /* a validation microbatch whose loss never came back (its route died): ask again */
+    return 0;
+}
+
+/* Overlap (docs/protocol.md 11.1, 12.8): once this member's part 0 of its step N is out
+ * (its gradient of N is whole; what it counts later goes into a supplement), it starts
+ * its own microbatches of N+1 while the pool exchanges N: their forward here runs on the
+ * parameters of N, their gradient waits for N+1 (bwd_waits) and their backward recomputes
+ * the forward (refresh_forward). Only indices that are its own by the rendezvous of N+1's
+ * owners in its view, none while an owner that left is remembered (source.h: its
+ * microbatches move only after a wait, at their step) or a stage-0 member does not
+ * contribute at N+1 yet (joining or following), none while a move of its own waits (move.c),
+ * none that swap (CheckFree+: a
+ * stage-0 revisit), at most in_flight of them in custody at once. 1 when it started one,
+ * 0 when none, < 0 an error. */
+static int source_ahead(peer_t *p)
+{
+    int64_t next = p->step + 1;
+    if (!p->def.train.overlap || p->dims.S < 2 || next >= p->def.train.steps || p->source.n > 0 ||
+        p->rebal.to >= 0 ||
+        !(p->contrib.exch_early || p->contrib.exch_sent) || p->me.entry.serving_from > p->step ||
+        custody_in_flight(p, 0) >= p->po.in_flight)
+        return 0;
+    /* a stage-0 member that does not contribute yet may be named an owner of N+1 while
+     * this one starts N+1 ahead of the pool: the naming's margin (timeout_s before the
+     * pool reaches it, 9.5) counts from the pool's step, not this early start, and both
+     * would start the index it takes over (sim corrupt 8x4 seed 191) */
+    for (int i = 0; i < p->view.n; i++) {
+        const msg_member_t *v = &p->view.m[i];
+        if (v->stage == 0 && !peer_is_self(p, v->id) &&
+            (v->state != MEMBER_SERVING || v->serving_from > next))
+            return 0;
+    }
+    const msg_member_t *own;
+    int me, n = view_owners(&p->view, 0, next, p->me.entry.id, &own, &me);
+    if (me < 0) return 0;
+    for (int i = 0; i < p->dims.M; i++) {
+        if (view_rendezvous(own, n, rng_mix((uint64_t)next, (uint64_t)i)) != me) continue;
+        uint64_t skip = path_skip(p->def.train.seed, next, (uint32_t)i, p->dims.M, p->dims.S,
+                                  p->def.train.skip);
+        if (path_swap(p->def.train.seed, next, (uint32_t)i, p->dims.M, p->dims.S,
+                      p->def.train.swap, skip) != PATH_SWAP_NONE)
+            continue;
+        msg_mb_t mb = {.step = next, .index = (uint32_t)i};
+        if (custody_find(p, &mb, 0)) continue;
+        int rc = start_mb(p, next, (uint32_t)i, 0, 0, 0);
+        if (rc == 0) p->stats.ahead++;
+        return rc == 1 ? 0 : rc < 0 ? rc : 1;
+    }
     return 0;
 }
 
@@ -627,7 +759,8 @@ int serve_source(peer_t *p)
                 return 0;
             if (!join_settled(&p->join, serving, p->now)) return 0; /* let gossip settle */
         }
-        if (custody_in_flight(p, 0) >= p->po.in_flight) return me == 0 ? val_round_tick(p) : 0;
+        if (custody_in_flight_upto(p, p->step) >= p->po.in_flight)
+            return me == 0 ? val_round_tick(p) : 0;
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
         double settle = custody_settle_time(p);
@@ -646,6 +779,8 @@ int serve_source(peer_t *p)
             int rc = start_mb(p, p->step, (uint32_t)i, 0, 0, own_it == SOURCE_MINE_AGAIN);
             return rc == 1 ? 0 : rc < 0 ? rc : 1;
         }
+        int rc = source_ahead(p);
+        if (rc) return rc < 0 ? rc : 1;
         return me == 0 ? val_round_tick(p) : 0;
     }
     if (me != 0 || p->ending.over) return 0;

@@ -14,6 +14,8 @@ typedef struct {
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
     uint64_t stale;    /* backward passes of a step the pool had already applied */
     uint64_t revisits; /* second visits of a swapped microbatch served here (CheckFree+) */
+    uint64_t ahead;     /* overlap: microbatches stage 0 started before their step (serve.c) */
+    uint64_t refreshed; /* ... forwards it ran again before their backward: the step moved */
     double t_train0, t_train1; /* first microbatch; last step */
     double t_half;     /* the step half-way through the run (tokens/s of the last half) */
     double serve_t0;   /* serving began (state in place): a follower's time to contribute */

@@ -48,6 +48,14 @@ int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
     return !pool_bit(p->contrib.ubuf, (int)mb->index);
 }
 
+int step_counted(peer_t *p, const msg_mb_t *mb)
+{
+    if (mb->kind != 0 || mb->step > p->step) return 0;
+    if (mb->step < p->step) return 1;
+    step_seen(p);
+    return pool_bit(p->contrib.ubuf, (int)mb->index);
+}
+
 static void send_progress(peer_t *p)
 {
     msg_t m = {
@@ -112,6 +120,9 @@ pool_t *step_close(peer_t *p)
 {
     pool_t *pool = p->pool;
     p->pool = NULL;
+    if (p->contrib.ahead) kern_free(p->k, p->contrib.ahead);
+    p->contrib.ahead = NULL;
+    p->contrib.ahead_step = -1;
     contrib_free(&p->contrib);
     return pool;
 }
@@ -141,6 +152,34 @@ static int fold_into_momentum(peer_t *p, uint32_t n)
     demo_opt_set_momentum(p->held.dopt, d);
     free(d), free(g);
     return 0;
+}
+
+/* Overlap: the lookahead of this step from its part 0 (body, len; AdamW: count microbatches),
+ * for the forwards of the next step it starts before the pool's update (serve.c). Stage 0
+ * only; a failure leaves none (those forwards then run on the current parameters). */
+static void make_lookahead(peer_t *p, const uint8_t *body, size_t len, uint32_t count)
+{
+    if (!p->def.train.overlap || p->stage != 0 || p->dims.S < 2 ||
+        p->step + 1 >= p->def.train.steps)
+        return;
+    size_t P = stage_num_params(p->held.st);
+    if (!p->contrib.ahead && !(p->contrib.ahead = kern_alloc(p->k, 2 * P * sizeof(float)))) return;
+    update_batch_t b = {.step = p->step, .bodies = &body, .lens = &len, .n = 1,
+                        .counted = count ? count : 1};
+    char err[STATUS_ERR_LEN];
+    p->contrib.ahead_step = -1;
+    if (update_predict(&p->held.update, &b, p->contrib.ahead, err)) {
+        log_warn("peer: step %" PRId64 ": no lookahead for the next step's forwards: %s", p->step, err);
+        return;
+    }
+    p->contrib.ahead_step = p->step;
+}
+
+float *step_lookahead(peer_t *p, float **save)
+{
+    if (!p->contrib.ahead || p->contrib.ahead_step != p->step) return NULL;
+    *save = p->contrib.ahead + stage_num_params(p->held.st);
+    return p->contrib.ahead;
 }
 
 /* This member's message of this step, part `part`: with part 0 its DeMo stage message or
@@ -204,6 +243,7 @@ static int make_exchange(peer_t *p, int part)
         const void *pl[3] = {body, fresh, cl};
         size_t lens[3] = {len, nb, claims_len};
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
+        if (rc == 0 && part == 0) make_lookahead(p, body, len, count);
         for (size_t i = 0; i < nb; i++) p->contrib.sent_bits[i] |= fresh[i];
         stage_zero_grads(p->held.st); /* what is counted from now on goes into a supplement */
     }
@@ -1050,5 +1090,5 @@ void step_on_redo(peer_t *p, const net_ev_t *ev)
         stats_note_rejected(&p->stats);
         return;
     }
-    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M, p->now);
+    contrib_redo_ask(&p->contrib, m->step, ev->frame[0], p->dims.M, p->now, p->def.train.overlap);
 }

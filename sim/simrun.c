@@ -1032,6 +1032,7 @@ static train_options_t tiny_run(const simrun_options_t *o, rng_t *r)
     run.opt.warmup = 2;
     run.skip = o->skip;
     run.swap = o->swap;
+    run.overlap = o->overlap;
     run.optimizer = o->optimizer >= 0 ? o->optimizer : (int)rng_below(r, 2);
     run.device = "cpu";
     run.threads = 1;

@@ -73,6 +73,18 @@ st_add_sim(swim_stage_3x2   --faults stage   --peers 6 --stages 3 --first-seed 1
            --set swim_every=4)
 st_add_sim(swim_restart_2x2 --faults restart --peers 4 --stages 2 --first-seed 1 --seeds 50
            --set swim_every=4)
+# The exchange overlapped with the next step (the run's overlap=1, docs/protocol.md 12.13):
+# stage 0 starts the next step ahead on a lookahead; every invariant as without it.
+st_add_sim(overlap_mild_3x2    --faults mild    --peers 6 --stages 3 --first-seed 1 --seeds 200
+           --overlap)
+st_add_sim(overlap_heavy_2x2   --faults heavy   --peers 4 --stages 2 --first-seed 1 --seeds 200
+           --steps 12 --overlap)
+st_add_sim(overlap_stage_4x2   --faults stage   --peers 8 --stages 4 --first-seed 1 --seeds 100
+           --steps 12 --overlap)
+st_add_sim(overlap_restart_3x2 --faults restart --peers 6 --stages 3 --first-seed 1 --seeds 100
+           --steps 12 --overlap)
+st_add_sim(overlap_pause_3x2   --faults pause   --peers 6 --stages 3 --first-seed 1 --seeds 100
+           --steps 12 --overlap)
 st_add_sim(swim_members_200 --members-only --faults none --peers 200 --stages 5 --first-seed 1
            --seeds 3 --set swim_every=4 --detect-within 10 --sent-within 10000)
 st_add_sim(swim_members_200_mild --members-only --faults mild --peers 200 --stages 5

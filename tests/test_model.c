@@ -10,7 +10,9 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "model/data.h"
+#include "model/demo_opt.h"
 #include "model/model.h"
+#include "model/update.h"
 #include "model/train.h"
 #include "swarm/path.h"
 #include "testutil.h"
@@ -516,6 +518,192 @@ static void test_slots_independent(void **state)
     kern_destroy(&k);
 }
 
+/* A copy of stage `from`'s parameters into `to` (same shape). */
+static void copy_params(stage_t *to, stage_t *from)
+{
+    memcpy(stage_params(to), stage_params(from), stage_num_params(from) * sizeof(float));
+}
+
+/* The overlap (model_set_stale_first, the computation a swarm's stage 0 runs for a
+ * microbatch it started before its pool applied the step before): stage 0's forward on
+ * the older parameters, stage 1's forward and backward on that activation, and stage 0's
+ * backward on a forward recomputed with its current parameters. Checked against the same
+ * passes made directly on separate stages; the reference is also checked to differ from
+ * what skipping the recompute (stage 0's backward on the old activations) and from what no
+ * staleness gives, so that either mistake fails. */
+static void test_stale_first_gradient(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    kern_t *k = kern_new("cpu", 1, err);
+    model_config_t c = small_tiny(2);
+    model_t *m = model_new(&c, k, 7, err);
+    assert_non_null(m);
+    stage_t *s0 = model_stage(m, 0), *s1 = model_stage(m, 1);
+    size_t P0 = stage_num_params(s0), P1 = stage_num_params(s1);
+    size_t BTC = (size_t)c.batch * c.seq * c.dim;
+    /* the older parameters: the current ones moved by a step of 3e-3 per entry */
+    float *old = malloc(P0 * sizeof(float));
+    rng_t r;
+    rng_seed(&r, 99);
+    for (size_t i = 0; i < P0; i++)
+        old[i] = stage_params(s0)[i] + (rng_below(&r, 2) ? 3e-3f : -3e-3f);
+    int32_t tok[32], tgt[32];
+    random_batch(&c, 5, tok, tgt);
+    float loss;
+    model_zero_grads(m);
+    assert_int_equal(model_set_stale_first(m, old, err), 0);
+    assert_int_equal(model_train_micro(m, tok, tgt, &loss, err), 0);
+    assert_int_equal(model_set_stale_first(m, NULL, err), 0);
+    /* the stage's own parameters are untouched */
+    for (size_t i = 0; i < P0; i++) assert_true(stage_params(s0)[i] != old[i]);
+
+    /* the reference, pass by pass on separate stages */
+    stage_t *a0 = stage_new(&c, 0, k, 1, 7, err), *a1 = stage_new(&c, 1, k, 1, 7, err);
+    float *y = malloc(BTC * sizeof(float)), *dy = malloc(BTC * sizeof(float));
+    float *g_ref = malloc(P0 * sizeof(float)), *g_wrong = malloc(P0 * sizeof(float));
+    float *g_fresh = malloc(P0 * sizeof(float)), *g1_fresh = malloc(P1 * sizeof(float));
+    memcpy(stage_params(a0), old, P0 * sizeof(float));
+    copy_params(a1, s1);
+    stage_zero_grads(a0);
+    stage_zero_grads(a1);
+    float l_ref;
+    assert_int_equal(stage_forward(a0, 0, tok, NULL, NULL, y, NULL, err), 0);
+    assert_int_equal(stage_forward(a1, 0, NULL, y, tgt, NULL, &l_ref, err), 0);
+    assert_int_equal(stage_backward(a1, 0, NULL, dy, err), 0);
+    /* without the recompute: stage 0's backward on the old activations, current weights */
+    copy_params(a0, s0);
+    assert_int_equal(stage_backward(a0, 0, dy, NULL, err), 0);
+    memcpy(g_wrong, stage_grads(a0), P0 * sizeof(float));
+    /* with it */
+    stage_zero_grads(a0);
+    assert_int_equal(stage_forward(a0, 0, tok, NULL, NULL, y, NULL, err), 0);
+    assert_int_equal(stage_backward(a0, 0, dy, NULL, err), 0);
+    memcpy(g_ref, stage_grads(a0), P0 * sizeof(float));
+    assert_true(loss == l_ref);
+    assert_true(testutil_max_rel(stage_grads(s0), g_ref, P0, 1e-6) < 1e-5);
+    assert_true(testutil_max_rel(stage_grads(s1), stage_grads(a1), P1, 1e-6) < 1e-5);
+    /* the no-stale gradient (every pass on the current parameters) */
+    stage_zero_grads(a0);
+    stage_zero_grads(a1);
+    assert_int_equal(stage_forward(a0, 0, tok, NULL, NULL, y, NULL, err), 0);
+    assert_int_equal(stage_forward(a1, 0, NULL, y, tgt, NULL, &l_ref, err), 0);
+    assert_int_equal(stage_backward(a1, 0, NULL, dy, err), 0);
+    assert_int_equal(stage_backward(a0, 0, dy, NULL, err), 0);
+    memcpy(g_fresh, stage_grads(a0), P0 * sizeof(float));
+    memcpy(g1_fresh, stage_grads(a1), P1 * sizeof(float));
+    assert_true(testutil_max_rel(g_wrong, g_ref, P0, 1e-6) > 1e-3);
+    assert_true(testutil_max_rel(g_fresh, g_ref, P0, 1e-6) > 1e-3);
+    assert_true(testutil_max_rel(g1_fresh, stage_grads(s1), P1, 1e-6) > 1e-3);
+    free(y), free(dy), free(g_ref), free(g_wrong), free(g_fresh), free(g1_fresh), free(old);
+    stage_destroy(&a0);
+    stage_destroy(&a1);
+    model_destroy(&m);
+    kern_destroy(&k);
+}
+
+/* stage_forward_with: the forward of other parameters (its loss and the backward it allows
+ * are those of a stage holding them), the stage's own put back. */
+static void test_forward_with(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    kern_t *k = kern_new("cpu", 1, err);
+    model_config_t c = small_tiny(1);
+    stage_t *a = stage_new(&c, 0, k, 1, 3, err), *b = stage_new(&c, 0, k, 1, 4, err);
+    size_t P = stage_num_params(a);
+    float *own = malloc(P * sizeof(float)), *save = malloc(P * sizeof(float));
+    memcpy(own, stage_params(a), P * sizeof(float));
+    int32_t tok[32], tgt[32];
+    random_batch(&c, 9, tok, tgt);
+    float la, lb;
+    stage_zero_grads(a);
+    stage_zero_grads(b);
+    assert_int_equal(stage_forward_with(a, stage_params(b), save, 0, STAGE_PART_ALL, tok, NULL,
+                                        tgt, NULL, &la, err),
+                     0);
+    assert_memory_equal(stage_params(a), own, P * sizeof(float));
+    assert_int_equal(stage_forward(b, 0, tok, NULL, tgt, NULL, &lb, err), 0);
+    assert_true(la == lb);
+    free(own), free(save);
+    stage_destroy(&a);
+    stage_destroy(&b);
+    kern_destroy(&k);
+}
+
+/* update_predict: the parameters an update would give, the stage left exactly as it was
+ * (parameters, gradients, moments, step); the real update then gives the same
+ * parameters, bit for bit. AdamW (dense) and DeMo with sign values (rmsprop). */
+static void check_predict(int demo)
+{
+    char err[STATUS_ERR_LEN];
+    kern_t *k = kern_new("cpu", 1, err);
+    model_config_t c = small_tiny(2);
+    stage_t *st = stage_new(&c, 0, k, 1, 21, err);
+    size_t P = stage_num_params(st), bytes = P * sizeof(float);
+    optim_config_t oc = optim_defaults();
+    oc.total_steps = 10;
+    demo_cfg_t dc = {.chunk = DEMO_SIGN_CHUNK, .k = DEMO_SIGN_K, .vfmt = DEMO_VAL_SIGN,
+                     .beta = DEMO_DEFAULT_BETA, .imode = DEMO_SIGN_INDEX,
+                     .update = DEMO_SIGN_UPDATE};
+    demo_opt_t *d = demo ? demo_opt_new(st, &dc, err) : NULL;
+    if (d) demo_opt_defer_decay(d, 1); /* as a pool member: the rule decays */
+    model_update_t u = update_rule(st, k, d, &oc);
+    int32_t tok[32], tgt[32];
+    float *before[4], *pred = malloc(bytes);
+    float *bufs[4] = {stage_params(st), stage_grads(st), stage_opt_m(st), stage_opt_v(st)};
+    for (int step = 0; step < 3; step++) { /* moments that are not zero */
+        random_batch(&c, 40 + (uint64_t)step, tok, tgt);
+        stage_zero_grads(st);
+        float loss;
+        assert_int_equal(stage_forward(st, 0, tok, NULL, NULL, NULL, NULL, err), 0);
+        float *dy = calloc((size_t)c.batch * c.seq * c.dim, sizeof(float));
+        for (size_t i = 0; i < (size_t)c.batch * c.seq * c.dim; i++) dy[i] = 1e-3f * (float)((i % 7) - 3);
+        assert_int_equal(stage_backward(st, 0, dy, NULL, err), 0);
+        free(dy);
+        (void)loss;
+        uint8_t *msg = NULL;
+        size_t len = bytes;
+        const uint8_t *body = (const uint8_t *)stage_grads(st);
+        if (d) {
+            len = demo_opt_msg_size(d);
+            msg = malloc(len);
+            assert_int_equal(demo_opt_prepare(d, &oc, step, 0.5f, msg, NULL, err), 0);
+            body = msg;
+        }
+        uint8_t *gcopy = malloc(bytes);
+        memcpy(gcopy, stage_grads(st), bytes);
+        if (!d) body = gcopy;
+        update_batch_t b = {.step = step, .bodies = &body, .lens = &len, .n = 1, .counted = 2};
+        for (int i = 0; i < 4; i++) {
+            before[i] = malloc(bytes);
+            memcpy(before[i], bufs[i], bytes);
+        }
+        int64_t t = *stage_opt_step(st);
+        assert_int_equal(update_predict(&u, &b, pred, err), 0);
+        for (int i = 0; i < 4; i++) assert_memory_equal(bufs[i], before[i], bytes);
+        assert_true(*stage_opt_step(st) == t);
+        assert_true(memcmp(pred, stage_params(st), bytes) != 0); /* it moved */
+        update_result_t res;
+        assert_int_equal(u.apply(&u, &b, &res, err), 0);
+        assert_memory_equal(pred, stage_params(st), bytes);
+        for (int i = 0; i < 4; i++) free(before[i]);
+        free(msg);
+        free(gcopy);
+    }
+    free(pred);
+    demo_opt_destroy(&d);
+    stage_destroy(&st);
+    kern_destroy(&k);
+}
+
+static void test_update_predict(void **state)
+{
+    (void)state;
+    check_predict(0);
+    check_predict(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -524,7 +712,8 @@ int main(void)
         cmocka_unit_test(test_gradcheck_ref),     cmocka_unit_test(test_gradcheck_cpu),
         cmocka_unit_test(test_stages_equivalent), cmocka_unit_test(test_converges),
         cmocka_unit_test(test_skip_stages),       cmocka_unit_test(test_gradcheck_swap),
-        cmocka_unit_test(test_swap_is_exchange),
+        cmocka_unit_test(test_swap_is_exchange),  cmocka_unit_test(test_stale_first_gradient),
+        cmocka_unit_test(test_forward_with),      cmocka_unit_test(test_update_predict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

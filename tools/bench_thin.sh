@@ -14,6 +14,8 @@
 #   --configs tiny,small   --codecs f32,int8,int4,lowrank,subspace   --demo f32,sign
 #   --rates 1gbit,100mbit,20mbit   --delay-ms 50   --steps N (40)   --in-flight K (8)
 #   --accum N (8: microbatches per replica per step)
+#   --overlap (every swarm, loopback too, overlaps each step's exchange with the next
+#     step's stage-0 forwards: the run's --overlap, docs/thin-links.md)
 #   --dir DIR (logs; default a new /tmp dir)   -- RUN OPTIONS for every peer
 # Each swarm runs with DeMo between the 2 replicas of a pool (--replicas 2 --optimizer demo),
 # one thread per peer, as `swarmtrain local` does. A step costs a thin link about four
@@ -23,7 +25,7 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 configs=tiny,small codecs=f32,int8,int4,lowrank,subspace demos=f32,sign rates=1gbit,100mbit,20mbit
-delay=50 steps=40 inflight=8 accum=8 dir=""
+delay=50 steps=40 inflight=8 accum=8 dir="" overlap=()
 while [ $# -gt 0 ]; do
     case $1 in
     --configs) configs=$2; shift 2 ;;
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --in-flight) inflight=$2; shift 2 ;;
     --accum) accum=$2; shift 2 ;;
+    --overlap) overlap=(--overlap); shift ;;
     --dir) dir=$2; shift 2 ;;
     --) shift; break ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -64,7 +67,7 @@ IFS=, read -ra R <<<"$rates"
 for cfg in "${C[@]}"; do
     for codec in "${K[@]}"; do
         for dv in "${D[@]}"; do
-            opts=(--replicas 2 --optimizer demo --codec "$codec" --demo-values "$dv" --accum "$accum" "$@")
+            opts=(--replicas 2 --optimizer demo --codec "$codec" --demo-values "$dv" --accum "$accum" "${overlap[@]}" "$@")
             read -r base mb val <<<"$(one "$cfg-$codec-$dv-loopback" "$cfg" none 0 "${opts[@]}")"
             printf "%-6s %-5s %-5s %-16s %10s %12s %8s %9s\n" "$cfg" "$codec" "$dv" loopback \
                 "$base" "$mb" "1.00" "$val"

@@ -68,6 +68,8 @@ static void usage(FILE *f)
             "  --rebalance-cooldown S  the peers' rebalancing cooldown (default 10)\n"
             "  --no-early-exchange  stage 0 sends its exchange messages only once the step is\n"
             "                       complete (the peers' --no-early-exchange)\n"
+            "  --overlap            the run overlaps each step's exchange with the next step\n"
+            "                       (overlap=1 in the run text: stage 0 sources ahead)\n"
             "  --trace              print every event (with --seed)\n"
             "  --members-only       membership alone (sim/memsim.h): --peers nodes (up to\n"
             "                       4000) that only join and serve, --crashes K of them\n"
@@ -193,7 +195,7 @@ int cmd_sim(int argc, char **argv)
 {
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
-           O_COOL, O_EARLY, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT,
+           O_COOL, O_EARLY, O_OVERLAP, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT,
            O_FORM };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
@@ -218,6 +220,7 @@ int cmd_sim(int argc, char **argv)
                                          {"moves", required_argument, 0, O_MOVES},
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
                                          {"no-early-exchange", no_argument, 0, O_EARLY},
+                                         {"overlap", no_argument, 0, O_OVERLAP},
                                          {"restart-faults", no_argument, 0, O_RWILD},
                                          {"plant-resume-bug", no_argument, 0, O_RBUG},
                                          {"members-only", no_argument, 0, O_MEMB},
@@ -301,6 +304,9 @@ int cmd_sim(int argc, char **argv)
             break;
         case O_EARLY:
             o.early_exchange = 0;
+            break;
+        case O_OVERLAP:
+            o.overlap = 1;
             break;
         case O_MOVES:
         case O_COOL: {
@@ -470,7 +476,7 @@ int cmd_sim(int argc, char **argv)
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g --swap %g "
-                   "--faults %s%s%s%s%s%s%s%s%s%s%s)\n",
+                   "--faults %s%s%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    o.swap, o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
@@ -478,7 +484,7 @@ int cmd_sim(int argc, char **argv)
                                                                     : " --optimizer adamw",
                    o.plant_bug ? " --plant-bug" : "", o.placement ? " --placement " : "",
                    o.placement ? o.placement : "", moves,
-                   o.early_exchange ? "" : " --no-early-exchange",
+                   o.early_exchange ? "" : " --no-early-exchange", o.overlap ? " --overlap" : "",
                    o.restart_wild ? " --restart-faults" : "",
                    o.plant_tear ? " --plant-resume-bug" : "");
             fflush(stdout);

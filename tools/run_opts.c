@@ -140,6 +140,14 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       --new: probes and news, O(1) per member whatever the\n"
                "                       swarm's size; docs/protocol.md 10.7) or gossip (whole\n"
                "                       tables, for tens of peers; 10.1); part of the run\n"
+               "  --overlap            stage 0 sources the next step's microbatches while this\n"
+               "                       step's exchange is on its way: their first-stage\n"
+               "                       forward on the parameters before the update, the\n"
+               "                       backward after it, forward recomputed (part of the run;\n"
+               "                       docs/thin-links.md; in train: every microbatch so)\n"
+               "  --grad-delay         train only: every step's gradient is computed on the\n"
+               "                       previous step's parameters (a one-step delay; measures\n"
+               "                       what staleness costs)\n"
                "compute:\n"
                "  --device NAME        cpu (default), ref, cuda or auto\n"
                "  --threads N          threads (default: all cores)\n");
@@ -182,7 +190,9 @@ enum {
     O_SKIP,
     O_SKIPST,
     O_SWAP,
-    O_MEMBERSHIP
+    O_MEMBERSHIP,
+    O_OVERLAP,
+    O_GDELAY
 };
 
 static const struct option common_opts[] = {{"config", required_argument, 0, 'c'},
@@ -226,7 +236,9 @@ static const struct option common_opts[] = {{"config", required_argument, 0, 'c'
                                             {"skip", required_argument, 0, O_SKIP},
                                             {"skip-stages", required_argument, 0, O_SKIPST},
                                             {"swap", required_argument, 0, O_SWAP},
-                                            {"membership", required_argument, 0, O_MEMBERSHIP}};
+                                            {"membership", required_argument, 0, O_MEMBERSHIP},
+                                            {"overlap", no_argument, 0, O_OVERLAP},
+                                            {"grad-delay", no_argument, 0, O_GDELAY}};
 
 enum { NCOMMON = sizeof common_opts / sizeof common_opts[0], MAXEXTRA = 32 };
 #define NOT_COMMON (-2) /* an option handler's answer: not one of its options */
@@ -405,6 +417,12 @@ static int run_option(train_options_t *out, parse_state_t *st, int c, const char
         }
         fprintf(stderr, "--membership: gossip or swim, not '%s'\n", arg);
         return -1;
+    case O_OVERLAP:
+        out->overlap = 1;
+        return 0;
+    case O_GDELAY:
+        out->grad_delay = 1;
+        return 0;
     default:
         return NOT_COMMON;
     }
@@ -461,6 +479,11 @@ static int finish(const char *cmd, train_options_t *out, const parse_state_t *st
                 "swarmtrain %s: --demo-local (DeMo local steps) runs in train only; the "
                 "swarm's pools do not skip exchanges yet\n",
                 cmd);
+        return 2;
+    }
+    if (out->grad_delay && strcmp(cmd, "train")) {
+        fprintf(stderr, "swarmtrain %s: --grad-delay (every gradient one step late) is a "
+                        "measurement of train only\n", cmd);
         return 2;
     }
     out->opt.total_steps = out->steps;

@@ -190,12 +190,26 @@ float *step_lookahead(peer_t *p, float **save)
  * parts of a member never overlap. Stored in the pool like anyone's, to be relayed. */
 static int make_exchange(peer_t *p, int part)
 {
+    /* Parts of its own id's message of this step that it holds and did not make in this
+     * run of the step are its own earlier parts: made before a re-sync, or by the process
+     * that ran under its id before a crash and a restart (their counted bits are in its
+     * union, so it never counts them again). Its parts are numbered on from them: a part
+     * under a number already held is dropped by every holder (pool_store keeps the first),
+     * and the microbatches it counted were lost (sim pause 6x3 seed 700264 with
+     * swim_every=4: a restart under a dead contributor's id took over its step, and its
+     * part 0 met the dead one's everywhere; 2 of 4 applied after the 30 s deadline). */
+    int held = pool_first_missing(p->pool, p->me.entry.id, p->step);
+    if (held > part) part = held;
     size_t nb = pool_bitmap_bytes(p->pool);
     uint8_t *fresh = malloc(nb), *msg = NULL;
     if (!fresh) return STATUS_ENOMEM;
     uint32_t count = 0;
     for (size_t i = 0; i < nb; i++) fresh[i] = (uint8_t)(pool_mine(p->pool)[i] & ~p->contrib.sent_bits[i]);
     for (int i = 0; i < p->dims.M; i++) count += (uint32_t)pool_bit(fresh, i);
+    if (part > 0 && count == 0) { /* a supplement of nothing: the earlier parts say it all */
+        free(fresh);
+        return 0;
+    }
     size_t len = 0;
     int rc = 0;
     if (p->held.dopt && part == 0) {

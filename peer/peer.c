@@ -304,8 +304,8 @@ static int woke_tick(peer_t *p)
      * from a sleeper like it, which cannot vouch for the run: two peers paused past the
      * run's end woke, saw each other and trained it to its end alone (sim pause seed
      * 9800285; 6x3 seed 100571: the other sleeper's heartbeat rose, a step ahead); a mate
-     * waiting at its step was taken for a sleeper (2x2 seed 35 under SWIM: the woken peer
-     * was left behind and left holding a microbatch its mate had counted). Nobody within
+     * waiting at its step was taken for a sleeper (SWIM 2x2 seed 700378: the woken peer
+     * was left behind, and its mate ended with another hash). Nobody within
      * END_WOKE_TIMEOUTS member timeouts: it was left behind. */
     if (p->ending.vouched >= p->ending.woke_pause) {
         const msg_member_t *m = known_alive(p, p->stage);
@@ -335,9 +335,9 @@ static int woke_tick(peer_t *p)
 static int on_view(peer_t *p, const net_ev_t *ev)
 {
     char h[9];
+    p->ending.vouched = ev->vouched; /* a pause's question settled (10.8) */
     /* a pause: the members it knew are those of the view before it (this one may list
      * newcomers that the messages waiting in its sockets told of) */
-    p->ending.vouched = ev->vouched;
     if (ev->pauses != p->ending.pauses) {
         p->ending.pauses = ev->pauses;
         if (ev->last_pause_s > p->po.peer_timeout_s) woke(p, ev->last_pause_s);
@@ -566,7 +566,7 @@ static int follow_tick(peer_t *p)
          * follows. */
         if (p->trans.unbegun_at >= 0 && p->step <= p->trans.unbegun_at + 1 && ahead >= 2)
             return peer_start_download(p, "the swarm began without it while it downloaded");
-        if (follow_behind(&p->follow, 1, p->step, ahead, p->held.keep, p->now))
+        if (follow_behind(&p->follow, 1, p->step, ahead, STEP_KEEP, p->now))
             return peer_start_download(p, "two or more steps behind its pool for 10 s");
         return 0;
     }

@@ -140,11 +140,13 @@ void dispatch_tick(dispatch_t *d, double now, uint64_t r);
 uint64_t dispatch_pauses(const dispatch_t *d, double *paused_s);
 /* The last such pause's length (0: none yet). */
 double dispatch_last_pause(const dispatch_t *d);
-/* The last pause longer than the member timeout that a member vouched for (0: none): after
+/* The last pause longer than the member timeout that members vouched for (0: none): after
  * such a pause the core asks up to 16 members it knew, its own stage's first, whether it is
  * still in the run (PROBE ASK, in either membership; docs/protocol.md 10.8), again every
- * second for 4 member timeouts; an ANSWER from a member not asking itself vouches, and so
- * do answers from every member asked (a whole swarm paused and woke). */
+ * second for 4 member timeouts. An ANSWER that can vouch (its sender not asking itself,
+ * up since before the pause) vouches, and so do answers from every member asked (a whole
+ * swarm paused and woke); the question is settled once the stage mates asked answered too
+ * (their entries then in the table), or 2 s later. */
 uint64_t dispatch_vouched(const dispatch_t *d);
 
 /* LEAVE (code: 0 or MSG_LEAVE_RUN_OVER; text why) to every live member, this peer's entry

@@ -135,8 +135,8 @@ static int snapshot_now(peer_t *p)
  * may still end in time to catch up (at most STEP_KEEP steps old: past that, a follower
  * with a fast link downloads again, and must not be given the same old snapshot: tiny at
  * 100 Mbit/s + 50 ms with held.keep here, a joiner re-synced to a snapshot 20 steps old
- * twice and contributed after 10-11 s instead of 3-4): kept, whatever its age in seconds, until no chunk of it was asked
- * for a while. Once older, a download of it lands too far behind anyway, and the next
+ * twice and contributed after 10-11 s instead of 3-4): kept, whatever its age in seconds,
+ * until no chunk of it was asked for a while. Once older, a download of it lands too far behind anyway, and the next
  * fresh request gets a new one (a joiner that downloads again must not get the same
  * old snapshot for good). */
 static int snap_in_use(const peer_t *p)

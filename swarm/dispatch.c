@@ -786,11 +786,25 @@ static void ask_begin(dispatch_t *d, double now, double before, uint64_t r)
     ask_round(d, now);
 }
 
+/* Vouched for: settled once every stage mate asked answered, or ASK_MATES_S later. */
+static void ask_settle(dispatch_t *d, double now)
+{
+    ask_t *a = &d->ask;
+    if (!a->pause || a->vouch_at <= 0) return;
+    int mates_in = 1;
+    for (int k = 0; k < a->n; k++)
+        if (a->mate[k] && !a->answer[k]) mates_in = 0;
+    if (!mates_in && now - a->vouch_at < ASK_MATES_S) return;
+    a->vouched = a->pause;
+    a->pause = 0;
+    a->doubt = 0;
+    view_changed(d);
+}
+
 /* Every tick: the members not vouching yet are asked again each ASK_EVERY_S, until
  * ASK_TIMEOUTS member timeouts have passed (nobody vouched: the peer was left behind, and
  * stays in doubt: sim pause 6x3 seed 710745 under SWIM, a sleeper that gave up vouched for
  * another sleeper, and that one validated a fork with a newcomer). */
-static void ask_settle(dispatch_t *d, double now);
 static void ask_tick(dispatch_t *d, double now)
 {
     ask_t *a = &d->ask;
@@ -818,21 +832,6 @@ static void on_ask(dispatch_t *d, const msg_t *m, double now)
                      ROWS_ONLY, !e->alive);
 }
 
-/* Vouched for: settled once every stage mate asked answered, or ASK_MATES_S later. */
-static void ask_settle(dispatch_t *d, double now)
-{
-    ask_t *a = &d->ask;
-    if (!a->pause || a->vouch_at <= 0) return;
-    int mates_in = 1;
-    for (int k = 0; k < a->n; k++)
-        if (a->mate[k] && !a->answer[k]) mates_in = 0;
-    if (!mates_in && now - a->vouch_at < ASK_MATES_S) return;
-    a->vouched = a->pause;
-    a->pause = 0;
-    a->doubt = 0;
-    view_changed(d);
-}
-
 /* An ANSWER to this peer's ASK, its sender's entry `who`: one not in doubt vouches; so do
  * all of them together (the whole swarm was paused: every member asked is back and
  * answers). Only from a member up since before the pause (its uptime covers the pause and
@@ -851,6 +850,15 @@ static void on_answer(dispatch_t *d, const msg_t *m, const msg_member_t *who, do
     for (int k = 0; k < a->n; k++) all &= a->answer[k];
     if (a->vouch_at <= 0 && (!(m->flags & ANSWER_DOUBT) || all)) a->vouch_at = now;
     ask_settle(d, now);
+}
+
+/* A pause's PROBE, ASK or ANSWER (any other kind: nothing), its sender's entry merged. */
+static void on_pause_probe(dispatch_t *d, const msg_t *m, double now)
+{
+    if (m->probe_kind == PROBE_ASK)
+        on_ask(d, m, now);
+    else if (m->probe_kind == PROBE_ANSWER)
+        on_answer(d, m, &d->scratch[0], now);
 }
 
 uint64_t dispatch_vouched(const dispatch_t *d)
@@ -1094,10 +1102,7 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         if (m->probe_kind != PROBE_ASK && m->probe_kind != PROBE_ANSWER) return 0;
         int ch = members_merge(t, d->scratch, 1, now);
         if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
-        if (m->probe_kind == PROBE_ASK)
-            on_ask(d, m, now);
-        else
-            on_answer(d, m, &d->scratch[0], now);
+        on_pause_probe(d, m, now);
         if (ch > 0) view_changed(d);
         return 0;
     }
@@ -1184,13 +1189,8 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     case PROBE_SYNC:
         if (from) probe_send(d, from, PROBE_TABLE, 0, NULL, NULL, 0, WHOLE_TABLE, 0);
         break;
-    case PROBE_ASK:
-        on_ask(d, m, now);
-        break;
-    case PROBE_ANSWER:
-        on_answer(d, m, &d->scratch[0], now);
-        break;
-    default: /* NEWS, TABLE: merged above */
+    default: /* NEWS, TABLE: merged above; ASK, ANSWER: a pause's question */
+        on_pause_probe(d, m, now);
         break;
     }
     /* Anti-entropy: news can miss a member (a push reaches most, not all; a joiner's

@@ -183,6 +183,12 @@ int resume_stage(peer_t *p); /* the stage of the store's newest checkpoint, or -
  * checkpoint of (its state comes from a mate: the wait for one starts now), 0 wait; <0
  * error */
 int resume_tick(peer_t *p);
+/* A resuming peer that finds mates serving its stage from step s, all at s, and holds
+ * its own checkpoint of s restores that instead of downloading theirs: a state download
+ * carries no DeMo residual (a joiner's starts at zero), and a zeroed residual is another
+ * run than the one that was stopped (resumed runs ended 0.5-2.3% below uninterrupted
+ * ones when one peer per stage downloaded). 1 restored (po.resume cleared), else 0. */
+int resume_with_mates(peer_t *p, int64_t s);
 /* A resuming peer that downloaded its stage's state from a mate has resumed at that step
  * (po.resume cleared, resume.agreed set). */
 void resume_downloaded(peer_t *p);

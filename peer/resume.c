@@ -83,12 +83,28 @@ static uint64_t table_hash(const peer_t *p)
     return h;
 }
 
+/* Restores its own checkpoint of step s and resumes there: 1, or 0 and why in err. */
+static int restore_at(peer_t *p, int64_t s, int present, const char *why, char *err)
+{
+    int64_t got = -1;
+    if (peer_store_restore_step(p->ps, p->held.st, p->held.dopt, s, &got, err)) return 0;
+    p->po.resume = 0;
+    p->resume.agreed = got;
+    step_set(p, got);
+    fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
+            " (%s; %d peers seen)\n", p->stage, got, why, present);
+    peer_event(p, "resumed", "source=%s ckpt_step=%" PRId64 " present=%d", "own_checkpoint", got,
+               present);
+    return 1;
+}
+
 void resume_init(resume_state_t *r)
 {
     r->decide = timeout_make("resume.decide", RESUME_WAIT_S);
     r->settle = timeout_make("resume.settle", RESUME_SETTLE_S);
     r->agreed = 0;
     r->table = 0;
+    r->tried = 0;
 }
 
 int resume_tick(peer_t *p)
@@ -130,18 +146,9 @@ int resume_tick(peer_t *p)
         peer_event(p, "resume", "decision=%s present=%d", "initial", present);
         return 2;
     }
-    int64_t got = -1;
     char err[STATUS_ERR_LEN] = "";
-    int rc = peer_store_restore_step(p->ps, p->held.st, p->held.dopt, s, &got, err);
-    if (rc == 0) {
-        step_set(p, got);
-        fprintf(p->log, "resumed: stage %d from this peer's checkpoint of step %" PRId64
-                " (the newest step every stage has a checkpoint of; %d peers seen)\n",
-                p->stage, got, present);
-        peer_event(p, "resumed", "source=%s ckpt_step=%" PRId64 " present=%d", "own_checkpoint",
-                   got, present);
+    if (restore_at(p, s, present, "the newest step every stage has a checkpoint of", err))
         return 1;
-    }
     fprintf(p->log, "resume: agreed on step %" PRId64 ", which this peer has no checkpoint of "
             "(%s): its stage's state comes from a mate or the neighbours\n", s, err);
     peer_event(p, "resume", "decision=%s agreed=%" PRId64 " error=%s", "elsewhere", s, err);
@@ -153,6 +160,16 @@ int resume_tick(peer_t *p)
     step_set(p, s);
     peer_push_self(p);
     return 3;
+}
+
+int resume_with_mates(peer_t *p, int64_t s)
+{
+    if (!p->po.resume || s <= 0 || s == p->resume.tried) return 0;
+    p->resume.tried = s; /* one read of the store per step the mates are at */
+    int present = 0;
+    for (int i = 0; i < p->view.n; i++) present += p->view.m[i].state != MEMBER_DEAD;
+    char err[STATUS_ERR_LEN] = "";
+    return restore_at(p, s, present, "the step its mates resumed at", err);
 }
 
 void resume_downloaded(peer_t *p)

@@ -18,6 +18,7 @@ typedef struct {
                         * simulator checks it (simrun.c) */
     uint64_t table;    /* the table it would decide on (a hash) ... */
     timeout_t settle;  /* resume.settle: ... unchanged since this started */
+    int64_t tried;     /* the mates' step it last tried its own checkpoint of (0: none) */
 } resume_state_t;
 
 void resume_init(resume_state_t *r);

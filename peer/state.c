@@ -340,6 +340,17 @@ int state_download_tick(peer_t *p)
         if (!peer_is_self(p, mem[i].id)) donors[k++] = mem[i];
     int first = p->trans.download_why == NULL;
     if (k) recover_abort(p); /* someone holds the stage after all */
+    if (k && p->po.resume) { /* mates resumed already: at a step it has a checkpoint of? */
+        int same = 1;
+        for (int i = 1; i < k; i++) same &= donors[i].step == donors[0].step;
+        if (same && resume_with_mates(p, donors[0].step)) {
+            p->trans.downloaded = 0;
+            xfer_destroy(&p->trans.xfer);
+            begin_serving(p);
+            announce(p);
+            return 0;
+        }
+    }
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
         /* Nobody holds the stage, as far as this peer knows. In a running swarm its

@@ -540,7 +540,8 @@ static void release_disk(drv_t *d, int node)
 }
 
 /* A peer started with po.resume has decided (resume.c cleared it): it must have agreed
- * on the step the stores say. A peer that found a mate serving downloaded instead and
+ * on the step the stores say (or restored its own checkpoint of the step its serving
+ * mates are at, the same). A peer that found a mate serving downloaded instead and
  * resumed at the mate's step: never below the agreed one. */
 static void check_decided(drv_t *d, dnode_t *n)
 {

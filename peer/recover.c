@@ -79,17 +79,24 @@ static size_t blocks_at(const model_config_t *c, int s)
     return s == 0 ? (size_t)c->vocab * c->dim : 0;
 }
 
-size_t recover_state_bytes(const model_config_t *c, int s)
+int recover_state_moments(const train_options_t *t)
 {
-    return 3 * stage_floats(c, s) * sizeof(float) + 8 + RECOVER_TAIL; /* + adam step */
+    return t->optimizer == TRAIN_ADAMW || t->demo.update == DEMO_UPDATE_ADAM ? 2 : 1;
 }
 
-/* The tail of a state blob, after params | m | v | adam step: the last clipped gradient
- * norm and the stage's learning-rate scale. */
-static void tail_get(const uint8_t *blob, size_t P, float *gnorm, float *lr_scale)
+size_t recover_state_bytes(const train_options_t *t, int s)
 {
-    memcpy(gnorm, blob + 3 * P * sizeof(float) + 8, 4);
-    memcpy(lr_scale, blob + 3 * P * sizeof(float) + 12, 4);
+    size_t floats = (1 + (size_t)recover_state_moments(t)) * stage_floats(&t->cfg, s);
+    return floats * sizeof(float) + 8 + RECOVER_TAIL; /* + adam step */
+}
+
+/* The tail of a state blob of stage s, after params | moments | adam step: the last
+ * clipped gradient norm and the stage's learning-rate scale. */
+static void tail_get(const peer_t *p, const uint8_t *blob, int s, float *gnorm, float *lr_scale)
+{
+    size_t at = recover_state_bytes(&p->def.train, s) - RECOVER_TAIL;
+    memcpy(gnorm, blob + at, 4);
+    memcpy(lr_scale, blob + at + 4, 4);
 }
 
 /* ---- detection and the choice of the mover --------------------------------------------- */
@@ -168,8 +175,7 @@ static int copy_target(const peer_t *p, int c)
  * way, negative on error. */
 static int aux_fetch_range(peer_t *p, int stage, size_t off, size_t len)
 {
-    const model_config_t *c = &p->def.train.cfg;
-    size_t total = recover_state_bytes(c, stage);
+    size_t total = recover_state_bytes(&p->def.train, stage);
     if (!len) off = 0, len = total;
     if (p->rec.aux && (p->rec.aux_stage != stage || xfer_offset(p->rec.aux) != off ||
                    xfer_length(p->rec.aux) != len))
@@ -424,8 +430,8 @@ static int rebuild(peer_t *p, float *out, char *how, size_t howlen)
             const float *wa = (const float *)(const void *)na + blocks_at(c, s - 1);
             const float *wb = (const float *)(const void *)nb + blocks_at(c, s + 1);
             float ga, gb, sa, sb;
-            tail_get(na, stage_floats(c, s - 1), &ga, &sa);
-            tail_get(nb, stage_floats(c, s + 1), &gb, &sb);
+            tail_get(p, na, s - 1, &ga, &sa);
+            tail_get(p, nb, s + 1, &gb, &sb);
             recover_blend(o, wa, ga, wb, gb, bf);
             snprintf(how, howlen,
                      "CheckFree: weighted average of stages %d (gradient norm %.4g) and %d (%.4g)",
@@ -574,7 +580,7 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         }
         int rc = aux_fetch(p, t);
         if (rc <= 0) return rc;
-        size_t len = recover_state_bytes(&p->def.train.cfg, t);
+        size_t len = recover_state_bytes(&p->def.train, t);
         if (!(p->rec.all[t] = malloc(len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         memcpy(p->rec.all[t], xfer_data(p->rec.aux), len);
@@ -647,7 +653,7 @@ int recover_download_tick(peer_t *p)
         int rc = aux_fetch(p, want[i]);
         if (rc < 0) return rc;
         if (rc == 0) return 0;
-        size_t len = recover_state_bytes(c, want[i]);
+        size_t len = recover_state_bytes(&p->def.train, want[i]);
         if (!(p->rec.nb[i] = malloc(len)))
             return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
         memcpy(p->rec.nb[i], xfer_data(p->rec.aux), len);

@@ -18,29 +18,36 @@
 #define STATE_SNAP_REUSE_S  5.0  /* a snapshot younger than this serves a fresh request */
 #define STATE_CHUNK_RETRY_S 10.0 /* a chunk (or the first answer) asked again after this */
 
-/* params | adam m | adam v | adam step (8) | last clipped gradient norm (f32) | the
- * stage's learning-rate scale (f32) */
+/* params | adam m (when the update reads it) | adam v | adam step (8) | last clipped
+ * gradient norm (f32) | the stage's learning-rate scale (f32) */
 static size_t state_bytes(const peer_t *p)
 {
-    return recover_state_bytes(&p->def.train.cfg, p->stage);
+    return recover_state_bytes(&p->def.train, p->stage);
+}
+
+/* The floats of a state blob before its adam step: params and the moments carried. */
+static size_t state_floats(const peer_t *p)
+{
+    return (1 + (size_t)recover_state_moments(&p->def.train)) * stage_num_params(p->held.st);
 }
 
 
-/* The state a member serves: params | adam m | adam v | adam step, as of its current
- * step (handlers run between steps, never inside one). A new snapshot each time: the
- * network thread may still be answering chunks of the last one (transport.h). */
+/* The state a member serves (recover_state_bytes' layout), as of its current step
+ * (handlers run between steps, never inside one). A new snapshot each time: the network
+ * thread may still be answering chunks of the last one (transport.h). */
 static int take_snapshot(peer_t *p)
 {
-    size_t P = stage_num_params(p->held.st) * sizeof(float);
+    size_t P = stage_num_params(p->held.st) * sizeof(float), at = P;
     xfer_shared_t *s = xfer_shared_new(p->stage, state_bytes(p));
     if (!s) return STATUS_ENOMEM;
     uint8_t *buf = s->snap.buf;
     kern_download(p->k, buf, stage_params(p->held.st), P);
-    kern_download(p->k, buf + P, stage_opt_m(p->held.st), P);
-    kern_download(p->k, buf + 2 * P, stage_opt_v(p->held.st), P);
-    memcpy(buf + 3 * P, stage_opt_step(p->held.st), 8);
-    memcpy(buf + 3 * P + 8, &p->contrib.stage_gnorm, 4);
-    memcpy(buf + 3 * P + 12, &p->rec.lr_scale, 4);
+    if (recover_state_moments(&p->def.train) == 2)
+        kern_download(p->k, buf + at, stage_opt_m(p->held.st), P), at += P;
+    kern_download(p->k, buf + at, stage_opt_v(p->held.st), P), at += P;
+    memcpy(buf + at, stage_opt_step(p->held.st), 8);
+    memcpy(buf + at + 8, &p->contrib.stage_gnorm, 4);
+    memcpy(buf + at + 12, &p->rec.lr_scale, 4);
     xfer_snap_seal(&s->snap, p->step);
     s->flags = p->join.go || resume_begun(p) ? 1 : 0; /* training has begun: follow first */
     /* the socket thread answers fresh requests from it too, by the rule of serves_fresh,
@@ -63,7 +70,7 @@ static void unserve(peer_t *p)
 /* Whether a state blob's parameters and moments are all finite numbers. */
 static int state_finite(const peer_t *p, const uint8_t *buf)
 {
-    size_t n = 3 * stage_num_params(p->held.st);
+    size_t n = state_floats(p);
     for (size_t i = 0; i < n; i++) {
         float f;
         memcpy(&f, buf + i * sizeof f, sizeof f);
@@ -74,16 +81,20 @@ static int state_finite(const peer_t *p, const uint8_t *buf)
 
 static void load_state(peer_t *p, const uint8_t *buf)
 {
-    size_t P = stage_num_params(p->held.st) * sizeof(float);
+    size_t P = stage_num_params(p->held.st) * sizeof(float), at = P;
     kern_upload(p->k, stage_params(p->held.st), buf, P);
-    kern_upload(p->k, stage_opt_m(p->held.st), buf + P, P);
-    kern_upload(p->k, stage_opt_v(p->held.st), buf + 2 * P, P);
-    memcpy(stage_opt_step(p->held.st), buf + 3 * P, 8);
+    if (recover_state_moments(&p->def.train) == 2) {
+        kern_upload(p->k, stage_opt_m(p->held.st), buf + at, P), at += P;
+    } else { /* m is not carried: zero on every replica (the update never reads it) */
+        kern_zero(p->k, stage_opt_m(p->held.st), P);
+    }
+    kern_upload(p->k, stage_opt_v(p->held.st), buf + at, P), at += P;
+    memcpy(stage_opt_step(p->held.st), buf + at, 8);
     float gnorm;
-    memcpy(&gnorm, buf + 3 * P + 8, 4);
+    memcpy(&gnorm, buf + at + 8, 4);
     step_set_stage_gnorm(p, gnorm);
     float scale;
-    memcpy(&scale, buf + 3 * P + 12, 4);
+    memcpy(&scale, buf + at + 12, 4);
     recover_set_lr_scale(p, scale);
 }
 

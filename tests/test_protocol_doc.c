@@ -301,7 +301,7 @@ typedef struct {
 static void check_state_row(const char *const *g, int ng, void *ctx)
 {
     state_ctx_t *c = ctx;
-    assert_int_equal(ng, 5);
+    assert_int_equal(ng, 6);
     model_config_t cfg;
     char err[STATUS_ERR_LEN];
     assert_int_equal(config_preset(&cfg, g[0], err), 0);
@@ -315,10 +315,19 @@ static void check_state_row(const char *const *g, int ng, void *ctx)
     if (P != num(g[3]))
         fail_msg("docs say %s S=%d stage %d has P = %s; the stage has %ld", g[0], cfg.stages, s,
                  g[3], P);
-    long bytes = (long)recover_state_bytes(&cfg, s);
-    if (bytes != num(g[4]) || bytes != 12 * P + c->tail)
-        fail_msg("docs say %s S=%d stage %d's state is %s octets (12P + %ld); the code serves %ld",
-                 g[0], cfg.stages, s, g[4], c->tail, bytes);
+    /* with m (AdamW), without (sign DeMo's rmsprop update) */
+    train_options_t t = train_defaults();
+    t.cfg = cfg;
+    for (int without = 0; without < 2; without++) {
+        t.optimizer = without ? TRAIN_DEMO : TRAIN_ADAMW;
+        t.demo.update = DEMO_UPDATE_RMSPROP;
+        long bytes = (long)recover_state_bytes(&t, s), want = (without ? 8 : 12) * P + c->tail;
+        if (bytes != num(g[4 + without]) || bytes != want)
+            fail_msg("docs say %s S=%d stage %d's state is %s octets (%dP + %ld)%s; the code "
+                     "serves %ld",
+                     g[0], cfg.stages, s, g[4 + without], without ? 8 : 12, c->tail,
+                     without ? " without m" : "", bytes);
+    }
     stage_destroy(&st);
     kern_destroy(&k);
     c->rows++;
@@ -342,13 +351,15 @@ static void test_state_size(void **state)
     /* the fields' offsets add up to the same size */
     assert_int_equal(each_match(s, "^\\| 12P\\+12 \\| 4 \\| `lr_scale`", NULL, NULL), 1);
     assert_int_equal(c.tail, 8 + 4 + 4);
-    each_match(s, "^\\| ([a-z]+) \\| ([0-9]+) \\| ([0-9]+) \\| ([0-9,]+) \\| ([0-9,]+) \\|$",
+    each_match(s,
+               "^\\| ([a-z]+) \\| ([0-9]+) \\| ([0-9]+) \\| ([0-9,]+) \\| ([0-9,]+) \\| ([0-9,]+) \\|$",
                check_state_row, &c);
     assert_true(c.rows >= 3);
     free(s);
     /* 9.4's downloader expects the same */
     char *s94 = section("### 9.4 ");
     assert_int_equal(each_match(s94, "`total` = 12P \\+ ([0-9]+)", read_tail, &c), 1);
+    assert_int_equal(each_match(s94, "\\(or 8P \\+$", NULL, NULL), 1);
     assert_int_equal(c.tail, 16);
     free(s94);
 }

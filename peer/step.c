@@ -483,6 +483,13 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
     step_set(p, p->step + 1);
     int named;
     int64_t head = view_max_step(&p->view, p->stage);
+    /* The messages it holds say more than gossip, which lags a period: a mate that sent its
+     * message of s is done with its share of s, and applies it once the rest is in (a
+     * pool of one at once). A follower catching up with messages asked ahead named from a
+     * head of 13 while its pool's one member had started 14 (gossip still said 13), and
+     * reached 14 itself 0.2 s later, before any echo: named again 5 steps later. */
+    for (int64_t s = p->step; s < p->step + 4 && pool_messages(p->pool, s, NULL, 0) > 0; s++)
+        if (s + 1 > head) head = s + 1;
     int64_t was = p->me.entry.serving_from;
     peer_self_serving_from(p, follow_name(&p->follow, p->step, was, head, now, &named));
     /* every step, and a naming at once: a newcomer counts a mate's echo of its naming only
@@ -669,6 +676,30 @@ static void ask_for_gone(peer_t *p, int always)
     free(ids);
 }
 
+/* A follower catching up asks, with its round for step N, for every message of the next
+ * steps it holds none of (EXCH_REQ with origin zero, 5.16), from the mate furthest ahead:
+ * up to 4 steps (what step_on_exch accepts), one when a step's messages weigh as much as
+ * the kept window allows (held.keep 8: AdamW's dense sums). A mate answers between its own
+ * steps, so asking one step at a time, a `small` joiner behind a one-member pool applied
+ * one step per pool step (0.9 s each) until the pool's live messages reached it. */
+static void ask_ahead(peer_t *p)
+{
+    const msg_member_t *mates;
+    int nm = pool_members(p, &mates), best = -1;
+    for (int j = 0; j < nm; j++)
+        if (!peer_is_self(p, mates[j].id) && mates[j].state == MEMBER_SERVING &&
+            (best < 0 || mates[j].step > mates[best].step))
+            best = j;
+    if (best < 0) return;
+    int depth = p->held.keep / 8 < 1 ? 1 : p->held.keep / 8 > 4 ? 4 : p->held.keep / 8;
+    msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage}; /* origin zero: all */
+    for (int64_t s = p->step + 1; s <= p->step + depth && s < mates[best].step; s++) {
+        if (pool_messages(p->pool, s, NULL, 0) > 0) continue;
+        q.step = s;
+        peer_send(p, mates[best].id, &q, 0, NULL, NULL);
+    }
+}
+
 /* What this member still needs before it can apply the step: part 0 of every exchange
  * member's message, and every part that covers what a live member reports it counted.
  * Asks for each missing one (EXCH_REQ, at most once a second, and at once on each new
@@ -683,6 +714,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
     int catching_up = !contributing(p) && p->contrib.exch_req_step != p->step &&
                       view_max_step(&p->view, p->stage) >= p->step + 2;
     int missing = 0, ask = timeout_due(&p->contrib.exch_req, p->now) || catching_up;
+    if (catching_up) ask_ahead(p);
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     /* the exchange members: this member's view, and everyone a mate's message names */
     int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;

@@ -38,10 +38,10 @@
 # e.g. "--membership gossip"), SWARMTRAIN_SOURCE (the tree; default: this
 # script's).
 #
-# Measured (session 19, Release, load 2-4): tiny at 100 Mbit/s + 50 ms 2.7-6.1 s (1 of 6
-# over the bound); small (sign DeMo) unshaped 4.5-5.7 s, 77.5 MB at 136-484 MB/s after
-# 0.2-0.4 s of its own set-up; small at 100 Mbit/s + 50 ms 14.4-17.3 s (over the bound: the
-# download is 7.2-7.4 s at 10.1-11.3 MB/s, then the naming waits; docs/design-notes.md,
+# Measured (session 20, Release, load 2): tiny at 100 Mbit/s + 50 ms 2.7-3.9 s (3 runs);
+# small (sign DeMo) unshaped 4.7-5.1 s, 51.7 MB at 136-574 MB/s; small at 100 Mbit/s + 50
+# ms 9.2-10.6 s (5 runs, 2 under the 10 s bound): 51.7 MB in 4.9-5.3 s at 9.8-10.6 MB/s,
+# then 1.8-2.5 s of catching up and a pool step to the named one (docs/design-notes.md,
 # "Joining over thin links").
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)

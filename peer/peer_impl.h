@@ -305,6 +305,14 @@ int step_open(peer_t *p);
 pool_t *step_close(peer_t *p);
 void step_reset(peer_t *p);
 int step_on_exch(peer_t *p, const net_ev_t *ev);
+/* Downloading its stage's state: the snapshot's step once the first answer fixed it, else
+ * -1. Exchange messages of that step and the 4 after are taken while it downloads. */
+int64_t step_snapshot_step(const peer_t *p);
+/* Downloading, with the snapshot's step s known and a step's messages small (K >= 16):
+ * once a second, asks the mate furthest ahead for the messages of s .. s + 3 it holds
+ * none of, so that it holds them when the state is in place (a mate answers between its
+ * own steps: asked after the download, the first followed step waited up to a pool step). */
+void step_ask_after_snapshot(peer_t *p);
 void step_on_exch_req(peer_t *p, const msg_t *m);
 /* Answers an EXCH_REQ from `pool`, the pool of `stage` (this peer's, or the one it left). */
 void step_answer_exch_req(peer_t *p, pool_t *pool, int stage, const msg_t *m);

@@ -472,5 +472,6 @@ int state_download_tick(peer_t *p)
     xfer_req_t req[8];
     int nr = xfer_next_requests(p->trans.xfer, p->now, donors, k, STATE_CHUNK_RETRY_S, req, 8);
     for (int i = 0; i < nr; i++) peer_send(p, req[i].to, &req[i].req, 0, NULL, NULL);
+    step_ask_after_snapshot(p);
     return 0;
 }

@@ -682,7 +682,14 @@ static void ask_for_gone(peer_t *p, int always)
  * the kept window allows (held.keep 8: AdamW's dense sums). A mate answers between its own
  * steps, so asking one step at a time, a `small` joiner behind a one-member pool applied
  * one step per pool step (0.9 s each) until the pool's live messages reached it. */
-static void ask_ahead(peer_t *p)
+static int ahead_depth(const peer_t *p)
+{
+    return p->held.keep / 8 < 1 ? 1 : p->held.keep / 8 > 4 ? 4 : p->held.keep / 8;
+}
+
+/* Asks the serving mate furthest ahead for every message of steps from .. from + n - 1
+ * below its step that this member holds none of. */
+static void ask_steps(peer_t *p, int64_t from, int n)
 {
     const msg_member_t *mates;
     int nm = pool_members(p, &mates), best = -1;
@@ -691,13 +698,30 @@ static void ask_ahead(peer_t *p)
             (best < 0 || mates[j].step > mates[best].step))
             best = j;
     if (best < 0) return;
-    int depth = p->held.keep / 8 < 1 ? 1 : p->held.keep / 8 > 4 ? 4 : p->held.keep / 8;
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage}; /* origin zero: all */
-    for (int64_t s = p->step + 1; s <= p->step + depth && s < mates[best].step; s++) {
+    for (int64_t s = from; s < from + n && s < mates[best].step; s++) {
         if (pool_messages(p->pool, s, NULL, 0) > 0) continue;
         q.step = s;
         peer_send(p, mates[best].id, &q, 0, NULL, NULL);
     }
+}
+
+static void ask_ahead(peer_t *p)
+{
+    ask_steps(p, p->step + 1, ahead_depth(p));
+}
+
+int64_t step_snapshot_step(const peer_t *p)
+{
+    return p->trans.xfer && p->phase == PHASE_DOWNLOAD ? xfer_step(p->trans.xfer) : -1;
+}
+
+void step_ask_after_snapshot(peer_t *p)
+{
+    int64_t s = step_snapshot_step(p);
+    if (s < 0 || ahead_depth(p) < 2 || p->now - p->trans.ahead_at < 1.0) return;
+    p->trans.ahead_at = p->now;
+    ask_steps(p, s, ahead_depth(p));
 }
 
 /* What this member still needs before it can apply the step: part 0 of every exchange
@@ -1055,7 +1079,9 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
     if (!p->held.st || m->stage != p->stage || ev->nframes != 3) return 0;
-    if (m->step < p->step - p->held.keep || m->step > p->step + 4) return 0;
+    /* downloading: the messages of the snapshot's step on (step_ask_after_snapshot) */
+    int64_t at = step_snapshot_step(p) >= 0 ? step_snapshot_step(p) : p->step;
+    if (m->step < at - p->held.keep || m->step > at + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
         stats_note_rejected(&p->stats);

@@ -21,6 +21,8 @@ typedef struct {
     int64_t unbegun_at;  /* downloaded while training had not begun, it contributes at once
                           * from this step (state.c); -1: not so */
     const char *download_why; /* why it downloads (a re-sync's reason), for the log */
+    double ahead_at;     /* when it last asked, downloading, for the messages after the
+                          * snapshot's step (step_ask_after_snapshot) */
     timeout_t nobody;    /* download.nobody: from its start, no donor in a started swarm */
     timeout_t another;   /* download.another: ... a joiner waiting for another to take it */
 } transfer_t;

@@ -33,6 +33,8 @@ typedef struct {
      * to its first contributed step ("contributing", or "takes_over"); re-syncs after */
     double t_first, t_joined, t_contrib, join_mb, join_s, join_donors;
     int joined_pool, resynced_after;
+    int first_serving; /* its first `serving` after the first `joined` came: joined_pool is
+                        * decided (a later one is a move or a re-sync, not a join) */
 } peer_rec_t;
 
 /* A stage rebuilt: its "recovered_stage" event with the "rebuilt" and "judged" events
@@ -261,9 +263,13 @@ static void on_join_event(peer_rec_t *r, const char *k, const json_obj_t *o)
         r->t_joined = t;
         r->join_mb = json_num(o, "mb"), r->join_s = json_num(o, "seconds");
         r->join_donors = json_num(o, "donors");
-    } else if (!strcmp(k, "serving") && r->t_joined > 0 && !r->joined_pool) {
+    } else if (!strcmp(k, "serving") && r->t_joined > 0 && !r->first_serving) {
         /* training had begun: it follows first (from ahead of its step), else it is one
-         * of the swarm's first members, which contribute from the first step */
+         * of the swarm's first members, which contribute from the first step. Only the
+         * first: a first member that a rebalance moved later follows in its new pool too,
+         * and was counted a joiner from its process's start (a 20-joiner burst on tiny
+         * printed a worst join of 57 s: a founder's move at 41 s) */
+        r->first_serving = 1;
         r->joined_pool = json_num(o, "from") > json_num(o, "step");
     } else if ((!strcmp(k, "contributing") || !strcmp(k, "takes_over")) && r->joined_pool &&
                r->t_contrib <= 0) {

@@ -63,8 +63,8 @@ static const bench_setting_t settings[] = {
     {"sign preset (rmsprop) cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
      DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, DEMO_SIGN_LR, COS, 1, 1, 0, 0, 0, DEMO_SIGN_BETA},
     /* the preset before issue 27: beta 0.999, the run's rate (3e-3) */
-    {"sign preset, beta .999 3e-3 cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK,
-     DEMO_SIGN_K, DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 0, 0, 0, 0, 0},
+    {"sign preset, beta .999 3e-3 cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 0, 0, 0, 0, 0},
     {"sign c16 k9 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
      DEMO_UPDATE_RMS, 0, COS, 1, 1, 0, 0, 0, 0}, /* the preset before rmsprop */
     {"sign c16 k3 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED,

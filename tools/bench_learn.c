@@ -966,8 +966,8 @@ int bench_learn(int argc, char **argv)
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
            lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
-           (double)lo.demo_lr_run, lo.codec, lo.skip, lo.swap,
-           lo.churn, lo.churn_kills, lo.kill_stage, lo.seeds, lo.dir, load0);
+           (double)lo.demo_lr_run, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
+           lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);

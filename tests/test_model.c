@@ -644,7 +644,7 @@ static void check_predict(int demo)
     optim_config_t oc = optim_defaults();
     oc.total_steps = 10;
     demo_cfg_t dc = {.chunk = DEMO_SIGN_CHUNK, .k = DEMO_SIGN_K, .vfmt = DEMO_VAL_SIGN,
-                     .beta = DEMO_DEFAULT_BETA, .imode = DEMO_SIGN_INDEX,
+                     .beta = DEMO_SIGN_BETA, .imode = DEMO_SIGN_INDEX,
                      .update = DEMO_SIGN_UPDATE};
     demo_opt_t *d = demo ? demo_opt_new(st, &dc, err) : NULL;
     if (d) demo_opt_defer_decay(d, 1); /* as a pool member: the rule decays */

@@ -35,39 +35,44 @@ typedef struct {
     int small;    /* also run on `small` with --small */
     int local;    /* DiLoCo-style local steps per exchange (train_options_t.demo_local); 0: none */
     float outer_lr, outer_mom;
+    float beta; /* DeMo momentum decay; 0: DEMO_DEFAULT_BETA (the preset's: DEMO_SIGN_BETA) */
 } bench_setting_t;
 
 /* AdamW (constant lr: the reference of issue 17; cosine, to compare like with like), then
  * DeMo from the reference setting down to the sign preset (`--demo-values sign`) with the
  * schedule it was tuned with. The rows marked core run by default; --all adds the others
- * (what was tried on the way, docs/design-notes.md). lr 0: the run default (3e-3). */
+ * (what was tried on the way, docs/design-notes.md). lr 0: the run default (3e-3); the
+ * preset rows use the preset's rate and beta (DEMO_SIGN_LR, DEMO_SIGN_BETA: issue 27). */
 #define C   OPTIM_SCHEDULE_CONSTANT
 #define COS OPTIM_SCHEDULE_COSINE
 static const bench_setting_t settings[] = {
     /* name, optimizer, values, chunk, k, indices, update, lr, schedule, core, small,
-     * local steps, outer lr, outer momentum */
-    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1, 0, 0, 0},
-    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 0, 0, 0, 0},
+     * local steps, outer lr, outer momentum, DeMo beta (0: DEMO_DEFAULT_BETA) */
+    {"adamw", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, C, 1, 1, 0, 0, 0, 0},
+    {"adamw cosine", TRAIN_ADAMW, DEMO_VAL_F32, 0, 0, DEMO_IDX_TOPK, 0, 0, COS, 1, 0, 0, 0, 0, 0},
     {"f32 c64 k32 topk sign-update", TRAIN_DEMO, DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK,
-     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0},
+     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0, 0},
     {"sign c16 k1 topk sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK,
-     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0},
+     DEMO_UPDATE_SIGN, 0, C, 1, 0, 0, 0, 0, 0},
     {"sign c16 k9 shared sign-update", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
-     DEMO_UPDATE_SIGN, 0, C, 0, 0, 0, 0, 0},
+     DEMO_UPDATE_SIGN, 0, C, 0, 0, 0, 0, 0, 0},
     {"sign c16 k1 topk rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 1, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, 0, C,
-     0, 0, 0, 0, 0},
+     0, 0, 0, 0, 0, 0},
     {"sign preset (rmsprop)", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
-     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, C, 0, 0, 0, 0, 0},
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, DEMO_SIGN_LR, C, 0, 0, 0, 0, 0, DEMO_SIGN_BETA},
     {"sign preset (rmsprop) cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
-     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 1, 0, 0, 0},
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, DEMO_SIGN_LR, COS, 1, 1, 0, 0, 0, DEMO_SIGN_BETA},
+    /* the preset before issue 27: beta 0.999, the run's rate (3e-3) */
+    {"sign preset, beta .999 3e-3 cosine", TRAIN_DEMO, DEMO_VAL_SIGN, DEMO_SIGN_CHUNK, DEMO_SIGN_K,
+     DEMO_SIGN_INDEX, DEMO_SIGN_UPDATE, 0, COS, 1, 0, 0, 0, 0, 0},
     {"sign c16 k9 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 9, DEMO_IDX_SHARED,
-     DEMO_UPDATE_RMS, 0, COS, 1, 1, 0, 0, 0}, /* the preset before rmsprop */
+     DEMO_UPDATE_RMS, 0, COS, 1, 1, 0, 0, 0, 0}, /* the preset before rmsprop */
     {"sign c16 k3 shared rms cosine", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 3, DEMO_IDX_SHARED,
-     DEMO_UPDATE_RMS, 0, COS, 1, 0, 0, 0, 0},
+     DEMO_UPDATE_RMS, 0, COS, 1, 0, 0, 0, 0, 0},
     /* DiLoCo-style: 8 local AdamW steps, then one exchange of the change (k 80 of 256 per
      * tile: 8 x the bytes of one step at k 9, once per 8 steps) */
     {"local 8, sign c16 k80 shared rms", TRAIN_DEMO, DEMO_VAL_SIGN, 16, 80, DEMO_IDX_SHARED,
-     DEMO_UPDATE_RMS, 0, COS, 1, 0, 8, 4, 0},
+     DEMO_UPDATE_RMS, 0, COS, 1, 0, 8, 4, 0, 0},
 };
 #undef C
 #undef COS
@@ -105,6 +110,7 @@ static int bench_one(const bench_setting_t *s, const char *config, int replicas,
         o.demo.k = s->k;
         o.demo.imode = s->imode;
         o.demo.update = s->update;
+        if (s->beta > 0) o.demo.beta = s->beta;
         o.demo_local = s->local;
         if (s->local) {
             o.outer_lr = s->outer_lr;

@@ -113,6 +113,7 @@ typedef struct {
 typedef struct {
     const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule, *only;
     const char *demo_lr; /* --lr of the DeMo runs (swarm and demo-train); NULL: the run's */
+    float demo_lr_run;   /* the rate the DeMo runs train at (--demo-lr, else as they parse) */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
     long long seed;
@@ -496,7 +497,7 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     fprintf(f, ",\"kill_stage\":%d,\"baseline_schedule\":", lo->kill_stage);
     print_json_str(f, lo->baseline_schedule);
     fprintf(f, ",\"demo_lr\":");
-    print_num(f, lo->demo_lr ? atof(lo->demo_lr) : lo->run.opt.lr);
+    print_num(f, lo->demo_lr_run);
     fprintf(f, ",\"ratio\":");
     print_num(f, ratio);
     fprintf(f, ",\"ratio_min\":");
@@ -912,6 +913,21 @@ int bench_learn(int argc, char **argv)
         args_free(&words);
         return prc == 1 ? 0 : 2;
     }
+    /* the DeMo rows' rate as demo-train will read it (the sign preset's unless told) */
+    learn_args_t dwords = {.n = 0};
+    for (int i = 0; i < words.n; i++) args_add(&dwords, words.a[i]);
+    args_add(&dwords, "--optimizer"), args_add(&dwords, "demo");
+    args_add(&dwords, "--demo-values"), args_add(&dwords, "sign");
+    if (lo.demo_lr) args_add(&dwords, "--lr"), args_add(&dwords, lo.demo_lr);
+    train_options_t drun = train_defaults();
+    optind = 1;
+    prc = run_opts_parse("bench learn", dwords.n, dwords.a, &drun, NULL);
+    args_free(&dwords);
+    if (prc) {
+        args_free(&words);
+        return prc == 1 ? 0 : 2;
+    }
+    lo.demo_lr_run = drun.opt.lr;
     lo.tokens_per_step = (double)lo.run.replicas * lo.run.accum * lo.run.cfg.batch * lo.run.cfg.seq;
     lo.params = config_num_params(&lo.run.cfg);
     if (!lo.dir[0]) {
@@ -950,8 +966,8 @@ int bench_learn(int argc, char **argv)
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
            lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
-           lo.demo_lr ? atof(lo.demo_lr) : (double)lo.run.opt.lr, lo.codec, lo.skip, lo.swap,
-           lo.churn, lo.churn_kills, lo.kill_stage, lo.seeds, lo.dir, load0);
+           (double)lo.demo_lr_run, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
+           lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);

@@ -87,7 +87,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       $XDG_CACHE_HOME/swarmtrain, else ~/.cache/swarmtrain)\n"
                "  --steps N            optimizer steps (default 300)\n"
                "  --accum N            microbatches per step (default 1)\n"
-               "  --lr X               peak learning rate (default 3e-3)\n"
+               "  --lr X               peak learning rate (default 3e-3; DeMo sign: 6e-3)\n"
                "  --warmup N           linear warmup steps (default 20)\n"
                "  --schedule NAME      constant (default; DeMo sign: cosine) or cosine (to 10%%\n"
                "                       of lr)\n"
@@ -106,9 +106,10 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --demo-k K           DeMo coefficients kept per tile (default 32; sign: 9)\n"
                "  --demo-chunk C       DeMo DCT tile side (default 64; sign: 16)\n"
                "  --demo-values F      f32 (default), bf16 or sign (1 bit per value; unless told\n"
-               "                       otherwise chunk 16, k 9, shared indices, rms update and\n"
-               "                       --schedule cosine: ~0.005 bytes/param/step)\n"
-               "  --demo-beta B        DeMo momentum decay (default 0.999)\n"
+               "                       otherwise chunk 16, k 9, shared indices, beta 0.9,\n"
+               "                       rmsprop update, --lr 6e-3 and --schedule cosine:\n"
+               "                       ~0.005 bytes/param/step)\n"
+               "  --demo-beta B        DeMo momentum decay (default 0.999; sign: 0.9)\n"
                "  --demo-index M       topk (default but for sign: each replica sends its top-k,\n"
                "                       with their indices)\n"
                "                       or shared (k coefficients per tile drawn from\n"
@@ -120,6 +121,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
                "                       DeMo exchanges of the change since the last one (0 =\n"
                "                       DeMo every step, the default); bytes per step / H\n"
+               "                       (sign: beta 0.999 and lr 3e-3, not the preset's)\n"
                "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
                "  --outer-momentum M   local steps: outer Nesterov momentum (default 0)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
@@ -245,7 +247,8 @@ enum { NCOMMON = sizeof common_opts / sizeof common_opts[0], MAXEXTRA = 32 };
 
 /* What parsing remembers besides the options themselves. */
 typedef struct {
-    int demo_set[4]; /* --demo-chunk, --demo-k, --demo-index, --demo-update given */
+    int demo_set[6]; /* --demo-chunk, --demo-k, --demo-index, --demo-update, --demo-beta,
+                      * --lr given (the sign preset leaves those alone) */
     int schedule_set;
     const char *data_cache, *skip_stages;
 } parse_state_t;
@@ -272,10 +275,10 @@ static const struct {
     {O_DCHUNK, "--demo-chunk", NUM_INT, 1, offsetof(train_options_t, demo.chunk), 0},
     {O_DK, "--demo-k", NUM_INT, 1, offsetof(train_options_t, demo.k), 1},
     {O_DLOCAL, "--demo-local", NUM_INT, 0, offsetof(train_options_t, demo_local), -1},
-    {'l', "--lr", NUM_REAL, 0, offsetof(train_options_t, opt.lr), -1},
+    {'l', "--lr", NUM_REAL, 0, offsetof(train_options_t, opt.lr), 5},
     {O_WD, "--wd", NUM_REAL, 0, offsetof(train_options_t, opt.wd), -1},
     {O_CLIP, "--clip", NUM_REAL, 0, offsetof(train_options_t, opt.clip), -1},
-    {O_DBETA, "--demo-beta", NUM_REAL, 0, offsetof(train_options_t, demo.beta), -1},
+    {O_DBETA, "--demo-beta", NUM_REAL, 0, offsetof(train_options_t, demo.beta), 4},
     {O_OLR, "--outer-lr", NUM_REAL, 0, offsetof(train_options_t, outer_lr), -1},
     {O_OMOM, "--outer-momentum", NUM_REAL, 0, offsetof(train_options_t, outer_mom), -1},
 };
@@ -469,9 +472,14 @@ static int finish(const char *cmd, train_options_t *out, const parse_state_t *st
         if (!st->demo_set[1]) out->demo.k = DEMO_SIGN_K;
         if (!st->demo_set[2]) out->demo.imode = DEMO_SIGN_INDEX;
         if (!st->demo_set[3]) out->demo.update = DEMO_SIGN_UPDATE;
-        /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) */
+        /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) and,
+         * exchanging every step, its own beta and rate (issue 27; with --demo-local, beta
+         * decays per exchange and the rate is also the local AdamW steps': not measured) */
         if (out->optimizer == TRAIN_DEMO && !st->schedule_set)
             out->opt.schedule = OPTIM_SCHEDULE_COSINE;
+        if (out->demo_local == 0 && !st->demo_set[4]) out->demo.beta = DEMO_SIGN_BETA;
+        if (out->optimizer == TRAIN_DEMO && out->demo_local == 0 && !st->demo_set[5])
+            out->opt.lr = DEMO_SIGN_LR;
     }
     if (out->demo_local > 0 && strcmp(cmd, "train")) {
         /* the pools exchange once per step (docs/design-notes.md, issue 17) */

@@ -21,6 +21,7 @@ void follow_begin(follow_t *f, double now)
     if (f->pace_known) f->pace_s[0] = f->pace;
     f->move_pace = 0;
     f->first_named_at = 0;
+    f->name_due = 0;
     f->t0 = 0;
     f->at_since = now;
     f->named_logged = f->contrib_logged = 0;

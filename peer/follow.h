@@ -43,6 +43,9 @@ typedef struct {
     double move_pace;    /* a mover: its old pool's pace, which the new pool shares */
     int pace_known;      /* this follower started with a mover's pace */
     int followed;        /* steps followed since serving began */
+    int name_due;        /* a step was applied and its naming waits for the next pass
+                          * (step_name_due): a follower not yet named names from what the
+                          * events read in between say, not from before its update */
     int64_t margin;      /* the join margin its first contributing step was named with */
     double first_named_at; /* when its first contributing step was first named in this
                             * serving period (0: not yet) */

@@ -740,6 +740,7 @@ int peer_step(peer_t *p, double now, double *wake_at)
             if (p->po.exit_when_done) p->phase = PHASE_DONE;
             break;
         }
+        step_name_due(p);
         if ((rc = serve_one(p, &did))) break;
         if (!did && (rc = serve_source(p)) > 0) did = 1, rc = 0;
         if (rc < 0) break;

@@ -305,6 +305,9 @@ int step_open(peer_t *p);
 pool_t *step_close(peer_t *p);
 void step_reset(peer_t *p);
 int step_on_exch(peer_t *p, const net_ev_t *ev);
+/* A follower not yet named that applied a step names now (docs/protocol.md 9.5), at the
+ * start of the pass after its update, before anything is served or sourced. */
+void step_name_due(peer_t *p);
 /* Downloading its stage's state: the snapshot's step once the first answer fixed it, else
  * -1. Exchange messages of that step and the 4 after are taken while it downloads. */
 int64_t step_snapshot_step(const peer_t *p);

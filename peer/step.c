@@ -452,35 +452,11 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
     return 0;
 }
 
-/* What follows an update: the stage's gradient norm, the log line, the pool's pace, the
- * next step (and the join margin), the simulator's hooks, lost microbatches, the store. */
-static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, int following)
+/* The naming of the first step a follower contributes to (docs/protocol.md 9.5) after an
+ * applied step, and what reaching it means: the `following` and `contributing` lines, the
+ * join time for its status. */
+static void name_step(peer_t *p, double now)
 {
-    float gnorm = r->gnorm;
-    const uint8_t *counted = c->counted;
-    int twice = c->twice;
-    double now = p->now;
-    /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
-     * same on every replica, so that any member's snapshot has the same bytes */
-    p->contrib.stage_gnorm = r->stage_gnorm;
-    log_step(p, gnorm, now);
-    /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
-     * slow a pace gives too few steps for gossip to tell every mate when it starts
-     * contributing (mates then leave its message out, or wait for it). So a follower times
-     * steps at the pool's head: not its first (it includes the wait for the pool: a stall,
-     * a crash) and not steps it replays from kept messages while the pool is ahead (not
-     * the pool's pace at all); and takes the median of the last few. Not the fastest: two
-     * steps applied at once after a stall (their messages came together) timed one of them
-     * at nearly 0 s, a margin of 1000 steps, and a mover that never contributed
-     * (rebal_no-thrash, now and then under load). */
-    int follower = p->me.entry.serving_from > p->step;
-    int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
-    double step_s = p->contrib.step_t0 > 0 ? now - p->contrib.step_t0 : 0;
-    follow_pace(&p->follow, p->contrib.step_t0 > 0 ? step_s : -1, follower, at_head);
-    p->contrib.step_t0 = now;
-    timeout_start(&p->contrib.stall, now);
-    int64_t applied = p->step;
-    step_set(p, p->step + 1);
     int named;
     int64_t head = view_max_step(&p->view, p->stage);
     /* The messages it holds say more than gossip, which lags a period: a mate that sent its
@@ -527,6 +503,57 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
         p->stats.contributed = 1;
         if (p->follow.followed && p->tp.set_join)
             p->tp.set_join(p->tp.ctx, p->stats.serve_t0 - p->stats.t_start, now - p->stats.t_start);
+    }
+}
+
+void step_name_due(peer_t *p)
+{
+    if (!p->follow.name_due) return;
+    p->follow.name_due = 0;
+    name_step(p, p->now);
+}
+
+/* What follows an update: the stage's gradient norm, the log line, the pool's pace, the
+ * next step (and the join margin), the simulator's hooks, lost microbatches, the store. */
+static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, int following)
+{
+    float gnorm = r->gnorm;
+    const uint8_t *counted = c->counted;
+    int twice = c->twice;
+    double now = p->now;
+    /* the stage's gradient norm in its state (recover.c weighs neighbours by it): the
+     * same on every replica, so that any member's snapshot has the same bytes */
+    p->contrib.stage_gnorm = r->stage_gnorm;
+    log_step(p, gnorm, now);
+    /* The pool's pace (follow.h). A follower's join margin (in steps) comes from it: too
+     * slow a pace gives too few steps for gossip to tell every mate when it starts
+     * contributing (mates then leave its message out, or wait for it). So a follower times
+     * steps at the pool's head: not its first (it includes the wait for the pool: a stall,
+     * a crash) and not steps it replays from kept messages while the pool is ahead (not
+     * the pool's pace at all); and takes the median of the last few. Not the fastest: two
+     * steps applied at once after a stall (their messages came together) timed one of them
+     * at nearly 0 s, a margin of 1000 steps, and a mover that never contributed
+     * (rebal_no-thrash, now and then under load). */
+    int follower = p->me.entry.serving_from > p->step;
+    int at_head = view_max_step(&p->view, p->stage) <= p->step + 1; /* a step ahead: live */
+    double step_s = p->contrib.step_t0 > 0 ? now - p->contrib.step_t0 : 0;
+    follow_pace(&p->follow, p->contrib.step_t0 > 0 ? step_s : -1, follower, at_head);
+    p->contrib.step_t0 = now;
+    timeout_start(&p->contrib.stall, now);
+    int64_t applied = p->step;
+    step_set(p, p->step + 1);
+    /* A follower not yet named names at the start of the next pass, once the events that
+     * came in during this update are read: named here, at the end of a 0.2-0.5 s update,
+     * it named from a head its pool had passed (the mate's message of the next step
+     * waiting unread), and then again 2 steps on (README's small join at 100 Mbit/s +
+     * 50 ms: in about half the runs). A named one checks its naming here, as before: it
+     * may contribute from this step on. */
+    if (p->follow.name_due) step_name_due(p); /* two steps in one pass: the first's, late */
+    if (p->me.entry.serving_from > p->step && !p->follow.first_named_at) {
+        p->follow.name_due = 1;
+        peer_push_self(p); /* its entry, every step */
+    } else {
+        name_step(p, now);
     }
     if (p->step == p->def.train.steps / 2) p->stats.t_half = now;
     if (p->step == p->def.train.steps) p->stats.t_train1 = now;

@@ -38,11 +38,11 @@
 # e.g. "--membership gossip"), SWARMTRAIN_SOURCE (the tree; default: this
 # script's).
 #
-# Measured (session 20, Release, load 2): tiny at 100 Mbit/s + 50 ms 2.7-3.9 s (3 runs);
-# small (sign DeMo) unshaped 4.7-5.1 s, 51.7 MB at 136-574 MB/s; small at 100 Mbit/s + 50
-# ms 9.2-10.6 s (5 runs, 2 under the 10 s bound): 51.7 MB in 4.9-5.3 s at 9.8-10.6 MB/s,
-# then 1.8-2.5 s of catching up and a pool step to the named one (docs/design-notes.md,
-# "Joining over thin links").
+# Measured (session 20, Release, load 1-2): tiny at 100 Mbit/s + 50 ms 2.4-3.2 s (2 runs,
+# both joiners); small (sign DeMo) unshaped 4.3-5.1 s, 51.7 MB at 136-574 MB/s; small at
+# 100 Mbit/s + 50 ms 8.73-8.81 s (4 runs): 51.7 MB in about 5 s at ~10.5 MB/s, then about
+# 2 s of catching up and a pool step to the named one (docs/design-notes.md, "Joining
+# over thin links").
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=${SWARMTRAIN_SOURCE:-$HERE/..}

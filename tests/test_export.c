@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -447,6 +448,24 @@ static void test_export_trained(void **state)
     kern_destroy(&k);
 }
 
+/* Numbers with an upper bound are refused when the options are read (usage error, exit 2,
+ * nothing trained), not later by the optimizer that reads them; the bound itself passes. */
+static void test_option_bounds(void **state)
+{
+    (void)state;
+    char db[600];
+    snprintf(db, sizeof db, "%s/bounds.db", dir);
+    int rc = run("train --demo-beta 1.5 --steps 1 --db %s >/dev/null 2>&1", db);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    rc = run("train --demo-local 2 --outer-momentum 1 --steps 1 --db %s >/dev/null 2>&1", db);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    assert_int_equal(access(db, F_OK), -1); /* refused before anything was made */
+    rc = run("train --optimizer demo --demo-beta 1 --steps 1 --val-batches 1 --threads 1 "
+             "--data %s --db %s >/dev/null 2>&1",
+             testutil_corpus(), db);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+}
+
 /* train --init from an export continues where the exported run stopped: its validation
  * loss at step 0 is the exported run's final one. */
 static void test_train_init(void **state)
@@ -568,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip),      cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_mutations),      cmocka_unit_test(test_assemble_peers),
         cmocka_unit_test(test_export_trained), cmocka_unit_test(test_train_init),
+        cmocka_unit_test(test_option_bounds),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -109,7 +109,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       otherwise chunk 16, k 9, shared indices, beta 0.9,\n"
                "                       rmsprop update, --lr 6e-3 and --schedule cosine:\n"
                "                       ~0.005 bytes/param/step)\n"
-               "  --demo-beta B        DeMo momentum decay (default 0.999; sign: 0.9)\n"
+               "  --demo-beta B        DeMo momentum decay, 0 to 1 (default 0.999; sign: 0.9)\n"
                "  --demo-index M       topk (default but for sign: each replica sends its top-k,\n"
                "                       with their indices)\n"
                "                       or shared (k coefficients per tile drawn from\n"
@@ -123,7 +123,7 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       DeMo every step, the default); bytes per step / H\n"
                "                       (sign: beta 0.999 and lr 3e-3, not the preset's)\n"
                "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
-               "  --outer-momentum M   local steps: outer Nesterov momentum (default 0)\n"
+               "  --outer-momentum M   local steps: outer Nesterov momentum, below 1 (default 0)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4; lowrank[:RANK]: a per-\n"
                "                       message rank-RANK product, default <= 0.1 byte/element;\n"
@@ -261,26 +261,27 @@ static const struct {
     const char *name;
     int kind; /* NUM_INT: an int field, >= min; NUM_REAL: a float field, >= 0 */
     int min;
+    double max; /* NUM_REAL: at most this (0: no bound but the number's, 1e30) */
     size_t off; /* the field in train_options_t */
     int set;    /* parse_state_t.demo_set index to mark, -1: none */
 } numbers[] = {
-    {'n', "--steps", NUM_INT, 0, offsetof(train_options_t, steps), -1},
-    {'t', "--threads", NUM_INT, 1, offsetof(train_options_t, threads), -1},
-    {O_WARMUP, "--warmup", NUM_INT, 0, offsetof(train_options_t, opt.warmup), -1},
-    {O_VALB, "--val-batches", NUM_INT, 1, offsetof(train_options_t, val_batches), -1},
-    {O_VALE, "--val-every", NUM_INT, 0, offsetof(train_options_t, val_every), -1},
-    {O_LOGE, "--log-every", NUM_INT, 1, offsetof(train_options_t, log_every), -1},
-    {O_ACCUM, "--accum", NUM_INT, 1, offsetof(train_options_t, accum), -1},
-    {O_REPL, "--replicas", NUM_INT, 1, offsetof(train_options_t, replicas), -1},
-    {O_DCHUNK, "--demo-chunk", NUM_INT, 1, offsetof(train_options_t, demo.chunk), 0},
-    {O_DK, "--demo-k", NUM_INT, 1, offsetof(train_options_t, demo.k), 1},
-    {O_DLOCAL, "--demo-local", NUM_INT, 0, offsetof(train_options_t, demo_local), -1},
-    {'l', "--lr", NUM_REAL, 0, offsetof(train_options_t, opt.lr), 5},
-    {O_WD, "--wd", NUM_REAL, 0, offsetof(train_options_t, opt.wd), -1},
-    {O_CLIP, "--clip", NUM_REAL, 0, offsetof(train_options_t, opt.clip), -1},
-    {O_DBETA, "--demo-beta", NUM_REAL, 0, offsetof(train_options_t, demo.beta), 4},
-    {O_OLR, "--outer-lr", NUM_REAL, 0, offsetof(train_options_t, outer_lr), -1},
-    {O_OMOM, "--outer-momentum", NUM_REAL, 0, offsetof(train_options_t, outer_mom), -1},
+    {'n', "--steps", NUM_INT, 0, 0, offsetof(train_options_t, steps), -1},
+    {'t', "--threads", NUM_INT, 1, 0, offsetof(train_options_t, threads), -1},
+    {O_WARMUP, "--warmup", NUM_INT, 0, 0, offsetof(train_options_t, opt.warmup), -1},
+    {O_VALB, "--val-batches", NUM_INT, 1, 0, offsetof(train_options_t, val_batches), -1},
+    {O_VALE, "--val-every", NUM_INT, 0, 0, offsetof(train_options_t, val_every), -1},
+    {O_LOGE, "--log-every", NUM_INT, 1, 0, offsetof(train_options_t, log_every), -1},
+    {O_ACCUM, "--accum", NUM_INT, 1, 0, offsetof(train_options_t, accum), -1},
+    {O_REPL, "--replicas", NUM_INT, 1, 0, offsetof(train_options_t, replicas), -1},
+    {O_DCHUNK, "--demo-chunk", NUM_INT, 1, 0, offsetof(train_options_t, demo.chunk), 0},
+    {O_DK, "--demo-k", NUM_INT, 1, 0, offsetof(train_options_t, demo.k), 1},
+    {O_DLOCAL, "--demo-local", NUM_INT, 0, 0, offsetof(train_options_t, demo_local), -1},
+    {'l', "--lr", NUM_REAL, 0, 0, offsetof(train_options_t, opt.lr), 5},
+    {O_WD, "--wd", NUM_REAL, 0, 0, offsetof(train_options_t, opt.wd), -1},
+    {O_CLIP, "--clip", NUM_REAL, 0, 0, offsetof(train_options_t, opt.clip), -1},
+    {O_DBETA, "--demo-beta", NUM_REAL, 0, 1, offsetof(train_options_t, demo.beta), 4},
+    {O_OLR, "--outer-lr", NUM_REAL, 0, 0, offsetof(train_options_t, outer_lr), -1},
+    {O_OMOM, "--outer-momentum", NUM_REAL, 0, 0.999999, offsetof(train_options_t, outer_mom), -1},
 };
 
 static int number_option(train_options_t *out, parse_state_t *st, int c, const char *arg)
@@ -289,8 +290,17 @@ static int number_option(train_options_t *out, parse_state_t *st, int c, const c
         if (numbers[i].c != c) continue;
         char *field = (char *)out + numbers[i].off;
         if (numbers[i].set >= 0) st->demo_set[numbers[i].set] = 1;
-        if (numbers[i].kind == NUM_REAL)
-            return run_opts_float(numbers[i].name, arg, (float *)(void *)field);
+        if (numbers[i].kind == NUM_REAL) {
+            float *x = (float *)(void *)field;
+            if (run_opts_float(numbers[i].name, arg, x)) return -1;
+            if (numbers[i].max > 0 && *x > numbers[i].max) {
+                /* refused here, not later by the optimizer that reads it */
+                fprintf(stderr, "swarmtrain: %s: '%s' is above %g\n", numbers[i].name, arg,
+                        numbers[i].max);
+                return -1;
+            }
+            return 0;
+        }
         return run_opts_int(numbers[i].name, arg, numbers[i].min, (int *)(void *)field);
     }
     if (c == 's') { /* --seed: an int, into a uint64_t */

@@ -28,7 +28,7 @@ static size_t state_bytes(const peer_t *p)
 /* The floats of a state blob before its adam step: params and the moments carried. */
 static size_t state_floats(const peer_t *p)
 {
-    return (1 + (size_t)recover_state_moments(&p->def.train)) * stage_num_params(p->held.st);
+    return (state_bytes(p) - 8 - RECOVER_TAIL) / sizeof(float);
 }
 
 
@@ -337,6 +337,16 @@ static void announce(peer_t *p)
     fflush(p->log);
 }
 
+/* A resuming peer restored its own checkpoint (resume.c): nothing downloaded, it serves. */
+static int serve_restored(peer_t *p)
+{
+    p->trans.downloaded = 0;
+    xfer_destroy(&p->trans.xfer);
+    begin_serving(p);
+    announce(p);
+    return 0;
+}
+
 int state_download_tick(peer_t *p)
 {
     const msg_member_t *mem;
@@ -354,13 +364,7 @@ int state_download_tick(peer_t *p)
     if (k && p->po.resume) { /* mates resumed already: at a step it has a checkpoint of? */
         int same = 1;
         for (int i = 1; i < k; i++) same &= donors[i].step == donors[0].step;
-        if (same && resume_with_mates(p, donors[0].step)) {
-            p->trans.downloaded = 0;
-            xfer_destroy(&p->trans.xfer);
-            begin_serving(p);
-            announce(p);
-            return 0;
-        }
+        if (same && resume_with_mates(p, donors[0].step)) return serve_restored(p);
     }
     if (!k) {
         if (!first) return 0; /* a resync waits for a donor */
@@ -374,13 +378,7 @@ int state_download_tick(peer_t *p)
             if (r < 0) return r;
             if (r == 3) waits_start(p); /* a mate serves the agreed step soon */
             if (r == 0 || r == 3) return 0;
-            if (r == 1) {
-                p->trans.downloaded = 0;
-                xfer_destroy(&p->trans.xfer);
-                begin_serving(p);
-                announce(p);
-                return 0;
-            }
+            if (r == 1) return serve_restored(p);
         }
         int started = peer_swarm_started(p);
         if (started && !p->rec.mover && !p->rec.active &&

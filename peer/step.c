@@ -733,11 +733,6 @@ static void ask_steps(peer_t *p, int64_t from, int n)
     }
 }
 
-static void ask_ahead(peer_t *p)
-{
-    ask_steps(p, p->step + 1, ahead_depth(p));
-}
-
 int64_t step_snapshot_step(const peer_t *p)
 {
     return p->trans.xfer && p->phase == PHASE_DOWNLOAD ? xfer_step(p->trans.xfer) : -1;
@@ -765,7 +760,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
     int catching_up = !contributing(p) && p->contrib.exch_req_step != p->step &&
                       view_max_step(&p->view, p->stage) >= p->step + 2;
     int missing = 0, ask = timeout_due(&p->contrib.exch_req, p->now) || catching_up;
-    if (catching_up) ask_ahead(p);
+    if (catching_up) ask_steps(p, p->step + 1, ahead_depth(p));
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     /* the exchange members: this member's view, and everyone a mate's message names */
     int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n;
@@ -1107,7 +1102,8 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     const msg_t *m = &ev->msg;
     if (!p->held.st || m->stage != p->stage || ev->nframes != 3) return 0;
     /* downloading: the messages of the snapshot's step on (step_ask_after_snapshot) */
-    int64_t at = step_snapshot_step(p) >= 0 ? step_snapshot_step(p) : p->step;
+    int64_t at = step_snapshot_step(p);
+    if (at < 0) at = p->step;
     if (m->step < at - p->held.keep || m->step > at + 4) return 0;
     char why[STATUS_ERR_LEN];
     if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */

@@ -442,12 +442,16 @@ static int on_table(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
 }
 
 /* A member's connection carries its peer id as routing id: no header claims another; and
- * with an allowlist the connection's CURVE key (user) names the sender. 0, or a refusal. */
+ * with an allowlist the connection's CURVE key (user) names the sender. A side connection
+ * (the id and MSG_SIDE_TAG, docs/protocol.md 3.1) carries only HELLO, GOSSIP and PROBE.
+ * 0, or a refusal. */
 static int check_conn(dispatch_t *d, const msg_t *m, const uint8_t *conn, size_t conn_len,
                       int check_user, const char *user, char *err)
 {
     int rc;
-    if (conn_len != MSG_ID_LEN || memcmp(conn, m->sender, MSG_ID_LEN)) {
+    int side = conn_len == MSG_ID_LEN + 1 && conn[MSG_ID_LEN] == MSG_SIDE_TAG &&
+               (m->type == MSG_HELLO || m->type == MSG_GOSSIP || m->type == MSG_PROBE);
+    if ((conn_len != MSG_ID_LEN && !side) || memcmp(conn, m->sender, MSG_ID_LEN)) {
         rc = status_set(err, STATUS_EMALFORMED, "%s whose sender id does not match its connection",
                         msg_type_name(m->type));
         return refuse(d, 0, rc, err);

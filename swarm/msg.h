@@ -17,8 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MSG_VERSION     7
+#define MSG_VERSION     8
 #define MSG_ID_LEN      32   /* peer id: an Ed25519 public key */
+#define MSG_SIDE_TAG    0x01 /* after the peer id: a side connection's routing id (one
+                              * message: a probe, a HELLO), never the member connection's */
 #define MSG_ADDR_MAX    255  /* longest endpoint string */
 #define MSG_TEXT_MAX    1024 /* longest error / reason text */
 #define MSG_ROUTE_MAX   64   /* most stages a route may name */

@@ -143,14 +143,25 @@ static uint64_t wall_us(void)
     return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
 }
 
-/* A DEALER to addr, whose peer id is server (the CURVE server key with an allowlist). */
-static void *new_dealer(struct net *n, const char *addr, const uint8_t server[MSG_ID_LEN])
+/* A DEALER to addr, whose peer id is server (the CURVE server key with an allowlist).
+ * side: a side connection, for one message (a probe, a listening peer's HELLO): its routing
+ * id is this peer's id and MSG_SIDE_TAG (docs/protocol.md 3.1). Under the member's own id
+ * it would take the member connection over at the receiving ROUTER (ROUTER_HANDOVER), and
+ * libzmq leaves the connection it takes over open with no pipe behind it: whatever this
+ * peer sent on its member DEALER then vanished there, for good, with nothing on either
+ * side to say so (a probe in flight when the member came back, a HELLO retried while the
+ * WELCOME was under way). */
+static void *new_dealer(struct net *n, const char *addr, const uint8_t server[MSG_ID_LEN],
+                        int side)
 {
     void *d = zmq_socket(n->ctx, ZMQ_DEALER);
     int zero = 0, hwm = 10000;
+    uint8_t rid[MSG_ID_LEN + 1];
+    memcpy(rid, n->id, MSG_ID_LEN);
+    rid[MSG_ID_LEN] = MSG_SIDE_TAG;
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(d, ZMQ_ROUTING_ID, n->id, MSG_ID_LEN);
+    zmq_setsockopt(d, ZMQ_ROUTING_ID, rid, side ? sizeof rid : MSG_ID_LEN);
     if (n->auth && auth_client(n->auth, d, server)) {
         log_warn("net: cannot set up CURVE for %s", addr);
         zmq_close(d);
@@ -188,7 +199,7 @@ static void member_up(void *ctx, members_entry_t *e)
         n->adopt = NULL;
         return;
     }
-    e->user = new_dealer(n, e->m.addr, e->m.id);
+    e->user = new_dealer(n, e->m.addr, e->m.id, 0);
 }
 
 static void member_down(void *ctx, members_entry_t *e, const char *why)
@@ -224,7 +235,7 @@ static int io_probe(void *ctx, members_entry_t *e, int nframes, const void *cons
 {
     struct net *n = ctx;
     if (msg_addr_relay(e->m.addr, NULL)) return io_reply(ctx, e->m.id, MSG_ID_LEN, nframes, data, len);
-    void *d = new_dealer(n, e->m.addr, e->m.id);
+    void *d = new_dealer(n, e->m.addr, e->m.id, 1);
     if (!d) return -1;
     int linger = 200;
     zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
@@ -626,7 +637,7 @@ static void on_compute(struct net *n)
             int c = (first + t) % nc;
             if (n->auth && auth_mode(n->auth) == AUTH_ALLOW && !memcmp(cand[c], n->id, MSG_ID_LEN))
                 continue;
-            void *d = new_dealer(n, ep, cand[c]);
+            void *d = new_dealer(n, ep, cand[c], n->listening);
             if (!d) continue;
             const void *fr[1] = {hdr};
             if (zmq_send(d, hdr, hlen, 0) >= 0) dispatch_count_out(n->core, 1, fr, &hlen);

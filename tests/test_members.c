@@ -523,9 +523,11 @@ static dispatch_t *sw_core(int tag, sw_net_t *w)
     return sw_core_every(tag, w, 4);
 }
 
-/* A PROBE from member `tag` to p. */
-static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, uint64_t probe,
-                     const uint8_t *target, double now)
+/* A PROBE from member `tag` to p, on the connection whose routing id is conn (NULL: the
+ * member connection); what dispatch_on_frames returned. */
+static int sw_probe_on(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags,
+                       uint64_t probe, const uint8_t *target, double now, const uint8_t *conn,
+                       size_t conn_len)
 {
     dispatch_t *h = w->peer[tag];
     msg_t m;
@@ -547,8 +549,14 @@ static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, u
     assert_int_equal(msg_members_encode(&self, 1, tab, sizeof tab, &tl, err), 0);
     const void *data[2] = {hdr, tab};
     size_t len[2] = {hl, tl};
-    assert_int_equal(
-        dispatch_on_frames(p, self.id, MSG_ID_LEN, 0, NULL, 2, data, len, now, err), 0);
+    if (!conn) conn = self.id, conn_len = MSG_ID_LEN;
+    return dispatch_on_frames(p, conn, conn_len, 0, NULL, 2, data, len, now, err);
+}
+
+static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, uint64_t probe,
+                     const uint8_t *target, double now)
+{
+    assert_int_equal(sw_probe_on(p, w, tag, kind, flags, probe, target, now, NULL, 0), 0);
 }
 
 static int sw_tag(const uint8_t id[MSG_ID_LEN])
@@ -751,6 +759,43 @@ static void test_swim_first_incarnation(void **state)
     dispatch_destroy(&plain);
 }
 
+/* A side connection (docs/protocol.md 3.1: the sender's id and MSG_SIDE_TAG) carries
+ * HELLO, GOSSIP and PROBE, and nothing else; another last octet is no side connection. */
+static void test_side_connection(void **state)
+{
+    (void)state;
+    sw_net_t *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    dispatch_t *p = sw_core(0, w);
+    w->peer[1] = sw_core(1, w);
+    uint8_t conn[MSG_ID_LEN + 1];
+    memcpy(conn, member(1, 0, 0, 0).id, MSG_ID_LEN);
+    conn[MSG_ID_LEN] = 0x02;
+    assert_int_not_equal(sw_probe_on(p, w, 1, PROBE_NEWS, 0, 0, NULL, 100.0, conn, sizeof conn), 0);
+    assert_int_equal(members_live_others(dispatch_members(p)), 0);
+    assert_int_equal(dispatch_rejected(p), 1);
+    conn[MSG_ID_LEN] = MSG_SIDE_TAG;
+    assert_int_equal(sw_probe_on(p, w, 1, PROBE_NEWS, 0, 0, NULL, 100.0, conn, sizeof conn), 0);
+    assert_int_equal(members_live_others(dispatch_members(p)), 1);
+    /* a data message from that member: on its member connection, not on a side one */
+    char err[STATUS_ERR_LEN];
+    msg_t m = {.type = MSG_PROGRESS, .stage = 0, .step = 1, .count = 8};
+    uint8_t hdr[MSG_HEADER_MAX], bits = 1;
+    size_t hl = dispatch_header(w->peer[1], &m, 0, hdr, sizeof hdr, err);
+    assert_true(hl > 0);
+    const void *data[2] = {hdr, &bits};
+    size_t len[2] = {hl, 1};
+    assert_int_not_equal(dispatch_on_frames(p, conn, sizeof conn, 0, NULL, 2, data, len, 100.1,
+                                            err), 0);
+    assert_int_equal(dispatch_rejected(p), 2);
+    assert_int_equal(dispatch_on_frames(p, conn, MSG_ID_LEN, 0, NULL, 2, data, len, 100.2, err),
+                     0);
+    assert_int_equal(dispatch_rejected(p), 2);
+    dispatch_destroy(&p);
+    dispatch_destroy(&w->peer[1]);
+    free(w);
+}
+
 static void test_swim_join_sync(void **state)
 {
     (void)state;
@@ -926,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
+        cmocka_unit_test(test_side_connection),
         cmocka_unit_test(test_swim_first_incarnation), cmocka_unit_test(test_pause_ask_swim),
         cmocka_unit_test(test_pause_ask_gossip),
     };

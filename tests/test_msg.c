@@ -565,7 +565,7 @@ static void test_golden_step_done(void **state)
     m.step = 42;
     static const uint8_t want[] = {
         0x53, 0x57, 0x54,                               /* "SWT" */
-        0x07,                                           /* version */
+        0x08,                                           /* version */
         0x09,                                           /* type STEP_DONE */
         0x01,                                           /* flags: run finished */
         0x00, 0x00,                                     /* reserved */
@@ -891,9 +891,9 @@ static void test_version(void **state)
         spec_encode(b, &m, NULL);
         assert_int_equal(decode_bb(b, &got), 0);
     }
-    /* the version is judged before anything after it: "SWT" 8 alone, or with junk */
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x08", 4, &got), STATUS_EVERSION);
-    assert_int_equal(decode_exact((const uint8_t *)"SWT\x08\xff\xff\xff", 7, &got),
+    /* the version is judged before anything after it: "SWT" 9 alone, or with junk */
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x09", 4, &got), STATUS_EVERSION);
+    assert_int_equal(decode_exact((const uint8_t *)"SWT\x09\xff\xff\xff", 7, &got),
                      STATUS_EVERSION);
     assert_int_equal(decode_exact((const uint8_t *)"SWT", 3, &got), STATUS_EMALFORMED);
     free(b);

@@ -224,7 +224,7 @@ swarm() {
         done
     done
     # sample the link counters and the leader's step count until the peers are done
-    local t_end=$((SECONDS + timeout)) samples="$dir/samples"
+    local t_end=$((SECONDS + timeout)) samples="$dir/samples" timed_out=0
     : >"$samples"
     while :; do
         local alive=0 p
@@ -234,7 +234,7 @@ swarm() {
         for i in $(seq 1 "$hosts"); do line+=" $(link_bytes "$i")"; done
         echo "$line" >>"$samples"
         [ $alive = 0 ] && break
-        [ $SECONDS -ge $t_end ] && { echo "netns.sh: timed out after $timeout s" >&2; break; }
+        [ $SECONDS -ge $t_end ] && { echo "netns.sh: timed out after $timeout s" >&2; timed_out=1; break; }
         sleep 0.5
     done
     # the run's end as the stage-0 leader recorded it (its final val_loss event)
@@ -262,6 +262,12 @@ for line in sys.stdin:
             printf "  mean %.2f  val_loss %s  train_s %.1f\n", sum / n, val, dt
         }' "$samples"
     local bad=0
+    if [ $timed_out = 1 ]; then # stopped, not waited for: a hung peer would hang this too
+        for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+        sleep 3
+        for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+        bad=1
+    fi
     for p in "${pids[@]}"; do wait "$p" || bad=1; done
     [ -z "$tps" ] && { echo "netns.sh: no final val_loss event; logs in $dir" >&2; return 1; }
     [ $bad = 0 ] || { echo "netns.sh: a peer exited with an error; logs in $dir" >&2; return 1; }

@@ -32,7 +32,12 @@ LPORT=7100 # netns.sh's listening port
 T=3        # --peer-timeout (s)
 seed=${ST_PARTITION_SEED:-}
 hosts=6
-steps=80
+# The run must outlast the cut with time to spare: the cut holds until the smaller side
+# has declared every peer across it dead, which SWIM's hold-back (10.7) makes slow there,
+# up to 30 s past the drawn length, while the larger side trains on at ~2.6 steps a
+# second; at 80 steps it once finished 4 s after the heal, before a stale peer re-synced.
+# 150: at most ~110 at the heal, 15 s or more after it.
+steps=150
 keep=0
 while [ $# -gt 0 ]; do
     case $1 in

@@ -333,6 +333,19 @@ void custody_on_gradient(peer_t *p, const msg_t *m)
     rtt_note(&p->cust.fb_rtt, p->now - r->sent_at);
 }
 
+/* A gradient overdue from a member still live: the connection to it may be dead with
+ * nothing to say so (docs/protocol.md 11.3); it is opened anew, once per
+ * CUSTODY_RECONNECT_S for the same member (several forwards fall overdue together). */
+static void reconnect(peer_t *p, const uint8_t id[MSG_ID_LEN])
+{
+    custody_t *c = &p->cust;
+    if (!memcmp(c->reconnected, id, MSG_ID_LEN) && p->now - c->reconnected_at < CUSTODY_RECONNECT_S)
+        return;
+    memcpy(c->reconnected, id, MSG_ID_LEN);
+    c->reconnected_at = p->now;
+    if (p->tp.reconnect) p->tp.reconnect(p->tp.ctx, id);
+}
+
 void custody_tick(peer_t *p)
 {
     for (int i = 0; i < p->cust.nmbs; i++) {
@@ -345,6 +358,8 @@ void custody_tick(peer_t *p)
         note_parked(p, r);
         custody_case_t c = case_of(p, r, NULL);
         const char *why;
-        if (custody_overdue(&c, p->now, &why) == CUSTODY_REROUTE) custody_reroute(p, r, why);
+        if (custody_overdue(&c, p->now, &why) != CUSTODY_REROUTE) continue;
+        if (c.next) reconnect(p, r->next);
+        custody_reroute(p, r, why);
     }
 }

@@ -67,6 +67,9 @@ typedef struct {
     rtt_t fb_rtt;  /* round trips of its forwards (FWD sent to its gradient back), TCP-style */
     fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
     unsigned fwd_seen_next;
+    /* the last connection opened anew for an overdue gradient: to whom, when */
+    uint8_t reconnected[MSG_ID_LEN];
+    double reconnected_at;
 } custody_t;
 
 /* ---- custody's rules, pure (custody_rules.c; tests/test_parts.c drives them alone) ---- */
@@ -78,6 +81,8 @@ typedef struct {
  * (srtt + 4 rttvar, as TCP's RTO): never below that fixed time, at most
  * CUSTODY_RTO_CAP times it. */
 #define CUSTODY_RTO_CAP 3.0
+#define CUSTODY_RECONNECT_S 5.0 /* a connection opened anew for an overdue gradient: at
+                                 * most this often per member */
 double custody_wait(double custody_s, int later, int span, const rtt_t *fb_rtt);
 
 /* What to do with a record it sent on (custody_act): keep waiting, re-send it elsewhere,

@@ -20,6 +20,9 @@
 #define SWIM_HOLD_MAX 8      /* failed probes of one target held back in a row at most: a
                               * cut of seconds is ridden out, a lasting one is not */
 #define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
+#define SWIM_DIRECT_LOST 2      /* pings a live member answered none of itself, for ... */
+#define SWIM_DIRECT_DEAD_S 30.0 /* ... this long: its connection is opened anew (10.7
+                                 * rule 13) */
 typedef struct {
     int every, k, fanout;
     uint64_t ticks, probe_no;
@@ -143,6 +146,7 @@ static void hook_up(void *ctx, members_entry_t *e)
 {
     dispatch_t *d = ctx;
     e->up_at = d->now;
+    e->direct_first = 0; /* its direct path is judged afresh (10.7 rule 13) */
     ring_put(d, (int)(e - members_at(d->mem, 0)), 1);
     if (d->io.up) d->io.up(d->io.ctx, e);
 }
@@ -999,6 +1003,28 @@ static void swim_sync(dispatch_t *d, uint64_t r)
  * unanswered, suspect at the period's end); a new probe each period, and one to a member
  * that died of silence (after a partition heals the sides find each other so); fresh news
  * pushed to fanout members. */
+/* A ping of live member e with probe number `probe` (10.7 rule 13). When it has answered
+ * none of this peer's pings itself (late or not) for SWIM_DIRECT_DEAD_S, over
+ * SWIM_DIRECT_LOST pings or more, while it stays live (others vouch for it, or it would be
+ * suspected), a connection between the two is dead with nothing to say so: this peer
+ * opens its own anew (and the member, whose pings of this peer go unanswered the same way
+ * if its own is the dead one, its own). A slow link, a ping queued behind megabytes, is
+ * not taken for dead: its late answer clears the count; and a connection opened anew drops
+ * what was queued on it, so the wait is long. */
+static void direct_ping(dispatch_t *d, members_entry_t *e, uint64_t probe, double now)
+{
+    if (!e->direct_first) {
+        e->direct_first = probe;
+        e->direct_since = now;
+        e->direct_lost = 0;
+    } else if (++e->direct_lost >= SWIM_DIRECT_LOST && now - e->direct_since >= SWIM_DIRECT_DEAD_S) {
+        e->direct_first = probe; /* a new connection: its count starts afresh */
+        e->direct_since = now;
+        e->direct_lost = 0;
+        if (d->io.reconnect) d->io.reconnect(d->io.ctx, e);
+    }
+}
+
 static void swim_tick(dispatch_t *d, double now, uint64_t r)
 {
     swim_t *w = &d->sw;
@@ -1073,6 +1099,7 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
             w->probing = 1;
             w->asked = w->acked = w->helpers = w->misses = 0;
             w->pings++;
+            direct_ping(d, e, w->probe, now);
             probe_send(d, e, PROBE_PING, w->probe, e->m.id, NULL, 0, ROWS_AND_NEWS, 0);
         }
         int p = members_probe(t, now, d->forget_s, lcg(&x));
@@ -1150,6 +1177,9 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
             if (tj > 0 && !memcmp(m->sender, w->target, MSG_ID_LEN) && !w->asked)
                 rtt_note(&members_at(t, tj)->rtt, now - w->sent_at);
         }
+        if (from && from->direct_first && m->probe >= from->direct_first &&
+            !memcmp(m->dest, m->sender, MSG_ID_LEN))
+            from->direct_first = 0; /* its own answer to one of them, late or not */
         for (int i = 0; i < SWIM_FWD_MAX; i++) { /* a ping asked of this peer: pass it on */
             if (!w->fwd[i].used || w->fwd[i].ours != m->probe ||
                 memcmp(w->fwd[i].target, m->sender, MSG_ID_LEN))

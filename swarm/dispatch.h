@@ -61,6 +61,10 @@ typedef struct {
     void (*down)(void *ctx, members_entry_t *e, const char *why);
     /* A message was refused; warn: a forgery or replay worth a warning. NULL: quiet. */
     void (*refused)(void *ctx, const char *why, int warn);
+    /* The connection to live member e looks dead (SWIM: its own answers to this peer's
+     * pings stopped coming while others vouched for it, 10.7 rule 13): open it anew.
+     * NULL: the transport's connections do not die that way (the simulator). */
+    void (*reconnect)(void *ctx, members_entry_t *e);
 } dispatch_io_t;
 
 typedef struct {

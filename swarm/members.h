@@ -56,6 +56,12 @@ typedef struct {
     double suspect_at;
     int news, fresh;
     double up_at; /* when it last came up, on the owner's clock (dispatch.c's up hook) */
+    /* SWIM's direct path (dispatch.c, 10.7 rule 13): the probe number of the first ping
+     * this peer sent it that it has not answered itself, late or not (0: none), when that
+     * was sent, and how many pings since */
+    uint64_t direct_first;
+    double direct_since;
+    int direct_lost;
 } members_entry_t;
 
 typedef struct {

@@ -62,6 +62,7 @@ struct net {
     const auth_t *auth;
     void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
     uint64_t refused;
+    uint64_t reconnects; /* net_reconnect's, done */
     int hello_round;
     /* an unreachable peer (not listening): its HELLO sockets, kept for the WELCOME that
      * comes back on one of them, which then becomes the welcomer's DEALER (adopt) */
@@ -200,6 +201,31 @@ static void member_up(void *ctx, members_entry_t *e)
         return;
     }
     e->user = new_dealer(n, e->m.addr, e->m.id, 0);
+}
+
+/* A live member's DEALER closed and opened again (net_reconnect; the core's reconnect
+ * hook): why, for the log. */
+static void reconnect_entry(struct net *n, members_entry_t *e, const char *why)
+{
+    if (!e || !e->alive || !e->user || msg_addr_relay(e->m.addr, NULL)) return;
+    char hex[9];
+    zmq_close(e->user);
+    e->user = new_dealer(n, e->m.addr, e->m.id, 0);
+    n->reconnects++;
+    log_info("net: connection to peer %s (%s) opened anew: %s", msg_id_short(e->m.id, hex),
+             e->m.addr, why);
+}
+
+static void io_reconnect(void *ctx, members_entry_t *e)
+{
+    reconnect_entry(ctx, e, "its own answers to this peer's pings stopped coming");
+}
+
+static void reconnect(struct net *n, const uint8_t id[MSG_ID_LEN])
+{
+    members_t *mem = dispatch_members(n->core);
+    int j = members_find(mem, id);
+    reconnect_entry(n, j > 0 ? members_at(mem, j) : NULL, "a gradient from it is overdue");
 }
 
 static void member_down(void *ctx, members_entry_t *e, const char *why)
@@ -439,8 +465,9 @@ static char *status_json(void *ctx, size_t *len)
                 transport_wire_name(k), (unsigned long long)wire->in[k],
                 (unsigned long long)wire->out[k]);
     uint64_t dropped, relayed = dispatch_relayed(n->core, &dropped);
-    fprintf(f, "],\"relayed\":%llu,\"relay_dropped\":%llu", (unsigned long long)relayed,
-            (unsigned long long)dropped);
+    fprintf(f, "],\"relayed\":%llu,\"relay_dropped\":%llu,\"reconnects\":%llu",
+            (unsigned long long)relayed, (unsigned long long)dropped,
+            (unsigned long long)n->reconnects);
     fprintf(f, ",\"security\":\"%s\",\"refused\":%llu,\"forged\":%llu,\"refusals\":[",
             !n->auth                               ? "none"
             : auth_mode(n->auth) == AUTH_SWARM_KEY ? "swarm-key"
@@ -691,6 +718,9 @@ static void on_compute(struct net *n)
             n->join_state_s = t[0], n->join_s = t[1];
         }
         break;
+    case 'C': /* net_reconnect */
+        if (np == 2 && zmq_msg_size(&parts[1]) == MSG_ID_LEN) reconnect(n, zmq_msg_data(&parts[1]));
+        break;
     case 'Q':
         n->quit = 1;
         if (np == 2 && zmq_msg_size(&parts[1]) == sizeof(int))
@@ -911,7 +941,8 @@ net_t *net_start(const net_config_t *cfg, char *endpoint, char *err)
                         .status = status_json,
                         .up = member_up,
                         .down = member_down,
-                        .refused = io_refused};
+                        .refused = io_refused,
+                        .reconnect = io_reconnect};
     n->core = dispatch_new(&dc, &io, clock_now(), err);
     if (!n->core) goto fail;
     snprintf(n->endpoint_inproc, sizeof n->endpoint_inproc, "inproc://net-%p", (void *)n);
@@ -1165,6 +1196,19 @@ static void tp_set_join(void *ctx, double state_s, double contrib_s)
     net_set_join(ctx, state_s, contrib_s);
 }
 
+void net_reconnect(net_t *n, const uint8_t dest[MSG_ID_LEN])
+{
+    if (n->halted) return;
+    const void *data[2] = {"C", dest};
+    size_t len[2] = {1, MSG_ID_LEN};
+    send_frames(n->pair_c, 2, data, len, 0);
+}
+
+static void tp_reconnect(void *ctx, const uint8_t dest[MSG_ID_LEN])
+{
+    net_reconnect(ctx, dest);
+}
+
 transport_t net_transport(net_t *n)
 {
     return (transport_t){.ctx = n,
@@ -1173,5 +1217,6 @@ transport_t net_transport(net_t *n)
                          .set_self = tp_set_self,
                          .set_run = tp_set_run,
                          .serve_state = tp_serve_state,
-                         .set_join = tp_set_join};
+                         .set_join = tp_set_join,
+                         .reconnect = tp_reconnect};
 }

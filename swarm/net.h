@@ -92,6 +92,11 @@ void net_serve_state(net_t *n, xfer_shared_t *s);
  * (its state in place, its first contributed step; seconds since it started). */
 void net_set_join(net_t *n, double state_s, double contrib_s);
 
+/* Closes this peer's connection to live member dest and opens a new one (transport.h,
+ * reconnect); what was queued on the old one is lost. Nothing for an unreachable member
+ * (it holds the connection) or one not live. */
+void net_reconnect(net_t *n, const uint8_t dest[MSG_ID_LEN]);
+
 /* Waits up to timeout_ms for an event; *ev is valid until the next call. 0 on an event,
  * 1 on timeout, negative on failure. */
 int net_recv(net_t *n, int timeout_ms, net_ev_t *ev);

@@ -119,6 +119,12 @@ typedef struct {
     /* This peer joined a running pool: seconds from its start to its state in place and to
      * its first contributed step, for its status answer. NULL hook (the simulator): none. */
     void (*set_join)(void *ctx, double state_s, double contrib_s);
+    /* The connection to live member dest looks dead (what it should have answered went
+     * unanswered past custody's time while the member stayed live): it is opened anew. A
+     * connection can die with nothing to say so: a NAT mapping or a middlebox's flow
+     * expired, a half-open TCP connection after a cut, a connection libzmq took over (net.c
+     * new_dealer). NULL hook (the simulator): its connections do not die that way. */
+    void (*reconnect)(void *ctx, const uint8_t dest[MSG_ID_LEN]);
 } transport_t;
 
 #endif

@@ -481,7 +481,17 @@ typedef struct {
     int down[5];
     double born[5];      /* when each started, past 100 s (its entries' uptime) */
     int beat;            /* each PROBE a member sends raises its heartbeat (it gossips) */
+    int reconnects[5];   /* P's reconnect hook, by member */
 } sw_net_t;
+
+static int sw_tag(const uint8_t id[MSG_ID_LEN]);
+
+static void sw_reconnect(void *ctx, members_entry_t *e)
+{
+    sw_net_t *w = ctx;
+    int t = sw_tag(e->m.id);
+    if (t > 0) w->reconnects[t]++;
+}
 
 static int sw_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
                    const size_t *len)
@@ -512,6 +522,7 @@ static dispatch_t *sw_core_every(int tag, sw_net_t *w, int every)
     memset(&io, 0, sizeof io);
     io.ctx = w;
     io.send = io.probe = sw_send;
+    io.reconnect = sw_reconnect;
     char err[STATUS_ERR_LEN];
     dispatch_t *d = dispatch_new(&c, &io, 100.0, err);
     assert_non_null(d);
@@ -759,6 +770,64 @@ static void test_swim_first_incarnation(void **state)
     dispatch_destroy(&plain);
 }
 
+/* The direct path (docs/protocol.md 10.7 rule 13): member 2 answers P's pings only through
+ * the helpers P asks (its own ACKs are lost on the way: a dead connection), 5 s late
+ * itself (a thin link), or at once. Only the first has P open its connection to it anew:
+ * after 30 s, then every 30 s or so; never suspected in any. */
+static void test_swim_direct_path(void **state)
+{
+    (void)state;
+    uint8_t id2[MSG_ID_LEN];
+    memcpy(id2, member(2, 0, 0, 0).id, MSG_ID_LEN);
+    for (int mode = 0; mode < 3; mode++) {
+        sw_net_t *w = calloc(1, sizeof *w);
+        assert_non_null(w);
+        dispatch_t *p = sw_swarm(w);
+        w->down[2] = mode != 2; /* sw_tick does not have it answer */
+        struct {
+            uint64_t probe;
+            double at;
+        } late[64];
+        int nlate = 0, from, pings = 0;
+        double first = 0;
+        for (double now = 100.25; now < 200.0; now += 0.25) {
+            int before = w->reconnects[2];
+            sw_tick(p, w, now, &from);
+            for (int i = from; i < w->n; i++) {
+                const msg_t *m = &w->out[i].m;
+                int to = sw_tag(w->out[i].to);
+                if (m->type != MSG_PROBE || memcmp(m->dest, id2, MSG_ID_LEN)) continue;
+                if (m->probe_kind == PROBE_REQ && to > 0 && to != 2) /* the helper's ACK */
+                    sw_probe(p, w, to, PROBE_ACK, 0, m->probe, id2, now + 0.02);
+                if (m->probe_kind == PROBE_PING && to == 2) {
+                    pings++;
+                    if (mode == 1 && nlate < 64) late[nlate].probe = m->probe, late[nlate++].at = now + 5;
+                }
+            }
+            for (int i = 0; i < nlate; i++)
+                if (late[i].at <= now) {
+                    sw_probe(p, w, 2, PROBE_ACK, 0, late[i].probe, id2, now);
+                    late[i--] = late[--nlate];
+                }
+            if (w->reconnects[2] > before && !first) first = now;
+            if (w->n > 400) w->n = 0; /* what was sent before is read already */
+        }
+        int j = members_find(dispatch_members(p), id2);
+        assert_true(j > 0 && members_at(dispatch_members(p), j)->alive);
+        assert_true(pings >= 10);
+        if (mode == 0) {
+            assert_true(first >= 130.0 && first < 150.0);
+            assert_true(w->reconnects[2] >= 2 && w->reconnects[2] <= 3);
+        } else {
+            assert_int_equal(w->reconnects[2], 0);
+        }
+        for (int t = 1; t < 5; t++)
+            if (t != 2) assert_int_equal(w->reconnects[t], 0);
+        sw_free(&p, w);
+        free(w);
+    }
+}
+
 /* A side connection (docs/protocol.md 3.1: the sender's id and MSG_SIDE_TAG) carries
  * HELLO, GOSSIP and PROBE, and nothing else; another last octet is no side connection. */
 static void test_side_connection(void **state)
@@ -971,7 +1040,7 @@ int main(void)
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
-        cmocka_unit_test(test_side_connection),
+        cmocka_unit_test(test_side_connection), cmocka_unit_test(test_swim_direct_path),
         cmocka_unit_test(test_swim_first_incarnation), cmocka_unit_test(test_pause_ask_swim),
         cmocka_unit_test(test_pause_ask_gossip),
     };

@@ -20,6 +20,7 @@
 #define SWIM_HOLD_MAX 8      /* failed probes of one target held back in a row at most: a
                               * cut of seconds is ridden out, a lasting one is not */
 #define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
+#define DISPATCH_MEND_S 5.0 /* a member's MEND is taken at most this often (11.3) */
 #define SWIM_DIRECT_LOST 2      /* pings a live member answered none of itself, for ... */
 #define SWIM_DIRECT_DEAD_S 30.0 /* ... this long: its connection is opened anew (10.7
                                  * rule 13) */
@@ -117,6 +118,7 @@ struct dispatch {
     uint8_t relay[MSG_ID_LEN];
     int has_relay;
     uint64_t relayed, relay_dropped; /* RELAYs this peer forwarded as a relay; could not */
+    uint64_t mends; /* MENDs taken (on_mend) */
     swim_t sw; /* SWIM membership (every > 0) */
     ask_t ask; /* after a pause: am I still in the run? (both memberships) */
     uint64_t hb0; /* the first heartbeat it was given: the wall clock's milliseconds (0: none) */
@@ -247,6 +249,11 @@ const char *dispatch_run_text(const dispatch_t *d)
 const wire_count_t *dispatch_wire(const dispatch_t *d)
 {
     return &d->wire;
+}
+
+uint64_t dispatch_mends(const dispatch_t *d)
+{
+    return d->mends;
 }
 
 uint64_t dispatch_rejected(const dispatch_t *d)
@@ -1003,6 +1010,28 @@ static void swim_sync(dispatch_t *d, uint64_t r)
  * unanswered, suspect at the period's end); a new probe each period, and one to a member
  * that died of silence (after a partition heals the sides find each other so); fresh news
  * pushed to fanout members. */
+/* ---- mending a dead connection (docs/protocol.md 11.3) -------------------------------- */
+
+int dispatch_mend(dispatch_t *d, const uint8_t id[MSG_ID_LEN])
+{
+    int j = members_find(d->mem, id);
+    if (j <= 0 || !members_at(d->mem, j)->alive) return -1;
+    return probe_send(d, members_at(d->mem, j), PROBE_MEND, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+}
+
+/* A MEND from a live member: this peer's connection to it opened anew, at most once per
+ * DISPATCH_MEND_S for that member (a MEND costs the receiver what its connection held). */
+static void on_mend(dispatch_t *d, const msg_t *m, double now)
+{
+    int j = members_find(d->mem, m->sender);
+    members_entry_t *e = j > 0 ? members_at(d->mem, j) : NULL;
+    if (!e || !e->alive || (e->mend_at > 0 && now - e->mend_at < DISPATCH_MEND_S)) return;
+    e->mend_at = now;
+    d->mends++;
+    if (d->io.reconnect)
+        d->io.reconnect(d->io.ctx, e, "it said what this peer sends it goes missing");
+}
+
 /* A ping of live member e with probe number `probe` (10.7 rule 13). When it has answered
  * none of this peer's pings itself (late or not) for SWIM_DIRECT_DEAD_S, over
  * SWIM_DIRECT_LOST pings or more, while it stays live (others vouch for it, or it would be
@@ -1021,7 +1050,8 @@ static void direct_ping(dispatch_t *d, members_entry_t *e, uint64_t probe, doubl
         e->direct_first = probe; /* a new connection: its count starts afresh */
         e->direct_since = now;
         e->direct_lost = 0;
-        if (d->io.reconnect) d->io.reconnect(d->io.ctx, e);
+        if (d->io.reconnect)
+            d->io.reconnect(d->io.ctx, e, "its own answers to this peer's pings stopped coming");
     }
 }
 
@@ -1129,10 +1159,13 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     if (k < 1 || memcmp(d->scratch[0].id, m->sender, MSG_ID_LEN))
         return status_set(err, STATUS_EMALFORMED, "PROBE whose table does not start with its "
                           "sender");
-    if (w->every <= 0) { /* whole-table gossip: only a pause's ASK and ANSWER (10.8) */
-        if (m->probe_kind != PROBE_ASK && m->probe_kind != PROBE_ANSWER) return 0;
+    if (w->every <= 0) { /* whole-table gossip: only a pause's ASK and ANSWER (10.8), MEND */
+        if (m->probe_kind != PROBE_ASK && m->probe_kind != PROBE_ANSWER &&
+            m->probe_kind != PROBE_MEND)
+            return 0;
         int ch = members_merge(t, d->scratch, 1, now);
         if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
+        if (m->probe_kind == PROBE_MEND) on_mend(d, m, now);
         on_pause_probe(d, m, now);
         if (ch > 0) view_changed(d);
         return 0;
@@ -1222,6 +1255,9 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     }
     case PROBE_SYNC:
         if (from) probe_send(d, from, PROBE_TABLE, 0, NULL, NULL, 0, WHOLE_TABLE, 0);
+        break;
+    case PROBE_MEND:
+        on_mend(d, m, now);
         break;
     default: /* NEWS, TABLE: merged above; ASK, ANSWER: a pause's question */
         on_pause_probe(d, m, now);

@@ -61,10 +61,11 @@ typedef struct {
     void (*down)(void *ctx, members_entry_t *e, const char *why);
     /* A message was refused; warn: a forgery or replay worth a warning. NULL: quiet. */
     void (*refused)(void *ctx, const char *why, int warn);
-    /* The connection to live member e looks dead (SWIM: its own answers to this peer's
-     * pings stopped coming while others vouched for it, 10.7 rule 13): open it anew.
-     * NULL: the transport's connections do not die that way (the simulator). */
-    void (*reconnect)(void *ctx, members_entry_t *e);
+    /* The connection to live member e looks dead: open it anew. why: SWIM found its own
+     * answers to this peer's pings stopped coming while others vouched for it (10.7 rule
+     * 13), or it said so (a MEND, 11.3). NULL: the transport's connections do not die
+     * that way (the simulator). */
+    void (*reconnect)(void *ctx, members_entry_t *e, const char *why);
 } dispatch_io_t;
 
 typedef struct {
@@ -115,6 +116,10 @@ size_t dispatch_header(dispatch_t *d, msg_t *m, uint64_t clock_us, uint8_t *buf,
 int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
                   const void *const *data, const size_t *len);
 
+/* Tells live member id that what it sends this peer goes missing (PROBE MEND, 11.3): it
+ * opens its connection to this peer anew. 0 sent, -1 not (not a live member). */
+int dispatch_mend(dispatch_t *d, const uint8_t id[MSG_ID_LEN]);
+
 /* Counts frames the owner sent by itself (HELLO to a bootstrap endpoint). */
 void dispatch_count_out(dispatch_t *d, int nframes, const void *const *data, const size_t *len);
 
@@ -164,6 +169,8 @@ uint64_t dispatch_relayed(const dispatch_t *d, uint64_t *dropped);
 /* Bytes in and out by kind, and messages refused, so far. */
 const wire_count_t *dispatch_wire(const dispatch_t *d);
 uint64_t dispatch_rejected(const dispatch_t *d);
+/* MENDs taken: connections to their senders opened anew (11.3). */
+uint64_t dispatch_mends(const dispatch_t *d);
 /* Refusals counted by the owner (a refused payload found by the program): added to the
  * count above and to the own entry's `rejected`. */
 void dispatch_add_rejected(dispatch_t *d, uint64_t n);

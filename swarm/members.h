@@ -62,6 +62,7 @@ typedef struct {
     uint64_t direct_first;
     double direct_since;
     int direct_lost;
+    double mend_at; /* when its MEND last had this peer reconnect to it (11.3) */
 } members_entry_t;
 
 typedef struct {

@@ -77,6 +77,7 @@ enum {
     PROBE_MISS = 6,  /* asked by a REQ of probe number `probe`: target did not answer me */
     PROBE_ASK = 7,   /* woken from a pause (pause number `probe`): am I still in the run? */
     PROBE_ANSWER = 8, /* to an ASK of number `probe`: I am alive (flags: in doubt myself) */
+    PROBE_MEND = 9,   /* what you send me goes missing: open your connection to me anew */
     PROBE_KINDS
 };
 

@@ -216,16 +216,19 @@ static void reconnect_entry(struct net *n, members_entry_t *e, const char *why)
              e->m.addr, why);
 }
 
-static void io_reconnect(void *ctx, members_entry_t *e)
+static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
 {
-    reconnect_entry(ctx, e, "its own answers to this peer's pings stopped coming");
+    reconnect_entry(ctx, e, why);
 }
 
+/* net_reconnect: this peer's connection to the member anew, and a MEND over it, for the
+ * member's connection to this peer (the gradient may be what went missing, 11.3). */
 static void reconnect(struct net *n, const uint8_t id[MSG_ID_LEN])
 {
     members_t *mem = dispatch_members(n->core);
     int j = members_find(mem, id);
     reconnect_entry(n, j > 0 ? members_at(mem, j) : NULL, "a gradient from it is overdue");
+    dispatch_mend(n->core, id);
 }
 
 static void member_down(void *ctx, members_entry_t *e, const char *why)

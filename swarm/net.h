@@ -93,8 +93,9 @@ void net_serve_state(net_t *n, xfer_shared_t *s);
 void net_set_join(net_t *n, double state_s, double contrib_s);
 
 /* Closes this peer's connection to live member dest and opens a new one (transport.h,
- * reconnect); what was queued on the old one is lost. Nothing for an unreachable member
- * (it holds the connection) or one not live. */
+ * reconnect; what was queued on the old one is lost; nothing for an unreachable member,
+ * which holds the connection), and sends it a MEND over the new one, so that it opens its
+ * own to this peer anew too (docs/protocol.md 11.3). Nothing for a member not live. */
 void net_reconnect(net_t *n, const uint8_t dest[MSG_ID_LEN]);
 
 /* Waits up to timeout_ms for an event; *ev is valid until the next call. 0 on an event,

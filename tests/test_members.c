@@ -486,8 +486,9 @@ typedef struct {
 
 static int sw_tag(const uint8_t id[MSG_ID_LEN]);
 
-static void sw_reconnect(void *ctx, members_entry_t *e)
+static void sw_reconnect(void *ctx, members_entry_t *e, const char *why)
 {
+    (void)why;
     sw_net_t *w = ctx;
     int t = sw_tag(e->m.id);
     if (t > 0) w->reconnects[t]++;
@@ -828,6 +829,39 @@ static void test_swim_direct_path(void **state)
     }
 }
 
+/* A MEND (docs/protocol.md 11.3) from a live member has P open its connection to that
+ * member anew, at most once per 5 s per member. The same under whole-table gossip. P
+ * sends one only to a live member. */
+static void test_mend(void **state)
+{
+    (void)state;
+    for (int every = 0; every <= 4; every += 4) {
+        sw_net_t *w = calloc(1, sizeof *w);
+        assert_non_null(w);
+        dispatch_t *p = sw_core_every(0, w, every);
+        for (int t = 1; t < 5; t++) w->peer[t] = sw_core_every(t, w, every);
+        sw_probe(p, w, 1, PROBE_ASK, 0, 1, NULL, 100.0); /* P learns of 1 (either way) */
+        assert_int_equal(members_live_others(dispatch_members(p)), 1);
+        sw_probe(p, w, 1, PROBE_MEND, 0, 0, NULL, 100.1);
+        assert_int_equal(w->reconnects[1], 1);
+        sw_probe(p, w, 1, PROBE_MEND, 0, 0, NULL, 104.0); /* within 5 s: not again */
+        assert_int_equal(w->reconnects[1], 1);
+        sw_probe(p, w, 1, PROBE_MEND, 0, 0, NULL, 105.2);
+        assert_int_equal(w->reconnects[1], 2);
+        assert_int_equal(dispatch_mends(p), 2);
+        /* sending one: to a live member, not to an unknown one */
+        int before = w->n;
+        assert_int_equal(dispatch_mend(p, member(1, 0, 0, 0).id), 0);
+        assert_int_equal(w->n, before + 1);
+        assert_int_equal(w->out[before].m.type, MSG_PROBE);
+        assert_int_equal(w->out[before].m.probe_kind, PROBE_MEND);
+        assert_int_equal(dispatch_mend(p, member(3, 0, 0, 0).id), -1);
+        dispatch_destroy(&p);
+        for (int t = 1; t < 5; t++) dispatch_destroy(&w->peer[t]);
+        free(w);
+    }
+}
+
 /* A side connection (docs/protocol.md 3.1: the sender's id and MSG_SIDE_TAG) carries
  * HELLO, GOSSIP and PROBE, and nothing else; another last octet is no side connection. */
 static void test_side_connection(void **state)
@@ -1041,6 +1075,7 @@ int main(void)
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
         cmocka_unit_test(test_side_connection), cmocka_unit_test(test_swim_direct_path),
+        cmocka_unit_test(test_mend),
         cmocka_unit_test(test_swim_first_incarnation), cmocka_unit_test(test_pause_ask_swim),
         cmocka_unit_test(test_pause_ask_gossip),
     };

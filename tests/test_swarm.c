@@ -1290,6 +1290,65 @@ static void test_local_pause(void **state)
     free(js);
 }
 
+/* A connection that dies with nothing to say so (local --dead-link: local takes a peer's
+ * identity over at a next-stage peer's socket, forward or back as the seed draws, at a
+ * moment between 10% and 40% of the run): the stage-0 peer of the pair re-sends the
+ * microbatch whose gradient does not come back (custody, 5 s here), and that mends the
+ * connection, whichever way it died (docs/protocol.md 11.3: its own anew, and a MEND for
+ * the other's). With one microbatch in flight, the stage-0 peer re-sends once or twice over
+ * the pair, not once per custody time for the rest of the run (unmended, 3 or more: every
+ * forward to that peer waited out custody). The run ends with a held-out loss, nothing
+ * lost. The fault seed is the clock's, printed. */
+static void test_local_dead_link(void **state)
+{
+    (void)state;
+    unsigned seed = testutil_seed();
+    char args[256];
+    snprintf(args, sizeof args,
+             "--peers 4 --stages 2 --steps 200 --threads 1 --in-flight 1 --dead-link random "
+             "--custody-timeout 5 --no-rebalance --fault-seed %u --quiet",
+             seed);
+    printf("dead link: %s\n", args);
+    json_obj_t sum;
+    char *js = local_run("dl", args, 400, &sum);
+    int n, found = 0;
+    json_obj_t *f = rows(js, "faults", &n);
+    int from = -1, to = -1;
+    double t = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(json_get(&f[i], "cause"), "dead_link"))
+            found++, from = (int)json_num(&f[i], "peer"), to = (int)json_num(&f[i], "other"),
+            t = json_num(&f[i], "t");
+    free(f);
+    if (found != 1) fail_msg("%d dead_link faults in the summary (want 1): seed %u", found, seed);
+    /* the pair: x at stage 0 sources, y at stage 1 (peer i starts at stage i mod 2) */
+    int x = from % 2 == 0 ? from : to, y = from % 2 == 0 ? to : from;
+    assert_true(x % 2 == 0 && y % 2 == 1);
+    char name[64], yid[9] = "";
+    json_obj_t o;
+    snprintf(name, sizeof name, "dl/peer%d.events.jsonl", y);
+    if (!last_event(name, "serving", &o)) fail_msg("peer %d: no serving event", y);
+    snprintf(yid, sizeof yid, "%.8s", json_get(&o, "id"));
+    snprintf(name, sizeof name, "dl/peer%d.events.jsonl", x);
+    json_obj_t *ev = events(name, "reroute", &n);
+    int overdue = 0;
+    for (int i = 0; i < n; i++)
+        if (json_num(&ev[i], "t") >= t && !strcmp(json_get(&ev[i], "from"), yid) &&
+            !strcmp(json_get(&ev[i], "why"), "no gradient back in time"))
+            overdue++;
+    free(ev);
+    printf("dead link from peer %d to peer %d: peer %d re-sent %d microbatch(es) sent to peer "
+           "%d for time after it\n", from, to, x, overdue, y);
+    if (overdue < 1) fail_msg("seed %u: no forward of peer %d to peer %d went missing: the "
+                              "connection did not die", seed, x, y);
+    if (overdue > 2) fail_msg("seed %u: %d re-sends for time: the connection was not mended",
+                              seed, overdue);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_int_equal(count_rows(js, "unplanned"), 0);
+    assert_true(isfinite(json_num(&sum, "val_loss")));
+    free(js);
+}
+
 /* A stage that nobody can rebuild (issue 24): 3 peers, 3 stages, every peer of stage 1
  * SIGKILLed from outside at a drawn moment; its neighbouring pools have one member each,
  * so none may move. local says so and stops within ~30 s of the loss, exit 3, and its
@@ -1509,6 +1568,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_local_kill_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_join_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_pause, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_dead_link, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_orphan_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_swarm_with_fault, setup, teardown),
         cmocka_unit_test_setup_teardown(test_demo_preset_swarm, setup, teardown),

@@ -33,6 +33,8 @@ typedef struct {
     int kill_random;           /* --kill random: one outside SIGKILL at a random moment */
     int kill_start;            /* --kill start: one outside SIGKILL while the swarm starts */
     int pause_peer;            /* --pause PEER:S (-1: none; -2: random) */
+    int dead_link;             /* --dead-link: 0 none, 1 random, 2 forward, 3 back */
+    const char *custody_timeout; /* --custody-timeout, for the peers */
     double pause_s;            /* ... frozen (SIGSTOP) this long, then SIGCONT */
     double churn_rate;         /* --churn: SIGKILLs per peer per minute, from outside */
     double churn_restart_s;    /* ... and a new peer after this long; < 0: none */
@@ -81,11 +83,12 @@ typedef struct {
     int done, killed; /* its moment passed; it was killed then */
 } local_start_kill_t;
 
-/* A fault local injected, for the summary: a SIGKILL or a SIGSTOP of one peer. cause:
- * "drill" (--kill PEER:STEP), "drill_late", "random", "start", "stage" (--kill-stage),
- * "stage_failure", "churn", "pause". */
+/* A fault local injected, for the summary: a SIGKILL or a SIGSTOP of one peer, or a dead
+ * connection from one peer to another (`other`; -1 for the others). cause: "drill"
+ * (--kill PEER:STEP), "drill_late", "random", "start", "stage" (--kill-stage),
+ * "stage_failure", "churn", "pause", "dead_link". */
 typedef struct {
-    int peer, stage;
+    int peer, stage, other;
     long long step; /* stage 0's step then (-1: not known) */
     double t;       /* wall clock (events' "t") */
     const char *cause;
@@ -102,6 +105,12 @@ typedef struct {
     double pz_delay, pz_at, pz_until;
     int pz_state;           /* 0 not yet, 1 frozen, 2 woken */
     double ks_delay, ks_at; /* --kill-stage: the moment after its step */
+    /* --dead-link: its step, then a drawn moment; the draws that pick the pair and (random)
+     * the way; the impersonating socket, closed a second after (dl_close) */
+    long long dl_step;
+    double dl_delay, dl_at, dl_pick[4], dl_close;
+    int dl_done;
+    void *dl_ctx, *dl_sock;
     int ks_done;
     int sf_step[64], sf_stage[64], sf_next; /* --stage-failures, in step order */
     double back_at[LOCAL_MAX_PEERS];        /* ... their peers due back, with their stores */
@@ -215,6 +224,8 @@ int local_fault_restart_tick(local_t *L, double now);
 /* The stage peer i serves now by its events of this run (its last move), else the one
  * it was started on or last seen at. */
 int local_summary_stage(const local_t *L, int i);
+/* Peer i's id (its `serving` event's, 64 hex) into hex; 0 when it has none yet. */
+int local_summary_peer_id(const local_t *L, int i, char hex[65]);
 /* The wall-clock moment peer i's "fault" event gives (the --kill drill); now when none. */
 double local_summary_fault_time(const local_t *L, int i);
 /* The summary of the finished run on stdout and in DIR/summary.json; local's exit status

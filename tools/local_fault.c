@@ -2,22 +2,26 @@
  * a victim, step and moment drawn from --fault-seed in a fixed order (the same seed
  * replays the same faults): --kill start, the --kill drill (the victim kills itself; a
  * late one is killed from here), --kill random, --pause, --kill-stage, --stage-failures,
- * --churn; the peers it starts again or adds (--join-at, --revive, restarts); and the
+ * --churn, --dead-link; the peers it starts again or adds (--join-at, --revive, restarts); and the
  * recovery time of each kill (MTTR: to the victim's pool's next step). Every fault is
  * said on stdout as it happens and kept for the summary.
  * Not for: watching the swarm (local_watch.c), starting processes (local_launch.c). */
 #include "common/clock.h"
 #include "tools/local.h"
 
+#include "swarm/auth.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
+#include <zmq.h>
 
 /* Keeps a fault for the summary. */
 static void note(local_t *L, int peer, int stage, long long step, double t, const char *cause)
 {
     local_faults_t *f = &L->f;
-    if (f->nlog < LOCAL_MAX_PEERS) f->log[f->nlog++] = (local_fault_t){peer, stage, step, t, cause};
+    if (f->nlog < LOCAL_MAX_PEERS)
+        f->log[f->nlog++] = (local_fault_t){peer, stage, -1, step, t, cause};
 }
 
 /* SIGKILLs peer i from outside, now; kept for the summary (not yet counted as a kill:
@@ -87,6 +91,15 @@ void local_fault_plan(local_t *L)
             t = f->sf_stage[b];
             f->sf_stage[b] = f->sf_stage[b - 1], f->sf_stage[b - 1] = t;
         }
+    /* --dead-link: drawn after the others, so that adding it replays them unchanged;
+     * between 10% and 40% of the run, which leaves most of it to show whether the peers
+     * mended the connection (unmended, every forward over it waits out custody) */
+    if (lo->dead_link) {
+        f->dl_step = L->run.steps / 10 + (long long)rng_below(&L->frng, (uint64_t)(L->run.steps * 3 / 10 + 1));
+        f->dl_delay = rng_uniform(&L->frng);
+        for (int k = 0; k < 4; k++) f->dl_pick[k] = rng_uniform(&L->frng);
+    }
+    f->dl_at = -1;
     f->kill_wall = -1;
     f->last_churn = clock_now();
 }
@@ -314,9 +327,76 @@ static int join_tick(local_t *L, const local_view_t *v)
     return 0;
 }
 
+/* Live peers at `stage` now (their moves followed), into who; how many. */
+static int live_at(local_t *L, int stage, int *who)
+{
+    int k = 0;
+    for (int i = 0; i < L->n; i++)
+        if (!L->ch[i].exited && !L->ch[i].killed && local_summary_stage(L, i) == stage)
+            who[k++] = i;
+    return k;
+}
+
+/* --dead-link: at its drawn moment, the connection from one peer to another dies with
+ * nothing on either side to say so. A pair of neighbouring stages is drawn, a live peer
+ * at each, and the way (forward: the earlier stage's peer's connection to the later's,
+ * which carries its activations; back: the other, which carries the gradients). local
+ * connects to the receiving peer's socket under the sending peer's identity (its routing
+ * id): libzmq hands the id over to this connection and leaves the sender's own open with
+ * nothing behind it (docs/protocol.md 3.1), so what the sender queues there vanishes, as
+ * over a connection a NAT or a middlebox dropped. The peers must mend it (11.3, 10.7 rule
+ * 13). The socket closes a second later; its own connection then goes away as usual. */
+static void dead_link(local_t *L, const local_view_t *v, double now)
+{
+    local_faults_t *f = &L->f;
+    if (f->dl_sock && now >= f->dl_close) {
+        zmq_close(f->dl_sock);
+        zmq_ctx_term(f->dl_ctx);
+        f->dl_sock = f->dl_ctx = NULL;
+    }
+    if (!L->lo.dead_link || f->dl_done || L->S < 2) return;
+    if (f->dl_at < 0 && v->step0 >= f->dl_step) f->dl_at = now + f->dl_delay;
+    if (f->dl_at < 0 || now < f->dl_at) return;
+    int a[LOCAL_MAX_PEERS], b[LOCAL_MAX_PEERS];
+    int st = (int)(f->dl_pick[0] * (L->S - 1)), na = live_at(L, st, a), nb = live_at(L, st + 1, b);
+    if (!na || !nb) return; /* a stage with nobody (a kill): at a later view */
+    int x = a[(int)(f->dl_pick[1] * na)], y = b[(int)(f->dl_pick[2] * nb)];
+    int back = L->lo.dead_link == 3 || (L->lo.dead_link == 1 && f->dl_pick[3] >= 0.5);
+    int from = back ? y : x, to = back ? x : y;
+    char hex[2][65];
+    uint8_t id[2][32]; /* the sender's (impersonated), the receiver's (its CURVE key) */
+    if (!local_summary_peer_id(L, from, hex[0]) || !local_summary_peer_id(L, to, hex[1])) return;
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < 32; k++) sscanf(hex[j] + 2 * k, "%2hhx", &id[j][k]);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", L->ch[to].port);
+    f->dl_done = 1;
+    f->dl_ctx = zmq_ctx_new();
+    f->dl_sock = f->dl_ctx ? zmq_socket(f->dl_ctx, ZMQ_DEALER) : NULL;
+    int zero = 0;
+    if (!f->dl_sock || zmq_setsockopt(f->dl_sock, ZMQ_LINGER, &zero, sizeof zero) ||
+        zmq_setsockopt(f->dl_sock, ZMQ_ROUTING_ID, id[0], sizeof id[0]) ||
+        (L->auth && auth_client(L->auth, f->dl_sock, id[1])) || zmq_connect(f->dl_sock, ep)) {
+        printf("local: fault: --dead-link could not connect to %s\n", ep);
+        if (f->dl_sock) zmq_close(f->dl_sock);
+        if (f->dl_ctx) zmq_ctx_term(f->dl_ctx);
+        f->dl_sock = f->dl_ctx = NULL;
+        return;
+    }
+    f->dl_close = now + 1.0;
+    note(L, from, local_summary_stage(L, from), v->step0, clock_wall(), "dead_link");
+    f->log[f->nlog - 1].other = to;
+    printf("local: fault: the connection from peer %d (stage %d) to peer %d (stage %d) dies "
+           "from outside at step %lld (%s: it carries the %s)\n",
+           from, local_summary_stage(L, from), to, local_summary_stage(L, to), v->step0,
+           back ? "back" : "forward", back ? "gradients" : "activations");
+    fflush(stdout);
+}
+
 int local_fault_tick(local_t *L, const local_view_t *v, double now)
 {
     mttr_tick(L, v, now);
+    dead_link(L, v, now);
     drill_late(L, v);
     pause_tick(L, v, now);
     random_kill(L, v, now);

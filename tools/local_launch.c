@@ -121,6 +121,8 @@ static void peer_args(const local_t *L, int idx, int db_idx, int join_port, char
     args[n++] = "--db", ARG("%s/peer%d.db", lo->dir, db_idx);
     args[n++] = "--events", ARG("%s", c->events);
     if (lo->peer_timeout) args[n++] = "--peer-timeout", args[n++] = (char *)lo->peer_timeout;
+    if (lo->custody_timeout)
+        args[n++] = "--custody-timeout", args[n++] = (char *)lo->custody_timeout;
     if (lo->secure) args[n++] = "--swarm-key", args[n++] = (char *)lo->swarm_key;
     if (lo->poison_kind[0] && idx == lo->poison_peer)
         args[n++] = "--poison", args[n++] = (char *)lo->poison_kind;

@@ -16,6 +16,8 @@ enum {
     O_INFLIGHT,
     O_KILL,
     O_PAUSE,
+    O_DEAD_LINK,
+    O_CUSTODY,
     O_JOIN,
     O_JOINSTAGE,
     O_JOINERS,
@@ -261,6 +263,21 @@ static int local_option(void *ctx, int c, const char *arg)
         return parse_kill(lo, arg);
     case O_PAUSE:
         return parse_pause(lo, arg);
+    case O_DEAD_LINK:
+        if (!strcmp(arg, "random")) lo->dead_link = 1;
+        else if (!strcmp(arg, "forward")) lo->dead_link = 2;
+        else if (!strcmp(arg, "back")) lo->dead_link = 3;
+        else {
+            fprintf(stderr, "swarmtrain local: --dead-link random, forward or back\n");
+            return -1;
+        }
+        return 0;
+    case O_CUSTODY: {
+        float f;
+        if (run_opts_float("--custody-timeout", arg, &f) || !(f > 0)) return -1;
+        lo->custody_timeout = arg;
+        return 0;
+    }
     case O_CHURN:
         return parse_churn(lo, arg);
     case O_CHURN_KILLS:
@@ -293,7 +310,7 @@ int local_opts_own(const char *a, int *takes_arg)
         "--peers",      "--dir",          "--in-flight", "--kill",           "--join-at",
         "--join-stage", "--peer-timeout", "--churn",     "--churn-kills",    "--fault-seed",
         "--poison",     "--kill-stage",   "--resume",    "--stage-failures", "--placement",
-        "--slowdown",   "--pause",        "--joiners"};
+        "--slowdown",   "--pause",        "--joiners",   "--dead-link",      "--custody-timeout"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {
@@ -362,12 +379,19 @@ static const char usage[] =
     "  --dir DIR            logs and stores of the peers (default: a new /tmp dir)\n"
     "  --in-flight N        microbatches each stage-0 peer keeps in flight (default 2)\n"
     "  --peer-timeout S     silence after which a peer is dead (default 3)\n"
+    "  --custody-timeout S  the peers' wait for a forward's gradient (default 60)\n"
     "  --kill random        one peer, any (the founding one too), SIGKILLed from outside\n"
     "                       at a random moment between 10% and 70% of the steps\n"
     "  --pause PEER:S       freeze peer PEER (SIGSTOP) for S seconds at a moment drawn\n"
-    "                       from --fault-seed (between 10%% and 70%% of the steps),\n"
+    "                       from --fault-seed (between 10% and 70% of the steps),\n"
     "                       then SIGCONT: it must come back (--pause random[:S]: any\n"
     "                       peer, the founding one too; S 20 by default)\n"
+    "  --dead-link W        the connection from one peer to a peer of the next stage\n"
+    "                       (W forward: it carries activations; back: the other way,\n"
+    "                       gradients; random: either) dies with nothing to say so, at a\n"
+    "                       moment drawn from --fault-seed between 10% and 40% of the\n"
+    "                       steps: local takes the sender's identity over at the\n"
+    "                       receiver's socket. The peers must notice and reconnect\n"
     "  --kill start         one peer but the founding one, drawn from --fault-seed,\n"
     "                       SIGKILLed from outside 0-3 s (drawn) after it was started,\n"
     "                       while the swarm starts: the others start without it\n"
@@ -425,6 +449,8 @@ static const struct option extra[] = {{"peers", required_argument, 0, O_PEERS},
                                       {"in-flight", required_argument, 0, O_INFLIGHT},
                                       {"kill", required_argument, 0, O_KILL},
                                       {"pause", required_argument, 0, O_PAUSE},
+                                      {"dead-link", required_argument, 0, O_DEAD_LINK},
+                                      {"custody-timeout", required_argument, 0, O_CUSTODY},
                                       {"join-at", required_argument, 0, O_JOIN},
                                       {"join-stage", required_argument, 0, O_JOINSTAGE},
                                       {"joiners", required_argument, 0, O_JOINERS},

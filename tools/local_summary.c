@@ -141,6 +141,27 @@ static void on_fault(void *ctx, const json_obj_t *o)
         f->fault_t = json_num(o, "t");
 }
 
+typedef struct {
+    const local_t *L;
+    char *hex;
+} id_find_t;
+
+static void on_serving_id(void *ctx, const json_obj_t *o)
+{
+    id_find_t *f = ctx;
+    if (!f->hex[0] && this_run(f->L, o) && !strcmp(json_get(o, "kind"), "serving") &&
+        strlen(json_get(o, "id")) == 64)
+        snprintf(f->hex, 65, "%s", json_get(o, "id"));
+}
+
+int local_summary_peer_id(const local_t *L, int i, char hex[65])
+{
+    hex[0] = 0;
+    id_find_t f = {L, hex};
+    each_event(L, i, on_serving_id, &f);
+    return hex[0] != 0;
+}
+
 double local_summary_fault_time(const local_t *L, int i)
 {
     find_t f = {L, -1, -1};
@@ -612,8 +633,10 @@ static void put_faults(FILE *f, const local_t *L)
     fprintf(f, ",\"faults\":[");
     for (int k = 0; k < L->f.nlog; k++) {
         const local_fault_t *x = &L->f.log[k];
-        fprintf(f, "%s{\"peer\":%d,\"stage\":%d,\"step\":%lld,\"t\":%.3f,\"cause\":\"%s\"}",
+        fprintf(f, "%s{\"peer\":%d,\"stage\":%d,\"step\":%lld,\"t\":%.3f,\"cause\":\"%s\"",
                 k ? "," : "", x->peer, x->stage, x->step, x->t, x->cause);
+        if (x->other >= 0) fprintf(f, ",\"other\":%d", x->other);
+        fprintf(f, "}");
     }
     fprintf(f, "]");
     if (!L->have_last_view) return;

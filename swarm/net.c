@@ -62,7 +62,7 @@ struct net {
     const auth_t *auth;
     void *zap, *mon; /* ZAP handler; the ROUTER's monitor (failed handshakes, swarm key) */
     uint64_t refused;
-    uint64_t reconnects; /* net_reconnect's, done */
+    uint64_t reconnects; /* member connections opened anew (net_reconnect, the core's hook) */
     int hello_round;
     /* an unreachable peer (not listening): its HELLO sockets, kept for the WELCOME that
      * comes back on one of them, which then becomes the welcomer's DEALER (adopt) */
@@ -203,10 +203,11 @@ static void member_up(void *ctx, members_entry_t *e)
     e->user = new_dealer(n, e->m.addr, e->m.id, 0);
 }
 
-/* A live member's DEALER closed and opened again (net_reconnect; the core's reconnect
- * hook): why, for the log. */
-static void reconnect_entry(struct net *n, members_entry_t *e, const char *why)
+/* The core's reconnect hook, and net_reconnect's: a live member's DEALER closed and
+ * opened again; why, for the log. */
+static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
 {
+    struct net *n = ctx;
     if (!e || !e->alive || !e->user || msg_addr_relay(e->m.addr, NULL)) return;
     char hex[9];
     zmq_close(e->user);
@@ -216,18 +217,13 @@ static void reconnect_entry(struct net *n, members_entry_t *e, const char *why)
              e->m.addr, why);
 }
 
-static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
-{
-    reconnect_entry(ctx, e, why);
-}
-
 /* net_reconnect: this peer's connection to the member anew, and a MEND over it, for the
  * member's connection to this peer (the gradient may be what went missing, 11.3). */
 static void reconnect(struct net *n, const uint8_t id[MSG_ID_LEN])
 {
     members_t *mem = dispatch_members(n->core);
     int j = members_find(mem, id);
-    reconnect_entry(n, j > 0 ? members_at(mem, j) : NULL, "a gradient from it is overdue");
+    io_reconnect(n, j > 0 ? members_at(mem, j) : NULL, "a gradient from it is overdue");
     dispatch_mend(n->core, id);
 }
 

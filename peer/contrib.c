@@ -72,6 +72,7 @@ void contrib_begin_serving(contrib_t *c, double now, uint64_t my_hash)
 {
     c->my_hash = my_hash;
     c->step_t0 = now;
+    c->mended_step = -1;
     timeout_start(&c->stall, now);
 }
 

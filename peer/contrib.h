@@ -42,6 +42,7 @@ typedef struct {
     float stage_gnorm;  /* the stage's gradient norm, the same on every replica (in the
                          * state served; recover.c weighs neighbours by it) */
     double step_t0;     /* when this step began here */
+    int64_t mended_step; /* the last step whose missing mates' connections it opened anew */
     /* where the step's time went (the "step" event; docs/events.md), 0: not yet: */
     double first_at;    /* its first microbatch of the step started (stage 0) or served */
     double share_at;    /* stage 0: its own share counted, its part 0 sent early */

@@ -333,16 +333,16 @@ void custody_on_gradient(peer_t *p, const msg_t *m)
     rtt_note(&p->cust.fb_rtt, p->now - r->sent_at);
 }
 
-/* A gradient overdue from a member still live: the connection to it may be dead with
- * nothing to say so (docs/protocol.md 11.3); it is opened anew, once per
- * CUSTODY_RECONNECT_S for the same member (several forwards fall overdue together). */
-static void reconnect(peer_t *p, const uint8_t id[MSG_ID_LEN])
+void custody_mend(peer_t *p, const uint8_t id[MSG_ID_LEN])
 {
     custody_t *c = &p->cust;
-    if (!memcmp(c->reconnected, id, MSG_ID_LEN) && p->now - c->reconnected_at < CUSTODY_RECONNECT_S)
-        return;
-    memcpy(c->reconnected, id, MSG_ID_LEN);
-    c->reconnected_at = p->now;
+    for (int i = 0; i < CUSTODY_MENDED; i++)
+        if (c->mended[i].at > 0 && !memcmp(c->mended[i].id, id, MSG_ID_LEN) &&
+            p->now - c->mended[i].at < CUSTODY_RECONNECT_S)
+            return;
+    unsigned k = c->mended_next++ % CUSTODY_MENDED;
+    memcpy(c->mended[k].id, id, MSG_ID_LEN);
+    c->mended[k].at = p->now;
     if (p->tp.reconnect) p->tp.reconnect(p->tp.ctx, id);
 }
 
@@ -359,7 +359,7 @@ void custody_tick(peer_t *p)
         custody_case_t c = case_of(p, r, NULL);
         const char *why;
         if (custody_overdue(&c, p->now, &why) != CUSTODY_REROUTE) continue;
-        if (c.next) reconnect(p, r->next);
+        if (c.next) custody_mend(p, r->next);
         custody_reroute(p, r, why);
     }
 }

@@ -52,6 +52,7 @@ typedef struct {
 } mbrec_t;
 
 /* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
+#define CUSTODY_MENDED 16 /* connections opened anew lately, remembered (custody_mend) */
 #define FWD_SEEN   256
 #define FWD_SEEN_S 5.0
 typedef struct {
@@ -67,9 +68,12 @@ typedef struct {
     rtt_t fb_rtt;  /* round trips of its forwards (FWD sent to its gradient back), TCP-style */
     fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
     unsigned fwd_seen_next;
-    /* the last connection opened anew for an overdue gradient: to whom, when */
-    uint8_t reconnected[MSG_ID_LEN];
-    double reconnected_at;
+    /* the last connections opened anew for an overdue answer (custody_mend): to whom, when */
+    struct {
+        uint8_t id[MSG_ID_LEN];
+        double at;
+    } mended[CUSTODY_MENDED];
+    unsigned mended_next;
 } custody_t;
 
 /* ---- custody's rules, pure (custody_rules.c; tests/test_parts.c drives them alone) ---- */

@@ -245,6 +245,11 @@ void custody_on_nack(peer_t *p, const msg_t *m);
 /* NACKs the FWD a held record came with, to the peer it came from (it re-routes). */
 void custody_nack_back(peer_t *p, const mbrec_t *r, const char *why);
 void custody_tick(peer_t *p);
+/* An answer from live member id is overdue (a forward's gradient; its exchange message at
+ * the step's deadline): the connection to it may be dead with nothing to say so
+ * (docs/protocol.md 11.3). The transport opens it anew and sends the member a MEND; at
+ * most once per CUSTODY_RECONNECT_S per member (several answers fall overdue together). */
+void custody_mend(peer_t *p, const uint8_t id[MSG_ID_LEN]);
 /* A BWD arrived (at p->now): the round trip of the forward it answers, when this peer
  * holds its custody, is a sample for the custody timeout. */
 void custody_on_gradient(peer_t *p, const msg_t *m);
@@ -273,6 +278,8 @@ void step_set(peer_t *p, int64_t step);
  * neighbours by it): from a downloaded state (an applied update sets it here). */
 void step_set_stage_gnorm(peer_t *p, float gnorm);
 #define STEP_KEEP 8 /* steps of exchange messages kept at least, for relays and followers */
+#define STEP_MEND_S 15.0 /* a live mate's message missing this long into the step: the
+                          * connections with it opened anew (step.c, 12.4) */
 #define STEP_KEEP_MAX 64 /* ... and at most, while one member's messages of that many steps
                           * fit STEP_KEEP_BYTES */
 #define STEP_KEEP_BYTES (16u << 20)

@@ -760,6 +760,13 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
     int catching_up = !contributing(p) && p->contrib.exch_req_step != p->step &&
                       view_max_step(&p->view, p->stage) >= p->step + 2;
     int missing = 0, ask = timeout_due(&p->contrib.exch_req, p->now) || catching_up;
+    /* A live mate's message asked for every second for STEP_MEND_S: the connection between
+     * the two may be dead (docs/protocol.md 12.4, 11.3); opened anew, both ways, once a
+     * step. Unmended, every step would wait out the 30 s deadline. Not sooner: what the two
+     * connections hold is lost, and on a thin link a message may be seconds on its way. */
+    int mend = ask && contributing(p) && p->contrib.mended_step != p->step &&
+               p->now - p->contrib.step_t0 >= STEP_MEND_S;
+    if (mend) p->contrib.mended_step = p->step;
     if (catching_up) ask_steps(p, p->step + 1, ahead_depth(p));
     msg_t q = {.type = MSG_EXCH_REQ, .stage = (int16_t)p->stage, .step = p->step};
     /* the exchange members: this member's view, and everyone a mate's message names */
@@ -822,6 +829,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         memcpy(q.origin, ids[i], MSG_ID_LEN);
         q.flags = (uint8_t)need;
         peer_send(p, ids[i], &q, 0, NULL, NULL);
+        if (need == 0 && mend) custody_mend(p, ids[i]);
         /* a member that does not answer within a second may have died after its message
          * reached some mates but not this one (a connection reset): until this member
          * calls it dead, its PROGRESS stays in the union and nothing is run again, and when

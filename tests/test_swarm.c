@@ -1290,15 +1290,18 @@ static void test_local_pause(void **state)
     free(js);
 }
 
-/* A connection that dies with nothing to say so (local --dead-link: local takes a peer's
- * identity over at a next-stage peer's socket, forward or back as the seed draws, at a
- * moment between 10% and 40% of the run): the stage-0 peer of the pair re-sends the
- * microbatch whose gradient does not come back (custody, 5 s here), and that mends the
- * connection, whichever way it died (docs/protocol.md 11.3: its own anew, and a MEND for
- * the other's). With one microbatch in flight, the stage-0 peer re-sends once or twice over
- * the pair, not once per custody time for the rest of the run (unmended, 3 or more: every
- * forward to that peer waited out custody). The run ends with a held-out loss, nothing
- * lost. The fault seed is the clock's, printed. */
+/* A connection that dies with nothing to say so (local --dead-link random: local takes a
+ * peer's identity over at another's socket, at a moment between 10% and 40% of the run;
+ * the seed draws the way: forward or back between neighbouring stages, or within a pool).
+ * Forward or back: the stage-0 peer of the pair re-sends the microbatch whose gradient
+ * does not come back (custody, 5 s here), and that mends the connection, whichever way it
+ * died (docs/protocol.md 11.3: its own anew, and a MEND for the other's). With one
+ * microbatch in flight, the stage-0 peer re-sends once or twice over the pair, not once
+ * per custody time for the rest of the run (unmended, 3 or more: every forward to that
+ * peer waited out custody). Pool: the receiver, missing its mate's exchange message,
+ * opens the connections with it anew 15 s into the step (12.4); no step waits out the
+ * 30 s deadline (unmended, every step after the fault would). The run ends with a
+ * held-out loss, nothing lost. The fault seed is the clock's, printed. */
 static void test_local_dead_link(void **state)
 {
     (void)state;
@@ -1321,10 +1324,35 @@ static void test_local_dead_link(void **state)
             t = json_num(&f[i], "t");
     free(f);
     if (found != 1) fail_msg("%d dead_link faults in the summary (want 1): seed %u", found, seed);
+    char name[64], yid[9] = "";
+    int deadlines = 0;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "dl/peer%d.events.jsonl", i);
+        free(events(name, "step_deadline", &n));
+        deadlines += n;
+    }
+    if (from % 2 == to % 2) { /* a pool's link: to waited for from's message, then mended */
+        snprintf(name, sizeof name, "dl/peer%d.events.jsonl", to);
+        json_obj_t *st = events(name, "step", &n);
+        double longest = 0;
+        for (int i = 0; i < n; i++)
+            if (json_num(&st[i], "t") >= t && json_num(&st[i], "dur_s") > longest)
+                longest = json_num(&st[i], "dur_s");
+        free(st);
+        printf("dead link within pool %d, peer %d to peer %d: its longest step after it "
+               "%.1f s, %d step deadline(s)\n", from % 2, from, to, longest, deadlines);
+        if (longest < 10) fail_msg("seed %u: no step of peer %d waited: the connection did "
+                                   "not die", seed, to);
+        if (deadlines) fail_msg("seed %u: %d step(s) waited out the 30 s deadline: the "
+                                "connection was not mended", seed, deadlines);
+        assert_int_equal((int)json_num(&sum, "lost"), 0);
+        assert_int_equal(count_rows(js, "unplanned"), 0);
+        free(js);
+        return;
+    }
     /* the pair: x at stage 0 sources, y at stage 1 (peer i starts at stage i mod 2) */
     int x = from % 2 == 0 ? from : to, y = from % 2 == 0 ? to : from;
     assert_true(x % 2 == 0 && y % 2 == 1);
-    char name[64], yid[9] = "";
     json_obj_t o;
     snprintf(name, sizeof name, "dl/peer%d.events.jsonl", y);
     if (!last_event(name, "serving", &o)) fail_msg("peer %d: no serving event", y);

@@ -33,7 +33,7 @@ typedef struct {
     int kill_random;           /* --kill random: one outside SIGKILL at a random moment */
     int kill_start;            /* --kill start: one outside SIGKILL while the swarm starts */
     int pause_peer;            /* --pause PEER:S (-1: none; -2: random) */
-    int dead_link;             /* --dead-link: 0 none, 1 random, 2 forward, 3 back */
+    int dead_link;             /* --dead-link: 0 none, 1 random, 2 forward, 3 back, 4 pool */
     const char *custody_timeout; /* --custody-timeout, for the peers */
     double pause_s;            /* ... frozen (SIGSTOP) this long, then SIGCONT */
     double churn_rate;         /* --churn: SIGKILLs per peer per minute, from outside */

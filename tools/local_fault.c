@@ -13,6 +13,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <zmq.h>
 
@@ -340,7 +341,8 @@ static int live_at(local_t *L, int stage, int *who)
 /* --dead-link: at its drawn moment, the connection from one peer to another dies with
  * nothing on either side to say so. A pair of neighbouring stages is drawn, a live peer
  * at each, and the way (forward: the earlier stage's peer's connection to the later's,
- * which carries its activations; back: the other, which carries the gradients). local
+ * which carries its activations; back: the other, which carries the gradients); or
+ * (pool) a stage and two of its peers, whose connection carries the exchange. local
  * connects to the receiving peer's socket under the sending peer's identity (its routing
  * id): libzmq hands the id over to this connection and leaves the sender's own open with
  * nothing behind it (docs/protocol.md 3.1), so what the sender queues there vanishes, as
@@ -354,14 +356,19 @@ static void dead_link(local_t *L, const local_view_t *v, double now)
         zmq_ctx_term(f->dl_ctx);
         f->dl_sock = f->dl_ctx = NULL;
     }
-    if (!L->lo.dead_link || f->dl_done || L->S < 2) return;
+    int pool = L->lo.dead_link == 4 || (L->lo.dead_link == 1 && f->dl_pick[3] >= 2.0 / 3);
+    if (!L->lo.dead_link || f->dl_done || (L->S < 2 && !pool)) return;
     if (f->dl_at < 0 && v->step0 >= f->dl_step) f->dl_at = now + f->dl_delay;
     if (f->dl_at < 0 || now < f->dl_at) return;
     int a[LOCAL_MAX_PEERS], b[LOCAL_MAX_PEERS];
-    int st = (int)(f->dl_pick[0] * (L->S - 1)), na = live_at(L, st, a), nb = live_at(L, st + 1, b);
-    if (!na || !nb) return; /* a stage with nobody (a kill): at a later view */
-    int x = a[(int)(f->dl_pick[1] * na)], y = b[(int)(f->dl_pick[2] * nb)];
-    int back = L->lo.dead_link == 3 || (L->lo.dead_link == 1 && f->dl_pick[3] >= 0.5);
+    int st = (int)(f->dl_pick[0] * (pool ? L->S : L->S - 1)), na = live_at(L, st, a),
+        nb = pool ? na : live_at(L, st + 1, b);
+    if (pool) memcpy(b, a, sizeof a);
+    if (!na || !nb || (pool && na < 2)) return; /* a stage too few hold (a kill): later */
+    int xi = (int)(f->dl_pick[1] * na), yi = (int)(f->dl_pick[2] * (pool ? nb - 1 : nb));
+    if (pool && yi >= xi) yi++; /* another of the pool */
+    int x = a[xi], y = b[yi];
+    int back = L->lo.dead_link == 3 || (L->lo.dead_link == 1 && f->dl_pick[3] >= 1.0 / 3);
     int from = back ? y : x, to = back ? x : y;
     char hex[2][65];
     uint8_t id[2][32]; /* the sender's (impersonated), the receiver's (its CURVE key) */
@@ -389,7 +396,8 @@ static void dead_link(local_t *L, const local_view_t *v, double now)
     printf("local: fault: the connection from peer %d (stage %d) to peer %d (stage %d) dies "
            "from outside at step %lld (%s: it carries the %s)\n",
            from, local_summary_stage(L, from), to, local_summary_stage(L, to), v->step0,
-           back ? "back" : "forward", back ? "gradients" : "activations");
+           pool ? "pool" : back ? "back" : "forward",
+           pool ? "exchange" : back ? "gradients" : "activations");
     fflush(stdout);
 }
 

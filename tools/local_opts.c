@@ -267,8 +267,9 @@ static int local_option(void *ctx, int c, const char *arg)
         if (!strcmp(arg, "random")) lo->dead_link = 1;
         else if (!strcmp(arg, "forward")) lo->dead_link = 2;
         else if (!strcmp(arg, "back")) lo->dead_link = 3;
+        else if (!strcmp(arg, "pool")) lo->dead_link = 4;
         else {
-            fprintf(stderr, "swarmtrain local: --dead-link random, forward or back\n");
+            fprintf(stderr, "swarmtrain local: --dead-link random, forward, back or pool\n");
             return -1;
         }
         return 0;
@@ -388,7 +389,8 @@ static const char usage[] =
     "                       peer, the founding one too; S 20 by default)\n"
     "  --dead-link W        the connection from one peer to a peer of the next stage\n"
     "                       (W forward: it carries activations; back: the other way,\n"
-    "                       gradients; random: either) dies with nothing to say so, at a\n"
+    "                       gradients; pool: to a peer of its own stage, the exchange;\n"
+    "                       random: any of the three) dies with nothing to say so, at a\n"
     "                       moment drawn from --fault-seed between 10% and 40% of the\n"
     "                       steps: local takes the sender's identity over at the\n"
     "                       receiver's socket. The peers must notice and reconnect\n"

@@ -76,7 +76,7 @@ size_t demo_opt_stage_bytes(const stage_tensor_t *t, int n, const demo_cfg_t *cf
  * With the mean, a microbatch counted beside another weighed half in the momentum of one
  * it was counted alone, and one member's share of the pool's momentum decayed while it
  * counted none: measured in one process (train's replicas made to split like that at
- * half the steps), +3.6% final validation loss over even splits, +1.2% with the sum
+ * half the steps), +3.6% final validation loss over even splits, +1.4% with the sum
  * (docs/design-notes.md, issue 27). Every DeMo update rule is invariant to one scale of
  * all of D (sign, rms, rmsprop, adam up to eps), so with one microbatch per replica the
  * sum and the mean give the same run. */

@@ -316,11 +316,11 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     kern_t *k = o->k;
     size_t P = stage_num_params(o->st);
     float *g = stage_grads(o->st);
-    double norm = grad_scale * sqrt(kern_sumsq(k, g, P));
+    double norm = grad_scale * sqrt(kern_sumsq(k, g, P)); /* of the mean */
     if (grad_norm) *grad_norm = (float)norm;
     if (!isfinite(norm)) return status_set(err, STATUS_EINVAL, "demo: gradient is not finite");
-    float scale = grad_scale;
-    if (oc->clip > 0 && norm > oc->clip) scale *= (float)(oc->clip / norm);
+    float scale = 1.0f; /* the momentum takes the (clipped) sum: demo_opt.h says why */
+    if (oc->clip > 0 && norm > oc->clip) scale = (float)(oc->clip / norm);
     if (scale != 1.0f) kern_scale(k, g, scale, P);
     float lr = optim_lr(oc, step);
     if (!o->defer_decay) demo_opt_decay(o, oc, step);

@@ -62,10 +62,24 @@ size_t demo_opt_msg_size(const demo_opt_t *o);
  * byte counts and benchmarks); 0 when cfg is invalid for some tensor. */
 size_t demo_opt_stage_bytes(const stage_tensor_t *t, int n, const demo_cfg_t *cfg);
 
-/* This replica's part of step `step`: gradients times grad_scale, clipped to oc->clip
- * (per replica, per stage), p *= 1 - lr*wd on decayed tensors, D = beta D + lr g, and the
- * transmitted part extracted into msg (demo_opt_msg_size bytes) and removed from D.
- * *grad_norm receives the pre-clip norm when not NULL. 0 or a status + err. */
+/* This replica's part of step `step`. The stage's gradients are the SUM over the n
+ * microbatches this replica counted, grad_scale = 1/n (1 when it counted none): their
+ * mean (gradients times grad_scale) is what the clip to oc->clip (per replica, per stage)
+ * and *grad_norm (its pre-clip norm, when not NULL) see; the momentum takes lr times the
+ * clipped SUM, D = beta D + lr c sum(g), c the clip's factor (1 when it does not bind).
+ * Then p *= 1 - lr*wd on decayed tensors, and the transmitted part is extracted into msg
+ * (demo_opt_msg_size bytes) and removed from D. 0 or a status + err.
+ * Why the sum: in a swarm the pool's members count unequal shares of a step's
+ * microbatches (stage 0's owners and the wiring split them at random: on a 4 x 2 tiny
+ * swarm a member counts none or two at a quarter of its steps each), and every member's
+ * message weighs the same in the pool's mean (in the sign preset exactly: +-1 each).
+ * With the mean, a microbatch counted beside another weighed half in the momentum of one
+ * it was counted alone, and one member's share of the pool's momentum decayed while it
+ * counted none: measured in one process (train's replicas made to split like that at
+ * half the steps), +3.6% final validation loss over even splits, +1.4% with the sum
+ * (docs/design-notes.md, issue 27). Every DeMo update rule is invariant to one scale of
+ * all of D (sign, rms, rmsprop, adam up to eps), so with one microbatch per replica the
+ * sum and the mean give the same run. */
 int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, float grad_scale,
                      uint8_t *msg, float *grad_norm, char *err);
 

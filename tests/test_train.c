@@ -453,6 +453,52 @@ static void test_demo_v2_mixed_senders(void **state)
     pool_free(&p);
 }
 
+/* A replica that counted two microbatches puts their SUM into its momentum, not their
+ * mean (demo_opt.h: in a swarm a pool's members count unequal shares of a step); the clip
+ * and the reported norm see the mean. Replica 0 holds 2G counted as two (grad_scale 1/2),
+ * replica 1 G counted as one: replica 0's momentum is twice replica 1's, with the clip
+ * binding or not. */
+static void test_demo_counted_sum(void **state)
+{
+    (void)state;
+    pool_t p;
+    demo_cfg_t dc = {.chunk = 16, .k = 4, .vfmt = DEMO_VAL_F32, .beta = 0.9f};
+    pool_init(&p, &dc);
+    char err[STATUS_ERR_LEN];
+    int32_t tok[4 * 64], tgt[4 * 64];
+    float loss;
+    stage_t *a = model_stage(p.rep[0], 0), *b = model_stage(p.rep[1], 0);
+    size_t n = stage_num_params(a);
+    float *da = malloc(n * sizeof *da), *db = malloc(n * sizeof *db);
+    for (int clip = 0; clip < 2; clip++) {
+        optim_config_t oc = optim_defaults();
+        model_zero_grads(p.rep[0]);
+        data_train_batch(p.d, 1, 0, clip, p.c.batch, tok, tgt);
+        assert_int_equal(model_train_micro(p.rep[0], tok, tgt, &loss, err), 0);
+        memcpy(stage_grads(b), stage_grads(a), n * sizeof(float));
+        for (size_t i = 0; i < n; i++) stage_grads(a)[i] *= 2.0f;
+        float na, nb;
+        double g2 = 0;
+        for (size_t i = 0; i < n; i++) g2 += (double)stage_grads(b)[i] * stage_grads(b)[i];
+        oc.clip = clip ? (float)(0.25 * sqrt(g2)) : 0; /* binds for both, or is off */
+        assert_int_equal(demo_opt_prepare(p.opt[0][0], &oc, clip, 0.5f, p.msg[0][0], &na, err), 0);
+        assert_int_equal(demo_opt_prepare(p.opt[1][0], &oc, clip, 1.0f, p.msg[1][0], &nb, err), 0);
+        assert_true(fabsf(na - nb) <= 1e-6f * nb); /* the mean's norm, before the clip */
+        demo_opt_get_momentum(p.opt[0][0], da);
+        demo_opt_get_momentum(p.opt[1][0], db);
+        double dd = 0, ref = 0;
+        for (size_t i = 0; i < n; i++) {
+            dd += fabs((double)da[i] - 2.0 * db[i]);
+            ref += fabs((double)db[i]);
+        }
+        assert_true(ref > 0);
+        assert_true(dd <= 1e-6 * ref);
+    }
+    free(da);
+    free(db);
+    pool_free(&p);
+}
+
 /* Bytes per replica per step of the v2 stage message on tiny and small (one stage). */
 static void test_demo_v2_bytes(void **state)
 {
@@ -737,6 +783,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_demo_bad_messages),
         cmocka_unit_test(test_demo_v2_corruptions),
         cmocka_unit_test(test_demo_v2_mixed_senders),
+        cmocka_unit_test(test_demo_counted_sum),
         cmocka_unit_test(test_demo_v2_bytes),
         cmocka_unit_test(test_resume_adamw),
         cmocka_unit_test(test_resume_demo),

@@ -135,9 +135,10 @@ void step_reset(peer_t *p)
 }
 
 /* Folds the gradient counted since this member's message into its DeMo momentum (D +=
- * lr * g / n): a supplement's microbatches are counted at this step and, like any
- * residual, reach the pool through the next steps' messages. */
-static int fold_into_momentum(peer_t *p, uint32_t n)
+ * lr * g, g the sum over those microbatches, as demo_opt_prepare takes it): a supplement's
+ * microbatches are counted at this step and, like any residual, reach the pool through
+ * the next steps' messages. */
+static int fold_into_momentum(peer_t *p)
 {
     size_t P = stage_num_params(p->held.st);
     float *d = malloc(P * sizeof *d), *g = malloc(P * sizeof *g);
@@ -147,7 +148,7 @@ static int fold_into_momentum(peer_t *p, uint32_t n)
     }
     demo_opt_get_momentum(p->held.dopt, d);
     kern_download(p->k, g, stage_grads(p->held.st), P * sizeof *g);
-    float a = optim_lr(&p->def.train.opt, p->step) / (float)(n ? n : 1);
+    float a = optim_lr(&p->def.train.opt, p->step);
     for (size_t i = 0; i < P; i++) d[i] += a * g[i];
     demo_opt_set_momentum(p->held.dopt, d);
     free(d), free(g);
@@ -219,7 +220,7 @@ static int make_exchange(peer_t *p, int part)
         if (!rc)
             rc = demo_opt_prepare(p->held.dopt, &p->def.train.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
     } else if (p->held.dopt) {
-        rc = fold_into_momentum(p, count);
+        rc = fold_into_momentum(p);
     } else {
         len = stage_num_params(p->held.st) * sizeof(float);
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;

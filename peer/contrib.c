@@ -30,7 +30,8 @@ int contrib_alloc(contrib_t *c, int M)
     c->redo_for = calloc(c->nb, 1);
     c->redo_at = calloc((size_t)M, sizeof *c->redo_at);
     c->sent_bits = calloc(c->nb, 1);
-    return c->ubuf && c->redo_for && c->redo_at && c->sent_bits ? 0 : STATUS_ENOMEM;
+    c->resent_bits = calloc(c->nb, 1);
+    return c->ubuf && c->redo_for && c->redo_at && c->sent_bits && c->resent_bits ? 0 : STATUS_ENOMEM;
 }
 
 void contrib_free(contrib_t *c)
@@ -40,8 +41,9 @@ void contrib_free(contrib_t *c)
     free(c->redo_at);
     c->redo_at = NULL;
     free(c->sent_bits);
+    free(c->resent_bits);
     free(c->grad_save);
-    c->ubuf = c->redo_for = c->sent_bits = NULL;
+    c->ubuf = c->redo_for = c->sent_bits = c->resent_bits = NULL;
     c->grad_save = NULL;
     c->redo_step = -1;
     c->loss_sum = 0;
@@ -55,6 +57,7 @@ void contrib_reset_step(contrib_t *c)
     c->exch_early = 0;
     c->nearly_to = 0;
     if (c->sent_bits) memset(c->sent_bits, 0, c->nb);
+    if (c->resent_bits) memset(c->resent_bits, 0, c->nb);
     timeout_stop(&c->relay);
     timeout_stop(&c->unknown);
     timeout_stop(&c->deadline);

@@ -37,6 +37,8 @@ typedef struct {
     int nearly_to;      /* ... to these mates (-1: more than fit) */
     uint8_t early_to[64][MSG_ID_LEN];
     uint8_t *sent_bits; /* microbatches those parts counted */
+    uint8_t *resent_bits; /* microbatches it counted from a re-sent FWD (attempt above 0):
+                           * each goes out in a part alone (step_before_resent) */
     int64_t exch_req_step; /* the step of the last EXCH_REQ round (a follower catching up) */
     uint64_t my_hash;   /* parameter hash at the start of this step */
     float stage_gnorm;  /* the stage's gradient norm, the same on every replica (in the

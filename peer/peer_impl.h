@@ -291,10 +291,11 @@ void step_set_stage_gnorm(peer_t *p, float gnorm);
  * more than 8 of the pool's steps (docs/protocol.md 9.5). */
 int step_keep(const peer_t *p);
 void step_seen(peer_t *p);
-void step_count(peer_t *p, uint32_t index);
+void step_count(peer_t *p, const msg_mb_t *mb);
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags);
-/* Before counting mb: when it is a re-send (attempt > 0) and this member counted others
- * at this step, its part 0 goes out first, so that mb lands in a supplement (12.4). */
+/* Before counting mb: when this member counted others at this step not sent yet, and mb
+ * is a re-send (attempt > 0) or one of those was, what it counted goes out first (its
+ * part 0, or the next supplement), so that each re-send is alone in its part (12.4). */
 int step_before_resent(peer_t *p, const msg_mb_t *mb);
 /* Whether this member's pool has counted training microbatch mb (its union, or a step
  * already applied). */

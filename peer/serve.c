@@ -100,7 +100,7 @@ static int backward(peer_t *p, mbrec_t *r)
         for (size_t i = 0; i < r->gdelta_n; i++) p->contrib.grad_save[i] += r->gdelta[i];
         kern_upload(p->k, d, p->contrib.grad_save, r->gdelta_n * sizeof(float));
     }
-    if (count) step_count(p, r->mb.index);
+    if (count) step_count(p, &r->mb);
     if (r->mb.step < p->step) p->stats.stale++;
     return count;
 }

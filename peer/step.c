@@ -70,9 +70,11 @@ static void send_progress(peer_t *p)
     timeout_start(&p->contrib.progress, p->now);
 }
 
-void step_count(peer_t *p, uint32_t index)
+void step_count(peer_t *p, const msg_mb_t *mb)
 {
+    uint32_t index = mb->index;
     pool_count(p->pool, index);
+    if (mb->attempt > 0 && index < (uint32_t)p->dims.M) pool_set_bit(p->contrib.resent_bits, (int)index);
     send_progress(p);
 }
 
@@ -933,12 +935,19 @@ static int send_early(peer_t *p)
 
 int step_before_resent(peer_t *p, const msg_mb_t *mb)
 {
-    if (mb->attempt == 0 || mb->step != p->step || !contributing(p)) return 0;
+    if (mb->step != p->step || !contributing(p)) return 0;
+    /* what it counted and has not sent: flushed before a re-sent microbatch, and before
+     * any microbatch while it holds a re-sent one, so that a re-run is alone in its part
+     * (sim pause 6x3 seed 740253 with swim_every=4: a first attempt counted after a re-run
+     * shared its supplement; a mate had counted the re-run's other copy, left the
+     * supplement out, and lost the first attempt with it: 3 of 4) */
     const uint8_t *mine = pool_mine(p->pool);
-    int unsent = 0;
-    for (size_t i = 0; i < pool_bitmap_bytes(p->pool); i++)
+    int unsent = 0, unsent_resent = 0;
+    for (size_t i = 0; i < pool_bitmap_bytes(p->pool); i++) {
         unsent |= mine[i] & ~p->contrib.sent_bits[i];
-    if (!unsent) return 0;
+        unsent_resent |= mine[i] & ~p->contrib.sent_bits[i] & p->contrib.resent_bits[i];
+    }
+    if (!unsent || (mb->attempt == 0 && !unsent_resent)) return 0;
     if (!p->contrib.exch_sent && !p->contrib.exch_early) return send_early(p);
     /* its part 0 is out: what it counted since goes out as a supplement of its own, so
      * that each re-run is alone in its part (sim heavy 4x2 seed 35209727: two re-runs in

@@ -20,6 +20,7 @@
 #define SWIM_HOLD_MAX 8      /* failed probes of one target held back in a row at most: a
                               * cut of seconds is ridden out, a lasting one is not */
 #define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
+#define SWIM_DOUBT_MAX 4     /* targets whose unanswered pings it doubts itself for, kept */
 #define DISPATCH_MEND_S 5.0 /* a member's MEND is taken at most this often (11.3) */
 #define SWIM_DIRECT_LOST 2      /* pings a live member answered none of itself, for ... */
 #define SWIM_DIRECT_DEAD_S 30.0 /* ... this long: its connection is opened anew (10.7
@@ -37,7 +38,10 @@ typedef struct {
      * ping go unanswered lately: a helper silent or in doubt, or one it was asked for);
      * failed probes of this target held back in a row, and whether the next period pings
      * it again */
-    uint64_t doubt_until;
+    struct {
+        uint8_t target[MSG_ID_LEN];
+        uint64_t until;
+    } doubt[SWIM_DOUBT_MAX];
     int held, retry;
     uint64_t holds;
     /* the probe ring (10.7 rule 2): live members and this peer by id, kept by the up and
@@ -881,19 +885,35 @@ uint64_t dispatch_vouched(const dispatch_t *d)
     return d->ask.vouched;
 }
 
-/* Whether this peer doubts itself (10.7 rule 12): a ping of its own or one asked of it
- * went unanswered within the last SWIM_DOUBT_PERIODS periods, or its probe under way is
- * unanswered past its first tick. Such a peer's MISS says more about it, or a partition
- * around it, than about the target. */
-static int swim_in_doubt(const swim_t *w)
+/* Whether this peer doubts itself when it speaks of `target` (10.7 rule 12): a ping of
+ * its own or one asked of it, of a member other than target, went unanswered within the
+ * last SWIM_DOUBT_PERIODS periods, or its probe under way of another member is unanswered
+ * past its first tick. Such a peer's MISS says more about it, or a partition around it,
+ * than about the target. Pings of the target itself say nothing more than the MISS does:
+ * counted, the helpers of a small swarm, each asked about a crashed member period after
+ * period and probing it themselves, all doubted themselves because of it, and its every
+ * probe was held (sim pause 6x3 seed 740253 with swim_every=4: detected after 12.8 s). */
+static int swim_in_doubt(const swim_t *w, const uint8_t *target)
 {
-    return w->ticks < w->doubt_until || (w->probing && w->asked && !w->acked);
+    for (int i = 0; i < SWIM_DOUBT_MAX; i++)
+        if (w->ticks < w->doubt[i].until && memcmp(w->doubt[i].target, target, MSG_ID_LEN)) return 1;
+    return w->probing && w->asked && !w->acked && memcmp(w->target, target, MSG_ID_LEN);
 }
 
-/* A ping of this peer's went unanswered: it doubts itself for a while. */
-static void swim_doubt(swim_t *w)
+/* A ping of this peer's of `target` went unanswered: it doubts itself for a while, when it
+ * speaks of others. */
+static void swim_doubt(swim_t *w, const uint8_t *target)
 {
-    w->doubt_until = w->ticks + (uint64_t)(SWIM_DOUBT_PERIODS * w->every);
+    int at = 0;
+    for (int i = 0; i < SWIM_DOUBT_MAX; i++) {
+        if (!memcmp(w->doubt[i].target, target, MSG_ID_LEN)) { /* the same target: renewed */
+            at = i;
+            break;
+        }
+        if (w->doubt[i].until < w->doubt[at].until) at = i; /* else the oldest goes */
+    }
+    memcpy(w->doubt[at].target, target, MSG_ID_LEN);
+    w->doubt[at].until = w->ticks + (uint64_t)(SWIM_DOUBT_PERIODS * w->every);
 }
 
 /* Up to n distinct live members other than self and `not`, drawn with x, into idx; how
@@ -1073,7 +1093,7 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
          * if alive). */
         w->probing = 0;
         int missing = w->asked && w->misses < w->helpers;
-        if (missing) swim_doubt(w);
+        if (missing) swim_doubt(w, w->target);
         if (missing && w->held < SWIM_HOLD_MAX) {
             w->held++;
             w->holds++;
@@ -1101,8 +1121,8 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
             /* no ACK from the target so far: the asker hears that this helper is alive,
              * and whether it doubts itself (as it stood before this miss); a ping of its
              * own unanswered, it doubts itself from now (rule 12) */
-            int flags = swim_in_doubt(w) ? SWIM_MISS_DOUBT : 0;
-            swim_doubt(w);
+            int flags = swim_in_doubt(w, w->fwd[i].target) ? SWIM_MISS_DOUBT : 0;
+            swim_doubt(w, w->fwd[i].target);
             int rj = members_find(t, w->fwd[i].from);
             if (rj > 0 && members_at(t, rj)->alive)
                 probe_send_flags(d, members_at(t, rj), PROBE_MISS, flags, w->fwd[i].theirs,

@@ -297,4 +297,13 @@ st_add_sim(regress_swim_pause_700366 --faults pause --peers 4 --stages 2 --steps
 # deadline. A member now numbers its parts on from those of its id it holds (12.4).
 st_add_sim(regress_swim_pause_700264 --faults pause --peers 6 --stages 3 --steps 12
            --seed 700264 --set swim_every=4)
+# A crash held 8 periods by SWIM's local health (every helper had pinged the crashed
+# member itself and doubted itself: 12.8 s to detect), while custody re-sent; a stage-1
+# member counted a re-sent microbatch and then a first attempt of another into one
+# supplement; its mate had counted the re-sent one's other copy, left the supplement out
+# whole, and lost the first attempt with it: 3 of 4 at step 11. Doubt is now per target
+# (10.7 rule 12) and a re-sent microbatch goes into a part alone (12.4); either fix alone
+# makes this schedule pass.
+st_add_sim(regress_swim_pause_740253 --faults pause --peers 6 --stages 3 --steps 12
+           --seed 740253 --set swim_every=4)
 st_add_sim_asan(asan_pause_2x2 --faults pause --peers 4 --stages 2 --steps 12 --first-seed 1001 --seeds 15)

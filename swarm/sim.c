@@ -71,11 +71,13 @@ typedef struct node {
     int app_scheduled, in_app, view_pending;
     item_t *in_head, *in_tail;
     transport_t tp;
+    uint64_t reconnects; /* connections it opened anew (io_reconnect) */
 } node_t;
 
 typedef struct {
     uint32_t epoch;
     double last_at; /* latest delivery time scheduled on it (FIFO) */
+    int dead;       /* it died silently (dead_link_rate): its sender must open it anew */
 } link_t;
 
 struct sim {
@@ -137,8 +139,10 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
     d.gossip_fanout = c->gossip_fanout;
     if (!strcmp(level, "none")) {
         /* delays only */
-    } else if (!strcmp(level, "mild") || !strcmp(level, "corrupt") || !strcmp(level, "pause")) {
+    } else if (!strcmp(level, "mild") || !strcmp(level, "corrupt") || !strcmp(level, "pause") ||
+               !strcmp(level, "deadlink")) {
         d.corrupt_p = !strcmp(level, "corrupt") ? 0.01 : 0; /* mild, and corrupted frames */
+        if (!strcmp(level, "deadlink")) d.dead_link_rate = 0.05; /* mild, and dead links */
         if (!strcmp(level, "pause")) { /* mild, and paused nodes */
             d.pause_rate = 0.02;
             d.pause_min_s = 1.0;
@@ -171,7 +175,7 @@ int sim_config_faults(sim_config_t *c, const char *level, char *err)
         d.slow_p = 0.3;
         d.slow_max = 20.0;
     } else {
-        return status_set(err, STATUS_EINVAL, "unknown fault level '%s' (none, mild, heavy, corrupt, pause)",
+        return status_set(err, STATUS_EINVAL, "unknown fault level '%s' (none, mild, heavy, corrupt, pause, deadlink)",
                           level);
     }
     *c = d;
@@ -192,7 +196,7 @@ int sim_config_set(sim_config_t *c, const char *key, const char *value, char *er
         K(restart_p),      K(restart_min_s),   K(restart_max_s),   K(join_rate),
         K(leave_rate),     K(partition_rate),  K(partition_min_s), K(partition_max_s),
         K(slow_p),         K(slow_max),        K(faults_from),     K(faults_until),
-        K(pause_rate),     K(pause_min_s),     K(pause_max_s),
+        K(pause_rate),     K(pause_min_s),     K(pause_max_s),     K(dead_link_rate),
 #undef K
     };
     char *end;
@@ -408,7 +412,7 @@ static void corrupt(sim_t *s, smsg_t *m)
  * src -> dst, with the fault model's delay, order, duplicate, reset and corruption. Lost
  * at once if a partition separates them. */
 static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes,
-                   const void *const *frames, const size_t *lens)
+                   const void *const *frames, const size_t *lens, int side)
 {
     char b[96];
     node_t *d = s->nodes[dst];
@@ -417,6 +421,10 @@ static int net_put(sim_t *s, node_t *src, int dst, const msg_t *hdr, int nframes
         return 0;
     }
     link_t *l = link_of(s, src->index, dst);
+    if (l->dead && !side) { /* a side connection (a probe, a HELLO) is a new one */
+        sim_note(s, "dead  %d->%d %s", src->index, dst, msg_brief(hdr, b, sizeof b));
+        return 0;
+    }
     /* resets, duplicates and reordering are faults: only within [faults_from, faults_until] */
     int faulty = s->now >= s->cfg.faults_from && s->now <= s->cfg.faults_until &&
                  s->now >= s->hold_until;
@@ -466,7 +474,7 @@ static uint64_t node_us(const sim_t *s)
 /* Puts encoded frames on the connection to the node at addr; -1 if there is none. */
 static int parse_node(const sim_t *s, const char *addr);
 static int put_frames(node_t *n, const char *addr, int nframes, const void *const *data,
-                      const size_t *len)
+                      const size_t *len, int side)
 {
     sim_t *s = n->s;
     int dst = parse_node(s, addr);
@@ -474,7 +482,7 @@ static int put_frames(node_t *n, const char *addr, int nframes, const void *cons
     msg_t h;
     char err[STATUS_ERR_LEN];
     if (msg_decode(data[0], len[0], &h, err)) memset(&h, 0, sizeof h);
-    return net_put(s, n, dst, &h, nframes, data, len) ? -1 : 0;
+    return net_put(s, n, dst, &h, nframes, data, len, side) ? -1 : 0;
 }
 
 /* ---- the node's program: inbox and scheduling ------------------------------------------- */
@@ -581,7 +589,7 @@ static int tp_hello(void *ctx, const char *endpoint, int stage, char *err)
     size_t hlen = dispatch_header(n->core, &m, node_us(s), hdr, sizeof hdr, err);
     if (!hlen) return STATUS_EINVAL;
     const void *data[1] = {hdr};
-    if (put_frames(n, endpoint, 1, data, &hlen))
+    if (put_frames(n, endpoint, 1, data, &hlen, 1))
         return status_set(err, STATUS_ENOMEM, "sim: out of memory");
     dispatch_count_out(n->core, 1, data, &hlen);
     return 0;
@@ -591,6 +599,32 @@ static void tp_set_self(void *ctx, const msg_member_t *self)
 {
     node_t *n = ctx;
     if (n->state == NODE_UP) dispatch_set_self(n->core, self, n->s->now);
+}
+
+/* The connection from n to member e's node opened anew (the dispatch core's reconnect
+ * hook, as net.c's): a dead one works again; what was in flight on it is lost. */
+static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
+{
+    node_t *n = ctx;
+    int dst = parse_node(n->s, e->m.addr);
+    if (dst < 0 || !e->alive) return;
+    link_t *l = link_of(n->s, n->index, dst);
+    sim_note(n->s, "mend  %d->%d%s: %s", n->index, dst, l->dead ? " (dead)" : "", why);
+    l->dead = 0;
+    l->epoch++;
+    n->reconnects++;
+}
+
+/* transport.h reconnect: as net_reconnect, the connection anew and a MEND over it. */
+static void tp_reconnect(void *ctx, const uint8_t dest[MSG_ID_LEN])
+{
+    node_t *n = ctx;
+    if (n->state != NODE_UP) return;
+    members_t *mem = dispatch_members(n->core);
+    int j = members_find(mem, dest);
+    if (j <= 0) return;
+    io_reconnect(n, members_at(mem, j), "an answer from it is overdue");
+    dispatch_mend(n->core, dest);
 }
 
 static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)
@@ -604,7 +638,15 @@ static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)
 static int io_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
                    const size_t *len)
 {
-    return put_frames(ctx, e->m.addr, nframes, data, len);
+    return put_frames(ctx, e->m.addr, nframes, data, len, 0);
+}
+
+/* A probe leaves on a connection of its own (net.c: a side DEALER, docs/protocol.md 3.1):
+ * a dead member connection does not hold it up. */
+static int io_probe(void *ctx, members_entry_t *e, int nframes, const void *const *data,
+                    const size_t *len)
+{
+    return put_frames(ctx, e->m.addr, nframes, data, len, 1);
 }
 
 /* The status tool is no node of the simulator: nothing answers it. */
@@ -640,6 +682,9 @@ static void io_up(void *ctx, members_entry_t *e)
 {
     node_t *n = ctx;
     sim_note(n->s, "up    %d sees %s", n->index, e->m.addr);
+    /* net.c opens a new DEALER to a member that comes up: a dead connection is gone */
+    int dst = parse_node(n->s, e->m.addr);
+    if (dst >= 0) link_of(n->s, n->index, dst)->dead = 0;
     if (n->s->app.member_up) n->s->app.member_up(n->s->app.ctx, n->index, e->m.id, n->s->now);
 }
 
@@ -676,7 +721,7 @@ sim_t *sim_new(const sim_config_t *cfg, const sim_app_t *app, char *err)
     s->links = calloc((size_t)cfg->max_nodes * (size_t)cfg->max_nodes, sizeof *s->links);
     if (!s->nodes || !s->links) goto nomem;
     double total = cfg->crash_rate + cfg->join_rate + cfg->leave_rate + cfg->partition_rate +
-                   cfg->pause_rate;
+                   cfg->pause_rate + cfg->dead_link_rate;
     if (total > 0 && push(s, cfg->faults_from - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT,
                           -1, 0, 0, NULL))
         goto nomem;
@@ -737,7 +782,8 @@ static int new_node(sim_t *s, double at, int restart_of, char *err)
         n->slow = uni(s, 1.0, s->cfg.slow_max);
     n->side = s->partitioned ? (int)rng_below(&s->rng, 2) : 0;
     n->tp = (transport_t){
-        .ctx = n, .send = tp_send, .hello = tp_hello, .set_self = tp_set_self, .set_run = tp_set_run};
+        .ctx = n, .send = tp_send, .hello = tp_hello, .set_self = tp_set_self, .set_run = tp_set_run,
+        .reconnect = tp_reconnect};
     s->nodes[s->nnodes++] = n;
     if (push(s, at, EV_START, n->index, 0, 0, NULL))
         return status_set(err, STATUS_ENOMEM, "sim: out of memory");
@@ -823,13 +869,14 @@ static void on_start(sim_t *s, node_t *n)
                             .tick_s = s->cfg.heartbeat_s};
     dispatch_io_t io = {.ctx = n,
                         .send = io_send,
-                        .probe = io_send,
+                        .probe = io_probe,
                         .reply = io_reply,
                         .deliver = io_deliver,
                         .view = io_view,
                         .up = io_up,
                         .down = io_down,
-                        .refused = io_refused};
+                        .refused = io_refused,
+                        .reconnect = io_reconnect};
     n->core = dispatch_new(&dc, &io, s->now, err);
     if (!n->core) {
         fail(s, STATUS_ENOMEM, err);
@@ -1076,11 +1123,25 @@ static int pick_victim(sim_t *s)
     return r;
 }
 
+/* dead_link_rate: the connection from one live node to another dies silently. */
+static void kill_link(sim_t *s)
+{
+    int a = pick_victim(s), up = 0;
+    if (a < 0) return;
+    for (int i = 0; i < s->nnodes; i++) up += i != a && s->nodes[i]->state == NODE_UP;
+    if (!up) return;
+    int k = (int)rng_below(&s->rng, (uint64_t)up), b = -1;
+    for (int i = 0; i < s->nnodes && b < 0; i++)
+        if (i != a && s->nodes[i]->state == NODE_UP && k-- == 0) b = i;
+    link_of(s, a, b)->dead = 1;
+    sim_note(s, "deadlink %d->%d", a, b);
+}
+
 static void on_fault(sim_t *s)
 {
     const sim_config_t *c = &s->cfg;
     double total = c->crash_rate + c->join_rate + c->leave_rate + c->partition_rate +
-                   c->pause_rate;
+                   c->pause_rate + c->dead_link_rate;
     if (s->now > c->faults_until || total <= 0) return;
     if (s->now < s->hold_until) { /* held: this one does not happen */
         push(s, s->now - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT, -1, 0, 0, NULL);
@@ -1096,7 +1157,18 @@ static void on_fault(sim_t *s)
     } else if ((r -= c->leave_rate) < 0) {
         int v = pick_victim(s);
         if (v >= 0) node_down(s, s->nodes[v], 0, 1, 1);
-    } else if ((r -= c->partition_rate) >= 0) {
+    } else if ((r -= c->partition_rate) < 0) {
+        if (!s->partitioned) {
+            uint8_t side[4096];
+            int up = 0, ones = 0;
+            for (int i = 0; i < s->nnodes; i++) {
+                side[i] = (uint8_t)rng_below(&s->rng, 2);
+                if (s->nodes[i]->state == NODE_UP) up++, ones += side[i];
+            }
+            if (up >= 2 && ones > 0 && ones < up)
+                sim_partition(s, side, s->nnodes, uni(s, c->partition_min_s, c->partition_max_s));
+        }
+    } else if ((r -= c->pause_rate) < 0 || c->dead_link_rate <= 0) {
         int v = pick_victim(s);
         if (v >= 0 && s->now >= s->nodes[v]->paused_until) {
             node_t *n = s->nodes[v];
@@ -1104,15 +1176,8 @@ static void on_fault(sim_t *s)
             s->last_fault = n->paused_until; /* progress is disturbed until it wakes */
             sim_note(s, "pause %d until %.3f", v, n->paused_until);
         }
-    } else if (!s->partitioned) {
-        uint8_t side[4096];
-        int up = 0, ones = 0;
-        for (int i = 0; i < s->nnodes; i++) {
-            side[i] = (uint8_t)rng_below(&s->rng, 2);
-            if (s->nodes[i]->state == NODE_UP) up++, ones += side[i];
-        }
-        if (up >= 2 && ones > 0 && ones < up)
-            sim_partition(s, side, s->nnodes, uni(s, c->partition_min_s, c->partition_max_s));
+    } else { /* drawn last: without dead links the draws are what they were */
+        kill_link(s);
     }
     push(s, s->now - log(1 - rng_uniform(&s->rng)) / total, EV_FAULT, -1, 0, 0, NULL);
 }

@@ -46,6 +46,10 @@
  * - pauses: at pause_rate a random node is frozen (SIGSTOP) for pause_min_s..pause_max_s:
  *   its program and its network side do nothing (no gossip, no tick), messages to it wait
  *   in its socket buffers and arrive when it wakes, in order; then its clock has jumped;
+ * - dead connections: at dead_link_rate a connection from one live node to another (one
+ *   way) dies with nothing to say so: what is sent on it is lost, silently, until its
+ *   sender opens it anew (the transport's reconnect: docs/protocol.md 11.3, 10.7 rule 13),
+ *   as over a connection a NAT or a middlebox dropped;
  * - corruption: with probability corrupt_p a message arrives with one frame cut short, or
  *   its header with a bit flipped where any decoder must notice (magic, version; anywhere
  *   in a signed header). It must be refused, by the dispatch core or by the program
@@ -98,6 +102,7 @@ typedef struct {
     double partition_min_s, partition_max_s;
     double pause_rate;   /* pauses per virtual second, swarm-wide (SIGSTOP ... SIGCONT) */
     double pause_min_s, pause_max_s;
+    double dead_link_rate; /* connections that die silently per virtual second (one way) */
     double slow_p;       /* probability a node is slow */
     double slow_max;     /* a slow node's compute multiplier, uniform in [1, slow_max] */
     double faults_from;  /* virtual time before which no fault starts (the swarm forms) */
@@ -111,7 +116,8 @@ typedef struct {
  * rare resets, a few crashes with restarts, joins, short partitions, slow nodes),
  * "heavy" (all of it, more often, with reordering and duplicates), "corrupt" (mild, and
  * 1% of messages corrupted), "pause" (mild, and nodes paused for 1-20 s at 0.02 per
- * virtual second). Fills *c (seed and trace untouched). 0, or STATUS_EINVAL
+ * virtual second), "deadlink" (mild, and a connection dying silently at 0.05 per virtual
+ * second). Fills *c (seed and trace untouched). 0, or STATUS_EINVAL
  * for an unknown name. */
 int sim_config_faults(sim_config_t *c, const char *level, char *err);
 

@@ -35,7 +35,10 @@ static void usage(FILE *f)
             "  --pool N             members per pool: peers = N x stages (--members-per-pool)\n"
             "  --steps K            optimizer steps of the run (default 6)\n"
             "  --microbatches M     microbatches per step (default 4)\n"
-            "  --faults LEVEL       none | mild | heavy | stage | restart | corrupt | pause\n"
+            "  --faults LEVEL       none | mild | heavy | stage | restart | corrupt | pause |\n"
+            "                       deadlink (mild, and a connection from one peer to another\n"
+            "                       dying silently at 0.05 per virtual second: the peers must\n"
+            "                       open it anew)\n"
             "                       (default mild; corrupt: mild, and 1%% of messages arrive\n"
             "                       with a frame cut short or a header bit flipped: each must\n"
             "                       be refused; pause: mild, and peers frozen for 1-20 s, as\n"
@@ -326,9 +329,10 @@ int cmd_sim(int argc, char **argv)
         case O_FAULTS:
             if (strcmp(optarg, "none") && strcmp(optarg, "mild") && strcmp(optarg, "heavy") &&
                 strcmp(optarg, "stage") && strcmp(optarg, "restart") &&
-                strcmp(optarg, "corrupt") && strcmp(optarg, "pause")) {
+                strcmp(optarg, "corrupt") && strcmp(optarg, "pause") &&
+                strcmp(optarg, "deadlink")) {
                 fprintf(stderr, "swarmtrain sim: --faults: none, mild, heavy, stage, restart, "
-                                "corrupt or pause\n");
+                                "corrupt, pause or deadlink\n");
                 return 2;
             }
             o.faults = optarg;

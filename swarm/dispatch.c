@@ -20,6 +20,7 @@
 #define SWIM_HOLD_MAX 8      /* failed probes of one target held back in a row at most: a
                               * cut of seconds is ridden out, a lasting one is not */
 #define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
+#define SWIM_SYNC_DEAD 1     /* a SYNC's and its TABLE's flags: the recent deaths only (rule 8) */
 #define SWIM_DOUBT_MAX 4     /* targets whose unanswered pings it doubts itself for, kept */
 #define DISPATCH_MEND_S 5.0 /* a member's MEND is taken at most this often (11.3) */
 #define SWIM_DIRECT_LOST 2      /* pings a live member answered none of itself, for ... */
@@ -65,6 +66,11 @@ typedef struct {
     int behind; /* windows in a row in which most PROBEs counted more */
     uint32_t best_count;
     uint8_t best[MSG_ID_LEN];
+    /* ... and the other way (rule 8): whether each of the last SWIM_AHEAD_OF PROBEs counted
+     * fewer live members than this table (bit 0 the last); the last SYNC for deaths */
+    unsigned fewer;
+    double ahead_last;
+    uint64_t dead_syncs;
     /* a joiner: when its WELCOME came (0: none since the last SYNC it made for it) */
     double welcomed_at;
 } swim_t;
@@ -73,6 +79,9 @@ typedef struct {
 #define SWIM_SYNC_EVERY_S 10.0 /* at most one SYNC this often; twice as long after each
                                 * that taught nothing, up to SWIM_SYNC_MAX_S */
 #define SWIM_SYNC_MAX_S 160.0
+#define SWIM_AHEAD_OF 8       /* when SWIM_AHEAD_MIN of the last SWIM_AHEAD_OF PROBEs counted */
+#define SWIM_AHEAD_MIN 6      /* fewer live members, this table holds the dead alive: a SYNC */
+#define SWIM_AHEAD_EVERY_S 2.0 /* for the deaths at most this often (its answer is small) */
 
 /* Asking after a pause (docs/protocol.md 10.8): a peer woken from a pause longer than the
  * member timeout asks the members it knew whether it is still in the run. */
@@ -692,10 +701,11 @@ static uint64_t lcg(uint64_t *x)
 }
 
 /* What a PROBE's table holds after the sender's own entry. */
-enum { ROWS_ONLY, ROWS_AND_NEWS, WHOLE_TABLE };
+enum { ROWS_ONLY, ROWS_AND_NEWS, WHOLE_TABLE, RECENT_DEAD };
 
 /* A PROBE of `kind` to e: this peer's own entry first, then rows[0, nrows) and, with
- * ROWS_AND_NEWS, up to SWIM_NEWS_MAX news (members_news); WHOLE_TABLE: every live entry.
+ * ROWS_AND_NEWS, up to SWIM_NEWS_MAX news (members_news); with RECENT_DEAD, up to
+ * SWIM_PUSH_MAX recent deaths (members_recent_dead); WHOLE_TABLE: every live entry.
  * via_probe: e may be dead to this table (a probe candidate), sent over a connection of
  * its own. 0 sent, -1 not. */
 static int probe_send_flags(dispatch_t *d, members_entry_t *e, int kind, int flags,
@@ -727,6 +737,8 @@ static int probe_send_flags(dispatch_t *d, members_entry_t *e, int kind, int fla
             members_self_entry(d->mem, &v[k++]);
         for (int i = 0; i < nrows; i++) v[k++] = rows[i];
         if (what == ROWS_AND_NEWS) k += members_news(d->mem, v + k, SWIM_NEWS_MAX, 0);
+        if (what == RECENT_DEAD)
+            k += members_recent_dead(d->mem, d->now, d->forget_s, v + k, SWIM_PUSH_MAX);
         size_t cap = msg_members_size(v, k);
         if (!(tab = malloc(cap)) || msg_members_encode(v, k, tab, cap, &tlen, err)) {
             free(tab);
@@ -1199,7 +1211,8 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
     int ch = members_swim_merge(t, d->scratch, k, now, m->probe_kind != PROBE_TABLE, &refute);
     int named = named_from != INT64_MIN && serving_from_of(d, m->sender) != named_from;
     if ((heard || named) && !ch) ch = 1;
-    if (m->probe_kind == PROBE_TABLE) /* a SYNC that taught nothing: ask less often */
+    if (m->probe_kind == PROBE_TABLE && !(m->flags & SWIM_SYNC_DEAD))
+        /* a SYNC that taught nothing: ask less often */
         w->sync_every = members_count(t) > before ? SWIM_SYNC_EVERY_S
                         : w->sync_every < SWIM_SYNC_MAX_S ? 2 * w->sync_every : SWIM_SYNC_MAX_S;
     if (ch < 0) return status_set(err, STATUS_ENOMEM, "members: out of memory");
@@ -1273,8 +1286,12 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
                    !e->alive);
         break;
     }
-    case PROBE_SYNC:
-        if (from) probe_send(d, from, PROBE_TABLE, 0, NULL, NULL, 0, WHOLE_TABLE, 0);
+    case PROBE_SYNC: /* the whole live table, or the recent deaths only */
+        if (from && (m->flags & SWIM_SYNC_DEAD))
+            probe_send_flags(d, from, PROBE_TABLE, SWIM_SYNC_DEAD, 0, NULL, NULL, 0,
+                             RECENT_DEAD, 0);
+        else if (from)
+            probe_send(d, from, PROBE_TABLE, 0, NULL, NULL, 0, WHOLE_TABLE, 0);
         break;
     case PROBE_MEND:
         on_mend(d, m, now);
@@ -1289,6 +1306,22 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
      * that counted the most for its whole table (at most every sync_every). */
     uint32_t mine = (uint32_t)(members_live_others(t) + 1);
     if (m->probe_kind != PROBE_TABLE) {
+        /* The other way: most members count fewer. This table holds alive a member the
+         * others hold dead (its death's news missed it, or a stale table gave it) and that
+         * nobody will speak of again: it asks this sender, which counts fewer, for its
+         * recent deaths (a few entries), at once rather than over windows: a crash is to
+         * be known everywhere within seconds. */
+        w->fewer = ((w->fewer << 1) | (m->count < mine)) & ((1u << SWIM_AHEAD_OF) - 1);
+        int nf = 0;
+        for (unsigned b = w->fewer; b; b >>= 1) nf += (int)(b & 1);
+        if (m->count < mine && from && nf >= SWIM_AHEAD_MIN &&
+            (w->ahead_last <= 0 || now - w->ahead_last >= SWIM_AHEAD_EVERY_S)) {
+            w->ahead_last = now;
+            w->dead_syncs++;
+            w->fewer = 0;
+            probe_send_flags(d, from, PROBE_SYNC, SWIM_SYNC_DEAD, 0, NULL, NULL, 0, ROWS_ONLY,
+                             0);
+        }
         if (m->count > mine) {
             w->higher++;
             if (m->count > w->best_count && from) {

@@ -679,6 +679,29 @@ int members_news(members_t *t, msg_member_t *out, int max, int fresh)
     return k;
 }
 
+int members_recent_dead(const members_t *t, double now, double dead_s, msg_member_t *out,
+                        int max)
+{
+    enum { DEAD_MAX = 64 };
+    int idx[DEAD_MAX], k = 0;
+    if (max > DEAD_MAX) max = DEAD_MAX;
+    /* the max latest deaths, latest first: an insertion into idx[0, k) kept in order */
+    for (int i = 1; i < t->n && max > 0; i++) {
+        const members_entry_t *e = &t->e[i];
+        if (!candidate(e, now, dead_s) || (t->signing && !e->m.heartbeat)) continue;
+        if (k == max && e->last_change <= t->e[idx[k - 1]].last_change) continue;
+        int at = k < max ? k++ : k - 1;
+        for (; at > 0 && t->e[idx[at - 1]].last_change < e->last_change; at--)
+            idx[at] = idx[at - 1];
+        idx[at] = i;
+    }
+    for (int p = 0; p < k; p++) {
+        out[p] = t->e[idx[p]].m;
+        out[p].state = MEMBER_DEAD;
+    }
+    return k;
+}
+
 int members_has_fresh(const members_t *t)
 {
     return t->nfresh > 0;

@@ -254,6 +254,14 @@ void members_self_entry(members_t *t, msg_member_t *out);
  * ANSWER (docs/protocol.md 10.8), whose asker reads the answerer's uptime. */
 void members_self_entry_now(const members_t *t, msg_member_t *out);
 
+/* Up to max of the members dead to this table within the last dead_s that did not leave
+ * (declared dead, suspected past the timeout, silent: members_probe's candidates), the
+ * most recently dead first, into out as news carries them (state DEAD, the owner's
+ * signature kept). For a SYNC that asks for deaths (docs/protocol.md 10.7 rule 8): the
+ * asker holds more live members than most members do. Returns how many. */
+int members_recent_dead(const members_t *t, double now, double dead_s, msg_member_t *out,
+                        int max);
+
 /* Whether some news was not pushed yet. */
 int members_has_fresh(const members_t *t);
 

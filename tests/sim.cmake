@@ -108,6 +108,14 @@ st_add_sim(swim_members_1000_cut --members-only --faults mild --peers 1000 --sta
 st_add_sim(swim_members_200_cut --members-only --faults mild --peers 200 --stages 5
            --first-seed 31 --seeds 1 --seconds 40 --set swim_every=4 --detect-within 10
            --sent-within 10000)
+# A death's news missed (10.7 rule 8, the SYNC for deaths): at 1,000 under mild, seed 53, a
+# member missed both the suspicion and the death of node 628 (killed at 48.5 s) and held it
+# alive to the end: nobody pings a dead member, its news had run out, and a member that
+# counted more live members than most never asked. With the SYNC for deaths it passes
+# (formation's SYNCs move the trajectory; test_members test_swim_sync_dead checks the rule).
+st_add_sim(swim_members_1000_dead --members-only --faults mild --peers 1000 --stages 16
+           --first-seed 53 --seeds 1 --seconds 30 --set swim_every=4 --detect-within 10
+           --sent-within 10000)
 # Formation (10.7 rule 7): 200 nodes joining over 4 s, none of them faulty, form (every
 # live node holds every other) within 22 s. A joiner learns the joins concurrent with its
 # own only from a SYNC 5 s after its WELCOME (news of them went round while nobody knew of

@@ -482,6 +482,8 @@ typedef struct {
     double born[5];      /* when each started, past 100 s (its entries' uptime) */
     int beat;            /* each PROBE a member sends raises its heartbeat (it gossips) */
     int reconnects[5];   /* P's reconnect hook, by member */
+    uint8_t tab[4096];   /* the last message's member table, as sent */
+    size_t tlen;
 } sw_net_t;
 
 static int sw_tag(const uint8_t id[MSG_ID_LEN]);
@@ -497,12 +499,13 @@ static void sw_reconnect(void *ctx, members_entry_t *e, const char *why)
 static int sw_send(void *ctx, members_entry_t *e, int nframes, const void *const *data,
                    const size_t *len)
 {
-    (void)nframes;
     sw_net_t *w = ctx;
     char err[STATUS_ERR_LEN];
     if (w->n < 512 && !msg_decode(data[0], len[0], &w->out[w->n].m, err)) {
         memcpy(w->out[w->n].to, e->m.id, MSG_ID_LEN);
         w->n++;
+        w->tlen = nframes > 1 && len[1] <= sizeof w->tab ? len[1] : 0;
+        if (w->tlen) memcpy(w->tab, data[1], w->tlen);
     }
     return 0;
 }
@@ -945,6 +948,98 @@ static void test_swim_join_sync(void **state)
     free(w);
 }
 
+/* A PROBE of `kind` from member `tag` to p whose sender counts `count` live members and
+ * whose table is its own entry, then rows[0, nrows). */
+static void sw_probe_rows(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags,
+                          uint32_t count, const msg_member_t *rows, int nrows, double now)
+{
+    msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_PROBE;
+    m.probe_kind = (uint8_t)kind;
+    m.flags = (uint8_t)flags;
+    m.count = count;
+    uint8_t hdr[MSG_HEADER_MAX], tab[2048];
+    char err[STATUS_ERR_LEN];
+    size_t hl = dispatch_header(w->peer[tag], &m, 0, hdr, sizeof hdr, err), tl = 0;
+    assert_true(hl > 0);
+    msg_member_t v[8];
+    members_self_entry_now(dispatch_members(w->peer[tag]), &v[0]);
+    for (int i = 0; i < nrows && i < 7; i++) v[1 + i] = rows[i];
+    assert_int_equal(msg_members_encode(v, 1 + nrows, tab, sizeof tab, &tl, err), 0);
+    const void *data[2] = {hdr, tab};
+    size_t len[2] = {hl, tl};
+    assert_int_equal(dispatch_on_frames(p, v[0].id, MSG_ID_LEN, 0, NULL, 2, data, len, now, err),
+                     0);
+}
+
+/* The SYNC for deaths (docs/protocol.md 10.7 rule 8): a member that holds alive one that
+ * the others hold dead, and whose death's news it missed, hears of it from nobody (nobody
+ * pings the dead). When 6 of the last 8 PROBEs count fewer live members than its table,
+ * it asks the last sender for its recent deaths (not again within 2 s), gets them in a
+ * TABLE and drops the dead member; a member asked answers with its own entry and the
+ * members it holds dead, not its live table. */
+static void test_swim_sync_dead(void **state)
+{
+    (void)state;
+    sw_net_t *w = malloc(sizeof *w);
+    assert_non_null(w);
+    dispatch_t *p = sw_swarm(w); /* P holds 1-4 alive: 5 counted */
+    members_t *t = dispatch_members(p);
+    double now = 101.0;
+    int syncs = 0, to = -1, flags = -1;
+    for (int k = 0; k < 8; k++) /* as many as P counts (not the PROBEs it learned them by) */
+        sw_probe_rows(p, w, 1 + k % 4, PROBE_NEWS, 0, 5, NULL, 0, now += 0.1);
+    for (int k = 0; k < 12; k++) { /* NEWS from 1-3, each counting 4 (4 is dead to them) */
+        int from = w->n;
+        sw_probe_rows(p, w, 1 + k % 3, PROBE_NEWS, 0, k == 1 ? 5 : 4, NULL, 0, now += 0.1);
+        for (int i = from; i < w->n; i++)
+            if (w->out[i].m.probe_kind == PROBE_SYNC) {
+                syncs++;
+                to = sw_tag(w->out[i].to);
+                flags = w->out[i].m.flags;
+                assert_int_equal(k, 6); /* the 7th: 6 of the last 8 counted fewer */
+            }
+    }
+    assert_int_equal(syncs, 1); /* and not again within 2 s */
+    assert_int_equal(to, 1 + 6 % 3);
+    assert_int_equal(flags, 1);
+    /* the answer: tag 4 dead, at the incarnation P holds */
+    msg_member_t dead = members_at(t, members_find(t, member(4, 0, 0, 0).id))->m;
+    dead.state = MEMBER_DEAD;
+    sw_probe_rows(p, w, to, PROBE_TABLE, 1, 4, &dead, 1, now += 0.05);
+    assert_int_equal(members_live_others(t), 3);
+    assert_false(members_at(t, members_find(t, dead.id))->alive);
+    /* 2 s later, fewer counts again: asked again */
+    int from = w->n;
+    for (int k = 0; k < 8; k++)
+        sw_probe_rows(p, w, 1 + k % 3, PROBE_NEWS, 0, 3, NULL, 0, now += 0.3);
+    syncs = 0;
+    for (int i = from; i < w->n; i++) syncs += w->out[i].m.probe_kind == PROBE_SYNC;
+    assert_int_equal(syncs, 1);
+    /* asked: its own entry and the dead, not the live table */
+    from = w->n;
+    sw_probe_rows(p, w, 2, PROBE_SYNC, 1, 3, NULL, 0, now += 0.1);
+    assert_int_equal(w->n, from + 1);
+    assert_int_equal(w->out[from].m.probe_kind, PROBE_TABLE);
+    assert_int_equal(w->out[from].m.flags, 1);
+    msg_member_t got[8];
+    int k = 0;
+    char err[STATUS_ERR_LEN];
+    assert_int_equal(msg_members_decode(w->tab, w->tlen, got, 8, &k, err), 0);
+    assert_int_equal(k, 2);
+    assert_int_equal(sw_tag(got[0].id), 0);
+    assert_int_equal(sw_tag(got[1].id), 4);
+    assert_int_equal(got[1].state, MEMBER_DEAD);
+    /* a SYNC without the flag: the live table, as before */
+    from = w->n;
+    sw_probe_rows(p, w, 2, PROBE_SYNC, 0, 4, NULL, 0, now += 0.1);
+    assert_int_equal(w->out[from].m.flags, 0);
+    assert_int_equal(msg_members_decode(w->tab, w->tlen, got, 8, &k, err), 0);
+    assert_int_equal(k, 4);
+    sw_free(&p, w);
+    free(w);
+}
 
 /* ---- a pause's question (docs/protocol.md 10.8) ----------------------------------------
  * The ASKs p sent in w->out[from, w->n): a bit per tag asked, all with pause number
@@ -1078,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
+        cmocka_unit_test(test_swim_sync_dead),
         cmocka_unit_test(test_side_connection), cmocka_unit_test(test_swim_direct_path),
         cmocka_unit_test(test_mend),
         cmocka_unit_test(test_swim_first_incarnation), cmocka_unit_test(test_pause_ask_swim),

@@ -589,6 +589,12 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
 
 void demo_canonical_order(int *ord, const uint8_t *const *msgs, const size_t *lens, int m)
 {
+    demo_canonical_order_w(ord, msgs, lens, NULL, m);
+}
+
+void demo_canonical_order_w(int *ord, const uint8_t *const *msgs, const size_t *lens,
+                            const uint32_t *w, int m)
+{
     for (int i = 0; i < m; i++) ord[i] = i;
     for (int i = 1; i < m; i++) {
         int v = ord[i], j = i - 1;
@@ -596,6 +602,7 @@ void demo_canonical_order(int *ord, const uint8_t *const *msgs, const size_t *le
             int u = ord[j];
             int c = lens[u] != lens[v] ? (lens[u] > lens[v] ? 1 : -1)
                                        : memcmp(msgs[u], msgs[v], lens[v]);
+            if (!c && w) c = w[u] != w[v] ? (w[u] > w[v] ? 1 : -1) : 0;
             if (c <= 0) break;
             ord[j + 1] = u;
             j--;
@@ -866,10 +873,12 @@ static int body_check(const uint8_t *b, uint64_t pos, const geom_t *g, float *sc
     return 0;
 }
 
-/* Decodes a checked body: entries to idx/val when given, or into sum/cnt (tile-major).
+/* Decodes a checked body: entries to idx/val when given, or into sum/cnt (tile-major),
+ * each value w times (sum += w * value, cnt += w).
  * sidx: the drawn indices of a sparse shared-index body (NULL otherwise). */
 static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float scale,
-                        const uint16_t *sidx, uint16_t *idx, float *val, double *sum, uint32_t *cnt)
+                        const uint16_t *sidx, uint16_t *idx, float *val, double *sum, uint32_t *cnt,
+                        uint32_t w)
 {
     uint64_t ne = g->entries;
     pos += (uint64_t)g->sb;
@@ -891,8 +900,8 @@ static void body_decode(const uint8_t *b, uint64_t pos, const geom_t *g, float s
                 idx[e] = (uint16_t)ix;
                 val[e] = v;
             } else {
-                sum[base + (uint64_t)ix] += v;
-                cnt[base + (uint64_t)ix]++;
+                sum[base + (uint64_t)ix] += (double)w * v;
+                cnt[base + (uint64_t)ix] += w;
             }
         }
     }
@@ -938,7 +947,7 @@ int demo_body_unpack_ex(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t
     uint16_t *sidx;
     if (shared_draw(&g, seed, &sidx))
         return status_set(err, STATUS_ENOMEM, "demo: out of memory drawing indices");
-    body_decode(buf, bitpos, &g, s, sidx, idx, val, NULL, NULL);
+    body_decode(buf, bitpos, &g, s, sidx, idx, val, NULL, NULL, 0);
     free(sidx);
     if (scale) *scale = s;
     return 0;
@@ -983,6 +992,13 @@ int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t b
                      demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, double *sum,
                      uint32_t *cnt, char *err)
 {
+    return demo_body_add_w(d, buf, len, bitpos, k, vfmt, imode, seed, 1, sum, cnt, err);
+}
+
+int demo_body_add_w(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                    demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, uint32_t w, double *sum,
+                    uint32_t *cnt, char *err)
+{
     geom_t g;
     if (geom_make_ex(&g, d->g.rows, d->g.cols, d->g.chunk, k, vfmt, imode))
         return status_set(err, STATUS_EMALFORMED,
@@ -999,7 +1015,7 @@ int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t b
     uint16_t *sidx;
     if (shared_draw(&g, seed, &sidx))
         return status_set(err, STATUS_ENOMEM, "demo: out of memory drawing indices");
-    body_decode(buf, bitpos, &g, s, sidx, NULL, NULL, sum, cnt);
+    body_decode(buf, bitpos, &g, s, sidx, NULL, NULL, sum, cnt, w);
     free(sidx);
     return 0;
 }

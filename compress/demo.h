@@ -288,10 +288,19 @@ int demo_body_unpack_ex(const uint8_t *buf, size_t len, uint64_t bitpos, int64_t
 int demo_body_add_ex(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
                      demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, double *sum,
                      uint32_t *cnt, char *err) __attribute__((warn_unused_result));
+/* demo_body_add_ex with the body weighing w (>= 1) senders: sum += w * value, cnt += w
+ * per entry (a pool's members weighted by what their messages stand for, demo_opt.h). */
+int demo_body_add_w(const demo_t *d, const uint8_t *buf, size_t len, uint64_t bitpos, int k,
+                    demo_vfmt_t vfmt, demo_imode_t imode, uint64_t seed, uint32_t w, double *sum,
+                    uint32_t *cnt, char *err) __attribute__((warn_unused_result));
 
 /* Canonical order of m messages: by length, then by bytes, written as indices to ord.
  * Identical messages are interchangeable, so the order depends on the set only; summing
  * in it makes aggregation bit-identical on every replica. Insertion sort: m is small. */
 void demo_canonical_order(int *ord, const uint8_t *const *msgs, const size_t *lens, int m);
+/* The same with weights w[0, m) (NULL: none): identical messages are ordered by weight,
+ * so the order still depends on the set of (message, weight) pairs only. */
+void demo_canonical_order_w(int *ord, const uint8_t *const *msgs, const size_t *lens,
+                            const uint32_t *w, int m);
 
 #endif

@@ -51,6 +51,7 @@ struct demo_opt {
     demo_vfmt_t *mf;
     demo_imode_t *mi;
     uint64_t *mpos;
+    uint32_t *mw; /* the messages' weights in lowest terms */
     int cap_m;
     /* the device path (kern_on_device(k)): backend memory unless named h... */
     float beta;
@@ -232,6 +233,7 @@ void demo_opt_destroy(demo_opt_t **op)
     free(o->mf);
     free(o->mi);
     free(o->mpos);
+    free(o->mw);
     free(o);
     *op = NULL;
 }
@@ -391,20 +393,46 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
 int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
                    const uint8_t *const *msgs, const size_t *lens, int m, char *err)
 {
+    return demo_opt_apply_w(o, oc, step, msgs, lens, NULL, m, err);
+}
+
+static uint32_t gcd32(uint32_t a, uint32_t b)
+{
+    while (b) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int demo_opt_apply_w(demo_opt_t *o, const optim_config_t *oc, int64_t step,
+                     const uint8_t *const *msgs, const size_t *lens, const uint32_t *w, int m,
+                     char *err)
+{
     if (m < 1 || !msgs || !lens)
         return status_set(err, STATUS_EINVAL, "demo: no messages to apply");
+    /* weights in lowest terms: equal weights are the plain mean, bit for bit */
+    uint32_t wg = 0;
+    for (int j = 0; w && j < m; j++) {
+        if (w[j] < 1 || w[j] > DEMO_OPT_MAX_WEIGHT)
+            return status_set(err, STATUS_EINVAL, "demo: message %d weighs %u", j, w[j]);
+        wg = gcd32(wg, w[j]);
+    }
     if (m > o->cap_m) {
         free(o->ord);
         free(o->mk);
         free(o->mf);
         free(o->mi);
         free(o->mpos);
+        free(o->mw);
         o->ord = malloc((size_t)m * sizeof *o->ord);
         o->mk = malloc((size_t)m * sizeof *o->mk);
         o->mf = malloc((size_t)m * sizeof *o->mf);
         o->mi = malloc((size_t)m * sizeof *o->mi);
         o->mpos = malloc((size_t)m * sizeof *o->mpos);
-        if (!o->ord || !o->mk || !o->mf || !o->mi || !o->mpos) {
+        o->mw = malloc((size_t)m * sizeof *o->mw);
+        if (!o->ord || !o->mk || !o->mf || !o->mi || !o->mpos || !o->mw) {
             o->cap_m = 0;
             return status_set(err, STATUS_ENOMEM, "demo: out of memory");
         }
@@ -416,7 +444,8 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         if (rc) return status_set(err, rc, "message %d: %s", j, e2);
         o->mpos[j] = 8 * (uint64_t)DEMO_OPT_HEADER_LEN;
     }
-    demo_canonical_order(o->ord, msgs, lens, m);
+    for (int j = 0; w && j < m; j++) o->mw[j] = w[j] / wg;
+    demo_canonical_order_w(o->ord, msgs, lens, w ? o->mw : NULL, m);
     /* Aggregate every tensor before touching any parameter: all or nothing. */
     for (int i = 0; i < o->n; i++) {
         const stage_tensor_t *t = &o->tab[i];
@@ -425,8 +454,9 @@ int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         for (int r = 0; r < m; r++) {
             int j = o->ord[r];
             char e2[STATUS_ERR_LEN];
-            int rc = demo_body_add_ex(o->d[i], msgs[j], lens[j], o->mpos[j], o->mk[j], o->mf[j],
-                                      o->mi[j], demo_opt_tensor_seed(step, i), o->sum, o->cnt, e2);
+            int rc = demo_body_add_w(o->d[i], msgs[j], lens[j], o->mpos[j], o->mk[j], o->mf[j],
+                                     o->mi[j], demo_opt_tensor_seed(step, i), w ? o->mw[j] : 1,
+                                     o->sum, o->cnt, e2);
             if (rc) return status_set(err, rc, "message %d, tensor %d (%s): %s", j, i, t->name, e2);
             o->mpos[j] +=
                 demo_body_bits_ex(t->rows, t->cols, o->chunk, o->mk[j], o->mf[j], o->mi[j]);

@@ -102,6 +102,23 @@ void demo_opt_defer_decay(demo_opt_t *o, int defer);
 int demo_opt_apply(demo_opt_t *o, const optim_config_t *oc, int64_t step,
                    const uint8_t *const *msgs, const size_t *lens, int m, char *err);
 
+/* The largest weight demo_opt_apply_w takes. */
+#define DEMO_OPT_MAX_WEIGHT 65536u
+
+/* demo_opt_apply with message j weighing w[j] (1 .. DEMO_OPT_MAX_WEIGHT; NULL: 1 each):
+ * per coefficient, sum(w * value) / sum(w) over the senders that sent it. A pool weighs
+ * a member's message 1 + the microbatches it counted (docs/protocol.md 12.5): its
+ * residual momentum, which every member's message carries, plus each gradient new in it.
+ * Why not the counts alone: a member that counted nothing still sends momentum the pool
+ * needs; left out (weight 0), one process made to split a step's two microbatches 2/0 at
+ * half the steps ended +2.4% above weighing the two alike, and weights 1 + count -0.8%
+ * (tiny, 600 steps, 2 replicas, seeds 1337-1340; docs/design-notes.md, issue 27).
+ * Weights are taken in lowest terms, so equal weights give demo_opt_apply's result bit for
+ * bit. */
+int demo_opt_apply_w(demo_opt_t *o, const optim_config_t *oc, int64_t step,
+                     const uint8_t *const *msgs, const size_t *lens, const uint32_t *w, int m,
+                     char *err);
+
 /* Validates one stage message of step `step` as demo_opt_apply would (frame, checksum,
  * every body) without applying anything: 0, or the status and reason in err. A peer
  * checks what it receives so that one bad sender cannot stop its pool's step. */

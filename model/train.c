@@ -280,6 +280,7 @@ typedef struct {
     uint8_t **msg;     /* [r * S + s] stage messages */
     const uint8_t **ptrs;
     size_t *lens;
+    uint32_t *wts; /* [R] what each message weighs (demo_opt_apply_w) */
     store_t *db;
     char run_text[2048]; /* everything a resumed run must share with the original */
     char run_hash[17];
@@ -503,9 +504,10 @@ static int step_demo(run_t *run, int64_t step, float *gnorm, char *err)
                 int from = (r + j) % R;
                 run->ptrs[j] = run->msg[from * S + s];
                 run->lens[j] = demo_opt_msg_size(run->dopt[from * S + s]);
+                run->wts[j] = 1u + (uint32_t)run->visits[from * S + s]; /* as a pool weighs it */
             }
-            int rc = demo_opt_apply(run->dopt[r * S + s], &run->o->opt, step, run->ptrs, run->lens,
-                                    R, err);
+            int rc = demo_opt_apply_w(run->dopt[r * S + s], &run->o->opt, step, run->ptrs,
+                                      run->lens, run->wts, R, err);
             if (rc) return rc;
         }
     return 0;
@@ -722,7 +724,8 @@ static int setup(run_t *run, char *err)
         run->msg = calloc((size_t)n, sizeof *run->msg);
         run->ptrs = calloc((size_t)run->R, sizeof *run->ptrs);
         run->lens = calloc((size_t)run->R, sizeof *run->lens);
-        if (!run->dopt || !run->msg || !run->ptrs || !run->lens)
+        run->wts = calloc((size_t)run->R, sizeof *run->wts);
+        if (!run->dopt || !run->msg || !run->ptrs || !run->lens || !run->wts)
             return status_set(err, STATUS_ENOMEM, "train: out of memory");
         for (int i = 0; i < n; i++) {
             if (!(run->dopt[i] =
@@ -824,6 +827,7 @@ static void teardown(run_t *run)
     free(run->msg);
     free(run->ptrs);
     free(run->lens);
+    free(run->wts);
     for (int r = 0; run->rep && r < run->R; r++) model_destroy(&run->rep[r]);
     free(run->rep);
     free(run->tok);

@@ -14,7 +14,7 @@ static int apply_demo(const model_update_t *u, const update_batch_t *b, update_r
                       char *err)
 {
     demo_opt_decay(u->dopt, u->opt, b->step);
-    int rc = demo_opt_apply(u->dopt, u->opt, b->step, b->bodies, b->lens, b->n, err);
+    int rc = demo_opt_apply_w(u->dopt, u->opt, b->step, b->bodies, b->lens, b->weights, b->n, err);
     out->gnorm = b->replica_gnorm;
     out->stage_gnorm = demo_opt_update_norm(u->dopt);
     return rc;

@@ -25,6 +25,8 @@ typedef struct {
     const uint8_t *const *bodies; /* the chosen messages' bodies ... */
     const size_t *lens;
     int n;                       /* ... and how many */
+    const uint32_t *weights;     /* DeMo: what each body weighs in the pool's mean (NULL:
+                                  * 1 each; demo_opt_apply_w) */
     uint32_t counted;            /* microbatches they count together */
     float replica_gnorm;         /* DeMo: this replica's gradient norm (logged) */
 } update_batch_t;

@@ -499,6 +499,48 @@ static void test_demo_counted_sum(void **state)
     pool_free(&p);
 }
 
+/* A pool weighs each message 1 + the microbatches its sender counted (demo_opt_apply_w):
+ * weights (2, 1) give what the plain mean of (a, a, b) gives, in any order (sign values
+ * of shared indices: +-1 each, so every sum is exact); equal weights give the plain mean
+ * bit for bit (f32 values); a weight of 0 is refused and applies nothing. */
+static void test_demo_weighted(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    for (int f = 0; f < 2; f++) {
+        pool_t p;
+        demo_cfg_t dc = {.chunk = 16, .k = 4, .vfmt = f ? DEMO_VAL_F32 : DEMO_VAL_SIGN,
+                         .imode = DEMO_IDX_SHARED, .beta = 0.9f};
+        pool_init(&p, &dc);
+        optim_config_t oc = optim_defaults();
+        pool_prepare(&p, &oc, 0);
+        for (int s = 0; s < 2; s++) {
+            size_t len = demo_opt_msg_size(p.opt[0][s]);
+            const uint8_t *ab[2] = {p.msg[0][s], p.msg[1][s]}, *ba[2] = {ab[1], ab[0]};
+            const uint8_t *aab[3] = {ab[0], ab[0], ab[1]};
+            const size_t lens[3] = {len, len, len};
+            const uint32_t w21[2] = {2, 1}, w12[2] = {1, 2}, w33[2] = {3, 3}, w0[2] = {0, 1};
+            if (f == 0) {
+                assert_int_equal(demo_opt_apply_w(p.opt[0][s], &oc, 0, ab, lens, w21, 2, err), 0);
+                assert_int_equal(demo_opt_apply_w(p.opt[1][s], &oc, 0, ba, lens, w12, 2, err), 0);
+                assert_int_equal(demo_opt_apply(p.opt[2][s], &oc, 0, aab, lens, 3, err), 0);
+                assert_int_equal(demo_opt_apply(p.opt[3][s], &oc, 0, ab, lens, 2, err), 0);
+            } else {
+                assert_int_equal(demo_opt_apply_w(p.opt[0][s], &oc, 0, ab, lens, w33, 2, err), 0);
+                assert_int_equal(demo_opt_apply(p.opt[1][s], &oc, 0, ba, lens, 2, err), 0);
+                assert_int_equal(demo_opt_apply_w(p.opt[2][s], &oc, 0, ab, lens, NULL, 2, err), 0);
+                assert_int_equal(demo_opt_apply_w(p.opt[3][s], &oc, 0, ab, lens, w0, 2, err),
+                                 STATUS_EINVAL);
+            }
+        }
+        assert_true(params_equal(&p, 0, 1));
+        assert_true(params_equal(&p, 0, 2));
+        if (f == 0) assert_false(params_equal(&p, 0, 3)); /* the weights changed something */
+        else assert_false(params_equal(&p, 0, 3));        /* nothing applied with a weight 0 */
+        pool_free(&p);
+    }
+}
+
 /* Bytes per replica per step of the v2 stage message on tiny and small (one stage). */
 static void test_demo_v2_bytes(void **state)
 {
@@ -784,6 +826,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_demo_v2_corruptions),
         cmocka_unit_test(test_demo_v2_mixed_senders),
         cmocka_unit_test(test_demo_counted_sum),
+        cmocka_unit_test(test_demo_weighted),
         cmocka_unit_test(test_demo_v2_bytes),
         cmocka_unit_test(test_resume_adamw),
         cmocka_unit_test(test_resume_demo),

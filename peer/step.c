@@ -785,7 +785,8 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
     int catching_up = !contributing(p) && p->contrib.exch_req_step != p->step &&
                       view_max_step(&p->view, p->stage) >= p->step + 2;
     int missing = 0, ask = timeout_due(&p->contrib.exch_req, p->now) || catching_up;
-    /* A live mate's message asked for every second for STEP_MEND_S: the connection between
+    /* A live mate's message (or a later part of it) asked for every second for
+     * STEP_MEND_S: the connection between
      * the two may be dead (docs/protocol.md 12.4, 11.3); opened anew, both ways, once a
      * step. Unmended, every step would wait out the 30 s deadline. Not sooner: what the two
      * connections hold is lost, and on a thin link a message may be seconds on its way. */
@@ -854,7 +855,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         memcpy(q.origin, ids[i], MSG_ID_LEN);
         q.flags = (uint8_t)need;
         peer_send(p, ids[i], &q, 0, NULL, NULL);
-        if (need == 0 && mend) custody_mend(p, ids[i]);
+        if (mend) custody_mend(p, ids[i]); /* its part 0 or a later part */
         /* a member that does not answer within a second may have died after its message
          * reached some mates but not this one (a connection reset): until this member
          * calls it dead, its PROGRESS stays in the union and nothing is run again, and when

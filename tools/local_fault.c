@@ -391,8 +391,9 @@ static void dead_link(local_t *L, const local_view_t *v, double now)
         return;
     }
     f->dl_close = now + 1.0;
+    int k = f->nlog;
     note(L, from, local_summary_stage(L, from), v->step0, clock_wall(), "dead_link");
-    f->log[f->nlog - 1].other = to;
+    if (f->nlog > k) f->log[k].other = to;
     printf("local: fault: the connection from peer %d (stage %d) to peer %d (stage %d) dies "
            "from outside at step %lld (%s: it carries the %s)\n",
            from, local_summary_stage(L, from), to, local_summary_stage(L, to), v->step0,

@@ -70,7 +70,6 @@ typedef struct {
      * fewer live members than this table (bit 0 the last); the last SYNC for deaths */
     unsigned fewer;
     double ahead_last;
-    uint64_t dead_syncs;
     /* a joiner: when its WELCOME came (0: none since the last SYNC it made for it) */
     double welcomed_at;
 } swim_t;
@@ -1038,17 +1037,15 @@ static void swim_sync(dispatch_t *d, uint64_t r)
         probe_send(d, members_at(d->mem, j), PROBE_SYNC, 0, NULL, NULL, 0, ROWS_ONLY, 0);
 }
 
-/* One tick: suspicions that ran out; the probe under way (ask others after a tick
- * unanswered, suspect at the period's end); a new probe each period, and one to a member
- * that died of silence (after a partition heals the sides find each other so); fresh news
- * pushed to fanout members. */
 /* ---- mending a dead connection (docs/protocol.md 11.3) -------------------------------- */
 
 int dispatch_mend(dispatch_t *d, const uint8_t id[MSG_ID_LEN])
 {
     int j = members_find(d->mem, id);
-    if (j <= 0 || !members_at(d->mem, j)->alive) return -1;
-    return probe_send(d, members_at(d->mem, j), PROBE_MEND, 0, NULL, NULL, 0, ROWS_ONLY, 0);
+    members_entry_t *e = j > 0 ? members_at(d->mem, j) : NULL;
+    if (!e || !e->alive) return -1;
+    if (d->io.reconnect) d->io.reconnect(d->io.ctx, e, "an answer from it is overdue");
+    return probe_send(d, e, PROBE_MEND, 0, NULL, NULL, 0, ROWS_ONLY, 0);
 }
 
 /* A MEND from a live member: this peer's connection to it opened anew, at most once per
@@ -1087,6 +1084,10 @@ static void direct_ping(dispatch_t *d, members_entry_t *e, uint64_t probe, doubl
     }
 }
 
+/* One tick: suspicions that ran out; the probe under way (ask others after a tick
+ * unanswered, suspect at the period's end); a new probe each period, and one to a member
+ * that died of silence (after a partition heals the sides find each other so); fresh news
+ * pushed to fanout members. */
 static void swim_tick(dispatch_t *d, double now, uint64_t r)
 {
     swim_t *w = &d->sw;
@@ -1317,7 +1318,6 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         if (m->count < mine && from && nf >= SWIM_AHEAD_MIN &&
             (w->ahead_last <= 0 || now - w->ahead_last >= SWIM_AHEAD_EVERY_S)) {
             w->ahead_last = now;
-            w->dead_syncs++;
             w->fewer = 0;
             probe_send_flags(d, from, PROBE_SYNC, SWIM_SYNC_DEAD, 0, NULL, NULL, 0, ROWS_ONLY,
                              0);

@@ -116,8 +116,9 @@ size_t dispatch_header(dispatch_t *d, msg_t *m, uint64_t clock_us, uint8_t *buf,
 int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
                   const void *const *data, const size_t *len);
 
-/* Tells live member id that what it sends this peer goes missing (PROBE MEND, 11.3): it
- * opens its connection to this peer anew. 0 sent, -1 not (not a live member). */
+/* An answer from live member id is overdue (11.3): this peer's connection to it opened
+ * anew (io->reconnect), and a PROBE MEND sent over the new one, on which the member opens
+ * its connection to this peer anew. 0 sent, -1 not (not a live member). */
 int dispatch_mend(dispatch_t *d, const uint8_t id[MSG_ID_LEN]);
 
 /* Counts frames the owner sent by itself (HELLO to a bootstrap endpoint). */

@@ -203,12 +203,12 @@ static void member_up(void *ctx, members_entry_t *e)
     e->user = new_dealer(n, e->m.addr, e->m.id, 0);
 }
 
-/* The core's reconnect hook, and net_reconnect's: a live member's DEALER closed and
- * opened again; why, for the log. */
+/* The core's reconnect hook (net_reconnect reaches it through dispatch_mend): a live
+ * member's DEALER closed and opened again; why, for the log. */
 static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
 {
     struct net *n = ctx;
-    if (!e || !e->alive || !e->user || msg_addr_relay(e->m.addr, NULL)) return;
+    if (!e->alive || !e->user || msg_addr_relay(e->m.addr, NULL)) return;
     char hex[9];
     zmq_close(e->user);
     e->user = new_dealer(n, e->m.addr, e->m.id, 0);
@@ -217,15 +217,6 @@ static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
              e->m.addr, why);
 }
 
-/* net_reconnect: this peer's connection to the member anew, and a MEND over it, for the
- * member's connection to this peer (the gradient may be what went missing, 11.3). */
-static void reconnect(struct net *n, const uint8_t id[MSG_ID_LEN])
-{
-    members_t *mem = dispatch_members(n->core);
-    int j = members_find(mem, id);
-    io_reconnect(n, j > 0 ? members_at(mem, j) : NULL, "a gradient from it is overdue");
-    dispatch_mend(n->core, id);
-}
 
 static void member_down(void *ctx, members_entry_t *e, const char *why)
 {
@@ -718,7 +709,8 @@ static void on_compute(struct net *n)
         }
         break;
     case 'C': /* net_reconnect */
-        if (np == 2 && zmq_msg_size(&parts[1]) == MSG_ID_LEN) reconnect(n, zmq_msg_data(&parts[1]));
+        if (np == 2 && zmq_msg_size(&parts[1]) == MSG_ID_LEN)
+            dispatch_mend(n->core, zmq_msg_data(&parts[1]));
         break;
     case 'Q':
         n->quit = 1;

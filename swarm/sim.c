@@ -71,7 +71,6 @@ typedef struct node {
     int app_scheduled, in_app, view_pending;
     item_t *in_head, *in_tail;
     transport_t tp;
-    uint64_t reconnects; /* connections it opened anew (io_reconnect) */
 } node_t;
 
 typedef struct {
@@ -612,19 +611,13 @@ static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
     sim_note(n->s, "mend  %d->%d%s: %s", n->index, dst, l->dead ? " (dead)" : "", why);
     l->dead = 0;
     l->epoch++;
-    n->reconnects++;
 }
 
 /* transport.h reconnect: as net_reconnect, the connection anew and a MEND over it. */
 static void tp_reconnect(void *ctx, const uint8_t dest[MSG_ID_LEN])
 {
     node_t *n = ctx;
-    if (n->state != NODE_UP) return;
-    members_t *mem = dispatch_members(n->core);
-    int j = members_find(mem, dest);
-    if (j <= 0) return;
-    io_reconnect(n, members_at(mem, j), "an answer from it is overdue");
-    dispatch_mend(n->core, dest);
+    if (n->state == NODE_UP) dispatch_mend(n->core, dest);
 }
 
 static void tp_set_run(void *ctx, uint64_t swarm, const char *run_text)

@@ -856,9 +856,11 @@ static void test_mend(void **state)
         sw_probe(p, w, 1, PROBE_MEND, 0, 0, NULL, 105.2);
         assert_int_equal(w->reconnects[1], 2);
         assert_int_equal(dispatch_mends(p), 2);
-        /* sending one: to a live member, not to an unknown one */
+        /* sending one: to a live member (its own connection opened anew first), not to an
+         * unknown one */
         int before = w->n;
         assert_int_equal(dispatch_mend(p, member(1, 0, 0, 0).id), 0);
+        assert_int_equal(w->reconnects[1], 3);
         assert_int_equal(w->n, before + 1);
         assert_int_equal(w->out[before].m.type, MSG_PROBE);
         assert_int_equal(w->out[before].m.probe_kind, PROBE_MEND);

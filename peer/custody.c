@@ -335,14 +335,6 @@ void custody_on_gradient(peer_t *p, const msg_t *m)
 
 void custody_mend(peer_t *p, const uint8_t id[MSG_ID_LEN])
 {
-    custody_t *c = &p->cust;
-    for (int i = 0; i < CUSTODY_MENDED; i++)
-        if (c->mended[i].at > 0 && !memcmp(c->mended[i].id, id, MSG_ID_LEN) &&
-            p->now - c->mended[i].at < CUSTODY_RECONNECT_S)
-            return;
-    unsigned k = c->mended_next++ % CUSTODY_MENDED;
-    memcpy(c->mended[k].id, id, MSG_ID_LEN);
-    c->mended[k].at = p->now;
     if (p->tp.reconnect) p->tp.reconnect(p->tp.ctx, id);
 }
 

@@ -52,7 +52,6 @@ typedef struct {
 } mbrec_t;
 
 /* A FWD lately delivered, by sender and seq (serve.c drops one delivered twice). */
-#define CUSTODY_MENDED 16 /* connections opened anew lately, remembered (custody_mend) */
 #define FWD_SEEN   256
 #define FWD_SEEN_S 5.0
 typedef struct {
@@ -68,12 +67,6 @@ typedef struct {
     rtt_t fb_rtt;  /* round trips of its forwards (FWD sent to its gradient back), TCP-style */
     fwd_seen_t fwd_seen[FWD_SEEN]; /* FWDs delivered lately (serve.c: duplicates dropped) */
     unsigned fwd_seen_next;
-    /* the last connections opened anew for an overdue answer (custody_mend): to whom, when */
-    struct {
-        uint8_t id[MSG_ID_LEN];
-        double at;
-    } mended[CUSTODY_MENDED];
-    unsigned mended_next;
 } custody_t;
 
 /* ---- custody's rules, pure (custody_rules.c; tests/test_parts.c drives them alone) ---- */
@@ -85,8 +78,6 @@ typedef struct {
  * (srtt + 4 rttvar, as TCP's RTO): never below that fixed time, at most
  * CUSTODY_RTO_CAP times it. */
 #define CUSTODY_RTO_CAP 3.0
-#define CUSTODY_RECONNECT_S 5.0 /* a connection opened anew for an overdue gradient: at
-                                 * most this often per member */
 double custody_wait(double custody_s, int later, int span, const rtt_t *fb_rtt);
 
 /* What to do with a record it sent on (custody_act): keep waiting, re-send it elsewhere,

@@ -245,10 +245,10 @@ void custody_on_nack(peer_t *p, const msg_t *m);
 /* NACKs the FWD a held record came with, to the peer it came from (it re-routes). */
 void custody_nack_back(peer_t *p, const mbrec_t *r, const char *why);
 void custody_tick(peer_t *p);
-/* An answer from live member id is overdue (a forward's gradient; its exchange message at
- * the step's deadline): the connection to it may be dead with nothing to say so
- * (docs/protocol.md 11.3). The transport opens it anew and sends the member a MEND; at
- * most once per CUSTODY_RECONNECT_S per member (several answers fall overdue together). */
+/* An answer from live member id is overdue (a forward's gradient; a mate's exchange
+ * message 15 s into the step): the connection to it may be dead with nothing to say so
+ * (docs/protocol.md 11.3). The transport opens it anew and sends the member a MEND, at
+ * most once per 5 s per member (dispatch_mend: several answers fall overdue together). */
 void custody_mend(peer_t *p, const uint8_t id[MSG_ID_LEN]);
 /* A BWD arrived (at p->now): the round trip of the forward it answers, when this peer
  * holds its custody, is a sample for the custody timeout. */

@@ -22,7 +22,7 @@
 #define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
 #define SWIM_SYNC_DEAD 1     /* a SYNC's and its TABLE's flags: the recent deaths only (rule 8) */
 #define SWIM_DOUBT_MAX 4     /* targets whose unanswered pings it doubts itself for, kept */
-#define DISPATCH_MEND_S 5.0 /* a member's MEND is taken at most this often (11.3) */
+#define DISPATCH_MEND_S 5.0 /* a MEND sent to, or taken from, a member at most this often */
 #define SWIM_DIRECT_LOST 2      /* pings a live member answered none of itself, for ... */
 #define SWIM_DIRECT_DEAD_S 30.0 /* ... this long: its connection is opened anew (10.7
                                  * rule 13) */
@@ -1044,6 +1044,9 @@ int dispatch_mend(dispatch_t *d, const uint8_t id[MSG_ID_LEN])
     int j = members_find(d->mem, id);
     members_entry_t *e = j > 0 ? members_at(d->mem, j) : NULL;
     if (!e || !e->alive) return -1;
+    if (e->mend_sent_at > 0 && d->now - e->mend_sent_at < DISPATCH_MEND_S)
+        return 0; /* done a moment ago: several answers fall overdue together */
+    e->mend_sent_at = d->now;
     if (d->io.reconnect) d->io.reconnect(d->io.ctx, e, "an answer from it is overdue");
     return probe_send(d, e, PROBE_MEND, 0, NULL, NULL, 0, ROWS_ONLY, 0);
 }

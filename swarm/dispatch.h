@@ -118,7 +118,8 @@ int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
 
 /* An answer from live member id is overdue (11.3): this peer's connection to it opened
  * anew (io->reconnect), and a PROBE MEND sent over the new one, on which the member opens
- * its connection to this peer anew. 0 sent, -1 not (not a live member). */
+ * its connection to this peer anew; at most once per 5 s per member (0, nothing done,
+ * within that). 0 sent, -1 not (not a live member). */
 int dispatch_mend(dispatch_t *d, const uint8_t id[MSG_ID_LEN]);
 
 /* Counts frames the owner sent by itself (HELLO to a bootstrap endpoint). */

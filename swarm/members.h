@@ -62,7 +62,8 @@ typedef struct {
     uint64_t direct_first;
     double direct_since;
     int direct_lost;
-    double mend_at; /* when its MEND last had this peer reconnect to it (11.3) */
+    double mend_at;      /* when its MEND last had this peer reconnect to it (11.3) */
+    double mend_sent_at; /* when this peer last reconnected to it and sent it a MEND */
 } members_entry_t;
 
 typedef struct {

@@ -864,6 +864,10 @@ static void test_mend(void **state)
         assert_int_equal(w->n, before + 1);
         assert_int_equal(w->out[before].m.type, MSG_PROBE);
         assert_int_equal(w->out[before].m.probe_kind, PROBE_MEND);
+        /* at once again (several answers overdue together): nothing more within 5 s */
+        assert_int_equal(dispatch_mend(p, member(1, 0, 0, 0).id), 0);
+        assert_int_equal(w->reconnects[1], 3);
+        assert_int_equal(w->n, before + 1);
         assert_int_equal(dispatch_mend(p, member(3, 0, 0, 0).id), -1);
         dispatch_destroy(&p);
         for (int t = 1; t < 5; t++) dispatch_destroy(&w->peer[t]);

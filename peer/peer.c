@@ -816,10 +816,11 @@ void peer_finish(peer_t *p, const char *why)
     peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, 1); /* the state it leaves with */
     peer_event(p, "left",
                "why=%s hash=%016" PRIx64 " served=%" PRIu64 " resent=%" PRIu64 " lost=%" PRIu64
-               " rejected=%" PRIu64 " act_bytes=%" PRIu64 " stale=%" PRIu64
+               " rejected=%" PRIu64 " act_bytes=%" PRIu64 " act_elems=%" PRIu64 " stale=%" PRIu64
                " throughput=%.1f revisits=%" PRIu64 " moves=%d",
                why, peer_param_hash(p), p->stats.served, p->stats.retries, p->stats.lost,
-               p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale,
+               p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.act_elems,
+               p->stats.stale,
                (double)p->me.entry.throughput, p->stats.revisits, p->rebal.moves);
 }
 

@@ -25,7 +25,8 @@ void stats_note_rejected(peer_stats_t *s)
     s->rejected++;
 }
 
-void stats_note_act_bytes(peer_stats_t *s, uint64_t n)
+void stats_note_act_bytes(peer_stats_t *s, uint64_t n, uint64_t elems)
 {
     s->act_bytes += n;
+    s->act_elems += elems;
 }

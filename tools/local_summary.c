@@ -67,7 +67,7 @@ typedef struct {
     int peer;     /* whose events are read now */
     double since; /* this run's: t >= since */
     double val, val_skip, tps, reroute_after;
-    unsigned long long act, lost, rerouted, sent[WIRE_KINDS];
+    unsigned long long act, act_elems, lost, rerouted, sent[WIRE_KINDS];
     peer_rec_t *peers; /* [L->n] */
     recovery_t cur;    /* the recovery being read */
     recovery_t rec[MAX_RECOVERIES];
@@ -189,6 +189,8 @@ static void on_left(sum_t *s, const json_obj_t *o)
     r->moves = json_num(o, "moves");
     if (r->lost > 0) s->lost += (unsigned long long)r->lost;
     if (r->act_bytes > 0) s->act += (unsigned long long)r->act_bytes;
+    double elems = json_num(o, "act_elems");
+    if (elems > 0) s->act_elems += (unsigned long long)elems;
 }
 
 static void on_val(sum_t *s, const json_obj_t *o)
@@ -382,8 +384,11 @@ static void print_totals(const sum_t *s)
     printf("local: wire bytes per token (sent, all peers, headers included):");
     for (int k = 0; k < WIRE_KINDS; k++)
         printf(" %s %.1f,", transport_wire_name(k), (double)s->sent[k] * per);
-    printf(" total %.1f; codec payloads (activations and gradients) %.1f\n", all * per,
+    printf(" total %.1f; codec payloads (activations and gradients) %.1f", all * per,
            (double)s->act * per);
+    if (s->act_elems) /* what the codec costs, its header included */
+        printf(", %.4f bytes per element", (double)s->act / (double)s->act_elems);
+    printf("\n");
     /* CheckFree+'s copies ride the state kind: their keepers count what they fetched */
     printf("local: CheckFree+ copies (the end stages' embedding / final norm and head kept by "
            "their neighbours): %.0f bytes, %.1f per token, %.2f%% of the wire\n",
@@ -542,8 +547,8 @@ static void put_scalars(FILE *f, const sum_t *s)
             clock_now() - L->t0, s->tps, (double)L->run.steps * L->tokens_per_step, s->lost,
             fl->kills, fl->restarts, L->n, s->rerouted);
     put_num(f, "reroute_after_kill", s->reroute_after >= 0 ? s->reroute_after : NAN, "%.3f");
-    fprintf(f, ",\"moves\":%d,\"act_bytes\":%llu,\"copy_bytes\":%.0f", s->moves, s->act,
-            copy_bytes(s));
+    fprintf(f, ",\"moves\":%d,\"act_bytes\":%llu,\"act_elems\":%llu,\"copy_bytes\":%.0f", s->moves,
+            s->act, s->act_elems, copy_bytes(s));
     fprintf(f, ",\"mttr_n\":%d", fl->nmttr);
     put_num(f, "mttr_min", fl->nmttr ? fl->mttr[0] : NAN, "%.3f");
     put_num(f, "mttr_median", fl->nmttr ? fl->mttr[fl->nmttr / 2] : NAN, "%.3f");

@@ -22,7 +22,9 @@
 # The draw (the victim, the delay) is printed first and on failure: --seed N replays it
 # (the network's timing is not). Exits 77 (skipped) where namespaces cannot be made (not
 # root, no ip or tc, no htb). Environment: SWARMTRAIN_BIN, SWARMTRAIN_SOURCE,
-# ST_NAT_SEED (instead of --seed).
+# ST_NAT_SEED (instead of --seed), ST_SLOWDOWN (the peers' --slowdown; default 40: a
+# Release build's pace; a sanitized build computes about 2.3 times slower, and its ctest
+# entry gives it 17 for the same pace).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=${SWARMTRAIN_SOURCE:-$HERE/..}
@@ -103,10 +105,10 @@ for i in $NATED; do ns nat "$i" || fail "netns.sh nat $i failed"; done
 [ "$(probe 2 3)" = refused ] || fail "(a) host 2 cannot reach host 3"
 echo "nat: (a) hosts 5 and 6 get no inbound SYN through; they and the others connect out"
 
-# --- the reachable swarm. --slowdown 40: about 2 steps a second, so that the run outlasts
+# --- the reachable swarm. --slowdown (ST_SLOWDOWN): about 2 steps a second, so that the run outlasts
 # the joins and the kill on a busy machine; --custody-timeout 10: what the relay held when
 # it died is lost like anything a dead connection held, and custody sends it again
-common=(--config tiny --steps "$steps" --stages 2 --threads 1 --in-flight 2 --slowdown 40
+common=(--config tiny --steps "$steps" --stages 2 --threads 1 --in-flight 2 --slowdown "${ST_SLOWDOWN:-40}"
     --no-rebalance --peer-timeout 3 --custody-timeout 10)
 start() { # start HOST ROLE...
     local i=$1

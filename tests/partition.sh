@@ -19,7 +19,9 @@
 # `tests/partition.sh --seed N` replays the same draw (the network's timing is not).
 # Exits 77 (skipped) where namespaces cannot be made (not root, no ip or tc).
 # Environment: SWARMTRAIN_BIN (the binary), SWARMTRAIN_SOURCE (the tree; default: this
-# script's), ST_PARTITION_SEED (instead of --seed).
+# script's), ST_PARTITION_SEED (instead of --seed), ST_SLOWDOWN (the peers' --slowdown;
+# default 40: a Release build's pace, about 2.6 steps a second; a sanitized build computes
+# about 2.3 times slower, and its ctest entry gives it 17 for the same pace).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=${SWARMTRAIN_SOURCE:-$HERE/..}
@@ -104,10 +106,11 @@ echo "partition: seed $seed: hosts $hosts, steps $steps, side A ${sidea[*]}, sid
     "cut at step $cut_step for $cut_ms ms (peer timeout ${T} s)"
 
 # --- the swarm, in the background (netns.sh waits for its peers and tears down). --db:
-# a peer without a store writes no `failed` events (peer/peer.c, on_view); --slowdown 40:
-# about 2 steps a second, so that the run outlasts the cut and its heal on a busy machine
+# a peer without a store writes no `failed` events (peer/peer.c, on_view); --slowdown
+# (ST_SLOWDOWN): about 2.6 steps a second, so that the run outlasts the cut and its heal on
+# a busy machine
 ST_NS_PREFIX=$P SWARMTRAIN_BIN="$BIN" "$SRC/tools/netns.sh" swarm --hosts "$hosts" --stages 2 \
-    --steps "$steps" --timeout 300 --dir "$dir/run" --db -- --slowdown 40 --no-rebalance \
+    --steps "$steps" --timeout 300 --dir "$dir/run" --db -- --slowdown "${ST_SLOWDOWN:-40}" --no-rebalance \
     --peer-timeout "$T" >"$dir/swarm.out" 2>&1 &
 swarm_pid=$!
 

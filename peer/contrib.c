@@ -63,6 +63,7 @@ void contrib_reset_step(contrib_t *c)
     timeout_stop(&c->deadline);
     timeout_stop(&c->suspect);
     c->gone_asked = 0;
+    c->named_asked = 0;
     c->first_at = c->share_at = c->complete_at = 0;
 }
 

@@ -54,6 +54,8 @@ typedef struct {
                          * (step.c): the lookahead of ahead_step (step_lookahead), scratch */
     int64_t ahead_step; /* the step whose part 0 made it; -1: none */
     int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */
+    int named_asked;    /* origins a held message names, gone from the pool, not held, that it
+                         * asked for at once this step (step.c missing_messages) */
     /* timers (docs/protocol.md 12.11) */
     timeout_t progress;  /* step.progress: the next PROGRESS re-send */
     timeout_t stall;     /* step.stall: the next report of a step that has not moved */

@@ -812,6 +812,7 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
         for (int c = 0; held[i]->part == 0 && c < held[i]->nclaims; c++)
             add_id(ids, &nids, cap, held[i]->claims[c]);
     free(held);
+    int named = 0;
     for (int i = 0; i < nids; i++) {
         int self = peer_is_self(p, ids[i]);
         if (self && !contributing(p)) continue;
@@ -841,10 +842,18 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
          * it here named it for the next step, and the pool waited 2 x timeout_s for
          * nothing after each move. It answers for what it left behind (move.c) within a
          * round trip: step.relay after the wait began, it is not waited for. */
-        const timeout_t *wait = moved ? &p->contrib.relay : &p->contrib.unknown;
+        timeout_t *wait = moved ? &p->contrib.relay : &p->contrib.unknown;
+        /* one newly found named (a message just in names it): asked for at once, and its
+         * wait starts now. A follower that had just taken its state got its mates' messages
+         * of the step a moment after its once-a-second ask, one naming a member that had
+         * moved to another stage since; its wait, running since it began serving, ran out
+         * before the next ask, and it applied the step without the message its mates had
+         * taken in: another hash (sim rebalance mild 5x2 seed 50, the 4,1 placement) */
+        int fresh = !mem && !self && need == 0 && ++named > p->contrib.named_asked;
+        if (fresh) timeout_start(wait, p->now), p->contrib.named_asked = named;
         if (!mem && !self && need == 0 && timeout_fired(wait, p->now)) continue;
         missing++;
-        if (!ask || self) continue;
+        if ((!ask && !fresh) || self) continue;
         if (!mem) { /* named by a mate, unknown here: a mate may relay its message */
             memcpy(q.origin, ids[i], MSG_ID_LEN);
             q.flags = 0;

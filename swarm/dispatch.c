@@ -375,7 +375,11 @@ int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
                   const void *const *data, const size_t *len)
 {
     int j = members_find(d->mem, id);
-    return j > 0 ? send_entry(d, members_at(d->mem, j), nframes, data, len) : -1;
+    if (j > 0) return send_entry(d, members_at(d->mem, j), nframes, data, len);
+    if (j == 0 || !d->io.reply || d->io.reply(d->io.ctx, id, MSG_ID_LEN, nframes, data, len))
+        return -1;
+    dispatch_count_out(d, nframes, data, len);
+    return 0;
 }
 
 /* ---- in ------------------------------------------------------------------------------- */

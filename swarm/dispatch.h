@@ -112,7 +112,11 @@ size_t dispatch_header(dispatch_t *d, msg_t *m, uint64_t clock_us, uint8_t *buf,
                        char *err);
 
 /* Sends an encoded message (header first) to member id, counting it: 0, or -1 when id is
- * not a live member or io->send failed (the caller reports it undelivered). */
+ * not a live member or io->send failed (the caller reports it undelivered). An id not in
+ * the table at all gets it on the connection it opened to this peer (io->reply, routing id
+ * = its id), if it has one: the answer to a request from a newcomer that heard of this peer
+ * before this peer heard of it (a joiner's first state request in a burst of joiners went
+ * unanswered and was asked again 10 s later; docs/protocol.md 9). */
 int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
                   const void *const *data, const size_t *len);
 

@@ -642,11 +642,20 @@ static int io_probe(void *ctx, members_entry_t *e, int nframes, const void *cons
     return put_frames(ctx, e->m.addr, nframes, data, len, 1);
 }
 
-/* The status tool is no node of the simulator: nothing answers it. */
+/* On the connection a node opened to n, whose routing id is its id (docs/protocol.md
+ * 3.1: an answer to a peer n does not know yet): to the up node of that id, the latest life
+ * (a restarted node takes its id over, as ZMQ_ROUTER_HANDOVER does). The status tool is no
+ * node of the simulator: nothing answers it. */
 static int io_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes,
                     const void *const *data, const size_t *len)
 {
-    (void)ctx, (void)conn, (void)conn_len, (void)nframes, (void)data, (void)len;
+    node_t *n = ctx;
+    if (conn_len != MSG_ID_LEN) return -1;
+    for (int i = n->s->nnodes - 1; i >= 0; i--) {
+        node_t *d = n->s->nodes[i];
+        if (d != n && d->state == NODE_UP && !memcmp(d->id, conn, MSG_ID_LEN))
+            return put_frames(n, d->addr, nframes, data, len, 0);
+    }
     return -1;
 }
 

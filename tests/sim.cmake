@@ -285,6 +285,11 @@ st_add_sim(swim_deadlink_3x2 --faults deadlink --peers 6 --stages 3 --steps 12 -
 # over a dead connection for 30 s, was stepped without (3 of 4 counted at step 0).
 st_add_sim(regress_swim_deadlink_608 --faults deadlink --peers 4 --stages 2 --steps 12
            --seed 608 --set swim_every=4)
+# A follower's mates' messages of its first step named a member that had moved to stage 1
+# since; its wait for that member's message had run since it began serving and ran out
+# before it asked, and it applied the step without the message its mates took in (hash).
+st_add_sim_asan(regress_rebal_follower_50 --faults mild --peers 5 --stages 2 --steps 40
+                --microbatches 4 --placement 4,1 --moves 0 --rebalance-cooldown 1 --seed 50)
 
 # Paused peers (issue 24): the "pause" level freezes random peers for 1-20 virtual seconds
 # (SIGSTOP ... SIGCONT), their messages held until they wake; a woken peer must come back

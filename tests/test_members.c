@@ -877,6 +877,63 @@ static void test_mend(void **state)
 
 /* A side connection (docs/protocol.md 3.1: the sender's id and MSG_SIDE_TAG) carries
  * HELLO, GOSSIP and PROBE, and nothing else; another last octet is no side connection. */
+/* An answer to a peer this one does not know yet (a joiner that heard of it first, from its
+ * WELCOME) leaves on the connection that peer opened, whose routing id is its id
+ * (docs/protocol.md 3.1); a member it knows gets it on its member connection as before.
+ * Before, dispatch_send dropped it: a joiner's first state request in a burst of 20 went
+ * unanswered for 10 s. */
+static int ans_reply_n;
+static uint8_t ans_reply_conn[MSG_ID_LEN + 1];
+static size_t ans_reply_len;
+static int ans_reply(void *ctx, const uint8_t *conn, size_t conn_len, int nframes,
+                     const void *const *data, const size_t *len)
+{
+    (void)ctx, (void)nframes, (void)data, (void)len;
+    ans_reply_n++;
+    ans_reply_len = conn_len;
+    memcpy(ans_reply_conn, conn, conn_len <= sizeof ans_reply_conn ? conn_len : 0);
+    return 0;
+}
+
+static void test_answer_unknown(void **state)
+{
+    (void)state;
+    sw_net_t *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    dispatch_config_t c;
+    memset(&c, 0, sizeof c);
+    c.self = member(0, 0, 0, MEMBER_SERVING);
+    c.swarm = SW_SWARM;
+    c.run_text = "test\n";
+    c.timeout_s = 3.0;
+    dispatch_io_t io;
+    memset(&io, 0, sizeof io);
+    io.ctx = w;
+    io.send = io.probe = sw_send;
+    io.reply = ans_reply;
+    char err[STATUS_ERR_LEN];
+    dispatch_t *p = dispatch_new(&c, &io, 100.0, err);
+    assert_non_null(p);
+    msg_t m = {.type = MSG_STATE_REP, .stage = 0, .step = 3};
+    uint8_t hdr[MSG_HEADER_MAX];
+    size_t hl = dispatch_header(p, &m, 0, hdr, sizeof hdr, err);
+    assert_true(hl > 0);
+    const void *fr[1] = {hdr};
+    uint8_t newcomer[MSG_ID_LEN];
+    memcpy(newcomer, member(3, 0, 0, 0).id, MSG_ID_LEN);
+    ans_reply_n = 0;
+    assert_int_equal(dispatch_send(p, newcomer, 1, fr, &hl), 0);
+    assert_int_equal(ans_reply_n, 1);
+    assert_int_equal(ans_reply_len, MSG_ID_LEN);
+    assert_memory_equal(ans_reply_conn, newcomer, MSG_ID_LEN);
+    assert_int_equal(w->n, 0); /* no member connection for it */
+    /* itself: never */
+    assert_int_equal(dispatch_send(p, member(0, 0, 0, 0).id, 1, fr, &hl), -1);
+    assert_int_equal(ans_reply_n, 1);
+    dispatch_destroy(&p);
+    free(w);
+}
+
 static void test_side_connection(void **state)
 {
     (void)state;
@@ -1180,7 +1237,8 @@ int main(void)
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
         cmocka_unit_test(test_swim_sync_dead),
-        cmocka_unit_test(test_side_connection), cmocka_unit_test(test_swim_direct_path),
+        cmocka_unit_test(test_side_connection), cmocka_unit_test(test_answer_unknown),
+        cmocka_unit_test(test_swim_direct_path),
         cmocka_unit_test(test_mend),
         cmocka_unit_test(test_swim_first_incarnation), cmocka_unit_test(test_pause_ask_swim),
         cmocka_unit_test(test_pause_ask_gossip),

@@ -510,8 +510,12 @@ static int sw_send(void *ctx, members_entry_t *e, int nframes, const void *const
     return 0;
 }
 
-/* A core of member `tag`: SWIM (every 4 ticks a probe), or whole-table gossip (0). */
-static dispatch_t *sw_core_every(int tag, sw_net_t *w, int every)
+typedef int (*sw_reply_fn)(void *ctx, const uint8_t *conn, size_t conn_len, int nframes,
+                           const void *const *data, const size_t *len);
+
+/* A core of member `tag`: SWIM (every 4 ticks a probe), or whole-table gossip (0); its
+ * answers on a connection go to `reply` (NULL: none). */
+static dispatch_t *sw_core_reply(int tag, sw_net_t *w, int every, sw_reply_fn reply)
 {
     dispatch_config_t c;
     memset(&c, 0, sizeof c);
@@ -527,10 +531,16 @@ static dispatch_t *sw_core_every(int tag, sw_net_t *w, int every)
     io.ctx = w;
     io.send = io.probe = sw_send;
     io.reconnect = sw_reconnect;
+    io.reply = reply;
     char err[STATUS_ERR_LEN];
     dispatch_t *d = dispatch_new(&c, &io, 100.0, err);
     assert_non_null(d);
     return d;
+}
+
+static dispatch_t *sw_core_every(int tag, sw_net_t *w, int every)
+{
+    return sw_core_reply(tag, w, every, NULL);
 }
 
 static dispatch_t *sw_core(int tag, sw_net_t *w)
@@ -900,20 +910,8 @@ static void test_answer_unknown(void **state)
     (void)state;
     sw_net_t *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    dispatch_config_t c;
-    memset(&c, 0, sizeof c);
-    c.self = member(0, 0, 0, MEMBER_SERVING);
-    c.swarm = SW_SWARM;
-    c.run_text = "test\n";
-    c.timeout_s = 3.0;
-    dispatch_io_t io;
-    memset(&io, 0, sizeof io);
-    io.ctx = w;
-    io.send = io.probe = sw_send;
-    io.reply = ans_reply;
+    dispatch_t *p = sw_core_reply(0, w, 0, ans_reply);
     char err[STATUS_ERR_LEN];
-    dispatch_t *p = dispatch_new(&c, &io, 100.0, err);
-    assert_non_null(p);
     msg_t m = {.type = MSG_STATE_REP, .stage = 0, .step = 3};
     uint8_t hdr[MSG_HEADER_MAX];
     size_t hl = dispatch_header(p, &m, 0, hdr, sizeof hdr, err);

@@ -116,7 +116,7 @@ size_t dispatch_header(dispatch_t *d, msg_t *m, uint64_t clock_us, uint8_t *buf,
  * the table at all gets it on the connection it opened to this peer (io->reply, routing id
  * = its id), if it has one: the answer to a request from a newcomer that heard of this peer
  * before this peer heard of it (a joiner's first state request in a burst of joiners went
- * unanswered and was asked again 10 s later; docs/protocol.md 9). */
+ * unanswered and was asked again 10 s later; docs/protocol.md 3.1). */
 int dispatch_send(dispatch_t *d, const uint8_t id[MSG_ID_LEN], int nframes,
                   const void *const *data, const size_t *len);
 

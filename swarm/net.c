@@ -292,7 +292,7 @@ static int serve_chunk(struct net *n, const msg_t *m)
     if (!(hlen = dispatch_header(n->core, &rep, wall_us(), hdr, sizeof hdr, err))) return 0;
     const void *fr[2] = {hdr, chunk};
     size_t frl[2] = {hlen, clen};
-    dispatch_send(n->core, m->sender, 2, fr, frl); /* not a live member: it asks again */
+    dispatch_send(n->core, m->sender, 2, fr, frl); /* one not known yet: on its connection */
     return 1;
 }
 

@@ -180,8 +180,7 @@ int custody_forward(peer_t *p, mbrec_t *r, const uint8_t *avoid)
     memcpy(r->next, back >= 0 ? r->route[back] : cand[pick].id, MSG_ID_LEN);
     r->sent = 1;
     r->sent_at = p->now;
-    if (r->mb.kind == 0)
-        stats_note_act_bytes(&p->stats, r->act_len, (uint64_t)p->dims.BT * (uint64_t)p->dims.C);
+    if (r->mb.kind == 0) stats_note_act_bytes(&p->stats, r->act_len);
     return peer_send(p, r->next, &m, 2, pl, len);
 }
 

@@ -819,8 +819,8 @@ void peer_finish(peer_t *p, const char *why)
                " rejected=%" PRIu64 " act_bytes=%" PRIu64 " act_elems=%" PRIu64 " stale=%" PRIu64
                " throughput=%.1f revisits=%" PRIu64 " moves=%d",
                why, peer_param_hash(p), p->stats.served, p->stats.retries, p->stats.lost,
-               p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.act_elems,
-               p->stats.stale,
+               p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes,
+               p->stats.act_tensors * (uint64_t)p->dims.BT * (uint64_t)p->dims.C, p->stats.stale,
                (double)p->me.entry.throughput, p->stats.revisits, p->rebal.moves);
 }
 

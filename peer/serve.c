@@ -124,7 +124,7 @@ static int send_grad(peer_t *p, const mbrec_t *r, float loss)
     int rc = encode_act(p, -1, &g, &glen);
     if (rc) return rc;
     const void *pl[1] = {g};
-    stats_note_act_bytes(&p->stats, glen, (uint64_t)p->dims.BT * (uint64_t)p->dims.C);
+    stats_note_act_bytes(&p->stats, glen);
     peer_send(p, r->prev, &b, 1, pl, &glen);
     free(g);
     return 0;

@@ -25,8 +25,8 @@ void stats_note_rejected(peer_stats_t *s)
     s->rejected++;
 }
 
-void stats_note_act_bytes(peer_stats_t *s, uint64_t n, uint64_t elems)
+void stats_note_act_bytes(peer_stats_t *s, uint64_t n)
 {
     s->act_bytes += n;
-    s->act_elems += elems;
+    s->act_tensors++;
 }

@@ -12,8 +12,8 @@ typedef struct {
     double tp_ema; /* samples per second, bias-corrected EMA of its passes (serve.c) */
     int tp_n;
     uint64_t served, retries, lost, act_bytes, rejected, net_rejected;
-    uint64_t act_elems; /* boundary elements those act_bytes carried: act_bytes / act_elems
-                         * is the codec's cost on the wire, header included */
+    uint64_t act_tensors; /* the tensors those act_bytes carried, each batch x seq x dim
+                           * elements: the codec's bytes per element (peer.c, `left`) */
     uint64_t stale;    /* backward passes of a step the pool had already applied */
     uint64_t revisits; /* second visits of a swapped microbatch served here (CheckFree+) */
     uint64_t ahead;     /* overlap: microbatches stage 0 started before their step (serve.c) */
@@ -34,7 +34,7 @@ float stats_note_throughput(peer_stats_t *s, int batch, double seconds);
 void stats_forget_throughput(peer_stats_t *s);
 /* A message refused (malformed, unexpected, over a limit). */
 void stats_note_rejected(peer_stats_t *s);
-/* An activation or gradient tensor sent: its encoded octets and its elements. */
-void stats_note_act_bytes(peer_stats_t *s, uint64_t n, uint64_t elems);
+/* An activation or gradient tensor sent, n octets encoded. */
+void stats_note_act_bytes(peer_stats_t *s, uint64_t n);
 
 #endif

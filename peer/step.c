@@ -849,9 +849,10 @@ static int missing_messages(peer_t *p, const msg_member_t *own, int n)
          * moved to another stage since; its wait, running since it began serving, ran out
          * before the next ask, and it applied the step without the message its mates had
          * taken in: another hash (sim rebalance mild 5x2 seed 50, the 4,1 placement) */
-        int fresh = !mem && !self && need == 0 && ++named > p->contrib.named_asked;
+        int gone = !mem && !self && need == 0;
+        int fresh = gone && ++named > p->contrib.named_asked;
         if (fresh) timeout_start(wait, p->now), p->contrib.named_asked = named;
-        if (!mem && !self && need == 0 && timeout_fired(wait, p->now)) continue;
+        if (gone && timeout_fired(wait, p->now)) continue;
         missing++;
         if ((!ask && !fresh) || self) continue;
         if (!mem) { /* named by a mate, unknown here: a mate may relay its message */

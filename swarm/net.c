@@ -217,7 +217,6 @@ static void io_reconnect(void *ctx, members_entry_t *e, const char *why)
              e->m.addr, why);
 }
 
-
 static void member_down(void *ctx, members_entry_t *e, const char *why)
 {
     (void)ctx;

@@ -548,34 +548,50 @@ static dispatch_t *sw_core(int tag, sw_net_t *w)
     return sw_core_every(tag, w, 4);
 }
 
-/* A PROBE from member `tag` to p, on the connection whose routing id is conn (NULL: the
- * member connection); what dispatch_on_frames returned. */
-static int sw_probe_on(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags,
-                       uint64_t probe, const uint8_t *target, double now, const uint8_t *conn,
-                       size_t conn_len)
+/* A PROBE of `kind` from member `tag` to p, whose sender counts `count` live members and
+ * whose table is its own entry, then rows[0, nrows); on the connection whose routing id is
+ * conn (NULL: the member connection). What dispatch_on_frames returned. */
+static int sw_probe_frames(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags,
+                           uint64_t probe, const uint8_t *target, uint32_t count,
+                           const msg_member_t *rows, int nrows, double now, const uint8_t *conn,
+                           size_t conn_len)
 {
-    dispatch_t *h = w->peer[tag];
     msg_t m;
     memset(&m, 0, sizeof m);
     m.type = MSG_PROBE;
     m.probe_kind = (uint8_t)kind;
     m.flags = (uint8_t)flags;
     m.probe = probe;
-    m.count = (uint32_t)(members_live_others(dispatch_members(p)) + 1); /* as many as P */
+    m.count = count;
     if (target) memcpy(m.dest, target, MSG_ID_LEN);
-    uint8_t hdr[MSG_HEADER_MAX], tab[1024];
+    uint8_t hdr[MSG_HEADER_MAX], tab[2048];
     char err[STATUS_ERR_LEN];
-    size_t hl = dispatch_header(h, &m, 0, hdr, sizeof hdr, err), tl = 0;
+    size_t hl = dispatch_header(w->peer[tag], &m, 0, hdr, sizeof hdr, err), tl = 0;
     assert_true(hl > 0);
-    msg_member_t self;
-    members_at(dispatch_members(h), 0)->m.uptime_s = (uint32_t)(now - 100.0 - w->born[tag]);
-    if (w->beat) members_at(dispatch_members(h), 0)->m.heartbeat++;
-    members_self_entry_now(dispatch_members(h), &self);
-    assert_int_equal(msg_members_encode(&self, 1, tab, sizeof tab, &tl, err), 0);
+    msg_member_t v[8];
+    members_self_entry_now(dispatch_members(w->peer[tag]), &v[0]);
+    for (int i = 0; i < nrows && i < 7; i++) v[1 + i] = rows[i];
+    assert_int_equal(msg_members_encode(v, 1 + nrows, tab, sizeof tab, &tl, err), 0);
     const void *data[2] = {hdr, tab};
     size_t len[2] = {hl, tl};
-    if (!conn) conn = self.id, conn_len = MSG_ID_LEN;
+    if (!conn) conn = v[0].id, conn_len = MSG_ID_LEN;
     return dispatch_on_frames(p, conn, conn_len, 0, NULL, 2, data, len, now, err);
+}
+
+/* A PROBE from member `tag` to p, counting as many live members as p, its table its own
+ * entry (its uptime from w->born, its heartbeat raised when w->beat), on the connection
+ * whose routing id is conn (NULL: the member connection); what dispatch_on_frames
+ * returned. */
+static int sw_probe_on(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags,
+                       uint64_t probe, const uint8_t *target, double now, const uint8_t *conn,
+                       size_t conn_len)
+{
+    members_t *h = dispatch_members(w->peer[tag]);
+    members_at(h, 0)->m.uptime_s = (uint32_t)(now - 100.0 - w->born[tag]);
+    if (w->beat) members_at(h, 0)->m.heartbeat++;
+    uint32_t count = (uint32_t)(members_live_others(dispatch_members(p)) + 1); /* as many as P */
+    return sw_probe_frames(p, w, tag, kind, flags, probe, target, count, NULL, 0, now, conn,
+                           conn_len);
 }
 
 static void sw_probe(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags, uint64_t probe,
@@ -1009,29 +1025,12 @@ static void test_swim_join_sync(void **state)
     free(w);
 }
 
-/* A PROBE of `kind` from member `tag` to p whose sender counts `count` live members and
- * whose table is its own entry, then rows[0, nrows). */
+/* sw_probe_frames on the member connection, which must take it. */
 static void sw_probe_rows(dispatch_t *p, sw_net_t *w, int tag, int kind, int flags,
                           uint32_t count, const msg_member_t *rows, int nrows, double now)
 {
-    msg_t m;
-    memset(&m, 0, sizeof m);
-    m.type = MSG_PROBE;
-    m.probe_kind = (uint8_t)kind;
-    m.flags = (uint8_t)flags;
-    m.count = count;
-    uint8_t hdr[MSG_HEADER_MAX], tab[2048];
-    char err[STATUS_ERR_LEN];
-    size_t hl = dispatch_header(w->peer[tag], &m, 0, hdr, sizeof hdr, err), tl = 0;
-    assert_true(hl > 0);
-    msg_member_t v[8];
-    members_self_entry_now(dispatch_members(w->peer[tag]), &v[0]);
-    for (int i = 0; i < nrows && i < 7; i++) v[1 + i] = rows[i];
-    assert_int_equal(msg_members_encode(v, 1 + nrows, tab, sizeof tab, &tl, err), 0);
-    const void *data[2] = {hdr, tab};
-    size_t len[2] = {hl, tl};
-    assert_int_equal(dispatch_on_frames(p, v[0].id, MSG_ID_LEN, 0, NULL, 2, data, len, now, err),
-                     0);
+    assert_int_equal(
+        sw_probe_frames(p, w, tag, kind, flags, 0, NULL, count, rows, nrows, now, NULL, 0), 0);
 }
 
 /* The SYNC for deaths (docs/protocol.md 10.7 rule 8): a member that holds alive one that

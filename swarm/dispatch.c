@@ -17,8 +17,8 @@
                           * clears in a tick or two, not a minute of 4 at a time) */
 #define SWIM_FWD_MAX 8  /* pings asked of this peer by others, under way at once */
 #define SWIM_DOUBT_PERIODS 1 /* a ping unanswered makes this peer doubt itself this long */
-#define SWIM_HOLD_MAX 8      /* failed probes of one target held back in a row at most: a
-                              * cut of seconds is ridden out, a lasting one is not */
+#define SWIM_HOLD_MAX 8      /* failed probes held back in a run at most: a cut of
+                              * seconds is ridden out, a lasting one is not */
 #define SWIM_MISS_DOUBT 1    /* a MISS's flags: its helper doubts itself (10.7 rule 12) */
 #define SWIM_SYNC_DEAD 1     /* a SYNC's and its TABLE's flags: the recent deaths only (rule 8) */
 #define SWIM_DOUBT_MAX 4     /* targets whose unanswered pings it doubts itself for, kept */
@@ -37,14 +37,15 @@ typedef struct {
     double sent_at;
     /* local health (10.7 rule 12): the tick until which this peer doubts itself (it saw a
      * ping go unanswered lately: a helper silent or in doubt, or one it was asked for);
-     * failed probes of this target held back in a row, and whether the next period pings
-     * it again */
+     * failed probes held back in the run under way (of any target; the tick of its last),
+     * whether the next period pings the target again, and whether the probe under way
+     * does */
     struct {
         uint8_t target[MSG_ID_LEN];
         uint64_t until;
     } doubt[SWIM_DOUBT_MAX];
-    int held, retry;
-    uint64_t holds;
+    int held, retry, retried;
+    uint64_t holds, held_tick;
     /* the probe ring (10.7 rule 2): live members and this peer by id, kept by the up and
      * down hooks (ring_dirty: to be built anew); seconds per tick; what to add to the
      * clock the core is given to read the wall clock */
@@ -1108,18 +1109,27 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
         /* no answer, directly or through others, within a period. A helper that said
          * nothing, or whose MISS said it doubts itself, points at this peer or a partition
          * rather than the target: the probe is held back and the target pinged again next
-         * period, up to SWIM_HOLD_MAX times. Else (every helper vouched that the target
-         * did not answer it) it is suspected, and hears so itself at once (to refute it
-         * if alive). */
+         * period, SWIM_HOLD_MAX times in a run at most. The run is this peer's, not the
+         * target's: a cut that outlasted it outlasted it for every member across, and
+         * each is suspected at its first failed probe (held per target, a side of 2
+         * declared the 4 across dead one after another, 9 periods each: 21-36 s into the
+         * cut). It ends when a held target answers, when the helpers vouch, or after
+         * SWIM_HOLD_MAX periods with no held failure. Else (every helper vouched that the
+         * target did not answer it) it is suspected, and hears so itself at once (to
+         * refute it if alive). */
         w->probing = 0;
         int missing = w->asked && w->misses < w->helpers;
-        if (missing) swim_doubt(w, w->target);
+        if (w->held && w->ticks - w->held_tick > (uint64_t)(SWIM_HOLD_MAX * w->every)) w->held = 0;
+        if (missing) {
+            swim_doubt(w, w->target);
+            w->held_tick = w->ticks;
+        }
         if (missing && w->held < SWIM_HOLD_MAX) {
             w->held++;
             w->holds++;
             w->retry = 1;
         } else {
-            w->held = 0; /* a later hold starts a run of its own */
+            if (!missing) w->held = 0; /* its helpers answered: it is not cut off */
             if (members_suspect(t, j, now)) {
                 w->suspected++;
                 ch = 1;
@@ -1153,10 +1163,11 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
     }
     if (w->ticks % (uint64_t)w->every == 0) {
         int next = -1;
+        w->retried = 0;
         if (w->retry) { /* a held probe: the same target again, while it is a live member */
             next = members_find(t, w->target);
             if (next > 0 && !members_at(t, next)->alive) next = -1;
-            if (next <= 0) w->held = 0;
+            w->retried = next > 0;
             w->retry = 0;
         }
         if (next <= 0) next = swim_next(d, now);
@@ -1246,7 +1257,7 @@ static int on_probe(dispatch_t *d, const msg_t *m, const uint8_t *tab, size_t tl
         if (w->probing && m->probe == w->probe && !memcmp(m->dest, w->target, MSG_ID_LEN)) {
             w->acked = 1;
             w->acks++;
-            w->held = 0;
+            if (w->retried) w->held = 0; /* a held target answers: the cut healed */
             int tj = members_find(t, w->target);
             if (tj > 0 && !memcmp(m->sender, w->target, MSG_ID_LEN) && !w->asked)
                 rtt_note(&members_at(t, tj)->rtt, now - w->sent_at);

@@ -700,6 +700,52 @@ static void test_swim_local_health(void **state)
     assert_true(again);
 }
 
+/* A cut that lasts, seen from its small side (10.7 rule 12): P and tag 1 on one side,
+ * tags 2-4 on the other. Every probe P makes across it fails with a helper silent (the far
+ * side) and tag 1's MISS in doubt: held. The first far member is suspected after 8 held
+ * probes; the cut has lasted that long for the others too, so each of them is suspected
+ * at P's first failed probe of it, not after 8 held probes of its own in turn. P's
+ * answered pings of tag 1 between them do not start the count afresh: a partition leaves
+ * the near side answering. (Held per target, a side of 2 in a swarm of 6 declared the 4
+ * across dead 21-36 s into a cut on the real network: tests/partition.sh seed 575022641.) */
+static void test_swim_lasting_cut(void **state)
+{
+    (void)state;
+    sw_net_t *w = malloc(sizeof *w);
+    assert_non_null(w);
+    dispatch_t *p = sw_swarm(w);
+    members_t *t = dispatch_members(p);
+    for (int k = 2; k < 5; k++) w->down[k] = 1;
+    double now = 100.0, suspected[5] = {0};
+    int from, acked_near = 0;
+    for (int tick = 0; tick < 4 * 40; tick++) {
+        w->n = 0;
+        sw_tick(p, w, now += 0.25, &from);
+        for (int i = from; i < w->n; i++) {
+            const msg_t *m = &w->out[i].m;
+            int to = sw_tag(w->out[i].to);
+            acked_near += m->probe_kind == PROBE_PING && to == 1;
+            if (m->probe_kind == PROBE_REQ && to == 1) /* tag 1 cannot reach them either */
+                sw_probe(p, w, 1, PROBE_MISS, 1, m->probe, m->dest, now + 0.01);
+        }
+        for (int k = 2; k < 5; k++) {
+            members_entry_t *e = members_at(t, members_find(t, member(k, 0, 0, 0).id));
+            if (!suspected[k] && (e->suspect_at > 0 || !e->alive)) suspected[k] = now - 100.0;
+        }
+    }
+    assert_true(acked_near > 0);
+    double first = 1e9, last = 0;
+    for (int k = 2; k < 5; k++) {
+        assert_true(suspected[k] > 0);
+        if (suspected[k] < first) first = suspected[k];
+        if (suspected[k] > last) last = suspected[k];
+    }
+    assert_true(first >= 8.0);       /* a cut of seconds is ridden out */
+    assert_true(last - first <= 5.0); /* the rest within a turn of the ring: 4 periods */
+    sw_free(&p, w);
+    free(w);
+}
+
 /* As a helper: a ping asked of P that goes unanswered makes P doubt itself, and says so in
  * its next MISS about another member, but only for SWIM_DOUBT_PERIODS periods: a heal is
  * not held against the members for long (200 members under mild, seed 31: probes held for
@@ -1232,6 +1278,7 @@ int main(void)
         cmocka_unit_test(test_set_self),     cmocka_unit_test(test_large_view_encode),
         cmocka_unit_test(test_probe_candidates), cmocka_unit_test(test_echo_timeout),
         cmocka_unit_test(test_swim_rules), cmocka_unit_test(test_swim_local_health),
+        cmocka_unit_test(test_swim_lasting_cut),
         cmocka_unit_test(test_swim_doubt_passes), cmocka_unit_test(test_swim_join_sync),
         cmocka_unit_test(test_swim_sync_dead),
         cmocka_unit_test(test_side_connection), cmocka_unit_test(test_answer_unknown),

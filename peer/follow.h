@@ -50,6 +50,7 @@ typedef struct {
     double first_named_at; /* when its first contributing step was first named in this
                             * serving period (0: not yet) */
     int64_t first_named_step; /* the step it was at then */
+    double named_at;     /* when the step it names now was named (0: not yet) */
     double t0;           /* its first step followed in this serving period (0: none yet) */
     int64_t head0;       /* ... and the pool's head then, for the pool's pace */
     double named_sps;    /* the pool's seconds per step its first naming counted with */

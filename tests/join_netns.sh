@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # join_netns.sh — ctest `swarm_join` runs it as it is (tiny, unshaped links; the sanitized
-# binary), `swarm_join_small` with `--config small` (the Release binary: tests/swarm.cmake);
-# by hand, as root, `--rate 100mbit --delay-ms 50` with either config. Joining a running
-# swarm,
+# binary), `swarm_join_small` with `--config small` and `swarm_join_tiny_thin` with
+# `--rate 100mbit --delay-ms 50` (the Release binary: tests/swarm.cmake); by hand, as root,
+# `--config small --rate 100mbit --delay-ms 50`. Joining a running swarm,
 # README's
 # "A swarm across machines" run as written on test hosts (tools/netns.sh: network
 # namespaces on one bridge, links optionally shaped), issue 24. Host 1 starts the swarm

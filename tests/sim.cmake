@@ -15,8 +15,8 @@
 # kind, and the 70-peer pool, the regressions, the replays and the planted bugs run, with
 # this tree's sanitized binary. Replay a failing entry's seed with the binary its command
 # line names (ctest -V): the two builds' floats differ in the last bits, and so do their
-# trace hashes. The join test that bounds a user's wait with `small` (tests/swarm.cmake,
-# swarm_join_small) runs this Release binary too.
+# trace hashes. The join tests that bound a user's wait (tests/swarm.cmake,
+# swarm_join_small and swarm_join_tiny_thin) run this Release binary too.
 if(SWARMTRAIN_SANITIZE AND NOT SWARMTRAIN_FUZZ)
   include(ExternalProject)
   if(CMAKE_GENERATOR MATCHES "Make")

@@ -75,10 +75,11 @@ set_tests_properties(swarm_join PROPERTIES LABELS integration TIMEOUT 300 SKIP_R
 # the time a user waits, so it runs the binary users run, the Release build of these
 # sources (the simulator's, tests/sim.cmake: sim-release/ under tools/test), alone. The
 # sanitized binary runs the same script in swarm_join above. `tiny`'s two joiners behind
-# 100 Mbit/s + 50 ms (--rate 100mbit --delay-ms 50, bound 5 s) are not an entry: in one
-# run of about ten a stage-0 joiner's naming was not echoed in time and it was named again
-# 28 steps on, contributing after 6.76 s (docs/design-notes.md, "README's join lines in
-# CI"); a flaky entry would be a defect, the naming the thing to fix.
+# 100 Mbit/s + 50 ms (bound 5 s): out in session 22 (a stage-0 joiner reached its named
+# step before the echo came and was named again 28 steps on: 6.3-7.6 s in 3 runs of 16),
+# back since follow.c names again a margin past it (name_unheard; docs/design-notes.md,
+# "Joining over thin links, the naming"). `small` behind the same link is by hand only:
+# 8.0-9.1 s against its 10-s bound (its 51.7 MB take 5 s at the link's rate).
 function(st_add_join_release name)
   add_test(NAME swarm_join_${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/join_netns.sh ${ARGN})
   set_tests_properties(swarm_join_${name} PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77
@@ -86,3 +87,4 @@ function(st_add_join_release name)
     ENVIRONMENT "SWARMTRAIN_BIN=${ST_SIM_BIN};SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE")
 endfunction()
 st_add_join_release(small --config small)
+st_add_join_release(tiny_thin --rate 100mbit --delay-ms 50)

@@ -384,6 +384,23 @@ static void test_follow_join_margin(void **state)
     follow_pace(&k, 0.1, 1, 1);
     assert_int_equal(follow_name(&k, 40, 40, 40, 30.0, &named), 40 + 25);
     assert_false(named);
+    /* the named step reached before any mate's echo (a thin link, a head that lagged):
+     * named again at once, past it by FOLLOW_CONFIRM_S and the wait so far, not gossip_s
+     * on; once echoed, it stands */
+    follow_t u;
+    follow_init(&u, 3.0);
+    follow_begin(&u, 0.0);
+    u.followed = 5;
+    u.t0 = 19.0, u.head0 = 15;                                      /* 0.2 s a step */
+    assert_int_equal(follow_name(&u, 18, 2000, 20, 20.0, &named), 20 + 3); /* 0.5 s */
+    assert_true(named);
+    assert_int_equal(follow_name(&u, 23, 23, 21, 20.15, &named), 23 + 4); /* 0.65 s at 0.19 */
+    assert_false(named);
+    u.heard = 27;
+    assert_int_equal(follow_name(&u, 27, 27, 26, 20.9, &named), 27);
+    /* ... and 1 s after the first naming (2 x FOLLOW_CONFIRM_S) still unheard: gossip_s */
+    u.heard = -1;
+    assert_true(follow_name(&u, 27, 27, 26, 21.1, &named) >= 27 + (int64_t)((20.0 + 3.0 - 21.1) / 0.2));
     /* a contributor's pace is an EMA of its own steps */
     follow_t c;
     follow_init(&c, 2.0);

@@ -323,6 +323,16 @@ static int64_t follow_pool(follow_t *f, const double *pace, int64_t change_at, d
     return follow_pool_echo(f, pace, change_at, 0, t_first, t_take);
 }
 
+/* A follower with gossip_s, 5 steps followed, whose first step was at t0 with the pool's
+ * head at head0. */
+static void follower_at(follow_t *f, double gossip_s, double t0, int64_t head0)
+{
+    follow_init(f, gossip_s);
+    follow_begin(f, 0.0);
+    f->followed = 5;
+    f->t0 = t0, f->head0 = head0;
+}
+
 static void test_follow_join_margin(void **state)
 {
     (void)state;
@@ -362,18 +372,12 @@ static void test_follow_join_margin(void **state)
     /* the pool's head ahead of the follower: counted from the head */
     int named;
     follow_t g;
-    follow_init(&g, 2.0);
-    follow_begin(&g, 0.0);
-    g.followed = 5;
-    g.t0 = 19.0, g.head0 = 15; /* 0.1 s a step */
+    follower_at(&g, 2.0, 19.0, 15); /* 0.1 s a step */
     assert_int_equal(follow_name(&g, 20, 2000, 25, 20.0, &named), 25 + 5); /* 0.5 s */
     assert_true(named);
     /* the head seen in gossip jumps 3 steps a moment after the first step: no pace yet */
     follow_t jp;
-    follow_init(&jp, 2.0);
-    follow_begin(&jp, 0.0);
-    jp.followed = 5;
-    jp.t0 = 19.9, jp.head0 = 22;
+    follower_at(&jp, 2.0, 19.9, 22);
     assert_int_equal(follow_name(&jp, 20, 2000, 25, 20.0, &named), 2000);
     assert_false(named);
     /* the step taken without a naming (its placeholder reached): counted from now */
@@ -388,10 +392,7 @@ static void test_follow_join_margin(void **state)
      * named again at once, past it by FOLLOW_CONFIRM_S and the wait so far, not gossip_s
      * on; once echoed, it stands */
     follow_t u;
-    follow_init(&u, 3.0);
-    follow_begin(&u, 0.0);
-    u.followed = 5;
-    u.t0 = 19.0, u.head0 = 15;                                      /* 0.2 s a step */
+    follower_at(&u, 3.0, 19.0, 15); /* 0.2 s a step */
     assert_int_equal(follow_name(&u, 18, 2000, 20, 20.0, &named), 20 + 3); /* 0.5 s */
     assert_true(named);
     assert_int_equal(follow_name(&u, 23, 23, 21, 20.15, &named), 23 + 4); /* 0.65 s at 0.19 */

@@ -22,6 +22,7 @@
 #define CONTRIB_DEADLINE_S 30.0 /* step.deadline: contributors step without missing messages */
 #define CONTRIB_SUSPECT_S  1.0  /* step.redo_suspect: a missing microbatch before it is lost */
 #define CONTRIB_REDO_S     2.0  /* step.redo_ask: REDO again while still missing */
+#define CONTRIB_GONE_MAX   16   /* owners of the step gone from the view, kept per step */
 
 typedef struct {
     size_t nb;          /* octets of a microbatch bitmap */
@@ -56,6 +57,11 @@ typedef struct {
     int gone_asked;     /* mates gone mid-step it knew of at its last ask for their messages */
     int named_asked;    /* origins a held message names, gone from the pool, not held, that it
                          * asked for at once this step (step.c missing_messages) */
+    uint8_t gone_owners[CONTRIB_GONE_MAX][MSG_ID_LEN]; /* mates that owned this step (serving,
+                         * serving_from at or below it) and left the view during it: their
+                         * messages may be held by a mate though nothing of theirs reached
+                         * this member (step.c ask_for_gone) */
+    int ngone_owners;
     /* timers (docs/protocol.md 12.11) */
     timeout_t progress;  /* step.progress: the next PROGRESS re-send */
     timeout_t stall;     /* step.stall: the next report of a step that has not moved */
@@ -76,6 +82,8 @@ int contrib_alloc(contrib_t *c, int M);
 void contrib_free(contrib_t *c);
 /* A new step: nothing counted, sent or waited for. */
 void contrib_reset_step(contrib_t *c);
+/* A mate that owned this step left the view (kept while there is room). */
+void contrib_gone_owner(contrib_t *c, const uint8_t id[MSG_ID_LEN]);
 /* Serving begins at now with parameters whose hash is my_hash. */
 void contrib_begin_serving(contrib_t *c, double now, uint64_t my_hash);
 /* The waits of a step's exchange begin now (restart: again, from now). */

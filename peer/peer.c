@@ -347,9 +347,12 @@ static int on_view(peer_t *p, const net_ev_t *ev)
         int still = 0;
         for (int j = 0; j < ev->nmembers && !still; j++)
             still = !memcmp(ev->members[j].id, p->view.m[i].id, MSG_ID_LEN);
-        if (!still) /* silent past the timeout, or left */
-            peer_event(p, "failed", "peer=%s peer_stage=%d", peer_idhex(p->view.m[i].id, h),
-                       p->view.m[i].stage);
+        if (still) continue; /* else silent past the timeout, or left */
+        const msg_member_t *m = &p->view.m[i];
+        peer_event(p, "failed", "peer=%s peer_stage=%d", peer_idhex(m->id, h), m->stage);
+        if (p->held.st && m->stage == p->stage && m->state == MEMBER_SERVING &&
+            m->serving_from <= p->step) /* an owner of the step under way (step.c ask_for_gone) */
+            contrib_gone_owner(&p->contrib, m->id);
     }
     source_on_view(&p->source, p->view.m, p->view.n, ev->members, ev->nmembers, p->step, p->now);
     if (guard_any(&p->guard)) { /* expelled members stay out of the view (guard.c) */

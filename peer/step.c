@@ -683,7 +683,7 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
 }
 
 /* Members that counted something of this step by what this member knows (they reported
- * PROGRESS, or a mate's message names them as exchange members) and are gone from the
+ * PROGRESS, or a mate's message names them as exchange members), or owned it, and are gone from the
  * pool (from the view, or moved to another stage): a mate may hold their messages (any
  * holder relays). Asks every mate (and a member that moved) for the next part of each:
  * always when `always`, else at once when one more is gone than at the last ask, then
@@ -694,7 +694,7 @@ static void ask_for_gone(peer_t *p, int always)
     const pool_msg_t **held = malloc((size_t)(nheld ? nheld : 1) * sizeof *held);
     if (!held) return;
     pool_messages(p->pool, p->step, held, nheld);
-    int cap = nr;
+    int cap = nr + p->contrib.ngone_owners;
     for (int i = 0; i < nheld; i++) cap += held[i]->part == 0 ? held[i]->nclaims : 0;
     uint8_t(*ids)[MSG_ID_LEN] = malloc((size_t)(cap ? cap : 1) * MSG_ID_LEN);
     if (!ids) {
@@ -705,6 +705,11 @@ static void ask_for_gone(peer_t *p, int always)
     for (int i = 0; i < nheld; i++)
         for (int c = 0; held[i]->part == 0 && c < held[i]->nclaims; c++)
             add_id(ids, &n, cap, held[i]->claims[c]);
+    /* and the owners of the step that left the view: their PROGRESS and message may never
+     * have reached this member while a mate holds the message (sim deadlink seed 900073:
+     * the connection from the dead owner to this member was dead; it re-ran the owner's
+     * share, a follower applied the owner's message, and the two held other parameters) */
+    for (int i = 0; i < p->contrib.ngone_owners; i++) add_id(ids, &n, cap, p->contrib.gone_owners[i]);
     free(held);
     /* gone from the pool: dead, or moved to another stage (it still answers for the
      * messages it left here, move.c); kept at the front of ids */

@@ -285,6 +285,12 @@ st_add_sim(swim_deadlink_3x2 --faults deadlink --peers 6 --stages 3 --steps 12 -
 # over a dead connection for 30 s, was stepped without (3 of 4 counted at step 0).
 st_add_sim(regress_swim_deadlink_608 --faults deadlink --peers 4 --stages 2 --steps 12
            --seed 608 --set swim_every=4)
+# A stage-0 owner's connection to its mate dead; the owner crashed after its part 0 reached
+# a follower only. The mate, which never heard of it at that step, re-ran its share; the
+# follower applied with the owner's part 0: two states (hash). Contributors now ask for the
+# messages of the step's owners that left the view (protocol.md 12.4).
+st_add_sim(regress_deadlink_900073 --faults deadlink --peers 8 --stages 4 --steps 12
+           --microbatches 4 --skip 0 --swap 0 --seed 900073)
 # A follower's mates' messages of its first step named a member that had moved to stage 1
 # since; its wait for that member's message had run since it began serving and ran out
 # before it asked, and it applied the step without the message its mates took in (hash).

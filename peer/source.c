@@ -25,8 +25,18 @@ static void forget(source_t *s, int i)
 void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_member_t *now,
                     int nnow, int64_t step, double t)
 {
-    for (int i = s->n - 1; i >= 0; i--)
-        if (find(now, nnow, s->gone[i].id) >= 0) forget(s, i);
+    /* one back as the owner it was (a false death healed) is forgotten; one back as a
+     * new run of its id (a restart: joining, or serving from a later step) is not: the
+     * forwards its previous run started may be counted downstream (sim heavy 3x2 seed
+     * 950165: a stage-0 member restarted under its id, its mate forgot it and started
+     * its microbatches as first attempts; stage 1 counted two copies of one in two
+     * members' part 0, and left one part out whole: 3 of 4) */
+    for (int i = s->n - 1; i >= 0; i--) {
+        int j = find(now, nnow, s->gone[i].id);
+        if (j >= 0 && now[j].stage == 0 && now[j].state == MEMBER_SERVING &&
+            now[j].serving_from <= s->gone[i].from)
+            forget(s, i);
+    }
     for (int i = 0; i < nold; i++) {
         if (old[i].stage != 0 || old[i].state != MEMBER_SERVING || find(now, nnow, old[i].id) >= 0)
             continue;

@@ -42,7 +42,9 @@ void source_init(source_t *s);
 
 /* The view changes from old[0, nold) to now[0, nnow) at time t, this member at `step`:
  * stage-0 serving members of the old table missing from the new one are remembered as
- * gone; one back in the table is forgotten. */
+ * gone; one back in the table serving stage 0 from the step it served from before is
+ * forgotten (not a restart under its id, which is a new run: joining, or serving from a
+ * later step). */
 void source_on_view(source_t *s, const msg_member_t *old, int nold, const msg_member_t *now,
                     int nnow, int64_t step, double t);
 

@@ -977,9 +977,9 @@ static int d_check(void *ctx, double now, char *err)
 
 /* Done when every peer finished and left. A peer that never held its stage's state
  * before the first one finished arrived as the swarm was leaving: it finds nobody, starts
- * its stage over and waits forever; so does one cut off by a partition within REPAIR_S of
- * the first finish, on a side without some stage (the other side finishes the run and
- * leaves meanwhile). After STRAND_S it no longer holds the schedule up;
+ * its stage over and waits forever; so does one cut off by a partition, or by its own
+ * connections dying silently, within REPAIR_S of the first finish, on a side without some
+ * stage (the other side finishes the run and leaves meanwhile). After STRAND_S it no longer holds the schedule up;
  * it is counted (simrun_result_t.stranded) and noted in the trace, not failed.
  * TODO(lead): should such a peer learn that the run is over (members at the last step
  * in its WELCOME table) and exit? Then count it as a failure here. */
@@ -1000,10 +1000,15 @@ static int d_done(void *ctx)
         const dnode_t *n = &d->n[i];
         if (!n->p || !sim_node_alive(d->sim, i)) continue;
         /* ... and so does one left on the side of a partition near the run's end that
-         * lacked a stage: the others finished meanwhile, their LEAVE never reached it */
+         * lacked a stage: the others finished meanwhile, their LEAVE never reached it; or
+         * one whose own connections died silently near it (deadlink: what it sent was
+         * lost, the others took it for dead and finished; seed 920103, 4x2: both of a
+         * stage-0 member's connections died 3-5 s before the end) */
+        double died = sim_node_link_died_at(d->sim, i);
         int late = d->first_done_at >= 0 &&
                    (n->serving_at < 0 || n->serving_at >= d->first_done_at ||
-                    d->first_done_at - d->parted_at < REPAIR_S);
+                    d->first_done_at - d->parted_at < REPAIR_S ||
+                    (died > 0 && d->first_done_at - died < REPAIR_S));
         if (!late || now - d->first_done_at < STRAND_S) return 0;
         stranded++;
     }

@@ -66,6 +66,7 @@ typedef struct node {
     double up_s;            /* virtual seconds it was up, once it is down */
     double slow, busy_until, app_at, cut_at, started_at;
     double paused_until; /* frozen (a pause fault) until then */
+    double link_died_at; /* a connection from it last died silently (dead_link_rate) */
     int finished;        /* its program finished the run (it leaves saying so) */
     uint64_t app_gen;
     int app_scheduled, in_app, view_pending;
@@ -1136,6 +1137,7 @@ static void kill_link(sim_t *s)
     for (int i = 0; i < s->nnodes && b < 0; i++)
         if (i != a && s->nodes[i]->state == NODE_UP && k-- == 0) b = i;
     link_of(s, a, b)->dead = 1;
+    s->nodes[a]->link_died_at = s->now;
     sim_note(s, "deadlink %d->%d", a, b);
 }
 
@@ -1324,6 +1326,11 @@ double sim_last_fault(const sim_t *s)
 double sim_node_paused_until(const sim_t *s, int node)
 {
     return node >= 0 && node < s->nnodes ? s->nodes[node]->paused_until : 0;
+}
+
+double sim_node_link_died_at(const sim_t *s, int node)
+{
+    return node >= 0 && node < s->nnodes ? s->nodes[node]->link_died_at : 0;
 }
 
 int sim_partitioned(const sim_t *s)

@@ -227,6 +227,8 @@ double sim_last_fault(const sim_t *s);
 int sim_partitioned(const sim_t *s);
 /* When the node's last pause (faults "pause") ends or ended; 0 if it was never paused. */
 double sim_node_paused_until(const sim_t *s, int node);
+/* When a connection from the node last died silently (faults "deadlink"); 0: never. */
+double sim_node_link_died_at(const sim_t *s, int node);
 
 /* Events run so far, and the hash of the whole trace (equal for equal schedules). */
 uint64_t sim_events(const sim_t *s);

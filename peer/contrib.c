@@ -72,7 +72,8 @@ void contrib_gone_owner(contrib_t *c, const uint8_t id[MSG_ID_LEN])
 {
     for (int i = 0; i < c->ngone_owners; i++)
         if (!memcmp(c->gone_owners[i], id, MSG_ID_LEN)) return;
-    if (c->ngone_owners < CONTRIB_GONE_MAX) memcpy(c->gone_owners[c->ngone_owners++], id, MSG_ID_LEN);
+    if (c->ngone_owners < CONTRIB_GONE_MAX)
+        memcpy(c->gone_owners[c->ngone_owners++], id, MSG_ID_LEN);
 }
 
 void contrib_note_first(contrib_t *c, double now)

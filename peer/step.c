@@ -683,11 +683,11 @@ static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *i
 }
 
 /* Members that counted something of this step by what this member knows (they reported
- * PROGRESS, or a mate's message names them as exchange members), or owned it, and are gone from the
- * pool (from the view, or moved to another stage): a mate may hold their messages (any
- * holder relays). Asks every mate (and a member that moved) for the next part of each:
- * always when `always`, else at once when one more is gone than at the last ask, then
- * once a second. */
+ * PROGRESS, or a mate's message names them as exchange members), or that owned it, and
+ * are gone from the pool (from the view, or moved to another stage): a mate may hold
+ * their messages (any holder relays). Asks every mate (and a member that moved) for the
+ * next part of each: always when `always`, else at once when one more is gone than at the
+ * last ask, then once a second. */
 static void ask_for_gone(peer_t *p, int always)
 {
     int nr = pool_reporters(p->pool, NULL, 0), nheld = pool_messages(p->pool, p->step, NULL, 0);
@@ -709,7 +709,8 @@ static void ask_for_gone(peer_t *p, int always)
      * have reached this member while a mate holds the message (sim deadlink seed 900073:
      * the connection from the dead owner to this member was dead; it re-ran the owner's
      * share, a follower applied the owner's message, and the two held other parameters) */
-    for (int i = 0; i < p->contrib.ngone_owners; i++) add_id(ids, &n, cap, p->contrib.gone_owners[i]);
+    for (int i = 0; i < p->contrib.ngone_owners; i++)
+        add_id(ids, &n, cap, p->contrib.gone_owners[i]);
     free(held);
     /* gone from the pool: dead, or moved to another stage (it still answers for the
      * messages it left here, move.c); kept at the front of ids */

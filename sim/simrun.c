@@ -979,8 +979,9 @@ static int d_check(void *ctx, double now, char *err)
  * before the first one finished arrived as the swarm was leaving: it finds nobody, starts
  * its stage over and waits forever; so does one cut off by a partition, or by its own
  * connections dying silently, within REPAIR_S of the first finish, on a side without some
- * stage (the other side finishes the run and leaves meanwhile). After STRAND_S it no longer holds the schedule up;
- * it is counted (simrun_result_t.stranded) and noted in the trace, not failed.
+ * stage (the other side finishes the run and leaves meanwhile). After STRAND_S it no
+ * longer holds the schedule up; it is counted (simrun_result_t.stranded) and noted in the
+ * trace, not failed.
  * TODO(lead): should such a peer learn that the run is over (members at the last step
  * in its WELCOME table) and exit? Then count it as a failure here. */
 /* What the node's peer refused so far (sim_app_t.rejected: a corrupted message). */

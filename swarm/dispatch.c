@@ -1112,11 +1112,11 @@ static void swim_tick(dispatch_t *d, double now, uint64_t r)
          * period, SWIM_HOLD_MAX times in a run at most. The run is this peer's, not the
          * target's: a cut that outlasted it outlasted it for every member across, and
          * each is suspected at its first failed probe (held per target, a side of 2
-         * declared the 4 across dead one after another, 9 periods each: 21-36 s into the
-         * cut). It ends when a held target answers, when the helpers vouch, or after
-         * SWIM_HOLD_MAX periods with no held failure. Else (every helper vouched that the
-         * target did not answer it) it is suspected, and hears so itself at once (to
-         * refute it if alive). */
+         * declared the 4 across dead one after another, 9 periods each: the last 25 s
+         * into the cut, and in CI not within 36 s). It ends when a held target answers,
+         * when the helpers vouch, or after SWIM_HOLD_MAX periods with no held failure.
+         * Else (every helper vouched that the target did not answer it) it is suspected,
+         * and hears so itself at once (to refute it if alive). */
         w->probing = 0;
         int missing = w->asked && w->misses < w->helpers;
         if (w->held && w->ticks - w->held_tick > (uint64_t)(SWIM_HOLD_MAX * w->every)) w->held = 0;

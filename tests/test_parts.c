@@ -401,7 +401,8 @@ static void test_follow_join_margin(void **state)
     assert_int_equal(follow_name(&u, 27, 27, 26, 20.9, &named), 27);
     /* ... and 1 s after the first naming (2 x FOLLOW_CONFIRM_S) still unheard: gossip_s */
     u.heard = -1;
-    assert_true(follow_name(&u, 27, 27, 26, 21.1, &named) >= 27 + (int64_t)((20.0 + 3.0 - 21.1) / 0.2));
+    int64_t due = 27 + (int64_t)((20.0 + 3.0 - 21.1) / 0.2);
+    assert_true(follow_name(&u, 27, 27, 26, 21.1, &named) >= due);
     /* a contributor's pace is an EMA of its own steps */
     follow_t c;
     follow_init(&c, 2.0);

@@ -22,7 +22,8 @@ void follow_begin(follow_t *f, double now)
     f->move_pace = 0;
     f->first_named_at = f->named_at = 0;
     f->name_due = 0;
-    f->t0 = 0;
+    f->t0 = f->watch_t0, f->head0 = f->watch_head0; /* the pace timed while downloading */
+    f->watch_t0 = 0;
     f->at_since = now;
     f->named_logged = f->contrib_logged = 0;
     f->heard = f->late_from = f->late_at = -1;
@@ -62,6 +63,16 @@ void follow_moving(follow_t *f, int contributed)
 void follow_downloaded(follow_t *f)
 {
     f->pace = f->move_pace; /* 0 but for a mover */
+}
+
+void follow_watch(follow_t *f, int64_t head, double now)
+{
+    if (!f->watch_t0) f->watch_t0 = now, f->watch_head0 = head;
+}
+
+void follow_unwatch(follow_t *f)
+{
+    f->watch_t0 = 0;
 }
 
 /* The median of x[0, n), n >= 1 (the mean of the middle two for even n). */

@@ -51,8 +51,12 @@ typedef struct {
                             * serving period (0: not yet) */
     int64_t first_named_step; /* the step it was at then */
     double named_at;     /* when the step it names now was named (0: not yet) */
-    double t0;           /* its first step followed in this serving period (0: none yet) */
+    double t0;           /* its first step followed in this serving period (0: none yet),
+                          * or its first watched head while downloading (follow_watch) */
     int64_t head0;       /* ... and the pool's head then, for the pool's pace */
+    double watch_t0;     /* downloading: when it first held a message past its snapshot's
+                          * step (0: none yet) ... */
+    int64_t watch_head0; /* ... and that step + 1 */
     double named_sps;    /* the pool's seconds per step its first naming counted with */
     int named_logged, contrib_logged; /* said once per serving period */
     int64_t at_step;     /* its step ... */
@@ -74,6 +78,11 @@ void follow_begin(follow_t *f, double now);
 void follow_moving(follow_t *f, int contributed);
 /* The state was downloaded: the pace known is a mover's, else none. */
 void follow_downloaded(follow_t *f);
+/* Downloading, it holds at now a message of the step head - 1, past its snapshot's: the
+ * first such head starts the clock of the pool's pace, which serving goes on with
+ * (follow_begin). unwatch: a download begins; what an earlier one saw is forgotten. */
+void follow_watch(follow_t *f, int64_t head, double now);
+void follow_unwatch(follow_t *f);
 
 /* A step applied that took step_s (< 0: unknown); follower: it does not contribute yet;
  * at_head: the pool is at most a step ahead (a replayed step is no pace). */

@@ -245,6 +245,7 @@ int peer_start_download(peer_t *p, const char *why)
     val_reset(&p->val);
     xfer_destroy(&p->trans.xfer);
     unserve(p); /* its state is about to be replaced */
+    follow_unwatch(&p->follow);
     if (!(p->trans.xfer = xfer_new(p->stage, state_bytes(p))))
         return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
     p->trans.download_why = why;

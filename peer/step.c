@@ -22,6 +22,40 @@ static int pool_members(peer_t *p, const msg_member_t **out)
     return view_stage(&p->view, p->stage, 1, out);
 }
 
+/* How many steps of exchange messages a follower asks for ahead of its own (ask_steps):
+ * up to 4, one when a step's messages weigh as much as the kept window allows (held.keep
+ * 8: AdamW's dense sums). */
+static int ahead_depth(const peer_t *p)
+{
+    return p->held.keep / 8 < 1 ? 1 : p->held.keep / 8 > 4 ? 4 : p->held.keep / 8;
+}
+
+/* Whom a member sends its exchange messages: every serving member of its pool (followers
+ * included) and, where a step's messages are light (ahead_depth 2 or more: DeMo), the
+ * members of its stage still downloading, which keep them for when their state is in
+ * place. Asked for instead, they came a pool step apart, answered between the donor's own
+ * steps: a `small` joiner behind 100 Mbit/s + 50 ms waited 1.5-2 s for the steps its pool
+ * made during its download (protocol.md 12.4). */
+static int exch_recipients(peer_t *p, const msg_member_t **out)
+{
+    if (ahead_depth(p) < 2) return pool_members(p, out);
+    const msg_member_t *all;
+    int n = view_stage(&p->view, p->stage, 0, &all), k = 0;
+    msg_member_t *to = p->view.scratch; /* view_stage's own: filtered in place */
+    for (int i = 0; i < n; i++)
+        if (all[i].state == MEMBER_SERVING || all[i].state == MEMBER_JOINING) to[k++] = all[i];
+    *out = to;
+    return k;
+}
+
+/* The steps past its own (or past its snapshot's, downloading) whose exchange messages a
+ * member keeps when they come: the kept window where a step's messages are light, else 4
+ * (what a follower asks for ahead, ask_steps). */
+static int ahead_window(const peer_t *p)
+{
+    return ahead_depth(p) >= 2 ? p->held.keep : 4;
+}
+
 /* The pool's union of counted microbatches as seen now, into p->contrib.ubuf: what the
  * members that contribute at this step reported, and the held messages. Not a follower's
  * report: one that re-synced since it counted (it lost the hash vote, or woke from a
@@ -253,7 +287,7 @@ static int make_exchange(peer_t *p, int part)
         const uint8_t *cl = claims ? claims : (const uint8_t *)"";
         rc = pool_store(p->pool, &m, body, len, fresh, nb, cl, claims_len);
         const msg_member_t *mem;
-        int n = pool_members(p, &mem);
+        int n = exch_recipients(p, &mem);
         /* fault injection: mates may get an altered copy; this peer applies its own */
         if (p->po.faults.exchange_out && p->held.dopt && part == 0 && msg)
             p->po.faults.exchange_out(p->po.faults.ctx, p->held.dopt, p->step, msg, len);
@@ -488,7 +522,7 @@ static void name_step(peer_t *p, double now)
      * pool of one at once). A follower catching up with messages asked ahead named from a
      * head of 13 while its pool's one member had started 14 (gossip still said 13), and
      * reached 14 itself 0.2 s later, before any echo: named again 5 steps later. */
-    for (int64_t s = p->step; s < p->step + 4 && pool_messages(p->pool, s, NULL, 0) > 0; s++)
+    for (int64_t s = p->step; s < p->step + ahead_window(p) && pool_messages(p->pool, s, NULL, 0) > 0; s++)
         if (s + 1 > head) head = s + 1;
     int64_t was = p->me.entry.serving_from;
     peer_self_serving_from(p, follow_name(&p->follow, p->step, was, head, now, &named));
@@ -736,15 +770,9 @@ static void ask_for_gone(peer_t *p, int always)
 
 /* A follower catching up asks, with its round for step N, for every message of the next
  * steps it holds none of (EXCH_REQ with origin zero, 5.16), from the mate furthest ahead:
- * up to 4 steps (what step_on_exch accepts), one when a step's messages weigh as much as
- * the kept window allows (held.keep 8: AdamW's dense sums). A mate answers between its own
- * steps, so asking one step at a time, a `small` joiner behind a one-member pool applied
- * one step per pool step (0.9 s each) until the pool's live messages reached it. */
-static int ahead_depth(const peer_t *p)
-{
-    return p->held.keep / 8 < 1 ? 1 : p->held.keep / 8 > 4 ? 4 : p->held.keep / 8;
-}
-
+ * ahead_depth steps. A mate answers between its own steps, so asking one step at a time,
+ * a `small` joiner behind a one-member pool applied one step per pool step (0.9 s each)
+ * until the pool's live messages reached it. */
 /* Asks the serving mate furthest ahead for every message of steps from .. from + n - 1
  * below its step that this member holds none of. */
 static void ask_steps(peer_t *p, int64_t from, int n)
@@ -1161,7 +1189,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     /* downloading: the messages of the snapshot's step on (step_ask_after_snapshot) */
     int64_t at = step_snapshot_step(p);
     if (at < 0) at = p->step;
-    if (m->step < at - p->held.keep || m->step > at + 4) return 0;
+    if (m->step < at - p->held.keep || m->step > at + ahead_window(p)) return 0;
     char why[STATUS_ERR_LEN];
     if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
         stats_note_rejected(&p->stats);
@@ -1190,6 +1218,10 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
         stats_note_rejected(&p->stats);
         return 0;
     }
+    /* the pool's pace, timed on its messages while this member downloads (9.5): named
+     * from it at its second step followed, not a second or three pool steps later */
+    if (rc == 0 && step_snapshot_step(p) >= 0 && m->step >= step_snapshot_step(p))
+        follow_watch(&p->follow, m->step + 1, p->now);
     return rc;
 }
 

@@ -428,6 +428,35 @@ static void test_follow_join_margin(void **state)
 /* Confirmed naming (docs/protocol.md 9.5): a follower contributes from the step it named
  * as soon as every pool mate echoed that step in its gossip, each while short of it; a
  * mate that did not, or echoed it too late, leaves the gossip_s rule. */
+/* The pool's pace timed on the messages a downloader held (follow_watch): named at its
+ * second step followed, from the head the watch began with. */
+static void test_follow_watch(void **state)
+{
+    (void)state;
+    int named;
+    follow_t f;
+    follow_init(&f, 2.0);
+    follow_unwatch(&f);
+    follow_watch(&f, 10, 1.0); /* it held step 9's message at 1.0 s */
+    follow_watch(&f, 11, 1.85); /* later ones do not move the clock's start */
+    follow_begin(&f, 5.0);      /* its state in place at 5.0 s, at step 8 */
+    assert_int_equal(follow_name(&f, 8, 1008, 14, 5.05, &named), 1008); /* one step followed */
+    assert_false(named);
+    /* second step: 4.15 s for 4 steps of head, 1.04 s a step: a step of margin */
+    assert_int_equal(follow_name(&f, 9, 1008, 14, 5.15, &named), 15);
+    assert_true(named);
+    assert_true(f.named_sps > 1.03 && f.named_sps < 1.05);
+    /* without the watch (a download that began again forgets it): no pace yet */
+    follow_t g;
+    follow_init(&g, 2.0);
+    follow_watch(&g, 10, 1.0);
+    follow_unwatch(&g);
+    follow_begin(&g, 5.0);
+    assert_int_equal(follow_name(&g, 8, 1008, 14, 5.05, &named), 1008);
+    assert_int_equal(follow_name(&g, 9, 1008, 14, 5.15, &named), 1008);
+    assert_false(named);
+}
+
 static void test_follow_heard(void **state)
 {
     (void)state;
@@ -929,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_rebal_reverse_memory),
         cmocka_unit_test(test_val_rounds),
         cmocka_unit_test(test_follow_join_margin),
+        cmocka_unit_test(test_follow_watch),
         cmocka_unit_test(test_follow_heard),
         cmocka_unit_test(test_follow_gather),
         cmocka_unit_test(test_follow_behind),

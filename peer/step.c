@@ -522,7 +522,8 @@ static void name_step(peer_t *p, double now)
      * pool of one at once). A follower catching up with messages asked ahead named from a
      * head of 13 while its pool's one member had started 14 (gossip still said 13), and
      * reached 14 itself 0.2 s later, before any echo: named again 5 steps later. */
-    for (int64_t s = p->step; s < p->step + ahead_window(p) && pool_messages(p->pool, s, NULL, 0) > 0; s++)
+    for (int64_t s = p->step;
+         s < p->step + ahead_window(p) && pool_messages(p->pool, s, NULL, 0) > 0; s++)
         if (s + 1 > head) head = s + 1;
     int64_t was = p->me.entry.serving_from;
     peer_self_serving_from(p, follow_name(&p->follow, p->step, was, head, now, &named));

@@ -115,6 +115,11 @@ void step_count(peer_t *p, const msg_mb_t *mb)
 void step_on_progress(peer_t *p, const net_ev_t *ev)
 {
     const msg_t *m = &ev->msg;
+    /* a live member of the stage the report is for sends it to a member that moved from
+     * there before it heard of the move: ignored, not counted as refused (a mover showed
+     * "rejected 2" in status after every move) */
+    const msg_member_t *from = view_find(&p->view, m->sender);
+    if (m->stage != p->stage && from && from->stage == m->stage) return;
     if (!p->held.st || m->stage != p->stage || m->count != (uint32_t)p->dims.M || ev->nframes != 1 ||
         ev->frame_len[0] != pool_bitmap_bytes(p->pool)) {
         stats_note_rejected(&p->stats);

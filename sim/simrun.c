@@ -938,6 +938,15 @@ static int d_check(void *ctx, double now, char *err)
                          "microbatch %d and did not report it lost",
                       d->pend_node, d->pend_stage, (long long)d->pend_step, i);
     }
+    /* with no fault at all nothing is malformed, forged or out of place: a refusal is a
+     * peer counting its mates' ordinary traffic as refused (a mover counted its old pool's
+     * PROGRESS, "rejected 2" in status after every move) */
+    for (int i = 0; !d->failed && !strcmp(d->o->faults, "none") && i < sim_nodes(d->sim) &&
+                    i < d->cap;
+         i++)
+        if (d->n[i].p && d->n[i].p->stats.rejected)
+            failf(d, "refused: node %d (stage %d) refused %llu message(s) with no fault drawn",
+                  i, d->n[i].stage, (unsigned long long)d->n[i].p->stats.rejected);
     if (d->failed) return status_set(err, STATUS_ECORRUPT, "%s", d->why);
     int covered = 1;
     for (int s = 0; s < d->S && covered; s++) covered = serving_in(d, s, -1) > 0;

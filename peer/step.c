@@ -774,13 +774,12 @@ static void ask_for_gone(peer_t *p, int always)
     free(ids);
 }
 
-/* A follower catching up asks, with its round for step N, for every message of the next
- * steps it holds none of (EXCH_REQ with origin zero, 5.16), from the mate furthest ahead:
- * ahead_depth steps. A mate answers between its own steps, so asking one step at a time,
- * a `small` joiner behind a one-member pool applied one step per pool step (0.9 s each)
- * until the pool's live messages reached it. */
 /* Asks the serving mate furthest ahead for every message of steps from .. from + n - 1
- * below its step that this member holds none of. */
+ * below its step that this member holds none of (EXCH_REQ with origin zero, 5.16). A
+ * follower catching up asks so, with its round for step N, for the next ahead_depth steps:
+ * a mate answers between its own steps, and asking one step at a time, a `small` joiner
+ * behind a one-member pool applied one step per pool step (0.9 s each) until the pool's
+ * live messages reached it. */
 static void ask_steps(peer_t *p, int64_t from, int n)
 {
     const msg_member_t *mates;

@@ -118,8 +118,10 @@ void step_on_progress(peer_t *p, const net_ev_t *ev)
     /* a live member of the stage the report is for sends it to a member that moved from
      * there before it heard of the move: ignored, not counted as refused (a mover showed
      * "rejected 2" in status after every move) */
-    const msg_member_t *from = view_find(&p->view, m->sender);
-    if (m->stage != p->stage && from && from->stage == m->stage) return;
+    if (m->stage != p->stage) {
+        const msg_member_t *from = view_find(&p->view, m->sender);
+        if (from && from->stage == m->stage) return;
+    }
     if (!p->held.st || m->stage != p->stage || m->count != (uint32_t)p->dims.M || ev->nframes != 1 ||
         ev->frame_len[0] != pool_bitmap_bytes(p->pool)) {
         stats_note_rejected(&p->stats);
@@ -1192,8 +1194,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     const msg_t *m = &ev->msg;
     if (!p->held.st || m->stage != p->stage || ev->nframes != 3) return 0;
     /* downloading: the messages of the snapshot's step on (step_ask_after_snapshot) */
-    int64_t at = step_snapshot_step(p);
-    if (at < 0) at = p->step;
+    int64_t snap = step_snapshot_step(p), at = snap < 0 ? p->step : snap;
     if (m->step < at - p->held.keep || m->step > at + ahead_window(p)) return 0;
     char why[STATUS_ERR_LEN];
     if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
@@ -1225,7 +1226,7 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     }
     /* the pool's pace, timed on its messages while this member downloads (9.5): named
      * from it at its second step followed, not a second or three pool steps later */
-    if (rc == 0 && step_snapshot_step(p) >= 0 && m->step >= step_snapshot_step(p))
+    if (rc == 0 && snap >= 0 && m->step >= snap)
         follow_watch(&p->follow, m->step + 1, p->now);
     return rc;
 }

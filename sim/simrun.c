@@ -891,6 +891,13 @@ static void restart_tick(drv_t *d, double now)
     }
 }
 
+/* What the node's peer refused so far (sim_app_t.rejected: a corrupted message). */
+static uint64_t d_rejected(void *ctx, int node)
+{
+    drv_t *d = ctx;
+    return node < d->cap && d->n[node].p ? d->n[node].p->stats.rejected : 0;
+}
+
 static int d_check(void *ctx, double now, char *err)
 {
     drv_t *d = ctx;
@@ -941,12 +948,11 @@ static int d_check(void *ctx, double now, char *err)
     /* with no fault at all nothing is malformed, forged or out of place: a refusal is a
      * peer counting its mates' ordinary traffic as refused (a mover counted its old pool's
      * PROGRESS, "rejected 2" in status after every move) */
-    for (int i = 0; !d->failed && !strcmp(d->o->faults, "none") && i < sim_nodes(d->sim) &&
-                    i < d->cap;
-         i++)
-        if (d->n[i].p && d->n[i].p->stats.rejected)
+    int calm = !strcmp(d->o->faults, "none");
+    for (int i = 0; calm && !d->failed && i < sim_nodes(d->sim); i++)
+        if (d_rejected(d, i))
             failf(d, "refused: node %d (stage %d) refused %llu message(s) with no fault drawn",
-                  i, d->n[i].stage, (unsigned long long)d->n[i].p->stats.rejected);
+                  i, d->n[i].stage, (unsigned long long)d_rejected(d, i));
     if (d->failed) return status_set(err, STATUS_ECORRUPT, "%s", d->why);
     int covered = 1;
     for (int s = 0; s < d->S && covered; s++) covered = serving_in(d, s, -1) > 0;
@@ -993,12 +999,6 @@ static int d_check(void *ctx, double now, char *err)
  * trace, not failed.
  * TODO(lead): should such a peer learn that the run is over (members at the last step
  * in its WELCOME table) and exit? Then count it as a failure here. */
-/* What the node's peer refused so far (sim_app_t.rejected: a corrupted message). */
-static uint64_t d_rejected(void *ctx, int node)
-{
-    drv_t *d = ctx;
-    return node < d->cap && d->n[node].p ? d->n[node].p->stats.rejected : 0;
-}
 
 static int d_done(void *ctx)
 {

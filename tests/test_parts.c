@@ -425,9 +425,6 @@ static void test_follow_join_margin(void **state)
     assert_int_equal(cf, 102 + 1); /* 0.5 s at 1.2 s a step: 1 step at least */
 }
 
-/* Confirmed naming (docs/protocol.md 9.5): a follower contributes from the step it named
- * as soon as every pool mate echoed that step in its gossip, each while short of it; a
- * mate that did not, or echoed it too late, leaves the gossip_s rule. */
 /* The pool's pace timed on the messages a downloader held (follow_watch): named at its
  * second step followed, from the head the watch began with. */
 static void test_follow_watch(void **state)
@@ -436,7 +433,6 @@ static void test_follow_watch(void **state)
     int named;
     follow_t f;
     follow_init(&f, 2.0);
-    follow_unwatch(&f);
     follow_watch(&f, 10, 1.0); /* it held step 9's message at 1.0 s */
     follow_watch(&f, 11, 1.85); /* later ones do not move the clock's start */
     follow_begin(&f, 5.0);      /* its state in place at 5.0 s, at step 8 */
@@ -457,6 +453,9 @@ static void test_follow_watch(void **state)
     assert_false(named);
 }
 
+/* Confirmed naming (docs/protocol.md 9.5): a follower contributes from the step it named
+ * as soon as every pool mate echoed that step in its gossip, each while short of it; a
+ * mate that did not, or echoed it too late, leaves the gossip_s rule. */
 static void test_follow_heard(void **state)
 {
     (void)state;

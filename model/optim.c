@@ -33,6 +33,13 @@ float optim_lr(const optim_config_t *oc, int64_t step)
 void optim_adamw_step(stage_t *st, const optim_config_t *oc, int64_t step, float grad_scale,
                       float *grad_norm)
 {
+    optim_adamw_step_on(st, oc, step, grad_scale, stage_opt_m(st), stage_opt_v(st),
+                        stage_opt_step(st), grad_norm);
+}
+
+void optim_adamw_step_on(stage_t *st, const optim_config_t *oc, int64_t step, float grad_scale,
+                         float *m, float *v, int64_t *t, float *grad_norm)
+{
     kern_t *k = stage_kern(st);
     size_t P = stage_num_params(st);
     float *g = stage_grads(st);
@@ -43,11 +50,10 @@ void optim_adamw_step(stage_t *st, const optim_config_t *oc, int64_t step, float
     if (scale != 1.0f) kern_scale(k, g, scale, P);
 
     float lr = optim_lr(oc, step);
-    int64_t *t = stage_opt_step(st);
     ++*t;
     int n;
     const stage_tensor_t *tab = stage_tensors(st, &n);
-    float *p = stage_params(st), *m = stage_opt_m(st), *v = stage_opt_v(st);
+    float *p = stage_params(st);
     for (int i = 0; i < n; i++) {
         size_t o = tab[i].offset;
         kern_adamw(k, p + o, g + o, m + o, v + o, tab[i].numel, lr, oc->beta1, oc->beta2, oc->eps,

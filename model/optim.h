@@ -33,4 +33,10 @@ float optim_lr(const optim_config_t *oc, int64_t step);
 void optim_adamw_step(stage_t *st, const optim_config_t *oc, int64_t step, float grad_scale,
                       float *grad_norm);
 
+/* The same step with moments m, v (backend memory, stage_num_params floats each) and step
+ * counter *t of the caller's instead of the stage's: a swarm member's local steps between
+ * its pool's exchanges (model/outer.h), whose moments are its own and never served. */
+void optim_adamw_step_on(stage_t *st, const optim_config_t *oc, int64_t step, float grad_scale,
+                         float *m, float *v, int64_t *t, float *grad_norm);
+
 #endif

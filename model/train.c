@@ -747,10 +747,14 @@ static int setup(run_t *run, char *err)
             return status_set(err, STATUS_EINVAL,
                               "--demo-local: the rmsprop and adam updates "
                               "would share the local AdamW moments");
-        if (o->resume || o->checkpoint_every)
+        /* a checkpoint at a sync holds what every replica holds (p_sync); resuming would
+         * need every replica's AdamW moments too */
+        if (o->resume || (o->checkpoint_every && o->checkpoint_every % o->demo_local &&
+                           o->checkpoint_every < o->steps))
             return status_set(err, STATUS_EINVAL,
-                              "--demo-local: checkpoints do not carry the local state yet (the "
-                              "sync point and every replica's AdamW moments)");
+                              "--demo-local: checkpoints only at syncs (--checkpoint-every a "
+                              "multiple of H; the last step syncs too) and no --resume: they "
+                              "do not carry the replicas' local AdamW moments");
         run->outer = o->opt;
         run->outer.lr = o->opt.lr * o->outer_lr;
         run->outer.wd = 0;   /* each local AdamW step decayed already */

@@ -52,8 +52,9 @@ typedef struct {
      * goes through DeMo (D = demo.beta D + lr_out delta, the sent part extracted), and every
      * replica sets p = p_sync - outer_lr * lr(t) * Q / rms(Q) per tensor (Nesterov momentum
      * outer_mom on that step when > 0), identical on all. The last step always syncs; a
-     * --val-every validation between syncs sees replica 0's local parameters. Train only:
-     * the swarm's pools exchange every step (peers refuse such a run). */
+     * --val-every validation between syncs sees replica 0's local parameters. In a swarm
+     * the pools' rounds (docs/protocol.md 12.14, model/outer.h; the update is the run's
+     * DeMo rule, no outer momentum). */
     int demo_local;
     float outer_lr;  /* the outer step's per-tensor rms, as a multiple of lr(t) */
     float outer_mom; /* outer Nesterov momentum, [0, 1) */

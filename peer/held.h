@@ -7,6 +7,7 @@
 
 #include "model/data.h"
 #include "model/demo_opt.h"
+#include "model/outer.h"
 #include "model/stage.h"
 #include "model/update.h"
 #include "swarm/wiring.h"
@@ -17,6 +18,7 @@ typedef struct {
     stage_t *st;       /* parameters, gradients, optimizer state, activation slots */
     demo_opt_t *dopt;  /* DeMo's optimizer (NULL: AdamW) */
     model_update_t update; /* the update rule the pool's step applies (model/update.h) */
+    outer_t outer;     /* local steps between the pool's exchanges (model/outer.h; off: H 0) */
     data_t *data;      /* stage 0: the corpus */
     wiring_t *wiring;  /* the next stage's peers, weighted by throughput */
     int nslots;        /* activation slots */

@@ -37,11 +37,13 @@ int join_setup_stage(peer_t *p)
     if (!peer_kernels(p) ||
         !(p->held.st = stage_new(c, p->stage, p->k, p->held.nslots, p->def.train.seed, p->err)))
         return STATUS_EINVAL;
-    if (p->def.train.demo_local > 0) /* docs/design-notes.md, issue 17: one exchange per step */
+    const train_options_t *t = &p->def.train;
+    if (t->demo_local > 0 && (t->optimizer != TRAIN_DEMO || t->outer_mom > 0 || t->overlap))
         return status_set(p->err, STATUS_EINVAL,
-                          "the run has DeMo local steps (demo_local=%d), which the swarm's pools "
-                          "do not run yet: train only",
-                          p->def.train.demo_local);
+                          "the run's local steps (demo_local=%d) need DeMo, no outer momentum "
+                          "(it would be shared state no member serves yet) and no overlap (the "
+                          "lookahead reads an update inner steps do not send)",
+                          t->demo_local);
     if (p->def.train.grad_delay) /* a measurement of train's (docs/thin-links.md) */
         return status_set(p->err, STATUS_EINVAL,
                           "the run delays every gradient by a step (grad_delay=1): train only");
@@ -49,6 +51,9 @@ int join_setup_stage(peer_t *p)
         return STATUS_EINVAL;
     if (p->held.dopt) demo_opt_defer_decay(p->held.dopt, 1); /* decayed at apply: update.c */
     p->held.update = update_rule(p->held.st, p->k, p->held.dopt, &p->def.train.opt);
+    if (outer_open(&p->held.outer, t->demo_local, t->outer_lr, t->steps, p->held.st, p->k,
+                   p->held.dopt, p->err))
+        return STATUS_EINVAL;
     peer_store_bind(p->ps, p->stage, &p->def.train, po->checkpoint_every, po->checkpoint_budget);
     if (p->stage == 0) {
         int rc = peer_open_corpus(p, &p->held.data);
@@ -70,6 +75,7 @@ void join_free_held(peer_t *p)
 {
     free(p->held.host_tok);
     p->held.host_tok = NULL;
+    outer_close(&p->held.outer);
     demo_opt_destroy(&p->held.dopt);
     stage_destroy(&p->held.st);
     data_destroy(&p->held.data);

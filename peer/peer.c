@@ -127,7 +127,8 @@ const char *peer_idhex(const uint8_t *id, char buf[9])
 /* The parameters' fingerprint (kernels.h hash64: the same on every backend). */
 uint64_t peer_param_hash(peer_t *p)
 {
-    return kern_hash64(p->k, stage_params(p->held.st), stage_num_params(p->held.st));
+    /* with local steps the shared parameters, the round's start (model/outer.h) */
+    return kern_hash64(p->k, outer_shared(&p->held.outer, p->held.st), stage_num_params(p->held.st));
 }
 
 int peer_send(peer_t *p, const uint8_t *dest, msg_t *m, int n, const void *const *pl,
@@ -816,7 +817,10 @@ void peer_finish(peer_t *p, const char *why)
             p->stats.net_rejected + p->stats.rejected, p->stats.act_bytes, p->stats.stale, (double)p->me.entry.throughput,
             p->stats.revisits, p->rebal.moves); /* moves last: tests/rebal_local.sh reads it there */
     fflush(p->log);
-    peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, 1); /* the state it leaves with */
+    /* the state it leaves with; with local steps the round's start (its local steps since
+     * go with it) */
+    outer_restore(&p->held.outer);
+    peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, 1, 1);
     peer_event(p, "left",
                "why=%s hash=%016" PRIx64 " served=%" PRIu64 " resent=%" PRIu64 " lost=%" PRIu64
                " rejected=%" PRIu64 " act_bytes=%" PRIu64 " act_elems=%" PRIu64 " stale=%" PRIu64

@@ -79,10 +79,13 @@ void peer_store_event(peer_store_t *ps, const char *kind, const char *fmt, ...)
     if (store_event_add(ps->s, kind, detail, err)) log_warn("peer store: event: %s", err);
 }
 
-void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int force)
+void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int span,
+                     int force)
 {
     if (!ps || !ps->every || ps->stage < 0 || step == ps->last_ckpt) return;
-    if (!force && (step % ps->every || (!ps->sync && !store_ckpt_ready(ps->s)))) return;
+    if (!force && (step % ps->every >= (span > 0 ? span : 1) ||
+                   (!ps->sync && !store_ckpt_ready(ps->s))))
+        return;
     store_ckpt_t *ck = store_ckpt_new(ps->stage, step, ps->run_text, ps->run_hash);
     int rc = ck ? store_ckpt_add_blob(ck, "peer.step", &step, sizeof step) : STATUS_ENOMEM;
     if (!rc) rc = stage_ckpt_add(ck, "stage.", st);

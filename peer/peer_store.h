@@ -46,9 +46,11 @@ void peer_store_event(peer_store_t *ps, const char *kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Called when the stage has reached `step` (the state is that after step - 1 was
- * applied): hands a checkpoint to the writer when one is due and the writer would take
- * it (store_ckpt_ready), or when force is set. */
-void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int force);
+ * applied): hands a checkpoint to the writer when one is due (a multiple of the interval
+ * within the last `span` steps: 1 when called every step, a round's H with local steps)
+ * and the writer would take it (store_ckpt_ready), or when force is set. */
+void peer_store_step(peer_store_t *ps, stage_t *st, demo_opt_t *dopt, int64_t step, int span,
+                     int force);
 
 /* Loads the newest good checkpoint of the bound stage made by the same run into st (and
  * dopt's residual momentum); *step gets the step it was taken at. STATUS_ENOTFOUND when

@@ -41,7 +41,7 @@ static int take_snapshot(peer_t *p)
     xfer_shared_t *s = xfer_shared_new(p->stage, state_bytes(p));
     if (!s) return STATUS_ENOMEM;
     uint8_t *buf = s->snap.buf;
-    kern_download(p->k, buf, stage_params(p->held.st), P);
+    kern_download(p->k, buf, outer_shared(&p->held.outer, p->held.st), P); /* local steps: p_sync */
     if (recover_state_moments(&p->def.train) == 2)
         kern_download(p->k, buf + at, stage_opt_m(p->held.st), P), at += P;
     kern_download(p->k, buf + at, stage_opt_v(p->held.st), P), at += P;
@@ -212,6 +212,7 @@ void state_on_request(peer_t *p, const msg_t *m)
 /* Serving begins: the state is in place (downloaded, restored or initial). */
 static void begin_serving(peer_t *p)
 {
+    outer_begin(&p->held.outer); /* local steps: its round starts from the state taken */
     contrib_begin_serving(&p->contrib, p->now, peer_param_hash(p));
     peer_self_state(p, MEMBER_SERVING);
     /* A newcomer joins the exchange some steps on, so that every member has heard of it
@@ -335,6 +336,12 @@ static void announce(peer_t *p)
             "%" PRId64 "\n",
             p->stage, p->dims.S, stage_num_params(p->held.st), kern_name(p->k), kern_threads(p->k),
             p->me.entry.serving_from);
+    const outer_t *o = &p->held.outer;
+    if (outer_on(o))
+        fprintf(p->log,
+                "peer: local steps: the pool exchanges once every %d steps (outer rate %g x "
+                "lr; docs/protocol.md 12.14)\n",
+                o->H, (double)o->outer_lr);
     fflush(p->log);
 }
 

@@ -74,6 +74,14 @@ static int contributing(const peer_t *p)
     return p->me.entry.state == MEMBER_SERVING && p->me.entry.serving_from <= p->step;
 }
 
+/* Local steps (model/outer.h, docs/protocol.md 12.14): whether `step` is an inner step of a
+ * round, whose exchange messages carry no body (receipts of what their senders counted)
+ * and whose update each member takes alone. Never with AdamW's dense exchange. */
+static int inner_step(const peer_t *p, int64_t step)
+{
+    return p->held.dopt && outer_inner(&p->held.outer, step);
+}
+
 int step_counts(peer_t *p, const msg_mb_t *mb, uint8_t flags)
 {
     (void)flags;
@@ -226,6 +234,18 @@ float *step_lookahead(peer_t *p, float **save)
     return p->contrib.ahead;
 }
 
+/* Local steps, the round's last step: this member's local step on what it counted (count
+ * microbatches), then its change over the round (delta = p_sync - p) through DeMo with the
+ * outer schedule (model/outer.h) into msg. */
+static int round_message(peer_t *p, uint32_t count, uint8_t *msg)
+{
+    outer_t *o = &p->held.outer;
+    outer_local_step(o, &p->def.train.opt, p->step, count, &p->rec.last_gnorm);
+    outer_delta(o);
+    return demo_opt_prepare(p->held.dopt, outer_schedule(o, &p->def.train.opt), p->step, 1.0f,
+                            msg, NULL, p->err);
+}
+
 /* This member's message of this step, part `part`: with part 0 its DeMo stage message or
  * its dense gradient sum (AdamW: the pool averages exactly); with part > 0 a supplement
  * for the microbatches it counted since (a member died after the pool had counted all M,
@@ -255,12 +275,17 @@ static int make_exchange(peer_t *p, int part)
         return 0;
     }
     size_t len = 0;
-    int rc = 0;
-    if (p->held.dopt && part == 0) {
+    int rc = 0, inner = inner_step(p, p->step);
+    if (inner) {
+        /* an inner step's part or supplement: no body; the gradient of what it counts stays
+         * here for its local step when the pool is complete (apply) */
+    } else if (p->held.dopt && part == 0) {
         len = demo_opt_msg_size(p->held.dopt);
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         float scale = 1.0f / (float)(count ? count : 1);
-        if (!rc)
+        if (!rc && outer_on(&p->held.outer))
+            rc = round_message(p, count, msg);
+        else if (!rc)
             rc = demo_opt_prepare(p->held.dopt, &p->def.train.opt, p->step, scale, msg, &p->rec.last_gnorm, p->err);
     } else if (p->held.dopt) {
         rc = fold_into_momentum(p);
@@ -303,7 +328,7 @@ static int make_exchange(peer_t *p, int part)
         for (int i = 0; rc == 0 && i < n; i++) peer_send(p, mem[i].id, &m, 3, pl, lens);
         if (rc == 0 && part == 0) make_lookahead(p, body, len, count);
         for (size_t i = 0; i < nb; i++) p->contrib.sent_bits[i] |= fresh[i];
-        stage_zero_grads(p->held.st); /* what is counted from now on goes into a supplement */
+        if (!inner) stage_zero_grads(p->held.st); /* what is counted from now on goes into a supplement */
     }
     free(msg);
     free(fresh);
@@ -427,7 +452,8 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
         free(counted), free(bodies), free(lens), free(weights), free(voters), free(out), free(norm);
         return STATUS_ENOMEM;
     }
-    for (int i = 0; p->held.dopt && i < n; i++) {
+    int inner = inner_step(p, p->step); /* receipts only: no bodies, nothing to guard */
+    for (int i = 0; p->held.dopt && !inner && i < n; i++) {
         char why[STATUS_ERR_LEN];
         if (msgs[i]->part == 0 &&
             (msgs[i]->len == 0 ||
@@ -436,7 +462,7 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
         else if (msgs[i]->part == 0 && peer_is_self(p, msgs[i]->origin))
             guard_norm_note(&p->guard, norm[i], counted_by(p, msgs[i])); /* its own update is a reference */
     }
-    for (int i = 0; p->held.dopt && i < n; i++) {
+    for (int i = 0; p->held.dopt && !inner && i < n; i++) {
         if (msgs[i]->part != 0 || out[i] || peer_is_self(p, msgs[i]->origin)) continue;
         if (!guard_norm_ok(&p->guard, norm[i])) {
             char h[9];
@@ -502,7 +528,7 @@ static int choose_messages(peer_t *p, const pool_msg_t **msgs, int n, chosen_t *
         for (int b = 0; b < p->dims.M; b++)
             if (pool_bit(msgs[i]->counted, b)) pool_set_bit(counted, b);
         for (int b = 0; b < p->dims.M; b++) total += (uint32_t)pool_bit(msgs[i]->counted, b);
-        if (p->held.dopt && msgs[i]->part > 0) continue; /* DeMo supplements carry no body */
+        if (inner || (p->held.dopt && msgs[i]->part > 0)) continue; /* DeMo supplements carry no body */
         bodies[m] = msgs[i]->data, lens[m] = msgs[i]->len;
         weights[m] = 1u + counted_by(p, msgs[i]); /* docs/protocol.md 12.5 */
         m++;
@@ -651,7 +677,12 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
         double loss = p->stage == 0 || p->stage == p->dims.S - 1 ? p->me.entry.loss : NAN;
         peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->dims.BT * p->dims.M / step_s : 0,
                           me ? me->bytes_out : 0, me ? me->bytes_in : 0);
-        peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, p->step == p->def.train.steps);
+        /* with local steps at a round's end only, when p = p_sync: the round's steps span
+         * the checkpoint interval's multiple */
+        const outer_t *o = &p->held.outer;
+        if (outer_boundary(o, applied))
+            peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, outer_on(o) ? o->H : 1,
+                            p->step == p->def.train.steps);
     }
     return 0;
 }
@@ -664,6 +695,21 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
     int rc = choose_messages(p, msgs, n, &c);
     if (rc) return rc;
     update_result_t r = {0};
+    outer_t *o = &p->held.outer;
+    const model_update_t *u = &p->held.update;
+    if (inner_step(p, p->step)) {
+        /* an inner step: a contributor's local step on what it counted; nothing shared moves
+         * (a follower holds p_sync and waits for the round's last step) */
+        r.gnorm = p->rec.last_gnorm;
+        if (!following) outer_local_step(o, &p->def.train.opt, p->step, pool_mine_count(p->pool), &r.gnorm);
+        r.stage_gnorm = p->contrib.stage_gnorm;
+        p->rec.last_gnorm = r.gnorm;
+        goto applied;
+    }
+    if (outer_on(o)) { /* the round's last step: every replica from p_sync, the outer rule */
+        outer_restore(o);
+        u = outer_rule(o, &p->def.train.opt);
+    }
     if (p->held.dopt && c.m == 0) {
         /* every message of the step was refused (a follower: its only mates are bad): no
          * update here; the hash vote of the next step repairs this replica if the pool
@@ -680,8 +726,10 @@ static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
                             .weights = c.weights,
                             .counted = c.total,
                             .replica_gnorm = p->rec.last_gnorm};
-        rc = p->held.update.apply(&p->held.update, &b, &r, p->err);
+        rc = u->apply(u, &b, &r, p->err);
     }
+    if (!rc) outer_end_round(o);
+applied:
     if (!rc) rc = after_update(p, &c, &r, following);
     chosen_free(&c);
     return rc;
@@ -1197,12 +1245,14 @@ int step_on_exch(peer_t *p, const net_ev_t *ev)
     int64_t snap = step_snapshot_step(p), at = snap < 0 ? p->step : snap;
     if (m->step < at - p->held.keep || m->step > at + ahead_window(p)) return 0;
     char why[STATUS_ERR_LEN];
-    if (p->held.dopt && m->flags > 0 && ev->frame_len[0] != 0) { /* a DeMo supplement: no body */
+    int inner = inner_step(p, m->step);
+    if (p->held.dopt && (m->flags > 0 || inner) && ev->frame_len[0] != 0) {
+        /* a DeMo supplement, or any part of an inner step (12.14): no body */
         stats_note_rejected(&p->stats);
         return 0;
     }
     double norm = 0;
-    if (p->held.dopt && m->flags == 0 &&
+    if (p->held.dopt && m->flags == 0 && !inner &&
         (demo_opt_check_norm(p->held.dopt, m->step, ev->frame[0], ev->frame_len[0], &norm, why) ||
          (!guard_norm_ok(&p->guard, norm) &&
           snprintf(why, sizeof why, "norm %.3g is above %.0f x the pool's recent updates", norm,

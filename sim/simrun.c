@@ -1050,6 +1050,7 @@ static train_options_t tiny_run(const simrun_options_t *o, rng_t *r)
     run.swap = o->swap;
     run.overlap = o->overlap;
     run.optimizer = o->optimizer >= 0 ? o->optimizer : (int)rng_below(r, 2);
+    if (o->outer > 0) run.optimizer = TRAIN_DEMO, run.demo_local = o->outer;
     run.device = "cpu";
     run.threads = 1;
     return run;

@@ -95,6 +95,8 @@ typedef struct {
     double rebalance_cooldown_s; /* the peers' cooldown (0: the peer default) */
     int early_exchange;          /* every peer's early exchange (default 1; --no-early-exchange) */
     int overlap;                 /* the run's overlap (train_options_t.overlap; --overlap) */
+    int outer;                   /* local steps: rounds of this many steps, DeMo
+                                  * (train_options_t.demo_local; --outer); 0: every step */
     /* whole-swarm restart (faults "restart", issue 11) */
     const char *store_dir; /* the peers' stores live here, one file per disk, removed at
                             * the end of the schedule (needed by faults "restart") */

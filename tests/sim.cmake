@@ -86,6 +86,25 @@ st_add_sim(overlap_restart_3x2 --faults restart --peers 6 --stages 3 --first-see
            --steps 12 --overlap)
 st_add_sim(overlap_pause_3x2   --faults pause   --peers 6 --stages 3 --first-seed 1 --seeds 100
            --steps 12 --overlap)
+# Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
+# of H steps, inner steps send receipts and step locally; every invariant as every step,
+# the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.
+st_add_sim(outer_mild_3x2     --faults mild     --peers 6 --stages 3 --steps 12 --outer 3
+           --first-seed 1 --seeds 200)
+st_add_sim(outer_heavy_2x2    --faults heavy    --peers 4 --stages 2 --steps 12 --outer 3
+           --first-seed 1 --seeds 200)
+st_add_sim(outer_stage_3x2    --faults stage    --peers 6 --stages 3 --steps 12 --outer 3
+           --first-seed 1 --seeds 100)
+st_add_sim(outer_restart_2x2  --faults restart  --peers 4 --stages 2 --steps 12 --outer 3
+           --first-seed 1 --seeds 100)
+st_add_sim(outer_pause_3x2    --faults pause    --peers 6 --stages 3 --steps 12 --outer 3
+           --first-seed 1 --seeds 100)
+st_add_sim(outer_deadlink_3x2 --faults deadlink --peers 6 --stages 3 --steps 12 --outer 3
+           --first-seed 1 --seeds 100)
+st_add_sim(outer_skipswap_4x2 --faults mild     --peers 8 --stages 4 --steps 12 --outer 2
+           --skip 0.5 --swap 0.5 --first-seed 1 --seeds 100)
+st_add_sim(outer_moves_3x3    --faults mild     --peers 9 --stages 3 --steps 12 --outer 4
+           --moves 0.2 --first-seed 1 --seeds 100)
 st_add_sim(swim_members_200 --members-only --faults none --peers 200 --stages 5 --first-seed 1
            --seeds 3 --set swim_every=4 --detect-within 10 --sent-within 10000)
 st_add_sim(swim_members_200_mild --members-only --faults mild --peers 200 --stages 5

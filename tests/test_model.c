@@ -12,6 +12,7 @@
 #include "model/data.h"
 #include "model/demo_opt.h"
 #include "model/model.h"
+#include "model/outer.h"
 #include "model/update.h"
 #include "model/train.h"
 #include "swarm/path.h"
@@ -697,6 +698,93 @@ static void check_predict(int demo)
     kern_destroy(&k);
 }
 
+/* model/outer.h: two replicas of a stage in rounds of 3 steps. Inner steps move each
+ * replica's own parameters and leave p_sync (what it hashes and serves) and the shared
+ * moments alone; at the round's last step both restart from p_sync, apply the same two
+ * messages (each one's change over the round) with the outer rule, and hold bit-identical
+ * parameters again, away from the round's start. Off (H 0): every step ends a round and
+ * the shared parameters are the stage's own. */
+static void test_outer_rounds(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    kern_t *k = kern_new("cpu", 1, err);
+    model_config_t c = small_tiny(2);
+    optim_config_t oc = optim_defaults();
+    oc.total_steps = 6;
+    demo_cfg_t dc = {.chunk = DEMO_SIGN_CHUNK, .k = 36, .vfmt = DEMO_VAL_SIGN, .beta = 0.9f,
+                     .imode = DEMO_SIGN_INDEX, .update = DEMO_UPDATE_RMS};
+    stage_t *st[2];
+    demo_opt_t *d[2];
+    outer_t o[2];
+    for (int r = 0; r < 2; r++) {
+        st[r] = stage_new(&c, 0, k, 1, 21, err);
+        d[r] = demo_opt_new(st[r], &dc, err);
+        demo_opt_defer_decay(d[r], 1);
+        assert_int_equal(outer_open(&o[r], 3, 4.0f, 6, st[r], k, d[r], err), 0);
+        assert_true(outer_on(&o[r]));
+    }
+    outer_t off;
+    assert_int_equal(outer_open(&off, 0, 4.0f, 6, st[0], k, d[0], err), 0);
+    assert_false(outer_on(&off));
+    assert_true(outer_boundary(&off, 0) && outer_boundary(&off, 1));
+    assert_ptr_equal(outer_shared(&off, st[0]), stage_params(st[0]));
+    size_t P = stage_num_params(st[0]), bytes = P * sizeof(float);
+    float *start = malloc(bytes), *v0 = malloc(bytes);
+    memcpy(start, stage_params(st[0]), bytes);
+    memcpy(v0, stage_opt_v(st[0]), bytes);
+    size_t len = demo_opt_msg_size(d[0]);
+    uint8_t *msg[2] = {malloc(len), malloc(len)};
+    int32_t tok[32], tgt[32];
+    for (int step = 0; step < 6; step++) {
+        assert_int_equal(outer_boundary(&o[0], step), step == 2 || step == 5);
+        for (int r = 0; r < 2; r++) { /* each its own batch, its own local step */
+            random_batch(&c, 100 + (uint64_t)(step * 2 + r), tok, tgt);
+            stage_zero_grads(st[r]);
+            assert_int_equal(stage_forward(st[r], 0, tok, NULL, NULL, NULL, NULL, err), 0);
+            float *dy = calloc((size_t)c.batch * c.seq * c.dim, sizeof(float));
+            for (size_t i = 0; i < (size_t)c.batch * c.seq * c.dim; i++)
+                dy[i] = 1e-3f * (float)((int)((i + (size_t)r) % 7) - 3);
+            assert_int_equal(stage_backward(st[r], 0, dy, NULL, err), 0);
+            free(dy);
+            float gn = 0;
+            outer_local_step(&o[r], &oc, step, 1, &gn);
+            assert_true(gn > 0);
+        }
+        assert_true(memcmp(stage_params(st[0]), stage_params(st[1]), bytes) != 0);
+        assert_memory_equal(outer_shared(&o[0], st[0]), outer_shared(&o[1], st[1]), bytes);
+        assert_memory_equal(stage_opt_v(st[0]), v0, bytes); /* the shared moments untouched */
+        if (!outer_boundary(&o[0], step)) continue;
+        for (int r = 0; r < 2; r++) {
+            outer_delta(&o[r]);
+            assert_int_equal(demo_opt_prepare(d[r], outer_schedule(&o[r], &oc), step, 1.0f,
+                                              msg[r], NULL, err), 0);
+        }
+        for (int r = 0; r < 2; r++) {
+            const uint8_t *bodies[2] = {msg[r], msg[1 - r]}; /* arrival order differs */
+            size_t lens[2] = {len, len};
+            update_batch_t b = {.step = step, .bodies = bodies, .lens = lens, .n = 2, .counted = 2};
+            update_result_t res;
+            outer_restore(&o[r]);
+            const model_update_t *u = outer_rule(&o[r], &oc);
+            assert_true(u->opt->lr == oc.lr * 4.0f && u->opt->wd == 0 && u->opt->clip == 0);
+            assert_int_equal(u->apply(u, &b, &res, err), 0);
+            outer_end_round(&o[r]);
+        }
+        assert_memory_equal(stage_params(st[0]), stage_params(st[1]), bytes);
+        assert_memory_equal(outer_shared(&o[0], st[0]), stage_params(st[0]), bytes);
+        assert_true(memcmp(stage_params(st[0]), start, bytes) != 0);
+        memcpy(start, stage_params(st[0]), bytes);
+    }
+    for (int r = 0; r < 2; r++) {
+        outer_close(&o[r]);
+        demo_opt_destroy(&d[r]);
+        stage_destroy(&st[r]);
+    }
+    free(msg[0]), free(msg[1]), free(start), free(v0);
+    kern_destroy(&k);
+}
+
 static void test_update_predict(void **state)
 {
     (void)state;
@@ -714,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_skip_stages),       cmocka_unit_test(test_gradcheck_swap),
         cmocka_unit_test(test_swap_is_exchange),  cmocka_unit_test(test_stale_first_gradient),
         cmocka_unit_test(test_forward_with),      cmocka_unit_test(test_update_predict),
+        cmocka_unit_test(test_outer_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,7 +113,10 @@ typedef struct {
 typedef struct {
     const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule, *only;
     const char *demo_lr; /* --lr of the DeMo runs (swarm and demo-train); NULL: the run's */
+    int outer;           /* --outer H: the DeMo runs exchange once every H steps; 0: every step */
+    const char *outer_k; /* --outer-k: their DeMo k (coefficients of 256); NULL: the preset's */
     float demo_lr_run;   /* the rate the DeMo runs train at (--demo-lr, else as they parse) */
+    int demo_k_run, demo_chunk_run; /* their DeMo k and chunk, as they parse */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
     long long seed;
@@ -317,6 +320,20 @@ static void sort_points(const learn_opts_t *lo, learn_result_t *r)
 
 /* ---- one run ----------------------------------------------------------------------------- */
 
+/* The words every DeMo run (demo-train and the swarm's) shares: sign DeMo, and with --outer
+ * its local steps (the rms outer update: train's local steps refuse the preset's rmsprop,
+ * which would share their AdamW moments) at --outer-k. */
+static void args_demo(learn_args_t *v, const learn_opts_t *lo)
+{
+    args_add(v, "--optimizer"), args_add(v, "demo");
+    args_add(v, "--demo-values"), args_add(v, "sign");
+    if (lo->outer > 0) {
+        args_add(v, "--demo-local"), args_addf(v, "%.0f", lo->outer);
+        args_add(v, "--demo-update"), args_add(v, "rms");
+        if (lo->outer_k) args_add(v, "--demo-k"), args_add(v, lo->outer_k);
+    }
+}
+
 static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i, learn_result_t *r,
                      store_event_t *ev)
 {
@@ -336,8 +353,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         args_add(&v, "train");
         args_common(&v, lo, seed);
         if (row->demo) {
-            args_add(&v, "--optimizer"), args_add(&v, "demo");
-            args_add(&v, "--demo-values"), args_add(&v, "sign");
+            args_demo(&v, lo);
             args_add(&v, "--stages"), args_addf(&v, "%.0f", lo->stages);
             if (lo->demo_lr) args_add(&v, "--lr"), args_add(&v, lo->demo_lr);
         } else {
@@ -355,8 +371,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         args_add(&v, "local");
         args_add(&v, "--stages"), args_addf(&v, "%.0f", lo->stages);
         args_add(&v, "--peers"), args_addf(&v, "%.0f", lo->peers);
-        args_add(&v, "--optimizer"), args_add(&v, "demo");
-        args_add(&v, "--demo-values"), args_add(&v, "sign");
+        args_demo(&v, lo);
         args_add(&v, "--codec"), args_add(&v, row->mechs & MECH_CODEC ? lo->codec : "f32");
         if (row->mechs & MECH_SKIP) args_add(&v, "--skip"), args_addf(&v, "%g", lo->skip);
         if (row->mechs & MECH_SWAP) args_add(&v, "--swap"), args_addf(&v, "%g", lo->swap);
@@ -498,6 +513,8 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     print_json_str(f, lo->baseline_schedule);
     fprintf(f, ",\"demo_lr\":");
     print_num(f, lo->demo_lr_run);
+    fprintf(f, ",\"outer\":%d,\"demo_k\":%d,\"demo_chunk\":%d", lo->outer > 0 ? lo->outer : 1,
+            lo->demo_k_run, lo->demo_chunk_run);
     fprintf(f, ",\"ratio\":");
     print_num(f, ratio);
     fprintf(f, ",\"ratio_min\":");
@@ -655,6 +672,12 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
     printf("exch B/p/step: exchange bytes one replica sends per parameter per step (every "
            "peer's, over steps x replicas x parameters); wire B/tok: every kind, sent; * a lower "
            "bound (peers SIGKILLed take their counts with them: see the rows without kills)\n");
+    printf("DeMo runs: an exchange every %d step(s)%s, k %d of each %dx%d chunk's %d "
+           "coefficients, sign values\n",
+           lo->outer > 0 ? lo->outer : 1,
+           lo->outer > 0 ? " (local AdamW steps between, the rms outer update)" : "",
+           lo->demo_k_run, lo->demo_chunk_run, lo->demo_chunk_run,
+           lo->demo_chunk_run * lo->demo_chunk_run);
     /* the curves, first seed: validation loss at each point, by steps done */
     printf("\nvalidation loss by steps done (seed %lld; the last column measured here on the "
            "assembled model):\n",
@@ -710,6 +733,8 @@ int bench_learn(int argc, char **argv)
         O_BSCHED,
         O_ONLY,
         O_DEMOLR,
+        O_OUTER,
+        O_OUTERK,
         O_HELP
     };
     static const struct option opts[] = {{"config", required_argument, NULL, O_CONFIG},
@@ -737,6 +762,8 @@ int bench_learn(int argc, char **argv)
                                          {"baseline-schedule", required_argument, NULL, O_BSCHED},
                                          {"only", required_argument, NULL, O_ONLY},
                                          {"demo-lr", required_argument, NULL, O_DEMOLR},
+                                         {"outer", required_argument, NULL, O_OUTER},
+                                         {"outer-k", required_argument, NULL, O_OUTERK},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     static learn_opts_t lo;
@@ -834,6 +861,15 @@ int bench_learn(int argc, char **argv)
             bad = run_opts_float("--demo-lr", optarg, &f);
             lo.demo_lr = optarg;
             break;
+        case O_OUTER:
+            bad = run_opts_int("--outer", optarg, 0, &lo.outer);
+            break;
+        case O_OUTERK: {
+            int k;
+            bad = run_opts_int("--outer-k", optarg, 1, &k);
+            lo.outer_k = optarg;
+            break;
+        }
         case O_HELP:
         case 'h':
             printf(
@@ -872,6 +908,11 @@ int bench_learn(int argc, char **argv)
                 "                       swarm+skip, swarm+swap, swarm+churn, swarm+stage-lost)\n"
                 "  --baseline-schedule  AdamW's lr schedule (cosine, as the sign preset; "
                 "constant)\n"
+                "  --outer H            the DeMo runs (swarm and demo-train) exchange once every\n"
+                "                       H steps, local AdamW steps between (--demo-local H with\n"
+                "                       the rms outer update; docs/protocol.md 12.14)\n"
+                "  --outer-k K          their DeMo k, coefficients of each 256 (default: the\n"
+                "                       sign preset's)\n"
                 "  --threads N          train's threads (local divides the cores itself)\n"
                 "  --data FILE          corpus (default: the KJV cache)\n"
                 "  --dir DIR            runs' logs and stores (default: a new /tmp dir, kept)\n"
@@ -916,8 +957,7 @@ int bench_learn(int argc, char **argv)
     /* the DeMo rows' rate as demo-train will read it (the sign preset's unless told) */
     learn_args_t dwords = {.n = 0};
     for (int i = 0; i < words.n; i++) args_add(&dwords, words.a[i]);
-    args_add(&dwords, "--optimizer"), args_add(&dwords, "demo");
-    args_add(&dwords, "--demo-values"), args_add(&dwords, "sign");
+    args_demo(&dwords, &lo);
     if (lo.demo_lr) args_add(&dwords, "--lr"), args_add(&dwords, lo.demo_lr);
     train_options_t drun = train_defaults();
     optind = 1;
@@ -928,6 +968,7 @@ int bench_learn(int argc, char **argv)
         return prc == 1 ? 0 : 2;
     }
     lo.demo_lr_run = drun.opt.lr;
+    lo.demo_k_run = drun.demo.k, lo.demo_chunk_run = drun.demo.chunk;
     lo.tokens_per_step = (double)lo.run.replicas * lo.run.accum * lo.run.cfg.batch * lo.run.cfg.seq;
     lo.params = config_num_params(&lo.run.cfg);
     if (!lo.dir[0]) {

@@ -73,6 +73,8 @@ static void usage(FILE *f)
             "                       complete (the peers' --no-early-exchange)\n"
             "  --overlap            the run overlaps each step's exchange with the next step\n"
             "                       (overlap=1 in the run text: stage 0 sources ahead)\n"
+            "  --outer H            local steps: the pools exchange once every H steps (DeMo,\n"
+            "                       demo_local=H in the run text; docs/protocol.md 12.14)\n"
             "  --trace              print every event (with --seed)\n"
             "  --members-only       membership alone (sim/memsim.h): --peers nodes (up to\n"
             "                       4000) that only join and serve, --crashes K of them\n"
@@ -199,7 +201,7 @@ int cmd_sim(int argc, char **argv)
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
            O_COOL, O_EARLY, O_OVERLAP, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT,
-           O_FORM };
+           O_FORM, O_OUTER };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -224,6 +226,7 @@ int cmd_sim(int argc, char **argv)
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
                                          {"no-early-exchange", no_argument, 0, O_EARLY},
                                          {"overlap", no_argument, 0, O_OVERLAP},
+                                         {"outer", required_argument, 0, O_OUTER},
                                          {"restart-faults", no_argument, 0, O_RWILD},
                                          {"plant-resume-bug", no_argument, 0, O_RBUG},
                                          {"members-only", no_argument, 0, O_MEMB},
@@ -311,6 +314,16 @@ int cmd_sim(int argc, char **argv)
         case O_OVERLAP:
             o.overlap = 1;
             break;
+        case O_OUTER: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 1 || v > 1000) {
+                fprintf(stderr, "swarmtrain sim: --outer: steps per round, 1 to 1000\n");
+                return 2;
+            }
+            o.outer = (int)v;
+            break;
+        }
         case O_MOVES:
         case O_COOL: {
             char *end;
@@ -403,6 +416,11 @@ int cmd_sim(int argc, char **argv)
         return 2;
     }
     if (pool) o.peers = (int)pool * o.stages;
+    if (o.outer > 0 && (o.optimizer == TRAIN_ADAMW || o.overlap)) {
+        fprintf(stderr, "swarmtrain sim: --outer: DeMo's rounds, not with --optimizer adamw or "
+                        "--overlap\n");
+        return 2;
+    }
     if (members_only) {
         mo.nodes = o.peers;
         mo.stages = o.stages;
@@ -474,13 +492,14 @@ int cmd_sim(int argc, char **argv)
         events += r.events;
         if (r.failed) {
             failed++;
-            char moves[96] = "";
+            char moves[96] = "", outer[32] = "";
+            if (o.outer > 0) snprintf(outer, sizeof outer, " --outer %d", o.outer);
             if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
                 snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g --swap %g "
-                   "--faults %s%s%s%s%s%s%s%s%s%s%s%s)\n",
+                   "--faults %s%s%s%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    o.swap, o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
@@ -490,7 +509,7 @@ int cmd_sim(int argc, char **argv)
                    o.placement ? o.placement : "", moves,
                    o.early_exchange ? "" : " --no-early-exchange", o.overlap ? " --overlap" : "",
                    o.restart_wild ? " --restart-faults" : "",
-                   o.plant_tear ? " --plant-resume-bug" : "");
+                   o.plant_tear ? " --plant-resume-bug" : "", outer);
             fflush(stdout);
         }
         if (seeds == 1 && r.restarted)

@@ -121,9 +121,11 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
                "                       DeMo exchanges of the change since the last one (0 =\n"
                "                       DeMo every step, the default); bytes per step / H\n"
-               "                       (sign: beta 0.999 and lr 3e-3, not the preset's)\n"
+               "                       (sign: beta 0.999 and lr 3e-3, not the preset's); in\n"
+               "                       a swarm its pools exchange once every H steps\n"
                "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
-               "  --outer-momentum M   local steps: outer Nesterov momentum, below 1 (default 0)\n"
+               "  --outer-momentum M   local steps: outer Nesterov momentum, below 1 (default 0;\n"
+               "                       train only)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
                "                       (f32, f16, bf16, int8, int4; lowrank[:RANK]: a per-\n"
                "                       message rank-RANK product, default <= 0.1 byte/element;\n"
@@ -491,11 +493,14 @@ static int finish(const char *cmd, train_options_t *out, const parse_state_t *st
         if (out->optimizer == TRAIN_DEMO && out->demo_local == 0 && !st->demo_set[5])
             out->opt.lr = DEMO_SIGN_LR;
     }
-    if (out->demo_local > 0 && strcmp(cmd, "train")) {
-        /* the pools exchange once per step (docs/design-notes.md, issue 17) */
+    if (out->demo_local > 0 && strcmp(cmd, "train") &&
+        (out->optimizer != TRAIN_DEMO || out->outer_mom > 0 || out->overlap)) {
+        /* the pools' rounds (docs/protocol.md 12.14): the outer momentum would be shared
+         * state no member serves yet; the overlap's lookahead reads an update inner steps
+         * do not send */
         fprintf(stderr,
-                "swarmtrain %s: --demo-local (DeMo local steps) runs in train only; the "
-                "swarm's pools do not skip exchanges yet\n",
+                "swarmtrain %s: --demo-local in a swarm needs --optimizer demo, and neither "
+                "--outer-momentum nor --overlap\n",
                 cmd);
         return 2;
     }

@@ -413,13 +413,16 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         if ((rc = encode_act(p, slot, &r->act, &r->act_len))) return rc;
         r->fwd_s = pass_seconds(p, t0); /* noted with its backward */
         if (m->mb.kind == 1) r->slot = -1;
-        /* overlap: a copy that a later pool may have counted already (its upstream re-sent
-         * it, or this pool has counted it: another copy went on before) goes on as a
-         * re-send, which the next pool counts in a part of its own (12.4), so that the two
-         * copies cost one part, not a message (sim mild 8x4 seed 1052 --overlap: an early
-         * forward, parked until its step, served as its source died) */
-        if (p->def.train.overlap && train && (m->mb.attempt > 0 || step_counted(p, &m->mb)))
-            r->out_attempt = 1;
+        /* a copy that a later pool may have counted already (its upstream re-sent it, or
+         * this pool has counted it: another copy went on before) goes on as a re-send,
+         * which the next pool counts in a part of its own (12.4), so that the two copies
+         * cost one part, not a message. With overlap: an early forward, parked until its
+         * step, served as its source died (sim mild 8x4 seed 1052 --overlap). Without: a
+         * forward of the next step parked while this pool finished its step, served after
+         * its source died and beside the re-run of it (sim deadlink 6x3 --steps 14 seed
+         * 5113: the next pool counted both copies in two members' part 0, left one whole
+         * message out and lost a microbatch with every stage alive). */
+        if (train && (m->mb.attempt > 0 || step_counted(p, &m->mb))) r->out_attempt = 1;
         custody_forward(p, r, NULL);
         if (m->mb.kind == 1) custody_drop(r); /* validation: the last stage answers the source */
         return 0;

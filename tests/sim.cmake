@@ -86,6 +86,12 @@ st_add_sim(overlap_restart_3x2 --faults restart --peers 6 --stages 3 --first-see
            --steps 12 --overlap)
 st_add_sim(overlap_pause_3x2   --faults pause   --peers 6 --stages 3 --first-seed 1 --seeds 100
            --steps 12 --overlap)
+# A forward parked for its step, served after its source died and beside its re-run,
+# goes on as a re-send (docs/protocol.md 11.2 step 3): both copies went on as first
+# attempts, and the next pool left a whole message out (deadlink 6x3 seed 5113, heavy 8x4
+# seed 5177, 14 steps: a microbatch lost with every stage alive).
+st_add_sim_asan(regress_deadlink_5113 --faults deadlink --peers 6 --stages 3 --steps 14 --seed 5113)
+st_add_sim_asan(regress_heavy_5177 --faults heavy --peers 8 --stages 4 --steps 14 --seed 5177)
 # Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
 # of H steps, inner steps send receipts and step locally; every invariant as every step,
 # the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.

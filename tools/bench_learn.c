@@ -1002,12 +1002,13 @@ int bench_learn(int argc, char **argv)
         fclose(la);
     }
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
-           "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g), codec "
+           "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g, k %d, "
+           "an exchange every %d step(s)), codec "
            "%s, skip %g, swap %g, churn %s (at most %d kills), stage %d lost at a drawn step; "
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
            lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
-           (double)lo.demo_lr_run, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
+           (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip, lo.swap, lo.churn, lo.churn_kills,
            lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];

@@ -677,8 +677,8 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
         double loss = p->stage == 0 || p->stage == p->dims.S - 1 ? p->me.entry.loss : NAN;
         peer_store_metric(p->ps, applied, loss, step_s > 0 ? (double)p->dims.BT * p->dims.M / step_s : 0,
                           me ? me->bytes_out : 0, me ? me->bytes_in : 0);
-        /* with local steps at a round's end only, when p = p_sync: the round's steps span
-         * the checkpoint interval's multiple */
+        /* with local steps only at a round's end (p = p_sync), when a multiple of the
+         * checkpoint interval lies within the round */
         const outer_t *o = &p->held.outer;
         if (outer_boundary(o, applied))
             peer_store_step(p->ps, p->held.st, p->held.dopt, p->step, outer_on(o) ? o->H : 1,
@@ -687,49 +687,64 @@ static int after_update(peer_t *p, const chosen_t *c, const update_result_t *r, 
     return 0;
 }
 
-/* The step's update from the pool's messages: the pool chooses them, the stage's update
- * rule (model/update.h) applies their bodies, then what follows an update (after_update). */
-static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
+/* An inner step (local steps, 12.14): a contributor's local step on what it counted;
+ * nothing shared moves (a follower holds p_sync and waits for the round's last step). */
+static void update_inner(peer_t *p, int following, update_result_t *r)
 {
-    chosen_t c;
-    int rc = choose_messages(p, msgs, n, &c);
-    if (rc) return rc;
-    update_result_t r = {0};
+    r->gnorm = p->rec.last_gnorm;
+    if (!following)
+        outer_local_step(&p->held.outer, &p->def.train.opt, p->step, pool_mine_count(p->pool),
+                         &r->gnorm);
+    r->stage_gnorm = p->contrib.stage_gnorm;
+    p->rec.last_gnorm = r->gnorm;
+}
+
+/* The pool's update of the step from the chosen bodies (the stage's rule, model/update.h;
+ * with local steps, the round's last step: every replica from p_sync, the outer rule). */
+static int update_pool(peer_t *p, const chosen_t *c, const pool_msg_t *const *msgs, int n,
+                       update_result_t *r)
+{
     outer_t *o = &p->held.outer;
     const model_update_t *u = &p->held.update;
-    if (inner_step(p, p->step)) {
-        /* an inner step: a contributor's local step on what it counted; nothing shared moves
-         * (a follower holds p_sync and waits for the round's last step) */
-        r.gnorm = p->rec.last_gnorm;
-        if (!following) outer_local_step(o, &p->def.train.opt, p->step, pool_mine_count(p->pool), &r.gnorm);
-        r.stage_gnorm = p->contrib.stage_gnorm;
-        p->rec.last_gnorm = r.gnorm;
-        goto applied;
-    }
-    if (outer_on(o)) { /* the round's last step: every replica from p_sync, the outer rule */
+    if (outer_on(o)) {
         outer_restore(o);
         u = outer_rule(o, &p->def.train.opt);
     }
-    if (p->held.dopt && c.m == 0) {
+    int rc = 0;
+    if (p->held.dopt && c->m == 0) {
         /* every message of the step was refused (a follower: its only mates are bad): no
          * update here; the hash vote of the next step repairs this replica if the pool
          * applied one */
         char h[9];
         log_warn("peer: step %" PRId64 ": no update taken (every message refused), e.g. %s's",
                  p->step, n ? peer_idhex(msgs[0]->origin, h) : "none");
-        r.stage_gnorm = demo_opt_update_norm(p->held.dopt);
+        r->stage_gnorm = demo_opt_update_norm(p->held.dopt);
     } else {
         update_batch_t b = {.step = p->step,
-                            .bodies = c.bodies,
-                            .lens = c.lens,
-                            .n = c.m,
-                            .weights = c.weights,
-                            .counted = c.total,
+                            .bodies = c->bodies,
+                            .lens = c->lens,
+                            .n = c->m,
+                            .weights = c->weights,
+                            .counted = c->total,
                             .replica_gnorm = p->rec.last_gnorm};
-        rc = u->apply(u, &b, &r, p->err);
+        rc = u->apply(u, &b, r, p->err);
     }
     if (!rc) outer_end_round(o);
-applied:
+    return rc;
+}
+
+/* The step's update from the pool's messages: the pool chooses them, the update is taken
+ * (update_inner, update_pool), then what follows an update (after_update). */
+static int apply(peer_t *p, const pool_msg_t **msgs, int n, int following)
+{
+    chosen_t c;
+    int rc = choose_messages(p, msgs, n, &c);
+    if (rc) return rc;
+    update_result_t r = {0};
+    if (inner_step(p, p->step))
+        update_inner(p, following, &r);
+    else
+        rc = update_pool(p, &c, msgs, n, &r);
     if (!rc) rc = after_update(p, &c, &r, following);
     chosen_free(&c);
     return rc;

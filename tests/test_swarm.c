@@ -440,13 +440,13 @@ static double exchange_bytes(const char *sum)
 
 /* Local steps in a swarm (docs/protocol.md 12.14, run text demo_local=4): pools exchange
  * once every 4 steps, local AdamW steps between. The swarm learns what `train` does with
- * the same rounds: its final validation loss within 6% of train's (measured: +0.8 to
- * +3.1% over seven runs; with the inner local steps taken out, a planted bug, +11%); every
- * replica of a stage ends with the same parameters; the exchange sends less than half the
- * bytes per step of the same swarm exchanging every step (measured 0.31 x: the DeMo
- * messages go once a round, and inner steps send only receipts). A swarm refuses local steps with
- * AdamW, with --overlap and with outer momentum on the command line (its usage error,
- * exit 2), before any peer starts. */
+ * the same rounds: its final validation loss within 7% of train's (measured: +0.8 to
+ * +3.6% over 17 runs, some beside a loaded core; with the inner local steps taken out, a
+ * planted bug, +11%); every replica of a stage ends with the same parameters; the
+ * exchange sends less than half the bytes per step of the same swarm exchanging every
+ * step (measured 0.31 x: the DeMo messages go once a round, and inner steps send only
+ * receipts). A swarm refuses local steps with AdamW, with --overlap and with outer
+ * momentum on the command line (its usage error, exit 2), before any peer starts. */
 static void test_outer_swarm(void **state)
 {
     (void)state;
@@ -456,11 +456,11 @@ static void test_outer_swarm(void **state)
     char args[1024];
     snprintf(args, sizeof args, "train %s --demo-local 4 --steps %d --events %s/train.events.jsonl --data %s",
              run, STEPS, dir, testutil_corpus());
-    pid_t t = start("train", args);
-    assert_int_equal(finish(t, 600), 0);
+    pid_t t = start("train", args); /* beside the swarm's first run */
     json_obj_t sum, sum1;
     snprintf(args, sizeof args, "--peers 4 %s --demo-local 4 --codec f32 --steps %d --quiet", run, STEPS);
     char *js = local_run("outer", args, 600, &sum);
+    assert_int_equal(finish(t, 600), 0);
     /* the same swarm exchanging every step, for its bytes per step (shorter: they do not
      * change from step to step) */
     snprintf(args, sizeof args, "--peers 4 %s --codec f32 --steps %d --quiet", run, STEPS / 3);
@@ -471,7 +471,7 @@ static void test_outer_swarm(void **state)
            "swarm %.4f (%+.2f%%); exchange bytes per step %.0f, every step %.0f (%.2f x)\n",
            STEPS, vt, vs, 100 * (vs - vt) / vt, e4, e1, e4 / e1);
     assert_true(isfinite(vt) && isfinite(vs));
-    assert_true(fabs(vs - vt) <= 0.06 * vt);
+    assert_true(fabs(vs - vt) <= 0.07 * vt);
     assert_true(e4 > 0 && e4 < 0.5 * e1);
     same_hashes(js, 0, 2);
     same_hashes(js, 1, 2);

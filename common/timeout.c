@@ -18,6 +18,12 @@ void timeout_start(timeout_t *t, double now)
     t->deadline = now + t->wait_s;
 }
 
+void timeout_start_for(timeout_t *t, double now, double wait_s)
+{
+    timeout_start(t, now);
+    t->deadline = now + wait_s;
+}
+
 void timeout_ensure(timeout_t *t, double now)
 {
     if (!timeout_running(t)) timeout_start(t, now);

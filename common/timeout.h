@@ -25,6 +25,9 @@ typedef struct {
 timeout_t timeout_make(const char *name, double after_s);
 /* Starts it afresh: attempts 0, the first wait, due at now + after_s. */
 void timeout_start(timeout_t *t, double now);
+/* Starts it afresh with a first wait of wait_s instead of after_s (its later waits are
+ * after_s's, with the backoff). */
+void timeout_start_for(timeout_t *t, double now, double wait_s);
 /* Starts it unless it runs (a wait that began earlier keeps its deadline). */
 void timeout_ensure(timeout_t *t, double now);
 void timeout_stop(timeout_t *t);

@@ -18,6 +18,7 @@
 #define CONTRIB_PROGRESS_S 0.5  /* step.progress: PROGRESS again, also with nothing counted */
 #define CONTRIB_STALL_S    10.0 /* step.stall: a step that has not moved is reported */
 #define CONTRIB_ASK_S      1.0  /* step.exch_req, step.gone_ask: EXCH_REQ at most this often */
+#define CONTRIB_FIRST_ASK_S 0.25 /* step.exch_req's first round, after the step is complete */
 #define CONTRIB_RELAY_S    1.0  /* step.relay: a named member's message asked of every mate */
 #define CONTRIB_DEADLINE_S 30.0 /* step.deadline: contributors step without missing messages */
 #define CONTRIB_SUSPECT_S  1.0  /* step.redo_suspect: a missing microbatch before it is lost */

@@ -1196,8 +1196,11 @@ int step_tick(peer_t *p)
          * `small` (steps over a second, so the ask of the last step was due again) every
          * exchange message crossed the wire twice (local 4 x 2, 32 steps: 26.3 exchange
          * bytes per token, 13.5 kB per peer per step for a 7.2 kB message). The first ask
-         * for a live mate's message waits a round of asks from here. */
-        timeout_start(&p->contrib.exch_req, p->now);
+         * waits a quarter second from here; not a whole round of asks: a message lost on
+         * the way must still be asked for before its sender may die (sim restart 2x2
+         * --steps 14 seed 6224: asked a second late, the sender had crashed, and the mate
+         * applied the step without it). */
+        timeout_start_for(&p->contrib.exch_req, p->now, CONTRIB_FIRST_ASK_S);
     }
     if (contributing(p) && p->contrib.exch_early && !p->contrib.exch_sent) {
         /* N is complete: the early parts count as sent now; mates that came into view

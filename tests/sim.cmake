@@ -92,6 +92,13 @@ st_add_sim(overlap_pause_3x2   --faults pause   --peers 6 --stages 3 --first-see
 # seed 5177, 14 steps: a microbatch lost with every stage alive).
 st_add_sim_asan(regress_deadlink_5113 --faults deadlink --peers 6 --stages 3 --steps 14 --seed 5113)
 st_add_sim_asan(regress_heavy_5177 --faults heavy --peers 8 --stages 4 --steps 14 --seed 5177)
+# A lost mate's message asked for a quarter second after completion, not a second (its
+# sender crashed meanwhile: restart 2x2 seed 6224), and the final validation's answers
+# from the last stage over a dead link mended (deadlink 6x3 seed 6004 ran out of time).
+st_add_sim_asan(regress_restart_6224 --faults restart --peers 4 --stages 2 --steps 14 --seed 6224
+                --optimizer demo)
+st_add_sim_asan(regress_deadlink_6004 --faults deadlink --peers 6 --stages 3 --steps 14 --seed 6004
+                --optimizer demo)
 # Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
 # of H steps, inner steps send receipts and step locally; every invariant as every step,
 # the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.

@@ -80,12 +80,18 @@ const float *outer_shared(const outer_t *o, stage_t *st)
     return outer_on(o) ? o->psync : stage_params(st);
 }
 
+optim_config_t outer_opt(const optim_config_t *inner, float outer_lr)
+{
+    optim_config_t oc = *inner;
+    oc.lr = inner->lr * outer_lr;
+    oc.wd = 0;   /* every local AdamW step decayed already */
+    oc.clip = 0; /* delta is not a gradient of one step */
+    return oc;
+}
+
 const optim_config_t *outer_schedule(outer_t *o, const optim_config_t *inner)
 {
-    o->opt = *inner;
-    o->opt.lr = inner->lr * o->outer_lr;
-    o->opt.wd = 0;   /* every local AdamW step decayed already */
-    o->opt.clip = 0; /* delta is not a gradient of one step */
+    o->opt = outer_opt(inner, o->outer_lr);
     return &o->opt;
 }
 

@@ -86,8 +86,12 @@ void outer_end_round(outer_t *o);
 /* The shared parameters: p_sync when on, else the stage's own. */
 const float *outer_shared(const outer_t *o, stage_t *st);
 
-/* The outer schedule from the inner one (its rate times outer_lr, no decay, no clip), kept
- * in o->opt; and the rule that applies the pool's outer update with it. */
+/* The outer schedule from the inner one: its rate times outer_lr, no weight decay, no clip
+ * (train's local steps take it too). */
+optim_config_t outer_opt(const optim_config_t *inner, float outer_lr);
+
+/* outer_opt of the inner schedule kept in o->opt; and the rule that applies the pool's
+ * outer update with it. */
 const optim_config_t *outer_schedule(outer_t *o, const optim_config_t *inner);
 const model_update_t *outer_rule(outer_t *o, const optim_config_t *inner);
 

@@ -14,6 +14,7 @@
 #include "model/demo_opt.h"
 #include "model/hf_model.h"
 #include "model/model.h"
+#include "model/outer.h"
 #include "model/stage_ckpt.h"
 #include "model/update.h"
 #include "store/store.h"
@@ -755,10 +756,7 @@ static int setup(run_t *run, char *err)
                               "--demo-local: checkpoints only at syncs (--checkpoint-every a "
                               "multiple of H; the last step syncs too) and no --resume: they "
                               "do not carry the replicas' local AdamW moments");
-        run->outer = o->opt;
-        run->outer.lr = o->opt.lr * o->outer_lr;
-        run->outer.wd = 0;   /* each local AdamW step decayed already */
-        run->outer.clip = 0; /* delta is not a gradient of one step */
+        run->outer = outer_opt(&o->opt, o->outer_lr);
         run->psync = calloc((size_t)run->S, sizeof *run->psync);
         if (o->outer_mom > 0)
             run->omom = calloc((size_t)run->R * (size_t)run->S, sizeof *run->omom);

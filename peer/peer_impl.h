@@ -259,7 +259,13 @@ double custody_time(const peer_t *p, const mbrec_t *r);
 double custody_next_deadline(const peer_t *p);
 /* How long what a member sent downstream may take to be served and counted there, its
  * count to reach the pool: 1.5 x the round trips this peer's forwards took (srtt + 4
- * rttvar), at most custody_s; custody_s before any is known (source.h). */
+ * rttvar), at most custody_s (source.h). Before any is known (an owner that died while
+ * the swarm started): CUSTODY_SETTLE_UNKNOWN x the failure timeout, at most custody_s.
+ * A crash is noticed a timeout or more after the owner's last word, so its last forwards
+ * have had three timeouts to be counted; a copy started sooner than that is counted in a
+ * part of its own (protocol.md 12.4) and only that part is left out. custody_s there (60
+ * s) stalled the whole swarm for a minute (local --kill start --fault-seed 1, ASan). */
+#define CUSTODY_SETTLE_UNKNOWN 2.0
 double custody_settle_time(const peer_t *p);
 
 /* serve.c */

@@ -62,6 +62,17 @@ static const char *vfmt_name(int v)
     return v == DEMO_VAL_SIGN ? "sign" : v == DEMO_VAL_BF16 ? "bf16" : "f32";
 }
 
+int64_t train_skip_end(const train_options_t *o)
+{
+    if (!(o->skip_until > 0 && o->skip_until < 1)) return INT64_MAX;
+    return (int64_t)floor(o->skip_until * (double)o->steps + 0.5);
+}
+
+double train_skip_at(const train_options_t *o, int64_t step)
+{
+    return step < train_skip_end(o) ? o->skip : 0;
+}
+
 size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
 {
     char cfg[512];
@@ -89,6 +100,8 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (w < 0) return 0;
     /* only when set: runs without skipping keep the text (and hashes) they had */
     if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
+    if (o->skip > 0 && o->skip_until > 0 && o->skip_until < 1 && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "skip_until=%.9g\n", o->skip_until);
     if (o->swap > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "swap=%.9g\n", o->swap);
     /* only when set: a swarm validates during the run (the leader of stage 0) */
@@ -231,6 +244,7 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
         NUM("codec_block", 0, 1 << 20, o->codec_block = (uint32_t)x)
         NUM("val_batches", 1, 1 << 20, o->val_batches = (int)x)
         NUM("skip", 0, 1, o->skip = x)
+        NUM("skip_until", 0, 1, o->skip_until = x)
         NUM("swap", 0, 1, o->swap = x)
         NUM("val_every", 0, 1 << 30, o->val_every = (int)x)
         NUM("swim_every", 0, 64, o->swim_every = (int)x)
@@ -432,7 +446,7 @@ static int compute_grads(run_t *run, int64_t step, double *loss_out, char *err)
         for (int a = 0; a < o->accum; a++) {
             float loss;
             uint32_t index = (uint32_t)(r * o->accum + a);
-            uint64_t skip = path_skip(o->seed, step, index, M, S, o->skip);
+            uint64_t skip = path_skip(o->seed, step, index, M, S, train_skip_at(o, step));
             int swap = path_swap(o->seed, step, index, M, S, o->swap, skip);
             for (int s = 0; s < S; s++) run->visits[r * S + s] += path_on(skip, s);
             data_train_batch(run->d, o->seed, (uint64_t)r, step * o->accum + a, o->cfg.batch,
@@ -707,6 +721,8 @@ static int setup(run_t *run, char *err)
     run->visits = calloc((size_t)run->R * (size_t)run->S, sizeof *run->visits);
     if (!(o->skip >= 0 && o->skip <= 1))
         return status_set(err, STATUS_EINVAL, "--skip must be in [0, 1]");
+    if (!(o->skip_until >= 0 && o->skip_until <= 1))
+        return status_set(err, STATUS_EINVAL, "--skip-until must be in [0, 1]");
     if (!(o->swap >= 0 && o->swap <= 1))
         return status_set(err, STATUS_EINVAL, "--swap must be in [0, 1]");
     if (o->val_skip && !path_valid(o->val_skip, run->S))
@@ -877,8 +893,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                 "swap: a share %.3g of microbatches swap the end stages' blocks (CheckFree+)\n",
                 o->swap);
     if (o->skip > 0)
-        fprintf(log, "skip: a share %.3g of middle-stage visits left out (SkipPipe paths)\n",
-                o->skip);
+        fprintf(log, "skip: a share %.3g of middle-stage visits left out (SkipPipe paths)%s\n",
+                o->skip, train_skip_at(o, o->steps - 1) > 0 ? "" : ", in the first part of the run");
     if (run.dopt) {
         size_t bytes = 0;
         for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);

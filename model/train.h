@@ -75,6 +75,11 @@ typedef struct {
      * extra validation at the end runs without (a mask; 0: none; in the run text only
      * when set, so that every peer of a swarm validates the same way). */
     double skip;
+    /* The share of the run's steps that skip (0: all of them): from step round(skip_until x
+     * steps) on every microbatch runs every stage. Skipping late costs the most: `tiny`,
+     * sign DeMo, 600 steps, 2 seeds: --skip 0.25 the whole run +2.5% over no skipping,
+     * --skip 0.5 --skip-until 0.5 (as many visits left out) +1.4% (docs/design-notes.md). */
+    double skip_until;
     uint64_t val_skip;
     /* CheckFree+ (swarm/path.h): the share of each step's microbatches that swap the
      * blocks of stage 0 with stage 1's, or of stage S-1 with S-2's (part of the run; 0:
@@ -124,5 +129,11 @@ int train_options_from_text(train_options_t *o, const char *text, char *err);
 
 /* Runs training; 0, or a status with the reason in err. */
 int train_run(const train_options_t *o, train_result_t *res, char *err);
+
+/* The share of middle-stage visits step `step` skips: skip before train_skip_end, the
+ * step round(skip_until x steps) (INT64_MAX without skip_until), 0 from there; every
+ * process of a run draws the same paths. */
+int64_t train_skip_end(const train_options_t *o);
+double train_skip_at(const train_options_t *o, int64_t step);
 
 #endif

@@ -163,7 +163,8 @@ int step_open(peer_t *p)
     int rc = contrib_alloc(&p->contrib, p->dims.M);
     p->held.keep = step_keep(p);
     if (!(p->pool = pool_new(p->dims.M))) return STATUS_ENOMEM;
-    pool_set_path(p->pool, p->def.train.seed, p->dims.S, p->def.train.skip, p->stage);
+    pool_set_path(p->pool, p->def.train.seed, p->dims.S, p->def.train.skip,
+                  train_skip_end(&p->def.train), p->stage);
     return rc;
 }
 

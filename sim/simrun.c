@@ -222,7 +222,7 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     int bits = 0, want = 0, stray = 0;
     for (int i = 0; i < a->M; i++) {
         int c = (a->counted[i >> 3] >> (i & 7)) & 1;
-        int e = path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, d->run.skip),
+        int e = path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, train_skip_at(&d->run, a->step)),
                         a->stage);
         if (a->expected && e != ((a->expected[i >> 3] >> (i & 7)) & 1))
             failf(d, "path: node %d stage %d step %lld expects microbatch %d %s the schedule", idx,
@@ -261,7 +261,7 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         memset(d->pend_missing, 0, sizeof d->pend_missing);
         for (int i = 0; i < a->M; i++)
             if (!((a->counted[i >> 3] >> (i & 7)) & 1) &&
-                path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, d->run.skip),
+                path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, train_skip_at(&d->run, a->step)),
                         a->stage))
                 d->pend_missing[i >> 3] |= 1u << (i & 7);
     }
@@ -1047,6 +1047,7 @@ static train_options_t tiny_run(const simrun_options_t *o, rng_t *r)
     run.seed = rng_below(r, 1u << 30); /* the run text takes a modest seed */
     run.opt.warmup = 2;
     run.skip = o->skip;
+    run.skip_until = o->skip_until;
     run.swap = o->swap;
     run.overlap = o->overlap;
     run.optimizer = o->optimizer >= 0 ? o->optimizer : (int)rng_below(r, 2);

@@ -82,6 +82,7 @@ typedef struct {
     int optimizer;         /* -1: drawn from the seed; else train_optimizer_t */
     int plant_bug;         /* a pool steps one microbatch short at step 1 (a fault hook, peer_faults_t): the checker must catch it */
     double skip;           /* SkipPipe skip ratio of the run (train_options_t.skip); 0: none */
+    double skip_until;     /* its share of the steps that skip (train_options_t); 0: all */
     double swap;           /* CheckFree+ swap share of the run (train_options_t.swap); 0: none */
     const char *data_path; /* the corpus (simrun_corpus) */
     double budget_s;       /* virtual seconds for the whole run (0: 600) */

@@ -29,11 +29,12 @@ struct pool {
     uint64_t path_seed;
     int path_S, path_stage;
     double path_ratio;
+    int64_t path_until; /* the first step that skips nothing */
 };
 
 static void set_expect(pool_t *p)
 {
-    if (p->path_ratio > 0) {
+    if (p->path_ratio > 0 && p->step < p->path_until) {
         path_expected(p->path_seed, p->step, p->M, p->path_S, p->path_ratio, p->path_stage,
                       p->expect);
         return;
@@ -105,11 +106,12 @@ void pool_begin(pool_t *p, int64_t step, int keep)
     set_expect(p);
 }
 
-void pool_set_path(pool_t *p, uint64_t seed, int S, double ratio, int stage)
+void pool_set_path(pool_t *p, uint64_t seed, int S, double ratio, int64_t until, int stage)
 {
     p->path_seed = seed;
     p->path_S = S;
     p->path_ratio = ratio;
+    p->path_until = until;
     p->path_stage = stage;
     set_expect(p);
 }

@@ -83,10 +83,11 @@ int pool_counted_any(const pool_t *p);
  * paths those whose path visits the stage: pool_set_path) has its bit set. */
 int pool_all(const pool_t *p, const uint8_t *bits);
 
-/* SkipPipe (swarm/path.h): from now on the pool of `stage` expects, at each step, only
- * the microbatches whose path (run seed, S stages, skip ratio) visits it. ratio 0: all M
+/* SkipPipe (swarm/path.h): from now on the pool of `stage` expects, at each step below
+ * `until`, only the microbatches whose path (run seed, S stages, skip ratio) visits it;
+ * at `until` and after (the run's skip_until, model/train.h), and with ratio 0, all M
  * (the default). */
-void pool_set_path(pool_t *p, uint64_t seed, int S, double ratio, int stage);
+void pool_set_path(pool_t *p, uint64_t seed, int S, double ratio, int64_t until, int stage);
 /* The bitmap of the microbatches expected at the current step. */
 const uint8_t *pool_expected(const pool_t *p);
 

@@ -181,6 +181,10 @@ set_tests_properties(sim_replay PROPERTIES LABELS sim TIMEOUT 300
 # count exactly the microbatches whose path visits it (sim/simrun.c checks it).
 st_add_sim(skip_4x2   --faults mild  --peers 8  --stages 4 --skip 0.5  --first-seed 1 --seeds 150)
 st_add_sim(skip_3x2   --faults none  --peers 6  --stages 3 --skip 0.25 --first-seed 1 --seeds 100)
+# --skip-until: paths skip in the first half of the run only; the pools switch to every
+# microbatch at step 4 of 8 with the schedule (the checker recomputes it per step)
+st_add_sim(skip_until_4x2 --faults mild --peers 8 --stages 4 --skip 0.5 --skip-until 0.5
+           --steps 8 --first-seed 1 --seeds 100)
 # Moves (issue 12): an unbalanced start (4 peers on stage 0, 1 on stage 1) that the peers
 # rebalance themselves (cooldown 1 virtual s), plus moves asked of random serving peers
 # (--moves, 0.2 or 0.1 per virtual second), so that crashes also hit peers mid-move.

@@ -2,8 +2,10 @@
  * microbatch, never skips the first or last stage, is a pure function of its inputs,
  * spreads each stage's visits over the step (no bursts), and the next/prev/hop helpers,
  * the pool's expected set and the stage-list parser agree with it; CheckFree+'s swap
- * schedule and the hops of a swapped path. */
+ * schedule and the hops of a swapped path; a run that skips only in its first part
+ * (skip_until) draws no skip from there, in train and in the pool alike. */
 #include "common/status.h"
+#include "model/train.h"
 #include "swarm/path.h"
 #include "swarm/pool.h"
 
@@ -128,7 +130,7 @@ static void test_pool_expects_path(void **state)
     pool_t *p = pool_new(M);
     assert_non_null(p);
     for (int stage = 0; stage < S; stage++) {
-        pool_set_path(p, 5, S, 0.5, stage);
+        pool_set_path(p, 5, S, 0.5, INT64_MAX, stage);
         for (int64_t step = 0; step < 4; step++) {
             pool_begin(p, step, 2);
             uint8_t want[2], bits[2] = {0};
@@ -146,6 +148,49 @@ static void test_pool_expects_path(void **state)
                 }
             assert_false(pool_all(p, bits));
         }
+    }
+    pool_destroy(&p);
+}
+
+/* skip_until: the first step that skips nothing is round(skip_until x steps); 0 and 1 mean
+ * the whole run; the run text carries it only when it ends skipping early; the pool
+ * expects every microbatch from that step on. */
+static void test_skip_until(void **state)
+{
+    (void)state;
+    train_options_t o = train_defaults();
+    o.skip = 0.5, o.steps = 10;
+    assert_true(train_skip_end(&o) == INT64_MAX);
+    assert_true(train_skip_at(&o, 9) == 0.5);
+    char text[4096], err[STATUS_ERR_LEN];
+    train_options_to_text(&o, text, sizeof text);
+    assert_null(strstr(text, "skip_until"));
+    o.skip_until = 1;
+    assert_true(train_skip_end(&o) == INT64_MAX);
+    o.skip_until = 0.45; /* 4.5 steps: round half up */
+    assert_int_equal(train_skip_end(&o), 5);
+    assert_true(train_skip_at(&o, 4) == 0.5);
+    assert_true(train_skip_at(&o, 5) == 0);
+    train_options_to_text(&o, text, sizeof text);
+    assert_non_null(strstr(text, "skip_until=0.45\n"));
+    train_options_t back = train_defaults();
+    assert_int_equal(train_options_from_text(&back, text, err), 0);
+    assert_true(back.skip_until == o.skip_until && train_skip_end(&back) == 5);
+    strcat(text, "skip_until=2\n"); /* out of range */
+    assert_int_not_equal(train_options_from_text(&back, text, err), 0);
+
+    enum { M = 12, S = 4 };
+    pool_t *p = pool_new(M);
+    assert_non_null(p);
+    pool_set_path(p, 5, S, 0.5, 2, 1);
+    for (int64_t step = 0; step < 4; step++) {
+        pool_begin(p, step, 2);
+        uint8_t want[2];
+        uint32_t n = path_expected(5, step, M, S, step < 2 ? 0.5 : 0, 1, want);
+        if (step >= 2) memset(want, 0, 2), n = M;
+        for (int i = 0; step >= 2 && i < M; i++) pool_set_bit(want, i);
+        assert_memory_equal(pool_expected(p), want, 2);
+        assert_int_equal(n, step < 2 ? M / 2 : M);
     }
     pool_destroy(&p);
 }
@@ -251,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_varies),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_pool_expects_path),
+        cmocka_unit_test(test_skip_until),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_swap_schedule),
         cmocka_unit_test(test_swap_hops),

@@ -250,11 +250,25 @@ static void equivalent(int S)
 
 /* SkipPipe: with --skip the paths (and so the losses) differ from a run without it, yet
  * train and the swarm run the same paths and average each stage's gradient over the
- * same microbatches. 4 microbatches a step, 4 stages: each middle stage skipped by 1. */
+ * same microbatches. 4 microbatches a step, 4 stages: each middle stage skipped by 1,
+ * in the first half of the run only (--skip-until 0.5: steps 0-5 skip, 6-11 do not). */
 static void test_equivalent_skip(void **state)
 {
     (void)state;
-    equivalent_with(4, "--accum 4 --skip 0.25 --skip-stages 1");
+    equivalent_with(4, "--accum 4 --skip 0.25 --skip-until 0.5 --skip-stages 1");
+    /* the swarm stopped skipping at step 6: a run that skips throughout has its losses up
+     * to step 5, not after */
+    char args[1024];
+    snprintf(args, sizeof args,
+             "train --stages 4 --steps 12 --batch 8 --threads 1 --accum 4 --skip 0.25 --events "
+             "%s/train3.events.jsonl --data %s",
+             dir, testutil_corpus());
+    assert_int_equal(finish(start("train3", args), 300), 0);
+    double la[12], lb[12];
+    assert_int_equal(step_losses("train3.events.jsonl", la, 12), 12);
+    assert_int_equal(step_losses("local/peer0.events.jsonl", lb, 12), 12);
+    for (int i = 0; i < 6; i++) assert_true(fabs(la[i] - lb[i]) <= 1e-5 * fabs(la[i]));
+    assert_true(fabs(la[6] - lb[6]) > 1e-5 * fabs(la[6]));
     /* validation without stage 1 gives the same loss in both, and another than whole */
     json_obj_t ts, sum;
     assert_true(last_event("train.events.jsonl", "val_loss_skip", &ts));

@@ -60,6 +60,7 @@ static void usage(FILE *f)
             "  --optimizer NAME     adamw | demo (default: drawn from each seed)\n"
             "  --skip RATIO         SkipPipe: microbatches skip this share of middle-stage\n"
             "                       visits (default 0)\n"
+            "  --skip-until F       skipping only in the first F of the steps (default: all)\n"
             "  --swap SHARE         CheckFree+: this share of microbatches swap the end\n"
             "                       stages' blocks, visiting stage 0 or S-1 twice (default 0)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
@@ -201,7 +202,7 @@ int cmd_sim(int argc, char **argv)
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
            O_COOL, O_EARLY, O_OVERLAP, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT,
-           O_FORM, O_OUTER };
+           O_FORM, O_OUTER, O_SKIPUNTIL };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -220,6 +221,7 @@ int cmd_sim(int argc, char **argv)
                                          {"set", required_argument, 0, O_SET},
                                          {"help", no_argument, 0, O_HELP},
                                          {"skip", required_argument, 0, O_SKIP},
+                                         {"skip-until", required_argument, 0, O_SKIPUNTIL},
                                          {"swap", required_argument, 0, O_SWAP},
                                          {"placement", required_argument, 0, O_PLACE},
                                          {"moves", required_argument, 0, O_MOVES},
@@ -392,13 +394,14 @@ int cmd_sim(int argc, char **argv)
             break;
         }
         case O_SKIP:
+        case O_SKIPUNTIL:
         case O_SWAP: {
             char *end;
-            double *share = c == O_SKIP ? &o.skip : &o.swap;
+            double *share = c == O_SKIP ? &o.skip : c == O_SKIPUNTIL ? &o.skip_until : &o.swap;
             *share = strtod(optarg, &end);
             if (end == optarg || *end || !(*share >= 0 && *share <= 1)) {
                 fprintf(stderr, "swarmtrain sim: --%s: a share in [0, 1]\n",
-                        c == O_SKIP ? "skip" : "swap");
+                        c == O_SKIP ? "skip" : c == O_SKIPUNTIL ? "skip-until" : "swap");
                 return 2;
             }
             break;
@@ -492,8 +495,11 @@ int cmd_sim(int argc, char **argv)
         events += r.events;
         if (r.failed) {
             failed++;
-            char moves[96] = "", outer[32] = "";
+            char moves[96] = "", outer[64] = "";
             if (o.outer > 0) snprintf(outer, sizeof outer, " --outer %d", o.outer);
+            if (o.skip_until > 0)
+                snprintf(outer + strlen(outer), sizeof outer - strlen(outer), " --skip-until %g",
+                         o.skip_until);
             if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
                 snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
                          o.rebalance_cooldown_s);

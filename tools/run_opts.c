@@ -135,6 +135,8 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --skip RATIO         SkipPipe: each step's microbatches leave out this share\n"
                "                       of their middle-stage visits, balanced per stage\n"
                "                       (0..1, default 0; part of the run)\n"
+               "  --skip-until F       skip only in the first F of the steps (0..1, default:\n"
+               "                       all; skipping late costs the most; part of the run)\n"
                "  --skip-stages LIST   validate at the end also without these middle stages\n"
                "                       (e.g. 1,2 or 1-2)\n"
                "  --swap SHARE         CheckFree+: this share of each step's microbatches swap\n"
@@ -192,6 +194,7 @@ enum {
     O_CODEC,
     O_DCACHE,
     O_SKIP,
+    O_SKIPUNTIL,
     O_SKIPST,
     O_SWAP,
     O_MEMBERSHIP,
@@ -238,6 +241,7 @@ static const struct option common_opts[] = {{"config", required_argument, 0, 'c'
                                             {"codec", required_argument, 0, O_CODEC},
                                             {"data-cache", required_argument, 0, O_DCACHE},
                                             {"skip", required_argument, 0, O_SKIP},
+                                            {"skip-until", required_argument, 0, O_SKIPUNTIL},
                                             {"skip-stages", required_argument, 0, O_SKIPST},
                                             {"swap", required_argument, 0, O_SWAP},
                                             {"membership", required_argument, 0, O_MEMBERSHIP},
@@ -420,6 +424,8 @@ static int run_option(train_options_t *out, parse_state_t *st, int c, const char
         return codec_option(out, arg);
     case O_SKIP:
         return share("--skip", arg, "middle-stage visits", &out->skip);
+    case O_SKIPUNTIL:
+        return share("--skip-until", arg, "the run's steps", &out->skip_until);
     case O_SKIPST:
         st->skip_stages = arg;
         return 0;

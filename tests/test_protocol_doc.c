@@ -393,6 +393,7 @@ static train_options_t everything(void)
     o.data_sha256[64] = 0;
     snprintf(o.data_url, sizeof o.data_url, "https://example.org/corpus.txt");
     o.skip = 0.5;
+    o.skip_until = 0.5;
     o.swap = 0.25;
     o.val_every = 10;
     o.val_skip = 2; /* stage 1 */

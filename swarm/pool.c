@@ -369,25 +369,27 @@ int pool_pick(const pool_msg_t *const *msgs, int n, const int *out, int M, int *
     for (int i = 0; i < n; i++) take[i] = 0;
     /* First every part 0, the one that counts the most first, the first of equals (the
      * smaller id): every member holds every exchange member's part 0 before it applies.
-     * Then the supplements, in order: a member may lack one, and what it takes of the
-     * part 0s must not depend on it (weighed by all parts, or with a supplement taken
-     * before another origin's part 0, two members applied different updates: sim pause
-     * seed 60069, corrupt 6x3 seed 15). */
-    for (;;) {
-        int best = -1;
-        uint32_t best_w = 0;
-        for (int i = 0; i < n; i++) {
-            if (done[i] || msgs[i]->part != 0 || out[i]) continue;
-            uint32_t w = 0;
-            for (int b = 0; b < M; b++) w += (uint32_t)pool_bit(msgs[i]->counted, b);
-            if (best < 0 || w > best_w) best = i, best_w = w;
+     * Then the supplements, again the one that counts the most first: a member may lack
+     * one, and what it takes of the part 0s must not depend on it (weighed by all parts,
+     * or with a supplement taken before another origin's part 0, two members applied
+     * different updates: sim pause seed 60069, corrupt 6x3 seed 15). A re-sent
+     * microbatch is counted in a part of its own (protocol.md 12.4): taken in id order,
+     * the smaller id's re-send pushed out a supplement that also counted a microbatch
+     * nobody else held (sim pause 8x4 seed 7065: 3 of 4). */
+    for (int pass = 0; pass < 2; pass++)
+        for (;;) {
+            int best = -1;
+            uint32_t best_w = 0;
+            for (int i = 0; i < n; i++) {
+                if (done[i] || (msgs[i]->part != 0) != pass || out[i]) continue;
+                uint32_t w = 0;
+                for (int b = 0; b < M; b++) w += (uint32_t)pool_bit(msgs[i]->counted, b);
+                if (best < 0 || w > best_w) best = i, best_w = w;
+            }
+            if (best < 0) break;
+            done[best] = 1;
+            take_if_clear(msgs, best, out, M, counted, take);
         }
-        if (best < 0) break;
-        done[best] = 1;
-        take_if_clear(msgs, best, out, M, counted, take);
-    }
-    for (int i = 0; i < n; i++)
-        if (msgs[i]->part != 0) take_if_clear(msgs, i, out, M, counted, take);
     free(counted), free(done);
     return 0;
 }

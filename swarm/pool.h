@@ -134,9 +134,10 @@ int pool_final_vote(const pool_t *p, const msg_member_t *own, int n, const uint8
  * every exchange member's part 0 before it applies, so what it takes of them is the same
  * on every member; a REDO's duplicate of one microbatch does not push out a message that
  * counts the whole step (sim heavy seed 6101891: 1 of 4 counted when the smaller id's
- * duplicate came first). Then the supplements in order, each taken unless it overlaps:
- * one a member lacks changes nothing else it takes. M: microbatches per step. 0, or
- * ENOMEM. */
+ * duplicate came first). Then the supplements the same way, the one that counts the most
+ * first, each taken unless it overlaps: a re-send's part of one microbatch does not push
+ * out a supplement that counts it and more (sim pause 8x4 seed 7065). M: microbatches per
+ * step. 0, or ENOMEM. */
 int pool_pick(const pool_msg_t *const *msgs, int n, const int *out, int M, int *take);
 
 #endif

@@ -846,6 +846,17 @@ static void test_pool_pick(void **state)
     assert_true(take[0] && !take[1] && take[2]);
     assert_int_equal(pool_pick(m8, 2, out, 4, take), 0);
     assert_true(take[0] && take[1]);
+    /* supplements heaviest first: G {0} + the re-send {1} in a part of its own, H {2} + a
+     * supplement {1,3} (its first run of 1, and 3): H's supplement enters, G's re-send not,
+     * all 4 counted (in id order G's re-send came first and pushed out 3: sim pause 8x4
+     * seed 7065) */
+    uint8_t s4[4][1];
+    pool_msg_t g0 = pick_msg(1, 0, 0x1, s4[0]), g1 = pick_msg(1, 1, 0x2, s4[1]),
+               h0 = pick_msg(2, 0, 0x4, s4[2]), h1 = pick_msg(2, 1, 0xA, s4[3]);
+    const pool_msg_t *m9[] = {&g0, &g1, &h0, &h1};
+    int take4[4];
+    assert_int_equal(pool_pick(m9, 4, out, 4, take4), 0);
+    assert_true(take4[0] && !take4[1] && take4[2] && take4[3]);
     /* B refused (the guard): A enters whole although B counts more */
     int out2[3] = {0, 0, 1};
     assert_int_equal(pool_pick(m2, 3, out2, 4, take), 0);

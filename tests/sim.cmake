@@ -99,6 +99,9 @@ st_add_sim_asan(regress_restart_6224 --faults restart --peers 4 --stages 2 --ste
                 --optimizer demo)
 st_add_sim_asan(regress_deadlink_6004 --faults deadlink --peers 6 --stages 3 --steps 14 --seed 6004
                 --optimizer demo)
+# A re-send's part of its own taken before a mate's supplement that also counted a
+# microbatch nobody else held (pool_pick walked supplements in id order: 3 of 4 counted)
+st_add_sim_asan(regress_pause_7065 --faults pause --peers 8 --stages 4 --seed 7065)
 # Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
 # of H steps, inner steps send receipts and step locally; every invariant as every step,
 # the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.

@@ -894,7 +894,8 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                 o->swap);
     if (o->skip > 0)
         fprintf(log, "skip: a share %.3g of middle-stage visits left out (SkipPipe paths)%s\n",
-                o->skip, train_skip_at(o, o->steps - 1) > 0 ? "" : ", in the first part of the run");
+                o->skip,
+                train_skip_at(o, o->steps - 1) > 0 ? "" : ", in the first part of the run");
     if (run.dopt) {
         size_t bytes = 0;
         for (int s = 0; s < run.S; s++) bytes += demo_opt_msg_size(run.dopt[s]);

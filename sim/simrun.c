@@ -222,8 +222,8 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     int bits = 0, want = 0, stray = 0;
     for (int i = 0; i < a->M; i++) {
         int c = (a->counted[i >> 3] >> (i & 7)) & 1;
-        int e = path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, train_skip_at(&d->run, a->step)),
-                        a->stage);
+        double r = train_skip_at(&d->run, a->step);
+        int e = path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, r), a->stage);
         if (a->expected && e != ((a->expected[i >> 3] >> (i & 7)) & 1))
             failf(d, "path: node %d stage %d step %lld expects microbatch %d %s the schedule", idx,
                   a->stage, (long long)a->step, i, e ? "against" : "beyond");
@@ -261,7 +261,8 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         memset(d->pend_missing, 0, sizeof d->pend_missing);
         for (int i = 0; i < a->M; i++)
             if (!((a->counted[i >> 3] >> (i & 7)) & 1) &&
-                path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, train_skip_at(&d->run, a->step)),
+                path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S,
+                                  train_skip_at(&d->run, a->step)),
                         a->stage))
                 d->pend_missing[i >> 3] |= 1u << (i & 7);
     }

@@ -375,7 +375,8 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         args_add(&v, "--codec"), args_add(&v, row->mechs & MECH_CODEC ? lo->codec : "f32");
         if (row->mechs & MECH_SKIP) {
             args_add(&v, "--skip"), args_addf(&v, "%g", lo->skip);
-            if (lo->skip_until < 1) args_add(&v, "--skip-until"), args_addf(&v, "%g", lo->skip_until);
+            if (lo->skip_until < 1)
+                args_add(&v, "--skip-until"), args_addf(&v, "%g", lo->skip_until);
         }
         if (row->mechs & MECH_SWAP) args_add(&v, "--swap"), args_addf(&v, "%g", lo->swap);
         if (row->mechs & MECH_CHURN) {
@@ -826,7 +827,11 @@ int bench_learn(int argc, char **argv)
             lo.skip = f;
             break;
         case O_SKIPUNTIL:
-            bad = run_opts_float("--skip-until", optarg, &f) || !(f > 0 && f <= 1);
+            bad = run_opts_float("--skip-until", optarg, &f);
+            if (!bad && !(f > 0 && f <= 1)) {
+                fprintf(stderr, "bench learn: --skip-until: a share of the steps in (0, 1]\n");
+                bad = 1;
+            }
             lo.skip_until = f;
             break;
         case O_SWAP:
@@ -1017,11 +1022,13 @@ int bench_learn(int argc, char **argv)
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
            "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g, k %d, "
            "an exchange every %d step(s)), codec "
-           "%s, skip %g (the first %g of the steps), swap %g, churn %s (at most %d kills), stage %d lost at a drawn step; "
+           "%s, skip %g (the first %g of the steps), swap %g, churn %s (at most %d kills), "
+           "stage %d lost at a drawn step; "
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
            lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
-           (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip, lo.skip_until, lo.swap, lo.churn, lo.churn_kills,
+           (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip,
+           lo.skip_until, lo.swap, lo.churn, lo.churn_kills,
            lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];

@@ -26,8 +26,9 @@ endforeach()
 # two such starts; 0.2 for local_orphan_stage, local's 30 s wait for a stage nobody
 # can rebuild; 0.41 for lost_stages, whose whole stages die at once and are noticed only
 # after up to 8 held probes, protocol.md 10.7 rule 12; 0.34 for revive_from_checkpoint,
-# two peers waiting for the third to die, come back and judge): lighter company for a swarm than the single-threaded test it may run
-# beside anyway. They take a lock of their own (one at a time among themselves) so that
+# two peers waiting for the third to die, come back and judge): lighter company for a
+# swarm than the single-threaded test it may run beside anyway. They take a lock of their
+# own (one at a time among themselves) so that
 # their waiting is not spent on the swarm lock, the suite's critical path (in a clean
 # clone at 35fe81c: 682 s of swarm-lock tests and 123 s of serial ones in 805 s).
 set_tests_properties(swarm_local_start_failure swarm_local_kill_start swarm_local_orphan_stage

@@ -100,7 +100,7 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (w < 0) return 0;
     /* only when set: runs without skipping keep the text (and hashes) they had */
     if (o->skip > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, "skip=%.9g\n", o->skip);
-    if (o->skip > 0 && o->skip_until > 0 && o->skip_until < 1 && w >= 0 && (size_t)w < n)
+    if (o->skip > 0 && train_skip_end(o) != INT64_MAX && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "skip_until=%.9g\n", o->skip_until);
     if (o->swap > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "swap=%.9g\n", o->swap);

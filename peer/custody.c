@@ -305,11 +305,9 @@ double custody_next_deadline(const peer_t *p)
 
 double custody_settle_time(const peer_t *p)
 {
-    if (p->cust.fb_rtt.n == 0) { /* see peer_impl.h: no pass measured yet */
-        double t = CUSTODY_SETTLE_UNKNOWN * p->po.peer_timeout_s;
-        return t < p->po.custody_s ? t : p->po.custody_s;
-    }
-    double t = 1.5 * rtt_rto(&p->cust.fb_rtt);
+    double t = p->cust.fb_rtt.n == 0 /* no pass measured yet: see peer_impl.h */
+                   ? CUSTODY_SETTLE_UNKNOWN * p->po.peer_timeout_s
+                   : 1.5 * rtt_rto(&p->cust.fb_rtt);
     return t < p->po.custody_s ? t : p->po.custody_s;
 }
 

@@ -137,6 +137,14 @@ static int val_total(const peer_t *p)
     return p->def.train.val_batches * (p->def.train.val_skip ? 2 : 1);
 }
 
+/* The run's SkipPipe path of training microbatch `index` of `step` (swarm/path.h; the
+ * ratio of that step, model/train.h's train_skip_at). */
+static uint64_t run_skip(const peer_t *p, int64_t step, uint32_t index)
+{
+    return path_skip(p->def.train.seed, step, index, p->dims.M, p->dims.S,
+                     train_skip_at(&p->def.train, step));
+}
+
 static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t flags,
                     uint16_t attempt);
 
@@ -256,8 +264,7 @@ static int start_mb(peer_t *p, int64_t step, uint32_t index, int kind, uint8_t f
     r->flags = flags;
     /* its SkipPipe path: the run's schedule for training; for validation none, or (the
      * second round of batches, with the run's val_skip) the stages it leaves out */
-    r->skip = kind == 0 ? path_skip(p->def.train.seed, step, index, p->dims.M, p->dims.S,
-                                    train_skip_at(&p->def.train, step))
+    r->skip = kind == 0 ? run_skip(p, step, index)
               : (int)index >= p->def.train.val_batches ? p->def.train.val_skip
                                                  : 0;
     /* and its CheckFree+ swap (training only): hop 0 is then the embedding alone */
@@ -339,9 +346,7 @@ static int on_fwd(peer_t *p, inmsg_t *in)
         peer_send_nack(p, m->sender, m, "wrong stage");
         return 0;
     }
-    if (train &&
-        m->skip != path_skip(p->def.train.seed, m->mb.step, m->mb.index, p->dims.M, p->dims.S,
-                             train_skip_at(&p->def.train, m->mb.step))) {
+    if (train && m->skip != run_skip(p, m->mb.step, m->mb.index)) {
         stats_note_rejected(&p->stats);
         peer_send_nack(p, m->sender, m, "not the run's path");
         return 0;
@@ -699,8 +704,7 @@ static int source_ahead(peer_t *p)
     if (me < 0) return 0;
     for (int i = 0; i < p->dims.M; i++) {
         if (view_rendezvous(own, n, rng_mix((uint64_t)next, (uint64_t)i)) != me) continue;
-        uint64_t skip = path_skip(p->def.train.seed, next, (uint32_t)i, p->dims.M, p->dims.S,
-                                  train_skip_at(&p->def.train, next));
+        uint64_t skip = run_skip(p, next, (uint32_t)i);
         if (path_swap(p->def.train.seed, next, (uint32_t)i, p->dims.M, p->dims.S,
                       p->def.train.swap, skip) != PATH_SWAP_NONE)
             continue;

@@ -220,9 +220,9 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
     /* with SkipPipe paths a pool expects only the microbatches whose path visits it; it
      * must count exactly those (the run's schedule, recomputed here: swarm/path.h) */
     int bits = 0, want = 0, stray = 0;
+    double r = train_skip_at(&d->run, a->step);
     for (int i = 0; i < a->M; i++) {
         int c = (a->counted[i >> 3] >> (i & 7)) & 1;
-        double r = train_skip_at(&d->run, a->step);
         int e = path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, r), a->stage);
         if (a->expected && e != ((a->expected[i >> 3] >> (i & 7)) & 1))
             failf(d, "path: node %d stage %d step %lld expects microbatch %d %s the schedule", idx,
@@ -261,9 +261,7 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         memset(d->pend_missing, 0, sizeof d->pend_missing);
         for (int i = 0; i < a->M; i++)
             if (!((a->counted[i >> 3] >> (i & 7)) & 1) &&
-                path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S,
-                                  train_skip_at(&d->run, a->step)),
-                        a->stage))
+                path_on(path_skip(d->run.seed, a->step, (uint32_t)i, d->M, d->S, r), a->stage))
                 d->pend_missing[i >> 3] |= 1u << (i & 7);
     }
     /* after a whole-swarm restart: never below the step the stores agree on, and each

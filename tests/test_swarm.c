@@ -224,20 +224,28 @@ static void equivalent_with(int S, const char *more)
            json_num(&sum, "val_loss"));
 }
 
-/* The swarm run just made (local/peer0's events, 4 stages, accum 4) had other losses in
- * its first `steps` steps than `train` without `what` (an option that changes the paths). */
+/* `train` of 4 stages, accum 4, `steps` steps with the options `more`, as `name`: its step
+ * losses into la, the swarm run just made's (local/peer0's events) into lb. */
+static void train_and_swarm_losses(const char *name, int steps, const char *more, double *la,
+                                   double *lb)
+{
+    char args[1024], events[64];
+    snprintf(events, sizeof events, "%s.events.jsonl", name);
+    snprintf(args, sizeof args,
+             "train --stages 4 --steps %d --batch 8 --threads 1 --accum 4 %s --events %s/%s "
+             "--data %s",
+             steps, more, dir, events, testutil_corpus());
+    assert_int_equal(finish(start(name, args), 300), 0);
+    assert_int_equal(step_losses(events, la, steps), steps);
+    assert_int_equal(step_losses("local/peer0.events.jsonl", lb, steps), steps);
+}
+
+/* The swarm run just made (4 stages, accum 4) had other losses in its first `steps` steps
+ * than `train` without `what` (an option that changes the paths). */
 static void assert_changed(int steps, const char *what)
 {
-    char args[1024];
-    snprintf(args, sizeof args,
-             "train --stages 4 --steps %d --batch 8 --threads 1 --accum 4 --events "
-             "%s/train2.events.jsonl --data %s",
-             steps, dir, testutil_corpus());
-    pid_t t = start("train2", args);
-    assert_int_equal(finish(t, 300), 0);
     double la[4] = {0}, lb[4] = {0};
-    assert_int_equal(step_losses("train2.events.jsonl", la, steps), steps);
-    assert_int_equal(step_losses("local/peer0.events.jsonl", lb, steps), steps);
+    train_and_swarm_losses("train2", steps, "", la, lb);
     int same = 1;
     for (int i = 0; i < steps; i++) same &= fabs(la[i] - lb[i]) < 1e-6;
     if (same) fail_msg("%s changed nothing: loss %.6f at step 0", what, la[0]);
@@ -258,15 +266,8 @@ static void test_equivalent_skip(void **state)
     equivalent_with(4, "--accum 4 --skip 0.25 --skip-until 0.5 --skip-stages 1");
     /* the swarm stopped skipping at step 6: a run that skips throughout has its losses up
      * to step 5, not after */
-    char args[1024];
-    snprintf(args, sizeof args,
-             "train --stages 4 --steps 12 --batch 8 --threads 1 --accum 4 --skip 0.25 --events "
-             "%s/train3.events.jsonl --data %s",
-             dir, testutil_corpus());
-    assert_int_equal(finish(start("train3", args), 300), 0);
     double la[12], lb[12];
-    assert_int_equal(step_losses("train3.events.jsonl", la, 12), 12);
-    assert_int_equal(step_losses("local/peer0.events.jsonl", lb, 12), 12);
+    train_and_swarm_losses("train3", 12, "--skip 0.25", la, lb);
     for (int i = 0; i < 6; i++) assert_true(fabs(la[i] - lb[i]) <= 1e-5 * fabs(la[i]));
     assert_true(fabs(la[6] - lb[6]) > 1e-5 * fabs(la[6]));
     /* validation without stage 1 gives the same loss in both, and another than whole */

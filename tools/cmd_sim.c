@@ -495,19 +495,17 @@ int cmd_sim(int argc, char **argv)
         events += r.events;
         if (r.failed) {
             failed++;
-            char moves[96] = "", outer[64] = "";
+            char moves[96] = "", outer[32] = "", until[40] = "";
             if (o.outer > 0) snprintf(outer, sizeof outer, " --outer %d", o.outer);
-            if (o.skip_until > 0)
-                snprintf(outer + strlen(outer), sizeof outer - strlen(outer), " --skip-until %g",
-                         o.skip_until);
+            if (o.skip_until > 0) snprintf(until, sizeof until, " --skip-until %g", o.skip_until);
             if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
                 snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
-                   " --peers %d --stages %d --steps %d --microbatches %d --skip %g --swap %g "
+                   " --peers %d --stages %d --steps %d --microbatches %d --skip %g%s --swap %g "
                    "--faults %s%s%s%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
-                   o.swap, o.faults,
+                   until, o.swap, o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
                    o.optimizer < 0 ? "" : o.optimizer == TRAIN_DEMO ? " --optimizer demo"
                                                                     : " --optimizer adamw",

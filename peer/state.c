@@ -238,7 +238,17 @@ int peer_start_download(peer_t *p, const char *why)
         if (!peer_is_self(p, r->prev)) custody_nack_back(p, r, "re-syncing");
         custody_drop(r);
     }
-    while (p->queue.n) serve_dequeue(p, p->queue.n - 1);
+    /* and so do the forwards that wait in its queue: taken while it served, they would
+     * else be dropped unanswered, and their senders wait out custody_s (local --pause
+     * random:8 --peers 8 --stages 4 --fault-seed 82: a woken peer took two forwards
+     * before it knew it was back, re-synced, and the swarm stood still for 60 s). A queued
+     * gradient needs no answer: what it finishes was handed back above. */
+    while (p->queue.n) {
+        inmsg_t *in = &p->queue.msgs[p->queue.n - 1];
+        if (in->m.type == MSG_FWD && !peer_is_self(p, in->m.sender))
+            peer_send_nack(p, in->m.sender, &in->m, "re-syncing");
+        serve_dequeue(p, p->queue.n - 1);
+    }
     /* and its validation rounds with them: a round whose microbatches were all sent waits
      * for losses that will never come (sim pause 4x2 seed 700366 under SWIM: the stage-0
      * leader re-synced at the run's last step holding its validation's microbatches, and

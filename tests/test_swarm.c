@@ -1327,14 +1327,19 @@ static void test_local_join_burst(void **state)
  * (its silence across the pause is not taken for the others' death; a member it asks
  * vouches for it, docs/protocol.md 10.8; it re-syncs with its pool) and contributes again:
  * after its `woke` event it serves or sources microbatches of a step (`first_s`) or says
- * `contributing`; and the run finishes with nothing lost, exit 0. (A peer that woke after
- * the run's end would be stopped by local, stopped_late: seed 2 wakes it in time.) */
+ * `contributing`; and the run finishes with nothing lost, exit 0. No microbatch waits out
+ * its custody time (a "reroute" event "no gradient back in time"): nothing here loses a
+ * message, so one would mean a forward was dropped unanswered (seed 82: the woken stage-1
+ * peer took two forwards while it waited to learn it was back, re-synced and dropped them;
+ * stage 0 waited 60 s, 3 runs of 3, before the re-sync NACKed its queue, docs/protocol.md
+ * 12.6). (A peer that woke after the run's end would be stopped by local, stopped_late:
+ * seed 82 wakes it in time.) */
 static void test_local_pause(void **state)
 {
     (void)state;
     json_obj_t sum;
-    char *js = local_run("pz", "--peers 4 --stages 2 --steps 180 --threads 1 --pause random:8 "
-                         "--fault-seed 2", 400, &sum);
+    char *js = local_run("pz", "--peers 8 --stages 4 --steps 150 --threads 1 --pause random:8 "
+                         "--fault-seed 82", 400, &sum);
     assert_int_equal((int)json_num(&sum, "woken"), 1);
     int victim = (int)json_num(&sum, "paused"), n = 0, woke = -1, back = 0;
     assert_true(victim >= 0);
@@ -1352,6 +1357,16 @@ static void test_local_pause(void **state)
     }
     free(ev);
     if (woke < 0) fail_msg("peer %d: no woke event", victim);
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof name, "pz/peer%d.events.jsonl", i);
+        json_obj_t *rr = events(name, "reroute", &n);
+        for (int j = 0; j < n; j++)
+            if (!strcmp(json_get(&rr[j], "why"), "no gradient back in time"))
+                fail_msg("peer %d waited out its custody time for microbatch %.0f of step %.0f "
+                         "(paused: peer %d)", i, json_num(&rr[j], "mb"), json_num(&rr[j], "mb_step"),
+                         victim);
+        free(rr);
+    }
     if (!back) fail_msg("peer %d woke and never served or sourced a microbatch again", victim);
     assert_int_equal((int)json_num(&sum, "lost"), 0);
     assert_int_equal(count_rows(js, "unplanned"), 0);

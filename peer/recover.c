@@ -30,7 +30,13 @@
  *                    activation and gradient bytes this peer has sent.
  * Fresh optimizer state, and the stage's learning rate x1.1 (carried in the state, so a
  * later joiner of the stage takes it too). The step is the swarm's highest.
- * When the peer has its own checkpoint of the stage, state.c restores it instead.
+ * With --stage-recovery auto, the peers of stage s also keep a copy of the blocks of a
+ * middle stage s + 1 (its whole parameters, no optimizer state), within the same budget
+ * (none at once: CheckFree needs none), and a contributor of stage s moves first when s + 1
+ * is lost (recover_rules.c): CheckFree's average is judged against that copy on held-out
+ * batches and the lower loss kept; a copy taken keeps the run's learning rate. When the
+ * peer has its own checkpoint of the stage, state.c restores it instead; a mover judges
+ * it the same way (the fresher of it and a copy).
  * Not for: moving (move.c), the transfer itself (swarm/xfer.c). */
 #include "common/log.h"
 #include "common/rng.h"
@@ -128,11 +134,15 @@ typedef struct {
 } copy_hdr_t;
 
 /* The part of stage t's state (params | m | v | tail) that its copy keeps: the embedding
- * of stage 0, the final norm and head of the last stage; bytes [*off, *off + *len). */
+ * of stage 0, the final norm and head of the last stage, every parameter of a middle
+ * stage (its blocks); bytes [*off, *off + *len). */
 static void copy_range(const model_config_t *c, int t, size_t *off, size_t *len)
 {
     size_t V = (size_t)c->vocab, C = (size_t)c->dim;
-    if (t == 0) {
+    if (t > 0 && t < c->stages - 1) {
+        *off = 0;
+        *len = stage_floats(c, t) * sizeof(float);
+    } else if (t == 0) {
         *off = 0;
         *len = V * C * sizeof(float);
     } else {
@@ -162,12 +172,32 @@ static double copy_budget(const peer_t *p)
 }
 
 /* Which copy this peer keeps: [0] of stage 0 (kept by stage 1), [1] of stage S-1 (kept
- * by stage S-2); the stage of copy c, or -1 when this peer keeps none. */
+ * by stage S-2), [2] of the middle stage after its own (--stage-recovery auto: it is
+ * judged against CheckFree, which needs no copy); the stage of copy c, or -1 when this
+ * peer keeps none. */
 static int copy_target(const peer_t *p, int c)
 {
     if (p->dims.S < 2) return -1;
     if (c == 0) return p->stage == 1 ? 0 : -1;
-    return p->stage == p->dims.S - 2 ? p->dims.S - 1 : -1;
+    if (c == 1) return p->stage == p->dims.S - 2 ? p->dims.S - 1 : -1;
+    int t = p->stage + 1;
+    return p->po.stage_recovery == PEER_RECOVER_AUTO && t >= 1 && t <= p->dims.S - 2 ? t : -1;
+}
+
+/* Bytes fetched for every copy slot so far. */
+static uint64_t copies_spent(const peer_t *p)
+{
+    return copy_header(p, 0).fetched + copy_header(p, 1).fetched + copy_header(p, 2).fetched;
+}
+
+static uint64_t copies_count(const peer_t *p)
+{
+    return copy_header(p, 0).count + copy_header(p, 1).count + copy_header(p, 2).count;
+}
+
+static const char *copy_part(int c)
+{
+    return c == 0 ? "embedding" : c == 1 ? "head" : "blocks";
 }
 
 /* Starts (or goes on with) the fetch of bytes [off, off + len) of `stage`'s state into
@@ -224,19 +254,22 @@ static int copy_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING) return 0;
     const model_config_t *cfg = &p->def.train.cfg;
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 3; c++) {
         int t = copy_target(p, c);
         if (t < 0) continue;
         size_t off, len;
         copy_range(cfg, t, &off, &len);
         int fetching = p->rec.aux && p->rec.aux_stage == t;
         if (!fetching) {
-            /* the first copy at once (a rebuild needs one); then a fresher one after
-             * COPY_EVERY steps, only while every copy fetched, this one included, stays
-             * within the budget's share of the activation/gradient bytes sent */
-            uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
-            if (!recover_copy_due(p->rec.copy[c] != NULL, p->step, p->rec.copy_step[c], COPY_EVERY,
-                                  spent, len, copy_budget(p), p->stats.act_bytes))
+            /* the first copy of an end stage's part at once (its rebuild needs one); then a
+             * fresher one after COPY_EVERY steps, only while every copy fetched, this one
+             * included, stays within the budget's share of the activation/gradient bytes
+             * sent; a middle stage's, within the budget from the first (one kept of
+             * another stage, before a move, counts as none) */
+            int have = p->rec.copy[c] && p->rec.copy_of[c] == t;
+            int64_t at = have ? p->rec.copy_step[c] : p->step - COPY_EVERY;
+            if (!recover_copy_due(have || c == 2, p->step, at, COPY_EVERY, copies_spent(p), len,
+                                  copy_budget(p), p->stats.act_bytes))
                 continue;
         }
         if (p->rec.aux && p->rec.aux_stage != t) return 0; /* one fetch at a time */
@@ -254,20 +287,21 @@ static int copy_tick(peer_t *p)
         memcpy(buf + sizeof h, xfer_data(p->rec.aux), len);
         p->rec.copy[c] = buf;
         p->rec.copy_step[c] = xfer_step(p->rec.aux);
-        uint64_t spent = copy_header(p, 0).fetched + copy_header(p, 1).fetched;
+        p->rec.copy_of[c] = t;
+        uint64_t spent = copies_spent(p);
         fprintf(p->log,
-                "copy: stage %d's %s at step %" PRId64 " (%zu bytes), kept for CheckFree+; "
+                "copy: stage %d's %s at step %" PRId64 " (%zu bytes), kept for %s; "
                 "copies-bytes %" PRIu64 " in %" PRIu64 " copies = %.2f%% of the %" PRIu64
                 " activation/gradient bytes sent (budget %.2f%%)\n",
-                t, t == 0 ? "embedding" : "final norm and head", p->rec.copy_step[c], len, spent,
-                copy_header(p, 0).count + copy_header(p, 1).count,
+                t, c == 0 ? "embedding" : c == 1 ? "final norm and head" : "blocks",
+                p->rec.copy_step[c], len, c == 2 ? "its rebuild" : "CheckFree+", spent,
+                copies_count(p),
                 p->stats.act_bytes ? 100.0 * (double)spent / (double)p->stats.act_bytes : 0.0,
                 (uint64_t)p->stats.act_bytes, 100.0 * copy_budget(p));
         peer_event(p, "copy",
                    "of=%d part=%s copy_step=%" PRId64 " bytes=%zu copies_bytes=%" PRIu64
                    " copies=%" PRIu64 " act_bytes=%" PRIu64 " budget=%.4f",
-                   t, t == 0 ? "embedding" : "head", p->rec.copy_step[c], len, spent,
-                   copy_header(p, 0).count + copy_header(p, 1).count,
+                   t, copy_part(c), p->rec.copy_step[c], len, spent, copies_count(p),
                    (uint64_t)p->stats.act_bytes, copy_budget(p));
         xfer_destroy(&p->rec.aux);
         return 0;
@@ -366,10 +400,11 @@ void recover_stage_setup(peer_t *p)
 
 void recover_free(peer_t *p)
 {
-    free(p->rec.copy[0]);
-    free(p->rec.copy[1]);
+    for (int c = 0; c < 3; c++) {
+        free(p->rec.copy[c]);
+        p->rec.copy[c] = NULL;
+    }
     free(p->rec.empty);
-    p->rec.copy[0] = p->rec.copy[1] = NULL;
     p->rec.empty = NULL;
 }
 
@@ -499,6 +534,34 @@ static int own_candidate(peer_t *p, size_t P)
     return 0;
 }
 
+/* ... or, when fresher, its copy of the stage's blocks (kept as the stage before it): the
+ * stage's whole parameters at the copy's step, with fresh optimizer state if chosen. */
+static int copy_candidate(peer_t *p, size_t P)
+{
+    int s = p->stage;
+    if (!p->rec.copy[2] || p->rec.copy_of[2] != s || s < 1 || s > p->dims.S - 2) return 0;
+    if (p->rec.ck && p->rec.ck_step >= p->rec.copy_step[2]) return 0;
+    size_t off, len;
+    copy_range(&p->def.train.cfg, s, &off, &len);
+    if (len != P * sizeof(float)) return 0; /* another layout: not this run's */
+    if (!p->rec.ck && !(p->rec.ck = malloc(P * sizeof(float))))
+        return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
+    memcpy(p->rec.ck, copy_floats(p, 2), len);
+    p->rec.ck_step = p->rec.copy_step[2];
+    p->rec.ck_copy = 1;
+    return 0;
+}
+
+/* The second candidate in words: "its own checkpoint of step N", "the copy of step N". */
+static void ck_words(const peer_t *p, char *buf, size_t len)
+{
+    if (p->rec.ck_copy)
+        snprintf(buf, len, "the copy of its blocks kept by stage %d, of step %" PRId64,
+                 p->stage - 1, p->rec.ck_step);
+    else
+        snprintf(buf, len, "its own checkpoint of step %" PRId64, p->rec.ck_step);
+}
+
 /* Stage t's parameters as fetched: a neighbour's, or one fetched for judging. */
 static const float *params_of(const peer_t *p, const int want[2], int t)
 {
@@ -592,29 +655,28 @@ static int judge(peer_t *p, const int want[2], int *use_ck)
         why = "the evaluation failed";
     }
     if (!why && !(isfinite(l[0]) || isfinite(l[1]))) why = "neither loss is finite";
-    char cf[200];
+    char cf[200], ck[96];
     snprintf(cf, sizeof cf, "%.199s", p->rec.how);
+    ck_words(p, ck, sizeof ck);
+    const char *kind = p->rec.ck_copy ? "copy" : "checkpoint";
     if (why) {
         *use_ck = 1;
-        snprintf(p->rec.how, sizeof p->rec.how,
-                 "its own checkpoint of step %" PRId64 " (not judged against CheckFree: %s)",
-                 p->rec.ck_step, why);
-        peer_event(p, "judged", "chosen=%s judged=%d ckpt_step=%" PRId64 " why=%s", "checkpoint", 0,
-                   p->rec.ck_step, why);
+        snprintf(p->rec.how, sizeof p->rec.how, "%s (not judged against CheckFree: %s)", ck, why);
+        peer_event(p, "judged", "chosen=%s against=%s judged=%d ckpt_step=%" PRId64 " why=%s", kind,
+                   kind, 0, p->rec.ck_step, why);
     } else {
         *use_ck = !(l[0] <= l[1]); /* a NaN loses */
-        char num[128];
+        char num[64];
         snprintf(num, sizeof num, "held-out loss %.4f against %.4f for ", *use_ck ? l[1] : l[0],
                  *use_ck ? l[0] : l[1]);
         if (*use_ck)
-            snprintf(p->rec.how, sizeof p->rec.how,
-                     "its own checkpoint of step %" PRId64 " (%sCheckFree)", p->rec.ck_step, num);
+            snprintf(p->rec.how, sizeof p->rec.how, "%s (%sCheckFree)", ck, num);
         else
-            snprintf(p->rec.how, sizeof p->rec.how, "%s (%sits checkpoint of step %" PRId64 ")",
-                     cf, num, p->rec.ck_step);
+            snprintf(p->rec.how, sizeof p->rec.how, "%s (%s%s)", cf, num, ck);
         peer_event(p, "judged",
-                   "chosen=%s judged=%d ckpt_step=%" PRId64 " chosen_loss=%.4f other_loss=%.4f",
-                   *use_ck ? "checkpoint" : "rebuilt", 1, p->rec.ck_step, *use_ck ? l[1] : l[0],
+                   "chosen=%s against=%s judged=%d ckpt_step=%" PRId64
+                   " chosen_loss=%.4f other_loss=%.4f",
+                   *use_ck ? kind : "rebuilt", kind, 1, p->rec.ck_step, *use_ck ? l[1] : l[0],
                    *use_ck ? l[0] : l[1]);
     }
     fprintf(p->log, "lost-stage: candidates for stage %d judged: %s\n", p->stage, p->rec.how);
@@ -669,15 +731,18 @@ int recover_download_tick(peer_t *p)
         kern_download(p->k, p->rec.cf, stage_params(p->held.st), P * sizeof(float));
         int rc = rebuild(p, p->rec.cf, p->rec.how, sizeof p->rec.how);
         if (rc) return rc;
-        if (p->po.stage_recovery == PEER_RECOVER_AUTO && (rc = own_candidate(p, P)) < 0) return rc;
+        p->rec.ck_copy = 0;
+        if (p->po.stage_recovery == PEER_RECOVER_AUTO &&
+            ((rc = own_candidate(p, P)) < 0 || (rc = copy_candidate(p, P)) < 0))
+            return rc;
     }
     int use_ck = 0;
     if (p->rec.ck) {
         int rc = judge(p, want, &use_ck);
         if (rc <= 0) return rc;
     }
-    if (!use_ck) {
-        kern_upload(p->k, stage_params(p->held.st), p->rec.cf, P * sizeof(float));
+    if (!use_ck || p->rec.ck_copy) { /* parameters only: a checkpoint is in place already */
+        kern_upload(p->k, stage_params(p->held.st), use_ck ? p->rec.ck : p->rec.cf, P * sizeof(float));
         /* fresh optimizer state */
         float *z = calloc(P, sizeof(float));
         if (!z) return status_set(p->err, STATUS_ENOMEM, "peer: out of memory");
@@ -695,7 +760,11 @@ int recover_download_tick(peer_t *p)
     for (int i = 0; i < 2; i++)
         if (want[i] >= 0 && p->rec.nb[i] && p->rec.nb_step[i] > step) step = p->rec.nb_step[i];
     step_set(p, step < 0 ? 0 : step);
-    if (use_ck) {
+    const char *by = !use_ck ? "rebuilt" : p->rec.ck_copy ? "copy" : "checkpoint";
+    if (use_ck && p->rec.ck_copy) { /* the stage as it was: the run's learning rate */
+        fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
+                "optimizer state\n", s, p->step, p->now - p->rec.judge.started_at, p->rec.how);
+    } else if (use_ck) {
         fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
                 p->now - p->rec.judge.started_at, p->rec.how);
     } else {
@@ -706,7 +775,7 @@ int recover_download_tick(peer_t *p)
     }
     fflush(p->log);
     peer_event(p, "recovered_stage", "seconds=%.2f by=%s lr_scale=%.2f how=%s", p->now - p->rec.judge.started_at,
-               use_ck ? "checkpoint" : "rebuilt", use_ck ? 1.0 : (double)p->rec.lr_scale, p->rec.how);
+               by, use_ck ? 1.0 : (double)p->rec.lr_scale, p->rec.how);
     p->rec.active = 0;
     p->rec.mover = 0;
     free_nb(p);

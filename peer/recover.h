@@ -23,8 +23,12 @@ typedef struct {
     xfer_t *aux;        /* a fetch of another stage's state: neighbours, copies */
     int aux_stage;
     timeout_t aux_wait; /* recover.copy: a fetch of a copy, dropped (retried) after this */
-    uint8_t *copy[2];   /* stage 1 / S-2: the state of stage 0 / S-1, kept ahead of time */
-    int64_t copy_step[2];
+    /* kept ahead of time, within the wire budget: [0] stage 0's embedding (kept by stage 1),
+     * [1] stage S-1's final norm and head (by stage S-2), [2] the blocks of the middle stage
+     * after this one (by stage s for stage s + 1, 1 <= s + 1 <= S-2; copy_of says which) */
+    uint8_t *copy[3];
+    int64_t copy_step[3];
+    int copy_of[3];
     int mover;      /* moved to rebuild a lost stage: no wait for donors */
     int active;
     timeout_t judge;    /* recover.judge: from the rebuild's start; the states it judges with */
@@ -33,10 +37,12 @@ typedef struct {
     int gone[2];       /* a neighbour with no live peer: rebuilt without it */
     timeout_t nb_wait[2]; /* recover.neighbour: since a neighbour last had a live peer */
     /* the candidates (--stage-recovery auto): CheckFree's parameters and, when this peer
-     * has a checkpoint of the stage, the checkpoint's (loaded into the stage meanwhile);
-     * judged by their held-out loss with the other stages' parameters (all) */
+     * has a checkpoint of the stage, the checkpoint's (loaded into the stage meanwhile), or
+     * its copy of the stage's blocks when fresher (ck_copy: parameters only); judged by
+     * their held-out loss with the other stages' parameters (all) */
     float *cf, *ck;
     int64_t ck_step;
+    int ck_copy;
     uint8_t **all; /* [S]: the states of the stages that are neither this nor a neighbour */
     char how[384];
 } recover_state_t;
@@ -49,8 +55,9 @@ void recover_init(recover_state_t *r, double peer_timeout_s);
 /* The stage a member moves to because stage `lost` has no live peer, or -1 (not this
  * member, or nobody can): members[0, n) is the table every member holds (so every member
  * computes the same), self this member's id, S the stages, key the swarm id. A middle
- * stage takes a member of a neighbouring pool of two or more serving, else of any such
- * pool. The first and last stage need their neighbour (it holds the copy of the embedding
+ * stage takes a contributor of the stage before it when that pool has two or more serving
+ * (it keeps a copy of the lost stage's blocks), else a member of a neighbouring pool of two
+ * or more serving, else of any such pool. The first and last stage need their neighbour (it holds the copy of the embedding
  * or head), a contributing one when there is; when the neighbour's pool has none to spare,
  * a member of another spare pool moves into the neighbour's pool first (a cascade of two
  * moves), unless one is on its way there already. Among the candidates, the highest

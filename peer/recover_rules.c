@@ -35,6 +35,12 @@ static int spare_neighbour_contributor(const table_t *t, const msg_member_t *e, 
     return spare_neighbour(t, e, s) && e->serving_from <= e->step;
 }
 
+/* ... of the pool before a middle stage, which keeps a copy of its blocks (recover.c) */
+static int spare_keeper_contributor(const table_t *t, const msg_member_t *e, int s)
+{
+    return e->stage == s - 1 && in_spare_pool(t, e, s) && e->serving_from <= e->step;
+}
+
 /* The highest rendezvous hash of (key, member) among the serving members `ok` accepts;
  * 1 when that member is self. */
 static int picked(const table_t *t, const uint8_t *self, uint64_t key,
@@ -70,6 +76,8 @@ int recover_mover_target(const msg_member_t *members, int n, const uint8_t self[
     int nb = s == 0 ? 1 : S - 2; /* the neighbour of an end stage */
     int any_nb = any(&t, spare_neighbour, s);
     if (!end) {
+        if (any(&t, spare_keeper_contributor, s))
+            return picked(&t, self, key, spare_keeper_contributor, s) ? s : -1;
         if (any_nb) return picked(&t, self, key, spare_neighbour, s) ? s : -1;
         return picked(&t, self, key, in_spare_pool, s) ? s : -1;
     }

@@ -907,6 +907,20 @@ static void test_recover_mover(void **state)
                          entry(5, 1, 0), entry(6, 3, 0)};
     int w = the_mover(t1, 6, 2, 2);
     assert_true(w >= 0 && t1[w].stage == 1);
+    /* both neighbours spare: the pool before the lost stage, which keeps a copy of its
+     * blocks, over the one after it (for every key: the mover is always of stage 1) */
+    for (int k = 0; k < 8; k++) {
+        msg_member_t tk[] = {entry(1 + 8 * k, 0, 0), entry(2 + 8 * k, 1, 0), entry(3 + 8 * k, 1, 0),
+                             entry(4 + 8 * k, 3, 0), entry(5 + 8 * k, 3, 0), entry(6 + 8 * k, 3, 0)};
+        w = the_mover(tk, 6, 2, 2);
+        assert_true(w >= 0 && tk[w].stage == 1);
+    }
+    /* ... a contributor of it: when its spare members only follow (no copy yet), any
+     * member of a spare neighbouring pool, not stage 0's */
+    msg_member_t tf[] = {entry(1, 0, 0), entry(9, 0, 0), entry(2, 1, 1), entry(3, 1, 1),
+                         entry(4, 3, 0), entry(5, 3, 0)};
+    w = the_mover(tf, 6, 2, 2);
+    assert_true(w >= 0 && (tf[w].stage == 1 || tf[w].stage == 3));
     /* no spare neighbour: any spare pool (stage 0) */
     msg_member_t t2[] = {entry(1, 0, 0), entry(2, 0, 0), entry(4, 1, 0), entry(6, 3, 0)};
     w = the_mover(t2, 4, 2, 2);

@@ -44,7 +44,7 @@ typedef struct {
     int peer, stage;
     long long step;
     double seconds, lr_scale;
-    char by[16], method[16], part[16], part_from[16];
+    char by[16], method[16], part[16], part_from[16], against[16];
     int from, and_, blocks_from, judged;
     long long copy_step, ckpt_step;
     double chosen_loss, other_loss;
@@ -252,6 +252,7 @@ static void on_judged(sum_t *s, const json_obj_t *o)
 {
     recovery_t *c = &s->cur;
     c->judged = json_num(o, "judged") == 1;
+    copy_text(c->against, sizeof c->against, o, "against");
     c->ckpt_step = (long long)json_num(o, "ckpt_step");
     c->chosen_loss = json_num(o, "chosen_loss");
     c->other_loss = json_num(o, "other_loss");
@@ -490,7 +491,9 @@ static void print_story(const sum_t *s)
             const recovery_t *r = &s->rec[s->order[k] - 1];
             printf("local: peer %d recovered: stage %d at step %lld in %.2f s by %s", r->peer,
                    r->stage, r->step, r->seconds, r->how);
-            if (strcmp(r->by, "checkpoint"))
+            if (!strcmp(r->by, "copy"))
+                printf("; fresh optimizer state");
+            else if (strcmp(r->by, "checkpoint"))
                 printf("; fresh optimizer state, learning rate x%.2f", r->lr_scale);
             printf("\n");
         } else {
@@ -673,8 +676,9 @@ static void put_recoveries(FILE *f, const sum_t *s)
         json_put_string(f, r->part);
         fprintf(f, ",\"part_from\":");
         json_put_string(f, r->part_from);
-        fprintf(f, ",\"copy_step\":%lld,\"judged\":%d,\"ckpt_step\":%lld", r->copy_step, r->judged,
-                r->ckpt_step);
+        fprintf(f, ",\"copy_step\":%lld,\"judged\":%d,\"against\":", r->copy_step, r->judged);
+        json_put_string(f, r->against);
+        fprintf(f, ",\"ckpt_step\":%lld", r->ckpt_step);
         put_num(f, "chosen_loss", r->chosen_loss, "%.4f");
         put_num(f, "other_loss", r->other_loss, "%.4f");
         put_num(f, "lr_scale", r->lr_scale, "%.2f");

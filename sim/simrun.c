@@ -298,12 +298,19 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
          * then died (its message reached nobody) leaves no version behind, nor one frozen
          * now, which the swarm takes for dead meanwhile (pause 2x2 seed 700316: the stage's
          * one other member crashed, its restart rebuilt the stage, and the frozen member
-         * must re-sync to that when it wakes, 10.8) */
+         * must re-sync to that when it wakes, 10.8), nor one that moved to another stage
+         * since (its state of this one is dropped: deadlink 6x3 --steps 14 seed 5232, the
+         * one mate's message of step 4 died on a dead link, the mate moved away by
+         * rebalancing before the link was mended, and the member left alone re-ran the
+         * microbatch the mate had counted, 12.7) */
         int live_holder = 0;
         for (int h = 0; h < d->nholders[k]; h++) {
             int node = d->holders[k][h];
+            peer_info_t hi = {.stage = -1};
+            if (d->n[node].p) peer_info(d->n[node].p, &hi);
             live_holder |= d->n[node].p && sim_node_alive(d->sim, node) &&
-                           !(sim_node_paused_until(d->sim, node) > sim_now(d->sim));
+                           !(sim_node_paused_until(d->sim, node) > sim_now(d->sim)) &&
+                           hi.stage == a->stage;
         }
         if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition) ||
             (d->hash[k] != a->hash_after && !live_holder)) {

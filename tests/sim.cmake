@@ -102,6 +102,10 @@ st_add_sim_asan(regress_deadlink_6004 --faults deadlink --peers 6 --stages 3 --s
 # A re-send's part of its own taken before a mate's supplement that also counted a
 # microbatch nobody else held (pool_pick walked supplements in id order: 3 of 4 counted)
 st_add_sim_asan(regress_pause_7065 --faults pause --peers 8 --stages 4 --seed 7065)
+# A mate that applied a step and moved away by rebalancing leaves no version of it behind:
+# its message died on a dead link, and the member left alone re-ran what the mate had
+# counted (the checker took the mover's hash for the pool's: deadlink 6x3 seed 5232).
+st_add_sim(regress_deadlink_5232 --faults deadlink --peers 6 --stages 3 --steps 14 --seed 5232)
 # Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
 # of H steps, inner steps send receipts and step locally; every invariant as every step,
 # the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.

@@ -84,6 +84,7 @@ typedef struct {
     double skip;           /* SkipPipe skip ratio of the run (train_options_t.skip); 0: none */
     double skip_until;     /* its share of the steps that skip (train_options_t); 0: all */
     double swap;           /* CheckFree+ swap share of the run (train_options_t.swap); 0: none */
+    double copy_budget;    /* the peers' copy budget (peer_options_t.copy_budget); 0: theirs */
     const char *data_path; /* the corpus (simrun_corpus) */
     double budget_s;       /* virtual seconds for the whole run (0: 600) */
     double live_s;         /* liveness bound: calm virtual seconds without a step (0: 60) */

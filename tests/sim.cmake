@@ -211,6 +211,14 @@ st_add_sim(rebalance_mild --faults mild --peers 5 --stages 2 --placement 4,1 --s
 # a drawn step and moment; the swarm must rebuild it (peer/recover.c) and finish.
 st_add_sim(stage_3x2  --faults stage --peers 6 --stages 3 --steps 12 --first-seed 1 --seeds 150)
 st_add_sim(stage_2x2  --faults stage --peers 4 --stages 2 --steps 12 --first-seed 1 --seeds 150)
+# ... with copies within the whole activation volume (--copy-budget 100), so that the
+# members of stage s hold a copy of middle stage s+1's blocks before it is lost: its mover
+# (of stage s, first) judges CheckFree against the copy, fetching the other stages' states
+# meanwhile, and the fetches of copies go on under every fault.
+st_add_sim(stage_copies_4x2 --faults stage --peers 8 --stages 4 --copy-budget 100
+           --first-seed 1 --seeds 100)
+st_add_sim(heavy_copies_3x2 --faults heavy --peers 6 --stages 3 --copy-budget 100
+           --first-seed 1 --seeds 100)
 
 # Whole-swarm restart (issue 11): the peers keep real stores (a checkpoint every 1-3
 # steps), all crash at a drawn step, and come back with --resume after a drawn pause, with

@@ -63,6 +63,9 @@ static void usage(FILE *f)
             "  --skip-until F       skipping only in the first F of the steps (default: all)\n"
             "  --swap SHARE         CheckFree+: this share of microbatches swap the end\n"
             "                       stages' blocks, visiting stage 0 or S-1 twice (default 0)\n"
+            "  --copy-budget P      the peers' --copy-budget: their copies of the end stages'\n"
+            "                       parts and of middle stages' blocks within P percent of the\n"
+            "                       activation and gradient bytes each sent (default 5)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
             "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
             "                       must catch it\n"
@@ -202,7 +205,7 @@ int cmd_sim(int argc, char **argv)
     enum { O_SEEDS = 1000, O_FIRST, O_SEED, O_PEERS, O_STAGES, O_POOL, O_STEPS, O_MB, O_FAULTS,
            O_OPT, O_BUDGET, O_BUG, O_TRACE, O_QUIET, O_SET, O_HELP, O_SKIP, O_SWAP, O_PLACE, O_MOVES,
            O_COOL, O_EARLY, O_OVERLAP, O_RWILD, O_RBUG, O_MEMB, O_CRASHES, O_SECONDS, O_DETECT, O_SENT,
-           O_FORM, O_OUTER, O_SKIPUNTIL };
+           O_FORM, O_OUTER, O_SKIPUNTIL, O_COPYBUDGET };
     static const struct option opts[] = {{"seeds", required_argument, 0, O_SEEDS},
                                          {"first-seed", required_argument, 0, O_FIRST},
                                          {"seed", required_argument, 0, O_SEED},
@@ -223,6 +226,7 @@ int cmd_sim(int argc, char **argv)
                                          {"skip", required_argument, 0, O_SKIP},
                                          {"skip-until", required_argument, 0, O_SKIPUNTIL},
                                          {"swap", required_argument, 0, O_SWAP},
+                                         {"copy-budget", required_argument, 0, O_COPYBUDGET},
                                          {"placement", required_argument, 0, O_PLACE},
                                          {"moves", required_argument, 0, O_MOVES},
                                          {"rebalance-cooldown", required_argument, 0, O_COOL},
@@ -406,6 +410,16 @@ int cmd_sim(int argc, char **argv)
             }
             break;
         }
+        case O_COPYBUDGET: {
+            char *end;
+            double pct = strtod(optarg, &end);
+            if (end == optarg || *end || !(pct > 0 && pct <= 100)) {
+                fprintf(stderr, "swarmtrain sim: --copy-budget: a percent in (0, 100]\n");
+                return 2;
+            }
+            o.copy_budget = pct / 100.0;
+            break;
+        }
         case O_HELP:
             usage(stdout);
             return 0;
@@ -495,15 +509,17 @@ int cmd_sim(int argc, char **argv)
         events += r.events;
         if (r.failed) {
             failed++;
-            char moves[96] = "", outer[32] = "", until[40] = "";
+            char moves[96] = "", outer[32] = "", until[40] = "", copies[40] = "";
             if (o.outer > 0) snprintf(outer, sizeof outer, " --outer %d", o.outer);
             if (o.skip_until > 0) snprintf(until, sizeof until, " --skip-until %g", o.skip_until);
+            if (o.copy_budget > 0)
+                snprintf(copies, sizeof copies, " --copy-budget %g", 100.0 * o.copy_budget);
             if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
                 snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
                          o.rebalance_cooldown_s);
             printf("sim: seed %" PRIu64 " failed: %s (replay: swarmtrain sim --seed %" PRIu64
                    " --peers %d --stages %d --steps %d --microbatches %d --skip %g%s --swap %g "
-                   "--faults %s%s%s%s%s%s%s%s%s%s%s%s%s)\n",
+                   "--faults %s%s%s%s%s%s%s%s%s%s%s%s%s%s)\n",
                    o.seed, r.why, o.seed, o.peers, o.stages, o.steps, o.microbatches, o.skip,
                    until, o.swap, o.faults,
                    o.knobs ? " --set " : "", o.knobs ? o.knobs : "",
@@ -513,7 +529,7 @@ int cmd_sim(int argc, char **argv)
                    o.placement ? o.placement : "", moves,
                    o.early_exchange ? "" : " --no-early-exchange", o.overlap ? " --overlap" : "",
                    o.restart_wild ? " --restart-faults" : "",
-                   o.plant_tear ? " --plant-resume-bug" : "", outer);
+                   o.plant_tear ? " --plant-resume-bug" : "", outer, copies);
             fflush(stdout);
         }
         if (seeds == 1 && r.restarted)

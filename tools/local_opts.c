@@ -412,7 +412,7 @@ static const char usage[] =
     "                       run, each a drawn stage; its peers start again with their\n"
     "                       stores S seconds later (default: never)\n"
     "  --stage-recovery M   the peers' --stage-recovery (auto, checkfree, checkpoint)\n"
-    "  --copy-budget P      the peers' --copy-budget: CheckFree+ copies within P%\n"
+    "  --copy-budget P      the peers' --copy-budget: copies for recovery within P%\n"
     "                       of each keeper's activation/gradient bytes (default 5)\n"
     "  --fault-seed N       the seed of --kill random, --kill-stage and --churn (default:\n"
     "                       the clock)\n"

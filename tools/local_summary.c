@@ -396,9 +396,10 @@ static void print_totals(const sum_t *s)
     if (s->act_elems) /* what the codec costs, its header included */
         printf(", %.4f bytes per element", (double)s->act / (double)s->act_elems);
     printf("\n");
-    /* CheckFree+'s copies ride the state kind: their keepers count what they fetched */
-    printf("local: CheckFree+ copies (the end stages' embedding / final norm and head kept by "
-           "their neighbours): %.0f bytes, %.1f per token, %.2f%% of the wire\n",
+    /* the copies ride the state kind: their keepers count what they fetched */
+    printf("local: copies for recovery (the end stages' embedding / final norm and head kept "
+           "by their neighbours, middle stages' blocks by the stage before): %.0f bytes, %.1f "
+           "per token, %.2f%% of the wire\n",
            copy_bytes(s), copy_bytes(s) * per, all > 0 ? 100.0 * copy_bytes(s) / all : 0);
 }
 

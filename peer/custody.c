@@ -305,14 +305,7 @@ double custody_next_deadline(const peer_t *p)
 
 double custody_settle_time(const peer_t *p)
 {
-    const rtt_t *r = &p->cust.fb_rtt;
-    double floor = CUSTODY_SETTLE_UNKNOWN * p->po.peer_timeout_s, t = floor;
-    if (r->n) { /* else no pass measured yet: see peer_impl.h */
-        double cap = SETTLE_SRTTS * r->srtt > floor ? SETTLE_SRTTS * r->srtt : floor;
-        t = 1.5 * rtt_rto(r);
-        if (t > cap) t = cap; /* the deviation of one stalled round trip, not the pipeline's pace */
-    }
-    return t < p->po.custody_s ? t : p->po.custody_s;
+    return custody_settle(&p->cust.fb_rtt, p->po.peer_timeout_s, p->po.custody_s);
 }
 
 double custody_time(const peer_t *p, const mbrec_t *r)

@@ -80,6 +80,23 @@ typedef struct {
 #define CUSTODY_RTO_CAP 3.0
 double custody_wait(double custody_s, int later, int span, const rtt_t *fb_rtt);
 
+/* How long what a member sent downstream may take to be served and counted there, its
+ * count to reach the pool (source.h: a gone owner's microbatches wait this long): 1.5 x
+ * the round trips its forwards took (srtt + 4 rttvar), at most SETTLE_SRTTS x srtt and
+ * at most custody_s. Before any is known (an owner that died while the swarm started):
+ * CUSTODY_SETTLE_UNKNOWN x the failure timeout, at most custody_s. A crash is noticed a
+ * timeout or more after the owner's last word, so its last forwards have had three
+ * timeouts to be counted; a copy started sooner than that is counted in a part of its own
+ * (protocol.md 12.4) and only that part is left out. custody_s there (60 s) stalled the
+ * whole swarm for a minute (local --kill start --fault-seed 1, ASan). The SETTLE_SRTTS
+ * cap (never below the unknown case's wait): one round trip that crossed a stall (a pool
+ * re-running what a dead member counted) lifts rttvar, and 1.5 x the rto then held a dead
+ * owner's microbatches for half a minute after the stall had passed (local --churn 2:3
+ * --fault-seed 81, 8x4: 26 s, the whole swarm waiting). */
+#define CUSTODY_SETTLE_UNKNOWN 2.0
+#define SETTLE_SRTTS 3.0
+double custody_settle(const rtt_t *fb_rtt, double timeout_s, double custody_s);
+
 /* What to do with a record it sent on (custody_act): keep waiting, re-send it elsewhere,
  * or drop it (a revisit, which only its first visit's peer may take, refused by it). */
 enum { CUSTODY_KEEP = 0, CUSTODY_REROUTE = 1, CUSTODY_DROP = 2 };

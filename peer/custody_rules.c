@@ -14,6 +14,17 @@ double custody_wait(double custody_s, int later, int span, const rtt_t *fb_rtt)
     return base;
 }
 
+double custody_settle(const rtt_t *fb_rtt, double timeout_s, double custody_s)
+{
+    double floor = CUSTODY_SETTLE_UNKNOWN * timeout_s, t = floor;
+    if (fb_rtt && fb_rtt->n > 0) {
+        double cap = SETTLE_SRTTS * fb_rtt->srtt > floor ? SETTLE_SRTTS * fb_rtt->srtt : floor;
+        t = 1.5 * rtt_rto(fb_rtt);
+        if (t > cap) t = cap;
+    }
+    return t < custody_s ? t : custody_s;
+}
+
 int custody_act(const custody_case_t *c, double now, const char **why)
 {
     *why = NULL;

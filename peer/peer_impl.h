@@ -257,21 +257,7 @@ void custody_on_gradient(peer_t *p, const msg_t *m);
 double custody_time(const peer_t *p, const mbrec_t *r);
 /* The earliest moment a forward it holds custody of is due to be re-sent (INFINITY: none). */
 double custody_next_deadline(const peer_t *p);
-/* How long what a member sent downstream may take to be served and counted there, its
- * count to reach the pool: 1.5 x the round trips this peer's forwards took (srtt + 4
- * rttvar), at most SETTLE_SRTTS x srtt (below) and custody_s (source.h). Before any is known (an owner that died while
- * the swarm started): CUSTODY_SETTLE_UNKNOWN x the failure timeout, at most custody_s.
- * A crash is noticed a timeout or more after the owner's last word, so its last forwards
- * have had three timeouts to be counted; a copy started sooner than that is counted in a
- * part of its own (protocol.md 12.4) and only that part is left out. custody_s there (60
- * s) stalled the whole swarm for a minute (local --kill start --fault-seed 1, ASan). */
-#define CUSTODY_SETTLE_UNKNOWN 2.0
-/* ... and once round trips are known, at most SETTLE_SRTTS x their smoothed time (or the
- * above, when longer): one round trip that crossed a stall (a pool re-running what a dead
- * member counted) lifts rttvar, and 1.5 x the rto then held a dead owner's microbatches
- * for half a minute after the stall had passed (local --churn 2:3 --fault-seed 81, 8x4:
- * 26 s, the whole swarm waiting) */
-#define SETTLE_SRTTS 3.0
+/* custody_settle (custody.h) for this peer's forwards, timeout and custody_s. */
 double custody_settle_time(const peer_t *p);
 
 /* serve.c */

@@ -719,6 +719,29 @@ static void test_custody_wait(void **state)
     assert_true(fabs(custody_wait(10, 1, 1, &r) - CUSTODY_RTO_CAP * 10) < 1e-9);
 }
 
+/* How long a gone stage-0 owner's microbatches wait (source.h): two failure timeouts
+ * before any round trip is known, 1.5 x the round trips' rto after, never past custody_s;
+ * and a stall's one long round trip, which lifts rttvar far more than srtt, does not set
+ * it: at most 3 x srtt (or the unknown case's wait, when longer). */
+static void test_custody_settle(void **state)
+{
+    (void)state;
+    rtt_t r;
+    memset(&r, 0, sizeof r);
+    assert_true(fabs(custody_settle(&r, 3, 60) - 6) < 1e-9); /* none known: 2 x 3 s */
+    assert_true(fabs(custody_settle(&r, 3, 5) - 5) < 1e-9);  /* ... at most custody_s */
+    for (int i = 0; i < 16; i++) rtt_note(&r, 2.0); /* a steady pace: 1.5 x rto */
+    double steady = 1.5 * rtt_rto(&r);
+    assert_true(fabs(custody_settle(&r, 0.5, 60) - steady) < 1e-9);
+    for (int i = 0; i < 16; i++) rtt_note(&r, 0.1); /* fast again */
+    rtt_note(&r, 18.0); /* one round trip across a stall */
+    double capped = custody_settle(&r, 3, 60);
+    assert_true(1.5 * rtt_rto(&r) > 20);           /* the rto alone: half a minute */
+    assert_true(fabs(capped - fmax(6, SETTLE_SRTTS * r.srtt)) < 1e-9);
+    assert_true(capped < 10);
+    assert_true(fabs(custody_settle(&r, 0.1, 60) - SETTLE_SRTTS * r.srtt) < 1e-9); /* short timeout */
+}
+
 /* Custody's re-route rules: a forward whose next peer is gone (or moved to another
  * stage), re-syncing, refused, or silent past its wait is sent elsewhere; a revisit,
  * which only its first visit's peer may take, is dropped when that peer refuses it (not
@@ -989,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_join_start),
         cmocka_unit_test(test_source_gone_owner),
         cmocka_unit_test(test_custody_wait),
+        cmocka_unit_test(test_custody_settle),
         cmocka_unit_test(test_custody_reroute),
         cmocka_unit_test(test_run_def),
         cmocka_unit_test(test_pool_pick),

@@ -493,7 +493,7 @@ static int d_start(void *ctx, int node, const transport_t *tp, const uint8_t id[
     po.slowdown = sim_node_slow(d->sim, node); /* the measured throughput follows it */
     if (d->o->rebalance_cooldown_s > 0) po.rebalance_cooldown_s = d->o->rebalance_cooldown_s;
     po.early_exchange = d->o->early_exchange;
-    if (d->o->copy_budget > 0) po.copy_budget = d->o->copy_budget;
+    if (d->o->copy_budget != 0) po.copy_budget = d->o->copy_budget;
     po.custody_s = 10.0;
     /* a restarting swarm waits for all its peers, as `local` starts it (--wait-peers) */
     po.wait_peers = d->ck_every ? d->o->peers : d->S;

@@ -136,12 +136,7 @@ static int peer_option(void *ctx, int c, const char *arg)
         po->rebalance_cooldown_s = f;
         return 0;
     case O_COPY_BUDGET:
-        if (run_opts_float("--copy-budget", arg, &f) || !(f >= 0) || f > 100) {
-            fprintf(stderr, "swarmtrain peer: --copy-budget P wants 0 <= P <= 100 (percent)\n");
-            return -1;
-        }
-        po->copy_budget = f > 0 ? f / 100.0 : -1;
-        return 0;
+        return run_opts_copy_budget(arg, &po->copy_budget);
     case O_SLOWDOWN:
         if (run_opts_float("--slowdown", arg, &f) || !(f >= 1) || f > 1000) {
             fprintf(stderr, "swarmtrain peer: --slowdown X wants 1 <= X <= 1000\n");

@@ -10,6 +10,7 @@
 #include "sim/simrun.h"
 #include "model/train.h"
 #include "tools/cmd.h"
+#include "tools/run_opts.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -65,7 +66,8 @@ static void usage(FILE *f)
             "                       stages' blocks, visiting stage 0 or S-1 twice (default 0)\n"
             "  --copy-budget P      the peers' --copy-budget: their copies of the end stages'\n"
             "                       parts and of middle stages' blocks within P percent of the\n"
-            "                       activation and gradient bytes each sent (default 5)\n"
+            "                       activation and gradient bytes each sent (default 5; 0:\n"
+            "                       the first copy of an end stage's part only)\n"
             "  --budget S           virtual seconds a run may take (default 600)\n"
             "  --plant-bug          a pool steps one microbatch short (at step 1): the checker\n"
             "                       must catch it\n"
@@ -410,16 +412,9 @@ int cmd_sim(int argc, char **argv)
             }
             break;
         }
-        case O_COPYBUDGET: {
-            char *end;
-            double pct = strtod(optarg, &end);
-            if (end == optarg || *end || !(pct > 0 && pct <= 100)) {
-                fprintf(stderr, "swarmtrain sim: --copy-budget: a percent in (0, 100]\n");
-                return 2;
-            }
-            o.copy_budget = pct / 100.0;
+        case O_COPYBUDGET:
+            if (run_opts_copy_budget(optarg, &o.copy_budget)) return 2;
             break;
-        }
         case O_HELP:
             usage(stdout);
             return 0;
@@ -512,8 +507,9 @@ int cmd_sim(int argc, char **argv)
             char moves[96] = "", outer[32] = "", until[40] = "", copies[40] = "";
             if (o.outer > 0) snprintf(outer, sizeof outer, " --outer %d", o.outer);
             if (o.skip_until > 0) snprintf(until, sizeof until, " --skip-until %g", o.skip_until);
-            if (o.copy_budget > 0)
-                snprintf(copies, sizeof copies, " --copy-budget %g", 100.0 * o.copy_budget);
+            if (o.copy_budget != 0) /* -1: 0 percent (run_opts_copy_budget) */
+                snprintf(copies, sizeof copies, " --copy-budget %g",
+                         o.copy_budget < 0 ? 0.0 : 100.0 * o.copy_budget);
             if (o.moves_rate > 0 || o.rebalance_cooldown_s > 0)
                 snprintf(moves, sizeof moves, " --moves %g --rebalance-cooldown %g", o.moves_rate,
                          o.rebalance_cooldown_s);

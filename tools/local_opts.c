@@ -203,11 +203,7 @@ static int check_peer_option(int c, const char *arg)
     double share;
     switch (c) {
     case O_COPY_BUDGET:
-        if (run_opts_float("--copy-budget", arg, &f) || !(f >= 0) || f > 100) {
-            fprintf(stderr, "swarmtrain local: --copy-budget P wants 0 <= P <= 100 (percent)\n");
-            return -1;
-        }
-        return 0;
+        return run_opts_copy_budget(arg, &share);
     case O_RECOVERY:
         if (strcmp(arg, "auto") && strcmp(arg, "checkfree") && strcmp(arg, "checkpoint")) {
             fprintf(stderr, "swarmtrain local: --stage-recovery auto|checkfree|checkpoint\n");

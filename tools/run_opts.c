@@ -67,6 +67,18 @@ int run_opts_budget(const char *v, double *out)
     return 0;
 }
 
+int run_opts_copy_budget(const char *v, double *out)
+{
+    float pct;
+    if (run_opts_float("--copy-budget", v, &pct)) return -1;
+    if (pct > 100) {
+        fprintf(stderr, "swarmtrain: --copy-budget %s: wants 0 <= P <= 100 (percent)\n", v);
+        return -1;
+    }
+    *out = pct > 0 ? pct / 100.0 : -1;
+    return 0;
+}
+
 void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
 {
     fprintf(f, "usage: swarmtrain %s [options]\n\n%s\n\n", cmd, x && x->intro ? x->intro : "");

@@ -37,5 +37,9 @@ int run_opts_int(const char *opt, const char *v, int min, int *out);
 int run_opts_float(const char *opt, const char *v, float *out);
 /* --checkpoint-budget P: a percent in (0, 100] of one CPU, as the share *out in (0, 1]. */
 int run_opts_budget(const char *v, double *out);
+/* --copy-budget P (peer, local, sim): a percent in [0, 100] of the activation/gradient
+ * bytes a keeper sent, as peer_options_t.copy_budget: the share, or -1 for 0 (the first
+ * copy of an end stage's part only). */
+int run_opts_copy_budget(const char *v, double *out);
 
 #endif

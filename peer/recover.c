@@ -760,22 +760,23 @@ int recover_download_tick(peer_t *p)
     for (int i = 0; i < 2; i++)
         if (want[i] >= 0 && p->rec.nb[i] && p->rec.nb_step[i] > step) step = p->rec.nb_step[i];
     step_set(p, step < 0 ? 0 : step);
+    /* a checkpoint keeps its optimizer state; a copy is the stage as it was (the run's
+     * learning rate); a rebuild learns faster for a while */
     const char *by = !use_ck ? "rebuilt" : p->rec.ck_copy ? "copy" : "checkpoint";
-    if (use_ck && p->rec.ck_copy) { /* the stage as it was: the run's learning rate */
-        fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
-                "optimizer state\n", s, p->step, p->now - p->rec.judge.started_at, p->rec.how);
-    } else if (use_ck) {
-        fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s\n", s, p->step,
-                p->now - p->rec.judge.started_at, p->rec.how);
-    } else {
+    char after[64] = "";
+    if (!use_ck) {
         recover_set_lr_scale(p, RECOVER_LR_SCALE);
-        fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s; fresh "
-                "optimizer state, learning rate x%.2f\n",
-                s, p->step, p->now - p->rec.judge.started_at, p->rec.how, (double)p->rec.lr_scale);
+        snprintf(after, sizeof after, "; fresh optimizer state, learning rate x%.2f",
+                 (double)p->rec.lr_scale);
+    } else if (p->rec.ck_copy) {
+        snprintf(after, sizeof after, "; fresh optimizer state");
     }
+    double secs = p->now - p->rec.judge.started_at;
+    fprintf(p->log, "recovered: stage %d at step %" PRId64 " in %.2f s by %s%s\n", s, p->step,
+            secs, p->rec.how, after);
     fflush(p->log);
-    peer_event(p, "recovered_stage", "seconds=%.2f by=%s lr_scale=%.2f how=%s", p->now - p->rec.judge.started_at,
-               by, use_ck ? 1.0 : (double)p->rec.lr_scale, p->rec.how);
+    peer_event(p, "recovered_stage", "seconds=%.2f by=%s lr_scale=%.2f how=%s", secs, by,
+               use_ck ? 1.0 : (double)p->rec.lr_scale, p->rec.how);
     p->rec.active = 0;
     p->rec.mover = 0;
     free_nb(p);

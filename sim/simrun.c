@@ -306,11 +306,10 @@ static void on_applied(void *ctx, const peer_t *p, const peer_applied_t *a)
         int live_holder = 0;
         for (int h = 0; h < d->nholders[k]; h++) {
             int node = d->holders[k][h];
-            peer_info_t hi = {.stage = -1};
+            peer_info_t hi = {.stage = -1}; /* no peer: at no stage */
             if (d->n[node].p) peer_info(d->n[node].p, &hi);
-            live_holder |= d->n[node].p && sim_node_alive(d->sim, node) &&
-                           !(sim_node_paused_until(d->sim, node) > sim_now(d->sim)) &&
-                           hi.stage == a->stage;
+            live_holder |= hi.stage == a->stage && sim_node_alive(d->sim, node) &&
+                           !(sim_node_paused_until(d->sim, node) > sim_now(d->sim));
         }
         if (!d->hash_set[k] || (d->hash_set[k] == 2 && !near_partition) ||
             (d->hash[k] != a->hash_after && !live_holder)) {

@@ -247,6 +247,49 @@ static int round_message(peer_t *p, uint32_t count, uint8_t *msg)
                             msg, NULL, p->err);
 }
 
+/* Microbatches a message counted. */
+static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
+{
+    uint32_t c = 0;
+    for (int b = 0; b < p->dims.M; b++) c += (uint32_t)pool_bit(e->counted, b);
+    return c;
+}
+
+/* Adds id to the list (ids, *n of cap) unless it is there. */
+static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *id)
+{
+    for (int i = 0; i < *n; i++)
+        if (!memcmp(ids[i], id, MSG_ID_LEN)) return;
+    if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
+}
+
+/* Part 0's claims (docs/protocol.md 5.10, 12.4): the exchange members this member expects,
+ * which a mate that did not know of one of them waits for too: its view's owners of the
+ * step, and the origin of every part 0 of the step it holds that counts a microbatch. The
+ * second covers a member that left the pool after its message reached this one (moved to
+ * another stage, or died): gone from every view, it was named by no part's claims, and a
+ * newcomer following the pool applied the step without its message, which its mates took
+ * (sim heavy 8x4 seed 20182: another hash). */
+static int make_claims(peer_t *p, uint8_t **out, size_t *len)
+{
+    const msg_member_t *own;
+    int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
+    int nheld = pool_messages(p->pool, p->step, NULL, 0), cap = n + nheld, k = 0;
+    const pool_msg_t **held = malloc((size_t)(nheld ? nheld : 1) * sizeof *held);
+    uint8_t(*ids)[MSG_ID_LEN] = malloc((size_t)(cap ? cap : 1) * MSG_ID_LEN);
+    if (!held || !ids) {
+        free(held), free(ids);
+        return STATUS_ENOMEM;
+    }
+    pool_messages(p->pool, p->step, held, nheld);
+    for (int i = 0; i < n; i++) add_id(ids, &k, cap, own[i].id);
+    for (int i = 0; i < nheld && k < MSG_MEMBERS_MAX; i++)
+        if (held[i]->part == 0 && counted_by(p, held[i]) > 0) add_id(ids, &k, cap, held[i]->origin);
+    free(held);
+    *out = (uint8_t *)ids, *len = (size_t)k * MSG_ID_LEN;
+    return 0;
+}
+
 /* This member's message of this step, part `part`: with part 0 its DeMo stage message or
  * its dense gradient sum (AdamW: the pool averages exactly); with part > 0 a supplement
  * for the microbatches it counted since (a member died after the pool had counted all M,
@@ -295,17 +338,9 @@ static int make_exchange(peer_t *p, int part)
         if (!(msg = malloc(len))) rc = STATUS_ENOMEM;
         if (!rc) kern_download(p->k, msg, stage_grads(p->held.st), len);
     }
-    /* part 0 names the exchange members this member expects (its view): a mate that did
-     * not know of one of them waits for its message too */
     uint8_t *claims = NULL;
     size_t claims_len = 0;
-    if (rc == 0 && part == 0) {
-        const msg_member_t *own;
-        int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
-        claims_len = (size_t)n * MSG_ID_LEN;
-        if (!(claims = malloc(claims_len ? claims_len : 1))) rc = STATUS_ENOMEM;
-        for (int i = 0; claims && i < n; i++) memcpy(claims + (size_t)i * MSG_ID_LEN, own[i].id, MSG_ID_LEN);
-    }
+    if (rc == 0 && part == 0) rc = make_claims(p, &claims, &claims_len);
     if (rc == 0) {
         msg_t m = {.type = MSG_EXCH,
                    .flags = (uint8_t)part,
@@ -382,14 +417,6 @@ static int msg_order(const void *a, const void *b)
     const pool_msg_t *x = *(const pool_msg_t *const *)a, *y = *(const pool_msg_t *const *)b;
     int c = memcmp(x->origin, y->origin, MSG_ID_LEN);
     return c ? c : (x->part > y->part) - (x->part < y->part);
-}
-
-/* Microbatches a message counted. */
-static uint32_t counted_by(const peer_t *p, const pool_msg_t *e)
-{
-    uint32_t c = 0;
-    for (int b = 0; b < p->dims.M; b++) c += (uint32_t)pool_bit(e->counted, b);
-    return c;
 }
 
 /* Applies the pool's update for this step from msgs[0, n) and moves to the next step.
@@ -778,14 +805,6 @@ static void ask_mates(peer_t *p, msg_t *q)
     const msg_member_t *mates;
     int nm = pool_members(p, &mates);
     for (int j = 0; j < nm; j++) peer_send(p, mates[j].id, q, 0, NULL, NULL);
-}
-
-/* Adds id to the list (ids, *n of cap) unless it is there. */
-static void add_id(uint8_t (*ids)[MSG_ID_LEN], int *n, int cap, const uint8_t *id)
-{
-    for (int i = 0; i < *n; i++)
-        if (!memcmp(ids[i], id, MSG_ID_LEN)) return;
-    if (*n < cap) memcpy(ids[(*n)++], id, MSG_ID_LEN);
 }
 
 /* Members that counted something of this step by what this member knows (they reported

@@ -106,6 +106,11 @@ st_add_sim_asan(regress_pause_7065 --faults pause --peers 8 --stages 4 --seed 70
 # its message died on a dead link, and the member left alone re-ran what the mate had
 # counted (the checker took the mover's hash for the pool's: deadlink 6x3 seed 5232).
 st_add_sim(regress_deadlink_5232 --faults deadlink --peers 6 --stages 3 --steps 14 --seed 5232)
+# A member that moved away after its message reached two mates, named by no view and no
+# claims: a newcomer following the pool applied the step from a restart's new part 0 and
+# its earlier life's supplements, another update (part 0's claims now name the held
+# counting messages' origins: heavy 8x4 seed 20182).
+st_add_sim_asan(regress_heavy_20182 --faults heavy --peers 8 --stages 4 --seed 20182)
 # Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
 # of H steps, inner steps send receipts and step locally; every invariant as every step,
 # the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.

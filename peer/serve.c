@@ -717,6 +717,30 @@ static int source_ahead(peer_t *p)
     return 0;
 }
 
+/* Whether every later stage's pool has applied `step`: each stage 1 .. S-1 has a member
+ * in the view that takes part in its exchange, and every such member's gossiped step is
+ * past it (a step gossiped is one reached). Then no forward of `step` a gone stage-0
+ * owner started can still be counted downstream, and its microbatches wait for no
+ * settling (source.h): re-run, they are served there without counting (protocol.md
+ * 12.8) and counted at stage 0 alone. Waiting, stage 0 stood 13 s with 3 of 4 microbatches missing after its
+ * one mate's crash while every later pool had applied the step (sim heavy 8x4 seed
+ * 20182: the settle time at its 10 s cap, begun again when the dead mate's entry came
+ * back for a while). */
+static int later_pools_past(peer_t *p, int64_t step)
+{
+    for (int s = 1; s < p->dims.S; s++) {
+        const msg_member_t *m;
+        int n = view_stage(&p->view, s, 1, &m), k = 0;
+        for (int i = 0; i < n; i++) {
+            if (m[i].serving_from > step) continue; /* a follower counts nothing */
+            if (m[i].step <= step) return 0;
+            k++;
+        }
+        if (k == 0) return 0;
+    }
+    return 1;
+}
+
 /* Stage 0: starts the next microbatch this peer owns. 1 when it did work. */
 int serve_source(peer_t *p)
 {
@@ -772,7 +796,7 @@ int serve_source(peer_t *p)
             return me == 0 ? val_round_tick(p) : 0;
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
-        double settle = custody_settle_time(p);
+        double settle = later_pools_past(p, p->step) ? 0 : custody_settle_time(p);
         for (int i = 0; i < p->dims.M; i++) {
             /* microbatch i of this step belongs to one owner; when an owner is gone only
              * its microbatches pass on, once what it sent had time to be counted

@@ -58,6 +58,7 @@ void contrib_reset_step(contrib_t *c)
     c->nearly_to = 0;
     if (c->sent_bits) memset(c->sent_bits, 0, c->nb);
     if (c->resent_bits) memset(c->resent_bits, 0, c->nb);
+    c->resent_at = 0;
     timeout_stop(&c->relay);
     timeout_stop(&c->unknown);
     timeout_stop(&c->deadline);

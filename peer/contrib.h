@@ -24,6 +24,8 @@
 #define CONTRIB_SUSPECT_S  1.0  /* step.redo_suspect: a missing microbatch before it is lost */
 #define CONTRIB_REDO_S     2.0  /* step.redo_ask: REDO again while still missing */
 #define CONTRIB_GONE_MAX   16   /* owners of the step gone from the view, kept per step */
+#define CONTRIB_ECHO_S     0.5  /* a re-send counted: a mate's PROGRESS this much later has
+                                 * heard of it (step.c resent_unheard) */
 
 typedef struct {
     size_t nb;          /* octets of a microbatch bitmap */
@@ -41,6 +43,7 @@ typedef struct {
     uint8_t *sent_bits; /* microbatches those parts counted */
     uint8_t *resent_bits; /* microbatches it counted from a re-sent FWD (attempt above 0):
                            * each goes out in a part alone (step_before_resent) */
+    double resent_at;   /* when it last counted one (0: none this step) */
     int64_t exch_req_step; /* the step of the last EXCH_REQ round (a follower catching up) */
     uint64_t my_hash;   /* parameter hash at the start of this step */
     float stage_gnorm;  /* the stage's gradient norm, the same on every replica (in the

@@ -116,7 +116,10 @@ void step_count(peer_t *p, const msg_mb_t *mb)
 {
     uint32_t index = mb->index;
     pool_count(p->pool, index);
-    if (mb->attempt > 0 && index < (uint32_t)p->dims.M) pool_set_bit(p->contrib.resent_bits, (int)index);
+    if (mb->attempt > 0 && index < (uint32_t)p->dims.M) {
+        pool_set_bit(p->contrib.resent_bits, (int)index);
+        p->contrib.resent_at = p->now;
+    }
     send_progress(p);
 }
 
@@ -1155,6 +1158,28 @@ static int final_vote(peer_t *p)
                : 0;
 }
 
+/* Mates that may have counted a re-sent microbatch this member counted, unknown to it yet:
+ * after counting one (contrib.resent_at), the contributing mates of own[0, n) still at
+ * this step (by the view) from which no PROGRESS came CONTRIB_ECHO_S after. Two copies of
+ * a microbatch in flight (a custody re-send and its first run, or two re-sends) reach two
+ * members at once, and each counts its own, its union not holding the other's yet; each
+ * had all M covered with the other's part 0 and its own, applied before the other's
+ * PROGRESS came, and the two left out different copies (sim heavy 8x4 seed 41370: two
+ * hashes in one pool). A mate counts a copy only before this member's PROGRESS reaches it,
+ * so its report sent after that names it; waiting for one, this member also waits for the
+ * part that holds it, and both pick alike (pool_pick). A round trip above CONTRIB_ECHO_S
+ * still slips through: the hash vote of the next step mends that. */
+static int resent_unheard(peer_t *p, const msg_member_t *own, int n)
+{
+    if (!(p->contrib.resent_at > 0) || !contributing(p)) return 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (peer_is_self(p, own[i].id) || own[i].step > p->step) continue; /* past N: sent all */
+        k += pool_heard_at(p->pool, own[i].id) < p->contrib.resent_at + CONTRIB_ECHO_S;
+    }
+    return k;
+}
+
 int step_tick(peer_t *p)
 {
     if (p->phase != PHASE_SERVING) return 0;
@@ -1237,7 +1262,7 @@ int step_tick(peer_t *p)
     contrib_waits(&p->contrib, p->now, 0);
     const msg_member_t *own;
     int me, n = view_owners(&p->view, p->stage, p->step, p->me.entry.id, &own, &me);
-    int missing = missing_messages(p, own, n);
+    int missing = missing_messages(p, own, n) + resent_unheard(p, own, n);
     if (!contributing(p)) { /* a follower needs someone's update to follow */
         int others = 0;
         for (int i = 0; i < n; i++) others += !peer_is_self(p, own[i].id);

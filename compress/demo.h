@@ -104,6 +104,16 @@ typedef enum {
  * of a DeMo run; with --demo-local neither applies (not measured there). */
 #define DEMO_SIGN_BETA 0.9f
 #define DEMO_SIGN_LR   6e-3f
+/* ... and with --demo-local (outer steps), SparseLoCo's shape: each replica's change over
+ * the round into an error-feedback buffer decayed by 0.95, its top-k sent with indices,
+ * and the pool's mean taken as it is (DEMO_UPDATE_LINEAR, outer rate 1). On `tiny`, 600
+ * steps, H 8, k 9, seeds 1337/1338: +9.0%/+7.0% over AdamW against the rms outer update's
+ * +23.6%/+18.5% (docs/design-notes.md, issue 27, session 28). Shared indices with the
+ * linear update diverged. */
+#define DEMO_LOCAL_INDEX    DEMO_IDX_TOPK
+#define DEMO_LOCAL_UPDATE   DEMO_UPDATE_LINEAR
+#define DEMO_LOCAL_BETA     0.95f
+#define DEMO_LOCAL_OUTER_LR 1.0f
 /* Largest |value| (and sign scale) a message may carry: tile sums stay finite. */
 #define DEMO_MAX_ABS 1e30f
 /* Largest rows*cols of a tensor (2^40). */
@@ -127,6 +137,8 @@ enum {
     DEMO_UPDATE_RMSPROP = 2, /* p -= lr * Q / (sqrt(V) + eps), V = Adam's second moment of Q
                               * (beta2, bias-corrected), per parameter */
     DEMO_UPDATE_ADAM = 3,    /* p -= lr * M / (sqrt(V) + eps), M its first moment (beta1) */
+    DEMO_UPDATE_LINEAR = 4,  /* p -= Q: the momentum took lr * g already (SparseLoCo's outer
+                              * step on the error-feedback buffer's transmitted part) */
 };
 
 /* What a valid message says (demo_msg_parse). */

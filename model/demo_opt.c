@@ -175,7 +175,7 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->q = malloc(P * sizeof(float));
     if (!o->d || !o->q) goto nomem;
     o->update = cfg ? cfg->update : DEMO_UPDATE_SIGN;
-    if (o->update < DEMO_UPDATE_SIGN || o->update > DEMO_UPDATE_ADAM) {
+    if (o->update < DEMO_UPDATE_SIGN || o->update > DEMO_UPDATE_LINEAR) {
         status_set(err, STATUS_EINVAL, "demo: unknown update rule %d", o->update);
         demo_opt_destroy(&o);
         return NULL;
@@ -199,7 +199,7 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     if (kern_on_device(o->k) && o->update != DEMO_UPDATE_SIGN &&
         !(o->dstep = kern_alloc(o->k, P * sizeof(float))))
         goto nomem;
-    if (kern_on_device(o->k) && o->update >= DEMO_UPDATE_RMSPROP &&
+    if (kern_on_device(o->k) && (o->update == DEMO_UPDATE_RMSPROP || o->update == DEMO_UPDATE_ADAM) &&
         !(o->hv = malloc(2 * P * sizeof(float))))
         goto nomem;
     return o;
@@ -470,7 +470,16 @@ int demo_opt_apply_w(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     o->qnorm = (float)sqrt(qq);
     float *p = stage_params(o->st);
     float lr = optim_lr(oc, step);
-    if (o->update >= DEMO_UPDATE_RMSPROP) {
+    if (o->update == DEMO_UPDATE_LINEAR) { /* p -= Q, one exact subtraction on any backend */
+        if (kern_on_device(k)) {
+            kern_upload(k, o->dstep, o->q, P * sizeof(float));
+            kern_axpy(k, p, -1.0f, o->dstep, P);
+        } else {
+            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
+        }
+        return kern_check(k, err);
+    }
+    if (o->update == DEMO_UPDATE_RMSPROP || o->update == DEMO_UPDATE_ADAM) {
         /* Adam's moments of the aggregate, per parameter, in the stage's v and m (which
          * checkpoints carry; t in stage_opt_step): identical on every replica as Q is. The
          * step is made on the host and subtracted exactly, as for rms. rmsprop: v only. */
@@ -646,4 +655,9 @@ void demo_opt_set_momentum(demo_opt_t *o, const float *in)
     }
     for (int i = 0; i < o->n; i++)
         memcpy(demo_momentum(o->d[i]), in + o->tab[i].offset, o->tab[i].numel * sizeof(float));
+}
+
+int demo_opt_rule(const demo_opt_t *o)
+{
+    return o->update;
 }

@@ -23,8 +23,10 @@
  * The update: p -= lr * sign(Q) (DEMO_UPDATE_SIGN), p -= lr * Q / rms(Q), rms over each
  * tensor (DEMO_UPDATE_RMS), p -= lr * Q / sqrt(V) per parameter with V Adam's second moment
  * of Q (DEMO_UPDATE_RMSPROP, the sign preset's; V in the stage's AdamW v, t in its step
- * counter) or Adam on Q (DEMO_UPDATE_ADAM: M / sqrt(V), M in the stage's m), all from the
- * same Q on every replica, so the moments too are identical on every replica.
+ * counter), Adam on Q (DEMO_UPDATE_ADAM: M / sqrt(V), M in the stage's m), or p -= Q
+ * (DEMO_UPDATE_LINEAR: Q as it is, the momentum having taken lr * g; SparseLoCo's outer
+ * step with local steps), all from the same Q on every replica, so the moments too are
+ * identical on every replica.
  *
  * On a device backend the residual momentum lives in device memory and the transform runs
  * there (kernels.h compression ops); per step the host sees only the selected entries
@@ -149,5 +151,8 @@ uint64_t demo_opt_tensor_seed(int64_t step, int i);
 float demo_opt_update_norm(const demo_opt_t *o);
 void demo_opt_get_momentum(demo_opt_t *o, float *out);
 void demo_opt_set_momentum(demo_opt_t *o, const float *in);
+
+/* Its update rule (DEMO_UPDATE_*). */
+int demo_opt_rule(const demo_opt_t *o);
 
 #endif

@@ -20,6 +20,7 @@ int outer_open(outer_t *o, int H, float outer_lr, int64_t steps, stage_t *st, ke
         return status_set(err, STATUS_ENOMEM, "local steps: out of memory");
     }
     o->H = H, o->outer_lr = outer_lr, o->steps = steps;
+    o->linear = demo_opt_rule(dopt) == DEMO_UPDATE_LINEAR;
     o->update = update_rule(st, k, dopt, &o->opt);
     outer_begin(o);
     return 0;
@@ -80,10 +81,15 @@ const float *outer_shared(const outer_t *o, stage_t *st)
     return outer_on(o) ? o->psync : stage_params(st);
 }
 
-optim_config_t outer_opt(const optim_config_t *inner, float outer_lr)
+optim_config_t outer_opt(const optim_config_t *inner, float outer_lr, int linear)
 {
     optim_config_t oc = *inner;
     oc.lr = inner->lr * outer_lr;
+    if (linear) { /* SparseLoCo's outer rate: a constant multiple of the round's change */
+        oc.lr = outer_lr;
+        oc.warmup = 0;
+        oc.schedule = OPTIM_SCHEDULE_CONSTANT;
+    }
     oc.wd = 0;   /* every local AdamW step decayed already */
     oc.clip = 0; /* delta is not a gradient of one step */
     return oc;
@@ -91,7 +97,7 @@ optim_config_t outer_opt(const optim_config_t *inner, float outer_lr)
 
 const optim_config_t *outer_schedule(outer_t *o, const optim_config_t *inner)
 {
-    o->opt = outer_opt(inner, o->outer_lr);
+    o->opt = outer_opt(inner, o->outer_lr, o->linear);
     return &o->opt;
 }
 

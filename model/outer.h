@@ -27,7 +27,9 @@
 
 typedef struct {
     int H;                 /* steps per round; 0: off */
-    float outer_lr;        /* the outer step's rate, a multiple of the inner lr(t) */
+    float outer_lr;        /* the outer step's rate, a multiple of the inner lr(t); with the
+                            * linear update a constant (SparseLoCo's) */
+    int linear;            /* the DeMo rule is DEMO_UPDATE_LINEAR */
     int64_t steps;         /* the run's steps (its last step ends a round) */
     stage_t *st;
     kern_t *k;
@@ -88,7 +90,7 @@ const float *outer_shared(const outer_t *o, stage_t *st);
 
 /* The outer schedule from the inner one: its rate times outer_lr, no weight decay, no clip
  * (train's local steps take it too). */
-optim_config_t outer_opt(const optim_config_t *inner, float outer_lr);
+optim_config_t outer_opt(const optim_config_t *inner, float outer_lr, int linear);
 
 /* outer_opt of the inner schedule kept in o->opt; and the rule that applies the pool's
  * outer update with it. */

@@ -53,8 +53,8 @@ train_options_t train_defaults(void)
 
 static const char *update_name(int u)
 {
-    static const char *names[] = {"sign", "rms", "rmsprop", "adam"};
-    return u >= 0 && u <= DEMO_UPDATE_ADAM ? names[u] : "?";
+    static const char *names[] = {"sign", "rms", "rmsprop", "adam", "linear"};
+    return u >= 0 && u <= DEMO_UPDATE_LINEAR ? names[u] : "?";
 }
 
 static const char *vfmt_name(int v)
@@ -219,6 +219,8 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                 o->demo.update = DEMO_UPDATE_RMSPROP;
             else if (!strcmp(v, "adam"))
                 o->demo.update = DEMO_UPDATE_ADAM;
+            else if (!strcmp(v, "linear"))
+                o->demo.update = DEMO_UPDATE_LINEAR;
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_update '%s'", v);
         } else if (!strcmp(line, "codec")) {
@@ -760,7 +762,7 @@ static int setup(run_t *run, char *err)
         if (!(o->outer_lr > 0) || !(o->outer_mom >= 0 && o->outer_mom < 1))
             return status_set(err, STATUS_EINVAL,
                               "--outer-lr must be > 0 and --outer-momentum in [0, 1)");
-        if (o->demo.update >= DEMO_UPDATE_RMSPROP)
+        if (o->demo.update == DEMO_UPDATE_RMSPROP || o->demo.update == DEMO_UPDATE_ADAM)
             return status_set(err, STATUS_EINVAL,
                               "--demo-local: the rmsprop and adam updates "
                               "would share the local AdamW moments");
@@ -772,7 +774,7 @@ static int setup(run_t *run, char *err)
                               "--demo-local: checkpoints only at syncs (--checkpoint-every a "
                               "multiple of H; the last step syncs too) and no --resume: they "
                               "do not carry the replicas' local AdamW moments");
-        run->outer = outer_opt(&o->opt, o->outer_lr);
+        run->outer = outer_opt(&o->opt, o->outer_lr, o->demo.update == DEMO_UPDATE_LINEAR);
         run->psync = calloc((size_t)run->S, sizeof *run->psync);
         if (o->outer_mom > 0)
             run->omom = calloc((size_t)run->R * (size_t)run->S, sizeof *run->omom);

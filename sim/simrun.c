@@ -1057,7 +1057,15 @@ static train_options_t tiny_run(const simrun_options_t *o, rng_t *r)
     run.swap = o->swap;
     run.overlap = o->overlap;
     run.optimizer = o->optimizer >= 0 ? o->optimizer : (int)rng_below(r, 2);
-    if (o->outer > 0) run.optimizer = TRAIN_DEMO, run.demo_local = o->outer;
+    if (o->outer > 0) {
+        run.optimizer = TRAIN_DEMO, run.demo_local = o->outer;
+        /* the outer update drawn: sign, or SparseLoCo's linear one (the sign preset's with
+         * local steps, tools/run_opts.c) at its outer rate */
+        if (rng_below(r, 2)) {
+            run.demo.update = DEMO_LOCAL_UPDATE, run.demo.imode = DEMO_LOCAL_INDEX;
+            run.demo.beta = DEMO_LOCAL_BETA, run.outer_lr = DEMO_LOCAL_OUTER_LR;
+        }
+    }
     run.device = "cpu";
     run.threads = 1;
     return run;

@@ -454,10 +454,12 @@ static double exchange_bytes(const char *sum)
 }
 
 /* Local steps in a swarm (docs/protocol.md 12.14, run text demo_local=4): pools exchange
- * once every 4 steps, local AdamW steps between. The swarm learns what `train` does with
- * the same rounds: its final validation loss within 7% of train's (measured: +0.8 to
- * +3.6% over 17 runs, some beside a loaded core; with the inner local steps taken out, a
- * planted bug, +11%); every replica of a stage ends with the same parameters; the
+ * once every 4 steps, local AdamW steps between, with the sign preset's outer steps
+ * (SparseLoCo's shape: top-k, beta 0.95, the linear update at outer rate 1). The swarm
+ * learns what `train` does with the same rounds: its final validation loss within 7% of
+ * train's (measured: +1.8 to +5.2% over 10 runs beside a loaded core, and +39% with the
+ * inner local steps taken out, a planted bug; the rms outer update this test used before:
+ * +0.8 to +3.6% over 17); every replica of a stage ends with the same parameters; the
  * exchange sends less than half the bytes per step of the same swarm exchanging every
  * step (measured 0.31 x: the DeMo messages go once a round, and inner steps send only
  * receipts). A swarm refuses local steps with AdamW, with --overlap and with outer
@@ -467,7 +469,7 @@ static void test_outer_swarm(void **state)
     (void)state;
     enum { STEPS = 60 };
     static const char run[] = "--stages 2 --batch 8 --replicas 2 --optimizer demo --demo-values sign "
-                              "--demo-update rms --demo-k 36 --lr 6e-3 --threads 1 --log-every 10";
+                              "--demo-index topk --demo-k 36 --lr 6e-3 --threads 1 --log-every 10";
     char args[1024];
     snprintf(args, sizeof args, "train %s --demo-local 4 --steps %d --events %s/train.events.jsonl --data %s",
              run, STEPS, dir, testutil_corpus());

@@ -149,6 +149,7 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t 
            update == DEMO_UPDATE_ADAM      ? "adam-update"
            : update == DEMO_UPDATE_RMSPROP ? "rmsprop-update"
            : update == DEMO_UPDATE_RMS     ? "rms-update"
+           : update == DEMO_UPDATE_LINEAR  ? "linear-update"
                                            : "sign-update",
            first, last, steps);
     assert_true(last < first - drop);
@@ -632,6 +633,55 @@ static void test_demo_rms_tiny_values(void **state)
     kern_destroy(&k);
 }
 
+/* The linear update takes the pool's Q as it is: with every coefficient sent (k = the
+ * tile's 256, f32 values) and no residual kept (beta 0), D = lr g travels whole, and the
+ * receiver's parameters move by -lr g up to the transform's rounding; the mean of two
+ * senders moves by the mean of their gradients. */
+static void test_demo_linear_update(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    model_config_t c;
+    config_preset(&c, "tiny", NULL);
+    c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.ffn = 32, c.batch = 1, c.seq = 16, c.stages = 2;
+    kern_t *k = kern_new("cpu", 1, err);
+    assert_non_null(k);
+    model_t *m = model_new(&c, k, 3, err);
+    assert_non_null(m);
+    stage_t *st = model_stage(m, 1);
+    demo_cfg_t dc = {16, 256, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_LINEAR};
+    demo_opt_t *tx[2] = {demo_opt_new(st, &dc, err), demo_opt_new(st, &dc, err)};
+    demo_opt_t *rx = demo_opt_new(st, &dc, err);
+    assert_true(tx[0] && tx[1] && rx);
+    size_t P = stage_num_params(st), n = demo_opt_msg_size(rx);
+    float *g = stage_grads(st), *p = stage_params(st);
+    float *before = malloc(P * sizeof *before), *want = calloc(P, sizeof *want);
+    uint8_t *msg[2] = {malloc(n), malloc(n)};
+    optim_config_t oc = optim_defaults();
+    oc.warmup = 0, oc.wd = 0, oc.clip = 0;
+    float lr = optim_lr(&oc, 0);
+    for (int r = 0; r < 2; r++) {
+        for (size_t i = 0; i < P; i++) g[i] = (float)((int)((i * 7 + 3 * r) % 13) - 6) * 0.01f;
+        for (size_t i = 0; i < P; i++) want[i] += 0.5f * lr * g[i];
+        assert_int_equal(demo_opt_prepare(tx[r], &oc, 0, 1.0f, msg[r], NULL, err), 0);
+    }
+    memcpy(before, p, P * sizeof *p);
+    const uint8_t *msgs[2] = {msg[0], msg[1]};
+    size_t lens[2] = {n, n};
+    assert_int_equal(demo_opt_apply(rx, &oc, 0, msgs, lens, 2, err), 0);
+    double worst = 0;
+    for (size_t i = 0; i < P; i++)
+        worst = fmax(worst, fabs((double)(before[i] - p[i]) - want[i]));
+    printf("linear update: max |step - lr mean(g)| %.3g (lr %.3g)\n", worst, (double)lr);
+    assert_true(worst < 1e-3 * lr);
+    free(before), free(want), free(msg[0]), free(msg[1]);
+    demo_opt_destroy(&tx[0]);
+    demo_opt_destroy(&tx[1]);
+    demo_opt_destroy(&rx);
+    model_destroy(&m);
+    kern_destroy(&k);
+}
+
 /* ---- DiLoCo-style local steps (--demo-local) ------------------------------------------ */
 
 /* H local AdamW steps, then one DeMo exchange of the change: train_run checks after every
@@ -708,6 +758,15 @@ static void test_demo_local(void **state)
     assert_int_not_equal(train_run(&bad, &r0, err), 0);
     assert_non_null(strstr(err, "--demo-local"));
     unlink(bad.db);
+    /* SparseLoCo's shape (the sign preset's with local steps): top-k, beta 0.95, the linear
+     * update at outer rate 1: the replicas stay identical (train_run checks) and it learns */
+    train_options_t lin = o;
+    lin.demo.imode = DEMO_LOCAL_INDEX, lin.demo.beta = DEMO_LOCAL_BETA;
+    lin.demo.update = DEMO_LOCAL_UPDATE, lin.outer_lr = DEMO_LOCAL_OUTER_LR, lin.outer_mom = 0;
+    rc = train_run(&lin, &r1, err);
+    if (rc) fail_msg("%s", err);
+    printf("local steps, linear outer update: val_loss %.4f from %.4f\n", r1.val_loss, r0.val_loss);
+    assert_true(r1.val_loss < r0.val_loss - 0.5f);
     fclose(o.log);
 }
 
@@ -832,6 +891,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_resume_demo),
         cmocka_unit_test(test_resume_refusals),
         cmocka_unit_test(test_demo_rms_tiny_values),
+        cmocka_unit_test(test_demo_linear_update),
         cmocka_unit_test(test_demo_local),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name, for timing */

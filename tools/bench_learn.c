@@ -321,15 +321,14 @@ static void sort_points(const learn_opts_t *lo, learn_result_t *r)
 /* ---- one run ----------------------------------------------------------------------------- */
 
 /* The words every DeMo run (demo-train and the swarm's) shares: sign DeMo, and with --outer
- * its local steps (the rms outer update: train's local steps refuse the preset's rmsprop,
- * which would share their AdamW moments) at --outer-k. */
+ * its local steps (the sign preset's with them: SparseLoCo's shape, the linear outer
+ * update, compress/demo.h) at --outer-k. */
 static void args_demo(learn_args_t *v, const learn_opts_t *lo)
 {
     args_add(v, "--optimizer"), args_add(v, "demo");
     args_add(v, "--demo-values"), args_add(v, "sign");
     if (lo->outer > 0) {
         args_add(v, "--demo-local"), args_addf(v, "%.0f", lo->outer);
-        args_add(v, "--demo-update"), args_add(v, "rms");
         if (lo->outer_k) args_add(v, "--demo-k"), args_add(v, lo->outer_k);
     }
 }

@@ -129,13 +129,17 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "  --demo-update R      sign (default but for sign values: p -= lr sign(Q)) or\n"
                "                       rms (p -= lr Q/rms(Q), rms per tensor), rmsprop (p -=\n"
                "                       lr Q/sqrt(V), V: Adam's second moment of Q per\n"
-               "                       parameter) or adam (Adam on Q: its moments M and V)\n"
+               "                       parameter), adam (Adam on Q: its moments M and V)\n"
+               "                       or linear (p -= Q, Q taken as it is)\n"
                "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
                "                       DeMo exchanges of the change since the last one (0 =\n"
                "                       DeMo every step, the default); bytes per step / H\n"
-               "                       (sign: beta 0.999 and lr 3e-3, not the preset's); in\n"
-               "                       a swarm its pools exchange once every H steps\n"
-               "  --outer-lr X         local steps: outer step rms = X * lr (default 4)\n"
+               "                       (sign: SparseLoCo's shape, top-k indices, beta 0.95,\n"
+               "                       the linear update at outer rate 1, lr 3e-3); in a\n"
+               "                       swarm its pools exchange once every H steps\n"
+               "  --outer-lr X         local steps: the outer step's rate: with the linear\n"
+               "                       update p -= X Q (default 1), else its rms is X * lr\n"
+               "                       (default 4)\n"
                "  --outer-momentum M   local steps: outer Nesterov momentum, below 1 (default 0;\n"
                "                       train only)\n"
                "  --codec NAME[:BLOCK] encode activations and gradients at every stage boundary\n"
@@ -265,8 +269,8 @@ enum { NCOMMON = sizeof common_opts / sizeof common_opts[0], MAXEXTRA = 32 };
 
 /* What parsing remembers besides the options themselves. */
 typedef struct {
-    int demo_set[6]; /* --demo-chunk, --demo-k, --demo-index, --demo-update, --demo-beta,
-                      * --lr given (the sign preset leaves those alone) */
+    int demo_set[7]; /* --demo-chunk, --demo-k, --demo-index, --demo-update, --demo-beta,
+                      * --lr, --outer-lr given (the sign preset leaves those alone) */
     int schedule_set;
     const char *data_cache, *skip_stages;
 } parse_state_t;
@@ -298,7 +302,7 @@ static const struct {
     {O_WD, "--wd", NUM_REAL, 0, 0, offsetof(train_options_t, opt.wd), -1},
     {O_CLIP, "--clip", NUM_REAL, 0, 0, offsetof(train_options_t, opt.clip), -1},
     {O_DBETA, "--demo-beta", NUM_REAL, 0, 1, offsetof(train_options_t, demo.beta), 4},
-    {O_OLR, "--outer-lr", NUM_REAL, 0, 0, offsetof(train_options_t, outer_lr), -1},
+    {O_OLR, "--outer-lr", NUM_REAL, 0, 0, offsetof(train_options_t, outer_lr), 6},
     {O_OMOM, "--outer-momentum", NUM_REAL, 0, 0.999999, offsetof(train_options_t, outer_mom), -1},
 };
 
@@ -364,11 +368,11 @@ static int choice_option(train_options_t *out, parse_state_t *st, int c, const c
     static const char *const optimizers[] = {"adamw", "demo", NULL};
     static const char *const vfmts[] = {"f32", "bf16", "sign", NULL};
     static const char *const indices[] = {"topk", "shared", NULL};
-    static const char *const updates[] = {"sign", "rms", "rmsprop", "adam", NULL};
+    static const char *const updates[] = {"sign", "rms", "rmsprop", "adam", "linear", NULL};
     static const int schedule_of[] = {OPTIM_SCHEDULE_CONSTANT, OPTIM_SCHEDULE_COSINE},
                      optimizer_of[] = {TRAIN_ADAMW, TRAIN_DEMO},
                      update_of[] = {DEMO_UPDATE_SIGN, DEMO_UPDATE_RMS, DEMO_UPDATE_RMSPROP,
-                                    DEMO_UPDATE_ADAM};
+                                    DEMO_UPDATE_ADAM, DEMO_UPDATE_LINEAR};
     static const demo_vfmt_t vfmt_of[] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
     static const demo_imode_t index_of[] = {DEMO_IDX_TOPK, DEMO_IDX_SHARED};
     int k;
@@ -498,10 +502,12 @@ static int finish(const char *cmd, train_options_t *out, const parse_state_t *st
 {
     char err[STATUS_ERR_LEN];
     if (out->demo.vfmt == DEMO_VAL_SIGN) { /* the sign preset, where not told otherwise */
+        int local = out->demo_local > 0; /* outer steps: SparseLoCo's shape (demo.h) */
         if (!st->demo_set[0]) out->demo.chunk = DEMO_SIGN_CHUNK;
         if (!st->demo_set[1]) out->demo.k = DEMO_SIGN_K;
-        if (!st->demo_set[2]) out->demo.imode = DEMO_SIGN_INDEX;
-        if (!st->demo_set[3]) out->demo.update = DEMO_SIGN_UPDATE;
+        if (!st->demo_set[2]) out->demo.imode = local ? DEMO_LOCAL_INDEX : DEMO_SIGN_INDEX;
+        if (!st->demo_set[3]) out->demo.update = local ? DEMO_LOCAL_UPDATE : DEMO_SIGN_UPDATE;
+        if (local && !st->demo_set[4]) out->demo.beta = DEMO_LOCAL_BETA;
         /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) and,
          * exchanging every step, its own beta and rate (issue 27; with --demo-local, beta
          * decays per exchange and the rate is also the local AdamW steps': not measured) */
@@ -511,6 +517,9 @@ static int finish(const char *cmd, train_options_t *out, const parse_state_t *st
         if (out->optimizer == TRAIN_DEMO && out->demo_local == 0 && !st->demo_set[5])
             out->opt.lr = DEMO_SIGN_LR;
     }
+    /* the linear outer update's rate is a multiple of the round's change, not of lr(t) */
+    if (out->demo.update == DEMO_UPDATE_LINEAR && !st->demo_set[6])
+        out->outer_lr = DEMO_LOCAL_OUTER_LR;
     if (out->demo_local > 0 && strcmp(cmd, "train") &&
         (out->optimizer != TRAIN_DEMO || out->outer_mom > 0 || out->overlap)) {
         /* the pools' rounds (docs/protocol.md 12.14): the outer momentum would be shared

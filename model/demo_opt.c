@@ -354,6 +354,20 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
     return kern_check(k, err);
 }
 
+/* p -= o->q, the step made on the host: one exact subtraction on any backend (axpy with
+ * alpha -1 is exact), so CPU and device replicas stay bit-identical. */
+static int subtract_step(demo_opt_t *o, float *p, size_t P, char *err)
+{
+    kern_t *k = o->k;
+    if (kern_on_device(k)) {
+        kern_upload(k, o->dstep, o->q, P * sizeof(float));
+        kern_axpy(k, p, -1.0f, o->dstep, P);
+    } else {
+        for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
+    }
+    return kern_check(k, err);
+}
+
 /* Checks one stage message up to its bodies; on success gives the sender's k and format. */
 static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_t step, int *k,
                        demo_vfmt_t *vfmt, demo_imode_t *imode, char *err)
@@ -470,15 +484,7 @@ int demo_opt_apply_w(demo_opt_t *o, const optim_config_t *oc, int64_t step,
     o->qnorm = (float)sqrt(qq);
     float *p = stage_params(o->st);
     float lr = optim_lr(oc, step);
-    if (o->update == DEMO_UPDATE_LINEAR) { /* p -= Q, one exact subtraction on any backend */
-        if (kern_on_device(k)) {
-            kern_upload(k, o->dstep, o->q, P * sizeof(float));
-            kern_axpy(k, p, -1.0f, o->dstep, P);
-        } else {
-            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
-        }
-        return kern_check(k, err);
-    }
+    if (o->update == DEMO_UPDATE_LINEAR) return subtract_step(o, p, P, err); /* p -= Q */
     if (o->update == DEMO_UPDATE_RMSPROP || o->update == DEMO_UPDATE_ADAM) {
         /* Adam's moments of the aggregate, per parameter, in the stage's v and m (which
          * checkpoints carry; t in stage_opt_step): identical on every replica as Q is. The
@@ -504,17 +510,12 @@ int demo_opt_apply_w(demo_opt_t *o, const optim_config_t *oc, int64_t step,
         if (kern_on_device(k)) {
             kern_upload(k, stage_opt_v(o->st), v, P * sizeof(float));
             if (adam) kern_upload(k, stage_opt_m(o->st), mo, P * sizeof(float));
-            kern_upload(k, o->dstep, o->q, P * sizeof(float));
-            kern_axpy(k, p, -1.0f, o->dstep, P);
-        } else {
-            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
         }
-        return kern_check(k, err);
+        return subtract_step(o, p, P, err);
     }
     if (o->update == DEMO_UPDATE_RMS) {
-        /* the step lr * Q / rms(Q) per tensor, rounded to float on the host; p -= step is
-         * then one exact subtraction on any backend (axpy with alpha -1 is exact), so CPU
-         * and device replicas stay bit-identical */
+        /* the step lr * Q / rms(Q) per tensor, rounded to float on the host (then
+         * subtract_step) */
         for (int i = 0; i < o->n; i++) {
             const stage_tensor_t *t = &o->tab[i];
             float *x = o->q + t->offset; /* the step overwrites q */
@@ -529,13 +530,7 @@ int demo_opt_apply_w(demo_opt_t *o, const optim_config_t *oc, int64_t step,
                 for (size_t j = 0; j < t->numel; j++) x[j] = (float)(x[j] * fd);
             }
         }
-        if (kern_on_device(k)) {
-            kern_upload(k, o->dstep, o->q, P * sizeof(float));
-            kern_axpy(k, p, -1.0f, o->dstep, P);
-        } else {
-            for (size_t j = 0; j < P; j++) p[j] -= o->q[j];
-        }
-        return kern_check(k, err);
+        return subtract_step(o, p, P, err);
     }
     if (kern_on_device(k)) {
         kern_sign_pack(o->hsign, o->q, P);

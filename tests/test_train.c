@@ -589,6 +589,21 @@ static void test_demo_v2_bytes(void **state)
     kern_destroy(&k);
 }
 
+/* Stage 1 of a narrow two-stage model on the CPU (dim 16, 2 layers), for the DeMo rules'
+ * tests; *k and *m to destroy. */
+static stage_t *narrow_stage(kern_t **k, model_t **m)
+{
+    char err[STATUS_ERR_LEN];
+    model_config_t c;
+    config_preset(&c, "tiny", NULL);
+    c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.ffn = 32, c.batch = 1, c.seq = 16, c.stages = 2;
+    *k = kern_new("cpu", 1, err);
+    assert_non_null(*k);
+    *m = model_new(&c, *k, 3, err);
+    assert_non_null(*m);
+    return model_stage(*m, 1);
+}
+
 /* The rms update divides lr by rms(Q): a sender whose values are tiny subnormals (one per
  * tile among many zero coefficients) made lr / rms overflow a float, and every parameter of
  * the receiving replica became Inf or NaN (found by fuzz_demo_opt). */
@@ -596,14 +611,9 @@ static void test_demo_rms_tiny_values(void **state)
 {
     (void)state;
     char err[STATUS_ERR_LEN];
-    model_config_t c;
-    config_preset(&c, "tiny", NULL);
-    c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.ffn = 32, c.batch = 1, c.seq = 16, c.stages = 2;
-    kern_t *k = kern_new("cpu", 1, err);
-    assert_non_null(k);
-    model_t *m = model_new(&c, k, 3, err);
-    assert_non_null(m);
-    stage_t *st = model_stage(m, 1);
+    kern_t *k;
+    model_t *m;
+    stage_t *st = narrow_stage(&k, &m);
     demo_cfg_t dc = {16, 1, DEMO_VAL_F32, 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_RMS};
     demo_opt_t *tx = demo_opt_new(st, &dc, err), *rx = demo_opt_new(st, &dc, err);
     assert_non_null(tx);
@@ -641,14 +651,9 @@ static void test_demo_linear_update(void **state)
 {
     (void)state;
     char err[STATUS_ERR_LEN];
-    model_config_t c;
-    config_preset(&c, "tiny", NULL);
-    c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.ffn = 32, c.batch = 1, c.seq = 16, c.stages = 2;
-    kern_t *k = kern_new("cpu", 1, err);
-    assert_non_null(k);
-    model_t *m = model_new(&c, k, 3, err);
-    assert_non_null(m);
-    stage_t *st = model_stage(m, 1);
+    kern_t *k;
+    model_t *m;
+    stage_t *st = narrow_stage(&k, &m);
     demo_cfg_t dc = {16, 256, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_LINEAR};
     demo_opt_t *tx[2] = {demo_opt_new(st, &dc, err), demo_opt_new(st, &dc, err)};
     demo_opt_t *rx = demo_opt_new(st, &dc, err);

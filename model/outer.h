@@ -3,8 +3,9 @@
  * (the run text's demo_local): at each inner step the replica takes an AdamW step on its
  * own gradient with its own moments and sends no update; at the round's last step its
  * change since the round began, delta = p_sync - p, is its DeMo "gradient" (the outer
- * schedule: lr x outer_lr, no decay, no clip), and every replica restarts from p_sync and
- * applies the pool's messages, which gives the next p_sync, identical on all.
+ * schedule: lr x outer_lr, no decay, no clip; with DeMo's linear update outer_lr itself,
+ * SparseLoCo's outer step), and every replica restarts from p_sync and applies the pool's
+ * messages, which gives the next p_sync, identical on all.
  *
  * p_sync is the replica's shared state: what it hashes for the pool's vote, serves to a
  * joiner and checkpoints. The local parameters and moments are its own: a replica that
@@ -88,8 +89,9 @@ void outer_end_round(outer_t *o);
 /* The shared parameters: p_sync when on, else the stage's own. */
 const float *outer_shared(const outer_t *o, stage_t *st);
 
-/* The outer schedule from the inner one: its rate times outer_lr, no weight decay, no clip
- * (train's local steps take it too). */
+/* The outer schedule from the inner one: its rate times outer_lr, no weight decay, no clip;
+ * with the linear update (linear: 1) outer_lr itself, constant, no warm-up (SparseLoCo's
+ * outer rate). train's local steps take it too. */
 optim_config_t outer_opt(const optim_config_t *inner, float outer_lr, int linear);
 
 /* outer_opt of the inner schedule kept in o->opt; and the rule that applies the pool's

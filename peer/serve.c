@@ -722,10 +722,10 @@ static int source_ahead(peer_t *p)
  * past it (a step gossiped is one reached). Then no forward of `step` a gone stage-0
  * owner started can still be counted downstream, and its microbatches wait for no
  * settling (source.h): re-run, they are served there without counting (protocol.md
- * 12.8) and counted at stage 0 alone. Waiting, stage 0 stood 13 s with 3 of 4 microbatches missing after its
- * one mate's crash while every later pool had applied the step (sim heavy 8x4 seed
- * 20182: the settle time at its 10 s cap, begun again when the dead mate's entry came
- * back for a while). */
+ * 12.8) and counted at stage 0 alone. Waiting, stage 0 stood 13 s with 3 of 4
+ * microbatches missing after its one mate's crash while every later pool had applied the
+ * step (sim heavy 8x4 seed 20182: the settle time at its 10 s cap, begun again when the
+ * dead mate's entry came back for a while). */
 static int later_pools_past(peer_t *p, int64_t step)
 {
     for (int s = 1; s < p->dims.S; s++) {

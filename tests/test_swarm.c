@@ -610,11 +610,16 @@ static void assert_judged(const json_obj_t *r)
     assert_true(!strcmp(by, json_get(r, "against")) || !strcmp(by, "rebuilt"));
 }
 
-/* A lost middle stage (recovery row r of the summary js): its mover came from the stage
- * before it (both neighbouring pools had two), which keeps a copy of the lost stage's
- * blocks; when the mover had fetched one before it moved (its `copy` events), CheckFree's
- * average was judged against it on held-out batches and the lower loss taken, else the
- * average was taken as it is. */
+/* A lost middle stage (recovery row r of the summary js): its mover came from a
+ * neighbouring pool, by the rule the stage before it (both pools had two), which keeps a
+ * copy of the lost stage's blocks. The rule is each member's on its own view
+ * (recover_mover_target, tested case by case in test_parts): in a view where the pool
+ * before is not two serving contributors at that moment (a member suspected under load)
+ * the pool after sends the mover, and that is right too (CI, ASan on two loaded cores,
+ * fault seed 1796521633: peer 2 of stage 2 moved; not reproduced in 5 runs here, where
+ * stage 0's peer moved). When the mover had fetched a copy before it moved (its `copy`
+ * events), CheckFree's average was judged against it on held-out batches and the lower
+ * loss taken, else the average was taken as it is. */
 static void middle_copy_judged(const char *js, const json_obj_t *r, int stage, const char *out)
 {
     int n, mover = (int)json_num(r, "peer"), from = -2;
@@ -623,7 +628,8 @@ static void middle_copy_judged(const char *js, const json_obj_t *r, int stage, c
         if ((int)json_num(&mv[i], "peer") == mover && (int)json_num(&mv[i], "to") == stage)
             from = (int)json_num(&mv[i], "from");
     free(mv);
-    if (from != stage - 1) fail_msg("the mover came from stage %d, not %d:\n%s", from, stage - 1, out);
+    if (from != stage - 1 && from != stage + 1)
+        fail_msg("the mover came from stage %d, not a neighbour of %d:\n%s", from, stage, out);
     char name[64];
     snprintf(name, sizeof name, "stage%d/peer%d.events.jsonl", stage, mover);
     json_obj_t *ev = events(name, NULL, &n);

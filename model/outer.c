@@ -20,7 +20,6 @@ int outer_open(outer_t *o, int H, float outer_lr, int64_t steps, stage_t *st, ke
         return status_set(err, STATUS_ENOMEM, "local steps: out of memory");
     }
     o->H = H, o->outer_lr = outer_lr, o->steps = steps;
-    o->linear = demo_opt_rule(dopt) == DEMO_UPDATE_LINEAR;
     o->update = update_rule(st, k, dopt, &o->opt);
     outer_begin(o);
     return 0;
@@ -97,7 +96,7 @@ optim_config_t outer_opt(const optim_config_t *inner, float outer_lr, int linear
 
 const optim_config_t *outer_schedule(outer_t *o, const optim_config_t *inner)
 {
-    o->opt = outer_opt(inner, o->outer_lr, o->linear);
+    o->opt = outer_opt(inner, o->outer_lr, demo_opt_rule(o->update.dopt) == DEMO_UPDATE_LINEAR);
     return &o->opt;
 }
 

@@ -30,7 +30,6 @@ typedef struct {
     int H;                 /* steps per round; 0: off */
     float outer_lr;        /* the outer step's rate, a multiple of the inner lr(t); with the
                             * linear update a constant (SparseLoCo's) */
-    int linear;            /* the DeMo rule is DEMO_UPDATE_LINEAR */
     int64_t steps;         /* the run's steps (its last step ends a round) */
     stage_t *st;
     kern_t *k;

@@ -796,7 +796,10 @@ int serve_source(peer_t *p)
             return me == 0 ? val_round_tick(p) : 0;
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
-        double settle = later_pools_past(p, p->step) ? 0 : custody_settle_time(p);
+        /* read only for the owners gone (source.h): none, and the walk over every later
+         * stage's members is not made on each pass */
+        double settle =
+            p->source.n == 0 || later_pools_past(p, p->step) ? 0 : custody_settle_time(p);
         for (int i = 0; i < p->dims.M; i++) {
             /* microbatch i of this step belongs to one owner; when an owner is gone only
              * its microbatches pass on, once what it sent had time to be counted

@@ -31,9 +31,10 @@ typedef struct {
     int sb; /* version-2 bodies: sign-scale bits, 16 (sign, top-k) or 0 */
     demo_vfmt_t vfmt;
     demo_imode_t imode;
-    uint64_t entries; /* tiles * kt */
-    uint64_t payload; /* v1: bytes after the header */
-    uint64_t bits;    /* v2: bits of the body (scale, indices, values) */
+    demo_xform_t xform; /* the tensor's transform; a v1 message's octet 22 */
+    uint64_t entries;   /* tiles * kt */
+    uint64_t payload;   /* v1: bytes after the header */
+    uint64_t bits;      /* v2: bits of the body (scale, indices, values) */
 } geom_t;
 
 static int vbits(demo_vfmt_t f)
@@ -63,6 +64,7 @@ static int geom_make_ex(geom_t *g, int64_t rows, int64_t cols, int chunk, int k,
     g->tiles = (rows / g->cr) * (cols / g->cc);
     g->vfmt = vfmt;
     g->imode = imode;
+    g->xform = DEMO_XFORM_DCT; /* the sizes do not depend on it; demo_new and parse set it */
     int kk = k < g->tn ? k : g->tn;
     int iw = g->tn <= 256 ? 1 : 2, vb = vbits(vfmt);
     /* dense when indices would make sparse no cheaper than all coefficients */
@@ -196,19 +198,17 @@ static void put_header(uint8_t *h, const geom_t *g, float scale)
     le_put_u32(h + 12, (uint32_t)g->cols);
     le_put_u32(h + 16, (uint32_t)g->kt);
     le_put_u16(h + 20, (uint16_t)g->chunk);
-    le_put_u16(h + 22, 0);
+    h[22] = (uint8_t)g->xform;
+    h[23] = 0;
     le_put_f32(h + 24, scale);
 }
 
-int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64_t cols, int chunk,
-                  int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
+/* demo_msg_pack for a geometry (its transform included). */
+static int msg_pack(uint8_t *out, size_t cap, size_t *written, const geom_t *gp,
+                    const uint16_t *idx, const float *val, char *err)
 {
-    geom_t g;
-    if (geom_make(&g, rows, cols, chunk, k, vfmt))
-        return status_set(err, STATUS_EINVAL,
-                          "demo: bad configuration (%lld x %lld, chunk %d, "
-                          "k %d, format %d)",
-                          (long long)rows, (long long)cols, chunk, k, (int)vfmt);
+    const geom_t g = *gp;
+    const demo_vfmt_t vfmt = g.vfmt;
     size_t total = (size_t)(DEMO_HEADER_LEN + g.payload);
     if (!out || !val || cap < total || (!idx && !g.dense))
         return status_set(err, STATUS_EINVAL, "demo: message needs %zu bytes, has %zu", total,
@@ -268,6 +268,21 @@ int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64
     return 0;
 }
 
+int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64_t cols, int chunk,
+                  int k, demo_vfmt_t vfmt, demo_xform_t xform, const uint16_t *idx,
+                  const float *val, char *err)
+{
+    geom_t g;
+    if (geom_make(&g, rows, cols, chunk, k, vfmt) ||
+        (xform != DEMO_XFORM_DCT && xform != DEMO_XFORM_NONE))
+        return status_set(err, STATUS_EINVAL,
+                          "demo: bad configuration (%lld x %lld, chunk %d, "
+                          "k %d, format %d, transform %d)",
+                          (long long)rows, (long long)cols, chunk, k, (int)vfmt, (int)xform);
+    g.xform = xform;
+    return msg_pack(out, cap, written, &g, idx, val, err);
+}
+
 /* Header, lengths and checksum; fills g and *scale. */
 static int parse_header(const uint8_t *buf, size_t len, geom_t *g, float *scale, char *err)
 {
@@ -282,8 +297,9 @@ static int parse_header(const uint8_t *buf, size_t len, geom_t *g, float *scale,
     if (buf[5] > DEMO_VAL_SIGN)
         return status_set(err, STATUS_EMALFORMED, "demo: unknown value format %u", buf[5]);
     if (buf[6] > 1) return status_set(err, STATUS_EMALFORMED, "demo: unknown layout %u", buf[6]);
-    if (le_get_u16(buf + 22) != 0)
-        return status_set(err, STATUS_EMALFORMED, "demo: reserved field not zero");
+    if (buf[22] > DEMO_XFORM_NONE)
+        return status_set(err, STATUS_EMALFORMED, "demo: unknown transform %u", buf[22]);
+    if (buf[23] != 0) return status_set(err, STATUS_EMALFORMED, "demo: reserved field not zero");
     uint32_t rows = le_get_u32(buf + 8), cols = le_get_u32(buf + 12);
     uint32_t k = le_get_u32(buf + 16);
     uint16_t chunk = le_get_u16(buf + 20);
@@ -291,6 +307,7 @@ static int parse_header(const uint8_t *buf, size_t len, geom_t *g, float *scale,
         geom_make(g, rows, cols, chunk, (int)k, (demo_vfmt_t)buf[5]))
         return status_set(err, STATUS_EMALFORMED, "demo: bad geometry (%u x %u, chunk %u, k %u)",
                           rows, cols, chunk, k);
+    g->xform = (demo_xform_t)buf[22];
     if (g->kt != (int)k || g->dense != buf[6] || g->idxw != buf[7])
         return status_set(err, STATUS_EMALFORMED,
                           "demo: k %u, layout %u, index width %u are not "
@@ -367,6 +384,7 @@ static void info_fill(demo_msg_info_t *info, const geom_t *g, float scale)
     info->idx_width = g->idxw;
     info->vfmt = g->vfmt;
     info->scale = scale;
+    info->xform = g->xform;
     info->payload_len = g->payload;
 }
 
@@ -424,6 +442,16 @@ int demo_msg_unpack(const uint8_t *buf, size_t len, demo_msg_info_t *info, uint1
     return 0;
 }
 
+const char *demo_xform_name(demo_xform_t x)
+{
+    return x == DEMO_XFORM_DCT ? "dct" : x == DEMO_XFORM_NONE ? "none" : "?";
+}
+
+dct_kind_t demo_dct_kind(demo_xform_t x)
+{
+    return x == DEMO_XFORM_NONE ? DCT_IDENTITY : DCT_II;
+}
+
 /* --- the per-tensor state ---------------------------------------------------------- */
 
 struct demo {
@@ -443,9 +471,13 @@ struct demo {
 
 demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err)
 {
-    demo_cfg_t c =
-        cfg ? *cfg
-            : (demo_cfg_t){0, 0, DEMO_VAL_F32, DEMO_DEFAULT_BETA, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+    demo_cfg_t c = cfg ? *cfg : (demo_cfg_t){0,
+                                             0,
+                                             DEMO_VAL_F32,
+                                             DEMO_DEFAULT_BETA,
+                                             DEMO_IDX_TOPK,
+                                             DEMO_UPDATE_SIGN,
+                                             DEMO_XFORM_DCT};
     geom_t g;
     if (geom_make_ex(&g, rows, cols, c.chunk, c.k, c.vfmt, c.imode)) {
         status_set(err, STATUS_EINVAL,
@@ -458,12 +490,17 @@ demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err)
         status_set(err, STATUS_EINVAL, "demo: beta %g outside [0, 1]", (double)c.beta);
         return NULL;
     }
+    if (c.xform != DEMO_XFORM_DCT && c.xform != DEMO_XFORM_NONE) {
+        status_set(err, STATUS_EINVAL, "demo: unknown transform %d", (int)c.xform);
+        return NULL;
+    }
+    g.xform = c.xform;
     demo_t *d = calloc(1, sizeof *d);
     if (!d) goto nomem;
     d->g = g;
     d->n = rows * cols;
     d->beta = c.beta;
-    d->plan = dct_plan_new(rows, cols, g.chunk, err);
+    d->plan = dct_plan_new(rows, cols, g.chunk, demo_dct_kind(c.xform), err);
     if (!d->plan) {
         demo_destroy(&d);
         return NULL;
@@ -580,8 +617,7 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
                           out ? cap : 0);
     select_entries(d);
     /* pack checks every value (finite, <= DEMO_MAX_ABS) before D changes */
-    int rc = demo_msg_pack(out, cap, written, g->rows, g->cols, g->chunk, g->kt, g->vfmt, d->idx,
-                           d->val, err);
+    int rc = msg_pack(out, cap, written, g, d->idx, d->val, err);
     if (rc) return rc;
     remove_sent(d);
     return 0;
@@ -631,6 +667,10 @@ int demo_aggregate(demo_t *d, const uint8_t *const *msgs, const size_t *lens, in
                               "%d, this tensor is %lld x %lld chunk %d",
                               i, (long long)g.rows, (long long)g.cols, g.chunk, (long long)dg->rows,
                               (long long)dg->cols, dg->chunk);
+        if (g.xform != dg->xform)
+            return status_set(err, STATUS_EMALFORMED,
+                              "demo: message %d is in transform %s, this tensor uses %s", i,
+                              demo_xform_name(g.xform), demo_xform_name(dg->xform));
         if (g.entries > maxe) maxe = g.entries;
     }
     int *ord = malloc((size_t)m * sizeof *ord);

@@ -6,7 +6,8 @@
  *   2. demo_accumulate:  D = beta*D + lr*g;
  *   3. demo_extract:     chunked DCT-II of D (kernels/dct.h), the top-k coefficients of
  *      every tile by magnitude (ties: lower index first), packed into a message;
- *      D -= IDCT(the transmitted sparse tiles);
+ *      D -= IDCT(the transmitted sparse tiles); with the transform `none`
+ *      (DEMO_XFORM_NONE) the same tiles of D itself, no DCT: top-k in parameter space;
  *   4. the pool exchanges messages (swarm/, not here); each member calls
  *      demo_aggregate over all messages, its own included: every coefficient = the mean
  *      over the senders that sent it, inverse DCT -> Q;
@@ -70,6 +71,8 @@
 #ifndef SWARMTRAIN_DEMO_H
 #define SWARMTRAIN_DEMO_H
 
+#include "kernels/dct.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,6 +88,13 @@ typedef enum {
     DEMO_IDX_SHARED = 1, /* k drawn at random from a seed every replica knows (the step and
                           * the tensor's place in the stage): only the values travel */
 } demo_imode_t;
+
+/* What each tile goes through before its entries are chosen (the transform of step 3). */
+typedef enum {
+    DEMO_XFORM_DCT = 0,  /* the chunked DCT-II: DeMo's frequency-space selection */
+    DEMO_XFORM_NONE = 1, /* none: the tile's own entries, top-k in parameter space
+                          * (SparseLoCo's outer step; docs/design-notes.md, issue 27) */
+} demo_xform_t;
 
 #define DEMO_VERSION       1
 #define DEMO_HEADER_LEN    32
@@ -109,7 +119,9 @@ typedef enum {
  * and the pool's mean taken as it is (DEMO_UPDATE_LINEAR, outer rate 1). On `tiny`, 600
  * steps, H 8, k 9, seeds 1337/1338: +9.0%/+7.0% over AdamW against the rms outer update's
  * +23.6%/+18.5% (docs/design-notes.md, issue 27, session 28). Shared indices with the
- * linear update diverged. */
+ * linear update diverged. The top-k is taken in parameter space, not after the DCT: at k 9
+ * about as good, at k 2 (0.00124 bytes/param/step at H 8) +11.2% against +16.8% (ibid.). */
+#define DEMO_LOCAL_XFORM    DEMO_XFORM_NONE
 #define DEMO_LOCAL_INDEX    DEMO_IDX_TOPK
 #define DEMO_LOCAL_UPDATE   DEMO_UPDATE_LINEAR
 #define DEMO_LOCAL_BETA     0.95f
@@ -128,6 +140,7 @@ typedef struct {
     float beta;         /* momentum decay in [0, 1]; a NaN is refused */
     demo_imode_t imode; /* DEMO_IDX_TOPK (0) or DEMO_IDX_SHARED (version-2 bodies only) */
     int update;         /* model/demo_opt.h: DEMO_UPDATE_* */
+    demo_xform_t xform; /* DEMO_XFORM_DCT (0) or DEMO_XFORM_NONE */
 } demo_cfg_t;
 
 /* How a replica turns the pool's aggregated direction Q into a step (model/demo_opt.h). */
@@ -151,6 +164,7 @@ typedef struct {
     int idx_width; /* bytes per index: 0 (dense), 1 or 2 */
     demo_vfmt_t vfmt;
     float scale;          /* sign-only scale; 0 otherwise */
+    demo_xform_t xform;   /* the sender's transform */
     uint64_t payload_len; /* bytes after the header */
 } demo_msg_info_t;
 
@@ -184,6 +198,11 @@ int demo_extract(demo_t *d, uint8_t *out, size_t cap, size_t *written, char *err
 int demo_aggregate(demo_t *d, const uint8_t *const *msgs, const size_t *lens, int m, float *q,
                    char *err) __attribute__((warn_unused_result));
 
+/* "dct" or "none" (the run text's and --demo-transform's words); "?" for another value. */
+const char *demo_xform_name(demo_xform_t x);
+/* The DCT plan of a transform: DCT_II for DEMO_XFORM_DCT, DCT_IDENTITY for NONE. */
+dct_kind_t demo_dct_kind(demo_xform_t x);
+
 /* p[i] -= lr * sign(q[i]); sign(0) = 0 (a NaN q counts as 0). Can't fail. */
 void demo_apply_sign(float *p, const float *q, float lr, size_t n);
 
@@ -200,11 +219,12 @@ size_t demo_message_bytes(int64_t rows, int64_t cols, int chunk, int k, demo_vfm
 /* Packs a message. idx and val hold demo_entries_per_tile(...) entries per tile, tile
  * by tile (tile-major order as in kernels/dct.h); idx within a tile strictly ascending
  * and below the tile size; idx may be NULL for a dense message (then val is every
- * coefficient in order). Values are rounded to the format (sign: scale = mean |val|).
+ * coefficient in order), coefficients of the transform xform. Values are rounded to the
+ * format (sign: scale = mean |val|).
  * STATUS_EINVAL on bad arguments, a non-finite or too large value, or cap too small. */
 int demo_msg_pack(uint8_t *out, size_t cap, size_t *written, int64_t rows, int64_t cols, int chunk,
-                  int k, demo_vfmt_t vfmt, const uint16_t *idx, const float *val, char *err)
-    __attribute__((warn_unused_result));
+                  int k, demo_vfmt_t vfmt, demo_xform_t xform, const uint16_t *idx,
+                  const float *val, char *err) __attribute__((warn_unused_result));
 
 /* Validates all of a message (header, lengths, checksum, index order, values) and fills
  * *info. Negative status + err otherwise; never reads outside [buf, buf+len). */

@@ -24,7 +24,7 @@ void demo_stage_hdr_put(uint8_t *msg, const demo_stage_hdr_t *h)
     msg[5] = (uint8_t)h->vfmt;
     le_put_u16(msg + 6, (uint16_t)h->chunk);
     le_put_uint(msg + 8, h->k, 3);
-    msg[11] = (uint8_t)h->imode;
+    msg[11] = (uint8_t)((unsigned)h->imode | (unsigned)h->xform << 4);
     le_put_u32(msg + 12, h->ntensors);
     le_put_u64(msg + 16, (uint64_t)h->step);
     le_put_u32(msg + 24, h->table);
@@ -41,13 +41,18 @@ int demo_stage_hdr_get(const uint8_t *m, size_t len, demo_stage_hdr_t *h, char *
                           DEMO_STAGE_VERSION);
     if (m[5] > DEMO_VAL_SIGN)
         return status_set(err, STATUS_EMALFORMED, "stage message: unknown value format %d", m[5]);
-    if (m[11] > DEMO_IDX_SHARED)
-        return status_set(err, STATUS_EMALFORMED, "stage message: unknown index mode %d", m[11]);
+    if ((m[11] & 15) > DEMO_IDX_SHARED)
+        return status_set(err, STATUS_EMALFORMED, "stage message: unknown index mode %d",
+                          m[11] & 15);
+    if (m[11] >> 4 > DEMO_XFORM_NONE)
+        return status_set(err, STATUS_EMALFORMED, "stage message: unknown transform %d",
+                          m[11] >> 4);
     h->version = m[4];
     h->vfmt = (demo_vfmt_t)m[5];
     h->chunk = le_get_u16(m + 6);
     h->k = (uint32_t)le_get_uint(m + 8, 3);
-    h->imode = (demo_imode_t)m[11];
+    h->imode = (demo_imode_t)(m[11] & 15);
+    h->xform = (demo_xform_t)(m[11] >> 4);
     h->ntensors = le_get_u32(m + 12);
     h->step = (int64_t)le_get_u64(m + 16);
     h->table = le_get_u32(m + 24);

@@ -8,7 +8,7 @@
  *   5       1     value format (demo_vfmt_t)
  *   6       2     chunk u16
  *   8       3     k u24 (entries per tile)
- *   11      1     index mode (demo_imode_t)
+ *   11      1     index mode (demo_imode_t), low 4 bits; transform (demo_xform_t), high 4
  *   12      4     tensors u32
  *   16      8     step i64
  *   24      4     table u32: CRC-32C of (rows u32, cols u32) of every tensor, table order
@@ -40,6 +40,7 @@ typedef struct {
     int chunk;
     uint32_t k; /* 24 bits on the wire */
     demo_imode_t imode;
+    demo_xform_t xform;
     uint32_t ntensors;
     int64_t step;
     uint32_t table; /* demo_stage_table_add over the tensors */
@@ -54,8 +55,8 @@ uint32_t demo_stage_table_add(uint32_t crc, int64_t rows, int64_t cols);
 void demo_stage_hdr_put(uint8_t *msg, const demo_stage_hdr_t *h);
 
 /* Reads a header into *h, checking, in this order: at least 32 octets (msg may be NULL),
- * the magic, the version (STATUS_EVERSION), the value format and the index mode
- * (STATUS_EMALFORMED). 0, or the status and one line in err. */
+ * the magic, the version (STATUS_EVERSION), the value format, the index mode and the
+ * transform (STATUS_EMALFORMED). 0, or the status and one line in err. */
 int demo_stage_hdr_get(const uint8_t *msg, size_t len, demo_stage_hdr_t *h, char *err);
 
 /* The checksum of a message of len >= 32 octets (octets 28..31 left out). */

@@ -42,14 +42,28 @@ void dct_basis(float *m, int n)
     }
 }
 
+void dct_basis_of(float *m, int n, dct_kind_t kind)
+{
+    if (kind == DCT_II) {
+        dct_basis(m, n);
+        return;
+    }
+    for (int u = 0; u < n; u++)
+        for (int i = 0; i < n; i++) m[(size_t)u * n + i] = u == i ? 1.0f : 0.0f;
+}
+
 static void transpose(float *restrict t, const float *restrict m, int n)
 {
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) t[(size_t)b * n + a] = m[(size_t)a * n + b];
 }
 
-dct_plan_t *dct_plan_new(int64_t rows, int64_t cols, int chunk, char *err)
+dct_plan_t *dct_plan_new(int64_t rows, int64_t cols, int chunk, dct_kind_t kind, char *err)
 {
+    if (kind != DCT_II && kind != DCT_IDENTITY) {
+        status_set(err, STATUS_EINVAL, "dct: unknown transform %d", (int)kind);
+        return NULL;
+    }
     if (chunk == 0) chunk = DCT_DEFAULT_CHUNK;
     if (chunk < 1 || chunk > DCT_MAX_CHUNK) {
         status_set(err, STATUS_EINVAL, "dct: chunk %d outside 1..%d", chunk, DCT_MAX_CHUNK);
@@ -73,8 +87,8 @@ dct_plan_t *dct_plan_new(int64_t rows, int64_t cols, int chunk, char *err)
     p->bct = malloc(c2 * sizeof(float));
     p->tmp = malloc((size_t)p->cr * p->cc * sizeof(float));
     if (!p->br || !p->brt || !p->bc || !p->bct || !p->tmp) goto nomem;
-    dct_basis(p->br, p->cr);
-    dct_basis(p->bc, p->cc);
+    dct_basis_of(p->br, p->cr, kind);
+    dct_basis_of(p->bc, p->cc, kind);
     transpose(p->brt, p->br, p->cr);
     transpose(p->bct, p->bc, p->cc);
     return p;

@@ -35,13 +35,23 @@ typedef struct dct_plan dct_plan_t;
 /* The largest divisor of n not above chunk; 0 when n < 1 or chunk < 1. Can't fail. */
 int64_t dct_chunk_size(int64_t n, int64_t chunk);
 
+/* What a plan's tiles go through. */
+typedef enum {
+    DCT_II = 0,       /* the orthonormal DCT-II above (DeMo's transform) */
+    DCT_IDENTITY = 1, /* none: each tile's coefficients are its own elements, in the same
+                       * tile-major layout (top-k in parameter space) */
+} dct_kind_t;
+
 /* Fills m (n x n, row-major) with the orthonormal DCT-II matrix of size n. */
 void dct_basis(float *m, int n);
+/* Fills m (n x n, row-major) with the basis of kind: dct_basis's, or the identity. */
+void dct_basis_of(float *m, int n, dct_kind_t kind);
 
 /* A plan for tensors of shape (rows, cols); chunk in 1..DCT_MAX_CHUNK (0 means the
- * default). Returns NULL with a message in err on bad sizes or no memory.
- * Caller owns the result. */
-dct_plan_t *dct_plan_new(int64_t rows, int64_t cols, int chunk, char *err);
+ * default); kind DCT_II or DCT_IDENTITY (the same products with the identity basis, so
+ * exact: each output is one element times 1 plus zeros). Returns NULL with a message in
+ * err on bad sizes, an unknown kind or no memory. Caller owns the result. */
+dct_plan_t *dct_plan_new(int64_t rows, int64_t cols, int chunk, dct_kind_t kind, char *err);
 /* Frees the plan and sets *p to NULL; NULL or *p == NULL is a no-op. */
 void dct_plan_destroy(dct_plan_t **p);
 
@@ -51,10 +61,10 @@ int dct_plan_tile_rows(const dct_plan_t *p); /* cr */
 int dct_plan_tile_cols(const dct_plan_t *p); /* cc */
 int64_t dct_plan_tiles(const dct_plan_t *p); /* (rows / cr) * (cols / cc) */
 
-/* coef (tile-major, rows*cols) = per-tile DCT-II of x (row-major, rows*cols).
+/* coef (tile-major, rows*cols) = per-tile DCT-II (or identity) of x (row-major, rows*cols).
  * coef and x must not overlap. Can't fail. */
 void dct_forward(dct_plan_t *p, float *restrict coef, const float *restrict x);
-/* x (row-major) = per-tile inverse DCT (DCT-III) of coef (tile-major).
+/* x (row-major) = per-tile inverse (DCT-III, or identity) of coef (tile-major).
  * x and coef must not overlap. Can't fail. */
 void dct_inverse(dct_plan_t *p, float *restrict x, const float *restrict coef);
 

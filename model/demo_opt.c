@@ -37,6 +37,7 @@ struct demo_opt {
     int chunk, kk; /* normalized configuration (0 = default resolved, k <= MAX_K) */
     demo_vfmt_t vfmt;
     demo_imode_t imode;
+    demo_xform_t xform;
     uint32_t table_crc; /* fingerprint of the tensor shapes */
     size_t msg_size;    /* whole stage message */
     float *q;           /* aggregated update direction, all tensors */
@@ -63,7 +64,7 @@ struct demo_opt {
     float *dval, *hval;               /* (entries) */
     uint8_t *dsign, *hsign;           /* (kern_sign_bytes(P)) sign(Q) */
     uint8_t *mark;                    /* (largest tile) shared-index draws */
-    float *dbasis[DCT_MAX_CHUNK + 1]; /* DCT-II basis of each tile size in use */
+    float *dbasis[DCT_MAX_CHUNK + 1]; /* basis of each tile size in use (DCT-II or identity) */
 };
 
 /* The fingerprint of the shapes (compress/demo_wire.h), table order. */
@@ -87,6 +88,7 @@ static uint64_t stage_bits(const stage_tensor_t *t, int n, int chunk, int k, dem
     return bits;
 }
 
+/* The part of a configuration that sizes the bodies (the transform changes no size). */
 static void normalize(const demo_cfg_t *cfg, int *chunk, int *k, demo_vfmt_t *vfmt,
                       demo_imode_t *imode)
 {
@@ -141,7 +143,7 @@ static int device_init(demo_opt_t *o, size_t maxn)
                 free(b);
                 return -1;
             }
-            dct_basis(b, n);
+            dct_basis_of(b, n, demo_dct_kind(o->xform));
             kern_upload(k, o->dbasis[n], b, (size_t)n * n * sizeof(float));
             free(b);
         }
@@ -170,6 +172,7 @@ demo_opt_t *demo_opt_new(stage_t *st, const demo_cfg_t *cfg, char *err)
     o->k = stage_kern(st);
     o->tab = stage_tensors(st, &o->n);
     normalize(cfg, &o->chunk, &o->kk, &o->vfmt, &o->imode);
+    o->xform = cfg ? cfg->xform : DEMO_XFORM_DCT;
     size_t P = stage_num_params(st), maxn = 0;
     o->d = calloc((size_t)o->n, sizeof *o->d);
     o->q = malloc(P * sizeof(float));
@@ -332,6 +335,7 @@ int demo_opt_prepare(demo_opt_t *o, const optim_config_t *oc, int64_t step, floa
                           .chunk = o->chunk,
                           .k = (uint32_t)o->kk, /* <= MAX_K < 2^24 */
                           .imode = o->imode,
+                          .xform = o->xform,
                           .ntensors = (uint32_t)o->n,
                           .step = step,
                           .table = o->table_crc};
@@ -389,6 +393,10 @@ static int check_frame(const demo_opt_t *o, const uint8_t *m, size_t len, int64_
     if (h.step != step)
         return status_set(err, STATUS_EMALFORMED, "stage message for step %lld, expected %lld",
                           (long long)h.step, (long long)step);
+    if (h.xform != o->xform) /* coefficients of another space: no mean with ours */
+        return status_set(err, STATUS_EMALFORMED,
+                          "stage message in transform %s, this replica uses %s",
+                          demo_xform_name(h.xform), demo_xform_name(o->xform));
     uint64_t bits = stage_bits(o->tab, o->n, chunk, (int)kk, h.vfmt, h.imode);
     uint64_t want = DEMO_OPT_HEADER_LEN + (bits + 7) / 8;
     if (!bits || (uint64_t)len != want)

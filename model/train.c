@@ -116,6 +116,10 @@ size_t train_options_to_text(const train_options_t *o, char *buf, size_t n)
     if (o->demo_local > 0 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "demo_local=%d\nouter_lr=%.9g\nouter_mom=%.9g\n",
                       o->demo_local, (double)o->outer_lr, (double)o->outer_mom);
+    /* only when not the DCT: runs with it keep the text (and hashes) they had */
+    if (o->demo.xform != DEMO_XFORM_DCT && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, "demo_transform=%s\n",
+                      demo_xform_name(o->demo.xform));
     /* only when set: runs without them keep the text (and hashes) they had */
     if (o->overlap && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, "overlap=1\n");
@@ -210,6 +214,13 @@ int train_options_from_text(train_options_t *o, const char *text, char *err)
                 o->demo.imode = DEMO_IDX_SHARED;
             else
                 rc = status_set(err, STATUS_EMALFORMED, "run text: demo_index '%s'", v);
+        } else if (!strcmp(line, "demo_transform")) {
+            if (!strcmp(v, "dct"))
+                o->demo.xform = DEMO_XFORM_DCT;
+            else if (!strcmp(v, "none"))
+                o->demo.xform = DEMO_XFORM_NONE;
+            else
+                rc = status_set(err, STATUS_EMALFORMED, "run text: demo_transform '%s'", v);
         } else if (!strcmp(line, "demo_update")) {
             if (!strcmp(v, "sign"))
                 o->demo.update = DEMO_UPDATE_SIGN;
@@ -904,23 +915,25 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
         int H = o->demo_local > 0 ? o->demo_local : 1;
         r.demo_bytes_per_param = (double)bytes / (double)P / H;
         fprintf(log,
-                "demo: chunk %d, k %d, values %s, beta %g, indices %s, update %s: %zu bytes per "
-                "replica per exchange, every %d step(s) = %.5f bytes/param/step (dense f32 "
-                "gradient: 4)\n",
+                "demo: chunk %d, k %d, values %s, beta %g, indices %s, update %s, transform %s: "
+                "%zu bytes per replica per exchange, every %d step(s) = %.5f bytes/param/step "
+                "(dense f32 gradient: 4)\n",
                 o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                 o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
-                bytes, H, r.demo_bytes_per_param);
+                demo_xform_name(o->demo.xform), bytes, H, r.demo_bytes_per_param);
         record(&run, 0, "demo",
-               -1, "chunk=%d k=%d values=%s beta=%g indices=%s update=%s bytes=%zu every=%d "
-               "bytes_per_param=%.5f",
+               -1, "chunk=%d k=%d values=%s beta=%g indices=%s update=%s transform=%s bytes=%zu "
+               "every=%d bytes_per_param=%.5f",
                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
-               bytes, H, r.demo_bytes_per_param);
+               demo_xform_name(o->demo.xform), bytes, H, r.demo_bytes_per_param);
         if (o->demo_local > 0)
             fprintf(log,
-                    "local steps: %d AdamW steps per replica between exchanges; outer step rms "
-                    "%g x lr, Nesterov momentum %g\n",
-                    o->demo_local, (double)o->outer_lr, (double)o->outer_mom);
+                    "local steps: %d AdamW steps per replica between exchanges; outer step %s "
+                    "%g x %s, Nesterov momentum %g\n",
+                    o->demo_local, o->demo.update == DEMO_UPDATE_LINEAR ? "p -=" : "rms",
+                    (double)o->outer_lr, o->demo.update == DEMO_UPDATE_LINEAR ? "Q" : "lr",
+                    (double)o->outer_mom);
     }
     int64_t start = 0;
     if (o->resume && (rc = restore(&run, &start, err))) goto done;

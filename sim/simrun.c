@@ -1060,10 +1060,12 @@ static train_options_t tiny_run(const simrun_options_t *o, rng_t *r)
     if (o->outer > 0) {
         run.optimizer = TRAIN_DEMO, run.demo_local = o->outer;
         /* the outer update drawn: sign, or SparseLoCo's linear one (the sign preset's with
-         * local steps, tools/run_opts.c) at its outer rate */
+         * local steps, tools/run_opts.c) at its outer rate, in parameter space (the preset's)
+         * or after the DCT */
         if (rng_below(r, 2)) {
             run.demo.update = DEMO_LOCAL_UPDATE, run.demo.imode = DEMO_LOCAL_INDEX;
             run.demo.beta = DEMO_LOCAL_BETA, run.outer_lr = DEMO_LOCAL_OUTER_LR;
+            run.demo.xform = rng_below(r, 2) ? DEMO_LOCAL_XFORM : DEMO_XFORM_DCT;
         }
     }
     run.device = "cpu";

@@ -346,7 +346,7 @@ static void separated_grads(float *g, const stage_tensor_t *tab, int nt, int chu
     rng_seed(&r, seed);
     for (int i = 0; i < nt; i++) {
         const stage_tensor_t *t = &tab[i];
-        dct_plan_t *plan = dct_plan_new(t->rows, t->cols, chunk, err);
+        dct_plan_t *plan = dct_plan_new(t->rows, t->cols, chunk, DCT_II, err);
         assert_non_null(plan);
         int tn = dct_plan_tile_rows(plan) * dct_plan_tile_cols(plan);
         int64_t tiles = dct_plan_tiles(plan);

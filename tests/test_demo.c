@@ -104,9 +104,9 @@ static void test_chunk_size(void **state)
     assert_int_equal(dct_chunk_size(0, 64), 0);
     assert_int_equal(dct_chunk_size(64, 0), 0);
     char err[STATUS_ERR_LEN];
-    assert_null(dct_plan_new(4, 4, 257, err));
-    assert_null(dct_plan_new(0, 4, 64, err));
-    dct_plan_t *p = dct_plan_new(688, 256, 0, err);
+    assert_null(dct_plan_new(4, 4, 257, DCT_II, err));
+    assert_null(dct_plan_new(0, 4, 64, DCT_II, err));
+    dct_plan_t *p = dct_plan_new(688, 256, 0, DCT_II, err);
     assert_non_null(p);
     assert_int_equal(dct_plan_tile_rows(p), 43);
     assert_int_equal(dct_plan_tile_cols(p), 64);
@@ -119,7 +119,7 @@ static void test_chunk_size(void **state)
 static void check_dct_shape(int64_t rows, int64_t cols, int chunk, uint64_t seed)
 {
     char err[STATUS_ERR_LEN];
-    dct_plan_t *p = dct_plan_new(rows, cols, chunk, err);
+    dct_plan_t *p = dct_plan_new(rows, cols, chunk, DCT_II, err);
     assert_non_null(p);
     int cr = dct_plan_tile_rows(p), cc = dct_plan_tile_cols(p);
     assert_int_equal(cr, dct_chunk_size(rows, chunk));
@@ -180,6 +180,43 @@ static void test_dct_2d(void **state)
     check_dct_shape(30, 35, 64, 13);  /* one 30 x 35 tile */
     check_dct_shape(12, 20, 8, 14);   /* 6 x 5 tiles */
     check_dct_shape(5, 64, 64, 15);   /* rows prime below the chunk: 5 x 64 */
+}
+
+/* The identity plan: the coefficients are each tile's own elements, tile-major, exactly,
+ * and the inverse puts them back; an unknown kind is refused. */
+static void test_dct_identity(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    assert_null(dct_plan_new(4, 4, 2, (dct_kind_t)2, err));
+    const int64_t shapes[][3] = {{48, 40, 16}, {1, 100, 16}, {30, 35, 64}, {7, 13, 4}};
+    for (int s = 0; s < 4; s++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1];
+        dct_plan_t *p = dct_plan_new(rows, cols, (int)shapes[s][2], DCT_IDENTITY, err);
+        assert_non_null(p);
+        int cr = dct_plan_tile_rows(p), cc = dct_plan_tile_cols(p);
+        size_t n = (size_t)(rows * cols);
+        float *x = malloc(n * sizeof *x), *c = malloc(n * sizeof *c), *y = malloc(n * sizeof *y);
+        testutil_fill_normal(x, n, (uint64_t)s + 40, 3.0f);
+        x[0] = -0.0f;
+        dct_forward(p, c, x);
+        size_t at = 0;
+        for (int64_t tr = 0; tr < rows / cr; tr++)
+            for (int64_t tc = 0; tc < cols / cc; tc++)
+                for (int u = 0; u < cr; u++)
+                    for (int v = 0; v < cc; v++, at++) {
+                        float want =
+                            x[(size_t)(tr * cr + u) * (size_t)cols + (size_t)(tc * cc + v)];
+                        if (c[at] != want) fail_msg("shape %d: coefficient %zu", s, at);
+                    }
+        dct_inverse(p, y, c);
+        for (size_t i = 0; i < n; i++)
+            if (y[i] != x[i]) fail_msg("shape %d: element %zu back %g, was %g", s, i, y[i], x[i]);
+        free(x);
+        free(c);
+        free(y);
+        dct_plan_destroy(&p);
+    }
 }
 
 /* --- top-k -------------------------------------------------------------------------- */
@@ -243,7 +280,7 @@ static uint8_t *pack_alloc(int64_t rows, int64_t cols, int chunk, int k, demo_vf
     assert_true(cap > 0);
     uint8_t *buf = malloc(cap);
     char err[STATUS_ERR_LEN] = "";
-    int rc = demo_msg_pack(buf, cap, len, rows, cols, chunk, k, f, idx, val, err);
+    int rc = demo_msg_pack(buf, cap, len, rows, cols, chunk, k, f, DEMO_XFORM_DCT, idx, val, err);
     if (rc) print_error("pack: %s\n", err);
     assert_int_equal(rc, 0);
     assert_int_equal(*len, cap);
@@ -333,14 +370,14 @@ static void test_index_packing(void **state)
     const float v2[2] = {1, 2};
     uint8_t out[256];
     char err[STATUS_ERR_LEN];
-    assert_int_equal(
-        demo_msg_pack(out, sizeof out, &len, 1, 64, 64, 2, DEMO_VAL_F32, bad_order, v2, err),
-        STATUS_EINVAL);
+    assert_int_equal(demo_msg_pack(out, sizeof out, &len, 1, 64, 64, 2, DEMO_VAL_F32,
+                                   DEMO_XFORM_DCT, bad_order, v2, err),
+                     STATUS_EINVAL);
     const float vnan[2] = {1, NAN};
     const uint16_t ok_order[2] = {3, 5};
-    assert_int_equal(
-        demo_msg_pack(out, sizeof out, &len, 1, 64, 64, 2, DEMO_VAL_F32, ok_order, vnan, err),
-        STATUS_EINVAL);
+    assert_int_equal(demo_msg_pack(out, sizeof out, &len, 1, 64, 64, 2, DEMO_VAL_F32,
+                                   DEMO_XFORM_DCT, ok_order, vnan, err),
+                     STATUS_EINVAL);
     b = pack_alloc(1, 64, 64, 2, DEMO_VAL_F32, ok_order, v2, &len);
     assert_int_equal(demo_msg_parse(b, len, &info, err), 0);
     assert_int_equal(info.tiles, 1);
@@ -380,7 +417,7 @@ static void test_aggregate_by_hand(void **state)
 {
     (void)state;
     /* 1 x 16 tensor, chunk 8: two tiles of 8; f32 k=3 (3*40 < 8*32: sparse) */
-    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+    demo_cfg_t cfg = {8, 3, DEMO_VAL_F32, 0.9f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(1, 16, &cfg, err);
     assert_non_null(d);
@@ -447,7 +484,8 @@ static void test_aggregate_permutation(void **state)
     (void)state;
     /* values whose double sum depends on the order: (1e20 + 1) - 1e20 != (1e20 - 1e20) + 1 */
     {
-        demo_cfg_t cfg = {8, 1, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+        demo_cfg_t cfg = {
+            8, 1, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(1, 8, &cfg, err);
         const float vals[4] = {1e20f, 1.0f, -1e20f, 3e-10f};
@@ -469,8 +507,13 @@ static void test_aggregate_permutation(void **state)
         demo_destroy(&d);
     }
     for (int f = DEMO_VAL_F32; f <= DEMO_VAL_SIGN; f++) {
-        demo_cfg_t cfg = {
-            64, f == DEMO_VAL_SIGN ? 4 : 32, (demo_vfmt_t)f, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+        demo_cfg_t cfg = {64,
+                          f == DEMO_VAL_SIGN ? 4 : 32,
+                          (demo_vfmt_t)f,
+                          0.0f,
+                          DEMO_IDX_TOPK,
+                          DEMO_UPDATE_SIGN,
+                          DEMO_XFORM_DCT};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(86, 128, &cfg, err);
         assert_non_null(d);
@@ -508,7 +551,7 @@ static void test_aggregate_permutation(void **state)
 
 static void check_residual(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(rows, cols, &cfg, err);
     assert_non_null(d);
@@ -588,7 +631,7 @@ static void test_residual_identity(void **state)
 static void test_accumulate(void **state)
 {
     (void)state;
-    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+    demo_cfg_t cfg = {64, 32, DEMO_VAL_F32, 0.75f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
     char err[STATUS_ERR_LEN];
     demo_t *d = demo_new(2, 4, &cfg, err);
     const float g1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, g2[8] = {8, 7, 6, 5, 4, 3, 2, 1};
@@ -625,6 +668,78 @@ static void refix_crc(uint8_t *b, size_t len)
     uint32_t crc = codec_crc32c(0, b, 28);
     crc = codec_crc32c(crc, b + DEMO_HEADER_LEN, len - DEMO_HEADER_LEN);
     for (int i = 0; i < 4; i++) b[28 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+/* Top-k without a transform (DEMO_XFORM_NONE): a message carries each tile's k largest
+ * |D| entries themselves, aggregating it gives them back in place (zeros elsewhere), and D
+ * keeps exactly the rest. Messages say their transform (octet 22); a tensor refuses one of
+ * the other transform, and an unknown transform is refused. */
+static void test_no_transform(void **state)
+{
+    (void)state;
+    char err[STATUS_ERR_LEN];
+    demo_cfg_t bad = {8, 3, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, (demo_xform_t)2};
+    assert_null(demo_new(4, 8, &bad, err));
+    assert_non_null(strstr(err, "transform"));
+    demo_cfg_t cfg = {4, 3, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_NONE};
+    demo_t *d = demo_new(4, 8, &cfg, err); /* two tiles of 4 x 4 */
+    assert_non_null(d);
+    float g[32], q[32];
+    testutil_fill_normal(g, 32, 77, 1.0f);
+    assert_int_equal(demo_accumulate(d, g, 1.0f, err), 0);
+    size_t len, cap = demo_msg_size(d);
+    uint8_t *m = malloc(cap);
+    assert_int_equal(demo_extract(d, m, cap, &len, err), 0);
+    assert_int_equal(m[22], DEMO_XFORM_NONE);
+    const uint8_t *msgs[1] = {m};
+    assert_int_equal(demo_aggregate(d, msgs, &len, 1, q, err), 0);
+    const float *D = demo_momentum(d);
+    for (int t = 0; t < 2; t++) { /* tile t: columns 4t..4t+3 */
+        int sent = 0;
+        for (int e = 0; e < 16; e++) {
+            int i = (e / 4) * 8 + 4 * t + e % 4, larger = 0;
+            for (int f = 0; f < 16; f++) {
+                int j = (f / 4) * 8 + 4 * t + f % 4;
+                larger += fabsf(g[j]) > fabsf(g[i]) || (fabsf(g[j]) == fabsf(g[i]) && f < e);
+            }
+            if (larger < 3) { /* among the tile's top 3: sent as it is, gone from D */
+                sent++;
+                assert_true(q[i] == g[i]);
+                assert_true(D[i] == 0.0f);
+            } else {
+                assert_true(q[i] == 0.0f);
+                assert_true(D[i] == g[i]);
+            }
+        }
+        assert_int_equal(sent, 3);
+    }
+    /* a DCT tensor of the same shape refuses the message, and this one refuses the DCT's */
+    cfg.xform = DEMO_XFORM_DCT;
+    demo_t *e = demo_new(4, 8, &cfg, err);
+    assert_int_equal(demo_aggregate(e, msgs, &len, 1, q, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "transform none"));
+    assert_int_equal(demo_accumulate(e, g, 1.0f, err), 0);
+    size_t elen;
+    uint8_t *me = malloc(demo_msg_size(e));
+    assert_int_equal(demo_extract(e, me, demo_msg_size(e), &elen, err), 0);
+    assert_int_equal(me[22], DEMO_XFORM_DCT);
+    const uint8_t *both[2] = {m, me};
+    const size_t lens[2] = {len, elen};
+    assert_int_equal(demo_aggregate(d, both, lens, 2, q, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "message 1 is in transform dct"));
+    /* an unknown transform, or the octet after it set: malformed */
+    demo_msg_info_t info;
+    m[22] = DEMO_XFORM_NONE + 1;
+    refix_crc(m, len);
+    assert_int_equal(demo_msg_parse(m, len, &info, err), STATUS_EMALFORMED);
+    m[22] = DEMO_XFORM_NONE;
+    m[23] = 1;
+    refix_crc(m, len);
+    assert_int_equal(demo_msg_parse(m, len, &info, err), STATUS_EMALFORMED);
+    free(m);
+    free(me);
+    demo_destroy(&d);
+    demo_destroy(&e);
 }
 
 /* The stage message's frame (compress/demo_wire.h): a header octet by octet, its
@@ -690,6 +805,17 @@ static void test_stage_frame(void **state)
     memcpy(b, m, sizeof b);
     b[11] = DEMO_IDX_SHARED + 1;
     assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), STATUS_EMALFORMED);
+    assert_int_equal(r.xform, DEMO_XFORM_DCT);
+    /* the transform: octet 11's high four bits */
+    h.xform = DEMO_XFORM_NONE;
+    demo_stage_hdr_put(b, &h);
+    assert_int_equal(b[11], 0x11);
+    assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), 0);
+    assert_int_equal(r.imode, DEMO_IDX_SHARED);
+    assert_int_equal(r.xform, DEMO_XFORM_NONE);
+    b[11] = (DEMO_XFORM_NONE + 1) << 4;
+    assert_int_equal(demo_stage_hdr_get(b, sizeof b, &r, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "transform"));
 }
 
 static void test_msg_truncations_and_fields(void **state)
@@ -697,7 +823,7 @@ static void test_msg_truncations_and_fields(void **state)
     (void)state;
     const demo_vfmt_t fs[3] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
     for (int fi = 0; fi < 3; fi++) {
-        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+        demo_cfg_t cfg = {16, 3, fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(16, 40, &cfg, err); /* tiles 16 x 10 */
         size_t len;
@@ -811,7 +937,7 @@ static void test_msg_random_corruptions(void **state)
     const demo_vfmt_t fs[4] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN, DEMO_VAL_SIGN};
     const int ks[4] = {5, 5, 3, 40}; /* the last one dense */
     for (int fi = 0; fi < 4; fi++) {
-        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+        demo_cfg_t cfg = {8, ks[fi], fs[fi], 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
         char err[STATUS_ERR_LEN];
         demo_t *d = demo_new(16, 24, &cfg, err);
         assert_non_null(d);
@@ -878,7 +1004,7 @@ static void test_msg_random_corruptions(void **state)
  * the v1 message, the neighbours' bits untouched, the length of the formula. */
 static void check_body_roundtrip(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
     char err[STATUS_ERR_LEN];
     demo_t *a = demo_new(rows, cols, &cfg, err), *b = demo_new(rows, cols, &cfg, err);
     assert_non_null(a);
@@ -1075,7 +1201,7 @@ static void test_shared_indices(void **state)
  * that does not fit is refused; bodies of 4 replicas aggregate to the mean of the four. */
 static void check_shared_body(int64_t rows, int64_t cols, int chunk, int k, demo_vfmt_t f)
 {
-    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_SHARED, DEMO_UPDATE_SIGN};
+    demo_cfg_t cfg = {chunk, k, f, 0.5f, DEMO_IDX_SHARED, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
     char err[STATUS_ERR_LEN];
     demo_t *a = demo_new(rows, cols, &cfg, err);
     assert_non_null(a);
@@ -1172,7 +1298,8 @@ static void test_shared_body(void **state)
     }
     /* a bad index mode is refused */
     assert_int_equal(demo_body_bits_ex(64, 64, 16, 1, DEMO_VAL_SIGN, (demo_imode_t)2), 0);
-    demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.5f, (demo_imode_t)2, DEMO_UPDATE_SIGN};
+    demo_cfg_t cfg = {
+        16, 1, DEMO_VAL_SIGN, 0.5f, (demo_imode_t)2, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
     char err[STATUS_ERR_LEN];
     assert_null(demo_new(64, 64, &cfg, err));
 }
@@ -1184,7 +1311,8 @@ static void test_sign_zero_unbiased(void **state)
     (void)state;
     char err[STATUS_ERR_LEN];
     for (int mode = DEMO_IDX_TOPK; mode <= DEMO_IDX_SHARED; mode++) {
-        demo_cfg_t cfg = {16, 1, DEMO_VAL_SIGN, 0.999f, (demo_imode_t)mode, DEMO_UPDATE_SIGN};
+        demo_cfg_t cfg = {
+            16, 1, DEMO_VAL_SIGN, 0.999f, (demo_imode_t)mode, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
         demo_t *d = demo_new(32, 32, &cfg, err); /* 4 tiles, D = 0 */
         assert_non_null(d);
         uint64_t bits = demo_body_size(d);
@@ -1228,7 +1356,8 @@ static void test_replicas_stay_identical(void **state)
         uint8_t *msg[R];
         size_t len[R];
         for (int r = 0; r < R; r++) {
-            demo_cfg_t cfg = {64, ks[t], fmt[t], 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+            demo_cfg_t cfg = {
+                64, ks[t], fmt[t], 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
             d[r] = demo_new(rows[t], cols[t], &cfg, err);
             assert_non_null(d[r]);
             p[r] = malloc(n * sizeof(float));
@@ -1329,12 +1458,14 @@ int main(void)
         cmocka_unit_test(test_chunk_size),
         cmocka_unit_test(test_dct_1d),
         cmocka_unit_test(test_dct_2d),
+        cmocka_unit_test(test_dct_identity),
         cmocka_unit_test(test_topk_brute),
         cmocka_unit_test(test_index_packing),
         cmocka_unit_test(test_dense_rule),
         cmocka_unit_test(test_aggregate_by_hand),
         cmocka_unit_test(test_aggregate_permutation),
         cmocka_unit_test(test_residual_identity),
+        cmocka_unit_test(test_no_transform),
         cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_stage_frame),
         cmocka_unit_test(test_msg_truncations_and_fields),

@@ -1200,7 +1200,7 @@ static void dct_case(int64_t rows, int64_t cols, int chunk, uint64_t seed)
 {
     char err[STATUS_ERR_LEN];
     size_t n = (size_t)(rows * cols);
-    dct_plan_t *plan = dct_plan_new(rows, cols, chunk, err);
+    dct_plan_t *plan = dct_plan_new(rows, cols, chunk, DCT_II, err);
     assert_non_null(plan);
     int cr = dct_plan_tile_rows(plan), cc = dct_plan_tile_cols(plan);
     float *br = basis(cr), *bc = basis(cc);

@@ -400,6 +400,7 @@ static train_options_t everything(void)
     o.demo_local = 4;
     o.outer_lr = 0.7f;
     o.outer_mom = 0.9f;
+    o.demo.xform = DEMO_XFORM_NONE;
     o.overlap = 1;
     o.grad_delay = 1;
     return o;

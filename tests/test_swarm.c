@@ -427,6 +427,7 @@ static void test_demo_preset_swarm(void **state)
     json_obj_t demo, sum;
     assert_true(last_event("train.events.jsonl", "demo", &demo));
     assert_string_equal(json_get(&demo, "update"), "rmsprop");
+    assert_string_equal(json_get(&demo, "transform"), "dct");
     char *js = summary("local", &sum);
     double vt = train_val("train.events.jsonl"), vs = json_num(&sum, "val_loss");
     printf("sign preset, 2 stages x 2 replicas, %d steps: train val_loss %.4f, swarm %.4f "
@@ -455,7 +456,8 @@ static double exchange_bytes(const char *sum)
 
 /* Local steps in a swarm (docs/protocol.md 12.14, run text demo_local=4): pools exchange
  * once every 4 steps, local AdamW steps between, with the sign preset's outer steps
- * (SparseLoCo's shape: top-k, beta 0.95, the linear update at outer rate 1). The swarm
+ * (SparseLoCo's shape: top-k in parameter space, beta 0.95, the linear update at outer rate
+ * 1; train's demo event says so). The swarm
  * learns what `train` does with the same rounds: its final validation loss within 7% of
  * train's (measured: +1.8 to +5.2% over 10 runs beside a loaded core, and +39% with the
  * inner local steps taken out, a planted bug; the rms outer update this test used before:
@@ -482,6 +484,10 @@ static void test_outer_swarm(void **state)
      * change from step to step) */
     snprintf(args, sizeof args, "--peers 4 %s --codec f32 --steps %d --quiet", run, STEPS / 3);
     char *js1 = local_run("every", args, 600, &sum1);
+    json_obj_t demo;
+    assert_true(last_event("train.events.jsonl", "demo", &demo));
+    assert_string_equal(json_get(&demo, "update"), "linear");
+    assert_string_equal(json_get(&demo, "transform"), "none");
     double vt = train_val("train.events.jsonl"), vs = json_num(&sum, "val_loss");
     double e4 = exchange_bytes(js) / STEPS, e1 = exchange_bytes(js1) / (STEPS / 3);
     printf("local steps, rounds of 4, 2 stages x 2 replicas, %d steps: train val_loss %.4f, "

@@ -118,13 +118,10 @@ static int params_equal(pool_t *p, int a, int b)
 
 /* `steps` DeMo steps: each replica receives the pool's messages in its own order; all stay
  * bit-identical and the loss falls by at least `drop`. */
-static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t imode, int update,
-                               int steps, double drop)
+static void replicas_identical_cfg(const demo_cfg_t *dc, int steps, double drop)
 {
     pool_t p;
-    demo_cfg_t dc = {
-        .chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.999f, .imode = imode, .update = update};
-    pool_init(&p, &dc);
+    pool_init(&p, dc);
     optim_config_t oc = optim_defaults();
     char err[STATUS_ERR_LEN];
     double first = 0, last = 0;
@@ -143,15 +140,16 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t 
         for (int r = 1; r < R; r++)
             if (!params_equal(&p, 0, r)) fail_msg("replica %d diverged at step %d", r, step);
     }
-    printf("demo %s chunk %d k=%d %s %s: loss %.3f -> %.3f over %d steps\n",
-           vfmt == DEMO_VAL_SIGN ? "sign" : "f32", chunk, k,
-           imode == DEMO_IDX_SHARED ? "shared" : "topk",
+    int update = dc->update;
+    printf("demo %s chunk %d k=%d %s %s transform %s: loss %.3f -> %.3f over %d steps\n",
+           dc->vfmt == DEMO_VAL_SIGN ? "sign" : "f32", dc->chunk, dc->k,
+           dc->imode == DEMO_IDX_SHARED ? "shared" : "topk",
            update == DEMO_UPDATE_ADAM      ? "adam-update"
            : update == DEMO_UPDATE_RMSPROP ? "rmsprop-update"
            : update == DEMO_UPDATE_RMS     ? "rms-update"
            : update == DEMO_UPDATE_LINEAR  ? "linear-update"
                                            : "sign-update",
-           first, last, steps);
+           demo_xform_name(dc->xform), first, last, steps);
     assert_true(last < first - drop);
 
     /* The comparison can see a divergence: replica 0 misses replica 3's message. */
@@ -163,6 +161,14 @@ static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t 
     }
     assert_false(params_equal(&p, 0, 1));
     pool_free(&p);
+}
+
+static void replicas_identical(demo_vfmt_t vfmt, int chunk, int k, demo_imode_t imode, int update,
+                               int steps, double drop)
+{
+    demo_cfg_t dc = {
+        .chunk = chunk, .k = k, .vfmt = vfmt, .beta = 0.999f, .imode = imode, .update = update};
+    replicas_identical_cfg(&dc, steps, drop);
 }
 
 /* Measured on this narrow model (seed 5): sign k=4 falls 5.61 -> 2.83 in 100 steps; sign
@@ -190,6 +196,49 @@ static void test_demo_replicas_f32(void **state)
 {
     (void)state;
     replicas_identical(DEMO_VAL_F32, 64, 32, DEMO_IDX_TOPK, DEMO_UPDATE_SIGN, 30, DROP_30);
+}
+
+/* Top-k in parameter space (no DCT), as the --demo-local sign preset takes it, exchanged
+ * every step here: the replicas stay bit-identical and learn. A replica of the DCT
+ * refuses its messages (their entries are of another space), and it refuses theirs. */
+static void test_demo_replicas_no_transform(void **state)
+{
+    (void)state;
+    demo_cfg_t dc = {.chunk = DEMO_SIGN_CHUNK,
+                     .k = DEMO_SIGN_K,
+                     .vfmt = DEMO_VAL_SIGN,
+                     .beta = DEMO_LOCAL_BETA,
+                     .imode = DEMO_LOCAL_INDEX,
+                     .update = DEMO_UPDATE_RMS,
+                     .xform = DEMO_LOCAL_XFORM};
+    replicas_identical_cfg(&dc, 30, 1.6); /* measured 5.61 -> 3.17 */
+    dc.vfmt = DEMO_VAL_F32;
+    dc.update = DEMO_UPDATE_SIGN;
+    replicas_identical_cfg(&dc, 30, 0.8); /* measured 5.61 -> 4.43 */
+
+    pool_t p;
+    pool_init(&p, &dc);
+    optim_config_t oc = optim_defaults();
+    char err[STATUS_ERR_LEN];
+    demo_cfg_t dct = dc;
+    dct.xform = DEMO_XFORM_DCT;
+    demo_opt_t *o2 = demo_opt_new(model_stage(p.rep[3], 0), &dct, err);
+    assert_non_null(o2);
+    assert_int_equal(demo_opt_msg_size(o2), demo_opt_msg_size(p.opt[0][0])); /* same sizes */
+    pool_prepare(&p, &oc, 0);
+    uint8_t *m2 = malloc(demo_opt_msg_size(o2));
+    assert_int_equal(demo_opt_prepare(o2, &oc, 0, 1.0f, m2, NULL, err), 0);
+    assert_int_equal(m2[11], DEMO_LOCAL_INDEX);
+    assert_int_equal(p.msg[0][0][11], DEMO_LOCAL_INDEX | DEMO_XFORM_NONE << 4);
+    const uint8_t *mix[2] = {p.msg[0][0], m2};
+    const size_t lens[2] = {demo_opt_msg_size(p.opt[0][0]), demo_opt_msg_size(o2)};
+    assert_int_equal(demo_opt_apply(p.opt[0][0], &oc, 0, mix, lens, 2, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "transform dct"));
+    assert_int_equal(demo_opt_apply(o2, &oc, 0, mix, lens, 2, err), STATUS_EMALFORMED);
+    assert_non_null(strstr(err, "transform none"));
+    free(m2);
+    demo_opt_destroy(&o2);
+    pool_free(&p);
 }
 
 /* A damaged or misdirected stage message is refused and nothing is applied. */
@@ -567,8 +616,8 @@ static void test_demo_v2_bytes(void **state)
         const stage_tensor_t *t = stage_tensors(st, &nt);
         size_t P = stage_num_params(st);
         for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
-            demo_cfg_t dc = {cfgs[ci].chunk, cfgs[ci].k,    cfgs[ci].f,
-                             0.999f,         DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+            demo_cfg_t dc = {cfgs[ci].chunk, cfgs[ci].k,       cfgs[ci].f,    0.999f,
+                             DEMO_IDX_TOPK,  DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
             demo_opt_t *o = demo_opt_new(st, &dc, err);
             assert_non_null(o);
             size_t b = demo_opt_msg_size(o);
@@ -614,7 +663,7 @@ static void test_demo_rms_tiny_values(void **state)
     kern_t *k;
     model_t *m;
     stage_t *st = narrow_stage(&k, &m);
-    demo_cfg_t dc = {16, 1, DEMO_VAL_F32, 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_RMS};
+    demo_cfg_t dc = {16, 1, DEMO_VAL_F32, 0.999f, DEMO_IDX_TOPK, DEMO_UPDATE_RMS, DEMO_XFORM_DCT};
     demo_opt_t *tx = demo_opt_new(st, &dc, err), *rx = demo_opt_new(st, &dc, err);
     assert_non_null(tx);
     assert_non_null(rx);
@@ -654,7 +703,8 @@ static void test_demo_linear_update(void **state)
     kern_t *k;
     model_t *m;
     stage_t *st = narrow_stage(&k, &m);
-    demo_cfg_t dc = {16, 256, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_LINEAR};
+    demo_cfg_t dc = {
+        16, 256, DEMO_VAL_F32, 0.0f, DEMO_IDX_TOPK, DEMO_UPDATE_LINEAR, DEMO_XFORM_DCT};
     demo_opt_t *tx[2] = {demo_opt_new(st, &dc, err), demo_opt_new(st, &dc, err)};
     demo_opt_t *rx = demo_opt_new(st, &dc, err);
     assert_true(tx[0] && tx[1] && rx);
@@ -753,6 +803,17 @@ static void test_demo_local(void **state)
     none.demo_local = 0;
     train_options_to_text(&none, text, sizeof text);
     assert_null(strstr(text, "demo_local"));
+    assert_null(strstr(text, "demo_transform")); /* the DCT's runs keep their text */
+    /* the transform: written only when not the DCT, read back, an unknown one refused */
+    none.demo.xform = DEMO_XFORM_NONE;
+    train_options_to_text(&none, text, sizeof text);
+    assert_non_null(strstr(text, "demo_transform=none\n"));
+    assert_int_equal(train_options_from_text(&back, text, err), 0);
+    assert_int_equal(back.demo.xform, DEMO_XFORM_NONE);
+    assert_int_equal(train_options_from_text(&back, "demo_transform=dct\n", err), 0);
+    assert_int_equal(back.demo.xform, DEMO_XFORM_DCT);
+    assert_int_equal(train_options_from_text(&back, "demo_transform=wavelet\n", err),
+                     STATUS_EMALFORMED);
     /* refusals */
     train_options_t bad = o;
     bad.optimizer = TRAIN_ADAMW;
@@ -763,15 +824,20 @@ static void test_demo_local(void **state)
     assert_int_not_equal(train_run(&bad, &r0, err), 0);
     assert_non_null(strstr(err, "--demo-local"));
     unlink(bad.db);
-    /* SparseLoCo's shape (the sign preset's with local steps): top-k, beta 0.95, the linear
-     * update at outer rate 1: the replicas stay identical (train_run checks) and it learns */
+    /* SparseLoCo's shape (the sign preset's with local steps): top-k in parameter space,
+     * beta 0.95, the linear update at outer rate 1: the replicas stay identical (train_run
+     * checks) and it learns; after the DCT too */
     train_options_t lin = o;
     lin.demo.imode = DEMO_LOCAL_INDEX, lin.demo.beta = DEMO_LOCAL_BETA;
     lin.demo.update = DEMO_LOCAL_UPDATE, lin.outer_lr = DEMO_LOCAL_OUTER_LR, lin.outer_mom = 0;
-    rc = train_run(&lin, &r1, err);
-    if (rc) fail_msg("%s", err);
-    printf("local steps, linear outer update: val_loss %.4f from %.4f\n", r1.val_loss, r0.val_loss);
-    assert_true(r1.val_loss < r0.val_loss - 0.5f);
+    for (int x = 0; x < 2; x++) {
+        lin.demo.xform = x ? DEMO_XFORM_DCT : DEMO_LOCAL_XFORM;
+        rc = train_run(&lin, &r1, err);
+        if (rc) fail_msg("%s", err);
+        printf("local steps, linear outer update, transform %s: val_loss %.4f from %.4f\n",
+               demo_xform_name(lin.demo.xform), r1.val_loss, r0.val_loss);
+        assert_true(r1.val_loss < r0.val_loss - 0.5f);
+    }
     fclose(o.log);
 }
 
@@ -886,6 +952,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_demo_replicas_sign),
         cmocka_unit_test(test_demo_replicas_f32),
+        cmocka_unit_test(test_demo_replicas_no_transform),
         cmocka_unit_test(test_demo_bad_messages),
         cmocka_unit_test(test_demo_v2_corruptions),
         cmocka_unit_test(test_demo_v2_mixed_senders),

@@ -288,8 +288,8 @@ static int bench_demo_bytes(const model_config_t *cfg, int threads)
             size_t p_mat = 0, p_1d = 0, p_emb = 0;
             /* v2 stage messages: one header per stage, bit-packed bodies; the groups
              * are counted by their bodies' bits */
-            demo_cfg_t dc = {DEMO_DEFAULT_CHUNK, ks[ki],        fmts[f].f,
-                             DEMO_DEFAULT_BETA,  DEMO_IDX_TOPK, DEMO_UPDATE_SIGN};
+            demo_cfg_t dc = {DEMO_DEFAULT_CHUNK, ks[ki],           fmts[f].f,     DEMO_DEFAULT_BETA,
+                             DEMO_IDX_TOPK,      DEMO_UPDATE_SIGN, DEMO_XFORM_DCT};
             for (int s = 0; s < model_num_stages(m); s++) {
                 int nt;
                 const stage_tensor_t *t = stage_tensors(model_stage(m, s), &nt);

@@ -677,9 +677,11 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
            "peer's, over steps x replicas x parameters); wire B/tok: every kind, sent; * a lower "
            "bound (peers SIGKILLed take their counts with them: see the rows without kills)\n");
     printf("DeMo runs: an exchange every %d step(s)%s, k %d of each %dx%d chunk's %d "
-           "coefficients, sign values\n",
+           "entries, sign values\n",
            lo->outer > 0 ? lo->outer : 1,
-           lo->outer > 0 ? " (local AdamW steps between, the rms outer update)" : "",
+           lo->outer > 0 ? " (local AdamW steps between; the outer step SparseLoCo's: top-k in "
+                           "parameter space, the linear update)"
+                         : " (after the DCT)",
            lo->demo_k_run, lo->demo_chunk_run, lo->demo_chunk_run,
            lo->demo_chunk_run * lo->demo_chunk_run);
     /* the curves, first seed: validation loss at each point, by steps done */
@@ -927,7 +929,8 @@ int bench_learn(int argc, char **argv)
                 "constant)\n"
                 "  --outer H            the DeMo runs (swarm and demo-train) exchange once every\n"
                 "                       H steps, local AdamW steps between (--demo-local H with\n"
-                "                       the rms outer update; docs/protocol.md 12.14)\n"
+                "                       the sign preset's outer step: top-k in parameter space,\n"
+                "                       the linear update; docs/protocol.md 12.14)\n"
                 "  --outer-k K          their DeMo k, coefficients of each 256 (default: the\n"
                 "                       sign preset's)\n"
                 "  --threads N          train's threads (local divides the cores itself)\n"

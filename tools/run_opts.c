@@ -131,12 +131,16 @@ void run_opts_usage(FILE *f, const char *cmd, const run_opts_extra_t *x)
                "                       lr Q/sqrt(V), V: Adam's second moment of Q per\n"
                "                       parameter), adam (Adam on Q: its moments M and V)\n"
                "                       or linear (p -= Q, Q taken as it is)\n"
+               "  --demo-transform T   dct (default but for sign with --demo-local: each\n"
+               "                       tile's DCT-II, DeMo's) or none (top-k of the tile's\n"
+               "                       own entries, in parameter space)\n"
                "  --demo-local H       DiLoCo-style: H local AdamW steps per replica between\n"
                "                       DeMo exchanges of the change since the last one (0 =\n"
                "                       DeMo every step, the default); bytes per step / H\n"
-               "                       (sign: SparseLoCo's shape, top-k indices, beta 0.95,\n"
-               "                       the linear update at outer rate 1, lr 3e-3); in a\n"
-               "                       swarm its pools exchange once every H steps\n"
+               "                       (sign: SparseLoCo's shape, top-k in parameter space\n"
+               "                       with indices, beta 0.95, the linear update at outer\n"
+               "                       rate 1, lr 3e-3); in a swarm its pools exchange once\n"
+               "                       every H steps\n"
                "  --outer-lr X         local steps: the outer step's rate: with the linear\n"
                "                       update p -= X Q (default 1), else its rms is X * lr\n"
                "                       (default 4)\n"
@@ -204,6 +208,7 @@ enum {
     O_DBETA,
     O_DIDX,
     O_DUPD,
+    O_DXFORM,
     O_DLOCAL,
     O_OLR,
     O_OMOM,
@@ -251,6 +256,7 @@ static const struct option common_opts[] = {{"config", required_argument, 0, 'c'
                                             {"demo-beta", required_argument, 0, O_DBETA},
                                             {"demo-index", required_argument, 0, O_DIDX},
                                             {"demo-update", required_argument, 0, O_DUPD},
+                                            {"demo-transform", required_argument, 0, O_DXFORM},
                                             {"demo-local", required_argument, 0, O_DLOCAL},
                                             {"outer-lr", required_argument, 0, O_OLR},
                                             {"outer-momentum", required_argument, 0, O_OMOM},
@@ -269,8 +275,9 @@ enum { NCOMMON = sizeof common_opts / sizeof common_opts[0], MAXEXTRA = 32 };
 
 /* What parsing remembers besides the options themselves. */
 typedef struct {
-    int demo_set[7]; /* --demo-chunk, --demo-k, --demo-index, --demo-update, --demo-beta,
-                      * --lr, --outer-lr given (the sign preset leaves those alone) */
+    int demo_set[8]; /* --demo-chunk, --demo-k, --demo-index, --demo-update, --demo-beta,
+                      * --lr, --outer-lr, --demo-transform given (the sign preset leaves
+                      * those alone) */
     int schedule_set;
     const char *data_cache, *skip_stages;
 } parse_state_t;
@@ -375,6 +382,8 @@ static int choice_option(train_options_t *out, parse_state_t *st, int c, const c
                                     DEMO_UPDATE_ADAM, DEMO_UPDATE_LINEAR};
     static const demo_vfmt_t vfmt_of[] = {DEMO_VAL_F32, DEMO_VAL_BF16, DEMO_VAL_SIGN};
     static const demo_imode_t index_of[] = {DEMO_IDX_TOPK, DEMO_IDX_SHARED};
+    static const char *const xforms[] = {"dct", "none", NULL};
+    static const demo_xform_t xform_of[] = {DEMO_XFORM_DCT, DEMO_XFORM_NONE};
     int k;
     switch (c) {
     case O_SCHED:
@@ -397,8 +406,13 @@ static int choice_option(train_options_t *out, parse_state_t *st, int c, const c
         return k < 0 ? -1 : 0;
     case O_DUPD:
         st->demo_set[3] = 1;
-        if ((k = pick("--demo-update", arg, updates, "sign, rms, rmsprop or adam")) >= 0)
+        if ((k = pick("--demo-update", arg, updates, "sign, rms, rmsprop, adam or linear")) >= 0)
             out->demo.update = update_of[k];
+        return k < 0 ? -1 : 0;
+    case O_DXFORM:
+        st->demo_set[7] = 1;
+        if ((k = pick("--demo-transform", arg, xforms, "dct or none")) >= 0)
+            out->demo.xform = xform_of[k];
         return k < 0 ? -1 : 0;
     default:
         return NOT_COMMON;
@@ -508,6 +522,7 @@ static int finish(const char *cmd, train_options_t *out, const parse_state_t *st
         if (!st->demo_set[2]) out->demo.imode = local ? DEMO_LOCAL_INDEX : DEMO_SIGN_INDEX;
         if (!st->demo_set[3]) out->demo.update = local ? DEMO_LOCAL_UPDATE : DEMO_SIGN_UPDATE;
         if (local && !st->demo_set[4]) out->demo.beta = DEMO_LOCAL_BETA;
+        if (local && !st->demo_set[7]) out->demo.xform = DEMO_LOCAL_XFORM;
         /* the preset was tuned with a cosine schedule (docs/design-notes.md, issue 17) and,
          * exchanging every step, its own beta and rate (issue 27; with --demo-local, beta
          * decays per exchange and the rate is also the local AdamW steps': not measured) */

@@ -58,7 +58,7 @@ static void v1(const uint8_t *data, size_t size, int fix_crc)
     }
     size_t wrote = 0;
     FUZZ_CHECK(demo_msg_pack(re, size, &wrote, info.rows, info.cols, info.chunk, info.k, info.vfmt,
-                             info.dense ? NULL : idx, val, err) == 0);
+                             info.xform, info.dense ? NULL : idx, val, err) == 0);
     FUZZ_CHECK(wrote == size);
     FUZZ_CHECK(demo_msg_unpack(re, wrote, &info2, idx2, val2, ne, err) == 0);
     for (uint64_t e = 0; e < ne; e++) FUZZ_CHECK(idx2[e] == idx[e] && val2[e] == val[e]);

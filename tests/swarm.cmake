@@ -26,11 +26,12 @@ endforeach()
 # two such starts; 0.2 for local_orphan_stage, local's 30 s wait for a stage nobody
 # can rebuild; 0.41 for lost_stages, whose whole stages die at once and are noticed only
 # after up to 8 held probes, protocol.md 10.7 rule 12; 0.34 for revive_from_checkpoint,
-# two peers waiting for the third to die, come back and judge): lighter company for a
-# swarm than the single-threaded test it may run beside anyway. They take a lock of their
-# own (one at a time among themselves) so that
-# their waiting is not spent on the swarm lock, the suite's critical path (in a clean
-# clone at 35fe81c: 682 s of swarm-lock tests and 123 s of serial ones in 805 s).
+# two peers waiting for the third to die, come back and judge; 0.41 for partition and
+# 0.28 for nat below, peers paced as slower devices): lighter company for a swarm than
+# the single-threaded test it may run beside anyway. They take a lock of their own (one at
+# a time among themselves) so that their waiting is not spent on the swarm lock, the
+# suite's critical path (in a clean clone at 35fe81c: 682 s of swarm-lock tests and 123 s
+# of serial ones in 805 s; at 3efab5c 752 s with partition and nat, 194 s of it).
 set_tests_properties(swarm_local_start_failure swarm_local_kill_start swarm_local_orphan_stage
   swarm_lost_stages swarm_revive_from_checkpoint PROPERTIES RESOURCE_LOCK swarm_light)
 # A partition on the real network heals into one swarm (tests/partition.sh): 6 namespaced
@@ -50,7 +51,7 @@ else()
   set(st_pace_slowdown 40)
 endif()
 add_test(NAME swarm_partition COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/partition.sh)
-set_tests_properties(swarm_partition PROPERTIES LABELS fault TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK swarm
+set_tests_properties(swarm_partition PROPERTIES LABELS fault TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK swarm_light
   ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE;ST_SLOWDOWN=${st_pace_slowdown}")
 # Peers behind NAT (tests/nat.sh): 6 namespaced hosts, 2 of them dropping every inbound TCP
 # SYN at their switch port (tools/netns.sh nat), whose peers run --no-listen and join the
@@ -59,7 +60,7 @@ set_tests_properties(swarm_partition PROPERTIES LABELS fault TIMEOUT 600 SKIP_RE
 # relay, and every pool ends with one hash. Root only (skipped elsewhere); the seed it
 # prints replays the draw: tests/nat.sh --seed N.
 add_test(NAME swarm_nat COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/nat.sh)
-set_tests_properties(swarm_nat PROPERTIES LABELS fault TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK swarm
+set_tests_properties(swarm_nat PROPERTIES LABELS fault TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK swarm_light
   ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE;ST_SLOWDOWN=${st_pace_slowdown}")
 # Joining a running swarm (tests/join_netns.sh): README's "A swarm across machines" on 4
 # namespaced hosts, a tiny swarm of 2 stages trained 5 s, then one joiner per stage

@@ -1107,7 +1107,14 @@ int step_before_resent(peer_t *p, const msg_mb_t *mb)
         unsent |= mine[i] & ~p->contrib.sent_bits[i];
         unsent_resent |= mine[i] & ~p->contrib.sent_bits[i] & p->contrib.resent_bits[i];
     }
-    if (!unsent || (mb->attempt == 0 && !unsent_resent)) return 0;
+    /* once its part 0 is out, a part that carries no body (DeMo's supplements fold into
+     * the momentum; an inner step's are receipts) holds one microbatch: a first run it
+     * counts there may meet a mate's re-send of it counted in the mate's part 0, which the
+     * pool takes first, and what shared the supplement went out with it (sim restart 8x4
+     * --outer 4 seed 9019: two first runs in one supplement, a mate's re-send of one in its
+     * part 0, 3 of 4). AdamW's supplements are dense gradients: not split. */
+    int alone = p->held.dopt && (p->contrib.exch_sent || p->contrib.exch_early);
+    if (!unsent || (mb->attempt == 0 && !unsent_resent && !alone)) return 0;
     if (!p->contrib.exch_sent && !p->contrib.exch_early) return send_early(p);
     /* its part 0 is out: what it counted since goes out as a supplement of its own, so
      * that each re-run is alone in its part (sim heavy 4x2 seed 35209727: two re-runs in

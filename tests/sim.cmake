@@ -119,6 +119,11 @@ st_add_sim(regress_deadlink_5232 --faults deadlink --peers 6 --stages 3 --steps 
 # seed 41370).
 st_add_sim_asan(regress_heavy_41370 --faults heavy --peers 8 --stages 4 --seed 41370)
 st_add_sim_asan(regress_heavy_20182 --faults heavy --peers 8 --stages 4 --seed 20182)
+# A first run counted into a supplement beside another, a mate's re-send of it counted in
+# the mate's part 0: the pool took the part 0 and left the supplement out with the other
+# microbatch, 3 of 4 with every stage alive (now a bodiless supplement holds one
+# microbatch, protocol.md 12.4). The Release binary: the schedule it failed on.
+st_add_sim(regress_restart_outer_9019 --faults restart --peers 8 --stages 4 --outer 4 --seed 9019)
 # Local steps (the run's demo_local, docs/protocol.md 12.14): pools exchange once a round
 # of H steps, inner steps send receipts and step locally; every invariant as every step,
 # the replicas' hashes (of p_sync) equal after every step, checkpoints at rounds' ends.

@@ -471,13 +471,10 @@ struct demo {
 
 demo_t *demo_new(int64_t rows, int64_t cols, const demo_cfg_t *cfg, char *err)
 {
-    demo_cfg_t c = cfg ? *cfg : (demo_cfg_t){0,
-                                             0,
-                                             DEMO_VAL_F32,
-                                             DEMO_DEFAULT_BETA,
-                                             DEMO_IDX_TOPK,
-                                             DEMO_UPDATE_SIGN,
-                                             DEMO_XFORM_DCT};
+    demo_cfg_t c = cfg ? *cfg
+                       : (demo_cfg_t){.vfmt = DEMO_VAL_F32, .beta = DEMO_DEFAULT_BETA,
+                                      .imode = DEMO_IDX_TOPK, .update = DEMO_UPDATE_SIGN,
+                                      .xform = DEMO_XFORM_DCT};
     geom_t g;
     if (geom_make_ex(&g, rows, cols, c.chunk, c.k, c.vfmt, c.imode)) {
         status_set(err, STATUS_EINVAL,

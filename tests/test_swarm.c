@@ -459,7 +459,8 @@ static double exchange_bytes(const char *sum)
  * (SparseLoCo's shape: top-k in parameter space, beta 0.95, the linear update at outer rate
  * 1; train's demo event says so). The swarm
  * learns what `train` does with the same rounds: its final validation loss within 7% of
- * train's (measured: +1.8 to +5.2% over 10 runs beside a loaded core, and +39% with the
+ * train's (measured, after the DCT: +1.8 to +5.2% over 10 runs beside a loaded core; in
+ * parameter space, the preset since session 29: +2.9% in one run; and +39% with the
  * inner local steps taken out, a planted bug; the rms outer update this test used before:
  * +0.8 to +3.6% over 17); every replica of a stage ends with the same parameters; the
  * exchange sends less than half the bytes per step of the same swarm exchanging every

@@ -927,13 +927,13 @@ int train_run(const train_options_t *o, train_result_t *res, char *err)
                o->demo.chunk, o->demo.k, vfmt_name(o->demo.vfmt), (double)o->demo.beta,
                o->demo.imode == DEMO_IDX_SHARED ? "shared" : "topk", update_name(o->demo.update),
                demo_xform_name(o->demo.xform), bytes, H, r.demo_bytes_per_param);
+        int linear = o->demo.update == DEMO_UPDATE_LINEAR;
         if (o->demo_local > 0)
             fprintf(log,
                     "local steps: %d AdamW steps per replica between exchanges; outer step %s "
                     "%g x %s, Nesterov momentum %g\n",
-                    o->demo_local, o->demo.update == DEMO_UPDATE_LINEAR ? "p -=" : "rms",
-                    (double)o->outer_lr, o->demo.update == DEMO_UPDATE_LINEAR ? "Q" : "lr",
-                    (double)o->outer_mom);
+                    o->demo_local, linear ? "p -=" : "rms", (double)o->outer_lr,
+                    linear ? "Q" : "lr", (double)o->outer_mom);
     }
     int64_t start = 0;
     if (o->resume && (rc = restore(&run, &start, err))) goto done;

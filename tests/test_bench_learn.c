@@ -3,8 +3,10 @@
  * of it — a summary with a finite ratio; AdamW, the full swarm, DeMo in one process and
  * AdamW at a constant lr, each with a final validation loss measured at the last step;
  * validation points that end there, with their token counts; the swarm's bytes per
- * parameter per step and per token — and the SVG of the curves is written. It reads the
- * JSON only, never the printed table.
+ * parameter per step and per token — and the SVG of the curves is written. Then --resume:
+ * the same command again reads every run from its stores and runs none (the same losses),
+ * a run without its done marker runs again alone, and other options are refused before any
+ * run. It reads the JSON only, never the printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define STEPS 16
 
@@ -37,7 +40,7 @@ typedef struct {
     char name[8][32];
     double val_loss[8], ratio[8], tps[8], exch[8], wire[8];
     long long final_step[8], seed[8];
-    int npoints[8], swarm[8], has_kills[8];
+    int npoints[8], swarm[8], has_kills[8], resumed[8];
 } runs_t;
 
 typedef struct {
@@ -82,6 +85,7 @@ static void on_run(void *ctx, const json_obj_t *o)
     v = json_get(o, "wire_bytes_per_token");
     r->wire[i] = *v && strcmp(v, "null") ? atof(v) : NAN;
     r->has_kills[i] = *json_get(o, "kills") && *json_get(o, "stages_rebuilt");
+    r->resumed[i] = !strcmp(json_get(o, "resumed"), "true");
 }
 
 static void on_point(void *ctx, const json_obj_t *o)
@@ -116,22 +120,41 @@ static char *slurp(const char *path)
     return s;
 }
 
-static void test_json_structure(void **state)
+/* Runs the bench (steps, extra words; its JSON into dir/NAME.json); returns its exit
+ * status, its output shown when not 0. */
+static int bench(int steps, const char *extra, const char *name)
 {
-    (void)state;
-    char cmd[2048], path[128];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "%s bench learn --config tiny --steps %d --stages 2 --peers 4 --val-every 4 "
-             "--val-batches 4 --churn-kills 1 --no-ablations --data '%s' --dir %s/runs "
-             "--json %s/out.json --svg %s/out.svg > %s/out.txt 2>&1",
-             testutil_bin(), STEPS, testutil_corpus(), dir, dir, dir, dir);
+             "--val-batches 4 --churn-kills 1 --no-ablations --data '%s' --dir %s/runs %s "
+             "--json %s/%s.json --svg %s/out.svg > %s/%s.txt 2>&1",
+             testutil_bin(), steps, testutil_corpus(), dir, extra, dir, name, dir, dir, name);
     int rc = system(cmd);
     if (rc) {
-        snprintf(cmd, sizeof cmd, "cat %s/out.txt", dir);
+        snprintf(cmd, sizeof cmd, "cat %s/%s.txt", dir, name);
         if (system(cmd)) {
         }
     }
-    assert_int_equal(rc, 0);
+    return rc;
+}
+
+static void read_runs(const char *name, runs_t *r)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    char *json = slurp(path);
+    assert_non_null(json);
+    memset(r, 0, sizeof *r);
+    assert_int_equal(json_each(json, "runs", on_run, r), NRUNS);
+    free(json);
+}
+
+static void test_json_structure(void **state)
+{
+    (void)state;
+    char path[128];
+    assert_int_equal(bench(STEPS, "", "out"), 0);
     snprintf(path, sizeof path, "%s/out.json", dir);
     char *json = slurp(path);
     assert_non_null(json);
@@ -172,6 +195,37 @@ static void test_json_structure(void **state)
     snprintf(path, sizeof path, "%s/out.svg", dir);
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 1000);
+
+    /* --resume: every run finished, so none runs again; the losses are measured again on
+     * the same stores, so they are the same */
+    runs_t again;
+    assert_int_equal(bench(STEPS, "--resume", "again"), 0);
+    read_runs("again", &again);
+    for (int i = 0; i < NRUNS; i++) {
+        assert_string_equal(again.name[i], run_names[i]);
+        assert_false(r.resumed[i]);
+        assert_true(again.resumed[i]);
+        assert_true(fabs(again.val_loss[i] - r.val_loss[i]) < 1e-5);
+        assert_int_equal(again.final_step[i], STEPS);
+    }
+    /* a run without its marker (stopped before its end) runs again, alone */
+    snprintf(path, sizeof path, "%s/runs/demo-train-s1337/done.txt", dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(bench(STEPS, "--resume", "third"), 0);
+    read_runs("third", &again);
+    for (int i = 0; i < NRUNS; i++) assert_int_equal(again.resumed[i], i != 2);
+    assert_true(isfinite(again.val_loss[2]) && again.final_step[2] == STEPS);
+    assert_int_equal(stat(path, &st), 0); /* marked again */
+    /* other options: refused before any run, the markers left as they were */
+    snprintf(path, sizeof path, "%s/runs/adamw-s1337/done.txt", dir);
+    struct stat before;
+    assert_int_equal(stat(path, &before), 0);
+    assert_int_not_equal(bench(STEPS + 2, "--resume", "other"), 0);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mtime, before.st_mtime);
+    assert_int_equal(st.st_size, before.st_size);
+    snprintf(path, sizeof path, "%s/other.json", dir);
+    assert_int_not_equal(stat(path, &st), 0); /* no report of runs it did not run */
 }
 
 static int setup(void **state)

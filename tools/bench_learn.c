@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <glob.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ static const learn_row_t learn_rows[] = {
 /* What one run gave. */
 typedef struct {
     int ran, rc;
+    int resumed; /* read from an earlier command's run (--resume), not run again */
     double wall_s, cpu_s;
     double val_final; /* measured here on the assembled model; NAN: none */
     int64_t final_step;
@@ -119,6 +121,7 @@ typedef struct {
     int demo_k_run, demo_chunk_run; /* their DeMo k and chunk, as they parse */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
+    int resume; /* --resume: a run whose directory says it finished is read, not run again */
     long long seed;
     double skip, skip_until, swap;
     char dir[400];
@@ -333,6 +336,69 @@ static void args_demo(learn_args_t *v, const learn_opts_t *lo)
     }
 }
 
+/* ---- a run's directory: started clean, marked when done (--resume) ---------------------- */
+
+/* Removes the files an earlier command left in a run's directory (the directory is the
+ * bench's own): a local swarm's peers would otherwise resume from the old stores. */
+static void clear_run_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[1024];
+    while ((e = readdir(d))) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (!lstat(path, &st) && S_ISREG(st.st_mode)) unlink(path);
+    }
+    closedir(d);
+}
+
+/* The run's words on one line (the marker keeps them: a resumed run must be the same run). */
+static void args_line(const learn_args_t *v, char *out, size_t n)
+{
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < v->n && k + 1 < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%s", i ? " " : "", v->a[i]);
+}
+
+/* The marker of a run that ended with exit 0: "done.txt" in its directory, written last
+ * (renamed into place), holding its words and what the bench measured of it, since the
+ * wall and CPU seconds are nowhere else. */
+static void mark_done(const char *dir, const char *line, const learn_result_t *r)
+{
+    char tmp[640], path[640];
+    snprintf(tmp, sizeof tmp, "%s/done.txt.tmp", dir);
+    snprintf(path, sizeof path, "%s/done.txt", dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "rc %d\nwall_s %.3f\ncpu_s %.3f\nargs %s\n", r->rc, r->wall_s, r->cpu_s, line);
+    if (fclose(f) == 0) rename(tmp, path);
+}
+
+/* Reads a run's marker. Returns 1 when there is one for these words (rc, wall and CPU
+ * seconds filled), 0 when there is none, -1 when there is one for other words. */
+static int read_done(const char *dir, const char *line, learn_result_t *r)
+{
+    char path[640];
+    snprintf(path, sizeof path, "%s/done.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    static char buf[LEARN_MAX_ARGS * 64];
+    int got = 0, same = 0;
+    while (fgets(buf, sizeof buf, f)) {
+        buf[strcspn(buf, "\n")] = 0;
+        if (sscanf(buf, "rc %d", &r->rc) == 1 || sscanf(buf, "wall_s %lf", &r->wall_s) == 1 ||
+            sscanf(buf, "cpu_s %lf", &r->cpu_s) == 1)
+            got++;
+        else if (!strncmp(buf, "args ", 5))
+            same = !strcmp(buf + 5, line);
+    }
+    fclose(f);
+    return got == 3 && same ? 1 : -1;
+}
+
 static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i, learn_result_t *r,
                      store_event_t *ev)
 {
@@ -361,7 +427,6 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
             args_add(&v, row->schedule ? row->schedule : lo->baseline_schedule);
         }
         snprintf(db, sizeof db, "%s/train.db", r->dir);
-        unlink(db);
         args_add(&v, "--db"), args_add(&v, db);
         args_add(&v, "--checkpoint-every"), args_addf(&v, "%.0f", lo->steps);
         args_add(&v, "--log-every"), args_add(&v, "100");
@@ -394,9 +459,26 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         args_common(&v, lo, seed);
         if (lo->demo_lr) args_add(&v, "--lr"), args_add(&v, lo->demo_lr); /* later words win */
     }
+    static char line[LEARN_MAX_ARGS * 64];
+    args_line(&v, line, sizeof line);
     printf("  %-17s seed %lld ...", row->name, seed);
     fflush(stdout);
-    r->rc = learn_spawn(v.a, out, &r->wall_s, &r->cpu_s);
+    int done = lo->resume ? read_done(r->dir, line, r) : 0;
+    if (done < 0) {
+        args_free(&v);
+        snprintf(r->err, sizeof r->err,
+                 "%s/done.txt is of a run with other options: --resume takes the same options "
+                 "(or use another --dir)",
+                 r->dir);
+        printf(" not run\n");
+        return -2;
+    }
+    if (done) {
+        r->resumed = 1;
+    } else {
+        clear_run_dir(r->dir);
+        r->rc = learn_spawn(v.a, out, &r->wall_s, &r->cpu_s);
+    }
     args_free(&v);
     r->ran = 1;
     if (r->rc < 0) {
@@ -404,6 +486,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         printf(" failed to start\n");
         return -1;
     }
+    if (!done && r->rc == 0) mark_done(r->dir, line, r);
     /* the stores: train's one, or every peer's */
     glob_t g;
     memset(&g, 0, sizeof g);
@@ -440,8 +523,8 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         r->pt_step[k] = (double)r->final_step, r->pt_loss[k] = r->val_final;
     }
     sort_points(lo, r);
-    printf(" val_loss %.4f  %.0f s (exit %d)%s%s\n", r->val_final, r->wall_s, r->rc,
-           r->err[0] ? ": " : "", r->err);
+    printf(" val_loss %.4f  %.0f s (exit %d%s)%s%s\n", r->val_final, r->wall_s, r->rc,
+           r->resumed ? "; run earlier, read from its stores" : "", r->err[0] ? ": " : "", r->err);
     fflush(stdout);
     return 0;
 }
@@ -542,8 +625,8 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
             print_num(f, r->val_final / base);
             fprintf(f, ",\"tokens_per_s\":");
             print_num(f, r->wall_s > 0 ? lo->tokens_per_step * lo->steps / r->wall_s : NAN);
-            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"npoints\":%d", r->wall_s, r->cpu_s,
-                    r->npts);
+            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"npoints\":%d,\"resumed\":%s",
+                    r->wall_s, r->cpu_s, r->npts, r->resumed ? "true" : "false");
             if (learn_rows[i].swarm) {
                 fprintf(f, ",\"exchange_bytes_per_param_step\":");
                 print_num(f, exch_bytes_per_param_step(lo, r));
@@ -742,6 +825,7 @@ int bench_learn(int argc, char **argv)
         O_DEMOLR,
         O_OUTER,
         O_OUTERK,
+        O_RESUME,
         O_HELP
     };
     static const struct option opts[] = {{"config", required_argument, NULL, O_CONFIG},
@@ -772,6 +856,7 @@ int bench_learn(int argc, char **argv)
                                          {"demo-lr", required_argument, NULL, O_DEMOLR},
                                          {"outer", required_argument, NULL, O_OUTER},
                                          {"outer-k", required_argument, NULL, O_OUTERK},
+                                         {"resume", no_argument, NULL, O_RESUME},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     static learn_opts_t lo;
@@ -888,6 +973,9 @@ int bench_learn(int argc, char **argv)
             lo.outer_k = optarg;
             break;
         }
+        case O_RESUME:
+            lo.resume = 1;
+            break;
         case O_HELP:
         case 'h':
             printf(
@@ -936,6 +1024,9 @@ int bench_learn(int argc, char **argv)
                 "  --threads N          train's threads (local divides the cores itself)\n"
                 "  --data FILE          corpus (default: the KJV cache)\n"
                 "  --dir DIR            runs' logs and stores (default: a new /tmp dir, kept)\n"
+                "  --resume             with --dir: a run that finished there (its done.txt,\n"
+                "                       the same options) is read from its stores, not run\n"
+                "                       again; the others run from the start\n"
                 "  --svg FILE           the curves (default bench-learn.svg)\n"
                 "  --json FILE          the numbers as JSON (- for stdout)\n"
                 "  -- RUN OPTIONS       given to every run (train and local), e.g. -- --lr 2e-3\n");
@@ -991,6 +1082,10 @@ int bench_learn(int argc, char **argv)
     lo.demo_k_run = drun.demo.k, lo.demo_chunk_run = drun.demo.chunk;
     lo.tokens_per_step = (double)lo.run.replicas * lo.run.accum * lo.run.cfg.batch * lo.run.cfg.seq;
     lo.params = config_num_params(&lo.run.cfg);
+    if (lo.resume && !lo.dir[0]) {
+        fprintf(stderr, "bench learn: --resume needs --dir, the directory of the runs to resume\n");
+        return 2;
+    }
     if (!lo.dir[0]) {
         snprintf(lo.dir, sizeof lo.dir, "/tmp/swarmtrain-bench-learn-XXXXXX");
         if (!mkdtemp(lo.dir)) {
@@ -1040,7 +1135,11 @@ int bench_learn(int argc, char **argv)
     for (int s = 0; s < lo.seeds; s++)
         for (int i = 0; i < LEARN_NROWS; i++)
             if (on[i]) {
-                learn_run(&lo, &learn_rows[i], s, &res[i][s], ev);
+                if (learn_run(&lo, &learn_rows[i], s, &res[i][s], ev) == -2) {
+                    fprintf(stderr, "bench learn: %s\n", res[i][s].err);
+                    free(ev);
+                    return 2;
+                }
                 failed |= !isfinite(res[i][s].val_final);
             }
     free(ev);

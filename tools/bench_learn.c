@@ -45,6 +45,7 @@
 #include <glob.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +122,8 @@ typedef struct {
     int demo_k_run, demo_chunk_run; /* their DeMo k and chunk, as they parse */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
-    int resume; /* --resume: a run whose directory says it finished is read, not run again */
+    int resume;      /* --resume: a run whose directory says it finished is read, not rerun */
+    int no_constant; /* --no-constant: without issue 17's reference (AdamW at a constant lr) */
     long long seed;
     double skip, skip_until, swap;
     char dir[400];
@@ -205,6 +207,18 @@ static void args_common(learn_args_t *v, const learn_opts_t *lo, long long seed)
     for (int i = 0; i < lo->nextra; i++) args_add(v, lo->extra[i]);
 }
 
+/* Says why a number of r is missing (formatted apart: the arguments may be r's own). */
+static void set_err(learn_result_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(learn_result_t *r, const char *fmt, ...)
+{
+    char msg[sizeof r->err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    memcpy(r->err, msg, sizeof msg);
+}
+
 /* ---- reading the stores ---------------------------------------------------------------- */
 
 /* Adds the "val_loss" events of the store at path to r (steps done: train records the
@@ -274,7 +288,7 @@ static double eval_stores(const learn_opts_t *lo, const char *const *paths, int 
     }
     val = sum / lo->val_batches;
 done:
-    if (!isfinite(val)) snprintf(r->err, sizeof r->err, "final validation: %s", err);
+    if (!isfinite(val)) set_err(r, "final validation: %s", err);
     free(tok);
     free(tgt);
     data_destroy(&d);
@@ -409,7 +423,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     r->val_final = NAN;
     snprintf(r->dir, sizeof r->dir, "%s/%s-s%lld", lo->dir, row->name, seed);
     if (mkdir(r->dir, 0755) && errno != EEXIST) {
-        snprintf(r->err, sizeof r->err, "cannot make %s: %s", r->dir, strerror(errno));
+        set_err(r, "cannot make %s: %s", r->dir, strerror(errno));
         return -1;
     }
     snprintf(out, sizeof out, "%s/out.txt", r->dir);
@@ -466,10 +480,10 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     int done = lo->resume ? read_done(r->dir, line, r) : 0;
     if (done < 0) {
         args_free(&v);
-        snprintf(r->err, sizeof r->err,
-                 "%s/done.txt is of a run with other options: --resume takes the same options "
-                 "(or use another --dir)",
-                 r->dir);
+        set_err(r,
+                "%s/done.txt is of a run with other options: --resume takes the same options "
+                "(or use another --dir)",
+                r->dir);
         printf(" not run\n");
         return -2;
     }
@@ -482,7 +496,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     args_free(&v);
     r->ran = 1;
     if (r->rc < 0) {
-        snprintf(r->err, sizeof r->err, "cannot start: %s", strerror(errno));
+        set_err(r, "cannot start: %s", strerror(errno));
         printf(" failed to start\n");
         return -1;
     }
@@ -510,7 +524,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
             }
             r->val_final = eval_stores(lo, (const char *const *)g.gl_pathv, nck, r);
         } else {
-            snprintf(r->err, sizeof r->err, "no peer store in %s", r->dir);
+            set_err(r, "no peer store in %s", r->dir);
         }
         read_local_wire(out, r);
     }
@@ -826,6 +840,7 @@ int bench_learn(int argc, char **argv)
         O_OUTER,
         O_OUTERK,
         O_RESUME,
+        O_NOCONST,
         O_HELP
     };
     static const struct option opts[] = {{"config", required_argument, NULL, O_CONFIG},
@@ -857,6 +872,7 @@ int bench_learn(int argc, char **argv)
                                          {"outer", required_argument, NULL, O_OUTER},
                                          {"outer-k", required_argument, NULL, O_OUTERK},
                                          {"resume", no_argument, NULL, O_RESUME},
+                                         {"no-constant", no_argument, NULL, O_NOCONST},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     static learn_opts_t lo;
@@ -976,6 +992,9 @@ int bench_learn(int argc, char **argv)
         case O_RESUME:
             lo.resume = 1;
             break;
+        case O_NOCONST:
+            lo.no_constant = 1;
+            break;
         case O_HELP:
         case 'h':
             printf(
@@ -1015,6 +1034,8 @@ int bench_learn(int argc, char **argv)
                 "                       swarm+skip, swarm+swap, swarm+churn, swarm+stage-lost)\n"
                 "  --baseline-schedule  AdamW's lr schedule (cosine, as the sign preset; "
                 "constant)\n"
+                "  --no-constant        without AdamW at a constant lr (issue 17's reference;\n"
+                "                       an hour a seed on small)\n"
                 "  --outer H            the DeMo runs (swarm and demo-train) exchange once every\n"
                 "                       H steps, local AdamW steps between (--demo-local H with\n"
                 "                       the sign preset's outer step: top-k in parameter space,\n"
@@ -1099,6 +1120,7 @@ int bench_learn(int argc, char **argv)
     int on[LEARN_NROWS];
     for (int i = 0; i < LEARN_NROWS; i++) {
         on[i] = !learn_rows[i].ablation || lo.ablations;
+        if (learn_rows[i].schedule && lo.no_constant) on[i] = 0;
         if (on[i] && learn_rows[i].ablation && lo.only) { /* a whole name of the list */
             size_t k = strlen(learn_rows[i].name);
             const char *p = lo.only;
@@ -1131,17 +1153,28 @@ int bench_learn(int argc, char **argv)
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);
     if (!ev) return 1;
+    /* the order runs go in, a seed at a time: the rows that make the ratio and explain most
+     * of it first (AdamW, the full swarm, DeMo in one process), then the one-mechanism rows,
+     * then issue 17's reference, so that a long command stopped part way has said most */
+    int order[LEARN_NROWS], norder = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < LEARN_NROWS; i++) {
+            const learn_row_t *w = &learn_rows[i];
+            int p = w->ablation ? 1 : w->schedule ? 2 : 0;
+            if (p == pass) order[norder++] = i;
+        }
     int failed = 0;
     for (int s = 0; s < lo.seeds; s++)
-        for (int i = 0; i < LEARN_NROWS; i++)
-            if (on[i]) {
-                if (learn_run(&lo, &learn_rows[i], s, &res[i][s], ev) == -2) {
-                    fprintf(stderr, "bench learn: %s\n", res[i][s].err);
-                    free(ev);
-                    return 2;
-                }
-                failed |= !isfinite(res[i][s].val_final);
+        for (int k = 0; k < norder; k++) {
+            int i = order[k];
+            if (!on[i]) continue;
+            if (learn_run(&lo, &learn_rows[i], s, &res[i][s], ev) == -2) {
+                fprintf(stderr, "bench learn: %s\n", res[i][s].err);
+                free(ev);
+                return 2;
             }
+            failed |= !isfinite(res[i][s].val_final);
+        }
     free(ev);
     print_table(&lo, res, on);
     double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi, rm2, rlo2, rhi2;
@@ -1154,16 +1187,18 @@ int bench_learn(int argc, char **argv)
         printf(")");
     }
     printf("; target <= 1.05 (quick form), <= 1.03 (small)\n");
-    double rc2[LEARN_MAX_SEEDS], mc2, lc2, hc2;
-    for (int s = 0; s < lo.seeds; s++) {
-        ratios[s] = res[0][s].val_final / res[LEARN_NROWS - 1][s].val_final;
-        rc2[s] = res[1][s].val_final / res[LEARN_NROWS - 1][s].val_final;
+    if (on[LEARN_NROWS - 1]) {
+        double rc2[LEARN_MAX_SEEDS], mc2, lc2, hc2;
+        for (int s = 0; s < lo.seeds; s++) {
+            ratios[s] = res[0][s].val_final / res[LEARN_NROWS - 1][s].val_final;
+            rc2[s] = res[1][s].val_final / res[LEARN_NROWS - 1][s].val_final;
+        }
+        stats(ratios, lo.seeds, &rm2, &rlo2, &rhi2);
+        stats(rc2, lo.seeds, &mc2, &lc2, &hc2);
+        printf("AdamW %s over AdamW at a constant lr (issue 17's reference): %.4f; ratio "
+               "swarm/AdamW-constant: %.4f\n",
+               lo.baseline_schedule, rm2, mc2);
     }
-    stats(ratios, lo.seeds, &rm2, &rlo2, &rhi2);
-    stats(rc2, lo.seeds, &mc2, &lc2, &hc2);
-    printf("AdamW %s over AdamW at a constant lr (issue 17's reference): %.4f; ratio "
-           "swarm/AdamW-constant: %.4f\n",
-           lo.baseline_schedule, rm2, mc2);
     {
         /* what the total is made of: DeMo's own cost over AdamW (in one process), the
          * swarm's execution of it (swarm-demo over demo-train), each mechanism's over

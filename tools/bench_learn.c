@@ -39,11 +39,11 @@
 #include "tools/plot.h"
 #include "tools/run_opts.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <glob.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

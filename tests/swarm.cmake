@@ -7,7 +7,7 @@ st_include_root(test_swarm tools PRIVATE)
 foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:integration
           equivalent_swap:integration equivalent_gossip:integration wire_by_kind:integration
           status_json:integration status_join:integration local_start_failure:integration local_kill_start:fault
-          local_join_burst:integration local_pause:fault local_dead_link:fault local_orphan_stage:fault
+          local_join_burst:integration local_churn_at:fault local_pause:fault local_dead_link:fault local_orphan_stage:fault
           garbage_rejected:fault demo_swarm_with_fault:fault demo_preset_swarm:integration outer_swarm:integration
           revive_from_checkpoint:fault outside_kills:fault lost_stages:fault judged:fault
           resume:fault)

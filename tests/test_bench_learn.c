@@ -127,7 +127,7 @@ static int bench(int steps, const char *extra, const char *name)
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "%s bench learn --config tiny --steps %d --stages 2 --peers 4 --val-every 4 "
-             "--val-batches 4 --churn-kills 1 --no-ablations --data '%s' --dir %s/runs %s "
+             "--val-batches 4 --churn-at 1:3 --no-ablations --data '%s' --dir %s/runs %s "
              "--json %s/%s.json --svg %s/out.svg > %s/%s.txt 2>&1",
              testutil_bin(), steps, testutil_corpus(), dir, extra, dir, name, dir, dir, name);
     int rc = system(cmd);

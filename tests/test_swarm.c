@@ -1360,6 +1360,42 @@ static void test_local_kill_start(void **state)
     }
 }
 
+/* Churn spread over the run (`local --churn-at 3:1`, what bench learn runs): three peers,
+ * each drawn among those that are not the last of their stage, SIGKILLed from outside at
+ * steps drawn from the fault seed over the whole run (seed 5 draws steps 1, 12 and 50 of
+ * 80), each replaced by a new peer a second later. Each kill comes at or after its drawn
+ * step (within a drawn second of it), the three drawn steps are not all early (--churn's
+ * capped rate puts every kill in a run's first minute), and the run finishes with nothing
+ * lost, exit 0, no death unplanned. */
+static void test_local_churn_at(void **state)
+{
+    (void)state;
+    json_obj_t sum;
+    char *js = local_run("ca", "--peers 4 --stages 2 --steps 80 --threads 1 --churn-at 3:1 "
+                         "--fault-seed 5", 300, &sum);
+    assert_int_equal((int)json_num(&sum, "kills"), 3);
+    assert_int_equal((int)json_num(&sum, "restarts"), 3);
+    assert_int_equal((int)json_num(&sum, "churn_at_missed"), 0);
+    int n, k = 0;
+    long long last_drawn = 0;
+    json_obj_t *f = rows(js, "faults", &n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(json_get(&f[i], "cause"), "churn")) continue;
+        long long drawn = (long long)json_num(&f[i], "drawn_step");
+        assert_true(drawn >= 1 && drawn <= 78);
+        assert_true((long long)json_num(&f[i], "step") >= drawn);
+        assert_true(drawn >= last_drawn); /* in the order drawn */
+        last_drawn = drawn, k++;
+    }
+    free(f);
+    assert_int_equal(k, 3);
+    assert_true(last_drawn >= 40);
+    assert_int_equal((int)json_num(&sum, "lost"), 0);
+    assert_int_equal(count_rows(js, "unplanned"), 0);
+    assert_true(isfinite(json_num(&sum, "val_loss")));
+    free(js);
+}
+
 /* A join burst (issue 24, item 5): four peers started at once into a running pool of two
  * (`local --joiners 4`) all download the state (from at least one donor each), contribute,
  * none re-syncs after contributing, and the run loses nothing. The times from start to
@@ -1737,6 +1773,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_local_start_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_kill_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_join_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_churn_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_pause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_dead_link, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_orphan_stage, setup, teardown),

@@ -115,6 +115,7 @@ typedef struct {
 
 typedef struct {
     const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule, *only;
+    const char *churn_at; /* local --churn-at N:S (the default), unless --churn's rate */
     const char *demo_lr; /* --lr of the DeMo runs (swarm and demo-train); NULL: the run's */
     int outer;           /* --outer H: the DeMo runs exchange once every H steps; 0: every step */
     const char *outer_k; /* --outer-k: their DeMo k (coefficients of 256); NULL: the preset's */
@@ -458,9 +459,13 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         }
         if (row->mechs & MECH_SWAP) args_add(&v, "--swap"), args_addf(&v, "%g", lo->swap);
         if (row->mechs & MECH_CHURN) {
-            args_add(&v, "--churn"), args_add(&v, lo->churn);
-            if (lo->churn_kills > 0)
-                args_add(&v, "--churn-kills"), args_addf(&v, "%.0f", lo->churn_kills);
+            if (lo->churn) {
+                args_add(&v, "--churn"), args_add(&v, lo->churn);
+                if (lo->churn_kills > 0)
+                    args_add(&v, "--churn-kills"), args_addf(&v, "%.0f", lo->churn_kills);
+            } else {
+                args_add(&v, "--churn-at"), args_add(&v, lo->churn_at);
+            }
         }
         if ((row->mechs & MECH_STAGE) && lo->kill_stage >= 0) {
             char ks[32];
@@ -609,7 +614,9 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     print_json_str(f, lo->codec);
     fprintf(f, ",\"skip\":%g,\"skip_until\":%g,\"swap\":%g,\"churn\":", lo->skip, lo->skip_until,
             lo->swap);
-    print_json_str(f, lo->churn);
+    print_json_str(f, lo->churn ? lo->churn : "");
+    fprintf(f, ",\"churn_at\":");
+    print_json_str(f, lo->churn ? "" : lo->churn_at);
     fprintf(f, ",\"kill_stage\":%d,\"baseline_schedule\":", lo->kill_stage);
     print_json_str(f, lo->baseline_schedule);
     fprintf(f, ",\"demo_lr\":");
@@ -825,6 +832,7 @@ int bench_learn(int argc, char **argv)
         O_SWAP,
         O_CHURN,
         O_CHURNKILLS,
+        O_CHURNAT,
         O_KILLSTAGE,
         O_NOABL,
         O_ABL,
@@ -858,6 +866,7 @@ int bench_learn(int argc, char **argv)
                                          {"swap", required_argument, NULL, O_SWAP},
                                          {"churn", required_argument, NULL, O_CHURN},
                                          {"churn-kills", required_argument, NULL, O_CHURNKILLS},
+                                         {"churn-at", required_argument, NULL, O_CHURNAT},
                                          {"kill-stage", required_argument, NULL, O_KILLSTAGE},
                                          {"no-ablations", no_argument, NULL, O_NOABL},
                                          {"ablations", no_argument, NULL, O_ABL},
@@ -877,14 +886,14 @@ int bench_learn(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     static learn_opts_t lo;
     memset(&lo, 0, sizeof lo);
-    lo.config = "tiny", lo.codec = "int8", lo.churn = "1:3", lo.svg = "bench-learn.svg";
+    lo.config = "tiny", lo.codec = "int8", lo.churn_at = "3:3", lo.svg = "bench-learn.svg";
     lo.baseline_schedule = "cosine";
     lo.steps = -1, lo.stages = -1, lo.peers = -1, lo.replicas = 2, lo.val_every = -1;
     lo.seeds = 1, lo.seed = 1337, lo.ablations = -1, lo.churn_kills = 3, lo.kill_stage = 1;
     /* skipping half the middle-stage visits in the first half of the run leaves out as
      * many as a quarter throughout, at about half the cost (docs/design-notes.md) */
     lo.val_batches = 20, lo.skip = 0.5, lo.skip_until = 0.5, lo.swap = 0.1;
-    int c;
+    int c, churn_kills_given = 0, churn_at_given = 0;
     float f;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -945,7 +954,18 @@ int bench_learn(int argc, char **argv)
             break;
         case O_CHURNKILLS:
             bad = run_opts_int("--churn-kills", optarg, 0, &lo.churn_kills);
+            churn_kills_given = 1;
             break;
+        case O_CHURNAT: {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            double rs = 3;
+            if (*end == ':') rs = strtod(end + 1, &end);
+            bad = *end || n < 1 || !(rs >= 0);
+            if (bad) fprintf(stderr, "bench learn: --churn-at N[:S], e.g. 3:3\n");
+            lo.churn_at = optarg, churn_at_given = 1;
+            break;
+        }
         case O_KILLSTAGE:
             lo.kill_stage = atoi(optarg);
             break;
@@ -1023,9 +1043,12 @@ int bench_learn(int argc, char **argv)
                 "  --skip R             SkipPipe ratio (0.5)\n"
                 "  --skip-until F       skipping in the first F of the steps only (0.5; 1: all)\n"
                 "  --swap S             CheckFree+ swap share (0.1)\n"
-                "  --churn RATE:S       local --churn (1:3: one kill per peer per minute, a new\n"
-                "                       peer 3 s later)\n"
-                "  --churn-kills N      at most N churn kills (3; 0: no limit)\n"
+                "  --churn-at N:S       churn: N peers SIGKILLed from outside at steps drawn\n"
+                "                       over the whole run, each replaced by a new peer S s\n"
+                "                       later (3:3; local --churn-at)\n"
+                "  --churn RATE:S       churn at a rate instead (local --churn: RATE kills per\n"
+                "                       peer per minute), with --churn-kills N at most N (3;\n"
+                "                       0: no limit): capped, they all land early in a long run\n"
                 "  --kill-stage S       the stage SIGKILLed whole at a drawn step (1; -1: none)\n"
                 "  --ablations          also the one-mechanism rows (default but for tiny)\n"
                 "  --no-ablations       only AdamW and the full swarm (default for tiny: the\n"
@@ -1070,6 +1093,22 @@ int bench_learn(int argc, char **argv)
                 lo.stages);
         return 2;
     }
+    if (lo.churn && churn_at_given) {
+        fprintf(stderr, "bench learn: --churn-at or --churn (a rate), not both\n");
+        return 2;
+    }
+    if (churn_kills_given && !lo.churn) {
+        fprintf(stderr, "bench learn: --churn-kills caps --churn's rate; --churn-at N says "
+                        "how many\n");
+        return 2;
+    }
+    char churn_desc[96];
+    if (lo.churn)
+        snprintf(churn_desc, sizeof churn_desc, "at a rate %s (at most %d kills)", lo.churn,
+                 lo.churn_kills);
+    else
+        snprintf(churn_desc, sizeof churn_desc, "%s (kills:restart s, at drawn steps)",
+                 lo.churn_at);
     if (lo.peers < 2 * lo.stages)
         fprintf(stderr, "bench learn: note: churn never kills the last peer of a stage; with "
                         "fewer than 2 peers per stage it kills nobody there\n");
@@ -1141,13 +1180,13 @@ int bench_learn(int argc, char **argv)
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
            "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g, k %d, "
            "an exchange every %d step(s)), codec "
-           "%s, skip %g (the first %g of the steps), swap %g, churn %s (at most %d kills), "
+           "%s, skip %g (the first %g of the steps), swap %g, churn %s, "
            "stage %d lost at a drawn step; "
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
            lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
            (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip,
-           lo.skip_until, lo.swap, lo.churn, lo.churn_kills,
+           lo.skip_until, lo.swap, churn_desc,
            lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];

@@ -21,6 +21,7 @@
 
 #define LOCAL_MAX_STAGES 64   /* stages shown in the progress line */
 #define LOCAL_MAX_PEERS  1024 /* peer processes over a run, restarts included */
+#define LOCAL_MAX_CHURN_AT 64 /* --churn-at kills */
 
 struct auth;
 
@@ -39,6 +40,7 @@ typedef struct {
     double churn_rate;         /* --churn: SIGKILLs per peer per minute, from outside */
     double churn_restart_s;    /* ... and a new peer after this long; < 0: none */
     int churn_kills;           /* at most this many kills (0: no limit) */
+    int churn_at;              /* --churn-at N[:S]: N kills at steps drawn over the whole run */
     uint64_t fault_seed;
     int kill_stage, kill_stage_step; /* --kill-stage: every peer of a stage, from outside */
     int resume;                      /* --resume DIR: the swarm in DIR restarts from its stores */
@@ -92,6 +94,7 @@ typedef struct {
     long long step; /* stage 0's step then (-1: not known) */
     double t;       /* wall clock (events' "t") */
     const char *cause;
+    long long drawn; /* --churn-at: the step drawn for it (-1: none) */
 } local_fault_t;
 
 /* What the faults need between ticks (local_fault.c). */
@@ -118,6 +121,9 @@ typedef struct {
     double restart_due[LOCAL_MAX_PEERS]; /* churn: new peers due, for these stages */
     int restart_stage[LOCAL_MAX_PEERS], nrestart;
     double last_churn;
+    long long ca_step[LOCAL_MAX_CHURN_AT]; /* --churn-at: the steps, in order, and moments */
+    double ca_delay[LOCAL_MAX_CHURN_AT], ca_at;
+    int ca_next, ca_none; /* the next one; how many found no peer to kill */
     int joined; /* --join-at: started */
     int kills, restarts;
     double kill_wall; /* wall clock of the last kill re-routes are timed from; < 0 none */

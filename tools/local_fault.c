@@ -22,7 +22,7 @@ static void note(local_t *L, int peer, int stage, long long step, double t, cons
 {
     local_faults_t *f = &L->f;
     if (f->nlog < LOCAL_MAX_PEERS)
-        f->log[f->nlog++] = (local_fault_t){peer, stage, -1, step, t, cause};
+        f->log[f->nlog++] = (local_fault_t){peer, stage, -1, step, t, cause, -1};
 }
 
 /* SIGKILLs peer i from outside, now; kept for the summary (not yet counted as a kill:
@@ -101,6 +101,18 @@ void local_fault_plan(local_t *L)
         for (int k = 0; k < 4; k++) f->dl_pick[k] = rng_uniform(&L->frng);
     }
     f->dl_at = -1;
+    /* --churn-at: drawn after the others too; any step but the first and the last (a step
+     * a kill may land in, whichever instruction the peer is at) */
+    for (int k = 0; k < lo->churn_at; k++) {
+        f->ca_step[k] = 1 + (long long)rng_below(&L->frng, (uint64_t)(L->run.steps > 2 ? L->run.steps - 2 : 1));
+        f->ca_delay[k] = rng_uniform(&L->frng);
+    }
+    for (int a = 1; a < lo->churn_at; a++)
+        for (int b = a; b > 0 && f->ca_step[b] < f->ca_step[b - 1]; b--) {
+            long long t = f->ca_step[b];
+            f->ca_step[b] = f->ca_step[b - 1], f->ca_step[b - 1] = t;
+        }
+    f->ca_at = -1;
     f->kill_wall = -1;
     f->last_churn = clock_now();
 }
@@ -268,32 +280,75 @@ static void stage_failures(local_t *L, const local_view_t *v, double now)
     }
 }
 
+/* Whether churn may kill peer i: alive, and not the last live peer of its stage. */
+static int churn_may_kill(const local_t *L, int i)
+{
+    const local_child_t *c = &L->ch[i];
+    if (c->exited || c->killed) return 0;
+    int alive = 0;
+    for (int j = 0; j < L->n; j++)
+        alive += !L->ch[j].exited && !L->ch[j].killed && L->ch[j].stage == c->stage;
+    return alive >= 2;
+}
+
+/* A churn kill: peer i SIGKILLed from outside, its stage's replacement due. */
+static void churn_kill(local_t *L, const local_view_t *v, int i, double now)
+{
+    local_faults_t *f = &L->f;
+    const local_child_t *c = &L->ch[i];
+    sigkill(L, i, v->step0, "churn");
+    f->kills++;
+    await_step(L, c->stage, v->step_per[c->stage], now);
+    printf("local: churn: SIGKILL peer %d (stage %d) at step %lld\n", i, c->stage, v->step0);
+    if (L->lo.churn_restart_s >= 0 && f->nrestart < LOCAL_MAX_PEERS) {
+        f->restart_due[f->nrestart] = now + L->lo.churn_restart_s;
+        f->restart_stage[f->nrestart++] = c->stage;
+    }
+    fflush(stdout);
+}
+
+/* --churn-at: at each drawn step, after its drawn moment (within a second), a peer drawn
+ * among those churn may kill. */
+static void churn_at(local_t *L, const local_view_t *v, double now)
+{
+    local_faults_t *f = &L->f;
+    if (f->ca_next >= L->lo.churn_at || v->step0 < f->ca_step[f->ca_next] ||
+        v->step0 >= L->run.steps || f->npm >= LOCAL_MAX_PEERS)
+        return;
+    if (f->ca_at < 0) f->ca_at = now + f->ca_delay[f->ca_next];
+    if (now < f->ca_at) return;
+    int pick[LOCAL_MAX_PEERS], n = 0;
+    for (int i = 0; i < L->n; i++)
+        if (churn_may_kill(L, i)) pick[n++] = i;
+    if (n) {
+        int k = f->nlog;
+        churn_kill(L, v, pick[rng_below(&L->frng, (uint64_t)n)], now);
+        if (f->nlog > k) f->log[k].drawn = f->ca_step[f->ca_next];
+    } else {
+        f->ca_none++;
+        printf("local: churn: no peer to kill at step %lld (each is the last of its stage)\n",
+               v->step0);
+    }
+    f->ca_next++, f->ca_at = -1;
+}
+
 /* --churn: each live peer dies at RATE per minute, never the last of its stage. */
 static void churn(local_t *L, const local_view_t *v, double now)
 {
     local_faults_t *f = &L->f;
     const local_opts_t *lo = &L->lo;
+    if (lo->churn_at) {
+        churn_at(L, v, now);
+        return;
+    }
     if (!(lo->churn_rate > 0) || v->step0 < 1 || v->step0 >= L->run.steps ||
         (lo->churn_kills && f->kills >= lo->churn_kills) || f->npm >= LOCAL_MAX_PEERS)
         return;
     double dt = now - f->last_churn;
     for (int i = 0; i < L->n && (!lo->churn_kills || f->kills < lo->churn_kills); i++) {
-        local_child_t *c = &L->ch[i];
-        if (c->exited || c->killed) continue;
+        if (L->ch[i].exited || L->ch[i].killed) continue;
         if (rng_uniform(&L->frng) >= lo->churn_rate / 60.0 * dt) continue;
-        int alive = 0;
-        for (int j = 0; j < L->n; j++)
-            alive += !L->ch[j].exited && !L->ch[j].killed && L->ch[j].stage == c->stage;
-        if (alive < 2) continue;
-        sigkill(L, i, v->step0, "churn");
-        f->kills++;
-        await_step(L, c->stage, v->step_per[c->stage], now);
-        printf("local: churn: SIGKILL peer %d (stage %d) at step %lld\n", i, c->stage, v->step0);
-        if (lo->churn_restart_s >= 0 && f->nrestart < LOCAL_MAX_PEERS) {
-            f->restart_due[f->nrestart] = now + lo->churn_restart_s;
-            f->restart_stage[f->nrestart++] = c->stage;
-        }
-        fflush(stdout);
+        if (churn_may_kill(L, i)) churn_kill(L, v, i, now);
     }
 }
 

@@ -28,6 +28,7 @@ enum {
     O_CKBUDGET,
     O_CHURN,
     O_CHURN_KILLS,
+    O_CHURN_AT,
     O_FAULT_SEED,
     O_KILL_STAGE,
     O_RESUME,
@@ -78,6 +79,22 @@ static int parse_kill(local_opts_t *lo, const char *arg)
         fprintf(stderr, "swarmtrain local: --kill PEER:STEP, --kill random or --kill start\n");
         return -1;
     }
+    return 0;
+}
+
+/* --churn-at N[:RESTART_S]: N kills at drawn steps, each replaced (default 3 s later) */
+static int parse_churn_at(local_opts_t *lo, const char *arg)
+{
+    char *end;
+    long n = strtol(arg, &end, 10);
+    double s = 3;
+    if (*end == ':') s = strtod(end + 1, &end);
+    if (*end || n < 1 || n > LOCAL_MAX_CHURN_AT || !(s >= 0)) {
+        fprintf(stderr, "swarmtrain local: --churn-at N[:RESTART_S], N 1..%d, e.g. --churn-at 3:3\n",
+                LOCAL_MAX_CHURN_AT);
+        return -1;
+    }
+    lo->churn_at = (int)n, lo->churn_restart_s = s;
     return 0;
 }
 
@@ -279,6 +296,8 @@ static int local_option(void *ctx, int c, const char *arg)
         return parse_churn(lo, arg);
     case O_CHURN_KILLS:
         return run_opts_int("--churn-kills", arg, 1, &lo->churn_kills);
+    case O_CHURN_AT:
+        return parse_churn_at(lo, arg);
     case O_KILL_STAGE:
         return parse_kill_stage(lo, arg);
     case O_STAGE_FAILURES:
@@ -305,7 +324,7 @@ int local_opts_own(const char *a, int *takes_arg)
 {
     static const char *with_arg[] = {
         "--peers",      "--dir",          "--in-flight", "--kill",           "--join-at",
-        "--join-stage", "--peer-timeout", "--churn",     "--churn-kills",    "--fault-seed",
+        "--join-stage", "--peer-timeout", "--churn",     "--churn-kills",    "--fault-seed", "--churn-at",
         "--poison",     "--kill-stage",   "--resume",    "--stage-failures", "--placement",
         "--slowdown",   "--pause",        "--joiners",   "--dead-link",      "--custody-timeout"};
     *takes_arg = 0;
@@ -356,6 +375,11 @@ static int check(local_t *L)
         fprintf(stderr, "swarmtrain local: at most %d stages\n", LOCAL_MAX_STAGES);
         return 2;
     }
+    if (lo->churn_at && (lo->churn_rate > 0 || lo->churn_kills)) {
+        fprintf(stderr, "swarmtrain local: --churn-at draws its kills' steps; --churn and "
+                        "--churn-kills draw them at a rate: one or the other\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -398,6 +422,11 @@ static const char usage[] =
     "                       of its stage S seconds later; the summary gives kills,\n"
     "                       restarts, re-routed and lost microbatches, and MTTR\n"
     "  --churn-kills N      at most N kills\n"
+    "  --churn-at N[:S]     N SIGKILLs from outside at steps drawn from --fault-seed over\n"
+    "                       the whole run (a random peer each, never the last of its\n"
+    "                       stage), each replaced by a new peer of its stage S seconds\n"
+    "                       later (default 3): churn spread over a long run, where\n"
+    "                       --churn's capped kills all land in its first minute\n"
     "  --kill-stage S:STEP  every peer of stage S SIGKILLed from outside, at a random\n"
     "                       moment (--fault-seed) within a second of step STEP (STEP\n"
     "                       random: a step between 10% and 70% of the run); the\n"
@@ -410,8 +439,8 @@ static const char usage[] =
     "  --stage-recovery M   the peers' --stage-recovery (auto, checkfree, checkpoint)\n"
     "  --copy-budget P      the peers' --copy-budget: copies for recovery within P%\n"
     "                       of each keeper's activation/gradient bytes (default 5)\n"
-    "  --fault-seed N       the seed of --kill random, --kill-stage and --churn (default:\n"
-    "                       the clock)\n"
+    "  --fault-seed N       the seed of --kill random, --kill-stage, --churn and\n"
+    "                       --churn-at (default: the clock)\n"
     "  --kill PEER:STEP     peer PEER is SIGKILLed (it kills itself) when a microbatch of\n"
     "                       step >= STEP reaches it, so it dies holding work (fault "
     "drill)\n"
@@ -459,6 +488,7 @@ static const struct option extra[] = {{"peers", required_argument, 0, O_PEERS},
                                       {"checkpoint-budget", required_argument, 0, O_CKBUDGET},
                                       {"churn", required_argument, 0, O_CHURN},
                                       {"churn-kills", required_argument, 0, O_CHURN_KILLS},
+                                      {"churn-at", required_argument, 0, O_CHURN_AT},
                                       {"fault-seed", required_argument, 0, O_FAULT_SEED},
                                       {"kill-stage", required_argument, 0, O_KILL_STAGE},
                                       {"resume", required_argument, 0, O_RESUME},

@@ -472,7 +472,10 @@ static void print_faults(const sum_t *s)
         else
             printf("local: fault: no microbatch needed re-routing after the kill\n");
     }
-    if (!f->kills && !(L->lo.churn_rate > 0)) return;
+    if (L->lo.churn_at && f->ca_next < L->lo.churn_at)
+        printf("local: fault: the run ended before %d of the %d drawn churn kills\n",
+               L->lo.churn_at - f->ca_next, L->lo.churn_at);
+    if (!f->kills && !(L->lo.churn_rate > 0) && !L->lo.churn_at) return;
     printf("local: faults: %d kills, %d restarts, %llu microbatches re-routed, %llu lost", f->kills,
            f->restarts, s->rerouted, s->lost);
     if (f->nmttr)
@@ -563,8 +566,8 @@ static void put_scalars(FILE *f, const sum_t *s)
     put_num(f, "mttr_min", fl->nmttr ? fl->mttr[0] : NAN, "%.3f");
     put_num(f, "mttr_median", fl->nmttr ? fl->mttr[fl->nmttr / 2] : NAN, "%.3f");
     put_num(f, "mttr_max", fl->nmttr ? fl->mttr[fl->nmttr - 1] : NAN, "%.3f");
-    fprintf(f, ",\"mttr_pending\":%d,\"kill_stage_missed\":%d", fl->npm,
-            L->lo.kill_stage >= 0 && !fl->ks_done);
+    fprintf(f, ",\"mttr_pending\":%d,\"kill_stage_missed\":%d,\"churn_at_missed\":%d", fl->npm,
+            L->lo.kill_stage >= 0 && !fl->ks_done, L->lo.churn_at - fl->ca_next + fl->ca_none);
     fprintf(f, ",\"paused\":%d,\"pause_s\":%.1f,\"woken\":%d", fl->pz_state ? fl->pz_peer : -1,
             fl->pz_state ? L->lo.pause_s : 0.0, fl->pz_state == 2);
     join_stats_t j;
@@ -651,6 +654,7 @@ static void put_faults(FILE *f, const local_t *L)
         fprintf(f, "%s{\"peer\":%d,\"stage\":%d,\"step\":%lld,\"t\":%.3f,\"cause\":\"%s\"",
                 k ? "," : "", x->peer, x->stage, x->step, x->t, x->cause);
         if (x->other >= 0) fprintf(f, ",\"other\":%d", x->other);
+        if (x->drawn >= 0) fprintf(f, ",\"drawn_step\":%lld", x->drawn);
         fprintf(f, "}");
     }
     fprintf(f, "]");

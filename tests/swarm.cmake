@@ -23,7 +23,7 @@ foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:inte
 endforeach()
 # Swarms that mostly wait use a fraction of a core (alone under ASan, CPU time over wall
 # time: 0.16 for local_start_failure, the start's 15 s settle; 0.22 for local_kill_start,
-# two such starts; 0.2 for local_orphan_stage, local's 30 s wait for a stage nobody
+# two such starts; 0.16 for local_churn_at (Release), three joiners' downloads; 0.2 for local_orphan_stage, local's 30 s wait for a stage nobody
 # can rebuild; 0.41 for lost_stages, whose whole stages die at once and are noticed only
 # after up to 8 held probes, protocol.md 10.7 rule 12; 0.34 for revive_from_checkpoint,
 # two peers waiting for the third to die, come back and judge; 0.41 for partition and
@@ -32,7 +32,7 @@ endforeach()
 # a time among themselves) so that their waiting is not spent on the swarm lock, the
 # suite's critical path (in a clean clone at 35fe81c: 682 s of swarm-lock tests and 123 s
 # of serial ones in 805 s; at 3efab5c 752 s with partition and nat, 194 s of it).
-set_tests_properties(swarm_local_start_failure swarm_local_kill_start swarm_local_orphan_stage
+set_tests_properties(swarm_local_start_failure swarm_local_kill_start swarm_local_churn_at swarm_local_orphan_stage
   swarm_lost_stages swarm_revive_from_checkpoint PROPERTIES RESOURCE_LOCK swarm_light)
 # A partition on the real network heals into one swarm (tests/partition.sh): 6 namespaced
 # hosts (tools/netns.sh), the switch cut in two for 6-9 s (the peer timeout is 3 s) or

@@ -23,8 +23,8 @@ foreach(t equivalent_2:integration equivalent_4:integration equivalent_skip:inte
 endforeach()
 # Swarms that mostly wait use a fraction of a core (alone under ASan, CPU time over wall
 # time: 0.16 for local_start_failure, the start's 15 s settle; 0.22 for local_kill_start,
-# two such starts; 0.37 for local_churn_at, three joiners waiting on their downloads; 0.2 for local_orphan_stage, local's 30 s wait for a stage nobody
-# can rebuild; 0.41 for lost_stages, whose whole stages die at once and are noticed only
+# two such starts; 0.37 for local_churn_at, three joiners waiting on their downloads; 0.2
+# for local_orphan_stage, local's 30 s wait for a stage nobody can rebuild; 0.41 for lost_stages, whose whole stages die at once and are noticed only
 # after up to 8 held probes, protocol.md 10.7 rule 12; 0.34 for revive_from_checkpoint,
 # two peers waiting for the third to die, come back and judge; 0.41 for partition and
 # 0.28 for nat below, peers paced as slower devices): lighter company for a swarm than

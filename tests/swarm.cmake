@@ -24,11 +24,12 @@ endforeach()
 # Swarms that mostly wait use a fraction of a core (alone under ASan, CPU time over wall
 # time: 0.16 for local_start_failure, the start's 15 s settle; 0.22 for local_kill_start,
 # two such starts; 0.37 for local_churn_at, three joiners waiting on their downloads; 0.2
-# for local_orphan_stage, local's 30 s wait for a stage nobody can rebuild; 0.41 for lost_stages, whose whole stages die at once and are noticed only
-# after up to 8 held probes, protocol.md 10.7 rule 12; 0.34 for revive_from_checkpoint,
-# two peers waiting for the third to die, come back and judge; 0.41 for partition and
-# 0.28 for nat below, peers paced as slower devices): lighter company for a swarm than
-# the single-threaded test it may run beside anyway. They take a lock of their own (one at
+# for local_orphan_stage, local's 30 s wait for a stage nobody can rebuild; 0.41 for
+# lost_stages, whose whole stages die at once and are noticed only after up to 8 held
+# probes, protocol.md 10.7 rule 12; 0.34 for revive_from_checkpoint, two peers waiting for
+# the third to die, come back and judge; 0.41 for partition and 0.28 for nat below, peers
+# paced as slower devices): lighter company for a swarm than the single-threaded test it
+# may run beside anyway. They take a lock of their own (one at
 # a time among themselves) so that their waiting is not spent on the swarm lock, the
 # suite's critical path (in a clean clone at 35fe81c: 682 s of swarm-lock tests and 123 s
 # of serial ones in 805 s; at 3efab5c 752 s with partition and nat, 194 s of it).

@@ -1192,14 +1192,15 @@ int bench_learn(int argc, char **argv)
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);
     if (!ev) return 1;
-    /* the order runs go in, a seed at a time: the rows that make the ratio and explain most
-     * of it first (AdamW, the full swarm, DeMo in one process), then the one-mechanism rows,
-     * then issue 17's reference, so that a long command stopped part way has said most */
+    /* the order runs go in, a seed at a time: the single-process runs that make the ratio
+     * and explain most of it first (AdamW, DeMo in one process: deterministic, the
+     * cheapest), then the full swarm, the one-mechanism rows, and issue 17's reference
+     * last, so that a long command stopped part way (--resume) has said the most */
     int order[LEARN_NROWS], norder = 0;
-    for (int pass = 0; pass < 3; pass++)
+    for (int pass = 0; pass < 4; pass++)
         for (int i = 0; i < LEARN_NROWS; i++) {
             const learn_row_t *w = &learn_rows[i];
-            int p = w->ablation ? 1 : w->schedule ? 2 : 0;
+            int p = w->schedule ? 3 : w->ablation ? 2 : w->swarm ? 1 : 0;
             if (p == pass) order[norder++] = i;
         }
     int failed = 0;

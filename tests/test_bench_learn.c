@@ -4,9 +4,10 @@
  * AdamW at a constant lr, each with a final validation loss measured at the last step;
  * validation points that end there, with their token counts; the swarm's bytes per
  * parameter per step and per token — and the SVG of the curves is written. Then --resume:
- * the same command again reads every run from its stores and runs none (the same losses),
- * a run without its done marker runs again alone, and other options are refused before any
- * run. It reads the JSON only, never the printed table.
+ * the same command again reads every run from its stores and runs none (the same losses,
+ * the build that ran each, from its marker), a run without its done marker runs again
+ * alone, and other options are refused before any run. It reads the JSON only, never the
+ * printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -41,6 +42,7 @@ typedef struct {
     double val_loss[8], ratio[8], tps[8], exch[8], wire[8];
     long long final_step[8], seed[8];
     int npoints[8], swarm[8], has_kills[8], resumed[8];
+    char build[8][64];
 } runs_t;
 
 typedef struct {
@@ -86,6 +88,7 @@ static void on_run(void *ctx, const json_obj_t *o)
     r->wire[i] = *v && strcmp(v, "null") ? atof(v) : NAN;
     r->has_kills[i] = *json_get(o, "kills") && *json_get(o, "stages_rebuilt");
     r->resumed[i] = !strcmp(json_get(o, "resumed"), "true");
+    snprintf(r->build[i], sizeof r->build[i], "%s", json_get(o, "build"));
 }
 
 static void on_point(void *ctx, const json_obj_t *o)
@@ -206,6 +209,8 @@ static void test_json_structure(void **state)
         assert_false(r.resumed[i]);
         assert_true(again.resumed[i]);
         assert_true(fabs(again.val_loss[i] - r.val_loss[i]) < 1e-5);
+        assert_true(r.build[i][0] && strcmp(r.build[i], "unknown")); /* the marker names it */
+        assert_string_equal(again.build[i], r.build[i]);
         assert_int_equal(again.final_step[i], STEPS);
     }
     /* a run without its marker (stopped before its end) runs again, alone */

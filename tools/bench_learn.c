@@ -39,6 +39,8 @@
 #include "tools/plot.h"
 #include "tools/run_opts.h"
 
+#include "st_version.h" /* the build a run was made by, in its done.txt */
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -100,6 +102,7 @@ static const learn_row_t learn_rows[] = {
 typedef struct {
     int ran, rc;
     int resumed; /* read from an earlier command's run (--resume), not run again */
+    char build[64]; /* the build that ran it (swarmtrain --version's words; resumed: its marker's) */
     double wall_s, cpu_s;
     double val_final; /* measured here on the assembled model; NAN: none */
     int64_t final_step;
@@ -379,8 +382,8 @@ static void args_line(const learn_args_t *v, char *out, size_t n)
 }
 
 /* The marker of a run that ended with exit 0: "done.txt" in its directory, written last
- * (renamed into place), holding its words and what the bench measured of it, since the
- * wall and CPU seconds are nowhere else. */
+ * (renamed into place), holding its words, the build that ran it, and what the bench
+ * measured of it, since the wall and CPU seconds are nowhere else. */
 static void mark_done(const char *dir, const char *line, const learn_result_t *r)
 {
     char tmp[640], path[640];
@@ -388,12 +391,13 @@ static void mark_done(const char *dir, const char *line, const learn_result_t *r
     snprintf(path, sizeof path, "%s/done.txt", dir);
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "rc %d\nwall_s %.3f\ncpu_s %.3f\nargs %s\n", r->rc, r->wall_s, r->cpu_s, line);
+    fprintf(f, "rc %d\nwall_s %.3f\ncpu_s %.3f\nbuild %s\nargs %s\n", r->rc, r->wall_s, r->cpu_s,
+            r->build, line);
     if (fclose(f) == 0) rename(tmp, path);
 }
 
 /* Reads a run's marker. Returns 1 when there is one for these words (rc, wall and CPU
- * seconds filled), 0 when there is none, -1 when there is one for other words. */
+ * seconds, build filled), 0 when there is none, -1 when there is one for other words. */
 static int read_done(const char *dir, const char *line, learn_result_t *r)
 {
     char path[640];
@@ -402,11 +406,14 @@ static int read_done(const char *dir, const char *line, learn_result_t *r)
     if (!f) return 0;
     static char buf[LEARN_MAX_ARGS * 64];
     int got = 0, same = 0;
+    snprintf(r->build, sizeof r->build, "unknown"); /* a marker of before the line */
     while (fgets(buf, sizeof buf, f)) {
         buf[strcspn(buf, "\n")] = 0;
         if (sscanf(buf, "rc %d", &r->rc) == 1 || sscanf(buf, "wall_s %lf", &r->wall_s) == 1 ||
             sscanf(buf, "cpu_s %lf", &r->cpu_s) == 1)
             got++;
+        else if (!strncmp(buf, "build ", 6))
+            snprintf(r->build, sizeof r->build, "%.63s", buf + 6);
         else if (!strncmp(buf, "args ", 5))
             same = !strcmp(buf + 5, line);
     }
@@ -483,6 +490,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     printf("  %-17s seed %lld ...", row->name, seed);
     fflush(stdout);
     int done = lo->resume ? read_done(r->dir, line, r) : 0;
+    if (!done) snprintf(r->build, sizeof r->build, "%s", ST_VERSION " " ST_GIT_COMMIT);
     if (done < 0) {
         args_free(&v);
         set_err(r,
@@ -542,8 +550,10 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         r->pt_step[k] = (double)r->final_step, r->pt_loss[k] = r->val_final;
     }
     sort_points(lo, r);
-    printf(" val_loss %.4f  %.0f s (exit %d%s)%s%s\n", r->val_final, r->wall_s, r->rc,
-           r->resumed ? "; run earlier, read from its stores" : "", r->err[0] ? ": " : "", r->err);
+    int other = r->resumed && strcmp(r->build, ST_VERSION " " ST_GIT_COMMIT);
+    printf(" val_loss %.4f  %.0f s (exit %d%s%s%s)%s%s\n", r->val_final, r->wall_s, r->rc,
+           r->resumed ? "; run earlier, read from its stores" : "", other ? ", by build " : "",
+           other ? r->build : "", r->err[0] ? ": " : "", r->err);
     fflush(stdout);
     return 0;
 }
@@ -646,8 +656,9 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
             print_num(f, r->val_final / base);
             fprintf(f, ",\"tokens_per_s\":");
             print_num(f, r->wall_s > 0 ? lo->tokens_per_step * lo->steps / r->wall_s : NAN);
-            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"npoints\":%d,\"resumed\":%s",
+            fprintf(f, ",\"wall_s\":%.1f,\"cpu_s\":%.1f,\"npoints\":%d,\"resumed\":%s,\"build\":",
                     r->wall_s, r->cpu_s, r->npts, r->resumed ? "true" : "false");
+            print_json_str(f, r->build);
             if (learn_rows[i].swarm) {
                 fprintf(f, ",\"exchange_bytes_per_param_step\":");
                 print_num(f, exch_bytes_per_param_step(lo, r));

@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -147,9 +148,15 @@ typedef struct {
 static int learn_spawn(char **args, const char *out_path, double *wall_s, double *cpu_s)
 {
     double t0 = clock_now();
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        /* the bench stopped (a closed session, a preempted machine's SIGTERM, SIGKILL)
+         * takes its run along: one left training would race the run --resume starts over
+         * in the same directory (local stops its peers on SIGTERM) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
         int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) {
             dup2(fd, 1);

@@ -1371,8 +1371,10 @@ static void test_local_churn_at(void **state)
 {
     (void)state;
     json_obj_t sum;
-    char *js = local_run("ca", "--peers 4 --stages 2 --steps 80 --threads 1 --churn-at 3:1 "
-                         "--fault-seed 5", 300, &sum);
+    char *js = local_run("ca",
+                         "--peers 4 --stages 2 --steps 80 --threads 1 --churn-at 3:1 "
+                         "--fault-seed 5",
+                         300, &sum);
     assert_int_equal((int)json_num(&sum, "kills"), 3);
     assert_int_equal((int)json_num(&sum, "restarts"), 3);
     assert_int_equal((int)json_num(&sum, "churn_at_missed"), 0);

@@ -102,8 +102,8 @@ static const learn_row_t learn_rows[] = {
 /* What one run gave. */
 typedef struct {
     int ran, rc;
-    int resumed; /* read from an earlier command's run (--resume), not run again */
-    char build[64]; /* the build that ran it (swarmtrain --version's words; resumed: its marker's) */
+    int resumed;    /* read from an earlier command's run (--resume), not run again */
+    char build[64]; /* the build that ran it (--version's words; resumed: its marker's) */
     double wall_s, cpu_s;
     double val_final; /* measured here on the assembled model; NAN: none */
     int64_t final_step;
@@ -1204,8 +1204,7 @@ int bench_learn(int argc, char **argv)
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
            lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
            (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip,
-           lo.skip_until, lo.swap, churn_desc,
-           lo.kill_stage, lo.seeds, lo.dir, load0);
+           lo.skip_until, lo.swap, churn_desc, lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);

@@ -19,9 +19,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define LOCAL_MAX_STAGES 64   /* stages shown in the progress line */
-#define LOCAL_MAX_PEERS  1024 /* peer processes over a run, restarts included */
-#define LOCAL_MAX_CHURN_AT 64 /* --churn-at kills */
+#define LOCAL_MAX_STAGES   64   /* stages shown in the progress line */
+#define LOCAL_MAX_PEERS    1024 /* peer processes over a run, restarts included */
+#define LOCAL_MAX_CHURN_AT 64   /* --churn-at kills */
 
 struct auth;
 

@@ -104,7 +104,8 @@ void local_fault_plan(local_t *L)
     /* --churn-at: drawn after the others too; any step but the first and the last (a step
      * a kill may land in, whichever instruction the peer is at) */
     for (int k = 0; k < lo->churn_at; k++) {
-        f->ca_step[k] = 1 + (long long)rng_below(&L->frng, (uint64_t)(L->run.steps > 2 ? L->run.steps - 2 : 1));
+        f->ca_step[k] =
+            1 + (long long)rng_below(&L->frng, (uint64_t)(L->run.steps > 2 ? L->run.steps - 2 : 1));
         f->ca_delay[k] = rng_uniform(&L->frng);
     }
     for (int a = 1; a < lo->churn_at; a++)

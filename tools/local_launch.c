@@ -251,8 +251,8 @@ int local_launch_all(local_t *L)
     printf("local: %d peers, %d stages, %d thread(s) each, logs in %s\n", n, L->S, L->threads,
            lo->dir);
     if (lo->secure) printf("local: CURVE on every connection, swarm key %s\n", lo->swarm_key);
-    if (lo->kill_random || lo->kill_start || lo->churn_rate > 0 || lo->churn_at || lo->kill_stage >= 0 ||
-        lo->stage_failures || lo->pause_peer != -1)
+    if (lo->kill_random || lo->kill_start || lo->churn_rate > 0 || lo->churn_at ||
+        lo->kill_stage >= 0 || lo->stage_failures || lo->pause_peer != -1)
         printf("local: faults from seed %llu (--fault-seed)\n", (unsigned long long)lo->fault_seed);
     fflush(stdout);
     L->t0 = clock_now();

@@ -90,7 +90,8 @@ static int parse_churn_at(local_opts_t *lo, const char *arg)
     double s = 3;
     if (*end == ':') s = strtod(end + 1, &end);
     if (*end || n < 1 || n > LOCAL_MAX_CHURN_AT || !(s >= 0)) {
-        fprintf(stderr, "swarmtrain local: --churn-at N[:RESTART_S], N 1..%d, e.g. --churn-at 3:3\n",
+        fprintf(stderr,
+                "swarmtrain local: --churn-at N[:RESTART_S], N 1..%d, e.g. --churn-at 3:3\n",
                 LOCAL_MAX_CHURN_AT);
         return -1;
     }
@@ -323,10 +324,11 @@ static int local_option(void *ctx, int c, const char *arg)
 int local_opts_own(const char *a, int *takes_arg)
 {
     static const char *with_arg[] = {
-        "--peers",      "--dir",          "--in-flight", "--kill",           "--join-at",
-        "--join-stage", "--peer-timeout", "--churn",     "--churn-kills",    "--fault-seed", "--churn-at",
-        "--poison",     "--kill-stage",   "--resume",    "--stage-failures", "--placement",
-        "--slowdown",   "--pause",        "--joiners",   "--dead-link",      "--custody-timeout"};
+        "--peers",          "--dir",          "--in-flight",  "--kill",        "--join-at",
+        "--join-stage",     "--peer-timeout", "--churn",      "--churn-kills", "--fault-seed",
+        "--churn-at",       "--poison",       "--kill-stage", "--resume",      "--stage-failures",
+        "--placement",      "--slowdown",     "--pause",      "--joiners",     "--dead-link",
+        "--custody-timeout"};
     *takes_arg = 0;
     if (!strcmp(a, "--quiet") || !strcmp(a, "--revive") || !strcmp(a, "--secure")) return 1;
     for (size_t i = 0; i < sizeof with_arg / sizeof *with_arg; i++) {

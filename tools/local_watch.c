@@ -260,6 +260,7 @@ int local_watch(local_t *L)
         int rc = have_view ? on_view(L, &v, now) : 0;
         if (rc) return rc;
         if (local_fault_restart_tick(L, now)) return local_launch_failed(L);
-        clock_sleep(L->lo.quiet || L->lo.churn_rate > 0 || L->lo.churn_at || L->lo.kill_random ? 0.2 : 1.0);
+        clock_sleep(
+            L->lo.quiet || L->lo.churn_rate > 0 || L->lo.churn_at || L->lo.kill_random ? 0.2 : 1.0);
     }
 }

@@ -388,9 +388,10 @@ static void args_line(const learn_args_t *v, char *out, size_t n)
         k += (size_t)snprintf(out + k, n - k, "%s%s", i ? " " : "", v->a[i]);
 }
 
-/* The marker of a run that ended with exit 0: "done.txt" in its directory, written last
- * (renamed into place), holding its words, the build that ran it, and what the bench
- * measured of it, since the wall and CPU seconds are nowhere else. */
+/* The marker of a run that ended by itself, whatever its exit status (a failed run is a
+ * result too; one killed by a signal is not, and runs again): "done.txt" in its directory,
+ * written last (renamed into place), holding its words, the build that ran it, and what
+ * the bench measured of it, since the wall and CPU seconds are nowhere else. */
 static void mark_done(const char *dir, const char *line, const learn_result_t *r)
 {
     char tmp[640], path[640];
@@ -520,7 +521,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         printf(" failed to start\n");
         return -1;
     }
-    if (!done && r->rc == 0) mark_done(r->dir, line, r);
+    if (!done && r->rc < 128) mark_done(r->dir, line, r); /* killed: rerun on --resume */
     /* the stores: train's one, or every peer's */
     glob_t g;
     memset(&g, 0, sizeof g);
@@ -1086,9 +1087,10 @@ int bench_learn(int argc, char **argv)
                 "  --threads N          train's threads (local divides the cores itself)\n"
                 "  --data FILE          corpus (default: the KJV cache)\n"
                 "  --dir DIR            runs' logs and stores (default: a new /tmp dir, kept)\n"
-                "  --resume             with --dir: a run that finished there (its done.txt,\n"
-                "                       the same options) is read from its stores, not run\n"
-                "                       again; the others run from the start\n"
+                "  --resume             with --dir: a run that ended there by itself (its\n"
+                "                       done.txt, the same options; a failed exit too) is\n"
+                "                       read from its stores, not run again; the others (never\n"
+                "                       run, or killed part way) run from the start\n"
                 "  --svg FILE           the curves (default bench-learn.svg)\n"
                 "  --json FILE          the numbers as JSON (- for stdout)\n"
                 "  -- RUN OPTIONS       given to every run (train and local), e.g. -- --lr 2e-3\n");

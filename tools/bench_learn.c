@@ -41,6 +41,8 @@
 
 #include "st_version.h" /* the build a run was made by, in its done.txt */
 
+#define LEARN_BUILD ST_VERSION " " ST_GIT_COMMIT /* swarmtrain --version's words */
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -498,7 +500,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     printf("  %-17s seed %lld ...", row->name, seed);
     fflush(stdout);
     int done = lo->resume ? read_done(r->dir, line, r) : 0;
-    if (!done) snprintf(r->build, sizeof r->build, "%s", ST_VERSION " " ST_GIT_COMMIT);
+    if (!done) snprintf(r->build, sizeof r->build, "%s", LEARN_BUILD);
     if (done < 0) {
         args_free(&v);
         set_err(r,
@@ -558,7 +560,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         r->pt_step[k] = (double)r->final_step, r->pt_loss[k] = r->val_final;
     }
     sort_points(lo, r);
-    int other = r->resumed && strcmp(r->build, ST_VERSION " " ST_GIT_COMMIT);
+    int other = r->resumed && strcmp(r->build, LEARN_BUILD);
     printf(" val_loss %.4f  %.0f s (exit %d%s%s%s)%s%s\n", r->val_final, r->wall_s, r->rc,
            r->resumed ? "; run earlier, read from its stores" : "", other ? ", by build " : "",
            other ? r->build : "", r->err[0] ? ": " : "", r->err);
@@ -975,13 +977,10 @@ int bench_learn(int argc, char **argv)
             bad = run_opts_int("--churn-kills", optarg, 0, &lo.churn_kills);
             churn_kills_given = 1;
             break;
-        case O_CHURNAT: {
-            char *end;
-            long n = strtol(optarg, &end, 10);
-            double rs = 3;
-            if (*end == ':') rs = strtod(end + 1, &end);
-            bad = *end || n < 1 || !(rs >= 0);
-            if (bad) fprintf(stderr, "bench learn: --churn-at N[:S], e.g. 3:3\n");
+        case O_CHURNAT: { /* checked here as local will, not an hour into the command */
+            int n;
+            double rs;
+            bad = run_opts_churn_at(optarg, &n, &rs);
             lo.churn_at = optarg, churn_at_given = 1;
             break;
         }

@@ -14,6 +14,7 @@
 
 #include "common/rng.h"
 #include "model/train.h"
+#include "tools/run_opts.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@
 
 #define LOCAL_MAX_STAGES   64   /* stages shown in the progress line */
 #define LOCAL_MAX_PEERS    1024 /* peer processes over a run, restarts included */
-#define LOCAL_MAX_CHURN_AT 64   /* --churn-at kills */
+#define LOCAL_MAX_CHURN_AT RUN_OPTS_CHURN_AT_MAX /* --churn-at kills */
 
 struct auth;
 

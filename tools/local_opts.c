@@ -82,23 +82,6 @@ static int parse_kill(local_opts_t *lo, const char *arg)
     return 0;
 }
 
-/* --churn-at N[:RESTART_S]: N kills at drawn steps, each replaced (default 3 s later) */
-static int parse_churn_at(local_opts_t *lo, const char *arg)
-{
-    char *end;
-    long n = strtol(arg, &end, 10);
-    double s = 3;
-    if (*end == ':') s = strtod(end + 1, &end);
-    if (*end || n < 1 || n > LOCAL_MAX_CHURN_AT || !(s >= 0)) {
-        fprintf(stderr,
-                "swarmtrain local: --churn-at N[:RESTART_S], N 1..%d, e.g. --churn-at 3:3\n",
-                LOCAL_MAX_CHURN_AT);
-        return -1;
-    }
-    lo->churn_at = (int)n, lo->churn_restart_s = s;
-    return 0;
-}
-
 /* --churn RATE[:RESTART_S] */
 static int parse_churn(local_opts_t *lo, const char *arg)
 {
@@ -298,7 +281,7 @@ static int local_option(void *ctx, int c, const char *arg)
     case O_CHURN_KILLS:
         return run_opts_int("--churn-kills", arg, 1, &lo->churn_kills);
     case O_CHURN_AT:
-        return parse_churn_at(lo, arg);
+        return run_opts_churn_at(arg, &lo->churn_at, &lo->churn_restart_s);
     case O_KILL_STAGE:
         return parse_kill_stage(lo, arg);
     case O_STAGE_FAILURES:

@@ -42,6 +42,22 @@ int run_opts_int(const char *opt, const char *v, int min, int *out)
     return 0;
 }
 
+int run_opts_churn_at(const char *v, int *n, double *restart_s)
+{
+    char *end;
+    errno = 0;
+    long k = strtol(v, &end, 10);
+    double s = 3;
+    if (end != v && *end == ':') s = strtod(end + 1, &end);
+    if (errno || end == v || *end || k < 1 || k > RUN_OPTS_CHURN_AT_MAX || !(s >= 0)) {
+        fprintf(stderr, "swarmtrain: --churn-at N[:RESTART_S], N 1..%d, e.g. 3:3: '%s'\n",
+                RUN_OPTS_CHURN_AT_MAX, v);
+        return -1;
+    }
+    *n = (int)k, *restart_s = s;
+    return 0;
+}
+
 int run_opts_float(const char *opt, const char *v, float *out)
 {
     char *end;

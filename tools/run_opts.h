@@ -41,5 +41,9 @@ int run_opts_budget(const char *v, double *out);
  * bytes a keeper sent, as peer_options_t.copy_budget: the share, or -1 for 0 (the first
  * copy of an end stage's part only). */
 int run_opts_copy_budget(const char *v, double *out);
+/* --churn-at N[:RESTART_S] (local; bench learn passes it on): N kills, 1 to
+ * RUN_OPTS_CHURN_AT_MAX, each peer replaced RESTART_S >= 0 seconds later (default 3). */
+#define RUN_OPTS_CHURN_AT_MAX 64
+int run_opts_churn_at(const char *v, int *n, double *restart_s);
 
 #endif

@@ -1210,30 +1210,26 @@ int bench_learn(int argc, char **argv)
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);
     if (!ev) return 1;
-    /* the order runs go in, a seed at a time: the single-process runs that make the ratio
-     * and explain most of it first (AdamW, DeMo in one process: deterministic, the
-     * cheapest), then the full swarm, the one-mechanism rows, and issue 17's reference
-     * last, so that a long command stopped part way (--resume) has said the most */
-    int order[LEARN_NROWS], norder = 0;
-    for (int pass = 0; pass < 4; pass++)
-        for (int i = 0; i < LEARN_NROWS; i++) {
-            const learn_row_t *w = &learn_rows[i];
-            int p = w->schedule ? 3 : w->ablation ? 2 : w->swarm ? 1 : 0;
-            if (p == pass) order[norder++] = i;
-        }
+    /* the order runs go in: the rows that make the ratio, every seed (AdamW and DeMo in one
+     * process first: deterministic and the cheapest; then the full swarm), then the
+     * one-mechanism rows, every seed, and issue 17's reference last, so that a long
+     * command stopped part way (--resume) has said the most */
     int failed = 0;
-    for (int s = 0; s < lo.seeds; s++)
-        for (int k = 0; k < norder; k++) {
-            int i = order[k];
-            if (!on[i]) continue;
-            if (learn_run(&lo, &learn_rows[i], s, &res[i][s], ev) == -2) {
-                fprintf(stderr, "bench learn: %s\n", res[i][s].err);
-                free(ev);
-                return 2;
-            }
-            failed |= !isfinite(res[i][s].val_final);
-        }
-    free(ev);
+    for (int group = 0; group < 3; group++)
+        for (int s = 0; s < lo.seeds; s++)
+            for (int swarm = 0; swarm < 2; swarm++)
+                for (int i = 0; i < LEARN_NROWS; i++) {
+                    const learn_row_t *w = &learn_rows[i];
+                    if (!on[i] || w->swarm != swarm ||
+                        (w->schedule ? 2 : w->ablation ? 1 : 0) != group)
+                        continue;
+                    if (learn_run(&lo, w, s, &res[i][s], ev) == -2) {
+                        fprintf(stderr, "bench learn: %s\n", res[i][s].err);
+                        free(ev);
+                        return 2;
+                    }
+                    failed |= !isfinite(res[i][s].val_final);
+                }
     print_table(&lo, res, on);
     double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi, rm2, rlo2, rhi2;
     for (int s = 0; s < lo.seeds; s++) ratios[s] = res[1][s].val_final / res[0][s].val_final;

@@ -1221,7 +1221,9 @@ int bench_learn(int argc, char **argv)
                 for (int i = 0; i < LEARN_NROWS; i++) {
                     const learn_row_t *w = &learn_rows[i];
                     if (!on[i] || w->swarm != swarm ||
-                        (w->schedule ? 2 : w->ablation ? 1 : 0) != group)
+                        (w->schedule   ? 2
+                         : w->ablation ? 1
+                                       : 0) != group)
                         continue;
                     if (learn_run(&lo, w, s, &res[i][s], ev) == -2) {
                         fprintf(stderr, "bench learn: %s\n", res[i][s].err);

@@ -101,6 +101,13 @@ static const learn_row_t learn_rows[] = {
 };
 #define LEARN_NROWS ((int)(sizeof learn_rows / sizeof learn_rows[0]))
 
+/* When a row runs: 0 with the ratio's rows, 1 with the one-mechanism rows, 2 last. */
+static int row_group(const learn_row_t *w)
+{
+    if (w->schedule) return 2;
+    return w->ablation ? 1 : 0;
+}
+
 /* What one run gave. */
 typedef struct {
     int ran, rc;
@@ -1220,11 +1227,7 @@ int bench_learn(int argc, char **argv)
             for (int swarm = 0; swarm < 2; swarm++)
                 for (int i = 0; i < LEARN_NROWS; i++) {
                     const learn_row_t *w = &learn_rows[i];
-                    if (!on[i] || w->swarm != swarm ||
-                        (w->schedule   ? 2
-                         : w->ablation ? 1
-                                       : 0) != group)
-                        continue;
+                    if (!on[i] || w->swarm != swarm || row_group(w) != group) continue;
                     if (learn_run(&lo, w, s, &res[i][s], ev) == -2) {
                         fprintf(stderr, "bench learn: %s\n", res[i][s].err);
                         free(ev);

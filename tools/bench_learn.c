@@ -101,11 +101,12 @@ static const learn_row_t learn_rows[] = {
 };
 #define LEARN_NROWS ((int)(sizeof learn_rows / sizeof learn_rows[0]))
 
-/* When a row runs: 0 with the ratio's rows, 1 with the one-mechanism rows, 2 last. */
+/* When a row runs: 0 with the ratio's rows (AdamW, the full swarm), 1 with the rows that
+ * explain it (DeMo in one process, the one-mechanism rows), 2 last. */
 static int row_group(const learn_row_t *w)
 {
     if (w->schedule) return 2;
-    return w->ablation ? 1 : 0;
+    return w->ablation || w->demo ? 1 : 0;
 }
 
 /* What one run gave. */
@@ -1217,10 +1218,10 @@ int bench_learn(int argc, char **argv)
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);
     if (!ev) return 1;
-    /* the order runs go in: the rows that make the ratio, every seed (AdamW and DeMo in one
-     * process first: deterministic and the cheapest; then the full swarm), then the
-     * one-mechanism rows, every seed, and issue 17's reference last, so that a long
-     * command stopped part way (--resume) has said the most */
+    /* the order runs go in: the rows that make the ratio, every seed (AdamW, then the full
+     * swarm), then the rows that explain it, every seed (DeMo in one process, the cheapest
+     * and deterministic, then the one-mechanism rows), and issue 17's reference last, so
+     * that a long command stopped part way (--resume) has said the most */
     int failed = 0;
     for (int group = 0; group < 3; group++)
         for (int s = 0; s < lo.seeds; s++)

@@ -1236,6 +1236,7 @@ int bench_learn(int argc, char **argv)
                     }
                     failed |= !isfinite(res[i][s].val_final);
                 }
+    free(ev);
     print_table(&lo, res, on);
     double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi, rm2, rlo2, rhi2;
     for (int s = 0; s < lo.seeds; s++) ratios[s] = res[1][s].val_final / res[0][s].val_final;

@@ -137,6 +137,9 @@ typedef struct {
     int demo_k_run, demo_chunk_run; /* their DeMo k and chunk, as they parse */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
+    /* --split K: each replica's batch of the config in K microbatches (the runs' --batch
+     * B/K --accum K; val_batches counts microbatches of that size: K times the option's) */
+    int split, split_batch;
     int resume;      /* --resume: a run whose directory says it finished is read, not rerun */
     int no_constant; /* --no-constant: without issue 17's reference (AdamW at a constant lr) */
     long long seed;
@@ -223,6 +226,10 @@ static void args_common(learn_args_t *v, const learn_opts_t *lo, long long seed)
     args_add(v, "--replicas"), args_addf(v, "%.0f", lo->replicas);
     args_add(v, "--seed"), args_addf(v, "%.0f", (double)seed);
     args_add(v, "--val-batches"), args_addf(v, "%.0f", lo->val_batches);
+    if (lo->split > 1) {
+        args_add(v, "--batch"), args_addf(v, "%.0f", lo->split_batch);
+        args_add(v, "--accum"), args_addf(v, "%.0f", lo->split);
+    }
     if (lo->val_every > 0) args_add(v, "--val-every"), args_addf(v, "%.0f", lo->val_every);
     if (lo->data) args_add(v, "--data"), args_add(v, lo->data);
     for (int i = 0; i < lo->nextra; i++) args_add(v, lo->extra[i]);
@@ -878,6 +885,7 @@ int bench_learn(int argc, char **argv)
         O_OUTERK,
         O_RESUME,
         O_NOCONST,
+        O_SPLIT,
         O_HELP
     };
     static const struct option opts[] = {{"config", required_argument, NULL, O_CONFIG},
@@ -911,6 +919,7 @@ int bench_learn(int argc, char **argv)
                                          {"outer-k", required_argument, NULL, O_OUTERK},
                                          {"resume", no_argument, NULL, O_RESUME},
                                          {"no-constant", no_argument, NULL, O_NOCONST},
+                                         {"split", required_argument, NULL, O_SPLIT},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     static learn_opts_t lo;
@@ -919,6 +928,7 @@ int bench_learn(int argc, char **argv)
     lo.baseline_schedule = "cosine";
     lo.steps = -1, lo.stages = -1, lo.peers = -1, lo.replicas = 2, lo.val_every = -1;
     lo.seeds = 1, lo.seed = 1337, lo.ablations = -1, lo.churn_kills = 3, lo.kill_stage = 1;
+    lo.split = 4;
     /* skipping half the middle-stage visits in the first half of the run leaves out as
      * many as a quarter throughout, at about half the cost (docs/design-notes.md) */
     lo.val_batches = 20, lo.skip = 0.5, lo.skip_until = 0.5, lo.swap = 0.1;
@@ -1041,6 +1051,9 @@ int bench_learn(int argc, char **argv)
         case O_NOCONST:
             lo.no_constant = 1;
             break;
+        case O_SPLIT:
+            bad = run_opts_int("--split", optarg, 1, &lo.split);
+            break;
         case O_HELP:
         case 'h':
             printf(
@@ -1057,11 +1070,15 @@ int bench_learn(int argc, char **argv)
                 "curves into --svg.\n\n"
                 "  --config NAME        model (default tiny; small, medium)\n"
                 "  --steps N            steps of every run (small 2500: 10.2 M tokens; else 600)\n"
-                "  --replicas R         replicas per stage pool = microbatches per step (2)\n"
+                "  --replicas R         replicas per stage pool (2); R x K microbatches a step\n"
                 "  --stages S           swarm stages (tiny, small: 4; medium: 4)\n"
                 "  --peers N            swarm peers (default 2 per stage)\n"
                 "  --val-every N        validation every N steps (default steps/6)\n"
-                "  --val-batches N      held-out microbatches per validation (20)\n"
+                "  --val-batches N      held-out batches (of the config's size) per\n"
+                "                       validation (20)\n"
+                "  --split K            each replica's batch in K microbatches a step (the\n"
+                "                       runs' --batch B/K --accum K: the same tokens; 4), so\n"
+                "                       that the swarm's members split a step's evenly\n"
                 "  --seeds N            repeat every run with seeds SEED .. SEED+N-1 (1)\n"
                 "  --seed X             first seed (1337); faults drawn from 1000+seed\n"
                 "  --codec NAME         activation codec of the swarm (int8; any --codec of "
@@ -1129,6 +1146,23 @@ int bench_learn(int argc, char **argv)
                         "how many\n");
         return 2;
     }
+    /* more microbatches than replicas: the swarm's members split a step's microbatches by
+     * rendezvous hashing, each one independently; with 2 of them over 2 members one starts
+     * none in a quarter of the steps, and in a round (--outer) its local step is then on
+     * no gradient of its own (docs/design-notes.md, session 32). 8 over 2 leave it less. */
+    model_config_t preset;
+    char perr[STATUS_ERR_LEN];
+    if (config_preset(&preset, lo.config, perr)) {
+        fprintf(stderr, "bench learn: %s\n", perr);
+        return 2;
+    }
+    if (preset.batch % lo.split) {
+        fprintf(stderr, "bench learn: --split %d: %s's batch of %d sequences does not divide by it\n",
+                lo.split, lo.config, preset.batch);
+        return 2;
+    }
+    lo.split_batch = preset.batch / lo.split;
+    lo.val_batches *= lo.split; /* the same held-out windows (data_val_batch) */
     char churn_desc[96];
     if (lo.churn)
         snprintf(churn_desc, sizeof churn_desc, "at a rate %s (at most %d kills)", lo.churn,
@@ -1205,13 +1239,13 @@ int bench_learn(int argc, char **argv)
         fclose(la);
     }
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
-           "%d replicas; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g, k %d, "
+           "%d replicas x %d microbatches of %d sequences; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g, k %d, "
            "an exchange every %d step(s)), codec "
            "%s, skip %g (the first %g of the steps), swap %g, churn %s, "
            "stage %d lost at a drawn step; "
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
-           lo.replicas, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
+           lo.replicas, lo.run.accum, lo.run.cfg.batch, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
            (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip,
            lo.skip_until, lo.swap, churn_desc, lo.kill_stage, lo.seeds, lo.dir, load0);
     fflush(stdout);

@@ -1157,7 +1157,8 @@ int bench_learn(int argc, char **argv)
         return 2;
     }
     if (preset.batch % lo.split) {
-        fprintf(stderr, "bench learn: --split %d: %s's batch of %d sequences does not divide by it\n",
+        fprintf(stderr,
+                "bench learn: --split %d: %s's batch of %d sequences does not divide by it\n",
                 lo.split, lo.config, preset.batch);
         return 2;
     }
@@ -1239,15 +1240,17 @@ int bench_learn(int argc, char **argv)
         fclose(la);
     }
     printf("bench learn: %s (%zu parameters), %d steps x %.0f tokens = %.2f M tokens per run, "
-           "%d replicas x %d microbatches of %d sequences; AdamW lr %g %s; swarm: %d stages, %d peers, sign DeMo (lr %g, k %d, "
+           "%d replicas x %d microbatches of %d sequences; AdamW lr %g %s; swarm: %d stages, %d "
+           "peers, sign DeMo (lr %g, k %d, "
            "an exchange every %d step(s)), codec "
            "%s, skip %g (the first %g of the steps), swap %g, churn %s, "
            "stage %d lost at a drawn step; "
            "%d seed(s); logs and stores in %s; load average %s\n",
            lo.config, lo.params, lo.steps, lo.tokens_per_step, lo.tokens_per_step * lo.steps / 1e6,
-           lo.replicas, lo.run.accum, lo.run.cfg.batch, (double)lo.run.opt.lr, lo.baseline_schedule, lo.stages, lo.peers,
-           (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1, lo.codec, lo.skip,
-           lo.skip_until, lo.swap, churn_desc, lo.kill_stage, lo.seeds, lo.dir, load0);
+           lo.replicas, lo.run.accum, lo.run.cfg.batch, (double)lo.run.opt.lr, lo.baseline_schedule,
+           lo.stages, lo.peers, (double)lo.demo_lr_run, lo.demo_k_run, lo.outer > 0 ? lo.outer : 1,
+           lo.codec, lo.skip, lo.skip_until, lo.swap, churn_desc, lo.kill_stage, lo.seeds, lo.dir,
+           load0);
     fflush(stdout);
     static learn_result_t res[LEARN_NROWS][LEARN_MAX_SEEDS];
     store_event_t *ev = malloc(LEARN_MAX_EV * sizeof *ev);

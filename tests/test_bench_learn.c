@@ -1,12 +1,13 @@
 /* test_bench_learn.c — `swarmtrain bench learn` in a very small form (tiny, 2 stages, 4
  * peers, 16 steps, no ablation rows): its --json document has the structure the issue asks
- * of it — a summary with a finite ratio; AdamW, the full swarm, DeMo in one process and
- * AdamW at a constant lr, each with a final validation loss measured at the last step;
- * validation points that end there, with their token counts; the swarm's bytes per
- * parameter per step and per token — and the SVG of the curves is written. Then --resume:
+ * of it — a summary with a finite ratio and --split's microbatches (the same tokens); AdamW, the
+ * full swarm, DeMo in one process and AdamW at a constant lr, each with a final validation loss
+ * measured at the last step; validation points that end there, with their token counts; the swarm's
+ * bytes per parameter per step and per token — and the SVG of the curves is written. Then --resume:
  * the same command again reads every run from its stores and runs none (the same losses,
  * the build that ran each, from its marker), a run without its done marker runs again
- * alone, and other options are refused before any run. It reads the JSON only, never the
+ * alone, and other options are refused before any run, as a split that does not divide
+ * the batch is. It reads the JSON only, never the
  * printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
@@ -56,7 +57,7 @@ typedef struct {
 typedef struct {
     int n;
     double ratio, tokens_per_run;
-    int steps;
+    int steps, microbatches, mb_sequences;
 } summary_t;
 
 static void on_summary(void *ctx, const json_obj_t *o)
@@ -66,6 +67,8 @@ static void on_summary(void *ctx, const json_obj_t *o)
     s->ratio = strcmp(json_get(o, "ratio"), "null") ? atof(json_get(o, "ratio")) : NAN;
     s->tokens_per_run = atof(json_get(o, "tokens_per_run"));
     s->steps = atoi(json_get(o, "steps"));
+    s->microbatches = atoi(json_get(o, "microbatches_per_step"));
+    s->mb_sequences = atoi(json_get(o, "microbatch_sequences"));
 }
 
 static void on_run(void *ctx, const json_obj_t *o)
@@ -166,7 +169,11 @@ static void test_json_structure(void **state)
     assert_int_equal(json_each(json, "summary", on_summary, &s), 1);
     assert_int_equal(s.steps, STEPS);
     assert_true(isfinite(s.ratio) && s.ratio > 0);
-    assert_true(s.tokens_per_run > 0);
+    /* --split's default, 4: tiny's batch of 16 sequences a replica in 4 microbatches of 4,
+     * 2 x 4 a step; the same tokens as 2 batches of 16 (2 x 16 x 64 a step) */
+    assert_int_equal(s.microbatches, 8);
+    assert_int_equal(s.mb_sequences, 4);
+    assert_true(s.tokens_per_run == (double)STEPS * 2 * 16 * 64);
 
     runs_t r = {0};
     assert_int_equal(json_each(json, "runs", on_run, &r), NRUNS);
@@ -231,6 +238,10 @@ static void test_json_structure(void **state)
     assert_int_equal(st.st_size, before.st_size);
     snprintf(path, sizeof path, "%s/other.json", dir);
     assert_int_not_equal(stat(path, &st), 0); /* no report of runs it did not run */
+    /* a split that does not divide the config's batch: refused before any run */
+    assert_int_not_equal(bench(STEPS, "--split 3", "split3"), 0);
+    snprintf(path, sizeof path, "%s/split3.json", dir);
+    assert_int_not_equal(stat(path, &st), 0);
 }
 
 static int setup(void **state)

@@ -643,9 +643,11 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     print_json_str(f, lo->config);
     fprintf(f,
             ",\"params\":%zu,\"steps\":%d,\"replicas\":%d,\"stages\":%d,\"peers\":%d,"
+            "\"microbatches_per_step\":%d,\"microbatch_sequences\":%d,"
             "\"tokens_per_run\":%.0f,\"seeds\":%d,\"codec\":",
             lo->params, lo->steps, lo->replicas, lo->stages, lo->peers,
-            lo->tokens_per_step * lo->steps, lo->seeds);
+            lo->run.replicas * lo->run.accum, lo->run.cfg.batch, lo->tokens_per_step * lo->steps,
+            lo->seeds);
     print_json_str(f, lo->codec);
     fprintf(f, ",\"skip\":%g,\"skip_until\":%g,\"swap\":%g,\"churn\":", lo->skip, lo->skip_until,
             lo->swap);

@@ -1080,7 +1080,7 @@ int bench_learn(int argc, char **argv)
                 "                       validation (20)\n"
                 "  --split K            each replica's batch in K microbatches a step (the\n"
                 "                       runs' --batch B/K --accum K: the same tokens; 4), so\n"
-                "                       that the swarm's members split a step's evenly\n"
+                "                       that the swarm's members split a step nearly evenly\n"
                 "  --seeds N            repeat every run with seeds SEED .. SEED+N-1 (1)\n"
                 "  --seed X             first seed (1337); faults drawn from 1000+seed\n"
                 "  --codec NAME         activation codec of the swarm (int8; any --codec of "
@@ -1164,6 +1164,14 @@ int bench_learn(int argc, char **argv)
                 lo.split, lo.config, preset.batch);
         return 2;
     }
+    for (int i = 0; i < lo.nextra && lo.split > 1; i++)
+        if (!strncmp(lo.extra[i], "--batch", 7) || !strncmp(lo.extra[i], "--accum", 7)) {
+            fprintf(stderr,
+                    "bench learn: %s among the run words: --split %d sets the "
+                    "microbatches (--split 1: the run words do)\n",
+                    lo.extra[i], lo.split);
+            return 2;
+        }
     lo.split_batch = preset.batch / lo.split;
     lo.val_batches *= lo.split; /* the same held-out windows (data_val_batch) */
     char churn_desc[96];

@@ -1,14 +1,14 @@
 /* test_bench_learn.c — `swarmtrain bench learn` in a very small form (tiny, 2 stages, 4
  * peers, 16 steps, no ablation rows): its --json document has the structure the issue asks
- * of it — a summary with a finite ratio and --split's microbatches (the same tokens); AdamW, the
- * full swarm, DeMo in one process and AdamW at a constant lr, each with a final validation loss
- * measured at the last step; validation points that end there, with their token counts; the swarm's
- * bytes per parameter per step and per token — and the SVG of the curves is written. Then --resume:
- * the same command again reads every run from its stores and runs none (the same losses,
- * the build that ran each, from its marker), a run without its done marker runs again
- * alone, and other options are refused before any run, as a split that does not divide
- * the batch is. It reads the JSON only, never the
- * printed table.
+ * of it — a summary with a finite ratio and --split's microbatches (the same tokens);
+ * AdamW, the full swarm, DeMo in one process and AdamW at a constant lr, each with a final
+ * validation loss measured at the last step; validation points that end there, with their
+ * token counts; the swarm's bytes per parameter per step and per token — and the SVG of
+ * the curves is written. Then --resume: the same command again reads every run from its
+ * stores and runs none (the same losses, the build that ran each, from its marker), a run
+ * without its done marker runs again alone, and other options are refused before any run,
+ * as are a split that does not divide the batch and --accum among the run words beside a
+ * split. It reads the JSON only, never the printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -242,6 +242,12 @@ static void test_json_structure(void **state)
     assert_int_not_equal(bench(STEPS, "--split 3", "split3"), 0);
     snprintf(path, sizeof path, "%s/split3.json", dir);
     assert_int_not_equal(stat(path, &st), 0);
+    /* the run words setting the microbatches beside --split 4: refused (the held-out
+     * windows follow the split); the words after "--" take the rest of the line */
+    assert_int_not_equal(bench(STEPS, "-- --accum 2", "accum2"), 0);
+    snprintf(path, sizeof path, "%s/runs/adamw-s1337/done.txt", dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mtime, before.st_mtime); /* nothing ran */
 }
 
 static int setup(void **state)

@@ -5,10 +5,12 @@
  * validation loss measured at the last step; validation points that end there, with their
  * token counts; the swarm's bytes per parameter per step and per token — and the SVG of
  * the curves is written. Then --resume: the same command again reads every run from its
- * stores and runs none (the same losses, the build that ran each, from its marker), a run
- * without its done marker runs again alone, and other options are refused before any run,
- * as are a split that does not divide the batch and --accum among the run words beside a
- * split. It reads the JSON only, never the printed table.
+ * marker and runs none (the same losses, the build that ran each; a marker without its
+ * measurement is measured again on the stores), a run without its done marker runs again
+ * alone, and other options are refused before any run, as are a split that does not divide
+ * the batch and --accum among the run words beside a split. Last, the markers alone, moved
+ * to another --dir without a store, give the same numbers, and a garbled one is refused.
+ * It reads the JSON and the markers, never the printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -145,6 +147,35 @@ static int bench(int steps, const char *extra, const char *name)
     return rc;
 }
 
+/* Whether the file at path has a line starting with prefix. */
+static int has_line(const char *path, const char *prefix)
+{
+    char line[4096];
+    int found = 0;
+    FILE *f = fopen(path, "r");
+    while (f && !found && fgets(line, sizeof line, f))
+        found = !strncmp(line, prefix, strlen(prefix));
+    if (f) fclose(f);
+    return found;
+}
+
+/* Cuts the file at path back to its first n lines. */
+static void keep_head(const char *path, int n)
+{
+    char *s = slurp(path), *p = s;
+    assert_non_null(s);
+    for (int i = 0; i < n && p && *p; i++) {
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    if (p) *p = 0;
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(s, f);
+    fclose(f);
+    free(s);
+}
+
 static void read_runs(const char *name, runs_t *r)
 {
     char path[128];
@@ -206,10 +237,16 @@ static void test_json_structure(void **state)
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 1000);
 
-    /* --resume: every run finished, so none runs again; the losses are measured again on
-     * the same stores, so they are the same */
+    /* --resume: every run finished, so none runs again; each is read from its marker,
+     * which holds its measurement, but the swarm's, cut back to a marker without one (a
+     * measurement that failed), is measured again on its stores: the same losses */
+    snprintf(path, sizeof path, "%s/runs/swarm-full-s1337/done.txt", dir);
+    assert_true(has_line(path, "measured "));
+    keep_head(path, 5); /* rc, wall_s, cpu_s, build, args */
+    assert_false(has_line(path, "measured "));
     runs_t again;
     assert_int_equal(bench(STEPS, "--resume", "again"), 0);
+    assert_true(has_line(path, "measured ")); /* measured again, and marked so */
     read_runs("again", &again);
     for (int i = 0; i < NRUNS; i++) {
         assert_string_equal(again.name[i], run_names[i]);
@@ -248,6 +285,38 @@ static void test_json_structure(void **state)
     snprintf(path, sizeof path, "%s/runs/adamw-s1337/done.txt", dir);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mtime, before.st_mtime); /* nothing ran */
+
+    /* the markers alone stand for the runs: moved to another --dir without their stores,
+     * every run is read from its marker, none runs again, and the numbers are the same */
+    runs_t third = again;
+    char from[80], to[80], cmd[512];
+    snprintf(from, sizeof from, "%s/runs", dir);
+    snprintf(to, sizeof to, "%s/moved", dir);
+    assert_int_equal(rename(from, to), 0);
+    snprintf(cmd, sizeof cmd, "rm -f %s/*/*.db %s/*/*.db-wal %s/*/*.db-shm", to, to, to);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "--resume --dir %s", to);
+    assert_int_equal(bench(STEPS, cmd, "moved"), 0);
+    read_runs("moved", &again);
+    for (int i = 0; i < NRUNS; i++) {
+        assert_true(again.resumed[i]);
+        assert_true(fabs(again.val_loss[i] - third.val_loss[i]) < 1e-6);
+        assert_int_equal(again.final_step[i], STEPS);
+        assert_int_equal(again.npoints[i], third.npoints[i]);
+        assert_int_equal(again.has_kills[i], third.has_kills[i]);
+        assert_true(fabs(again.wire[i] - third.wire[i]) < 1e-6 || isnan(third.wire[i]));
+    }
+    snprintf(path, sizeof path, "%s/adamw-s1337/train.db", to);
+    assert_int_not_equal(stat(path, &st), 0); /* read from the marker, no store made */
+    /* a marker that does not parse is refused, as other options are */
+    snprintf(path, sizeof path, "%s/adamw-s1337/done.txt", to);
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("point 1\n", f);
+    fclose(f);
+    assert_int_not_equal(bench(STEPS, cmd, "garbled"), 0);
+    snprintf(path, sizeof path, "%s/garbled.json", dir);
+    assert_int_not_equal(stat(path, &st), 0);
 }
 
 static int setup(void **state)

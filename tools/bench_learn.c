@@ -113,6 +113,7 @@ static int row_group(const learn_row_t *w)
 typedef struct {
     int ran, rc;
     int resumed;    /* read from an earlier command's run (--resume), not run again */
+    int measured;   /* resumed: its marker holds the measurement, the stores are not read */
     char build[64]; /* the build that ran it (--version's words; resumed: its marker's) */
     double wall_s, cpu_s;
     double val_final; /* measured here on the assembled model; NAN: none */
@@ -396,20 +397,28 @@ static void clear_run_dir(const char *dir)
     closedir(d);
 }
 
-/* The run's words on one line (the marker keeps them: a resumed run must be the same run). */
-static void args_line(const learn_args_t *v, char *out, size_t n)
+/* The run's words on one line (the marker keeps them: a resumed run must be the same run),
+ * the bench's --dir in them written "<dir>": a campaign's markers, kept apart from its
+ * stores, resume in any directory (docs/bench/). */
+static void args_line(const learn_args_t *v, const char *dir, char *out, size_t n)
 {
-    size_t k = 0;
+    size_t k = 0, dl = strlen(dir);
     out[0] = 0;
-    for (int i = 0; i < v->n && k + 1 < n; i++)
-        k += (size_t)snprintf(out + k, n - k, "%s%s", i ? " " : "", v->a[i]);
+    for (int i = 0; i < v->n && k + 1 < n; i++) {
+        const char *a = v->a[i];
+        int in_dir = dl && !strncmp(a, dir, dl) && a[dl] == '/';
+        k += (size_t)snprintf(out + k, n - k, "%s%s%s", i ? " " : "", in_dir ? "<dir>" : "",
+                              in_dir ? a + dl : a);
+    }
 }
 
 /* The marker of a run that ended by itself, whatever its exit status (a failed run is a
  * result too; one killed by a signal is not, and runs again): "done.txt" in its directory,
  * written last (renamed into place), holding its words, the build that ran it, and what
- * the bench measured of it, since the wall and CPU seconds are nowhere else. */
-static void mark_done(const char *dir, const char *line, const learn_result_t *r)
+ * the bench measured of it, since the wall and CPU seconds are nowhere else. Once the
+ * stores are measured it is written again with the measurement ("measured" and what
+ * follows): the marker alone then stands for the run, its stores no longer needed. */
+static void mark_done(const char *dir, const char *line, const learn_result_t *r, int measured)
 {
     char tmp[640], path[640];
     snprintf(tmp, sizeof tmp, "%s/done.txt.tmp", dir);
@@ -418,11 +427,23 @@ static void mark_done(const char *dir, const char *line, const learn_result_t *r
     if (!f) return;
     fprintf(f, "rc %d\nwall_s %.3f\ncpu_s %.3f\nbuild %s\nargs %s\n", r->rc, r->wall_s, r->cpu_s,
             r->build, line);
+    if (measured) {
+        fprintf(f, "measured %d\nval_final %.9g\nfinal_step %lld\n", r->npts, r->val_final,
+                (long long)r->final_step);
+        fprintf(f, "stores %d\nkills %d\njoins %d\nrebuilt %d\nmoves %d\n", r->stores, r->kills,
+                r->joins, r->rebuilt, r->moves);
+        for (int k = 0; k < WIRE_KINDS; k++) fprintf(f, "wire %d %.9g\n", k, r->wire_per_token[k]);
+        fprintf(f, "wire_total %.9g\n", r->wire_total_per_token);
+        for (int i = 0; i < r->npts; i++)
+            fprintf(f, "point %.0f %.9g\n", r->pt_step[i], r->pt_loss[i]);
+        if (r->err[0]) fprintf(f, "err %s\n", r->err);
+    }
     if (fclose(f) == 0) rename(tmp, path);
 }
 
 /* Reads a run's marker. Returns 1 when there is one for these words (rc, wall and CPU
- * seconds, build filled), 0 when there is none, -1 when there is one for other words. */
+ * seconds, build filled; with its measurement, r->measured and the numbers too), 0 when
+ * there is none, -1 when there is one for other words, -2 when it does not parse. */
 static int read_done(const char *dir, const char *line, learn_result_t *r)
 {
     char path[640];
@@ -430,10 +451,13 @@ static int read_done(const char *dir, const char *line, learn_result_t *r)
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     static char buf[LEARN_MAX_ARGS * 64];
-    int got = 0, same = 0;
+    int got = 0, same = 0, bad = 0, npts = -1;
     snprintf(r->build, sizeof r->build, "unknown"); /* a marker of before the line */
     while (fgets(buf, sizeof buf, f)) {
         buf[strcspn(buf, "\n")] = 0;
+        long long ll;
+        int k;
+        double x, y;
         if (sscanf(buf, "rc %d", &r->rc) == 1 || sscanf(buf, "wall_s %lf", &r->wall_s) == 1 ||
             sscanf(buf, "cpu_s %lf", &r->cpu_s) == 1)
             got++;
@@ -441,9 +465,76 @@ static int read_done(const char *dir, const char *line, learn_result_t *r)
             snprintf(r->build, sizeof r->build, "%.63s", buf + 6);
         else if (!strncmp(buf, "args ", 5))
             same = !strcmp(buf + 5, line);
+        else if (sscanf(buf, "measured %d", &npts) == 1)
+            bad |= npts < 0 || npts > LEARN_MAX_PTS;
+        else if (sscanf(buf, "val_final %lf", &r->val_final) == 1)
+            ;
+        else if (sscanf(buf, "final_step %lld", &ll) == 1)
+            r->final_step = ll;
+        else if (sscanf(buf, "stores %d", &r->stores) == 1 ||
+                 sscanf(buf, "kills %d", &r->kills) == 1 ||
+                 sscanf(buf, "joins %d", &r->joins) == 1 ||
+                 sscanf(buf, "rebuilt %d", &r->rebuilt) == 1 ||
+                 sscanf(buf, "moves %d", &r->moves) == 1)
+            ;
+        else if (sscanf(buf, "wire %d %lf", &k, &x) == 2 && k >= 0 && k < WIRE_KINDS)
+            r->wire_per_token[k] = x;
+        else if (sscanf(buf, "wire_total %lf", &x) == 1)
+            r->wire_total_per_token = x;
+        else if (sscanf(buf, "point %lf %lf", &x, &y) == 2 && r->npts < LEARN_MAX_PTS)
+            r->pt_step[r->npts] = x, r->pt_loss[r->npts++] = y;
+        else if (!strncmp(buf, "err ", 4))
+            snprintf(r->err, sizeof r->err, "%.799s", buf + 4);
+        else
+            bad = 1;
     }
     fclose(f);
-    return got == 3 && same ? 1 : -1;
+    if (npts >= 0 && r->npts != npts) bad = 1; /* cut short */
+    r->measured = npts >= 0 && !bad;
+    if (got != 3 || bad) return -2;
+    return same ? 1 : -1;
+}
+
+/* Measures a run from its stores: train's one, or every peer's (validation points, kills,
+ * joins, rebuilt stages, moves, the final validation loss of the assembled model), and its
+ * wire from local's output. */
+static void measure_run(const learn_opts_t *lo, const learn_row_t *row, learn_result_t *r,
+                        const char *db, const char *out, store_event_t *ev)
+{
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    if (!row->swarm) {
+        read_store(db, 1, r, ev);
+        const char *p = db;
+        r->val_final = eval_stores(lo, &p, 1, r);
+    } else {
+        char pat[640];
+        snprintf(pat, sizeof pat, "%s/peer*.db", r->dir);
+        if (glob(pat, 0, NULL, &g) == 0) {
+            int nck = 0; /* the stores with a checkpoint, first in gl_pathv */
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                int idx = -1;
+                const char *b = strrchr(g.gl_pathv[i], '/');
+                if (b && sscanf(b, "/peer%d.db", &idx) == 1 && idx >= lo->peers) r->joins++;
+                if (read_store(g.gl_pathv[i], 0, r, ev)) {
+                    char *t = g.gl_pathv[nck];
+                    g.gl_pathv[nck++] = g.gl_pathv[i], g.gl_pathv[i] = t;
+                }
+            }
+            r->val_final = eval_stores(lo, (const char *const *)g.gl_pathv, nck, r);
+        } else {
+            set_err(r, "no peer store in %s", r->dir);
+        }
+        read_local_wire(out, r);
+    }
+    globfree(&g);
+    /* the final point of the curve: the model at its last step, measured here */
+    if (isfinite(r->val_final) && r->npts < LEARN_MAX_PTS) {
+        int k = 0;
+        while (k < r->npts && r->pt_step[k] != (double)r->final_step) k++;
+        if (k == r->npts) r->npts++;
+        r->pt_step[k] = (double)r->final_step, r->pt_loss[k] = r->val_final;
+    }
 }
 
 static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i, learn_result_t *r,
@@ -511,17 +602,20 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         if (lo->demo_lr) args_add(&v, "--lr"), args_add(&v, lo->demo_lr); /* later words win */
     }
     static char line[LEARN_MAX_ARGS * 64];
-    args_line(&v, line, sizeof line);
+    args_line(&v, lo->dir, line, sizeof line);
     printf("  %-17s seed %lld ...", row->name, seed);
     fflush(stdout);
     int done = lo->resume ? read_done(r->dir, line, r) : 0;
     if (!done) snprintf(r->build, sizeof r->build, "%s", LEARN_BUILD);
     if (done < 0) {
         args_free(&v);
-        set_err(r,
-                "%s/done.txt is of a run with other options: --resume takes the same options "
-                "(or use another --dir)",
-                r->dir);
+        if (done == -1)
+            set_err(r,
+                    "%s/done.txt is of a run with other options: --resume takes the same "
+                    "options (or use another --dir)",
+                    r->dir);
+        else
+            set_err(r, "%s/done.txt does not parse: remove it to run the run again", r->dir);
         printf(" not run\n");
         return -2;
     }
@@ -538,47 +632,19 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         printf(" failed to start\n");
         return -1;
     }
-    if (!done && r->rc < 128) mark_done(r->dir, line, r); /* killed: rerun on --resume */
-    /* the stores: train's one, or every peer's */
-    glob_t g;
-    memset(&g, 0, sizeof g);
-    if (!row->swarm) {
-        read_store(db, 1, r, ev);
-        const char *p = db;
-        r->val_final = eval_stores(lo, &p, 1, r);
-    } else {
-        char pat[640];
-        snprintf(pat, sizeof pat, "%s/peer*.db", r->dir);
-        if (glob(pat, 0, NULL, &g) == 0) {
-            int nck = 0; /* the stores with a checkpoint, first in gl_pathv */
-            for (size_t i = 0; i < g.gl_pathc; i++) {
-                int idx = -1;
-                const char *b = strrchr(g.gl_pathv[i], '/');
-                if (b && sscanf(b, "/peer%d.db", &idx) == 1 && idx >= lo->peers) r->joins++;
-                if (read_store(g.gl_pathv[i], 0, r, ev)) {
-                    char *t = g.gl_pathv[nck];
-                    g.gl_pathv[nck++] = g.gl_pathv[i], g.gl_pathv[i] = t;
-                }
-            }
-            r->val_final = eval_stores(lo, (const char *const *)g.gl_pathv, nck, r);
-        } else {
-            set_err(r, "no peer store in %s", r->dir);
-        }
-        read_local_wire(out, r);
-    }
-    globfree(&g);
-    /* the final point of the curve: the model at its last step, measured here */
-    if (isfinite(r->val_final) && r->npts < LEARN_MAX_PTS) {
-        int k = 0;
-        while (k < r->npts && r->pt_step[k] != (double)r->final_step) k++;
-        if (k == r->npts) r->npts++;
-        r->pt_step[k] = (double)r->final_step, r->pt_loss[k] = r->val_final;
+    if (!done && r->rc < 128) mark_done(r->dir, line, r, 0); /* killed: rerun on --resume */
+    if (!r->measured) {
+        measure_run(lo, row, r, db, out, ev);
+        /* the marker stands for the run from now on; a failed measurement is tried again */
+        if ((done || r->rc < 128) && isfinite(r->val_final)) mark_done(r->dir, line, r, 1);
     }
     sort_points(lo, r);
     int other = r->resumed && strcmp(r->build, LEARN_BUILD);
     printf(" val_loss %.4f  %.0f s (exit %d%s%s%s)%s%s\n", r->val_final, r->wall_s, r->rc,
-           r->resumed ? "; run earlier, read from its stores" : "", other ? ", by build " : "",
-           other ? r->build : "", r->err[0] ? ": " : "", r->err);
+           !r->resumed   ? ""
+           : r->measured ? "; run earlier, read from its marker"
+                         : "; run earlier, read from its stores",
+           other ? ", by build " : "", other ? r->build : "", r->err[0] ? ": " : "", r->err);
     fflush(stdout);
     return 0;
 }
@@ -1115,8 +1181,11 @@ int bench_learn(int argc, char **argv)
                 "  --dir DIR            runs' logs and stores (default: a new /tmp dir, kept)\n"
                 "  --resume             with --dir: a run that ended there by itself (its\n"
                 "                       done.txt, the same options; a failed exit too) is\n"
-                "                       read from its stores, not run again; the others (never\n"
-                "                       run, or killed part way) run from the start\n"
+                "                       not run again: read from its marker, which holds its\n"
+                "                       measurement (the stores are not needed: markers\n"
+                "                       copied into another --dir resume there), else from\n"
+                "                       its stores; the others (never run, or killed part\n"
+                "                       way) run from the start\n"
                 "  --svg FILE           the curves (default bench-learn.svg)\n"
                 "  --json FILE          the numbers as JSON (- for stdout)\n"
                 "  -- RUN OPTIONS       given to every run (train and local), e.g. -- --lr 2e-3\n");

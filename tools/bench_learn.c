@@ -1000,7 +1000,7 @@ int bench_learn(int argc, char **argv)
     /* a quarter of the middle-stage visits skipped in the first half of the run: skipped
      * visits cost learning the later they come, and on `tiny` in rounds over six seeds,
      * with the swaps, a quarter cost +1.8% where half cost +2.5% (docs/design-notes.md,
-     * session 34); half the compute saved */
+     * session 34); it saves half the compute that skipping half did */
     lo.val_batches = 20, lo.skip = 0.25, lo.skip_until = 0.5, lo.swap = 0.1;
     int c, churn_kills_given = 0, churn_at_given = 0;
     float f;

@@ -632,11 +632,12 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
         printf(" failed to start\n");
         return -1;
     }
-    if (!done && r->rc < 128) mark_done(r->dir, line, r, 0); /* killed: rerun on --resume */
+    int ended = r->rc < 128; /* by itself (a resumed run did); killed: rerun on --resume */
+    if (!done && ended) mark_done(r->dir, line, r, 0);
     if (!r->measured) {
         measure_run(lo, row, r, db, out, ev);
         /* the marker stands for the run from now on; a failed measurement is tried again */
-        if ((done || r->rc < 128) && isfinite(r->val_final)) mark_done(r->dir, line, r, 1);
+        if (ended && isfinite(r->val_final)) mark_done(r->dir, line, r, 1);
     }
     sort_points(lo, r);
     int other = r->resumed && strcmp(r->build, LEARN_BUILD);

@@ -1,5 +1,6 @@
 /* record.c — the tests' readers of what a run recorded (record.h). */
 #include "record.h"
+#include "testutil.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,18 +12,10 @@
 
 #include <cmocka.h>
 
-char *record_slurp(const char *path)
+char *record_text(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    assert_non_null(s);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
+    char *s = testutil_slurp(path, NULL);
+    if (!s) fail_msg("cannot read %s", path);
     return s;
 }
 
@@ -52,7 +45,7 @@ json_obj_t *record_rows(const char *json, const char *array, int *n)
 
 json_obj_t *record_events(const char *path, const char *kind, int *n)
 {
-    char *text = record_slurp(path);
+    char *text = testutil_slurp(path, NULL);
     rows_t r = {kind, NULL, 0};
     if (text) assert_int_equal(json_lines(text, add_row, &r), 0);
     free(text);
@@ -73,8 +66,7 @@ char *record_summary(const char *run_dir, json_obj_t *top)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/summary.json", run_dir);
-    char *s = record_slurp(path);
-    if (!s) fail_msg("no %s", path);
+    char *s = record_text(path);
     assert_int_equal(json_object(s, NULL, top), 0);
     return s;
 }

@@ -7,8 +7,8 @@
 
 #include "tools/json.h"
 
-/* The file's text (caller frees), or NULL when there is none. */
-char *record_slurp(const char *path);
+/* The text of the file at path (caller frees); fails the test when there is none. */
+char *record_text(const char *path);
 /* The objects of the array `array` of a JSON document (caller frees); *n: how many. */
 json_obj_t *record_rows(const char *json, const char *array, int *n);
 /* The events of `kind` (NULL: all) of the JSON lines file at path, in order (caller

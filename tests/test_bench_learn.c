@@ -115,20 +115,6 @@ static void on_point(void *ctx, const json_obj_t *o)
     p->count[k]++;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Runs the bench (steps, extra words; its JSON into dir/NAME.json); returns its exit
  * status, its output shown when not 0. */
 static int bench(int steps, const char *extra, const char *name)
@@ -163,7 +149,7 @@ static int has_line(const char *path, const char *prefix)
 /* Cuts the file at path back to its first n lines. */
 static void keep_head(const char *path, int n)
 {
-    char *s = slurp(path), *p = s;
+    char *s = testutil_slurp(path, NULL), *p = s;
     assert_non_null(s);
     for (int i = 0; i < n && p && *p; i++) {
         p = strchr(p, '\n');
@@ -184,7 +170,7 @@ static void assert_refused(int steps, const char *extra, const char *name, const
 {
     char path[128];
     struct stat before, after;
-    char *was = slurp(marker);
+    char *was = testutil_slurp(marker, NULL);
     assert_non_null(was);
     assert_int_equal(stat(marker, &before), 0);
     assert_int_not_equal(bench(steps, extra, name), 0);
@@ -192,7 +178,7 @@ static void assert_refused(int steps, const char *extra, const char *name, const
     assert_int_not_equal(stat(path, &after), 0); /* no report of runs it did not run */
     assert_int_equal(stat(marker, &after), 0);
     assert_true(after.st_ino == before.st_ino);
-    char *is = slurp(marker);
+    char *is = testutil_slurp(marker, NULL);
     assert_non_null(is);
     assert_string_equal(is, was);
     free(is);
@@ -203,7 +189,7 @@ static void read_runs(const char *name, runs_t *r)
 {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    char *json = slurp(path);
+    char *json = testutil_slurp(path, NULL);
     assert_non_null(json);
     memset(r, 0, sizeof *r);
     assert_int_equal(json_each(json, "runs", on_run, r), NRUNS);
@@ -216,7 +202,7 @@ static void test_json_structure(void **state)
     char path[128];
     assert_int_equal(bench(STEPS, "", "out"), 0);
     snprintf(path, sizeof path, "%s/out.json", dir);
-    char *json = slurp(path);
+    char *json = testutil_slurp(path, NULL);
     assert_non_null(json);
 
     summary_t s = {0};

@@ -39,23 +39,6 @@ static int teardown(void **state)
     return testutil_rmtree(dir);
 }
 
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p) p[n] = 0, *len = (size_t)n;
-    return p;
-}
-
 static void spit(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -77,7 +60,7 @@ static uint64_t u64le(const uint8_t *p)
 static void check_raw_layout(const char *path, size_t data_bytes)
 {
     size_t len = 0;
-    uint8_t *p = slurp(path, &len);
+    uint8_t *p = testutil_slurp(path, &len);
     assert_non_null(p);
     assert_true(len >= 8);
     uint64_t n = u64le(p);
@@ -232,7 +215,7 @@ static void test_mutations(void **state)
     snprintf(mpath, sizeof mpath, "%s/mut.safetensors", dir);
     assert_int_equal(safetensors_write(path, t, 2, SAFETENSORS_F32, meta, 1, err), 0);
     size_t len;
-    uint8_t *orig = slurp(path, &len);
+    uint8_t *orig = testutil_slurp(path, &len);
     assert_non_null(orig);
     for (size_t cut = 0; cut < len; cut++) {
         spit(mpath, orig, cut);
@@ -271,7 +254,7 @@ static int run(const char *fmt, ...)
 static char *read_text(const char *path)
 {
     size_t n;
-    return (char *)slurp(path, &n);
+    return (char *)testutil_slurp(path, &n);
 }
 
 /* Trains tiny for a few steps with two stages into a store, exports it, and checks the

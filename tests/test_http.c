@@ -84,20 +84,6 @@ static int same_bytes(const char *a, const char *b)
     return same;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Replaces the file at path with text after delay seconds (on a thread; written aside and
  * renamed, so the server never serves half of it). */
 typedef struct {
@@ -122,7 +108,7 @@ static void *rewrite_later(void *arg)
 
 static int count_lines(const char *path)
 {
-    char *s = slurp(path);
+    char *s = record_text(path);
     int n = 0;
     for (char *p = s; *p; p++) n += *p == '\n';
     free(s);
@@ -232,7 +218,7 @@ static void test_resume_in_a_later_call(void **state)
     assert_int_equal(rc, STATUS_ENET);
     assert_non_null(strstr(err, "broke off after 50000 of 200000 bytes"));
     /* the .part holds what came */
-    char *log = slurp(logpath);
+    char *log = record_text(logpath);
     assert_null(strstr(log, "GET /cut.txt range=bytes="));
     free(log);
     o.retries = 0;
@@ -242,7 +228,7 @@ static void test_resume_in_a_later_call(void **state)
     char src[256];
     srv_file(src, sizeof src, "cut.txt");
     assert_true(same_bytes(path, src));
-    log = slurp(logpath);
+    log = record_text(logpath);
     assert_non_null(strstr(log, "GET /cut.txt range=bytes=50000- status=206"));
     free(log);
     char part[4200];
@@ -259,7 +245,7 @@ static void test_resume_in_the_same_call(void **state)
     int rc = http_data_fetch(url, &o, path, sizeof path, sha, err);
     assert_int_equal(rc, 0);
     assert_string_equal(sha, corpus_sha);
-    char *log = slurp(logpath);
+    char *log = record_text(logpath);
     assert_non_null(strstr(log, "GET /cut2.txt range=bytes=70000- status=206"));
     free(log);
 }
@@ -277,7 +263,7 @@ static void test_complete_part_is_kept(void **state)
     assert_int_equal(system(cmd), 0);
     assert_int_equal(http_data_fetch(url, &o, path, sizeof path, sha, err), 0);
     assert_string_equal(sha, corpus_sha);
-    char *log = slurp(logpath);
+    char *log = record_text(logpath);
     assert_non_null(strstr(log, "GET /done.txt range=bytes=200000- status=416"));
     free(log);
 }
@@ -358,7 +344,7 @@ static void test_disk_full_is_clear(void **state)
     /* once there is room, it resumes from what was written */
     o.fail_write_after = 0;
     assert_int_equal(http_data_fetch(url, &o, path, sizeof path, NULL, err), 0);
-    char *log = slurp(logpath);
+    char *log = record_text(logpath);
     assert_non_null(strstr(log, "GET /full.txt range=bytes="));
     free(log);
 }
@@ -560,7 +546,7 @@ static void test_train_from_url(void **state)
              "--threads 1 --val-batches 2 --events %s > %s 2>&1",
              testutil_bin(), port, dir, events, out);
     int rc = system(cmd);
-    char *log = slurp(out);
+    char *log = record_text(out);
     if (rc) fprintf(stderr, "%s\n", log);
     assert_int_equal(rc, 0);
     free(log);
@@ -571,7 +557,7 @@ static void test_train_from_url(void **state)
     assert_true(json_num(&o, "final") == 1);
     assert_true(json_num(&o, "val_loss") > 0);
     /* and the download resumed where the cut left it (the test server's own record) */
-    log = slurp(logpath);
+    log = record_text(logpath);
     assert_non_null(strstr(log, "GET /e2e.txt range=bytes=60000- status=206"));
     free(log);
 }

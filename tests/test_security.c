@@ -313,12 +313,7 @@ static char *slurp_log(const char *name)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s.log", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 16);
-    if (buf) buf[fread(buf, 1, (1 << 16) - 1, f)] = 0;
-    fclose(f);
-    return buf;
+    return testutil_slurp(path, NULL);
 }
 
 /* `swarmtrain ARGS` must be refused: exit status 3, its message carrying the refusal's

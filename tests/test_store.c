@@ -397,31 +397,18 @@ static void test_huge_length_falls_back(void **state)
     store_close(&s);
 }
 
-/* Whole-file bytes, to show a refused open changed nothing. */
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)len + 1);
-    assert_int_equal(fread(p, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return p;
-}
-
 static void expect_refused(const char *path, const char *needle)
 {
     char err[STATUS_ERR_LEN] = "";
     size_t n0, n1;
-    unsigned char *before = slurp(path, &n0);
+    unsigned char *before = testutil_slurp(path, &n0);
+    assert_non_null(before);
     store_t *s = store_open(path, err);
     assert_null(s);
     if (!strstr(err, needle)) fail_msg("message \"%s\" lacks \"%s\"", err, needle);
     assert_non_null(strstr(err, path));
-    unsigned char *after = slurp(path, &n1);
+    unsigned char *after = testutil_slurp(path, &n1);
+    assert_non_null(after);
     assert_int_equal(n0, n1);
     assert_memory_equal(before, after, n0);
     free(before);

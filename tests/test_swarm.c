@@ -115,7 +115,7 @@ static char *slurp(const char *name)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    return record_slurp(path);
+    return testutil_slurp(path, NULL);
 }
 
 /* ---- the record: summary.json, events files, status --json (record.h) ----------------- */

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #define NAMES_MAX 256
 
 typedef struct {
@@ -35,20 +37,6 @@ static int has(const names_t *s, const char *name)
     return 0;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 /* timeout_make("NAME" in every .c of dir */
 static void scan_code(names_t *s, const char *root, const char *dir)
 {
@@ -61,7 +49,7 @@ static void scan_code(names_t *s, const char *root, const char *dir)
         size_t l = strlen(e->d_name);
         if (l < 3 || strcmp(e->d_name + l - 2, ".c")) continue;
         snprintf(path, sizeof path, "%s/%s/%s", root, dir, e->d_name);
-        char *text = slurp(path);
+        char *text = testutil_slurp(path, NULL);
         assert_non_null(text);
         for (char *p = text; (p = strstr(p, "timeout_make(\"")); p++) {
             const char *q = p + strlen("timeout_make(\"");
@@ -83,7 +71,7 @@ static void test_timer_table(void **state)
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) scan_code(&code, root, dirs[i]);
     char path[4096];
     snprintf(path, sizeof path, "%s/docs/protocol.md", root);
-    char *md = slurp(path);
+    char *md = testutil_slurp(path, NULL);
     assert_non_null(md);
     char *sec = strstr(md, "### 12.11 Timers as objects");
     assert_non_null(sec);

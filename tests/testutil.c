@@ -57,6 +57,25 @@ double testutil_max_rel(const float *a, const float *b, size_t n, double floor)
     return worst;
 }
 
+void *testutil_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = NULL;
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    if (n >= 0 && !fseek(f, 0, SEEK_SET) && (s = malloc((size_t)n + 1))) {
+        if (fread(s, 1, (size_t)n, f) == (size_t)n) {
+            s[n] = 0;
+            if (len) *len = (size_t)n;
+        } else {
+            free(s);
+            s = NULL;
+        }
+    }
+    fclose(f);
+    return s;
+}
+
 int testutil_rmtree(const char *dir)
 {
     char cmd[4200];

@@ -18,6 +18,10 @@ double testutil_norm_err(const float *a, const float *b, size_t n);
 /* max_i |a_i - b_i| / max(|a_i|, |b_i|, floor) */
 double testutil_max_rel(const float *a, const float *b, size_t n, double floor);
 
+/* The whole file at path (caller frees), with a 0 byte after its last; *len (when len is
+ * not NULL) its size. NULL when it cannot be opened or read. */
+void *testutil_slurp(const char *path, size_t *len);
+
 /* Removes a test's temporary directory and everything in it; 0 on success. */
 int testutil_rmtree(const char *dir);
 

@@ -38,7 +38,6 @@
 #include "record.h"
 #include "testutil.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <sodium.h>
@@ -280,19 +279,11 @@ static void test_swarm_key_handshake(void **state)
  * returns the exit status (-1: killed at the limit) and the seconds it took in *took. */
 static int run_bin(const char *name, const char *args, double limit, double *took)
 {
-    char log[256], cmd[4096];
+    char log[256];
     snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    snprintf(cmd, sizeof cmd, "exec %s %s", testutil_bin(), args);
     double t0 = clock_now();
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = testutil_start(log, args);
+    assert_true(pid > 0);
     int st = 0;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
@@ -608,19 +599,12 @@ static void test_key_files(void **state)
 /* Runs `swarmtrain local ARGS` into dir/NAME.log within seconds; returns the exit status. */
 static int run_local(const char *name, const char *args, double seconds)
 {
-    char log[256], cmd[4096];
+    char log[256], words[4096];
     snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    snprintf(cmd, sizeof cmd, "exec %s local %s --dir %s/%s --data %s --threads 1 --quiet",
-             testutil_bin(), args, dir, name, testutil_corpus());
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
+    snprintf(words, sizeof words, "local %s --dir %s/%s --data %s --threads 1 --quiet", args, dir,
+             name, testutil_corpus());
+    pid_t pid = testutil_start(log, words);
+    assert_true(pid > 0);
     double end = clock_now() + seconds;
     int st;
     while (clock_now() < end) {

@@ -27,7 +27,6 @@
 #include "tools/json.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -59,18 +58,10 @@ static int teardown(void **state)
 /* Starts `swarmtrain ARGS` with stdout and stderr into dir/NAME.log. */
 static pid_t start(const char *name, const char *args)
 {
-    char log[256], cmd[4096];
+    char log[256];
     snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    snprintf(cmd, sizeof cmd, "exec %s %s", testutil_bin(), args);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = testutil_start(log, args);
+    assert_true(pid > 0);
     return pid;
 }
 

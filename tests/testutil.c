@@ -3,11 +3,13 @@
 #include "common/rng.h"
 #include "model/data.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *testutil_corpus(void)
 {
@@ -55,6 +57,21 @@ double testutil_max_rel(const float *a, const float *b, size_t n, double floor)
         if (r > worst) worst = r;
     }
     return worst;
+}
+
+pid_t testutil_start(const char *log, const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec %s %s", testutil_bin(), args);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
 }
 
 void *testutil_slurp(const char *path, size_t *len)

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* The default corpus (SWARMTRAIN_CORPUS, else the cache path tools/setup.sh writes). */
 const char *testutil_corpus(void);
@@ -18,6 +19,9 @@ double testutil_norm_err(const float *a, const float *b, size_t n);
 /* max_i |a_i - b_i| / max(|a_i|, |b_i|, floor) */
 double testutil_max_rel(const float *a, const float *b, size_t n, double floor);
 
+/* Starts `swarmtrain ARGS` (the built binary, through sh: ARGS may quote) with its stdout
+ * and stderr into the file at log; its pid, or -1 when it could not fork. */
+pid_t testutil_start(const char *log, const char *args);
 /* The whole file at path (caller frees), with a 0 byte after its last; *len (when len is
  * not NULL) its size. NULL when it cannot be opened or read. */
 void *testutil_slurp(const char *path, size_t *len);

@@ -10,8 +10,8 @@
  * alone, and other options are refused before any run (no JSON, the markers untouched), as
  * are a split that does not divide the batch and --accum among the run words beside a
  * split. Last, the markers alone, moved to another --dir without a store, give the same
- * numbers, and a garbled one is refused. It reads the JSON and the markers, never the
- * printed table.
+ * numbers; --report there runs nothing and leaves out the run whose marker is gone; and a
+ * garbled marker is refused. It reads the JSON and the markers, never the printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -185,14 +185,15 @@ static void assert_refused(int steps, const char *extra, const char *name, const
     free(was);
 }
 
-static void read_runs(const char *name, runs_t *r)
+/* The runs of the JSON dir/NAME.json: there must be n of them. */
+static void read_runs(const char *name, runs_t *r, int n)
 {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
     char *json = testutil_slurp(path, NULL);
     assert_non_null(json);
     memset(r, 0, sizeof *r);
-    assert_int_equal(json_each(json, "runs", on_run, r), NRUNS);
+    assert_int_equal(json_each(json, "runs", on_run, r), n);
     free(json);
 }
 
@@ -256,7 +257,7 @@ static void test_json_structure(void **state)
     runs_t again;
     assert_int_equal(bench(STEPS, "--resume", "again"), 0);
     assert_true(has_line(path, "measured ")); /* measured again, and marked so */
-    read_runs("again", &again);
+    read_runs("again", &again, NRUNS);
     for (int i = 0; i < NRUNS; i++) {
         assert_string_equal(again.name[i], run_names[i]);
         assert_false(r.resumed[i]);
@@ -270,7 +271,7 @@ static void test_json_structure(void **state)
     snprintf(path, sizeof path, "%s/runs/demo-train-s1337/done.txt", dir);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(bench(STEPS, "--resume", "third"), 0);
-    read_runs("third", &again);
+    read_runs("third", &again, NRUNS);
     for (int i = 0; i < NRUNS; i++) assert_int_equal(again.resumed[i], i != 2);
     assert_true(isfinite(again.val_loss[2]) && again.final_step[2] == STEPS);
     assert_int_equal(stat(path, &st), 0); /* marked again */
@@ -293,7 +294,7 @@ static void test_json_structure(void **state)
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "--resume --dir %s", to);
     assert_int_equal(bench(STEPS, cmd, "moved"), 0);
-    read_runs("moved", &again);
+    read_runs("moved", &again, NRUNS);
     for (int i = 0; i < NRUNS; i++) {
         assert_true(again.resumed[i]);
         assert_true(fabs(again.val_loss[i] - third.val_loss[i]) < 1e-6);
@@ -304,6 +305,33 @@ static void test_json_structure(void **state)
     }
     snprintf(path, sizeof path, "%s/adamw-s1337/train.db", to);
     assert_int_not_equal(stat(path, &st), 0); /* read from the marker, no store made */
+
+    /* --report runs nothing: with demo-train's marker gone, the other runs are read from
+     * theirs and reported with the same numbers, demo-train is left out of the JSON (its
+     * run not started: no marker, no store), and the report exits 0 */
+    snprintf(path, sizeof path, "%s/demo-train-s1337/done.txt", to);
+    assert_int_equal(unlink(path), 0);
+    char report[160], svg[96];
+    snprintf(svg, sizeof svg, "%s/out.svg", dir);
+    assert_int_equal(unlink(svg), 0);
+    snprintf(report, sizeof report, "--report --dir %s", to);
+    assert_int_equal(bench(STEPS, report, "report"), 0);
+    read_runs("report", &again, NRUNS - 1);
+    for (int i = 0, k = 0; i < NRUNS; i++) {
+        if (i == 2) continue; /* demo-train */
+        assert_string_equal(again.name[k], run_names[i]);
+        assert_true(again.resumed[k]);
+        assert_true(fabs(again.val_loss[k] - third.val_loss[i]) < 1e-6);
+        k++;
+    }
+    assert_int_not_equal(stat(path, &st), 0);
+    snprintf(path, sizeof path, "%s/demo-train-s1337/train.db", to);
+    assert_int_not_equal(stat(path, &st), 0);
+    assert_int_equal(stat(svg, &st), 0); /* the curves of what finished */
+    /* and a --report of a directory that is not there is refused */
+    snprintf(path, sizeof path, "%s/adamw-s1337/done.txt", to);
+    snprintf(report, sizeof report, "--report --dir %s/nowhere", dir);
+    assert_refused(STEPS, report, "nowhere", path);
     /* a marker that does not parse is refused, as other options are */
     snprintf(path, sizeof path, "%s/adamw-s1337/done.txt", to);
     FILE *f = fopen(path, "a");

@@ -142,6 +142,7 @@ typedef struct {
      * B/K --accum K; val_batches counts microbatches of that size: K times the option's) */
     int split, split_batch;
     int resume;      /* --resume: a run whose directory says it finished is read, not rerun */
+    int report;      /* --report: --resume, and the runs that did not finish are not run */
     int no_constant; /* --no-constant: without issue 17's reference (AdamW at a constant lr) */
     long long seed;
     double skip, skip_until, swap;
@@ -546,7 +547,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     memset(r, 0, sizeof *r);
     r->val_final = NAN;
     snprintf(r->dir, sizeof r->dir, "%s/%s-s%lld", lo->dir, row->name, seed);
-    if (mkdir(r->dir, 0755) && errno != EEXIST) {
+    if (!lo->report && mkdir(r->dir, 0755) && errno != EEXIST) {
         set_err(r, "cannot make %s: %s", r->dir, strerror(errno));
         return -1;
     }
@@ -618,6 +619,11 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
             set_err(r, "%s/done.txt does not parse: remove it to run the run again", r->dir);
         printf(" not run\n");
         return -2;
+    }
+    if (!done && lo->report) { /* left out of the report: not run, nothing made */
+        args_free(&v);
+        printf(" not run (--report)\n");
+        return 0;
     }
     if (done) {
         r->resumed = 1;
@@ -740,6 +746,7 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
         for (int s = 0; s < lo->seeds; s++) {
             const learn_result_t *r = &res[i][s];
             double base = res[0][s].val_final;
+            if (lo->report && !r->ran) continue; /* not run: left out */
             fprintf(f, "%s{\"name\":", first ? "" : ",");
             first = 0;
             print_json_str(f, learn_rows[i].name);
@@ -953,6 +960,7 @@ int bench_learn(int argc, char **argv)
         O_OUTER,
         O_OUTERK,
         O_RESUME,
+        O_REPORT,
         O_NOCONST,
         O_SPLIT,
         O_HELP
@@ -987,6 +995,7 @@ int bench_learn(int argc, char **argv)
                                          {"outer", required_argument, NULL, O_OUTER},
                                          {"outer-k", required_argument, NULL, O_OUTERK},
                                          {"resume", no_argument, NULL, O_RESUME},
+                                         {"report", no_argument, NULL, O_REPORT},
                                          {"no-constant", no_argument, NULL, O_NOCONST},
                                          {"split", required_argument, NULL, O_SPLIT},
                                          {"help", no_argument, NULL, O_HELP},
@@ -1119,6 +1128,9 @@ int bench_learn(int argc, char **argv)
         case O_RESUME:
             lo.resume = 1;
             break;
+        case O_REPORT:
+            lo.resume = lo.report = 1;
+            break;
         case O_NOCONST:
             lo.no_constant = 1;
             break;
@@ -1189,6 +1201,9 @@ int bench_learn(int argc, char **argv)
                 "                       copied into another --dir resume there), else from\n"
                 "                       its stores; the others (never run, or killed part\n"
                 "                       way) run from the start\n"
+                "  --report             with --dir: as --resume, but runs nothing: the table,\n"
+                "                       ratio, curves and JSON of the runs that finished\n"
+                "                       there; the others are left out (a campaign part way)\n"
                 "  --svg FILE           the curves (default bench-learn.svg)\n"
                 "  --json FILE          the numbers as JSON (- for stdout)\n"
                 "  -- RUN OPTIONS       given to every run (train and local), e.g. -- --lr 2e-3\n");
@@ -1287,7 +1302,8 @@ int bench_learn(int argc, char **argv)
     lo.tokens_per_step = (double)lo.run.replicas * lo.run.accum * lo.run.cfg.batch * lo.run.cfg.seq;
     lo.params = config_num_params(&lo.run.cfg);
     if (lo.resume && !lo.dir[0]) {
-        fprintf(stderr, "bench learn: --resume needs --dir, the directory of the runs to resume\n");
+        fprintf(stderr, "bench learn: %s needs --dir, the directory of the runs to %s\n",
+                lo.report ? "--report" : "--resume", lo.report ? "report" : "resume");
         return 2;
     }
     if (!lo.dir[0]) {
@@ -1296,6 +1312,9 @@ int bench_learn(int argc, char **argv)
             fprintf(stderr, "bench learn: cannot make a directory: %s\n", strerror(errno));
             return 1;
         }
+    } else if (lo.report && access(lo.dir, R_OK)) {
+        fprintf(stderr, "bench learn: --report: %s: %s\n", lo.dir, strerror(errno));
+        return 2;
     } else if (mkdir(lo.dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "bench learn: cannot make %s: %s\n", lo.dir, strerror(errno));
         return 1;
@@ -1353,9 +1372,15 @@ int bench_learn(int argc, char **argv)
                         free(ev);
                         return 2;
                     }
-                    failed |= !isfinite(res[i][s].val_final);
+                    /* (--report: what did not run is left out, not a failure) */
+                    if (res[i][s].ran || !lo.report) failed |= !isfinite(res[i][s].val_final);
                 }
     free(ev);
+    for (int i = 0; i < LEARN_NROWS && lo.report; i++) { /* a row no seed of which ran */
+        int ran = 0;
+        for (int s = 0; s < lo.seeds; s++) ran |= res[i][s].ran;
+        on[i] &= ran;
+    }
     print_table(&lo, res, on);
     double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi, rm2, rlo2, rhi2;
     for (int s = 0; s < lo.seeds; s++) ratios[s] = res[1][s].val_final / res[0][s].val_final;
@@ -1379,7 +1404,7 @@ int bench_learn(int argc, char **argv)
                "swarm/AdamW-constant: %.4f\n",
                lo.baseline_schedule, rm2, mc2);
     }
-    {
+    if (on[LEARN_NROWS - 2]) {
         /* what the total is made of: DeMo's own cost over AdamW (in one process), the
          * swarm's execution of it (swarm-demo over demo-train), each mechanism's over
          * DeMo alone in the swarm, their sum against all of them together (seed means) */

@@ -176,6 +176,10 @@ static int val_round_tick(peer_t *p)
 {
     int n = p->def.train.val_batches, every = p->def.train.val_every;
     if (every <= 0) return 0;
+    /* new to the lead (the leader before it gone or moved away, a swarm resumed): its
+     * first round is the grid's next one, not one at once at the step it took over */
+    if (p->step - p->val.led > every) p->val.last = p->step;
+    p->val.led = p->step;
     if (p->step > 0 && p->step < p->def.train.steps && p->step / every > p->val.last / every) {
         val_round_drop(p, "the next round is due");
         if (val_round_begin(&p->val.during, p->step, n, n)) return STATUS_ENOMEM;

@@ -30,6 +30,7 @@ typedef struct {
     val_round_t end;    /* the run's validation at its end: started once */
     val_round_t during; /* the current round every val_every steps */
     int64_t last;       /* the step of the last round started during the run */
+    int64_t led;        /* the step this member last led the rounds at (stage 0's first) */
     double loss;        /* the run's held-out loss once measured; NaN before */
 } val_t;
 

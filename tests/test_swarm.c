@@ -530,6 +530,40 @@ static int faults_of(const char *sum, const char *cause, int stage, int peer)
     return k;
 }
 
+/* The rounds of validation during the run (--val-every every) that stage 0's leaders began
+ * in run `name` of `peers` peers, completed or given up, as their events say: one a grid
+ * interval at most. A member that takes the lead (its leader killed) begins none at once,
+ * at the step it took over, beside the one its leader began in the same interval. */
+static void rounds_on_grid(const char *name, int peers, int every)
+{
+    long long seen[64];
+    int nseen = 0;
+    for (int i = 0; i < peers; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "%s/peer%d.events.jsonl", name, i);
+        int n;
+        json_obj_t *ev = events(path, NULL, &n);
+        for (int k = 0; k < n; k++) {
+            const char *kind = json_get(&ev[k], "kind");
+            int round = !strcmp(kind, "val_given_up") ||
+                        (!strcmp(kind, "val_loss") && json_num(&ev[k], "final") == 0);
+            if (!round) continue;
+            long long step = (long long)json_num(&ev[k], "val_step");
+            printf("%s: peer %d: round at step %lld (%s)\n", name, i, step, kind);
+            int dup = 0;
+            for (int j = 0; j < nseen; j++) {
+                if (seen[j] == step)
+                    dup = 1; /* the same round, seen by another member */
+                else if (seen[j] / every == step / every)
+                    fail_msg("%s: rounds at steps %lld and %lld, in one interval of %d", name,
+                             seen[j], step, every);
+            }
+            if (!dup && nseen < 64) seen[nseen++] = step;
+        }
+        free(ev);
+    }
+}
+
 /* Kills from outside at a random moment (local --kill random): a 6-peer, 3-stage swarm
  * where the victim is the founding peer (fault seed 104 picks peer 0, a stage-0 peer),
  * then a stage-2 peer (seed 102); the moment within the run is random (its step is drawn
@@ -544,7 +578,7 @@ static void outside_kill(const char *name, int seed, int peer, int stage)
     char args[1024];
     snprintf(args, sizeof args,
              "local --peers 6 --stages 3 --layers 6 --steps 45 --log-every 20 --kill random "
-             "--fault-seed %d --no-rebalance --quiet --dir %s/%s --data %s",
+             "--val-every 10 --fault-seed %d --no-rebalance --quiet --dir %s/%s --data %s",
              seed, dir, name, testutil_corpus());
     char logname[64];
     snprintf(logname, sizeof logname, "%s.log", name);
@@ -562,6 +596,7 @@ static void outside_kill(const char *name, int seed, int peer, int stage)
     assert_int_equal((int)json_num(&sum, "restarts"), 0);
     assert_true(json_num(&sum, "mttr_n") >= 1); /* the pool stepped again */
     assert_int_equal(count_rows(js, "unplanned"), 0);
+    rounds_on_grid(name, 6, 10);
     free(js);
     free(out);
 }

@@ -1059,19 +1059,31 @@ static void test_revive_from_checkpoint(void **state)
     free(without);
 }
 
-/* The id a peer started with `--events DIR/<events>` records once it serves (its
- * "serving" event), waited for up to 30 s (an ASan peer's start on a loaded machine). */
-static void peer_id(const char *events_name, char *hex)
+/* Starts `swarmtrain peer ARGS --events DIR/<name>.events.jsonl` (ARGS from fmt, as
+ * printf), its output into DIR/<name>.log, and waits up to 30 s (an ASan peer's start on a
+ * loaded machine) for it to serve: its id, as its "serving" event records it, into id. */
+static pid_t start_peer(const char *name, char id[65], const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static pid_t start_peer(const char *name, char id[65], const char *fmt, ...)
 {
+    char args[1024], cmd[1400], events[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(events, sizeof events, "%s.events.jsonl", name);
+    snprintf(cmd, sizeof cmd, "peer %s --events %s/%s", args, dir, events);
+    pid_t pid = start(name, cmd);
     json_obj_t o;
     for (double end = clock_now() + 30; clock_now() < end;) {
-        if (last_event(events_name, "serving", &o)) break;
+        if (last_event(events, "serving", &o)) break;
         clock_sleep(0.05);
     }
-    if (!last_event(events_name, "serving", &o))
-        fail_msg("%s: the peer did not serve within 30 s", events_name);
-    snprintf(hex, 65, "%s", json_get(&o, "id"));
-    assert_int_equal(strlen(hex), 64);
+    if (!last_event(events, "serving", &o))
+        fail_msg("%s: the peer did not serve within 30 s", name);
+    snprintf(id, 65, "%s", json_get(&o, "id"));
+    assert_int_equal(strlen(id), 64);
+    return pid;
 }
 
 static int count(const char *s, const char *needle)
@@ -1157,28 +1169,17 @@ static int third_gone(const char *json, const void *ctx)
 static void test_status_json(void **state)
 {
     (void)state;
-    char args[1024], ep[64], ids[3][65];
+    char ep[64], ids[3][65];
     int port[3];
     free_ports(3, port);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port[0]);
-    snprintf(args, sizeof args,
-             "peer --new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 "
-             "--events %s/p0.events.jsonl --data %s",
-             ep, dir, testutil_corpus());
-    pid_t p0 = start("p0", args);
-    peer_id("p0.events.jsonl", ids[0]);
-    snprintf(args, sizeof args,
-             "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
-             "%s/p1.events.jsonl",
-             ep, port[1], dir);
-    pid_t p1 = start("p1", args);
-    peer_id("p1.events.jsonl", ids[1]);
-    snprintf(args, sizeof args,
-             "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --events "
-             "%s/p2.events.jsonl",
-             ep, port[2], dir);
-    pid_t p2 = start("p2", args);
-    peer_id("p2.events.jsonl", ids[2]);
+    pid_t p0 = start_peer(
+        "p0", ids[0], "--new --listen %s --stages 2 --steps 100000 --batch 2 --threads 1 --data %s",
+        ep, testutil_corpus());
+    pid_t p1 = start_peer(
+        "p1", ids[1], "--join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1", ep, port[1]);
+    pid_t p2 = start_peer(
+        "p2", ids[2], "--join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1", ep, port[2]);
     /* a few gossip rounds: until p0 sees the three serving (up to 30 s) */
     char cmd[512], *json = status_until(ep, three_serving, ids, 30);
     if (!json) fail_msg("status --connect %s never answered within 30 s", ep);
@@ -1262,31 +1263,23 @@ static int join_row_of(const char *json, const void *ctx)
 static void test_status_join(void **state)
 {
     (void)state;
-    char args[1024], ep[64], ids[3][65];
+    char ep[64], ids[3][65];
     int port[3];
     free_ports(3, port);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port[0]);
-    snprintf(args, sizeof args,
-             "peer --new --listen %s --stage 0 --stages 2 --steps 100000 --batch 2 --threads 1 "
-             "--no-rebalance --events %s/p0.events.jsonl --data %s",
-             ep, dir, testutil_corpus());
-    pid_t p0 = start("p0", args);
-    peer_id("p0.events.jsonl", ids[0]);
-    snprintf(args, sizeof args,
-             "peer --join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --no-rebalance "
-             "--events %s/p1.events.jsonl",
-             ep, port[1], dir);
-    pid_t p1 = start("p1", args);
-    peer_id("p1.events.jsonl", ids[1]);
+    pid_t p0 = start_peer("p0", ids[0],
+                          "--new --listen %s --stage 0 --stages 2 --steps 100000 --batch 2 "
+                          "--threads 1 --no-rebalance --data %s",
+                          ep, testutil_corpus());
+    pid_t p1 = start_peer(
+        "p1", ids[1], "--join %s --listen tcp://127.0.0.1:%d --stage 1 --threads 1 --no-rebalance",
+        ep, port[1]);
     char *json = status_until(ep, stepping, NULL, 60);
     if (!json || !stepping(json, NULL)) fail_msg("the swarm did not step 20 times in 60 s:\n%s", json);
     free(json);
-    snprintf(args, sizeof args,
-             "peer --join %s --listen tcp://127.0.0.1:%d --stage 0 --threads 1 --no-rebalance "
-             "--events %s/p2.events.jsonl",
-             ep, port[2], dir);
-    pid_t p2 = start("p2", args);
-    peer_id("p2.events.jsonl", ids[2]);
+    pid_t p2 = start_peer(
+        "p2", ids[2], "--join %s --listen tcp://127.0.0.1:%d --stage 0 --threads 1 --no-rebalance",
+        ep, port[2]);
     /* it follows, names its first step, contributes: up to 60 s on a loaded machine */
     json = status_until(ep, join_row_of, ids[2], 60);
     if (!json || !join_row_of(json, ids[2])) fail_msg("no join of %s in status:\n%s", ids[2], json);
@@ -1644,17 +1637,14 @@ static int only_peer_until(const char *ep, const char *key, double min, double s
 static void test_garbage_rejected(void **state)
 {
     (void)state;
-    char args[1024], ep[64];
+    char ep[64];
     int port;
     free_ports(1, &port);
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    snprintf(args, sizeof args,
-             "peer --new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 "
-             "--events %s/g0.events.jsonl --data %s",
-             ep, dir, testutil_corpus());
-    pid_t p0 = start("g0", args);
     char hex[65], *json = NULL, err[256];
-    peer_id("g0.events.jsonl", hex);
+    pid_t p0 = start_peer(
+        "g0", hex, "--new --listen %s --stages 1 --steps 100000 --batch 2 --threads 1 --data %s",
+        ep, testutil_corpus());
     clock_sleep(0.5);
     json_obj_t me;
     assert_int_equal(status_client_fetch(ep, 3000, &json, err), 0);

@@ -171,16 +171,15 @@ static void val_round_drop(peer_t *p, const char *why)
     val_round_end(r);
 }
 
-/* 1 when it started a microbatch. */
-static int val_round_tick(peer_t *p)
+/* The rounds of validation during the run, at stage 0 (me: this member's place among the
+ * step's owners; the first leads, the others follow: val_round_due). 1 when it started a
+ * microbatch. */
+static int val_round_tick(peer_t *p, int me)
 {
     int n = p->def.train.val_batches, every = p->def.train.val_every;
-    if (every <= 0) return 0;
-    /* new to the lead (the leader before it gone or moved away, a swarm resumed): its
-     * first round is the grid's next one, not one at once at the step it took over */
-    if (p->step - p->val.led > every) p->val.last = p->step;
-    p->val.led = p->step;
-    if (p->step > 0 && p->step < p->def.train.steps && p->step / every > p->val.last / every) {
+    int due = val_round_due(&p->val, p->step, every, me == 0);
+    if (me != 0 || every <= 0) return 0;
+    if (due && p->step > 0 && p->step < p->def.train.steps) {
         val_round_drop(p, "the next round is due");
         if (val_round_begin(&p->val.during, p->step, n, n)) return STATUS_ENOMEM;
         p->val.last = p->step;
@@ -796,8 +795,7 @@ int serve_source(peer_t *p)
                 return 0;
             if (!join_settled(&p->join, serving, p->now)) return 0; /* let gossip settle */
         }
-        if (custody_in_flight_upto(p, p->step) >= p->po.in_flight)
-            return me == 0 ? val_round_tick(p) : 0;
+        if (custody_in_flight_upto(p, p->step) >= p->po.in_flight) return val_round_tick(p, me);
         if (p->stats.t_train0 == 0) p->stats.t_train0 = p->now;
         step_seen(p);
         /* read only for the owners gone (source.h): none, and the walk over every later
@@ -821,7 +819,7 @@ int serve_source(peer_t *p)
         }
         int rc = source_ahead(p);
         if (rc) return rc < 0 ? rc : 1;
-        return me == 0 ? val_round_tick(p) : 0;
+        return val_round_tick(p, me);
     }
     if (me != 0 || p->ending.over) return 0;
     return validate(p);

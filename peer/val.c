@@ -92,3 +92,11 @@ void val_round_end(val_round_t *r)
 {
     r->step = -1;
 }
+
+int val_round_due(val_t *v, int64_t step, int every, int leading)
+{
+    if (every <= 0) return 0;
+    if (!leading || step - v->seen > every) v->last = step;
+    v->seen = step;
+    return leading && step / every > v->last / every;
+}

@@ -30,7 +30,7 @@ typedef struct {
     val_round_t end;    /* the run's validation at its end: started once */
     val_round_t during; /* the current round every val_every steps */
     int64_t last;       /* the step of the last round started during the run */
-    int64_t led;        /* the step this member last led the rounds at (stage 0's first) */
+    int64_t seen;       /* the step at which this member last led or followed the rounds */
     double loss;        /* the run's held-out loss once measured; NaN before */
 } val_t;
 
@@ -55,5 +55,15 @@ double val_round_mean(const val_round_t *r);
 double val_round_mean_skip(const val_round_t *r);
 /* Ends a running round (given up, or done): step -1. */
 void val_round_end(val_round_t *r);
+
+/* Whether a round during the run is due at step (one every `every` steps, 0: none) at a
+ * stage-0 member that leads them (leading 1: the pool's first) or follows (0: another
+ * owner of the step). A follower keeps `last` at its own step, so that when it takes the
+ * lead (its leader gone) it begins no round in an interval where its leader may have
+ * begun one; a member that neither led nor followed for more than `every` steps (it moved
+ * into stage 0 or joined it, the swarm resumed, it re-synced past rounds) begins its first
+ * at the next multiple of `every`, not at once. The caller begins the round and sets
+ * `last` to its step. */
+int val_round_due(val_t *v, int64_t step, int every, int leading);
 
 #endif

@@ -278,6 +278,67 @@ static void test_val_rounds(void **state)
     val_free(&v);
 }
 
+/* The steps in [from, to) at which val_round_due says a round is due (beginning each one:
+ * last = its step), leading or following, into due; how many. */
+static int val_due_steps(val_t *v, int64_t from, int64_t to, int every, int leading, int64_t *due,
+                         int max)
+{
+    int n = 0;
+    for (int64_t s = from; s < to; s++)
+        if (val_round_due(v, s, every, leading)) {
+            v->last = s;
+            if (n < max) due[n] = s;
+            n++;
+        }
+    return n;
+}
+
+/* When rounds during the run begin: at each multiple of every at a leader that leads
+ * from the start; where a follower that takes over the lead left off (no second round
+ * in its leader's interval, the one its leader did not begin yes); at the next multiple,
+ * not at once, at a member new to the lead (the off-grid round at step 961 of the
+ * `small` swarm at seed 1338: every 416, its leader moved away) or a resumed swarm. */
+static void test_val_round_due(void **state)
+{
+    (void)state;
+    int64_t due[8];
+    val_t a, b, c;
+    val_init(&a);
+    assert_int_equal(val_due_steps(&a, 0, 46, 10, 1, due, 8), 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(due[i], 10 * (i + 1));
+    assert_int_equal(val_round_due(&a, 50, 0, 1), 0); /* none: every 0 */
+    /* b follows while a leads, a dies at 33 after its round at 30: b begins none at 34 */
+    val_init(&b);
+    assert_int_equal(val_due_steps(&b, 0, 34, 10, 0, due, 8), 0);
+    assert_int_equal(val_due_steps(&b, 34, 46, 10, 1, due, 8), 1);
+    assert_int_equal(due[0], 40);
+    /* a dies at 39, before its round at 40: b, leading from 40, begins it */
+    val_init(&b);
+    assert_int_equal(val_due_steps(&b, 0, 40, 10, 0, due, 8), 0);
+    assert_int_equal(val_due_steps(&b, 40, 41, 10, 1, due, 8), 1);
+    assert_int_equal(due[0], 40);
+    /* the lead flaps: b leads at 35, a again from 36 to 41 (its round at 40), b from 42 */
+    val_init(&b);
+    assert_int_equal(val_due_steps(&b, 0, 35, 10, 0, due, 8), 0);
+    assert_int_equal(val_due_steps(&b, 35, 36, 10, 1, due, 8), 0);
+    assert_int_equal(val_due_steps(&b, 36, 42, 10, 0, due, 8), 0);
+    assert_int_equal(val_due_steps(&b, 42, 50, 10, 1, due, 8), 0);
+    /* new to the lead at 961 (never in stage 0 before): the first round at 1248 */
+    val_init(&c);
+    assert_int_equal(val_due_steps(&c, 961, 1248, 416, 1, due, 8), 0);
+    assert_int_equal(val_due_steps(&c, 1248, 1249, 416, 1, due, 8), 1);
+    /* the same member back in stage 0 after 500 steps elsewhere: none at once either */
+    assert_int_equal(val_due_steps(&c, 1749, 2080, 416, 1, due, 8), 0);
+    assert_int_equal(val_due_steps(&c, 2080, 2081, 416, 1, due, 8), 1);
+    /* a swarm resumed at 1000 (its store knows no round): the next at 1248 */
+    val_init(&c);
+    assert_int_equal(val_due_steps(&c, 1000, 1249, 416, 1, due, 8), 1);
+    assert_int_equal(due[0], 1248);
+    val_free(&a);
+    val_free(&b);
+    val_free(&c);
+}
+
 /* The join margin (sim, rebal_no-thrash): a follower names its first contributing step
  * head + gossip_s + 1 s of pool steps (here 3 s), from the median of its paces timed at the pool's head (one
  * step timed at ~0 s after a stall does not make the margin 1000 steps), after 4 steps
@@ -1004,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_rebal_streak_and_cooldown),
         cmocka_unit_test(test_rebal_reverse_memory),
         cmocka_unit_test(test_val_rounds),
+        cmocka_unit_test(test_val_round_due),
         cmocka_unit_test(test_follow_join_margin),
         cmocka_unit_test(test_follow_watch),
         cmocka_unit_test(test_follow_heard),

@@ -294,10 +294,11 @@ static int val_due_steps(val_t *v, int64_t from, int64_t to, int every, int lead
 }
 
 /* When rounds during the run begin: at each multiple of every at a leader that leads
- * from the start; where a follower that takes over the lead left off (no second round
- * in its leader's interval, the one its leader did not begin yes); at the next multiple,
- * not at once, at a member new to the lead (the off-grid round at step 961 of the
- * `small` swarm at seed 1338: every 416, its leader moved away) or a resumed swarm. */
+ * from the start; at a follower that takes over the lead, where its leader left off (no
+ * second round in an interval its leader began one in, but the round its leader did not
+ * reach); at the next multiple, not at once, at a member new to the lead (the off-grid
+ * round at step 961 of the `small` swarm at seed 1338: every 416, its leader moved away)
+ * or a resumed swarm. */
 static void test_val_round_due(void **state)
 {
     (void)state;

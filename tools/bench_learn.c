@@ -857,6 +857,10 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
         int kills = 0, joins = 0, rebuilt = 0;
         for (int s = 0; s < lo->seeds; s++) {
             const learn_result_t *r = &res[i][s];
+            if (lo->report && !r->ran) { /* not run: in no column's mean (its zeros were) */
+                v[s] = rb[s] = rd[s] = tps[s] = cpu[s] = ex[s] = wt[s] = ag[s] = NAN;
+                continue;
+            }
             v[s] = r->val_final;
             rb[s] = r->val_final / res[0][s].val_final;
             rd[s] = on[2] ? r->val_final / res[2][s].val_final : NAN;

@@ -533,7 +533,9 @@ static int faults_of(const char *sum, const char *cause, int stage, int peer)
 /* The rounds of validation during the run (--val-every every) that stage 0's leaders began
  * in run `name` of `peers` peers, completed or given up, as their events say: one a grid
  * interval at most. A member that takes the lead (its leader killed) begins none at once,
- * at the step it took over, beside the one its leader began in the same interval. */
+ * at the step it took over, beside the one its leader began in the same interval. (A round
+ * its leader was killed in the middle of is in no one's events: the check sees the rounds
+ * recorded; test_parts' test_val_round_due pins the rule itself.) */
 static void rounds_on_grid(const char *name, int peers, int every)
 {
     long long seen[64];

@@ -8,3 +8,9 @@ add_test(NAME test_bench_learn COMMAND test_bench_learn)
 set_tests_properties(test_bench_learn PROPERTIES LABELS integration TIMEOUT 240 SKIP_RETURN_CODE 77
   RESOURCE_LOCK swarm
   ENVIRONMENT "SWARMTRAIN_BIN=$<TARGET_FILE:swarmtrain>;SWARMTRAIN_SOURCE=${CMAKE_SOURCE_DIR};OMP_WAIT_POLICY=PASSIVE")
+
+# What the total is made of: bench learn's cost parts (tools/bench_cost.c), on rows made
+# up here.
+st_add_test(test_bench_cost unit)
+target_sources(test_bench_cost PRIVATE ${CMAKE_SOURCE_DIR}/tools/bench_cost.c ${CMAKE_SOURCE_DIR}/tools/numbers.c)
+st_include_root(test_bench_cost tools PRIVATE)

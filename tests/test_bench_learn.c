@@ -1,17 +1,20 @@
 /* test_bench_learn.c — `swarmtrain bench learn` in a very small form (tiny, 2 stages, 4
- * peers, 16 steps, no ablation rows): its --json document has the structure the issue asks
- * of it — a summary with a finite ratio and --split's microbatches (the same tokens);
- * AdamW, the full swarm, DeMo in one process and AdamW at a constant lr, each with a final
- * validation loss measured at the last step; validation points that end there, with their
- * token counts; the swarm's bytes per parameter per step and per token — and the SVG of
- * the curves is written. Then --resume: the same command again reads every run from its
- * marker and runs none (the same losses, the build that ran each; a marker without its
- * measurement is measured again on the stores), a run without its done marker runs again
- * alone, and other options are refused before any run (no JSON, the markers untouched), as
- * are a split that does not divide the batch and --accum among the run words beside a
- * split. Last, the markers alone, moved to another --dir without a store, give the same
- * numbers; --report there runs nothing and leaves out the run whose marker is gone; and a
- * garbled marker is refused. It reads the JSON and the markers, never the printed table.
+ * peers, 16 steps, no ablation rows): its --json document has the structure the issue
+ * asks of it — a summary with a finite ratio and --split's microbatches (the same
+ * tokens); AdamW, the full swarm, DeMo in one process and AdamW at a constant lr, each
+ * with a final validation loss measured at the last step; validation points that end
+ * there, with their token counts; the swarm's bytes per parameter per step and per
+ * token; the cost parts (what the total is made of: here DeMo's own and the full swarm's
+ * over it), the ratios of those losses — and the SVG of the curves is written. Then
+ * --resume: the same command again reads every run from its marker and runs none (the
+ * same losses, the build that ran each; a marker without its measurement is measured
+ * again on the stores), a run without its done marker runs again alone, and other
+ * options are refused before any run (no JSON, the markers untouched), as are a split
+ * that does not divide the batch and --accum among the run words beside a split. Last,
+ * the markers alone, moved to another --dir without a store, give the same numbers;
+ * --report there runs nothing and leaves out the run whose marker is gone (and the cost
+ * parts that need it); and a garbled marker is refused. It reads the JSON and the
+ * markers, never the printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -95,6 +98,37 @@ static void on_run(void *ctx, const json_obj_t *o)
     r->has_kills[i] = *json_get(o, "kills") && *json_get(o, "stages_rebuilt");
     r->resumed[i] = !strcmp(json_get(o, "resumed"), "true");
     snprintf(r->build[i], sizeof r->build[i], "%s", json_get(o, "build"));
+}
+
+/* The cost parts (tools/bench_cost.h), in order. */
+typedef struct {
+    int n;
+    char part[16][16];
+    double cost[16];
+    int seeds[16];
+} costs_t;
+
+static void on_cost(void *ctx, const json_obj_t *o)
+{
+    costs_t *c = ctx;
+    if (c->n == 16) return;
+    int i = c->n++;
+    snprintf(c->part[i], sizeof c->part[i], "%s", json_get(o, "part"));
+    c->cost[i] = atof(json_get(o, "cost"));
+    c->seeds[i] = atoi(json_get(o, "seeds"));
+}
+
+/* The cost parts of dir/NAME.json. */
+static int read_costs(const char *name, costs_t *c)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    char *json = testutil_slurp(path, NULL);
+    assert_non_null(json);
+    memset(c, 0, sizeof *c);
+    int n = json_each(json, "costs", on_cost, c);
+    free(json);
+    return n;
 }
 
 static void on_point(void *ctx, const json_obj_t *o)
@@ -232,6 +266,16 @@ static void test_json_structure(void **state)
     assert_true(isfinite(r.exch[1]) && r.exch[1] > 0 && r.exch[1] < 0.1);
     assert_true(isfinite(r.wire[1]) && r.wire[1] > 0);
     assert_true(r.has_kills[1]);
+    /* what the total is made of, with no one-mechanism row: DeMo's own cost over AdamW and
+     * the full swarm's over DeMo in one process, each the ratio of the runs' losses */
+    costs_t c;
+    assert_int_equal(read_costs("out", &c), 2);
+    assert_string_equal(c.part[0], "optimizer");
+    assert_true(fabs(c.cost[0] - (r.val_loss[2] / r.val_loss[0] - 1)) < 1e-4);
+    assert_string_equal(c.part[1], "swarm");
+    assert_true(fabs(c.cost[1] - (r.val_loss[1] / r.val_loss[2] - 1)) < 1e-4);
+    assert_int_equal(c.seeds[0], 1);
+    assert_int_equal(c.seeds[1], 1);
 
     points_t p = {.tokens_per_step = s.tokens_per_run / STEPS};
     assert_true(json_each(json, "points", on_point, &p) >= 4);
@@ -325,6 +369,7 @@ static void test_json_structure(void **state)
         k++;
     }
     assert_int_not_equal(stat(path, &st), 0);
+    assert_int_equal(read_costs("report", &c), 0); /* each part needs demo-train */
     snprintf(path, sizeof path, "%s/demo-train-s1337/train.db", to);
     assert_int_not_equal(stat(path, &st), 0);
     assert_int_equal(stat(svg, &st), 0); /* the curves of what finished */

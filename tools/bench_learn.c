@@ -35,7 +35,9 @@
 #include "model/model.h"
 #include "store/store.h"
 #include "swarm/transport.h"
+#include "tools/bench_cost.h"
 #include "tools/json.h"
+#include "tools/numbers.h"
 #include "tools/plot.h"
 #include "tools/run_opts.h"
 
@@ -658,23 +660,6 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
 
 /* ---- report -------------------------------------------------------------------------------- */
 
-/* Mean, min and max of the finite x[0..n). Returns how many were finite. */
-static int stats(const double *x, int n, double *mean, double *lo, double *hi)
-{
-    int k = 0;
-    double s = 0;
-    *lo = INFINITY, *hi = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(x[i])) continue;
-        s += x[i], k++;
-        if (x[i] < *lo) *lo = x[i];
-        if (x[i] > *hi) *hi = x[i];
-    }
-    *mean = k ? s / k : NAN;
-    if (!k) *lo = *hi = NAN;
-    return k;
-}
-
 /* The swarm's exchange bytes one replica sends per parameter per step: every peer's
  * exchange bytes over the run, per step, per replica, per parameter of the whole model
  * (each replica of each stage sends its stage's message once a step). */
@@ -702,10 +687,66 @@ static void print_num(FILE *f, double x)
         fprintf(f, "null");
 }
 
+/* What the total is made of (bench_cost.h), from the rows in the table. */
+static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
+                       const int *on, bench_cost_t *out)
+{
+    double v[LEARN_NROWS][LEARN_MAX_SEEDS];
+    for (int i = 0; i < LEARN_NROWS; i++)
+        for (int s = 0; s < lo->seeds; s++) v[i][s] = res[i][s].val_final;
+    const int dt = LEARN_NROWS - 2; /* demo-train */
+    bench_cost_in_t in = {.seeds = lo->seeds,
+                          .adamw = on[0] ? v[0] : NULL,
+                          .full = on[1] ? v[1] : NULL,
+                          .swarm_demo = on[2] ? v[2] : NULL,
+                          .demo_train = on[dt] ? v[dt] : NULL};
+    for (int i = 3; i < dt && in.nmech < BENCH_COST_MAX_MECH; i++)
+        if (on[i]) in.mech[in.nmech] = v[i], in.mech_name[in.nmech++] = learn_rows[i].name + 6;
+    return bench_costs(&in, out);
+}
+
+/* One part of the cost line: `before`, its mean in percent, its seeds' range when it has
+ * two or more. Returns whether the part is there (printed). */
+static int print_cost(const bench_cost_t *c, int n, const char *part, const char *before)
+{
+    const bench_cost_t *p = bench_cost_find(c, n, part);
+    if (!p) return 0;
+    printf("%s%+.1f%%", before, 100 * p->mean);
+    if (p->seeds > 1) printf(" (%+.1f..%+.1f)", 100 * p->min, 100 * p->max);
+    return 1;
+}
+
+/* The cost line (bench_cost.h's parts, those the table has): means over the seeds, their
+ * range in brackets. */
+static void print_costs(const bench_cost_t *c, int n)
+{
+    if (!n) return;
+    const char *sep = "cost: ";
+    if (print_cost(c, n, "optimizer", "cost: sign DeMo in one process over AdamW ")) sep = "; ";
+    char before[96];
+    snprintf(before, sizeof before, "%sthe full swarm over demo-train ", sep);
+    if (print_cost(c, n, "swarm", before)) sep = "; ";
+    snprintf(before, sizeof before, "%sthe swarm with DeMo alone over demo-train ", sep);
+    if (print_cost(c, n, "execution", before)) sep = "; ";
+    const char *head = "each mechanism over the swarm with DeMo alone: ";
+    for (int i = 0; i < n; i++) {
+        if (!c[i].mech) continue;
+        snprintf(before, sizeof before, "%s%s%s ", sep, head, c[i].part);
+        print_cost(c, n, c[i].part, before);
+        sep = ", ", head = "";
+    }
+    print_cost(c, n, "summed", ", summed ");
+    snprintf(before, sizeof before, "%sall of them together ", head[0] ? sep : "; ");
+    print_cost(c, n, "together", before);
+    print_cost(c, n, "rest", "; the rest (what they do to one another: no row measures it) ");
+    printf("\n");
+}
+
 /* JSON: flat objects in top-level arrays (tools/json.h reads them): "runs" (one per row and
- * seed), "points" (every validation point of every run), "summary" (one object). */
+ * seed), "points" (every validation point of every run), "summary" (one object), "costs"
+ * (bench_cost.h's parts: what the total is made of). */
 static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS], const int *on,
-                      double ratio, double rlo, double rhi)
+                      double ratio, double rlo, double rhi, const bench_cost_t *costs, int ncost)
 {
     FILE *f = !strcmp(lo->json, "-") ? stdout : fopen(lo->json, "w");
     if (!f) {
@@ -795,6 +836,16 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
                 first = 0;
             }
     }
+    fprintf(f, "],\"costs\":[");
+    for (int i = 0; i < ncost; i++) {
+        fprintf(f, "%s{\"part\":\"%s\",\"cost\":", i ? "," : "", costs[i].part);
+        print_num(f, costs[i].mean);
+        fprintf(f, ",\"min\":");
+        print_num(f, costs[i].min);
+        fprintf(f, ",\"max\":");
+        print_num(f, costs[i].max);
+        fprintf(f, ",\"seeds\":%d}", costs[i].seeds);
+    }
     fprintf(f, "]}\n");
     if (f != stdout) fclose(f);
     return 0;
@@ -873,14 +924,14 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
             kills += r->kills, joins += r->joins, rebuilt += r->rebuilt;
         }
         double m, a, b, mb, md, mt, mc, me, mw, mg, x, y;
-        stats(v, lo->seeds, &m, &a, &b);
-        stats(rb, lo->seeds, &mb, &x, &y);
-        stats(rd, lo->seeds, &md, &x, &y);
-        stats(tps, lo->seeds, &mt, &x, &y);
-        stats(cpu, lo->seeds, &mc, &x, &y);
-        stats(ex, lo->seeds, &me, &x, &y);
-        stats(wt, lo->seeds, &mw, &x, &y);
-        stats(ag, lo->seeds, &mg, &x, &y);
+        numbers_stats(v, lo->seeds, &m, &a, &b);
+        numbers_stats(rb, lo->seeds, &mb, &x, &y);
+        numbers_stats(rd, lo->seeds, &md, &x, &y);
+        numbers_stats(tps, lo->seeds, &mt, &x, &y);
+        numbers_stats(cpu, lo->seeds, &mc, &x, &y);
+        numbers_stats(ex, lo->seeds, &me, &x, &y);
+        numbers_stats(wt, lo->seeds, &mw, &x, &y);
+        numbers_stats(ag, lo->seeds, &mg, &x, &y);
         char range[40], rdemo[16], exs[16], wts[16], ags[16], fl[32];
         snprintf(range, sizeof range, lo->seeds > 1 ? "%.4f..%.4f" : "-", a, b);
         snprintf(rdemo, sizeof rdemo, isfinite(md) ? "%+.1f%%" : "-", 100 * (md - 1));
@@ -1388,7 +1439,7 @@ int bench_learn(int argc, char **argv)
     print_table(&lo, res, on);
     double ratios[LEARN_MAX_SEEDS], rm, rlo, rhi, rm2, rlo2, rhi2;
     for (int s = 0; s < lo.seeds; s++) ratios[s] = res[1][s].val_final / res[0][s].val_final;
-    stats(ratios, lo.seeds, &rm, &rlo, &rhi);
+    numbers_stats(ratios, lo.seeds, &rm, &rlo, &rhi);
     printf("\nratio swarm/AdamW (final validation loss, equal tokens): %.4f", rm);
     if (lo.seeds > 1) {
         printf(" (mean of %d seeds, min %.4f, max %.4f:", lo.seeds, rlo, rhi);
@@ -1402,42 +1453,15 @@ int bench_learn(int argc, char **argv)
             ratios[s] = res[0][s].val_final / res[LEARN_NROWS - 1][s].val_final;
             rc2[s] = res[1][s].val_final / res[LEARN_NROWS - 1][s].val_final;
         }
-        stats(ratios, lo.seeds, &rm2, &rlo2, &rhi2);
-        stats(rc2, lo.seeds, &mc2, &lc2, &hc2);
+        numbers_stats(ratios, lo.seeds, &rm2, &rlo2, &rhi2);
+        numbers_stats(rc2, lo.seeds, &mc2, &lc2, &hc2);
         printf("AdamW %s over AdamW at a constant lr (issue 17's reference): %.4f; ratio "
                "swarm/AdamW-constant: %.4f\n",
                lo.baseline_schedule, rm2, mc2);
     }
-    if (on[LEARN_NROWS - 2]) {
-        /* what the total is made of: DeMo's own cost over AdamW (in one process), the
-         * swarm's execution of it (swarm-demo over demo-train), each mechanism's over
-         * DeMo alone in the swarm, their sum against all of them together (seed means) */
-        const int dt = LEARN_NROWS - 2;
-        double x[LEARN_MAX_SEEDS], m, a, b, sum = 0;
-        for (int s = 0; s < lo.seeds; s++) x[s] = res[dt][s].val_final / res[0][s].val_final;
-        stats(x, lo.seeds, &m, &a, &b);
-        printf("cost: sign DeMo in one process over AdamW %+.1f%%", 100 * (m - 1));
-        for (int s = 0; s < lo.seeds; s++) x[s] = res[1][s].val_final / res[dt][s].val_final;
-        stats(x, lo.seeds, &m, &a, &b);
-        printf("; the full swarm over it %+.1f%%", 100 * (m - 1));
-        if (on[2]) {
-            for (int s = 0; s < lo.seeds; s++) x[s] = res[2][s].val_final / res[dt][s].val_final;
-            stats(x, lo.seeds, &m, &a, &b);
-            printf(", of which the swarm with DeMo alone %+.1f%%; each mechanism over that:",
-                   100 * (m - 1));
-            for (int i = 3; i < dt; i++) {
-                if (!on[i]) continue;
-                for (int s = 0; s < lo.seeds; s++) x[s] = res[i][s].val_final / res[2][s].val_final;
-                stats(x, lo.seeds, &m, &a, &b);
-                printf(" %s %+.1f%%,", learn_rows[i].name + 6, 100 * (m - 1));
-                if (isfinite(m)) sum += m - 1;
-            }
-            for (int s = 0; s < lo.seeds; s++) x[s] = res[1][s].val_final / res[2][s].val_final;
-            stats(x, lo.seeds, &m, &a, &b);
-            printf(" summed %+.1f%%; all together %+.1f%%", 100 * sum, 100 * (m - 1));
-        }
-        printf("\n");
-    }
+    bench_cost_t costs[BENCH_COST_MAX];
+    int ncost = learn_costs(&lo, res, on, costs);
+    print_costs(costs, ncost);
     char load1[64] = "?";
     if ((la = fopen("/proc/loadavg", "r"))) {
         if (!fgets(load1, sizeof load1, la)) load1[0] = 0;
@@ -1448,7 +1472,7 @@ int bench_learn(int argc, char **argv)
            "validation included; only as good as the machine is quiet)\n",
            load1);
     if (lo.svg && lo.svg[0] && !write_svg(&lo, res, on)) printf("curves: %s\n", lo.svg);
-    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi)) failed = 1;
+    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi, costs, ncost)) failed = 1;
     fflush(stdout);
     args_free(&words);
     return failed ? 1 : 0;

@@ -12,5 +12,6 @@ set_tests_properties(test_bench_learn PROPERTIES LABELS integration TIMEOUT 240 
 # What the total is made of: bench learn's cost parts (tools/bench_cost.c), on rows made
 # up here.
 st_add_test(test_bench_cost unit)
-target_sources(test_bench_cost PRIVATE ${CMAKE_SOURCE_DIR}/tools/bench_cost.c ${CMAKE_SOURCE_DIR}/tools/numbers.c)
+target_sources(test_bench_cost PRIVATE ${CMAKE_SOURCE_DIR}/tools/bench_cost.c
+  ${CMAKE_SOURCE_DIR}/tools/numbers.c)
 st_include_root(test_bench_cost tools PRIVATE)

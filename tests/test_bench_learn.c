@@ -5,16 +5,16 @@
  * with a final validation loss measured at the last step; validation points that end
  * there, with their token counts; the swarm's bytes per parameter per step and per
  * token; the cost parts (what the total is made of: here DeMo's own and the full swarm's
- * over it), the ratios of those losses — and the SVG of the curves is written. Then
- * --resume: the same command again reads every run from its marker and runs none (the
- * same losses, the build that ran each; a marker without its measurement is measured
- * again on the stores), a run without its done marker runs again alone, and other
- * options are refused before any run (no JSON, the markers untouched), as are a split
- * that does not divide the batch and --accum among the run words beside a split. Last,
- * the markers alone, moved to another --dir without a store, give the same numbers;
- * --report there runs nothing and leaves out the run whose marker is gone (and the cost
- * parts that need it); and a garbled marker is refused. It reads the JSON and the
- * markers, never the printed table.
+ * over it), the ratios of those losses, at the end and at each validation step — and the
+ * SVG of the curves is written. Then --resume: the same command again reads every run
+ * from its marker and runs none (the same losses, the build that ran each; a marker
+ * without its measurement is measured again on the stores), a run without its done
+ * marker runs again alone, and other options are refused before any run (no JSON, the
+ * markers untouched), as are a split that does not divide the batch and --accum among
+ * the run words beside a split. Last, the markers alone, moved to another --dir without
+ * a store, give the same numbers; --report there runs nothing and leaves out the run
+ * whose marker is gone (and the cost parts that need it); and a garbled marker is
+ * refused. It reads the JSON and the markers, never the printed table.
  *
  * Not for: the numbers themselves (the benchmark reports them; at this length they mean
  * nothing) or the faults' outcomes (tests/test_swarm.c). */
@@ -55,9 +55,11 @@ typedef struct {
 typedef struct {
     int n, bad;
     double tokens_per_step;
-    /* per run of run_names: the last point's step, how many points */
+    /* per run of run_names: the last point's step, how many points, the loss by step (NAN
+     * where it has no point) */
     long long last_step[NRUNS];
     int count[NRUNS];
+    double loss[NRUNS][STEPS + 1];
 } points_t;
 
 typedef struct {
@@ -118,17 +120,49 @@ static void on_cost(void *ctx, const json_obj_t *o)
     c->seeds[i] = atoi(json_get(o, "seeds"));
 }
 
-/* The cost parts of dir/NAME.json. */
-static int read_costs(const char *name, costs_t *c)
+/* The cost parts at a step (cost_points) checked against the runs' points: each the
+ * ratio of its rows' losses at that step, less one. */
+typedef struct {
+    const points_t *pts;
+    int n, bad, at_end; /* at_end: parts at the last step */
+} cost_points_t;
+
+static void on_cost_point(void *ctx, const json_obj_t *o)
+{
+    cost_points_t *c = ctx;
+    const points_t *p = c->pts;
+    long long step = atoll(json_get(o, "step"));
+    const char *part = json_get(o, "part");
+    double cost = atof(json_get(o, "cost")), want = NAN;
+    c->n++;
+    if (step < 1 || step > STEPS || atoll(json_get(o, "seed")) != 1337) {
+        c->bad++;
+        return;
+    }
+    if (!strcmp(part, "optimizer")) want = p->loss[2][step] / p->loss[0][step] - 1;
+    if (!strcmp(part, "swarm")) want = p->loss[1][step] / p->loss[2][step] - 1;
+    if (!(fabs(cost - want) < 1e-4)) c->bad++; /* and a part of no such rows */
+    c->at_end += step == STEPS;
+}
+
+/* The objects of the array `array` of dir/NAME.json, each given to fn. */
+static int read_array(const char *name, const char *array, void (*fn)(void *, const json_obj_t *),
+                      void *ctx)
 {
     char path[128];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
     char *json = testutil_slurp(path, NULL);
     assert_non_null(json);
-    memset(c, 0, sizeof *c);
-    int n = json_each(json, "costs", on_cost, c);
+    int n = json_each(json, array, fn, ctx);
     free(json);
     return n;
+}
+
+/* The cost parts of dir/NAME.json. */
+static int read_costs(const char *name, costs_t *c)
+{
+    memset(c, 0, sizeof *c);
+    return read_array(name, "costs", on_cost, c);
 }
 
 static void on_point(void *ctx, const json_obj_t *o)
@@ -145,6 +179,7 @@ static void on_point(void *ctx, const json_obj_t *o)
         fabs(tokens - (double)step * p->tokens_per_step) > 0.5)
         p->bad++;
     if (step < p->last_step[k]) p->bad++; /* in step order */
+    if (step >= 1 && step <= STEPS) p->loss[k][step] = v;
     p->last_step[k] = step;
     p->count[k]++;
 }
@@ -278,12 +313,20 @@ static void test_json_structure(void **state)
     assert_int_equal(c.seeds[1], 1);
 
     points_t p = {.tokens_per_step = s.tokens_per_run / STEPS};
+    for (int k = 0; k < NRUNS; k++)
+        for (int i = 0; i <= STEPS; i++) p.loss[k][i] = NAN;
     assert_true(json_each(json, "points", on_point, &p) >= 4);
     assert_int_equal(p.bad, 0);
     for (int k = 0; k < NRUNS; k++) {
         assert_true(p.count[k] >= 2);
         assert_int_equal(p.last_step[k], STEPS); /* the curve ends at the final loss */
     }
+    /* the same parts at each step of the loss table: the ratios of the points there; both
+     * at the last step, where they are the final losses' */
+    cost_points_t cp = {.pts = &p};
+    assert_true(json_each(json, "cost_points", on_cost_point, &cp) >= 2);
+    assert_int_equal(cp.bad, 0);
+    assert_int_equal(cp.at_end, 2);
     free(json);
 
     struct stat st;
@@ -370,6 +413,8 @@ static void test_json_structure(void **state)
     }
     assert_int_not_equal(stat(path, &st), 0);
     assert_int_equal(read_costs("report", &c), 0); /* each part needs demo-train */
+    cost_points_t none = {.pts = &p};
+    assert_int_equal(read_array("report", "cost_points", on_cost_point, &none), 0);
     snprintf(path, sizeof path, "%s/demo-train-s1337/train.db", to);
     assert_int_not_equal(stat(path, &st), 0);
     assert_int_equal(stat(svg, &st), 0); /* the curves of what finished */

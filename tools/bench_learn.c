@@ -687,15 +687,26 @@ static void print_num(FILE *f, double x)
         fprintf(f, "null");
 }
 
-/* What the total is made of (bench_cost.h), from the rows in the table. */
+/* A run's validation loss at `step` steps done; NAN where it has no point there. */
+static double loss_at(const learn_result_t *r, double step)
+{
+    for (int p = 0; p < r->npts; p++)
+        if (r->pt_step[p] == step) return r->pt_loss[p];
+    return NAN;
+}
+
+/* What the total is made of (bench_cost.h), from the rows in the table: from their final
+ * losses over the seeds (step < 0), or from seed index `seed`'s losses at `step` done. */
 static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
-                       const int *on, bench_cost_t *out)
+                       const int *on, int seed, double step, bench_cost_t *out)
 {
     double v[LEARN_NROWS][LEARN_MAX_SEEDS];
+    int seeds = step < 0 ? lo->seeds : 1;
     for (int i = 0; i < LEARN_NROWS; i++)
-        for (int s = 0; s < lo->seeds; s++) v[i][s] = res[i][s].val_final;
+        for (int s = 0; s < seeds; s++)
+            v[i][s] = step < 0 ? res[i][s].val_final : loss_at(&res[i][seed], step);
     const int dt = LEARN_NROWS - 2; /* demo-train */
-    bench_cost_in_t in = {.seeds = lo->seeds,
+    bench_cost_in_t in = {.seeds = seeds,
                           .adamw = on[0] ? v[0] : NULL,
                           .full = on[1] ? v[1] : NULL,
                           .swarm_demo = on[2] ? v[2] : NULL,
@@ -703,6 +714,14 @@ static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_S
     for (int i = 3; i < dt && in.nmech < BENCH_COST_MAX_MECH; i++)
         if (on[i]) in.mech[in.nmech] = v[i], in.mech_name[in.nmech++] = learn_rows[i].name + 6;
     return bench_costs(&in, out);
+}
+
+/* The steps the cost parts are given at, seed index s: AdamW's validation points (those
+ * of the loss table). */
+static int cost_steps(learn_result_t (*res)[LEARN_MAX_SEEDS], int s, const double **steps)
+{
+    *steps = res[0][s].pt_step;
+    return res[0][s].npts;
 }
 
 /* One part of the cost line: `before`, its mean in percent, its seeds' range when it has
@@ -742,9 +761,42 @@ static void print_costs(const bench_cost_t *c, int n)
     printf("\n");
 }
 
+/* The cost parts by steps done, seed by seed: each part of the cost line (`costs`) at each
+ * step where its rows have a point, "-" where they have none. */
+static void print_cost_points(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
+                              const int *on, const bench_cost_t *costs, int ncost)
+{
+    for (int s = 0; s < lo->seeds && ncost > 0; s++) {
+        const double *steps;
+        int n = cost_steps(res, s, &steps);
+        if (!n) continue;
+        bench_cost_t at[LEARN_MAX_PTS][BENCH_COST_MAX];
+        int nat[LEARN_MAX_PTS];
+        for (int p = 0; p < n && p < LEARN_MAX_PTS; p++)
+            nat[p] = learn_costs(lo, res, on, s, steps[p], at[p]);
+        printf("\ncost by steps done (seed %lld; percent, each part as in the cost line):\n",
+               lo->seed + s);
+        printf("  %-17s", "steps");
+        for (int p = 0; p < n; p++) printf(" %7.0f", steps[p]);
+        printf("\n");
+        for (int c = 0; c < ncost; c++) {
+            printf("  %-17s", costs[c].part);
+            for (int p = 0; p < n; p++) {
+                const bench_cost_t *x = bench_cost_find(at[p], nat[p], costs[c].part);
+                if (x && x->seeds)
+                    printf(" %+7.2f", 100 * x->mean);
+                else
+                    printf(" %7s", "-");
+            }
+            printf("\n");
+        }
+    }
+}
+
 /* JSON: flat objects in top-level arrays (tools/json.h reads them): "runs" (one per row and
  * seed), "points" (every validation point of every run), "summary" (one object), "costs"
- * (bench_cost.h's parts: what the total is made of). */
+ * (bench_cost.h's parts: what the total is made of) and "cost_points" (the parts at each
+ * step of the loss table, seed by seed). */
 static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS], const int *on,
                       double ratio, double rlo, double rhi, const bench_cost_t *costs, int ncost)
 {
@@ -845,6 +897,24 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
         fprintf(f, ",\"max\":");
         print_num(f, costs[i].max);
         fprintf(f, ",\"seeds\":%d}", costs[i].seeds);
+    }
+    fprintf(f, "],\"cost_points\":[");
+    first = 1;
+    for (int s = 0; s < lo->seeds; s++) {
+        const double *steps;
+        int n = cost_steps(res, s, &steps);
+        for (int p = 0; p < n; p++) {
+            bench_cost_t at[BENCH_COST_MAX];
+            int k = learn_costs(lo, res, on, s, steps[p], at);
+            for (int c = 0; c < k; c++) {
+                if (!at[c].seeds) continue;
+                fprintf(f, "%s{\"seed\":%lld,\"step\":%.0f,\"part\":\"%s\",\"cost\":",
+                        first ? "" : ",", lo->seed + s, steps[p], at[c].part);
+                print_num(f, at[c].mean);
+                fprintf(f, "}");
+                first = 0;
+            }
+        }
     }
     fprintf(f, "]}\n");
     if (f != stdout) fclose(f);
@@ -1460,8 +1530,9 @@ int bench_learn(int argc, char **argv)
                lo.baseline_schedule, rm2, mc2);
     }
     bench_cost_t costs[BENCH_COST_MAX];
-    int ncost = learn_costs(&lo, res, on, costs);
+    int ncost = learn_costs(&lo, res, on, 0, -1, costs);
     print_costs(costs, ncost);
+    print_cost_points(&lo, res, on, costs, ncost);
     char load1[64] = "?";
     if ((la = fopen("/proc/loadavg", "r"))) {
         if (!fgets(load1, sizeof load1, la)) load1[0] = 0;

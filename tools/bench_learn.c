@@ -716,12 +716,18 @@ static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_S
     return bench_costs(&in, out);
 }
 
-/* The steps the cost parts are given at, seed index s: AdamW's validation points (those
- * of the loss table). */
-static int cost_steps(learn_result_t (*res)[LEARN_MAX_SEEDS], int s, const double **steps)
+/* The steps the cost parts are given at, seed index s: the validation points of the first
+ * row in the table that has any (AdamW's, those of the loss table, unless it is left out). */
+static int cost_steps(learn_result_t (*res)[LEARN_MAX_SEEDS], const int *on, int s,
+                      const double **steps)
 {
-    *steps = res[0][s].pt_step;
-    return res[0][s].npts;
+    for (int i = 0; i < LEARN_NROWS; i++)
+        if (on[i] && res[i][s].npts > 0) {
+            *steps = res[i][s].pt_step;
+            return res[i][s].npts;
+        }
+    *steps = NULL;
+    return 0;
 }
 
 /* One part of the cost line: `before`, its mean in percent, its seeds' range when it has
@@ -768,11 +774,11 @@ static void print_cost_points(const learn_opts_t *lo, learn_result_t (*res)[LEAR
 {
     for (int s = 0; s < lo->seeds && ncost > 0; s++) {
         const double *steps;
-        int n = cost_steps(res, s, &steps);
+        int n = cost_steps(res, on, s, &steps);
         if (!n) continue;
         bench_cost_t at[LEARN_MAX_PTS][BENCH_COST_MAX];
         int nat[LEARN_MAX_PTS];
-        for (int p = 0; p < n && p < LEARN_MAX_PTS; p++)
+        for (int p = 0; p < n; p++)
             nat[p] = learn_costs(lo, res, on, s, steps[p], at[p]);
         printf("\ncost by steps done (seed %lld; percent, each part as in the cost line):\n",
                lo->seed + s);
@@ -902,7 +908,7 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     first = 1;
     for (int s = 0; s < lo->seeds; s++) {
         const double *steps;
-        int n = cost_steps(res, s, &steps);
+        int n = cost_steps(res, on, s, &steps);
         for (int p = 0; p < n; p++) {
             bench_cost_t at[BENCH_COST_MAX];
             int k = learn_costs(lo, res, on, s, steps[p], at);

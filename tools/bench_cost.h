@@ -27,8 +27,8 @@ typedef struct {
 
 /* One part. mean, min and max are fractions (0.016: +1.6%) over `seeds` seeds. summed's
  * and rest's mean come from the parts' means (each over the seeds its rows have); their
- * min and max, seed by seed, over the seeds that every mechanism row in the table and
- * both rows of together have (NAN, seeds 0, where none has). */
+ * min and max are taken seed by seed, over the seeds every mechanism row in the table has
+ * (rest's: and the full swarm too; NAN, seeds 0, where none has). */
 typedef struct {
     const char *part;
     double mean, min, max;

@@ -742,53 +742,79 @@ static int print_cost(const bench_cost_t *c, int n, const char *part, const char
 }
 
 /* The cost line (bench_cost.h's parts, those the table has): means over the seeds, their
- * range in brackets. */
+ * range in brackets. The parts in the line's order; the one-mechanism parts and summed go
+ * where the entry without a part is. */
 static void print_costs(const bench_cost_t *c, int n)
 {
+    static const struct {
+        const char *part, *label;
+    } line[] = {
+        {"optimizer", "sign DeMo in one process over AdamW"},
+        {"swarm", "the full swarm over demo-train"},
+        {"execution", "the swarm with DeMo alone over demo-train"},
+        {NULL, "each mechanism over the swarm with DeMo alone:"},
+        {"together", "all of them together"},
+        {"rest", "the rest (what they do to one another: no row measures it)"},
+    };
     if (!n) return;
     const char *sep = "cost: ";
-    if (print_cost(c, n, "optimizer", "cost: sign DeMo in one process over AdamW ")) sep = "; ";
-    char before[96];
-    snprintf(before, sizeof before, "%sthe full swarm over demo-train ", sep);
-    if (print_cost(c, n, "swarm", before)) sep = "; ";
-    snprintf(before, sizeof before, "%sthe swarm with DeMo alone over demo-train ", sep);
-    if (print_cost(c, n, "execution", before)) sep = "; ";
-    const char *head = "each mechanism over the swarm with DeMo alone: ";
-    for (int i = 0; i < n; i++) {
-        if (!c[i].mech) continue;
-        snprintf(before, sizeof before, "%s%s%s ", sep, head, c[i].part);
-        print_cost(c, n, c[i].part, before);
-        sep = ", ", head = "";
+    char before[128];
+    for (size_t k = 0; k < sizeof line / sizeof line[0]; k++) {
+        if (line[k].part) {
+            snprintf(before, sizeof before, "%s%s ", sep, line[k].label);
+            if (print_cost(c, n, line[k].part, before)) sep = "; ";
+            continue;
+        }
+        int mechs = 0;
+        for (int i = 0; i < n; i++) {
+            if (!c[i].mech) continue;
+            if (mechs++)
+                snprintf(before, sizeof before, ", %s ", c[i].part);
+            else
+                snprintf(before, sizeof before, "%s%s %s ", sep, line[k].label, c[i].part);
+            print_cost(c, n, c[i].part, before);
+        }
+        if (mechs) print_cost(c, n, "summed", ", summed "), sep = "; ";
     }
-    print_cost(c, n, "summed", ", summed ");
-    snprintf(before, sizeof before, "%sall of them together ", head[0] ? sep : "; ");
-    print_cost(c, n, "together", before);
-    print_cost(c, n, "rest", "; the rest (what they do to one another: no row measures it) ");
     printf("\n");
+}
+
+/* The cost parts at each step of the loss table, for one seed: bench_cost.h's parts from
+ * that seed's losses at steps[p] done (at[p], nat[p] of them). Computed once (learn_cost_points)
+ * for the printed table and the JSON. */
+typedef struct {
+    int n;
+    const double *steps;
+    int nat[LEARN_MAX_PTS];
+    bench_cost_t at[LEARN_MAX_PTS][BENCH_COST_MAX];
+} learn_cost_points_t;
+
+static void learn_cost_points(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
+                              const int *on, learn_cost_points_t *cp)
+{
+    for (int s = 0; s < lo->seeds; s++) {
+        cp[s].n = cost_steps(res, on, s, &cp[s].steps);
+        for (int p = 0; p < cp[s].n; p++)
+            cp[s].nat[p] = learn_costs(lo, res, on, s, cp[s].steps[p], cp[s].at[p]);
+    }
 }
 
 /* The cost parts by steps done, seed by seed: each part of the cost line (`costs`) at each
  * step where its rows have a point, "-" where they have none. */
-static void print_cost_points(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
-                              const int *on, const bench_cost_t *costs, int ncost)
+static void print_cost_points(const learn_opts_t *lo, const learn_cost_points_t *cp,
+                              const bench_cost_t *costs, int ncost)
 {
     for (int s = 0; s < lo->seeds && ncost > 0; s++) {
-        const double *steps;
-        int n = cost_steps(res, on, s, &steps);
-        if (!n) continue;
-        bench_cost_t at[LEARN_MAX_PTS][BENCH_COST_MAX];
-        int nat[LEARN_MAX_PTS];
-        for (int p = 0; p < n; p++)
-            nat[p] = learn_costs(lo, res, on, s, steps[p], at[p]);
+        if (!cp[s].n) continue;
         printf("\ncost by steps done (seed %lld; percent, each part as in the cost line):\n",
                lo->seed + s);
         printf("  %-17s", "steps");
-        for (int p = 0; p < n; p++) printf(" %7.0f", steps[p]);
+        for (int p = 0; p < cp[s].n; p++) printf(" %7.0f", cp[s].steps[p]);
         printf("\n");
         for (int c = 0; c < ncost; c++) {
             printf("  %-17s", costs[c].part);
-            for (int p = 0; p < n; p++) {
-                const bench_cost_t *x = bench_cost_find(at[p], nat[p], costs[c].part);
+            for (int p = 0; p < cp[s].n; p++) {
+                const bench_cost_t *x = bench_cost_find(cp[s].at[p], cp[s].nat[p], costs[c].part);
                 if (x && x->seeds)
                     printf(" %+7.2f", 100 * x->mean);
                 else
@@ -804,7 +830,8 @@ static void print_cost_points(const learn_opts_t *lo, learn_result_t (*res)[LEAR
  * (bench_cost.h's parts: what the total is made of) and "cost_points" (the parts at each
  * step of the loss table, seed by seed). */
 static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS], const int *on,
-                      double ratio, double rlo, double rhi, const bench_cost_t *costs, int ncost)
+                      double ratio, double rlo, double rhi, const bench_cost_t *costs, int ncost,
+                      const learn_cost_points_t *cp)
 {
     FILE *f = !strcmp(lo->json, "-") ? stdout : fopen(lo->json, "w");
     if (!f) {
@@ -906,22 +933,18 @@ static int write_json(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SE
     }
     fprintf(f, "],\"cost_points\":[");
     first = 1;
-    for (int s = 0; s < lo->seeds; s++) {
-        const double *steps;
-        int n = cost_steps(res, on, s, &steps);
-        for (int p = 0; p < n; p++) {
-            bench_cost_t at[BENCH_COST_MAX];
-            int k = learn_costs(lo, res, on, s, steps[p], at);
-            for (int c = 0; c < k; c++) {
+    for (int s = 0; s < lo->seeds; s++)
+        for (int p = 0; p < cp[s].n; p++) {
+            const bench_cost_t *at = cp[s].at[p];
+            for (int c = 0; c < cp[s].nat[p]; c++) {
                 if (!at[c].seeds) continue;
                 fprintf(f, "%s{\"seed\":%lld,\"step\":%.0f,\"part\":\"%s\",\"cost\":",
-                        first ? "" : ",", lo->seed + s, steps[p], at[c].part);
+                        first ? "" : ",", lo->seed + s, cp[s].steps[p], at[c].part);
                 print_num(f, at[c].mean);
                 fprintf(f, "}");
                 first = 0;
             }
         }
-    }
     fprintf(f, "]}\n");
     if (f != stdout) fclose(f);
     return 0;
@@ -1538,7 +1561,9 @@ int bench_learn(int argc, char **argv)
     bench_cost_t costs[BENCH_COST_MAX];
     int ncost = learn_costs(&lo, res, on, 0, -1, costs);
     print_costs(costs, ncost);
-    print_cost_points(&lo, res, on, costs, ncost);
+    static learn_cost_points_t cp[LEARN_MAX_SEEDS];
+    learn_cost_points(&lo, res, on, cp);
+    print_cost_points(&lo, cp, costs, ncost);
     char load1[64] = "?";
     if ((la = fopen("/proc/loadavg", "r"))) {
         if (!fgets(load1, sizeof load1, la)) load1[0] = 0;
@@ -1549,7 +1574,7 @@ int bench_learn(int argc, char **argv)
            "validation included; only as good as the machine is quiet)\n",
            load1);
     if (lo.svg && lo.svg[0] && !write_svg(&lo, res, on)) printf("curves: %s\n", lo.svg);
-    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi, costs, ncost)) failed = 1;
+    if (lo.json && write_json(&lo, res, on, rm, rlo, rhi, costs, ncost, cp)) failed = 1;
     fflush(stdout);
     args_free(&words);
     return failed ? 1 : 0;

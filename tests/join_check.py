@@ -9,11 +9,14 @@ joined as README's "A swarm across machines" promises (issue 24).
       prints how many of those hosts have contributed (`contributing` or `takes_over`)
       or ended (an `exit` event) so far
   join_check.py check --dir D --hosts N --joiners "I J .." --launched "T T .."
-          --until T --max-join-s S [--min-mbps R] --label TEXT
+          --until T --max-join-s S [--join-steps K] [--min-mbps R] --label TEXT
       for each joiner (launched at wall-clock T, from the script):
         (a) its `joined` event is a download from the pool (`source` pool);
         (b) its `contributing` (or `takes_over`) event comes at most S seconds after it
-            was launched;
+            was launched, and K of the pool's steps more: the median `dur_s` of the
+            founders' `step` events before T (the pool's pace on this machine: a
+            joiner waits on it for the donor's first answer, to catch up and to be
+            named, so a bound in seconds alone holds on one machine's speed only);
         (c) no `resynced` event after that until T (the SIGTERM);
         (d) with --min-mbps, its download's rate once a donor answered (`joined`: `mb` /
             (`seconds` - `wait_s`), the link's part) is at least R MB/s; the rate from its
@@ -72,6 +75,11 @@ def check(a):
 
     joiners = [int(x) for x in a.joiners.split()]
     launched = [float(x) for x in a.launched.split()]
+    steps = sorted(e["dur_s"] for i in range(1, a.hosts + 1) if i not in joiners
+                   for e in load(a.dir, i)
+                   if e["kind"] == "step" and e.get("dur_s") is not None and e["t"] <= a.until)
+    step_s = steps[len(steps) // 2] if steps else 0.0
+    max_join = a.max_join_s + a.join_steps * step_s
     parts = []
     for i, t0 in zip(joiners, launched):
         es = load(a.dir, i)
@@ -111,8 +119,9 @@ def check(a):
                 % (i, joined.get("source") if joined else "no joined event"))
         if join_s is None:
             bad("(b) h%d never contributed" % i)
-        elif join_s > a.max_join_s:
-            bad("(b) h%d contributed %.2f s after launch, more than %.1f s" % (i, join_s, a.max_join_s))
+        elif join_s > max_join:
+            bad("(b) h%d contributed %.2f s after launch, more than %.2f s (%.1f s and %g of the "
+                "pool's %.2f s steps)" % (i, join_s, max_join, a.max_join_s, a.join_steps, step_s))
         if resyncs:
             bad("(c) h%d re-synced %d times after contributing: %s"
                 % (i, len(resyncs), "; ".join("%.1f s after: %s" % (e["t"] - contrib["t"], e.get("why"))
@@ -131,8 +140,9 @@ def check(a):
             bad("(e) h%d exited %s: %s" % (i, ex[-1]["code"], ex[-1].get("error")))
     others = sum(1 for i in range(1, a.hosts + 1) if i not in joiners
                  for e in load(a.dir, i) if e["kind"] == "resynced")
-    print("join: %s: %s; founders' resyncs %d: %s"
-          % (a.label, "; ".join(parts), others, "ok" if ok else "FAILED"))
+    print("join: %s: %s; founders' resyncs %d; bound %.2f s (%.1f s and %g of the pool's "
+          "%.2f s steps): %s" % (a.label, "; ".join(parts), others, max_join, a.max_join_s,
+                                 a.join_steps, step_s, "ok" if ok else "FAILED"))
     for f in fails:
         print("join_check: " + f)
     return ok
@@ -149,6 +159,7 @@ def main():
     ap.add_argument("--launched")
     ap.add_argument("--until", type=float, default=float("inf"))
     ap.add_argument("--max-join-s", type=float)
+    ap.add_argument("--join-steps", type=float, default=0.0)
     ap.add_argument("--min-mbps", type=float)
     ap.add_argument("--label", default="")
     a = ap.parse_args()

@@ -687,12 +687,19 @@ static void print_num(FILE *f, double x)
         fprintf(f, "null");
 }
 
+/* The index of a run's validation point at `step` steps done; -1 where it has none. */
+static int point_at(const learn_result_t *r, double step)
+{
+    for (int p = 0; p < r->npts; p++)
+        if (r->pt_step[p] == step) return p;
+    return -1;
+}
+
 /* A run's validation loss at `step` steps done; NAN where it has no point there. */
 static double loss_at(const learn_result_t *r, double step)
 {
-    for (int p = 0; p < r->npts; p++)
-        if (r->pt_step[p] == step) return r->pt_loss[p];
-    return NAN;
+    int p = point_at(r, step);
+    return p < 0 ? NAN : r->pt_loss[p];
 }
 
 /* What the total is made of (bench_cost.h), from the rows in the table: from their final
@@ -1067,9 +1074,8 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
         const learn_result_t *r = &res[i][0];
         printf("  %-17s", learn_rows[i].name);
         for (int p = 0; p < ref->npts; p++) {
-            int k = 0;
-            while (k < r->npts && r->pt_step[k] != ref->pt_step[p]) k++;
-            if (k < r->npts)
+            int k = point_at(r, ref->pt_step[p]);
+            if (k >= 0)
                 printf(" %7.4f", r->pt_loss[k]);
             else
                 printf(" %7s", "-");

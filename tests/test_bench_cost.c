@@ -152,12 +152,60 @@ static void test_rows_left_out(void **state)
     assert_int_equal(bench_costs(&in, c), 0);
 }
 
+/* The full swarm without one mechanism each (--leave-one-out): each mechanism's cost among
+ * the others is the full swarm over the row without it, after the one-at-a-time parts;
+ * their sum and the rest (together less it) after them. Without swarm-demo there is no
+ * together: the parts among the others stay, their sum and rest go. */
+static void test_leave_one_out(void **state)
+{
+    (void)state;
+    static const double no_codec[2] = {1.25, 2.40}, no_skip[2] = {1.45, 2.20};
+    bench_cost_in_t in = whole();
+    in.nwithout = 2;
+    in.without[0] = no_codec, in.without[1] = no_skip;
+    in.without_name[0] = "codec in all", in.without_name[1] = "skip in all";
+    bench_cost_t c[BENCH_COST_MAX];
+    int n = bench_costs(&in, c);
+    assert_int_equal(n, 12);
+    const char *order[] = {"optimizer",    "swarm",       "execution",     "codec",
+                           "skip",         "together",    "summed",        "rest",
+                           "codec in all", "skip in all", "summed in all", "rest in all"};
+    for (int i = 0; i < n; i++) assert_string_equal(c[i].part, order[i]);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(c[i].mech, i == 3 || i == 4 ? 1 : i == 8 || i == 9 ? 2 : 0);
+
+    double cd[2] = {1.50 / 1.25 - 1, 2.50 / 2.40 - 1}, sk[2] = {1.50 / 1.45 - 1, 2.50 / 2.20 - 1};
+    assert_part(c, n, "codec in all", (cd[0] + cd[1]) / 2, fmin(cd[0], cd[1]), fmax(cd[0], cd[1]),
+                2);
+    assert_part(c, n, "skip in all", (sk[0] + sk[1]) / 2, fmin(sk[0], sk[1]), fmax(sk[0], sk[1]),
+                2);
+    double sum[2] = {cd[0] + sk[0], cd[1] + sk[1]};
+    double summed = (cd[0] + cd[1]) / 2 + (sk[0] + sk[1]) / 2;
+    assert_part(c, n, "summed in all", summed, fmin(sum[0], sum[1]), fmax(sum[0], sum[1]), 2);
+    double tg[2] = {1.50 / 1.21 - 1, 2.50 / 2.09 - 1};
+    double rest[2] = {tg[0] - sum[0], tg[1] - sum[1]};
+    assert_part(c, n, "rest in all", (tg[0] + tg[1]) / 2 - summed, fmin(rest[0], rest[1]),
+                fmax(rest[0], rest[1]), 2);
+    /* the one-at-a-time sum is what it was without these rows */
+    double cd1[2] = {1.331 / 1.21 - 1, 2.09 / 2.09 - 1},
+           sk1[2] = {1.089 / 1.21 - 1, 2.299 / 2.09 - 1};
+    assert_near(bench_cost_find(c, n, "summed")->mean,
+                (cd1[0] + cd1[1]) / 2 + (sk1[0] + sk1[1]) / 2);
+
+    in.swarm_demo = NULL;
+    n = bench_costs(&in, c);
+    const char *order2[] = {"optimizer", "swarm", "codec in all", "skip in all"};
+    assert_int_equal(n, 4);
+    for (int i = 0; i < n; i++) assert_string_equal(c[i].part, order2[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_table),
         cmocka_unit_test(test_missing_seeds),
         cmocka_unit_test(test_rows_left_out),
+        cmocka_unit_test(test_leave_one_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

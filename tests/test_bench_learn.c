@@ -9,7 +9,9 @@
  * SVG of the curves is written. Then --resume: the same command again reads every run
  * from its marker and runs none (the same losses, the build that ran each; a marker
  * without its measurement is measured again on the stores), a run without its done
- * marker runs again alone, and other options are refused before any run (no JSON, the
+ * marker runs again alone, --leave-one-out's row without the lost stage runs alone beside
+ * the markers (the full swarm's words less that mechanism's; its cost among the others the
+ * full swarm's loss over its), and other options are refused before any run (no JSON, the
  * markers untouched), as are a split that does not divide the batch and --accum among
  * the run words beside a split. Last, the markers alone, moved to another --dir without
  * a store, give the same numbers; --report there runs nothing and leaves out the run
@@ -105,7 +107,7 @@ static void on_run(void *ctx, const json_obj_t *o)
 /* The cost parts (tools/bench_cost.h), in order. */
 typedef struct {
     int n;
-    char part[16][16];
+    char part[16][32];
     double cost[16];
     int seeds[16];
 } costs_t;
@@ -230,6 +232,25 @@ static void keep_head(const char *path, int n)
     fputs(s, f);
     fclose(f);
     free(s);
+}
+
+/* The run words of the marker at path ("args ..."), with the run's own directory (the last
+ * path word after --dir) cut out, into out. */
+static void marker_args(const char *path, char *out, size_t n)
+{
+    char line[1024];
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "args ", 5)) snprintf(out, n, "%s", line + 5);
+    fclose(f);
+    assert_true(out[0] != 0);
+    char *d = strstr(out, "--dir ");
+    assert_non_null(d);
+    char *end = strchr(d + 6, ' ');
+    assert_non_null(end);
+    memmove(d, end + 1, strlen(end + 1) + 1);
 }
 
 /* Runs the bench with extra words, which it must refuse before any run: its exit status
@@ -362,6 +383,33 @@ static void test_json_structure(void **state)
     for (int i = 0; i < NRUNS; i++) assert_int_equal(again.resumed[i], i != 2);
     assert_true(isfinite(again.val_loss[2]) && again.final_step[2] == STEPS);
     assert_int_equal(stat(path, &st), 0); /* marked again */
+    /* --leave-one-out: the full swarm without one mechanism, here the lost stage (--only;
+     * the cheapest: no rebuild to wait for), runs alone beside the markers read; its words
+     * are the full swarm's but for the stage SIGKILLed, and its cost among the others is
+     * the full swarm's loss over it, less one */
+    assert_int_equal(bench(STEPS, "--resume --leave-one-out --only full-no-stage-lost", "wo"), 0);
+    runs_t wo;
+    read_runs("wo", &wo, NRUNS + 1);
+    int w = 0;
+    while (w < NRUNS + 1 && strcmp(wo.name[w], "full-no-stage-lost")) w++;
+    assert_true(w < NRUNS + 1);
+    assert_false(wo.resumed[w]);
+    assert_true(wo.swarm[w] && wo.has_kills[w]); /* a swarm row: kills counted */
+    assert_true(isfinite(wo.val_loss[w]) && wo.final_step[w] == STEPS);
+    char full_args[1024], wo_args[1024], want[1024];
+    snprintf(path, sizeof path, "%s/runs/swarm-full-s1337/done.txt", dir);
+    marker_args(path, full_args, sizeof full_args);
+    snprintf(path, sizeof path, "%s/runs/full-no-stage-lost-s1337/done.txt", dir);
+    marker_args(path, wo_args, sizeof wo_args);
+    const char *kill = strstr(full_args, " --kill-stage 1:random");
+    assert_non_null(kill);
+    snprintf(want, sizeof want, "%.*s%s", (int)(kill - full_args), full_args,
+             kill + strlen(" --kill-stage 1:random"));
+    assert_string_equal(wo_args, want);
+    assert_int_equal(read_costs("wo", &c), 3);
+    assert_string_equal(c.part[2], "stage-lost in all");
+    assert_string_equal(wo.name[1], "swarm-full");
+    assert_true(fabs(c.cost[2] - (wo.val_loss[1] / wo.val_loss[w] - 1)) < 1e-4);
     /* refused before any run: other options than the markers'; a split that does not
      * divide the config's batch; the run words setting the microbatches beside --split 4
      * (the held-out windows follow the split; the words after "--" take the rest) */

@@ -18,43 +18,73 @@ static void part(const bench_cost_in_t *in, const char *name, const double *a, c
     if (c.seeds) out[(*n)++] = c;
 }
 
-int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
+enum { COST_SEEDS = 64 };
+
+/* The mechanisms' parts, a[i] over b[i] each (.mech = kind; a pair not both in the table
+ * is skipped): into out[*n], their means added into *summed and their per-seed costs into
+ * sum_seed[] (NAN at every seed once a mechanism has none). Returns how many. */
+static int mech_parts(const bench_cost_in_t *in, int nm, const double *const *a,
+                      const double *const *b, const char *const *names, int kind, double *summed,
+                      double *sum_seed, bench_cost_t *out, int *n)
 {
-    enum { S = 64 };
-    double x[S], together[S], sum_seed[S], rest_seed[S];
-    int n = 0, nmech = in->nmech < BENCH_COST_MAX_MECH ? in->nmech : BENCH_COST_MAX_MECH;
-    if (in->seeds < 1 || in->seeds > S) return 0;
-    part(in, "optimizer", in->demo_train, in->adamw, x, out, &n);
-    part(in, "swarm", in->full, in->demo_train, x, out, &n);
-    part(in, "execution", in->swarm_demo, in->demo_train, x, out, &n);
-    /* each mechanism over swarm-demo; summed: their means added, and per seed where every
-     * mechanism in the table has that seed */
-    double summed = 0;
+    double x[COST_SEEDS];
     int mechs = 0;
+    *summed = 0;
     for (int s = 0; s < in->seeds; s++) sum_seed[s] = 0;
-    for (int i = 0; i < nmech; i++) {
-        if (!in->mech[i] || !in->swarm_demo) continue;
-        int had = n;
-        part(in, in->mech_name[i], in->mech[i], in->swarm_demo, x, out, &n);
-        if (n == had) { /* no seed: the sum cannot be had at any seed either */
+    for (int i = 0; i < nm; i++) {
+        if (!a[i] || !b[i]) continue;
+        int had = *n;
+        part(in, names[i], a[i], b[i], x, out, n);
+        if (*n == had) { /* no seed: the sum cannot be had at any seed either */
             for (int s = 0; s < in->seeds; s++) sum_seed[s] = NAN;
             continue;
         }
-        out[n - 1].mech = 1;
-        summed += out[n - 1].mean, mechs++;
+        out[*n - 1].mech = kind;
+        *summed += out[*n - 1].mean, mechs++;
         for (int s = 0; s < in->seeds; s++) sum_seed[s] += x[s];
     }
+    return mechs;
+}
+
+/* `sum_name` (summed, its seeds' range from sum_seed[]) and `rest_name` (together less
+ * it: all the mean of together[], the per-seed costs) into out[*n]. */
+static void sum_rest(const bench_cost_in_t *in, const char *sum_name, const char *rest_name,
+                     double summed, const double *sum_seed, double all, const double *together,
+                     bench_cost_t *out, int *n)
+{
+    double rest_seed[COST_SEEDS], mean;
+    for (int s = 0; s < in->seeds; s++) rest_seed[s] = together[s] - sum_seed[s];
+    bench_cost_t c = {.part = sum_name, .mean = summed};
+    c.seeds = numbers_stats(sum_seed, in->seeds, &mean, &c.min, &c.max);
+    out[(*n)++] = c;
+    c = (bench_cost_t){.part = rest_name, .mean = all - summed};
+    c.seeds = numbers_stats(rest_seed, in->seeds, &mean, &c.min, &c.max);
+    out[(*n)++] = c;
+}
+
+int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
+{
+    double x[COST_SEEDS], together[COST_SEEDS], sum_seed[COST_SEEDS], summed;
+    int n = 0, nmech = in->nmech < BENCH_COST_MAX_MECH ? in->nmech : BENCH_COST_MAX_MECH;
+    int nwo = in->nwithout < BENCH_COST_MAX_MECH ? in->nwithout : BENCH_COST_MAX_MECH;
+    if (in->seeds < 1 || in->seeds > COST_SEEDS) return 0;
+    part(in, "optimizer", in->demo_train, in->adamw, x, out, &n);
+    part(in, "swarm", in->full, in->demo_train, x, out, &n);
+    part(in, "execution", in->swarm_demo, in->demo_train, x, out, &n);
+    /* each mechanism alone over swarm-demo; summed: their means added, and per seed where
+     * every mechanism in the table has that seed */
+    const double *demo[BENCH_COST_MAX_MECH], *full[BENCH_COST_MAX_MECH];
+    for (int i = 0; i < BENCH_COST_MAX_MECH; i++) demo[i] = in->swarm_demo, full[i] = in->full;
+    int mechs = mech_parts(in, nmech, in->mech, demo, in->mech_name, 1, &summed, sum_seed, out, &n);
     int had = n;
     part(in, "together", in->full, in->swarm_demo, together, out, &n);
-    if (n == had || !mechs) return n;
-    double all = out[n - 1].mean;
-    for (int s = 0; s < in->seeds; s++) rest_seed[s] = together[s] - sum_seed[s];
-    bench_cost_t c = {.part = "summed", .mean = summed};
-    c.seeds = numbers_stats(sum_seed, in->seeds, &x[0], &c.min, &c.max);
-    out[n++] = c;
-    c = (bench_cost_t){.part = "rest", .mean = all - summed};
-    c.seeds = numbers_stats(rest_seed, in->seeds, &x[0], &c.min, &c.max);
-    out[n++] = c;
+    int have_all = n > had;
+    double all = have_all ? out[n - 1].mean : NAN;
+    if (mechs && have_all) sum_rest(in, "summed", "rest", summed, sum_seed, all, together, out, &n);
+    /* each mechanism among the others: the full swarm over it without that one */
+    mechs = mech_parts(in, nwo, full, in->without, in->without_name, 2, &summed, sum_seed, out, &n);
+    if (mechs && have_all)
+        sum_rest(in, "summed in all", "rest in all", summed, sum_seed, all, together, out, &n);
     return n;
 }
 

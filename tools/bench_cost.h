@@ -7,13 +7,19 @@
  *   together    the full swarm over swarm-demo;
  *   summed      the mechanisms' costs added up;
  *   rest        together less summed: what the mechanisms do to one another, which no
- *               row measures one at a time.
+ *               row measures one at a time;
+ * and, with the rows of the full swarm without one mechanism (--leave-one-out):
+ *   <mechanism> in all   the full swarm over it without that mechanism: its cost in the
+ *               others' company;
+ *   summed in all        those costs added up;
+ *   rest in all          together less them: what is left when each is charged its cost
+ *               among the others (below zero where pairs cost more than their parts).
  * Not for: running or reading the runs (bench_learn.c). */
 #ifndef SWARMTRAIN_TOOLS_BENCH_COST_H
 #define SWARMTRAIN_TOOLS_BENCH_COST_H
 
 #define BENCH_COST_MAX_MECH 8
-#define BENCH_COST_MAX      (BENCH_COST_MAX_MECH + 6)
+#define BENCH_COST_MAX      (2 * BENCH_COST_MAX_MECH + 8)
 
 /* The rows' final validation losses, [seeds] each (NAN: that seed has none; NULL: the
  * row is not in the table). */
@@ -23,6 +29,9 @@ typedef struct {
     int nmech;
     const double *mech[BENCH_COST_MAX_MECH];
     const char *mech_name[BENCH_COST_MAX_MECH]; /* "codec", ...: the part's name */
+    int nwithout;                               /* the full swarm without one mechanism each */
+    const double *without[BENCH_COST_MAX_MECH];
+    const char *without_name[BENCH_COST_MAX_MECH]; /* "codec in all", ...: the part's name */
 } bench_cost_in_t;
 
 /* One part. mean, min and max are fractions (0.016: +1.6%) over `seeds` seeds. summed's
@@ -33,12 +42,13 @@ typedef struct {
     const char *part;
     double mean, min, max;
     int seeds;
-    int mech; /* 1: a one-mechanism row's part */
+    int mech; /* 1: a one-mechanism row's part; 2: a mechanism's cost in all (--leave-one-out) */
 } bench_cost_t;
 
 /* Fills out[] with the parts the rows allow, in the order above (a part whose rows are
  * not both in the table, or share no seed, is left out; summed and rest need together
- * and at least one mechanism). Returns how many. */
+ * and at least one mechanism, summed in all and rest in all together and at least one
+ * row without a mechanism). Returns how many. */
 int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX]);
 
 /* The part named `part` in out[0, n), or NULL. */

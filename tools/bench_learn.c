@@ -7,7 +7,8 @@
  * replicas, an activation codec, SkipPipe skipping, CheckFree+ swaps, churn (peers
  * SIGKILLed from outside and replaced) and a whole stage SIGKILLed and rebuilt; then, with
  * --ablations, the swarm with DeMo alone and with each mechanism alone on top of it, so
- * that the total cost is explained.
+ * that the total cost is explained, and with --leave-one-out the full swarm without each
+ * mechanism in turn: its cost among the others, where they act on one another.
  *
  * What it reads: the runs' own records, not their log wording. Validation losses during a
  * run are the "val_loss" events in the stores (train --db; every peer's --db); the final
@@ -84,31 +85,50 @@ typedef struct {
     int ablation;
     const char *schedule; /* train rows: the lr schedule; NULL: --baseline-schedule */
     int demo;             /* train rows: sign DeMo between the replicas, the swarm's stages */
+    int without;          /* the full swarm without one mechanism (--leave-one-out) */
 } learn_row_t;
 
 static const learn_row_t learn_rows[] = {
-    {"adamw", 0, 0, 0, NULL, 0},
-    {"swarm-full", 1, MECH_ALL, 0, NULL, 0},
-    {"swarm-demo", 1, 0, 1, NULL, 0},
-    {"swarm+codec", 1, MECH_CODEC, 1, NULL, 0},
-    {"swarm+skip", 1, MECH_SKIP, 1, NULL, 0},
-    {"swarm+swap", 1, MECH_SWAP, 1, NULL, 0},
-    {"swarm+churn", 1, MECH_CHURN, 1, NULL, 0},
-    {"swarm+stage-lost", 1, MECH_STAGE, 1, NULL, 0},
+    {"adamw", 0, 0, 0, NULL, 0, 0},
+    {"swarm-full", 1, MECH_ALL, 0, NULL, 0, 0},
+    {"swarm-demo", 1, 0, 1, NULL, 0, 0},
+    {"swarm+codec", 1, MECH_CODEC, 1, NULL, 0, 0},
+    {"swarm+skip", 1, MECH_SKIP, 1, NULL, 0, 0},
+    {"swarm+swap", 1, MECH_SWAP, 1, NULL, 0, 0},
+    {"swarm+churn", 1, MECH_CHURN, 1, NULL, 0, 0},
+    {"swarm+stage-lost", 1, MECH_STAGE, 1, NULL, 0, 0},
+    /* each mechanism's cost among the others: the full swarm without it (--leave-one-out) */
+    {"full-no-codec", 1, MECH_ALL & ~MECH_CODEC, 0, NULL, 0, 1},
+    {"full-no-skip", 1, MECH_ALL & ~MECH_SKIP, 0, NULL, 0, 1},
+    {"full-no-swap", 1, MECH_ALL & ~MECH_SWAP, 0, NULL, 0, 1},
+    {"full-no-churn", 1, MECH_ALL & ~MECH_CHURN, 0, NULL, 0, 1},
+    {"full-no-stage-lost", 1, MECH_ALL & ~MECH_STAGE, 0, NULL, 0, 1},
     /* the optimizer's own cost, apart from the swarm's: sign DeMo in one process, the
      * swarm's stages and replicas (its schedule: the preset's cosine) */
-    {"demo-train", 0, 0, 0, NULL, 1},
+    {"demo-train", 0, 0, 0, NULL, 1, 0},
     /* issue 17's reference: AdamW at a constant lr (the sign preset runs cosine); last */
-    {"adamw-constant", 0, 0, 0, "constant", 0},
+    {"adamw-constant", 0, 0, 0, "constant", 0, 0},
 };
 #define LEARN_NROWS ((int)(sizeof learn_rows / sizeof learn_rows[0]))
 
+/* The cost part of a mechanism's row (bench_cost.h): the one-mechanism row's "codec", ...,
+ * the row without it "codec in all", ... (by the mechanism's bit). */
+static const char *mech_part(const learn_row_t *w)
+{
+    static const char *const alone[] = {"codec", "skip", "swap", "churn", "stage-lost"};
+    static const char *const in_all[] = {"codec in all", "skip in all", "swap in all",
+                                         "churn in all", "stage-lost in all"};
+    int bits = w->without ? MECH_ALL & ~w->mechs : w->mechs;
+    return w->without ? in_all[__builtin_ctz(bits)] : alone[__builtin_ctz(bits)];
+}
+
 /* When a row runs: 0 with the ratio's rows (AdamW, the full swarm), 1 with the rows that
- * explain it (DeMo in one process, the one-mechanism rows), 2 last. */
+ * explain it (DeMo in one process, the one-mechanism rows, the full swarm without one), 2
+ * last. */
 static int row_group(const learn_row_t *w)
 {
     if (w->schedule) return 2;
-    return w->ablation || w->demo ? 1 : 0;
+    return w->ablation || w->demo || w->without ? 1 : 0;
 }
 
 /* What one run gave. */
@@ -133,19 +153,20 @@ typedef struct {
 typedef struct {
     const char *config, *data, *codec, *churn, *svg, *json, *baseline_schedule, *only;
     const char *churn_at; /* local --churn-at N:S (the default), unless --churn's rate */
-    const char *demo_lr; /* --lr of the DeMo runs (swarm and demo-train); NULL: the run's */
-    int outer;           /* --outer H: the DeMo runs exchange once every H steps; 0: every step */
-    const char *outer_k; /* --outer-k: their DeMo k (coefficients of 256); NULL: the preset's */
-    float demo_lr_run;   /* the rate the DeMo runs train at (--demo-lr, else as they parse) */
+    const char *demo_lr;  /* --lr of the DeMo runs (swarm and demo-train); NULL: the run's */
+    int outer;            /* --outer H: the DeMo runs exchange once every H steps; 0: every step */
+    const char *outer_k;  /* --outer-k: their DeMo k (coefficients of 256); NULL: the preset's */
+    float demo_lr_run;    /* the rate the DeMo runs train at (--demo-lr, else as they parse) */
     int demo_k_run, demo_chunk_run; /* their DeMo k and chunk, as they parse */
     int steps, stages, peers, replicas, val_every, seeds, ablations, churn_kills;
     int kill_stage, val_batches, threads;
     /* --split K: each replica's batch of the config in K microbatches (the runs' --batch
      * B/K --accum K; val_batches counts microbatches of that size: K times the option's) */
     int split, split_batch;
-    int resume;      /* --resume: a run whose directory says it finished is read, not rerun */
-    int report;      /* --report: --resume, and the runs that did not finish are not run */
-    int no_constant; /* --no-constant: without issue 17's reference (AdamW at a constant lr) */
+    int resume;        /* --resume: a run whose directory says it finished is read, not rerun */
+    int report;        /* --report: --resume, and the runs that did not finish are not run */
+    int no_constant;   /* --no-constant: without issue 17's reference (AdamW at a constant lr) */
+    int leave_one_out; /* --leave-one-out: also the full swarm without each mechanism */
     long long seed;
     double skip, skip_until, swap;
     char dir[400];
@@ -606,7 +627,7 @@ static int learn_run(const learn_opts_t *lo, const learn_row_t *row, int seed_i,
     }
     static char line[LEARN_MAX_ARGS * 64];
     args_line(&v, lo->dir, line, sizeof line);
-    printf("  %-17s seed %lld ...", row->name, seed);
+    printf("  %-18s seed %lld ...", row->name, seed);
     fflush(stdout);
     int done = lo->resume ? read_done(r->dir, line, r) : 0;
     if (!done) snprintf(r->build, sizeof r->build, "%s", LEARN_BUILD);
@@ -718,8 +739,14 @@ static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_S
                           .full = on[1] ? v[1] : NULL,
                           .swarm_demo = on[2] ? v[2] : NULL,
                           .demo_train = on[dt] ? v[dt] : NULL};
-    for (int i = 3; i < dt && in.nmech < BENCH_COST_MAX_MECH; i++)
-        if (on[i]) in.mech[in.nmech] = v[i], in.mech_name[in.nmech++] = learn_rows[i].name + 6;
+    for (int i = 0; i < LEARN_NROWS; i++) {
+        const learn_row_t *w = &learn_rows[i];
+        if (!on[i] || !w->swarm || !w->mechs || w->mechs == MECH_ALL) continue;
+        if (!w->without && in.nmech < BENCH_COST_MAX_MECH)
+            in.mech[in.nmech] = v[i], in.mech_name[in.nmech++] = mech_part(w);
+        if (w->without && in.nwithout < BENCH_COST_MAX_MECH)
+            in.without[in.nwithout] = v[i], in.without_name[in.nwithout++] = mech_part(w);
+    }
     return bench_costs(&in, out);
 }
 
@@ -755,33 +782,41 @@ static void print_costs(const bench_cost_t *c, int n)
 {
     static const struct {
         const char *part, *label;
+        int mech; /* the entry of the mechanisms' parts of this kind (bench_cost_t.mech) */
     } line[] = {
-        {"optimizer", "sign DeMo in one process over AdamW"},
-        {"swarm", "the full swarm over demo-train"},
-        {"execution", "the swarm with DeMo alone over demo-train"},
-        {NULL, "each mechanism over the swarm with DeMo alone:"},
-        {"together", "all of them together"},
-        {"rest", "the rest (what they do to one another: no row measures it)"},
+        {"optimizer", "sign DeMo in one process over AdamW", 0},
+        {"swarm", "the full swarm over demo-train", 0},
+        {"execution", "the swarm with DeMo alone over demo-train", 0},
+        {"summed", "each mechanism over the swarm with DeMo alone:", 1},
+        {"together", "all of them together", 0},
+        {"rest", "the rest (what they do to one another: no row measures it)", 0},
+        {"summed in all",
+         "each mechanism among all the others (the full swarm over it without "
+         "that one):",
+         2},
+        {"rest in all", "the rest (together less those)", 0},
     };
     if (!n) return;
     const char *sep = "cost: ";
     char before[128];
     for (size_t k = 0; k < sizeof line / sizeof line[0]; k++) {
-        if (line[k].part) {
+        if (!line[k].mech) {
             snprintf(before, sizeof before, "%s%s ", sep, line[k].label);
             if (print_cost(c, n, line[k].part, before)) sep = "; ";
             continue;
         }
         int mechs = 0;
         for (int i = 0; i < n; i++) {
-            if (!c[i].mech) continue;
+            if (c[i].mech != line[k].mech) continue;
+            const char *in_all = strstr(c[i].part, " in all"); /* the mechanism's name */
+            int len = in_all ? (int)(in_all - c[i].part) : (int)strlen(c[i].part);
             if (mechs++)
-                snprintf(before, sizeof before, ", %s ", c[i].part);
+                snprintf(before, sizeof before, ", %.*s ", len, c[i].part);
             else
-                snprintf(before, sizeof before, "%s%s %s ", sep, line[k].label, c[i].part);
+                snprintf(before, sizeof before, "%s%s %.*s ", sep, line[k].label, len, c[i].part);
             print_cost(c, n, c[i].part, before);
         }
-        if (mechs) print_cost(c, n, "summed", ", summed "), sep = "; ";
+        if (mechs) print_cost(c, n, line[k].part, ", summed "), sep = "; ";
     }
     printf("\n");
 }
@@ -815,11 +850,11 @@ static void print_cost_points(const learn_opts_t *lo, const learn_cost_points_t 
         if (!cp[s].n) continue;
         printf("\ncost by steps done (seed %lld; percent, each part as in the cost line):\n",
                lo->seed + s);
-        printf("  %-17s", "steps");
+        printf("  %-18s", "steps");
         for (int p = 0; p < cp[s].n; p++) printf(" %7.0f", cp[s].steps[p]);
         printf("\n");
         for (int c = 0; c < ncost; c++) {
-            printf("  %-17s", costs[c].part);
+            printf("  %-18s", costs[c].part);
             for (int p = 0; p < cp[s].n; p++) {
                 const bench_cost_t *x = bench_cost_find(cp[s].at[p], cp[s].nat[p], costs[c].part);
                 if (x && x->seeds)
@@ -1000,11 +1035,11 @@ static int write_svg(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEE
 static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
                         const int *on)
 {
-    printf("\n| %-17s | %9s | %17s | %8s | %8s | %7s | %7s | %11s | %9s | %9s | %s\n", "run",
+    printf("\n| %-18s | %9s | %17s | %8s | %8s | %7s | %7s | %11s | %9s | %9s | %s\n", "run",
            "val_loss", "(min..max)", "vs AdamW", "vs demo", "tok/s", "CPU s", "exch B/p/step",
            "wire B/tok", "act+grad", "kills/joins/rebuilt");
-    printf("|%.19s|%.11s|%.19s|%.10s|%.10s|%.9s|%.9s|%.13s|%.11s|%.11s|%.22s\n",
-           "-------------------", "-----------", "-------------------", "----------", "----------",
+    printf("|%.20s|%.11s|%.19s|%.10s|%.10s|%.9s|%.9s|%.13s|%.11s|%.11s|%.22s\n",
+           "--------------------", "-----------", "-------------------", "----------", "----------",
            "---------", "---------", "-------------", "-----------", "-----------",
            "----------------------");
     for (int i = 0; i < LEARN_NROWS; i++) {
@@ -1047,7 +1082,7 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
         snprintf(wts, sizeof wts, isfinite(mw) ? "%.1f%s" : "-", mw, lb);
         snprintf(ags, sizeof ags, isfinite(mg) ? "%.1f%s" : "-", mg, lb);
         snprintf(fl, sizeof fl, learn_rows[i].swarm ? "%d/%d/%d" : "-", kills, joins, rebuilt);
-        printf("| %-17s | %9.4f | %17s | %+7.1f%% | %8s | %7.0f | %7.0f | %13s | %9s | %9s | %s\n",
+        printf("| %-18s | %9.4f | %17s | %+7.1f%% | %8s | %7.0f | %7.0f | %13s | %9s | %9s | %s\n",
                learn_rows[i].name, m, range, 100 * (mb - 1), rdemo, mt, mc, exs, wts, ags, fl);
     }
     printf("exch B/p/step: exchange bytes one replica sends per parameter per step (every "
@@ -1066,13 +1101,13 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
            "assembled model):\n",
            lo->seed);
     const learn_result_t *ref = &res[0][0];
-    printf("  %-17s", "steps");
+    printf("  %-18s", "steps");
     for (int p = 0; p < ref->npts; p++) printf(" %7.0f", ref->pt_step[p]);
     printf("\n");
     for (int i = 0; i < LEARN_NROWS; i++) {
         if (!on[i]) continue;
         const learn_result_t *r = &res[i][0];
-        printf("  %-17s", learn_rows[i].name);
+        printf("  %-18s", learn_rows[i].name);
         for (int p = 0; p < ref->npts; p++) {
             int k = point_at(r, ref->pt_step[p]);
             if (k >= 0)
@@ -1108,7 +1143,7 @@ int bench_learn(int argc, char **argv)
         O_KILLSTAGE,
         O_NOABL,
         O_ABL,
-        O_ONLY_FULL,
+        O_LEAVE1,
         O_JSON,
         O_SVG,
         O_DIR,
@@ -1144,6 +1179,7 @@ int bench_learn(int argc, char **argv)
                                          {"kill-stage", required_argument, NULL, O_KILLSTAGE},
                                          {"no-ablations", no_argument, NULL, O_NOABL},
                                          {"ablations", no_argument, NULL, O_ABL},
+                                         {"leave-one-out", no_argument, NULL, O_LEAVE1},
                                          {"json", required_argument, NULL, O_JSON},
                                          {"svg", required_argument, NULL, O_SVG},
                                          {"dir", required_argument, NULL, O_DIR},
@@ -1251,6 +1287,9 @@ int bench_learn(int argc, char **argv)
         case O_ABL:
             lo.ablations = 1;
             break;
+        case O_LEAVE1:
+            lo.leave_one_out = 1;
+            break;
         case O_JSON:
             lo.json = optarg;
             break;
@@ -1340,7 +1379,12 @@ int bench_learn(int argc, char **argv)
                 "  --no-ablations       only AdamW and the full swarm (default for tiny: the\n"
                 "                       quick form, a few minutes)\n"
                 "  --only A,B,...       only these ablation rows (swarm-demo, swarm+codec,\n"
-                "                       swarm+skip, swarm+swap, swarm+churn, swarm+stage-lost)\n"
+                "                       swarm+skip, swarm+swap, swarm+churn, swarm+stage-lost;\n"
+                "                       with --leave-one-out also full-no-codec, ...)\n"
+                "  --leave-one-out      also the full swarm without each mechanism in turn\n"
+                "                       (full-no-codec, full-no-skip, full-no-swap,\n"
+                "                       full-no-churn, full-no-stage-lost): each one's cost\n"
+                "                       among the others\n"
                 "  --baseline-schedule  AdamW's lr schedule (cosine, as the sign preset; "
                 "constant)\n"
                 "  --no-constant        without AdamW at a constant lr (issue 17's reference;\n"
@@ -1482,8 +1526,10 @@ int bench_learn(int argc, char **argv)
     int on[LEARN_NROWS];
     for (int i = 0; i < LEARN_NROWS; i++) {
         on[i] = !learn_rows[i].ablation || lo.ablations;
+        if (learn_rows[i].without) on[i] = lo.leave_one_out;
         if (learn_rows[i].schedule && lo.no_constant) on[i] = 0;
-        if (on[i] && learn_rows[i].ablation && lo.only) { /* a whole name of the list */
+        if (on[i] && (learn_rows[i].ablation || learn_rows[i].without) && lo.only) {
+            /* a whole name of the list */
             size_t k = strlen(learn_rows[i].name);
             const char *p = lo.only;
             on[i] = 0;

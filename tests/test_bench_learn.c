@@ -417,6 +417,10 @@ static void test_json_structure(void **state)
     assert_refused(STEPS + 2, "--resume", "other", path);
     assert_refused(STEPS, "--split 3", "split3", path);
     assert_refused(STEPS, "-- --accum 2", "accum2", path);
+    /* and an --only name that is no row of the table: misspelt, or a row left off */
+    assert_refused(STEPS, "--resume --only full-no-codex --leave-one-out", "only1", path);
+    assert_refused(STEPS, "--resume --only full-no-codec", "only2", path);
+    assert_refused(STEPS, "--resume --leave-one-out --kill-stage -1", "nostage", path);
 
     /* the markers alone stand for the runs: moved to another --dir without their stores,
      * every run is read from its marker, none runs again, and the numbers are the same */

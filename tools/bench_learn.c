@@ -1539,6 +1539,27 @@ int bench_learn(int argc, char **argv)
             }
         }
     }
+    /* every name --only gives is a row of this table: a misspelt one, or one whose rows are
+     * off (--no-ablations, no --leave-one-out), would run nothing for it without a word */
+    for (const char *p = lo.only; p && *p;) {
+        size_t k = strcspn(p, ",");
+        int found = 0;
+        for (int i = 0; i < LEARN_NROWS && !found; i++)
+            found = on[i] && strlen(learn_rows[i].name) == k && !strncmp(p, learn_rows[i].name, k);
+        if (!found) {
+            fprintf(stderr,
+                    "bench learn: --only %.*s: no such row in this table (the ablation rows "
+                    "with --ablations; full-no-codec, ... with --leave-one-out)\n",
+                    (int)k, p);
+            return 2;
+        }
+        p += k + (p[k] == ',');
+    }
+    if (lo.leave_one_out && lo.kill_stage < 0) {
+        fprintf(stderr, "bench learn: --leave-one-out with --kill-stage -1: full-no-stage-lost "
+                        "would be the full swarm again\n");
+        return 2;
+    }
     char load0[64] = "?";
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {

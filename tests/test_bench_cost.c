@@ -163,7 +163,7 @@ static void test_leave_one_out(void **state)
     bench_cost_in_t in = whole();
     in.nwithout = 2;
     in.without[0] = no_codec, in.without[1] = no_skip;
-    in.without_name[0] = "codec in all", in.without_name[1] = "skip in all";
+    in.without_name[0] = "codec", in.without_name[1] = "skip";
     bench_cost_t c[BENCH_COST_MAX];
     int n = bench_costs(&in, c);
     assert_int_equal(n, 12);
@@ -173,6 +173,14 @@ static void test_leave_one_out(void **state)
     for (int i = 0; i < n; i++) assert_string_equal(c[i].part, order[i]);
     for (int i = 0; i < n; i++)
         assert_int_equal(c[i].mech, i == 3 || i == 4 ? 1 : i == 8 || i == 9 ? 2 : 0);
+    /* the mechanism's own name rides with its parts, alone and in all; the others have none */
+    const char *name[] = {NULL, NULL, NULL,    "codec", "skip", NULL,
+                          NULL, NULL, "codec", "skip",  NULL,   NULL};
+    for (int i = 0; i < n; i++)
+        if (name[i])
+            assert_string_equal(c[i].name, name[i]);
+        else
+            assert_null(c[i].name);
 
     double cd[2] = {1.50 / 1.25 - 1, 2.50 / 2.40 - 1}, sk[2] = {1.50 / 1.45 - 1, 2.50 / 2.20 - 1};
     assert_part(c, n, "codec in all", (cd[0] + cd[1]) / 2, fmin(cd[0], cd[1]), fmax(cd[0], cd[1]),

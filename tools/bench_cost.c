@@ -4,16 +4,18 @@
 #include "tools/numbers.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-/* The part a over b into out[*n], if both rows are in the table and share a seed; the
- * per-seed costs into x[] either way (NAN where there is none). */
-static void part(const bench_cost_in_t *in, const char *name, const double *a, const double *b,
-                 double *x, bench_cost_t *out, int *n)
+/* The part a over b, named `name` and `suffix`, into out[*n], if both rows are in the table
+ * and share a seed; the per-seed costs into x[] either way (NAN where there is none). */
+static void part(const bench_cost_in_t *in, const char *name, const char *suffix, const double *a,
+                 const double *b, double *x, bench_cost_t *out, int *n)
 {
     for (int s = 0; s < in->seeds; s++) x[s] = a && b ? a[s] / b[s] - 1 : NAN;
     if (!a || !b) return;
-    bench_cost_t c = {.part = name};
+    bench_cost_t c = {0};
+    snprintf(c.part, sizeof c.part, "%s%s", name, suffix);
     c.seeds = numbers_stats(x, in->seeds, &c.mean, &c.min, &c.max);
     if (c.seeds) out[(*n)++] = c;
 }
@@ -34,12 +36,12 @@ static int mech_parts(const bench_cost_in_t *in, int nm, const double *const *a,
     for (int i = 0; i < nm; i++) {
         if (!a[i] || !b[i]) continue;
         int had = *n;
-        part(in, names[i], a[i], b[i], x, out, n);
+        part(in, names[i], kind == 2 ? " in all" : "", a[i], b[i], x, out, n);
         if (*n == had) { /* no seed: the sum cannot be had at any seed either */
             for (int s = 0; s < in->seeds; s++) sum_seed[s] = NAN;
             continue;
         }
-        out[*n - 1].mech = kind;
+        out[*n - 1].mech = kind, out[*n - 1].name = names[i];
         *summed += out[*n - 1].mean, mechs++;
         for (int s = 0; s < in->seeds; s++) sum_seed[s] += x[s];
     }
@@ -54,10 +56,12 @@ static void sum_rest(const bench_cost_in_t *in, const char *sum_name, const char
 {
     double rest_seed[COST_SEEDS], mean;
     for (int s = 0; s < in->seeds; s++) rest_seed[s] = together[s] - sum_seed[s];
-    bench_cost_t c = {.part = sum_name, .mean = summed};
+    bench_cost_t c = {.mean = summed};
+    snprintf(c.part, sizeof c.part, "%s", sum_name);
     c.seeds = numbers_stats(sum_seed, in->seeds, &mean, &c.min, &c.max);
     out[(*n)++] = c;
-    c = (bench_cost_t){.part = rest_name, .mean = all - summed};
+    c = (bench_cost_t){.mean = all - summed};
+    snprintf(c.part, sizeof c.part, "%s", rest_name);
     c.seeds = numbers_stats(rest_seed, in->seeds, &mean, &c.min, &c.max);
     out[(*n)++] = c;
 }
@@ -68,16 +72,16 @@ int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
     int n = 0, nmech = in->nmech < BENCH_COST_MAX_MECH ? in->nmech : BENCH_COST_MAX_MECH;
     int nwo = in->nwithout < BENCH_COST_MAX_MECH ? in->nwithout : BENCH_COST_MAX_MECH;
     if (in->seeds < 1 || in->seeds > COST_SEEDS) return 0;
-    part(in, "optimizer", in->demo_train, in->adamw, x, out, &n);
-    part(in, "swarm", in->full, in->demo_train, x, out, &n);
-    part(in, "execution", in->swarm_demo, in->demo_train, x, out, &n);
+    part(in, "optimizer", "", in->demo_train, in->adamw, x, out, &n);
+    part(in, "swarm", "", in->full, in->demo_train, x, out, &n);
+    part(in, "execution", "", in->swarm_demo, in->demo_train, x, out, &n);
     /* each mechanism alone over swarm-demo; summed: their means added, and per seed where
      * every mechanism in the table has that seed */
     const double *demo[BENCH_COST_MAX_MECH], *full[BENCH_COST_MAX_MECH];
     for (int i = 0; i < BENCH_COST_MAX_MECH; i++) demo[i] = in->swarm_demo, full[i] = in->full;
     int mechs = mech_parts(in, nmech, in->mech, demo, in->mech_name, 1, &summed, sum_seed, out, &n);
     int had = n;
-    part(in, "together", in->full, in->swarm_demo, together, out, &n);
+    part(in, "together", "", in->full, in->swarm_demo, together, out, &n);
     int have_all = n > had;
     double all = have_all ? out[n - 1].mean : NAN;
     if (mechs && have_all) sum_rest(in, "summed", "rest", summed, sum_seed, all, together, out, &n);

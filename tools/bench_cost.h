@@ -31,7 +31,7 @@ typedef struct {
     const char *mech_name[BENCH_COST_MAX_MECH]; /* "codec", ...: the part's name */
     int nwithout;                               /* the full swarm without one mechanism each */
     const double *without[BENCH_COST_MAX_MECH];
-    const char *without_name[BENCH_COST_MAX_MECH]; /* "codec in all", ...: the part's name */
+    const char *without_name[BENCH_COST_MAX_MECH]; /* "codec", ...: its part "codec in all" */
 } bench_cost_in_t;
 
 /* One part. mean, min and max are fractions (0.016: +1.6%) over `seeds` seeds. summed's
@@ -39,10 +39,11 @@ typedef struct {
  * min and max are taken seed by seed, over the seeds every mechanism row in the table has
  * (rest's: and the full swarm too; NAN, seeds 0, where none has). */
 typedef struct {
-    const char *part;
+    char part[32]; /* "optimizer", ..., "codec", "codec in all", ... */
     double mean, min, max;
     int seeds;
     int mech; /* 1: a one-mechanism row's part; 2: a mechanism's cost in all (--leave-one-out) */
+    const char *name; /* those two: the mechanism's name (bench_cost_in_t's); else NULL */
 } bench_cost_t;
 
 /* Fills out[] with the parts the rows allow, in the order above (a part whose rows are

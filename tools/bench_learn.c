@@ -111,15 +111,12 @@ static const learn_row_t learn_rows[] = {
 };
 #define LEARN_NROWS ((int)(sizeof learn_rows / sizeof learn_rows[0]))
 
-/* The cost part of a mechanism's row (bench_cost.h): the one-mechanism row's "codec", ...,
- * the row without it "codec in all", ... (by the mechanism's bit). */
-static const char *mech_part(const learn_row_t *w)
+/* The mechanism a one-mechanism row adds, or a row without one leaves out: "codec", ...
+ * (by its bit), its cost parts' name (bench_cost.h). */
+static const char *mech_name(const learn_row_t *w)
 {
-    static const char *const alone[] = {"codec", "skip", "swap", "churn", "stage-lost"};
-    static const char *const in_all[] = {"codec in all", "skip in all", "swap in all",
-                                         "churn in all", "stage-lost in all"};
-    int bits = w->without ? MECH_ALL & ~w->mechs : w->mechs;
-    return w->without ? in_all[__builtin_ctz(bits)] : alone[__builtin_ctz(bits)];
+    static const char *const name[] = {"codec", "skip", "swap", "churn", "stage-lost"};
+    return name[__builtin_ctz(w->without ? MECH_ALL & ~w->mechs : w->mechs)];
 }
 
 /* When a row runs: 0 with the ratio's rows (AdamW, the full swarm), 1 with the rows that
@@ -743,9 +740,9 @@ static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_S
         const learn_row_t *w = &learn_rows[i];
         if (!on[i] || !w->swarm || !w->mechs || w->mechs == MECH_ALL) continue;
         if (!w->without && in.nmech < BENCH_COST_MAX_MECH)
-            in.mech[in.nmech] = v[i], in.mech_name[in.nmech++] = mech_part(w);
+            in.mech[in.nmech] = v[i], in.mech_name[in.nmech++] = mech_name(w);
         if (w->without && in.nwithout < BENCH_COST_MAX_MECH)
-            in.without[in.nwithout] = v[i], in.without_name[in.nwithout++] = mech_part(w);
+            in.without[in.nwithout] = v[i], in.without_name[in.nwithout++] = mech_name(w);
     }
     return bench_costs(&in, out);
 }
@@ -808,12 +805,10 @@ static void print_costs(const bench_cost_t *c, int n)
         int mechs = 0;
         for (int i = 0; i < n; i++) {
             if (c[i].mech != line[k].mech) continue;
-            const char *in_all = strstr(c[i].part, " in all"); /* the mechanism's name */
-            int len = in_all ? (int)(in_all - c[i].part) : (int)strlen(c[i].part);
             if (mechs++)
-                snprintf(before, sizeof before, ", %.*s ", len, c[i].part);
+                snprintf(before, sizeof before, ", %s ", c[i].name);
             else
-                snprintf(before, sizeof before, "%s%s %.*s ", sep, line[k].label, len, c[i].part);
+                snprintf(before, sizeof before, "%s%s %s ", sep, line[k].label, c[i].name);
             print_cost(c, n, c[i].part, before);
         }
         if (mechs) print_cost(c, n, line[k].part, ", summed "), sep = "; ";
@@ -1035,12 +1030,12 @@ static int write_svg(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEE
 static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_SEEDS],
                         const int *on)
 {
-    printf("\n| %-18s | %9s | %17s | %8s | %8s | %7s | %7s | %11s | %9s | %9s | %s\n", "run",
+    printf("\n| %-18s | %9s | %17s | %8s | %8s | %7s | %7s | %13s | %10s | %9s | %s\n", "run",
            "val_loss", "(min..max)", "vs AdamW", "vs demo", "tok/s", "CPU s", "exch B/p/step",
            "wire B/tok", "act+grad", "kills/joins/rebuilt");
-    printf("|%.20s|%.11s|%.19s|%.10s|%.10s|%.9s|%.9s|%.13s|%.11s|%.11s|%.22s\n",
+    printf("|%.20s|%.11s|%.19s|%.10s|%.10s|%.9s|%.9s|%.15s|%.12s|%.11s|%.22s\n",
            "--------------------", "-----------", "-------------------", "----------", "----------",
-           "---------", "---------", "-------------", "-----------", "-----------",
+           "---------", "---------", "---------------", "------------", "-----------",
            "----------------------");
     for (int i = 0; i < LEARN_NROWS; i++) {
         if (!on[i]) continue;
@@ -1082,7 +1077,7 @@ static void print_table(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_
         snprintf(wts, sizeof wts, isfinite(mw) ? "%.1f%s" : "-", mw, lb);
         snprintf(ags, sizeof ags, isfinite(mg) ? "%.1f%s" : "-", mg, lb);
         snprintf(fl, sizeof fl, learn_rows[i].swarm ? "%d/%d/%d" : "-", kills, joins, rebuilt);
-        printf("| %-18s | %9.4f | %17s | %+7.1f%% | %8s | %7.0f | %7.0f | %13s | %9s | %9s | %s\n",
+        printf("| %-18s | %9.4f | %17s | %+7.1f%% | %8s | %7.0f | %7.0f | %13s | %10s | %9s | %s\n",
                learn_rows[i].name, m, range, 100 * (mb - 1), rdemo, mt, mc, exs, wts, ags, fl);
     }
     printf("exch B/p/step: exchange bytes one replica sends per parameter per step (every "
@@ -1523,38 +1518,33 @@ int bench_learn(int argc, char **argv)
         fprintf(stderr, "bench learn: cannot make %s: %s\n", lo.dir, strerror(errno));
         return 1;
     }
-    int on[LEARN_NROWS];
+    int on[LEARN_NROWS], picked[LEARN_NROWS] = {0};
     for (int i = 0; i < LEARN_NROWS; i++) {
         on[i] = !learn_rows[i].ablation || lo.ablations;
         if (learn_rows[i].without) on[i] = lo.leave_one_out;
         if (learn_rows[i].schedule && lo.no_constant) on[i] = 0;
-        if (on[i] && (learn_rows[i].ablation || learn_rows[i].without) && lo.only) {
-            /* a whole name of the list */
-            size_t k = strlen(learn_rows[i].name);
-            const char *p = lo.only;
-            on[i] = 0;
-            while ((p = strstr(p, learn_rows[i].name)) && !on[i]) {
-                on[i] = (p == lo.only || p[-1] == ',') && (p[k] == 0 || p[k] == ',');
-                p += k;
-            }
-        }
     }
-    /* every name --only gives is a row of this table: a misspelt one, or one whose rows are
+    /* --only: each name a row of this table that is on; a misspelt one, or one whose rows are
      * off (--no-ablations, no --leave-one-out), would run nothing for it without a word */
     for (const char *p = lo.only; p && *p;) {
         size_t k = strcspn(p, ",");
-        int found = 0;
-        for (int i = 0; i < LEARN_NROWS && !found; i++)
-            found = on[i] && strlen(learn_rows[i].name) == k && !strncmp(p, learn_rows[i].name, k);
-        if (!found) {
+        int found = -1;
+        for (int i = 0; i < LEARN_NROWS && found < 0; i++)
+            if (on[i] && strlen(learn_rows[i].name) == k && !strncmp(p, learn_rows[i].name, k))
+                found = i;
+        if (found < 0) {
             fprintf(stderr,
                     "bench learn: --only %.*s: no such row in this table (the ablation rows "
                     "with --ablations; full-no-codec, ... with --leave-one-out)\n",
                     (int)k, p);
             return 2;
         }
+        picked[found] = 1;
         p += k + (p[k] == ',');
     }
+    /* it picks among the ablation and leave-one-out rows; the rows the ratio needs stay on */
+    for (int i = 0; i < LEARN_NROWS && lo.only; i++)
+        if (learn_rows[i].ablation || learn_rows[i].without) on[i] &= picked[i];
     if (lo.leave_one_out && lo.kill_stage < 0) {
         fprintf(stderr, "bench learn: --leave-one-out with --kill-stage -1: full-no-stage-lost "
                         "would be the full swarm again\n");

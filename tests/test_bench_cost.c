@@ -31,7 +31,8 @@ static bench_cost_in_t whole(void)
                              .swarm_demo = swarm_demo,
                              .nmech = 2,
                              .mech = {codec, skip},
-                             .mech_name = {"codec", "skip"}};
+                             .mech_name = {"codec", "skip"},
+                             .full_mechs = 2};
 }
 
 static void assert_near(double x, double want)
@@ -93,7 +94,8 @@ static void test_whole_table(void **state)
 
 /* A mechanism row one seed of which is missing: its part is over the other seed, the sum's
  * mean takes that part's mean, the sum's and the rest's range only the seed every part
- * has. A mechanism row with no seed at all is left out, and no seed then has every part. */
+ * has. A mechanism row with no seed at all is left out, and with it the sum and the rest:
+ * the others' sum would be a piece of the total, and the rest would hold its cost. */
 static void test_missing_seeds(void **state)
 {
     (void)state;
@@ -114,11 +116,9 @@ static void test_missing_seeds(void **state)
     const double none[2] = {NAN, NAN};
     in.mech[0] = none;
     n = bench_costs(&in, c);
-    assert_int_equal(n, 7);
-    assert_null(bench_cost_find(c, n, "codec"));
-    summed = (sk[0] + sk[1]) / 2;
-    assert_part(c, n, "summed", summed, 0, 0, 0);
-    assert_part(c, n, "rest", (tg[0] + tg[1]) / 2 - summed, 0, 0, 0);
+    const char *order[] = {"optimizer", "swarm", "execution", "skip", "together"};
+    assert_int_equal(n, 5);
+    for (int i = 0; i < n; i++) assert_string_equal(c[i].part, order[i]);
 }
 
 /* Rows not in the table: without demo-train no part over it; without swarm-demo no
@@ -146,6 +146,12 @@ static void test_rows_left_out(void **state)
     n = bench_costs(&in, c);
     assert_int_equal(n, 4);
     assert_string_equal(c[3].part, "together");
+
+    in.nmech = 1; /* one of the full swarm's two mechanisms: its part, still no sum */
+    n = bench_costs(&in, c);
+    const char *order1[] = {"optimizer", "swarm", "execution", "codec", "together"};
+    assert_int_equal(n, 5);
+    for (int i = 0; i < n; i++) assert_string_equal(c[i].part, order1[i]);
 
     in = whole();
     in.seeds = 0;
@@ -200,6 +206,14 @@ static void test_leave_one_out(void **state)
     assert_near(bench_cost_find(c, n, "summed")->mean,
                 (cd1[0] + cd1[1]) / 2 + (sk1[0] + sk1[1]) / 2);
 
+    /* one row without a mechanism of the two: its part in all, no sum in all, no rest */
+    in.nwithout = 1;
+    n = bench_costs(&in, c);
+    assert_int_equal(n, 9);
+    assert_string_equal(c[8].part, "codec in all");
+    assert_string_equal(c[7].part, "rest");
+
+    in.nwithout = 2;
     in.swarm_demo = NULL;
     n = bench_costs(&in, c);
     const char *order2[] = {"optimizer", "swarm", "codec in all", "skip in all"};

@@ -75,8 +75,8 @@ int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
     part(in, "optimizer", "", in->demo_train, in->adamw, x, out, &n);
     part(in, "swarm", "", in->full, in->demo_train, x, out, &n);
     part(in, "execution", "", in->swarm_demo, in->demo_train, x, out, &n);
-    /* each mechanism alone over swarm-demo; summed: their means added, and per seed where
-     * every mechanism in the table has that seed */
+    /* each mechanism alone over swarm-demo; summed, once every mechanism has its part:
+     * their means added, and per seed where every one has that seed */
     const double *demo[BENCH_COST_MAX_MECH], *full[BENCH_COST_MAX_MECH];
     for (int i = 0; i < BENCH_COST_MAX_MECH; i++) demo[i] = in->swarm_demo, full[i] = in->full;
     int mechs = mech_parts(in, nmech, in->mech, demo, in->mech_name, 1, &summed, sum_seed, out, &n);
@@ -84,10 +84,12 @@ int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
     part(in, "together", "", in->full, in->swarm_demo, together, out, &n);
     int have_all = n > had;
     double all = have_all ? out[n - 1].mean : NAN;
-    if (mechs && have_all) sum_rest(in, "summed", "rest", summed, sum_seed, all, together, out, &n);
+    int can_sum = in->full_mechs > 0 && have_all;
+    if (can_sum && mechs == in->full_mechs)
+        sum_rest(in, "summed", "rest", summed, sum_seed, all, together, out, &n);
     /* each mechanism among the others: the full swarm over it without that one */
     mechs = mech_parts(in, nwo, full, in->without, in->without_name, 2, &summed, sum_seed, out, &n);
-    if (mechs && have_all)
+    if (can_sum && mechs == in->full_mechs)
         sum_rest(in, "summed in all", "rest in all", summed, sum_seed, all, together, out, &n);
     return n;
 }

@@ -32,6 +32,9 @@ typedef struct {
     int nwithout;                               /* the full swarm without one mechanism each */
     const double *without[BENCH_COST_MAX_MECH];
     const char *without_name[BENCH_COST_MAX_MECH]; /* "codec", ...: its part "codec in all" */
+    /* How many mechanisms the full swarm runs. A sum and its rest need a part for each: of
+     * fewer, the sum would be a piece of the total and the rest the others' costs too. */
+    int full_mechs;
 } bench_cost_in_t;
 
 /* One part. mean, min and max are fractions (0.016: +1.6%) over `seeds` seeds. summed's
@@ -48,8 +51,8 @@ typedef struct {
 
 /* Fills out[] with the parts the rows allow, in the order above (a part whose rows are
  * not both in the table, or share no seed, is left out; summed and rest need together
- * and at least one mechanism, summed in all and rest in all together and at least one
- * row without a mechanism). Returns how many. */
+ * and a part alone for every mechanism (full_mechs of them), summed in all and rest in
+ * all together and a part in all for every one). Returns how many. */
 int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX]);
 
 /* The part named `part` in out[0, n), or NULL. */

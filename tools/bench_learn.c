@@ -735,7 +735,8 @@ static int learn_costs(const learn_opts_t *lo, learn_result_t (*res)[LEARN_MAX_S
                           .adamw = on[0] ? v[0] : NULL,
                           .full = on[1] ? v[1] : NULL,
                           .swarm_demo = on[2] ? v[2] : NULL,
-                          .demo_train = on[dt] ? v[dt] : NULL};
+                          .demo_train = on[dt] ? v[dt] : NULL,
+                          .full_mechs = __builtin_popcount(MECH_ALL)};
     for (int i = 0; i < LEARN_NROWS; i++) {
         const learn_row_t *w = &learn_rows[i];
         if (!on[i] || !w->swarm || !w->mechs || w->mechs == MECH_ALL) continue;

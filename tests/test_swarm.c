@@ -1384,8 +1384,8 @@ static void test_local_kill_start(void **state)
 
 /* Churn spread over the run (`local --churn-at 3:1`, what bench learn runs): three peers,
  * each drawn among those that are not the last of their stage, SIGKILLed from outside at
- * steps drawn from the fault seed over the whole run (seed 5 draws steps 1, 12 and 50 of
- * 80), each replaced by a new peer a second later. Each kill comes at or after its drawn
+ * steps drawn from the fault seed over the whole run (seed 5 draws steps 10, 38 and 71
+ * of 80), each replaced by a new peer a second later. Each kill comes at or after its drawn
  * step (within a drawn second of it), the three drawn steps are not all early (--churn's
  * capped rate puts every kill in a run's first minute), and the run finishes with nothing
  * lost, exit 0, no death unplanned. */

@@ -77,8 +77,11 @@ void local_fault_plan(local_t *L)
     f->pz_step = f->pz_peer >= 0 ? middle_step(L, 0) : -1;
     f->pz_delay = f->pz_peer >= 0 ? rng_uniform(&L->frng) : 0, f->pz_at = f->pz_until = -1;
     f->ks_delay = rng_uniform(&L->frng), f->ks_at = -1; /* --kill-stage */
-    if (lo->kill_stage >= 0 && lo->kill_stage_step < 0) /* random: between 10% and 70% */
-        lo->kill_stage_step = (int)middle_step(L, 1);
+    /* its step, if random: between 10% and 70%; drawn with --kill-stage or without, so that
+     * the faults drawn after it fall at the same steps either way (bench learn's full swarm
+     * and its row without the lost stage: the same churn kills) */
+    long long ks_step = middle_step(L, 1);
+    if (lo->kill_stage >= 0 && lo->kill_stage_step < 0) lo->kill_stage_step = (int)ks_step;
     /* --stage-failures: the steps and stages, drawn now, in step order */
     for (int k = 0; k < lo->stage_failures; k++) {
         f->sf_step[k] =

@@ -104,6 +104,33 @@ static void on_run(void *ctx, const json_obj_t *o)
     snprintf(r->build[i], sizeof r->build[i], "%s", json_get(o, "build"));
 }
 
+/* The steps a row's churn kills were drawn at (its local summary's faults), in order. */
+typedef struct {
+    int n;
+    long long drawn[8];
+} churn_t;
+
+static void on_fault(void *ctx, const json_obj_t *o)
+{
+    churn_t *c = ctx;
+    if (strcmp(json_get(o, "cause"), "churn") || c->n == 8) return;
+    c->drawn[c->n++] = atoll(json_get(o, "drawn_step"));
+}
+
+static void churn_of(const char *row, churn_t *c)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s-s1337/summary.json", dir, row);
+    char *json = testutil_slurp(path, NULL);
+    assert_non_null(json);
+    memset(c, 0, sizeof *c);
+    json_each(json, "faults", on_fault, c);
+    free(json);
+    printf("%s: %d churn kill(s), drawn at", row, c->n);
+    for (int i = 0; i < c->n; i++) printf(" %lld", c->drawn[i]);
+    printf("\n");
+}
+
 /* The cost parts (tools/bench_cost.h), in order. */
 typedef struct {
     int n;
@@ -406,6 +433,13 @@ static void test_json_structure(void **state)
     snprintf(want, sizeof want, "%.*s%s", (int)(kill - full_args), full_args,
              kill + strlen(" --kill-stage 1:random"));
     assert_string_equal(wo_args, want);
+    /* and it loses only the stage: its churn kill was drawn at the full swarm's step (the
+     * stage's step is drawn with or without it; one done late may miss the run's end) */
+    churn_t full_churn, wo_churn;
+    churn_of("swarm-full", &full_churn);
+    churn_of("full-no-stage-lost", &wo_churn);
+    assert_true(full_churn.n <= 1 && wo_churn.n <= 1);
+    if (full_churn.n && wo_churn.n) assert_int_equal(wo_churn.drawn[0], full_churn.drawn[0]);
     assert_int_equal(read_costs("wo", &c), 3);
     assert_string_equal(c.part[2], "stage-lost in all");
     assert_string_equal(wo.name[1], "swarm-full");

@@ -22,11 +22,13 @@ static void part(const bench_cost_in_t *in, const char *name, const char *suffix
 
 enum { COST_SEEDS = 64 };
 
-/* The mechanisms' parts, a[i] over b[i] each (.mech = kind; a pair not both in the table
- * is skipped): into out[*n], their means added into *summed and their per-seed costs into
- * sum_seed[] (NAN at every seed once a mechanism has none). Returns how many. */
-static int mech_parts(const bench_cost_in_t *in, int nm, const double *const *a,
-                      const double *const *b, const char *const *names, int kind, double *summed,
+/* The mechanisms' parts (.mech = kind), each of rows[i] and `fixed` (a pair not both in the
+ * table is skipped): kind 1, the row alone over `fixed` (swarm-demo); kind 2, `fixed` (the
+ * full swarm) over the row without that mechanism, the part "<name> in all". Into out[*n],
+ * their means added into *summed and their per-seed costs into sum_seed[] (NAN at every
+ * seed once a mechanism has none). Returns how many. */
+static int mech_parts(const bench_cost_in_t *in, int nm, const double *const *rows,
+                      const double *fixed, const char *const *names, int kind, double *summed,
                       double *sum_seed, bench_cost_t *out, int *n)
 {
     double x[COST_SEEDS];
@@ -34,9 +36,12 @@ static int mech_parts(const bench_cost_in_t *in, int nm, const double *const *a,
     *summed = 0;
     for (int s = 0; s < in->seeds; s++) sum_seed[s] = 0;
     for (int i = 0; i < nm; i++) {
-        if (!a[i] || !b[i]) continue;
+        if (!rows[i] || !fixed) continue;
         int had = *n;
-        part(in, names[i], kind == 2 ? " in all" : "", a[i], b[i], x, out, n);
+        if (kind == 1)
+            part(in, names[i], "", rows[i], fixed, x, out, n);
+        else
+            part(in, names[i], " in all", fixed, rows[i], x, out, n);
         if (*n == had) { /* no seed: the sum cannot be had at any seed either */
             for (int s = 0; s < in->seeds; s++) sum_seed[s] = NAN;
             continue;
@@ -77,9 +82,8 @@ int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
     part(in, "execution", "", in->swarm_demo, in->demo_train, x, out, &n);
     /* each mechanism alone over swarm-demo; summed, once every mechanism has its part:
      * their means added, and per seed where every one has that seed */
-    const double *demo[BENCH_COST_MAX_MECH], *full[BENCH_COST_MAX_MECH];
-    for (int i = 0; i < BENCH_COST_MAX_MECH; i++) demo[i] = in->swarm_demo, full[i] = in->full;
-    int mechs = mech_parts(in, nmech, in->mech, demo, in->mech_name, 1, &summed, sum_seed, out, &n);
+    int mechs = mech_parts(in, nmech, in->mech, in->swarm_demo, in->mech_name, 1, &summed, sum_seed,
+                           out, &n);
     int had = n;
     part(in, "together", "", in->full, in->swarm_demo, together, out, &n);
     int have_all = n > had;
@@ -88,7 +92,8 @@ int bench_costs(const bench_cost_in_t *in, bench_cost_t out[BENCH_COST_MAX])
     if (can_sum && mechs == in->full_mechs)
         sum_rest(in, "summed", "rest", summed, sum_seed, all, together, out, &n);
     /* each mechanism among the others: the full swarm over it without that one */
-    mechs = mech_parts(in, nwo, full, in->without, in->without_name, 2, &summed, sum_seed, out, &n);
+    mechs =
+        mech_parts(in, nwo, in->without, in->full, in->without_name, 2, &summed, sum_seed, out, &n);
     if (can_sum && mechs == in->full_mechs)
         sum_rest(in, "summed in all", "rest in all", summed, sum_seed, all, together, out, &n);
     return n;
